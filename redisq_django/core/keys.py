@@ -1,0 +1,110 @@
+"""The Redis key schema; the only place key names are built.
+
+Every key of queue ``q`` carries the hash tag ``{q}`` so that all keys a script
+touches live in one Redis Cluster slot. With the default prefix ``redisq``:
+
+================================  ======  ====================================================
+key                               type    role
+================================  ======  ====================================================
+``redisq:queues``                 set     names of every queue ever published to or consumed
+``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
+``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
+``redisq:{q}:meta``               hash    queue counters (``dropped`` by the hard cap)
+``redisq:{q}:g:{g}:direct``       stream  input private to consumer ``g``: retries, re-drives
+``redisq:{q}:g:{g}:retry``        zset    retries of ``g`` waiting for their backoff; score = due
+``redisq:{q}:g:{g}:dead``         stream  dead letters of ``g``, awaiting the database sink
+``redisq:{q}:g:{g}:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
+================================  ======  ====================================================
+
+PROTOCOL.md documents the same catalogue for clients in other languages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from redisq_django.core.errors import InvalidName
+
+#: Queue and consumer names: letters, digits, ``_ . -``; no ``{}`` or ``:`` (they would
+#: break the hash tag or the key layout).
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Return ``name`` if it is a valid queue or consumer name.
+
+    Raises:
+        InvalidName: the name is empty, too long or has a forbidden character.
+    """
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise InvalidName(
+            f"Invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '.' or '-'."
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Keys of one queue."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def tag(self) -> str:
+        return f"{self.prefix}:{{{self.queue}}}"
+
+    @property
+    def log(self) -> str:
+        return f"{self.tag}:log"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.tag}:delayed"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.tag}:meta"
+
+    def group(self, group: str) -> GroupKeys:
+        """Keys of logical consumer ``group`` on this queue."""
+        return GroupKeys(self, validate_name("consumer", group))
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """Keys of one logical consumer (consumer group) of a queue."""
+
+    queue_keys: QueueKeys
+    group: str
+
+    @property
+    def _base(self) -> str:
+        return f"{self.queue_keys.tag}:g:{self.group}"
+
+    @property
+    def direct(self) -> str:
+        return f"{self._base}:direct"
+
+    @property
+    def retry(self) -> str:
+        return f"{self._base}:retry"
+
+    @property
+    def dead(self) -> str:
+        return f"{self._base}:dead"
+
+    @property
+    def instances(self) -> str:
+        return f"{self._base}:instances"
+
+
+def queue_keys(prefix: str, queue: str) -> QueueKeys:
+    """Keys of ``queue`` under ``prefix`` (validated)."""
+    return QueueKeys(prefix, validate_name("queue", queue))
+
+
+def registry_key(prefix: str) -> str:
+    """The set of all queue names (a single-key structure, outside any hash tag)."""
+    return f"{prefix}:queues"

@@ -1,0 +1,65 @@
+-- promote.lua: move due delayed messages into the log and due retries into a group's
+-- direct stream.
+--
+-- KEYS[1]  zset    redisq:{q}:delayed          member = envelope as a JSON object, score = due ms
+-- KEYS[2]  stream  redisq:{q}:log
+-- KEYS[3]  zset    redisq:{q}:g:{g}:retry      (same member layout)
+-- KEYS[4]  stream  redisq:{q}:g:{g}:direct
+-- ARGV[1]  now, milliseconds since the epoch
+-- ARGV[2]  at most this many entries are moved from each zset (bounds the call)
+--
+-- Returns {moved_from_delayed, moved_from_retry, next_due_ms or -1}.
+-- A member that is not a JSON object is still moved, as a single field "raw", so the
+-- consumer dead-letters it as undecodable instead of it blocking the zset forever.
+
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+
+local function flatten(member)
+  local ok, decoded = pcall(cjson.decode, member)
+  if not ok or type(decoded) ~= 'table' then
+    return {'raw', member}
+  end
+  local flat = {}
+  for k, v in pairs(decoded) do
+    if type(v) == 'table' then
+      v = cjson.encode(v)
+    elseif type(v) == 'number' then
+      v = string.format('%.17g', v)
+    else
+      v = tostring(v)
+    end
+    flat[#flat + 1] = tostring(k)
+    flat[#flat + 1] = v
+  end
+  if #flat == 0 then return {'raw', member} end
+  return flat
+end
+
+local function move(zkey, stream)
+  local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', now, 'LIMIT', 0, limit)
+  for _, member in ipairs(due) do
+    redis.call('XADD', stream, '*', unpack(flatten(member)))
+    redis.call('ZREM', zkey, member)
+  end
+  return #due
+end
+
+local function next_due(zkey)
+  local first = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
+  if #first == 0 then return nil end
+  return tonumber(first[2])
+end
+
+local moved_delayed = move(KEYS[1], KEYS[2])
+local moved_retry = 0
+if #KEYS >= 4 then
+  moved_retry = move(KEYS[3], KEYS[4])
+end
+
+local nd = next_due(KEYS[1])
+if #KEYS >= 4 then
+  local nr = next_due(KEYS[3])
+  if nr and (not nd or nr < nd) then nd = nr end
+end
+return {moved_delayed, moved_retry, nd and math.floor(nd) or -1}

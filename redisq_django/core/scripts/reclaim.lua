@@ -1,0 +1,83 @@
+-- reclaim.lua: take over the in-flight entries of crashed instances.
+--
+-- KEYS[1]  stream  redisq:{q}:log
+-- KEYS[2]  stream  redisq:{q}:g:{g}:direct
+-- KEYS[3]  zset    redisq:{q}:g:{g}:instances   member = instance, score = heartbeat expiry ms
+-- ARGV[1]  group name
+-- ARGV[2]  consumer (instance) taking the entries over
+-- ARGV[3]  visibility timeout, ms: entries idle this long are claimed
+-- ARGV[4]  at most this many entries are claimed per stream
+-- ARGV[5]  now, ms
+-- ARGV[6]  XAUTOCLAIM cursor for the log ("0-0" to start)
+-- ARGV[7]  XAUTOCLAIM cursor for the direct stream
+--
+-- First, instances whose heartbeat expired lose their entries at once (no need to wait
+-- for the visibility timeout); once they hold nothing they are removed from the group.
+-- Then entries idle longer than the visibility timeout are claimed (XAUTOCLAIM).
+-- Each claim counts as a delivery (XPENDING's delivery count), which the caller adds to
+-- the attempt count.
+--
+-- Returns {log_cursor, direct_cursor, log_entries, direct_entries} where each entry is
+-- {id, {field, value, ...}, delivery_count}. Entries deleted from the stream while
+-- pending (hard cap) are acknowledged and not returned.
+
+local group, me = ARGV[1], ARGV[2]
+local min_idle = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local now = tonumber(ARGV[5])
+local streams = {KEYS[1], KEYS[2]}
+local out = {{}, {}}
+
+local function delivery_count(key, id)
+  local p = redis.call('XPENDING', key, group, id, id, 1)
+  if #p == 1 then return p[1][4] end
+  return 1
+end
+
+local function take(s, entries)
+  for _, e in ipairs(entries) do
+    if type(e) == 'table' and type(e[2]) == 'table' then
+      local list = out[s]
+      list[#list + 1] = {e[1], e[2], delivery_count(streams[s], e[1])}
+    elseif type(e) == 'table' and e[1] then
+      -- Redis 6.2 reports an entry deleted while pending with nil fields.
+      redis.call('XACK', streams[s], group, e[1])
+    end
+  end
+end
+
+-- 1. Instances known dead: claim everything they hold, then forget them.
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 10)
+for _, name in ipairs(dead) do
+  if name ~= me then
+    local holds = 0
+    for s = 1, 2 do
+      local p = redis.call('XPENDING', streams[s], group, '-', '+', limit, name)
+      if #p > 0 then
+        local ids = {}
+        for i, row in ipairs(p) do ids[i] = row[1] end
+        take(s, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
+        -- XCLAIM drops ids of deleted entries from the PEL on 7.x; on 6.2 they stay.
+        holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
+      end
+    end
+    if holds == 0 then
+      for s = 1, 2 do redis.call('XGROUP', 'DELCONSUMER', streams[s], group, name) end
+      redis.call('ZREM', KEYS[3], name)
+    end
+  end
+end
+
+-- 2. Entries idle past the visibility timeout, whoever holds them.
+local cursors = {ARGV[6], ARGV[7]}
+for s = 1, 2 do
+  local room = limit - #out[s]
+  if room > 0 then
+    local r = redis.call('XAUTOCLAIM', streams[s], group, me, min_idle, cursors[s], 'COUNT', room)
+    cursors[s] = r[1]
+    take(s, r[2])
+    -- Redis >= 7 lists entries deleted while pending in a third element (already
+    -- removed from the PEL): nothing left to do for them.
+  end
+end
+return {cursors[1], cursors[2], out[1], out[2]}

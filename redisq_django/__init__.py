@@ -1,0 +1,26 @@
+"""redisq_django: reliable message queues on the Redis your Django site already runs.
+
+Publish with :func:`publish` / :func:`publish_many`; the Django-free core lives in
+:mod:`redisq_django.core`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["publish", "publish_many"]
+
+
+def publish(queue: str, payload: Any, **kwargs: Any) -> str:
+    """Publish one message; see :func:`redisq_django.publishing.publish`."""
+    from redisq_django.publishing import publish as _publish
+
+    return _publish(queue, payload, **kwargs)
+
+
+def publish_many(queue: str, payloads: Any, **kwargs: Any) -> list[str]:
+    """Publish a batch in one round trip; see :func:`redisq_django.publishing.publish_many`."""
+    from redisq_django.publishing import publish_many as _publish_many
+
+    return _publish_many(queue, payloads, **kwargs)

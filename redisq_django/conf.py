@@ -1,0 +1,147 @@
+"""``settings.REDISQ``: defaults, validation, and translation into the core's config.
+
+Read through :func:`get_settings` / :func:`get_core_config`, cached and cleared when
+Django's ``setting_changed`` fires (so ``override_settings`` works in tests). Never read
+at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+from redisq_django.core import config as core_defaults
+from redisq_django.core.config import CoreConfig
+from redisq_django.core.errors import ConfigurationError
+
+
+class SettingsError(ConfigurationError, ImproperlyConfigured):
+    """``settings.REDISQ`` is invalid; the message names the key and the fix."""
+
+
+#: Every key of ``settings.REDISQ`` with its default. Times are in seconds.
+DEFAULTS: dict[str, Any] = {
+    # Where Redis is: a django-redis cache alias whose client is reused...
+    "CONNECTION": "default",
+    # ...unless a redis:// or rediss:// URL is given, which then wins.
+    "URL": None,
+    "PREFIX": "redisq",
+    "MAX_PAYLOAD_BYTES": core_defaults.DEFAULT_MAX_PAYLOAD_BYTES,
+    "MAX_RETRIES": core_defaults.DEFAULT_MAX_RETRIES,
+    "BACKOFF": core_defaults.DEFAULT_BACKOFF_S,
+    "MAX_BACKOFF": core_defaults.DEFAULT_MAX_BACKOFF_S,
+    "VISIBILITY_TIMEOUT": core_defaults.DEFAULT_VISIBILITY_TIMEOUT_MS / 1000,
+    "REPLAY_WINDOW": core_defaults.DEFAULT_REPLAY_WINDOW_MS / 1000,
+    "REPLAY_WINDOW_LENGTH": 0,
+    "MAX_LENGTH": 0,
+    "MAX_AGE": 0,
+    "POLL_INTERVAL": core_defaults.DEFAULT_POLL_INTERVAL_MS / 1000,
+    "JSON_ENCODER": "django.core.serializers.json.DjangoJSONEncoder",
+}
+
+_NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
+_POSITIVE_INT = ("MAX_PAYLOAD_BYTES",)
+_NON_NEGATIVE_SECONDS = (
+    "BACKOFF",
+    "MAX_BACKOFF",
+    "VISIBILITY_TIMEOUT",
+    "REPLAY_WINDOW",
+    "MAX_AGE",
+)
+_POSITIVE_SECONDS = ("POLL_INTERVAL",)
+
+
+def _validate(user: Any) -> dict[str, Any]:
+    if not isinstance(user, dict):
+        raise SettingsError(
+            f"settings.REDISQ must be a dict, not {type(user).__name__}. "
+            'Example: REDISQ = {"URL": "redis://localhost:6379/0"}'
+        )
+    unknown = sorted(set(user) - set(DEFAULTS))
+    if unknown:
+        raise SettingsError(
+            f"Unknown key(s) in settings.REDISQ: {', '.join(unknown)}. "
+            f"Valid keys: {', '.join(DEFAULTS)}."
+        )
+    merged = {**DEFAULTS, **user}
+    problems = []
+    for key in _NON_NEGATIVE_INT + _POSITIVE_INT:
+        value = merged[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < (key in _POSITIVE_INT):
+            problems.append(f"{key} must be an integer >= {int(key in _POSITIVE_INT)}, got {value!r}")
+    for key in _NON_NEGATIVE_SECONDS + _POSITIVE_SECONDS:
+        value = merged[key]
+        low_ok = value > 0 if key in _POSITIVE_SECONDS else value >= 0
+        if not isinstance(value, int | float) or isinstance(value, bool) or not low_ok:
+            problems.append(f"{key} must be a number of seconds {'> 0' if key in _POSITIVE_SECONDS else '>= 0'}, got {value!r}")
+    url = merged["URL"]
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))
+    ):
+        problems.append("URL must be a redis://, rediss:// or unix:// URL")
+    if not isinstance(merged["CONNECTION"], str) or not merged["CONNECTION"]:
+        problems.append("CONNECTION must be the alias of a django-redis cache in CACHES")
+    prefix = merged["PREFIX"]
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
+        problems.append("PREFIX must be a non-empty string without braces or spaces")
+    if problems:
+        raise SettingsError("Invalid settings.REDISQ: " + "; ".join(problems) + ".")
+    return merged
+
+
+@functools.cache
+def get_settings() -> dict[str, Any]:
+    """``settings.REDISQ`` merged over :data:`DEFAULTS` and validated.
+
+    Raises:
+        SettingsError: a key is unknown or a value is invalid.
+    """
+    from django.conf import settings
+
+    return _validate(getattr(settings, "REDISQ", {}))
+
+
+@functools.cache
+def get_core_config() -> CoreConfig:
+    """The core's frozen config built from ``settings.REDISQ``."""
+    s = get_settings()
+    try:
+        encoder = import_string(s["JSON_ENCODER"])
+    except ImportError as exc:
+        raise SettingsError(
+            f"settings.REDISQ['JSON_ENCODER'] = {s['JSON_ENCODER']!r} cannot be imported: {exc}"
+        ) from exc
+    return CoreConfig(
+        prefix=s["PREFIX"],
+        max_payload_bytes=s["MAX_PAYLOAD_BYTES"],
+        max_retries=s["MAX_RETRIES"],
+        backoff_s=float(s["BACKOFF"]),
+        max_backoff_s=float(s["MAX_BACKOFF"]),
+        visibility_timeout_ms=int(s["VISIBILITY_TIMEOUT"] * 1000),
+        replay_window_ms=int(s["REPLAY_WINDOW"] * 1000),
+        replay_window_len=s["REPLAY_WINDOW_LENGTH"],
+        max_len=s["MAX_LENGTH"],
+        max_age_ms=int(s["MAX_AGE"] * 1000),
+        poll_interval_ms=max(1, int(s["POLL_INTERVAL"] * 1000)),
+        json_encoder=encoder,
+    )
+
+
+def clear_caches() -> None:
+    """Forget cached settings, config and broker (after a settings change)."""
+    get_settings.cache_clear()
+    get_core_config.cache_clear()
+    from redisq_django import connection
+
+    connection.get_broker.cache_clear()
+
+
+@receiver(setting_changed)
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("REDISQ", "CACHES"):
+        clear_caches()

@@ -1,0 +1,45 @@
+"""The process-wide :class:`~redisq_django.core.Broker` built from Django settings."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import redis
+
+from redisq_django.conf import SettingsError, get_core_config, get_settings
+from redisq_django.core import Broker
+
+
+def get_redis_client() -> Any:
+    """The redis-py client named by ``REDISQ['URL']`` or ``REDISQ['CONNECTION']``.
+
+    Raises:
+        SettingsError: the alias is not a django-redis cache.
+    """
+    s = get_settings()
+    if s["URL"]:
+        return redis.Redis.from_url(s["URL"])
+    alias = s["CONNECTION"]
+    from django.conf import settings
+
+    if alias not in getattr(settings, "CACHES", {}):
+        raise SettingsError(
+            f"settings.REDISQ['CONNECTION'] is {alias!r}, but CACHES has no such alias. "
+            "Add a django-redis cache with that alias, or set REDISQ['URL']."
+        )
+    try:
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(alias)
+    except (NotImplementedError, AttributeError, ImportError) as exc:
+        raise SettingsError(
+            f"CACHES[{alias!r}] is not a django-redis cache ({exc}). Use "
+            "'django_redis.cache.RedisCache' as its BACKEND, or set REDISQ['URL']."
+        ) from exc
+
+
+@functools.cache
+def get_broker() -> Broker:
+    """The shared broker of this process (thread-safe), rebuilt after settings change."""
+    return Broker(get_redis_client(), get_core_config())

@@ -1,0 +1,126 @@
+"""Shared fixtures: real redis-server processes, never a shared/system Redis.
+
+Fixtures fail (never skip) when no redis-server binary is available: run the
+suite with ``make test``, which provides one (see scripts/ensure-redis.sh).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support.redis_server import (
+    CLI_ENV,
+    SERVER_ENV,
+    RedisClusterHandle,
+    RedisServer,
+    find_redis_cli,
+    find_redis_server,
+    start_cluster,
+)
+
+
+@pytest.fixture(scope="session")
+def redis_server_binary() -> str:
+    binary = find_redis_server()
+    if binary is None:
+        pytest.fail(
+            f"No redis-server binary found (checked ${SERVER_ENV} and PATH). "
+            "Run the tests with `make test`, which installs or locates one, "
+            f"or set {SERVER_ENV}=/path/to/redis-server.",
+            pytrace=False,
+        )
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_cli_binary(redis_server_binary: str) -> str:
+    cli = find_redis_cli(redis_server_binary)
+    if cli is None:
+        pytest.fail(
+            f"No redis-cli binary found (checked ${CLI_ENV}, next to {redis_server_binary} "
+            "and PATH). Run the tests with `make test`, or set "
+            f"{CLI_ENV}=/path/to/redis-cli.",
+            pytrace=False,
+        )
+    return cli
+
+
+@pytest.fixture(scope="session")
+def redis_server(
+    redis_server_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
+    """One redis-server for the whole session (flushed per test by redis_client/redis_url)."""
+    server = RedisServer(redis_server_binary, tmp_path_factory.mktemp("redis-session"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def _flushed_redis_server(redis_server: RedisServer) -> RedisServer:
+    if not redis_server.running:  # a test may have broken it; bring it back
+        redis_server.restart()
+    with redis_server.client() as conn:
+        conn.flushall()
+    return redis_server
+
+
+@pytest.fixture
+def redis_client(_flushed_redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A bytes client on the (flushed) session server."""
+    client = _flushed_redis_server.client(decode_responses=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_url(_flushed_redis_server: RedisServer) -> str:
+    """URL of the (flushed) session server."""
+    return _flushed_redis_server.url
+
+
+@pytest.fixture
+def redisq_settings(settings: Any, redis_url: str) -> Any:
+    """Django settings with REDISQ pointing at the flushed session server."""
+    settings.REDISQ = {"URL": redis_url}
+    return settings
+
+
+@pytest.fixture
+def fresh_redis_server(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server for this test only (safe to kill/restart), AOF fsync always."""
+    server = RedisServer(
+        redis_server_binary,
+        tmp_path / "redis-fresh",
+        extra_args=("--appendonly", "yes", "--appendfsync", "always"),
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(
+    redis_server_binary: str,
+    redis_cli_binary: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RedisClusterHandle]:
+    """A 3-master Redis Cluster, started only when a test requests it."""
+    cluster = start_cluster(
+        redis_server_binary, redis_cli_binary, tmp_path_factory.mktemp("redis-cluster")
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

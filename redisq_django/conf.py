@@ -56,6 +56,10 @@ _NON_NEGATIVE_SECONDS = (
 _POSITIVE_SECONDS = ("POLL_INTERVAL",)
 
 
+def _is_number(value: Any, kind: Any) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
 def _validate(user: Any) -> dict[str, Any]:
     if not isinstance(user, dict):
         raise SettingsError(
@@ -71,14 +75,15 @@ def _validate(user: Any) -> dict[str, Any]:
     merged = {**DEFAULTS, **user}
     problems = []
     for key in _NON_NEGATIVE_INT + _POSITIVE_INT:
-        value = merged[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < (key in _POSITIVE_INT):
-            problems.append(f"{key} must be an integer >= {int(key in _POSITIVE_INT)}, got {value!r}")
+        low = 1 if key in _POSITIVE_INT else 0
+        if not _is_number(merged[key], int) or merged[key] < low:
+            problems.append(f"{key} must be an integer >= {low}, got {merged[key]!r}")
     for key in _NON_NEGATIVE_SECONDS + _POSITIVE_SECONDS:
+        positive = key in _POSITIVE_SECONDS
         value = merged[key]
-        low_ok = value > 0 if key in _POSITIVE_SECONDS else value >= 0
-        if not isinstance(value, int | float) or isinstance(value, bool) or not low_ok:
-            problems.append(f"{key} must be a number of seconds {'> 0' if key in _POSITIVE_SECONDS else '>= 0'}, got {value!r}")
+        if not _is_number(value, int | float) or (value <= 0 if positive else value < 0):
+            bound = "> 0" if positive else ">= 0"
+            problems.append(f"{key} must be a number of seconds {bound}, got {value!r}")
     url = merged["URL"]
     if url is not None and (
         not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))

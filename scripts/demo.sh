@@ -1,7 +1,28 @@
 #!/usr/bin/env bash
-# Run the interactive demo of redisq_django against the example project.
-# Placeholder: the `redisq_demo` management command is provided by the package.
-# REDISQ_TEST_REDIS_SERVER (exported by `make demo`) names the redis-server binary.
+# Runs the example project end to end against a private redis-server (free loopback
+# port, temporary directory), which is stopped afterwards. Called by `make demo`.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec .venv/bin/python example_project/manage.py redisq_demo "$@"
+cd "$(dirname "$0")/.."
+
+server="${REDISQ_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"
+if [ -z "$server" ]; then
+  echo "demo: no redis-server found; run it with 'make demo', which installs one." >&2
+  exit 1
+fi
+port="$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+workdir="$(mktemp -d)"
+"$server" --port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" --daemonize no \
+  --logfile "$workdir/redis.log" &
+redis_pid=$!
+trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
+for _ in $(seq 50); do
+  .venv/bin/python -c "import redis, sys; redis.Redis(port=$port).ping()" 2>/dev/null && break
+  sleep 0.1
+done
+
+export REDISQ_URL="redis://127.0.0.1:$port/0"
+export EXAMPLE_DB="$workdir/db.sqlite3"
+echo "== redis-server on 127.0.0.1:$port, database $EXAMPLE_DB"
+cd example_project
+../.venv/bin/python manage.py migrate --verbosity 0
+../.venv/bin/python manage.py redisq_demo

@@ -100,7 +100,7 @@ def redrive_fields(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A dead letter as stored in Redis (``redisq:{q}:g:{g}:dead``).
+    """A dead letter as stored in Redis (``redisq:{q}:g:<g>:dead``).
 
     Attributes:
         entry_id: its id in the dead stream.

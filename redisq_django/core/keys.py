@@ -10,10 +10,10 @@ key                               type    role
 ``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
 ``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
 ``redisq:{q}:meta``               hash    queue counters (``dropped`` by the hard cap)
-``redisq:{q}:g:{g}:direct``       stream  input private to consumer ``g``: retries, re-drives
-``redisq:{q}:g:{g}:retry``        zset    retries of ``g`` waiting for their backoff; score = due
-``redisq:{q}:g:{g}:dead``         stream  dead letters of ``g``, awaiting the database sink
-``redisq:{q}:g:{g}:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
+``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
+``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
+``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
+``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
 ================================  ======  ====================================================
 
 PROTOCOL.md documents the same catalogue for clients in other languages.

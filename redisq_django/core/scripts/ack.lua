@@ -1,7 +1,7 @@
 -- ack.lua: acknowledge handled messages of one logical consumer.
 --
 -- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  stream  redisq:{q}:g:{g}:direct
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- ARGV[1]  group name
 -- ARGV[2]  n: how many of the following ids are log entries
 -- ARGV[3 .. 2+n]  log entry ids

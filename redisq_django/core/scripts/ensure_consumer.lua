@@ -1,7 +1,7 @@
 -- ensure_consumer.lua: register a logical consumer (consumer group) on a queue.
 --
 -- KEYS[1]  stream  redisq:{q}:log            the queue's log (created if missing)
--- KEYS[2]  stream  redisq:{q}:g:{g}:direct   the group's private input (created if missing)
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct   the group's private input (created if missing)
 -- ARGV[1]  group name
 -- ARGV[2]  id the group starts after on the log ("$" latest, "0-0" earliest, or an id)
 --

@@ -1,7 +1,7 @@
 -- extend.lua: renew the lease of entries a consumer is still working on.
 --
 -- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  stream  redisq:{q}:g:{g}:direct
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) name
 -- ARGV[3]  n: how many of the following ids are log entries

@@ -1,8 +1,8 @@
 -- fail.lua: settle a failed delivery: schedule a retry or make it a dead letter.
 --
 -- KEYS[1]  stream  the stream the entry was delivered from (log or the group's direct)
--- KEYS[2]  zset    redisq:{q}:g:{g}:retry   member = envelope as JSON, score = due ms
--- KEYS[3]  stream  redisq:{q}:g:{g}:dead
+-- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
+-- KEYS[3]  stream  redisq:{q}:g:<g>:dead
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) that holds the entry; "" skips the ownership check
 -- ARGV[3]  entry id

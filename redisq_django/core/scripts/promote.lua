@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  zset    redisq:{q}:delayed          member = envelope as a JSON object, score = due ms
 -- KEYS[2]  stream  redisq:{q}:log
--- KEYS[3]  zset    redisq:{q}:g:{g}:retry      (same member layout)
--- KEYS[4]  stream  redisq:{q}:g:{g}:direct
+-- KEYS[3]  zset    redisq:{q}:g:<g>:retry      (same member layout)
+-- KEYS[4]  stream  redisq:{q}:g:<g>:direct
 -- ARGV[1]  now, milliseconds since the epoch
 -- ARGV[2]  at most this many entries are moved from each zset (bounds the call)
 --

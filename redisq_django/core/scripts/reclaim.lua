@@ -1,8 +1,8 @@
 -- reclaim.lua: take over the in-flight entries of crashed instances.
 --
 -- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  stream  redisq:{q}:g:{g}:direct
--- KEYS[3]  zset    redisq:{q}:g:{g}:instances   member = instance, score = heartbeat expiry ms
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct
+-- KEYS[3]  zset    redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) taking the entries over
 -- ARGV[3]  visibility timeout, ms: entries idle this long are claimed

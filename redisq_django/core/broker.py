@@ -221,10 +221,7 @@ class Broker:
         keys = self.keys(queue)
         keys.group(group)
         point = StartPoint.parse(start)
-        if point.kind == "latest":
-            target = "$"
-        else:
-            target = point.to_last_delivered_id()
+        target = point.to_last_delivered_id()
         try:
             self.client.execute_command("XGROUP", "SETID", keys.log, group, target)
         except redis.ResponseError as exc:
@@ -468,11 +465,8 @@ class Broker:
             consumers=sorted(consumers, key=lambda c: c.name),
         )
 
-
     def _count_after(self, log: str, last: str) -> int:
-        ids = self.client.execute_command(
-            "XRANGE", log, f"({last}", "+", "COUNT", LAG_COUNT_CAP
-        )
+        ids = self.client.execute_command("XRANGE", log, f"({last}", "+", "COUNT", LAG_COUNT_CAP)
         return len(ids)
 
 

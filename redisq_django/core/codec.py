@@ -98,7 +98,9 @@ class JsonCodec:
             return self._encoder.encode(value).encode("utf-8")
         except TypeError as exc:
             match = _TYPE_IN_MESSAGE.search(str(exc))
-            raise PayloadNotSerializable(queue, what, match.group(1) if match else str(exc)) from exc
+            raise PayloadNotSerializable(
+                queue, what, match.group(1) if match else str(exc)
+            ) from exc
         except ValueError as exc:  # NaN/Infinity, circular references
             raise PayloadNotSerializable(queue, what, f"value rejected by JSON: {exc}") from exc
         except UnicodeEncodeError as exc:

@@ -132,9 +132,7 @@ class DeadLetter:
     fields: dict[bytes, bytes]
 
     @classmethod
-    def from_entry(
-        cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]
-    ) -> DeadLetter:
+    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
         import json
 
         def text(name: bytes) -> str:

@@ -28,7 +28,7 @@ from redisq_django.core.errors import InvalidName
 
 #: Queue and consumer names: letters, digits, ``_ . -``; no ``{}`` or ``:`` (they would
 #: break the hash tag or the key layout).
-NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")  # \Z: "$" would allow a final "\n"
 
 
 def validate_name(kind: str, name: str) -> str:

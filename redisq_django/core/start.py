@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-_ENTRY_ID = re.compile(r"^(\d+)(?:-(\d+))?$")
+_ENTRY_ID = re.compile(r"^([0-9]+)(?:-([0-9]+))?\Z")  # ASCII digits; no final "\n"
 _MAX_SEQ = 2**64 - 1
 
 

@@ -146,12 +146,13 @@ class Subscription:
     def _decode(self, reply: Any) -> list[Message]:
         if not reply:
             return []
+        # RESP2: [[key, entries], ...]; RESP3: {key: [entries]}.
         items = reply.items() if isinstance(reply, dict) else reply
         messages: list[Message] = []
-        for stream_key, entries in items:
-            stream = self._streams[stream_key if isinstance(stream_key, bytes) else stream_key.encode()]
-            if isinstance(entries, list) and entries and isinstance(entries[0], list):
-                entries = entries[0] if isinstance(entries[0][0], list) else entries
+        for stream_key, value in items:
+            key = stream_key if isinstance(stream_key, bytes) else stream_key.encode()
+            stream = self._streams[key]
+            entries = value[0] if isinstance(reply, dict) else value
             for entry_id, fields in entries:
                 message = self._message(stream, entry_id, fields, 1)
                 if message is not None:
@@ -267,7 +268,8 @@ class Subscription:
                 message.attempts, base_s=self.backoff_s, max_s=self.max_backoff_s, rng=self._rng
             )
             due = now + max(1, int(wait * 1000))
-            return RETRIED if self._settle(message.stream, message.entry_id, "retry", due, fields) else LOST
+            settled = self._settle(message.stream, message.entry_id, "retry", due, fields)
+            return RETRIED if settled else LOST
         dead = dead_fields(
             fields,
             group=self.group,
@@ -339,13 +341,16 @@ class Subscription:
                 if message is None:
                     continue
                 if not should_retry(message.attempts - 1, self.max_retries):
+                    # This claim is not a delivery: the dead letter records the
+                    # deliveries actually made (max_retries + 1).
+                    message.attempts -= 1
                     self.fail(
                         message,
                         retry=False,
                         reason=REASON_LEASE_EXPIRED,
                         error_class="LeaseExpired",
                         error_message=(
-                            f"delivered {message.attempts - 1} times without being "
+                            f"delivered {message.attempts} times without being "
                             "acknowledged: the handler crashed or outran the visibility "
                             "timeout each time"
                         ),

@@ -182,7 +182,11 @@ def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) ->
     for args in (["migrate", "--verbosity", "0"], ["redisq_demo", "--orders", "3"]):
         out = subprocess.run(
             [sys.executable, "manage.py", *args],
-            env=env, cwd=cwd, capture_output=True, text=True, timeout=120,
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert out.returncode == 0, out.stderr
     assert "published 3 orders and 1 delayed reminder" in out.stdout

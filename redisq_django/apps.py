@@ -6,11 +6,13 @@ from django.apps import AppConfig
 
 
 class RedisqConfig(AppConfig):
-    """Registers system checks and settings-change receivers."""
+    """Registers system checks and signal receivers."""
 
     name = "redisq_django"
     verbose_name = "Redis queues"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from redisq_django import checks, conf  # noqa: F401  (registers checks, receivers)
+        from redisq_django import checks, conf, receivers  # noqa: F401  (registrations)
+
+        receivers.connect()

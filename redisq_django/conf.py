@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_AGE": 0,
     "POLL_INTERVAL": core_defaults.DEFAULT_POLL_INTERVAL_MS / 1000,
     "JSON_ENCODER": "django.core.serializers.json.DjangoJSONEncoder",
+    # runconsumer: time in-flight handlers get to finish after SIGTERM/SIGINT.
+    "SHUTDOWN_GRACE_PERIOD": 30.0,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -52,6 +54,7 @@ _NON_NEGATIVE_SECONDS = (
     "VISIBILITY_TIMEOUT",
     "REPLAY_WINDOW",
     "MAX_AGE",
+    "SHUTDOWN_GRACE_PERIOD",
 )
 _POSITIVE_SECONDS = ("POLL_INTERVAL",)
 

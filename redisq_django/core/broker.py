@@ -32,6 +32,7 @@ from redisq_django.core.stats import ConsumerStats, QueueStats, age_s
 LAG_COUNT_CAP = 10_000
 
 Delay = float | int | dt.timedelta | None
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _is_nogroup(exc: redis.ResponseError) -> bool:
@@ -87,7 +88,9 @@ class Broker:
         if eta is not None:
             if eta.tzinfo is None:
                 raise ValueError(f"eta {eta!r} has no time zone; pass an aware datetime.")
-            due = int(eta.timestamp() * 1000)
+            # Round up: a due time in whole ms before the eta would deliver early.
+            micros = (eta - _EPOCH) // dt.timedelta(microseconds=1)
+            due = -(-micros // 1000)
             return due if due > now_ms() else None
         return None
 

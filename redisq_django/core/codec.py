@@ -101,10 +101,12 @@ class JsonCodec:
             raise PayloadNotSerializable(
                 queue, what, match.group(1) if match else str(exc)
             ) from exc
+        except UnicodeEncodeError as exc:  # before ValueError, of which it is a subclass
+            raise PayloadNotSerializable(queue, what, "str with a lone surrogate") from exc
         except ValueError as exc:  # NaN/Infinity, circular references
             raise PayloadNotSerializable(queue, what, f"value rejected by JSON: {exc}") from exc
-        except UnicodeEncodeError as exc:
-            raise PayloadNotSerializable(queue, what, "str with a lone surrogate") from exc
+        except RecursionError as exc:
+            raise PayloadNotSerializable(queue, what, "value nested too deeply") from exc
 
     def encode_payload(self, value: Any, *, queue: str, limit: int) -> bytes:
         """Encode a payload and enforce the size limit.
@@ -167,14 +169,14 @@ def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, A
         raise UndecodableEntry("no 'payload' field")
     try:
         payload = json.loads(raw_payload)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise UndecodableEntry(f"payload is not valid JSON: {exc}") from None
     headers: dict[str, Any] = {}
     raw_headers = fields.get(F_HEADERS)
     if raw_headers is not None:
         try:
             headers = json.loads(raw_headers)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise UndecodableEntry(f"headers are not valid JSON: {exc}") from None
         if not isinstance(headers, dict):
             raise UndecodableEntry("headers are not a JSON object")

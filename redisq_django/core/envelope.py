@@ -145,12 +145,12 @@ class DeadLetter:
         raw_payload = fields.get(codec.F_PAYLOAD, b"")
         try:
             payload: Any = json.loads(raw_payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # kept as text, as an undecodable entry's
             payload = to_str(raw_payload)
         try:
             headers = json.loads(fields.get(codec.F_HEADERS, b"{}"))
             headers = headers if isinstance(headers, dict) else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             headers = {}
         attempts = fields.get(codec.F_ATTEMPTS, b"0")
         return cls(

@@ -290,8 +290,8 @@ class Subscription:
         """Renew the lease (visibility timeout) of messages still being handled.
 
         Returns:
-            The messages this instance no longer holds (another instance took them over
-            after the lease expired); their outcome will be settled by that instance.
+            The messages another instance holds now (it took them over after the lease
+            expired) and will settle. Messages settled meanwhile are not reported.
         """
         log = [m for m in messages if m.stream == LOG]
         direct = [m for m in messages if m.stream != LOG]
@@ -367,6 +367,11 @@ class Subscription:
         """Announce this instance alive for ``ttl_ms``; once that passes without a new
         heartbeat, other instances take over its messages at once."""
         self.client.zadd(self.gkeys.instances, {self.consumer: now_ms() + ttl_ms})
+
+    @translate_errors
+    def waiting_retries(self) -> int:
+        """Failed messages of this logical consumer waiting for their backoff."""
+        return int(self.client.zcard(self.gkeys.retry))
 
     @translate_errors
     def leave(self) -> None:

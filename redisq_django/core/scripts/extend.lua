@@ -8,7 +8,8 @@
 -- ARGV[4 .. 3+n]  log entry ids; ARGV[4+n ..] direct entry ids
 --
 -- Resets the idle time of each entry this consumer still owns (XCLAIM ... JUSTID, which
--- leaves the delivery count alone). Returns the ids it no longer owns.
+-- leaves the delivery count alone). Returns the ids another consumer owns now (ids no
+-- longer pending at all were settled meanwhile and are not reported).
 
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
@@ -18,10 +19,12 @@ for i = 4, #ARGV do
   local key = (i <= 3 + n) and KEYS[1] or KEYS[2]
   local id = ARGV[i]
   local p = redis.call('XPENDING', key, group, id, id, 1)
-  if #p == 1 and p[1][2] == consumer then
-    redis.call('XCLAIM', key, group, consumer, 0, id, 'JUSTID')
-  else
-    lost[#lost + 1] = id
+  if #p == 1 then
+    if p[1][2] == consumer then
+      redis.call('XCLAIM', key, group, consumer, 0, id, 'JUSTID')
+    else
+      lost[#lost + 1] = id
+    end
   end
 end
 return lost

@@ -17,7 +17,8 @@ local limit = tonumber(ARGV[2])
 
 local function flatten(member)
   local ok, decoded = pcall(cjson.decode, member)
-  if not ok or type(decoded) ~= 'table' then
+  -- decoded[1] set: a JSON array (cjson decodes arrays and objects to tables alike).
+  if not ok or type(decoded) ~= 'table' or decoded[1] ~= nil then
     return {'raw', member}
   end
   local flat = {}

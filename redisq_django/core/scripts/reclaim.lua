@@ -34,15 +34,20 @@ local function delivery_count(key, id)
   return 1
 end
 
-local function take(s, entries)
+-- ids: what was claimed; entries: the XCLAIM reply for them.
+local function take(s, ids, entries)
+  local found = {}
   for _, e in ipairs(entries) do
     if type(e) == 'table' and type(e[2]) == 'table' then
+      found[e[1]] = true
       local list = out[s]
       list[#list + 1] = {e[1], e[2], delivery_count(streams[s], e[1])}
-    elseif type(e) == 'table' and e[1] then
-      -- Redis 6.2 reports an entry deleted while pending with nil fields.
-      redis.call('XACK', streams[s], group, e[1])
     end
+  end
+  -- An entry deleted while pending (hard cap) is missing from the reply: Redis 7 drops
+  -- it from the PEL, Redis 6.2 replies nil without its id and keeps it pending. Ack it.
+  for _, id in ipairs(ids) do
+    if not found[id] then redis.call('XACK', streams[s], group, id) end
   end
 end
 
@@ -56,8 +61,7 @@ for _, name in ipairs(dead) do
       if #p > 0 then
         local ids = {}
         for i, row in ipairs(p) do ids[i] = row[1] end
-        take(s, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
-        -- XCLAIM drops ids of deleted entries from the PEL on 7.x; on 6.2 they stay.
+        take(s, ids, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
         holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
       end
     end
@@ -73,11 +77,15 @@ local cursors = {ARGV[6], ARGV[7]}
 for s = 1, 2 do
   local room = limit - #out[s]
   if room > 0 then
-    local r = redis.call('XAUTOCLAIM', streams[s], group, me, min_idle, cursors[s], 'COUNT', room)
+    -- JUSTID: the ids even of deleted entries (6.2 replies nil for those otherwise);
+    -- it leaves the delivery count alone, the XCLAIM that fetches the fields counts it.
+    -- (Redis >= 7 lists deleted entries in a third element, already out of the PEL.)
+    local r = redis.call('XAUTOCLAIM', streams[s], group, me, min_idle, cursors[s],
+      'COUNT', room, 'JUSTID')
     cursors[s] = r[1]
-    take(s, r[2])
-    -- Redis >= 7 lists entries deleted while pending in a third element (already
-    -- removed from the PEL): nothing left to do for them.
+    if #r[2] > 0 then
+      take(s, r[2], redis.call('XCLAIM', streams[s], group, me, 0, unpack(r[2])))
+    end
   end
 end
 return {cursors[1], cursors[2], out[1], out[2]}

@@ -1,0 +1,61 @@
+"""What a handler can raise, and the runtime description of one logical consumer."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from redisq_django.core.message import Message
+
+
+class Reject(Exception):
+    """Raise from a handler to make the message a dead letter now, without retries.
+
+    Use it for messages that can never succeed (bad data, a deleted object): retrying
+    them would only delay the dead letter. The exception's message is stored with it.
+    """
+
+
+Handler = Callable[[Message], Any]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A logical consumer as the worker runs it (effective values, after overrides).
+
+    Attributes:
+        queue: the queue it consumes.
+        name: the logical consumer (consumer group) name.
+        handler: called with each :class:`Message`; returning acks, raising retries,
+            raising :class:`Reject` dead-letters at once.
+        max_retries: retries after the first delivery.
+        backoff_s: base of the exponential retry backoff, seconds.
+        max_backoff_s: cap of one backoff, seconds.
+        visibility_timeout_ms: lease of a delivery, milliseconds.
+        concurrency: handler threads of this consumer in one worker process.
+        start: where a newly registered consumer starts (see ``Broker.ensure_consumer``).
+        paused: when true, the worker fetches nothing for it (in-flight work finishes).
+        enabled: when false, the worker does not run it at all.
+    """
+
+    queue: str
+    name: str
+    handler: Handler
+    max_retries: int
+    backoff_s: float
+    max_backoff_s: float
+    visibility_timeout_ms: int
+    concurrency: int = 1
+    start: str | dt.datetime = "latest"
+    paused: bool = False
+    enabled: bool = True
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.queue, self.name)
+
+    def evolve(self, **changes: Any) -> ConsumerSpec:
+        """A copy with ``changes`` applied."""
+        return replace(self, **changes)

@@ -1,0 +1,537 @@
+"""The worker: runs the handlers of one or more logical consumers in threads.
+
+One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
+threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`).
+The main thread keeps everything alive: heartbeats, lease extension for long handlers,
+configuration refresh, retention, and a periodic summary. Django-free: the management
+command builds it and installs the signal handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redisq_django.core.broker import default_instance_name
+from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
+from redisq_django.core.handler import ConsumerSpec, Reject
+from redisq_django.core.message import Message
+from redisq_django.core.middleware import Middleware, MiddlewareChain
+from redisq_django.core.subscription import DEAD, LOST, RETRIED, Subscription
+
+if TYPE_CHECKING:
+    from redisq_django.core.broker import Broker
+
+logger = logging.getLogger("redisq.worker")
+
+ACKED = "acked"
+#: Reconnection waits grow from the first to the last value (seconds).
+RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker runs (times in seconds unless the name says otherwise).
+
+    Attributes:
+        prefetch: messages fetched per round trip by each handler thread.
+        block_ms: longest wait for messages in one fetch; also bounds how long a
+            stop request waits for an idle thread.
+        burst: exit once nothing is left to do (no new message, no retry waiting).
+        max_messages: exit after handling this many messages (None: no limit).
+        grace_period: on a warm stop, how long in-flight handlers may take to finish.
+        heartbeat_interval: how often instances announce they are alive.
+        heartbeat_ttl: an instance silent this long is dead; others take its messages.
+        reclaim_interval: how often each thread looks for expired leases.
+        trim_interval: how often retention runs on each queue.
+        refresh_interval: how often ``refresh`` is asked for configuration changes.
+        stats_interval: how often a summary line is logged (0: never).
+    """
+
+    prefetch: int = 10
+    block_ms: int = 500
+    burst: bool = False
+    max_messages: int | None = None
+    grace_period: float = 30.0
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 5.0
+    reclaim_interval: float = 2.0
+    trim_interval: float = 10.0
+    refresh_interval: float = 2.0
+    stats_interval: float = 30.0
+
+
+class _Quota:
+    """The ``max_messages`` budget shared by all threads."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.taken = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        if self.limit is None:
+            return True
+        with self._lock:
+            if self.taken >= self.limit:
+                return False
+            self.taken += 1
+            return True
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.taken >= self.limit
+
+
+class HandlerThread(threading.Thread):
+    """One instance of a logical consumer: fetch, handle, settle, repeat."""
+
+    def __init__(self, worker: Worker, spec: ConsumerSpec, index: int) -> None:
+        super().__init__(name=f"redisq-{spec.queue}-{spec.name}-{index}", daemon=True)
+        self.worker = worker
+        self.spec = spec
+        self.sub: Subscription = worker.broker.subscribe(
+            spec.queue, spec.name, f"{worker.instance_prefix}-{spec.name}-{index}"
+        )
+        self.apply(spec)
+        self.held: list[Message] = []  # fetched and not yet settled (leases to extend)
+        self.retire = False  # finish the current batch, then exit (concurrency lowered)
+        self._unsettled: list[Callable[[], None]] = []
+        self._last_reclaim = 0.0
+
+    def apply(self, spec: ConsumerSpec) -> None:
+        self.spec = spec
+        self.sub.max_retries = spec.max_retries
+        self.sub.backoff_s = spec.backoff_s
+        self.sub.max_backoff_s = spec.max_backoff_s
+        self.sub.visibility_timeout_ms = spec.visibility_timeout_ms
+
+    @property
+    def stopping(self) -> bool:
+        return self.worker.stopping or self.retire
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except Exception:
+            self.worker.crashed = True
+            logger.exception(
+                "Handler thread %s crashed; its messages will be redelivered", self.name
+            )
+        finally:
+            try:
+                if not self.worker.cold:
+                    self.sub.leave()
+            except Exception:  # Redis gone at shutdown: the heartbeat simply expires
+                logger.debug("Could not leave the consumer group cleanly", exc_info=True)
+
+    def _loop(self) -> None:
+        opts = self.worker.options
+        failures = 0
+        while not self.stopping:
+            try:
+                self._flush_unsettled()
+                if self.spec.paused or self.worker.quota.exhausted:
+                    if self.worker.quota.exhausted:
+                        return
+                    self.worker.wait(0.2)
+                    continue
+                batch = self._receive(opts)
+                if failures:
+                    logger.warning("Redis is reachable again (%s)", self.sub)
+                    failures = 0
+            except RedisUnavailable as exc:
+                wait = RECONNECT_BACKOFF_S[min(failures, len(RECONNECT_BACKOFF_S) - 1)]
+                if failures == 0:
+                    logger.warning("%s; retrying in the background", exc)
+                failures += 1
+                self.worker.wait(wait)
+                continue
+            except ConsumerNotFound:
+                # The group vanished (e.g. Redis restarted without persistence).
+                logger.warning(
+                    "Consumer group %s/%s missing; registering it again",
+                    self.spec.queue,
+                    self.spec.name,
+                )
+                self.worker.broker.ensure_consumer(self.spec.queue, self.spec.name, self.spec.start)
+                continue
+            if batch:
+                self._process(batch)
+            elif opts.burst and self._drained():
+                return
+
+    def _receive(self, opts: WorkerOptions) -> list[Message]:
+        now = time.monotonic()
+        if now - self._last_reclaim >= opts.reclaim_interval:
+            self._last_reclaim = now
+            reclaimed = self.sub.reclaim(opts.prefetch)
+            if reclaimed:
+                logger.info(
+                    "%s took over %d message(s) of stopped instances",
+                    self.sub.consumer,
+                    len(reclaimed),
+                )
+                return reclaimed
+        return self.sub.fetch(count=opts.prefetch, block_ms=opts.block_ms)
+
+    def _drained(self) -> bool:
+        return not self._unsettled and self.sub.waiting_retries() == 0
+
+    def _process(self, batch: list[Message]) -> None:
+        self.held = list(batch)
+        acks: list[Message] = []
+        for i, message in enumerate(batch):
+            if self.stopping or not self.worker.quota.take():
+                self._settle(lambda rest=batch[i:]: self._release(rest))
+                break
+            if self._run_handler(message):
+                acks.append(message)
+            else:
+                self.held.remove(message)
+        if acks:
+            self._settle(lambda: self._ack(acks))
+        self.held = []
+
+    def _run_handler(self, message: Message) -> bool:
+        """Run the handler; True when the message is to be acked."""
+        mw = self.worker.middleware
+        mw.call("before_process", message)
+        error: BaseException | None = None
+        try:
+            self.spec.handler(message)
+        except Reject as exc:
+            error = exc
+            self._settle(lambda e=exc: self._fail(message, e, reject=True))
+        except Exception as exc:
+            error = exc
+            self.worker.count("failed", self.spec)
+            logger.info(
+                "Handler %s/%s failed on %s (attempt %d): %r",
+                self.spec.queue,
+                self.spec.name,
+                message.id,
+                message.attempts,
+                exc,
+            )
+            self._settle(lambda e=exc: self._fail(message, e, reject=False))
+        finally:
+            mw.call("after_process", message, error=error)
+        return error is None
+
+    # Settlement survives Redis outages: what cannot be sent now is retried before
+    # anything new is fetched (the messages stay pending meanwhile, so nothing is lost).
+    def _settle(self, action: Callable[[], None]) -> None:
+        self._unsettled.append(action)
+        try:
+            self._flush_unsettled()
+        except RedisUnavailable as exc:
+            logger.warning(
+                "%s; will settle %d message(s) when it is back", exc, len(self._unsettled)
+            )
+
+    def _flush_unsettled(self) -> None:
+        while self._unsettled:
+            self._unsettled[0]()
+            self._unsettled.pop(0)
+
+    def _ack(self, messages: list[Message]) -> None:
+        self.sub.ack(messages)
+        for m in messages:
+            self.worker.count("handled", self.spec)
+            self.worker.middleware.call("after_settle", m, ACKED)
+
+    def _fail(self, message: Message, exc: BaseException, *, reject: bool) -> None:
+        outcome = self.sub.reject(message, exc) if reject else self.sub.fail(message, exc)
+        self.worker.count(outcome, self.spec)
+        if outcome == DEAD:
+            logger.warning(
+                "Message %s of %s/%s is a dead letter after %d attempt(s): %r",
+                message.id,
+                self.spec.queue,
+                self.spec.name,
+                message.attempts,
+                exc,
+            )
+        self.worker.middleware.call("after_settle", message, outcome)
+
+    def _release(self, messages: list[Message]) -> None:
+        released = self.sub.release(messages)
+        if released:
+            logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+
+
+class Worker:
+    """Runs logical consumers until stopped (see :class:`WorkerOptions`).
+
+    Args:
+        broker: the broker.
+        specs: the logical consumers to run (disabled ones are kept, not started, so a
+            later ``refresh`` can enable them).
+        options: timings and limits.
+        middleware: hooks around each message.
+        refresh: called every ``refresh_interval`` seconds; returns the current specs
+            (e.g. read from the database) so pause, retries or concurrency changes apply
+            without a restart. Its failures are logged, never fatal.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        specs: Sequence[ConsumerSpec],
+        options: WorkerOptions | None = None,
+        *,
+        middleware: Sequence[Middleware] = (),
+        refresh: Callable[[], Iterable[ConsumerSpec]] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.options = options or WorkerOptions()
+        self.specs = {s.key: s for s in specs}
+        self.middleware = MiddlewareChain(middleware)
+        self.refresh = refresh
+        self.instance_prefix = default_instance_name()
+        self.quota = _Quota(self.options.max_messages)
+        self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+        self._counts_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.cold = False
+        self.crashed = False  # a handler thread died of an unexpected error
+        self.started_at = time.monotonic()
+        self._last_summary = (self.started_at, 0)
+
+    # -- control -----------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, *, cold: bool = False) -> None:
+        """Request a stop. Warm (default): finish in-flight handlers within the grace
+        period, ack them, hand back unstarted messages. Cold: return at once; what is
+        in flight is redelivered after others notice this instance is gone."""
+        if cold:
+            self.cold = True
+        self._stop.set()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep, waking early when a stop is requested."""
+        self._stop.wait(seconds)
+
+    def count(self, what: str, spec: ConsumerSpec) -> None:
+        with self._counts_lock:
+            self.counts[(spec.queue, spec.name, what)] += 1
+
+    def totals(self) -> Counter[str]:
+        with self._counts_lock:
+            out: Counter[str] = Counter()
+            for (_, _, what), n in self.counts.items():
+                out[what] += n
+            return out
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped, drained (burst) or the message budget is spent.
+
+        Returns:
+            0 after a clean stop; 1 after a cold stop or when handlers outran the grace
+            period (their messages are redelivered to other instances).
+        """
+        for spec in self.specs.values():
+            self.broker.ensure_consumer(spec.queue, spec.name, spec.start)
+        for spec in self.specs.values():
+            if spec.enabled:
+                self._scale(spec, spec.concurrency)
+        self.middleware.call("on_worker_start", self)
+        self._main_loop()
+        code = self._shutdown()
+        self.middleware.call("on_worker_stop", self)
+        self._log_summary(final=True)
+        return code
+
+    def _all_threads(self) -> list[HandlerThread]:
+        return [t for group in self.threads.values() for t in group]
+
+    def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
+        running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
+        for t in running[wanted:]:
+            t.retire = True
+        for index in range(len(running), wanted):
+            thread = HandlerThread(self, spec, index)
+            self.threads.setdefault(spec.key, []).append(thread)
+            thread.start()
+
+    def _main_loop(self) -> None:
+        opts = self.options
+        due = {"heartbeat": 0.0, "extend": 0.0, "refresh": 0.0, "trim": 0.0}
+        due["stats"] = (
+            time.monotonic() + opts.stats_interval if opts.stats_interval else float("inf")
+        )
+        due["refresh"] = time.monotonic() + opts.refresh_interval
+        while not self._stop.is_set():
+            if not any(t.is_alive() for t in self._all_threads()) and not self._paused_only():
+                return  # burst drained, message budget spent, or every thread gone
+            self._housekeeping(due)
+            self._stop.wait(0.1)
+
+    def _paused_only(self) -> bool:
+        # Keep running (to notice a resume) when every consumer is paused or disabled.
+        return (
+            bool(self.specs)
+            and not self.options.burst
+            and self.quota.limit is None
+            and all(s.paused or not s.enabled for s in self.specs.values())
+        )
+
+    def _housekeeping(self, due: dict[str, float]) -> None:
+        opts = self.options
+        now = time.monotonic()
+        tasks: list[tuple[str, float, Callable[[], None]]] = [
+            ("heartbeat", opts.heartbeat_interval, self._heartbeat),
+            ("extend", self._extend_interval(), self._extend_leases),
+            ("refresh", opts.refresh_interval, self._refresh),
+            ("trim", opts.trim_interval, self._trim),
+            ("stats", opts.stats_interval or float("inf"), self._log_summary),
+        ]
+        for name, interval, task in tasks:
+            if now >= due[name]:
+                due[name] = now + interval
+                try:
+                    task()
+                except RedisUnavailable as exc:
+                    logger.debug("%s skipped: %s", name, exc)
+                except Exception:
+                    logger.exception("Worker housekeeping task %r failed", name)
+
+    def _extend_interval(self) -> float:
+        timeouts = [s.visibility_timeout_ms for s in self.specs.values()] or [60_000]
+        return max(0.2, min(timeouts) / 3000.0)
+
+    def _heartbeat(self) -> None:
+        ttl_ms = int(self.options.heartbeat_ttl * 1000)
+        for t in self._all_threads():
+            if t.is_alive():
+                t.sub.heartbeat(ttl_ms)
+
+    def _extend_leases(self) -> None:
+        for t in self._all_threads():
+            held = list(t.held)
+            if held and t.is_alive():
+                lost = t.sub.extend(held)
+                for m in lost:
+                    logger.warning(
+                        "Lease of %s lost to another instance; it will be handled again there", m.id
+                    )
+
+    def _refresh(self) -> None:
+        if self.refresh is None:
+            return
+        for spec in self.refresh():
+            old = self.specs.get(spec.key)
+            if old is None or old == spec:
+                continue
+            changes = {
+                f: (getattr(old, f), getattr(spec, f))
+                for f in (
+                    "paused",
+                    "enabled",
+                    "max_retries",
+                    "backoff_s",
+                    "max_backoff_s",
+                    "visibility_timeout_ms",
+                    "concurrency",
+                )
+                if getattr(old, f) != getattr(spec, f)
+            }
+            logger.info(
+                "Configuration of %s/%s changed: %s",
+                spec.queue,
+                spec.name,
+                ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+            )
+            self.specs[spec.key] = spec
+            for t in self.threads.get(spec.key, []):
+                t.apply(spec)
+            self._scale(spec, spec.concurrency if spec.enabled else 0)
+
+    def _trim(self) -> None:
+        batch = self.broker.config.script_batch
+        for queue in sorted({s.queue for s in self.specs.values()}):
+            for _ in range(20):  # bounded: the rest waits for the next round
+                removed, dropped = self.broker.trim(queue)
+                if dropped:
+                    logger.warning(
+                        "Hard cap on %s dropped %d unacknowledged message(s)", queue, dropped
+                    )
+                if removed + dropped < batch:
+                    break
+
+    def _log_summary(self, final: bool = False) -> None:
+        t = self.totals()
+        now = time.monotonic()
+        since, handled_then = self._last_summary
+        self._last_summary = (now, t["handled"])
+        if final:  # the whole run's average
+            since, handled_then = self.started_at, 0
+        rate = (t["handled"] - handled_then) / max(1e-9, now - since)
+        logger.info(
+            "%shandled=%d failed=%d retried=%d dead=%d lost=%d rate=%.1f/s",
+            "stopped: " if final else "",
+            t["handled"],
+            t["failed"],
+            t[RETRIED],
+            t[DEAD],
+            t[LOST],
+            rate,
+        )
+
+    def _shutdown(self) -> int:
+        self._stop.set()
+        if self.cold:
+            self._mark_dead()
+            return 1
+        deadline = time.monotonic() + self.options.grace_period
+        due = {k: 0.0 for k in ("heartbeat", "extend")}
+        while time.monotonic() < deadline and any(t.is_alive() for t in self._all_threads()):
+            if self.cold:
+                break
+            now = time.monotonic()
+            for name, interval, task in (
+                ("heartbeat", self.options.heartbeat_interval, self._heartbeat),
+                ("extend", self._extend_interval(), self._extend_leases),
+            ):
+                if now >= due[name]:
+                    due[name] = now + interval
+                    try:
+                        task()
+                    except Exception:
+                        logger.debug("%s during shutdown failed", name, exc_info=True)
+            for t in self._all_threads():
+                t.join(timeout=0.05)
+        stuck = [t for t in self._all_threads() if t.is_alive()]
+        if self.crashed:
+            return 1
+        if stuck or self.cold:
+            logger.warning(
+                "%d handler(s) still running after the %.0f s grace period; their "
+                "messages will be delivered again",
+                len(stuck),
+                self.options.grace_period,
+            )
+            self._mark_dead(stuck)
+            return 1
+        return 0
+
+    def _mark_dead(self, threads: Sequence[HandlerThread] | None = None) -> None:
+        # An expired heartbeat lets other instances take the messages over at once.
+        for t in threads if threads is not None else self._all_threads():
+            try:
+                t.sub.heartbeat(-1)
+            except Exception:
+                logger.debug("Could not expire the heartbeat of %s", t.sub.consumer, exc_info=True)

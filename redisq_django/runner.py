@@ -1,0 +1,116 @@
+"""Building a :class:`~redisq_django.core.worker.Worker` from Django configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import close_old_connections
+
+from redisq_django.conf import get_core_config
+from redisq_django.connection import get_broker
+from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.handler import ConsumerSpec, Handler
+from redisq_django.core.message import Message
+from redisq_django.core.middleware import Middleware
+from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.registry import Declaration, declarations
+from redisq_django.sync import sync_declarations
+
+
+class DjangoDatabaseMiddleware(Middleware):
+    """Closes stale or broken database connections around each message, as Django
+    does around each request, so a long-running worker survives database restarts."""
+
+    def before_process(self, message: Message) -> None:
+        close_old_connections()
+
+    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+        close_old_connections()
+
+
+class SelectionError(ConfigurationError):
+    """The queues or consumers asked for are not declared."""
+
+
+def select(queues: Sequence[str], consumers: Sequence[str] = ()) -> list[Declaration]:
+    """The declarations of ``queues`` (narrowed to ``consumers`` when given).
+
+    Raises:
+        SelectionError: a queue has no declared consumer, or a named consumer does not
+            exist on the selected queues; the message lists what is declared.
+    """
+    decls = declarations()
+    by_queue: dict[str, list[Declaration]] = {}
+    for d in decls:
+        by_queue.setdefault(d.queue, []).append(d)
+    known = ", ".join(sorted(by_queue)) or "none"
+    for q in queues:
+        if q not in by_queue:
+            raise SelectionError(
+                f"No consumer is declared for queue {q!r}. Queues with consumers: {known}. "
+                "Declare one with @consumer in an app's consumers.py."
+            )
+    chosen = [d for q in queues for d in by_queue[q]]
+    if consumers:
+        names = {d.name for d in chosen}
+        missing = [c for c in consumers if c not in names]
+        if missing:
+            raise SelectionError(
+                f"No consumer named {', '.join(map(repr, missing))} on "
+                f"{', '.join(queues)}. Declared there: {', '.join(sorted(names))}."
+            )
+        chosen = [d for d in chosen if d.name in consumers]
+    return chosen
+
+
+def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) -> list[ConsumerSpec]:
+    """Effective specs of ``chosen`` from their (synchronised) rows."""
+    from redisq_django.models import Consumer
+
+    handlers: dict[tuple[str, str], Handler] = {d.key: d.handler for d in chosen}
+    config = get_core_config()
+    rows = Consumer.objects.select_related("queue").filter(
+        queue__name__in={d.queue for d in chosen}, name__in={d.name for d in chosen}
+    )
+    specs = []
+    for row in rows:
+        key = (row.queue.name, row.name)
+        if key in handlers:
+            spec = row.to_spec(handlers[key], config)
+            if concurrency is not None:
+                spec = spec.evolve(concurrency=concurrency)
+            specs.append(spec)
+    return sorted(specs, key=lambda s: s.key)
+
+
+def build_worker(
+    queues: Sequence[str],
+    consumers: Sequence[str] = (),
+    *,
+    concurrency: int | None = None,
+    options: WorkerOptions | None = None,
+) -> Worker:
+    """A worker for the declared consumers of ``queues``, configuration from the DB.
+
+    The rows are synchronised with the code first; the worker re-reads them every
+    ``refresh_interval`` seconds (pause, retries, concurrency changed in the admin).
+    ``concurrency`` (the ``--concurrency`` flag) wins over code and database.
+    """
+    chosen = select(queues, consumers)
+    sync_declarations()
+    specs = load_specs(chosen, concurrency)
+
+    def refresh() -> list[ConsumerSpec]:
+        close_old_connections()
+        try:
+            return load_specs(chosen, concurrency)
+        finally:
+            close_old_connections()
+
+    return Worker(
+        get_broker(),
+        specs,
+        options,
+        middleware=[DjangoDatabaseMiddleware()],
+        refresh=refresh,
+    )

@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 __all__ = ["Message", "Reject", "consumer", "publish", "publish_many"]
 
 # Django-free names, safe to import before settings are configured.
-from redisq_django.core.handler import Reject  # noqa: E402
-from redisq_django.core.message import Message  # noqa: E402
-from redisq_django.registry import consumer  # noqa: E402
+from redisq_django.core.handler import Reject
+from redisq_django.core.message import Message
+from redisq_django.registry import consumer
 
 
 def publish(queue: str, payload: Any, **kwargs: Any) -> str:

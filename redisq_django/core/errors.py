@@ -64,6 +64,6 @@ class RedisUnavailable(RedisqError):
     def __init__(self, address: str, cause: BaseException) -> None:
         self.address = address
         super().__init__(
-            f"Cannot reach Redis at {address}: {str(cause).rstrip('.')}. Check that the server is running "
-            f"and that REDISQ['URL'] or REDISQ['CONNECTION'] points at it."
+            f"Cannot reach Redis at {address}: {str(cause).rstrip('.')}. Check that the "
+            f"server is running and that REDISQ['URL'] or REDISQ['CONNECTION'] points at it."
         )

@@ -9,6 +9,7 @@ command builds it and installs the signal handlers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -188,14 +189,14 @@ class HandlerThread(threading.Thread):
         acks: list[Message] = []
         for i, message in enumerate(batch):
             if self.stopping or not self.worker.quota.take():
-                self._settle(lambda rest=batch[i:]: self._release(rest))
+                self._settle(functools.partial(self._release, batch[i:]))
                 break
             if self._run_handler(message):
                 acks.append(message)
             else:
                 self.held.remove(message)
         if acks:
-            self._settle(lambda: self._ack(acks))
+            self._settle(functools.partial(self._ack, acks))
         self.held = []
 
     def _run_handler(self, message: Message) -> bool:
@@ -207,7 +208,7 @@ class HandlerThread(threading.Thread):
             self.spec.handler(message)
         except Reject as exc:
             error = exc
-            self._settle(lambda e=exc: self._fail(message, e, reject=True))
+            self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
             error = exc
             self.worker.count("failed", self.spec)
@@ -219,7 +220,7 @@ class HandlerThread(threading.Thread):
                 message.attempts,
                 exc,
             )
-            self._settle(lambda e=exc: self._fail(message, e, reject=False))
+            self._settle(functools.partial(self._fail, message, exc, reject=False))
         finally:
             mw.call("after_process", message, error=error)
         return error is None

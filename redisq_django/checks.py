@@ -24,3 +24,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         ]
     return []
+
+
+@checks.register()
+def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.E002: an app's ``consumers.py`` fails to import."""
+    from redisq_django.registry import DiscoveryError, autodiscover
+
+    try:
+        autodiscover()
+    except DiscoveryError as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Fix the import error; runconsumer cannot start until it imports.",
+                id="redisq_django.E002",
+            )
+        ]
+    return []

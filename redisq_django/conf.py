@@ -16,6 +16,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from redisq_django.core import config as core_defaults
+from redisq_django.core._util import number_problem
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.errors import ConfigurationError
 
@@ -59,10 +60,6 @@ _NON_NEGATIVE_SECONDS = (
 _POSITIVE_SECONDS = ("POLL_INTERVAL",)
 
 
-def _is_number(value: Any, kind: Any) -> bool:
-    return isinstance(value, kind) and not isinstance(value, bool)
-
-
 def _validate(user: Any) -> dict[str, Any]:
     if not isinstance(user, dict):
         raise SettingsError(
@@ -78,15 +75,13 @@ def _validate(user: Any) -> dict[str, Any]:
     merged = {**DEFAULTS, **user}
     problems = []
     for key in _NON_NEGATIVE_INT + _POSITIVE_INT:
-        low = 1 if key in _POSITIVE_INT else 0
-        if not _is_number(merged[key], int) or merged[key] < low:
-            problems.append(f"{key} must be an integer >= {low}, got {merged[key]!r}")
+        problems.append(
+            number_problem(key, merged[key], integer=True, positive=key in _POSITIVE_INT)
+        )
     for key in _NON_NEGATIVE_SECONDS + _POSITIVE_SECONDS:
-        positive = key in _POSITIVE_SECONDS
-        value = merged[key]
-        if not _is_number(value, int | float) or (value <= 0 if positive else value < 0):
-            bound = "> 0" if positive else ">= 0"
-            problems.append(f"{key} must be a number of seconds {bound}, got {value!r}")
+        problems.append(
+            number_problem(key, merged[key], integer=False, positive=key in _POSITIVE_SECONDS)
+        )
     url = merged["URL"]
     if url is not None and (
         not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))
@@ -97,6 +92,7 @@ def _validate(user: Any) -> dict[str, Any]:
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
         problems.append("PREFIX must be a non-empty string without braces or spaces")
+    problems = [p for p in problems if p]
     if problems:
         raise SettingsError("Invalid settings.REDISQ: " + "; ".join(problems) + ".")
     return merged

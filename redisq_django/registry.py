@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from redisq_django.core._util import number_problem
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
 from redisq_django.core.keys import validate_name
@@ -46,15 +47,11 @@ _discovered = False
 
 
 def _check_number(name: str, value: Any, *, integer: bool, positive: bool = False) -> None:
-    if value is None:
-        return
-    kind = int if integer else (int, float)
-    low_ok = value > 0 if positive else value >= 0
-    if isinstance(value, bool) or not isinstance(value, kind) or not low_ok:
-        what = "an integer" if integer else "a number of seconds"
-        raise ConfigurationError(
-            f"@consumer {name}= must be {what} {'> 0' if positive else '>= 0'}, got {value!r}"
-        )
+    problem = (
+        None if value is None else number_problem(name, value, integer=integer, positive=positive)
+    )
+    if problem:
+        raise ConfigurationError(f"@consumer {problem}")
 
 
 def consumer(

@@ -66,3 +66,17 @@ def flatten(fields: dict[bytes, bytes]) -> list[bytes]:
         out.append(key)
         out.append(value)
     return out
+
+
+def number_problem(name: str, value: Any, *, integer: bool, positive: bool = False) -> str | None:
+    """Why ``value`` is not a valid setting ``name`` (None when it is valid).
+
+    Integers (``integer=True``) or numbers of seconds, at least 0 (or above 0 when
+    ``positive``); booleans are refused although Python counts them as integers.
+    """
+    kind = int if integer else (int, float)
+    is_number = isinstance(value, kind) and not isinstance(value, bool)
+    if is_number and (value > 0 if positive else value >= 0):
+        return None
+    what = "an integer" if integer else "a number of seconds"
+    return f"{name} must be {what} {'> 0' if positive else '>= 0'}, got {value!r}"

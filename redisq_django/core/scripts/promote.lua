@@ -23,15 +23,19 @@ local function flatten(member)
   end
   local flat = {}
   for k, v in pairs(decoded) do
-    if type(v) == 'table' then
+    if v == cjson.null then
+      -- a JSON null means "no such field"
+    elseif type(v) == 'table' then
       v = cjson.encode(v)
     elseif type(v) == 'number' then
       v = string.format('%.17g', v)
     else
       v = tostring(v)
     end
-    flat[#flat + 1] = tostring(k)
-    flat[#flat + 1] = v
+    if v ~= cjson.null then
+      flat[#flat + 1] = tostring(k)
+      flat[#flat + 1] = v
+    end
   end
   if #flat == 0 then return {'raw', member} end
   return flat

@@ -57,13 +57,17 @@ for _, name in ipairs(dead) do
   if name ~= me then
     local holds = 0
     for s = 1, 2 do
-      local p = redis.call('XPENDING', streams[s], group, '-', '+', limit, name)
-      if #p > 0 then
-        local ids = {}
-        for i, row in ipairs(p) do ids[i] = row[1] end
-        take(s, ids, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
-        holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
+      -- Bounded: never more than `limit` entries per stream in one call.
+      local room = limit - #out[s]
+      if room > 0 then
+        local p = redis.call('XPENDING', streams[s], group, '-', '+', room, name)
+        if #p > 0 then
+          local ids = {}
+          for i, row in ipairs(p) do ids[i] = row[1] end
+          take(s, ids, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
+        end
       end
+      holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
     end
     if holds == 0 then
       for s = 1, 2 do redis.call('XGROUP', 'DELCONSUMER', streams[s], group, name) end

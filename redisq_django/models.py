@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -144,3 +145,90 @@ class Consumer(models.Model):
             paused=self.paused or self.queue.paused,
             enabled=self.enabled and self.declared,
         )
+
+
+class DeadLetter(models.Model):
+    """A message a logical consumer gave up on, moved here from Redis by the sink.
+
+    One row per (queue, consumer, message id): a message that dies again after a retry
+    updates its row (``retry_count`` keeps the history).
+    """
+
+    DEAD = "dead"
+    RETRIED = "retried"
+    DISCARDED = "discarded"
+    STATUS_CHOICES = [(DEAD, _("dead")), (RETRIED, _("retried")), (DISCARDED, _("discarded"))]
+
+    queue = models.CharField(_("queue"), max_length=100, db_index=True)
+    consumer = models.CharField(_("consumer"), max_length=100, db_index=True)
+    message_id = models.CharField(_("message id"), max_length=64)
+    payload = models.TextField(_("payload (JSON)"))
+    headers = models.TextField(_("headers (JSON)"), blank=True, default="{}")
+    envelope = models.JSONField(
+        _("envelope"), default=dict, help_text=_("The fields re-sent on retry.")
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    reason = models.CharField(_("reason"), max_length=32)
+    error_class = models.CharField(_("error class"), max_length=200, db_index=True, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    traceback = models.TextField(_("traceback"), blank=True)
+    published_at = models.DateTimeField(_("published"), null=True)
+    first_failed_at = models.DateTimeField(_("first failure"), null=True)
+    last_failed_at = models.DateTimeField(_("last failure"), null=True, db_index=True)
+    status = models.CharField(
+        _("status"), max_length=16, choices=STATUS_CHOICES, default=DEAD, db_index=True
+    )
+    retry_count = models.PositiveIntegerField(_("times retried"), default=0)
+    retried_at = models.DateTimeField(_("last retried"), null=True, blank=True)
+    retried_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("last retried by"),
+    )
+    created_at = models.DateTimeField(_("stored"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        ordering = ["-last_failed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "consumer", "message_id"], name="redisq_deadletter_unique"
+            )
+        ]
+        permissions = [("retry_deadletter", "Can retry or discard dead letters")]
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.consumer} {self.message_id}"
+
+
+class OutboxMessage(models.Model):
+    """A message written in the publishing transaction, forwarded to Redis by the relay.
+
+    The message id is fixed when the row is written, so a relay that crashes after
+    publishing and publishes the row again does not create a second message.
+    """
+
+    queue = models.CharField(_("queue"), max_length=100)
+    message_id = models.CharField(_("message id"), max_length=64, unique=True)
+    payload = models.TextField(_("payload (JSON)"))
+    headers = models.TextField(_("headers (JSON)"), blank=True, default="")
+    due_at = models.DateTimeField(_("due"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
+    claimed_by = models.CharField(max_length=100, blank=True, default="", editable=False)
+    claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    sent_at = models.DateTimeField(_("sent"), null=True, blank=True, db_index=True)
+    attempts = models.PositiveIntegerField(_("send attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = _("outbox message")
+        verbose_name_plural = _("outbox messages")
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.message_id}"

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from typing import Any
 
+from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
+from redisq_django import deadletters
 from redisq_django.connection import get_broker
-from redisq_django.core.envelope import DeadLetter
-from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
+from redisq_django.deadletters import sink_all
+from redisq_django.models import DeadLetter
 
 
 def all_queue_names() -> list[str]:
@@ -52,27 +55,31 @@ def replay(queue: str, consumer: str, start: str | StartPoint) -> None:
     get_broker().reset(queue, consumer, point)
 
 
-def dead_letters(queue: str, consumer: str | None = None, limit: int = 100) -> list[DeadLetter]:
-    """Dead letters still in Redis for ``queue`` (one consumer or all), oldest first."""
-    broker = get_broker()
-    groups = [consumer] if consumer else broker.consumers(queue)
-    out: list[DeadLetter] = []
-    for group in groups:
-        out += broker.dead_letters(queue, group, count=limit)
-    return sorted(out, key=lambda d: d.entry_id)[:limit]
+def dead_letter_rows(
+    queue: str | None = None,
+    consumer: str | None = None,
+    status: str | None = "dead",
+) -> QuerySet[DeadLetter]:
+    """Dead-letter rows (after moving what is still in Redis), newest failure first."""
+    sink_all()
+    rows = DeadLetter.objects.all()
+    if queue:
+        rows = rows.filter(queue=queue)
+    if consumer:
+        rows = rows.filter(consumer=consumer)
+    if status:
+        rows = rows.filter(status=status)
+    return rows
 
 
-def retry_dead(queue: str, consumer: str, entry_ids: Iterable[str]) -> list[str]:
-    """Re-drive dead letters to ``consumer`` only; returns the ids that were re-driven."""
-    broker = get_broker()
-    if consumer not in broker.consumers(queue):
-        raise ConsumerNotFound(queue, consumer)
-    return [eid for eid in entry_ids if broker.redrive(queue, consumer, eid)]
+def retry_dead(rows: Iterable[DeadLetter], user: Any = None) -> int:
+    """Re-drive dead letters, each to its own consumer only; returns how many."""
+    return deadletters.retry(rows, user)
 
 
-def discard_dead(queue: str, consumer: str, entry_ids: Iterable[str]) -> int:
-    """Delete dead letters; returns how many existed."""
-    return get_broker().delete_dead(queue, consumer, entry_ids)
+def discard_dead(rows: Iterable[DeadLetter], user: Any = None) -> int:
+    """Mark dead letters discarded; returns how many."""
+    return deadletters.discard(rows, user)
 
 
 def purge(queue: str) -> None:

@@ -237,6 +237,22 @@ class Broker:
             self.client.execute_command("XADD", keys.log, "*", *flat)
 
     @translate_errors
+    def publish_encoded_many(
+        self, queue: str, messages: list[tuple[str, bytes]], *, headers_json: bytes | None = None
+    ) -> None:
+        """Publish pre-encoded ``(message_id, payload_json)`` pairs now, in one round
+        trip, all or none (see :meth:`publish_encoded`)."""
+        keys = self.keys(queue)
+        self._register(queue)
+        with self.client.pipeline(transaction=True) as pipe:
+            for message_id, payload_json in messages:
+                flat, _, _ = self._encoded(
+                    queue, message_id, payload_json, headers_json, None, None
+                )
+                pipe.execute_command("XADD", keys.log, "*", *flat)
+            pipe.execute()
+
+    @translate_errors
     def publish_once(
         self,
         queue: str,

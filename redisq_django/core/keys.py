@@ -10,6 +10,7 @@ key                               type    role
 ``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
 ``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
 ``redisq:{q}:meta``               hash    queue counters (``dropped`` by the hard cap)
+``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
@@ -66,6 +67,10 @@ class QueueKeys:
     @property
     def meta(self) -> str:
         return f"{self.tag}:meta"
+
+    def sent_marker(self, message_id: str) -> str:
+        """Marker that the outbox relay published ``message_id`` (makes it idempotent)."""
+        return f"{self.tag}:sent:{message_id}"
 
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""

@@ -13,6 +13,7 @@ SCRIPT_NAMES = (
     "extend",
     "fail",
     "promote",
+    "publish_once",
     "reclaim",
     "redrive",
     "trim",

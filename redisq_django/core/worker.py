@@ -103,6 +103,7 @@ class HandlerThread(threading.Thread):
         self.held: list[Message] = []  # fetched and not yet settled (leases to extend)
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
         self._unsettled: list[Callable[[], None]] = []
+        self._settle_failed = False  # a settlement waits for Redis (to log its return)
         self._last_reclaim = 0.0
 
     def apply(self, spec: ConsumerSpec) -> None:
@@ -232,14 +233,22 @@ class HandlerThread(threading.Thread):
         try:
             self._flush_unsettled()
         except RedisUnavailable as exc:
+            self._settle_failed = True
             logger.warning(
                 "%s; will settle %d message(s) when it is back", exc, len(self._unsettled)
             )
 
     def _flush_unsettled(self) -> None:
+        settled = 0
         while self._unsettled:
             self._unsettled[0]()
             self._unsettled.pop(0)
+            settled += 1
+        if self._settle_failed:
+            self._settle_failed = False
+            logger.warning(
+                "Redis is reachable again (%s); settled %d waiting message(s)", self.sub, settled
+            )
 
     def _ack(self, messages: list[Message]) -> None:
         self.sub.ack(messages)
@@ -289,12 +298,14 @@ class Worker:
         *,
         middleware: Sequence[Middleware] = (),
         refresh: Callable[[], Iterable[ConsumerSpec]] | None = None,
+        periodic: Sequence[tuple[str, float, Callable[[], object]]] = (),
     ) -> None:
         self.broker = broker
         self.options = options or WorkerOptions()
         self.specs = {s.key: s for s in specs}
         self.middleware = MiddlewareChain(middleware)
         self.refresh = refresh
+        self.periodic = list(periodic)
         self.instance_prefix = default_instance_name()
         self.quota = _Quota(self.options.max_messages)
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
@@ -393,15 +404,16 @@ class Worker:
     def _housekeeping(self, due: dict[str, float]) -> None:
         opts = self.options
         now = time.monotonic()
-        tasks: list[tuple[str, float, Callable[[], None]]] = [
+        tasks: list[tuple[str, float, Callable[[], object]]] = [
             ("heartbeat", opts.heartbeat_interval, self._heartbeat),
             ("extend", self._extend_interval(), self._extend_leases),
             ("refresh", opts.refresh_interval, self._refresh),
             ("trim", opts.trim_interval, self._trim),
             ("stats", opts.stats_interval or float("inf"), self._log_summary),
+            *self.periodic,
         ]
         for name, interval, task in tasks:
-            if now >= due[name]:
+            if now >= due.get(name, 0.0):
                 due[name] = now + interval
                 try:
                     task()

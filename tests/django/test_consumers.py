@@ -20,7 +20,14 @@ from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.worker import WorkerOptions
-from redisq_django.models import SOURCE_CODE, SOURCE_DEFAULT, SOURCE_OVERRIDE, Consumer, Queue
+from redisq_django.models import (
+    SOURCE_CODE,
+    SOURCE_DEFAULT,
+    SOURCE_OVERRIDE,
+    Consumer,
+    DeadLetter,
+    Queue,
+)
 from redisq_django.runner import SelectionError, build_worker, select
 from redisq_django.sync import sync_declarations
 
@@ -211,15 +218,18 @@ def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any
     call_command("redisq", "status", stdout=out)
     assert "shop" in out.getvalue() and "billing" in out.getvalue()
 
+    # dead letters move from Redis into rows when listed
     out = io.StringIO()
-    call_command("redisq", "dead", "list", "shop", stdout=out)
-    (dead,) = broker.dead_letters("shop", "billing")
-    assert dead.entry_id in out.getvalue() and "ValueError" in out.getvalue()
+    call_command("redisq", "dead", "list", "--queue", "shop", stdout=out)
+    (row,) = DeadLetter.objects.filter(queue="shop", consumer="billing")
+    assert broker.dead_letters("shop", "billing") == []
+    assert str(row.pk) in out.getvalue() and "ValueError" in out.getvalue()
 
     out = io.StringIO()
-    call_command("redisq", "dead", "retry", "shop", "billing", dead.entry_id, stdout=out)
-    assert "Re-drove 1 of 1" in out.getvalue()
-    assert broker.dead_letters("shop", "billing") == []
+    call_command("redisq", "dead", "retry", str(row.pk), stdout=out)
+    assert "Re-drove 1 dead letter" in out.getvalue()
+    row.refresh_from_db()
+    assert row.status == DeadLetter.RETRIED and row.retry_count == 1 and row.retried_at
     assert broker.stats("shop").consumers[0].direct == 1
 
     call_command("redisq", "replay", "shop", "billing", "--from", "earliest", stdout=io.StringIO())
@@ -233,5 +243,5 @@ def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any
     call_command("redisq", "purge", "shop", stdout=io.StringIO())
     assert broker.stats("shop").length == 0
 
-    with pytest.raises(CommandError, match="not registered"):
-        call_command("redisq", "dead", "retry", "shop", "ghost", "1-0")
+    with pytest.raises(CommandError, match="Name the dead letters"):
+        call_command("redisq", "dead", "retry")

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from redisq_django import operations
 from redisq_django.core.errors import RedisqError
+from redisq_django.deadletters import sink_all
 from redisq_django.management.commands.runconsumer import positive_int
+from redisq_django.outbox import pending_count, relay_once
 
 
 def _age(seconds: float | None) -> str:
@@ -30,7 +35,7 @@ def table(rows: list[list[str]]) -> str:
 
 
 class Command(BaseCommand):
-    help = "Operate redisq queues: status, replay, dead letters, purge."
+    help = "Operate redisq queues: status, replay, dead letters, outbox relay, purge."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -49,22 +54,35 @@ class Command(BaseCommand):
             help="earliest, latest, an ISO 8601 time (UTC unless a zone is given) or a message id",
         )
 
-        dead = sub.add_parser("dead", help="dead letters still in Redis")
+        dead = sub.add_parser("dead", help="dead letters (database rows)")
         dead_sub = dead.add_subparsers(
-            dest="dead_action", required=True, metavar="list|retry|discard"
+            dest="dead_action", required=True, metavar="list|retry|discard|sink"
         )
         dl = dead_sub.add_parser("list", help="list dead letters")
-        dl.add_argument("queue")
-        dl.add_argument("consumer", nargs="?")
+        dl.add_argument("--queue")
+        dl.add_argument("--consumer")
+        dl.add_argument("--status", default="dead", choices=["dead", "retried", "discarded", "all"])
         dl.add_argument("--limit", type=positive_int, default=50)
-        for name, text in (("retry", "deliver again to that consumer only"), ("discard", "delete")):
+        for name, text in (
+            ("retry", "deliver again, each to its own consumer only"),
+            ("discard", "mark discarded"),
+        ):
             p = dead_sub.add_parser(name, help=text)
-            p.add_argument("queue")
-            p.add_argument("consumer")
             p.add_argument(
-                "ids", nargs="*", metavar="ID", help="dead-letter ids (from 'dead list')"
+                "ids", nargs="*", type=positive_int, metavar="ID", help="ids from 'dead list'"
             )
-            p.add_argument("--all", action="store_true", help="every dead letter of the consumer")
+            p.add_argument(
+                "--all", action="store_true", help="every dead letter (see --queue/--consumer)"
+            )
+            p.add_argument("--queue")
+            p.add_argument("--consumer")
+        dead_sub.add_parser("sink", help="move dead letters from Redis into the database now")
+
+        relay = sub.add_parser("relay", help="forward outbox rows to Redis")
+        relay.add_argument("--once", action="store_true", help="send what is waiting, then exit")
+        relay.add_argument(
+            "--interval", type=float, default=1.0, help="seconds between rounds (default 1)"
+        )
 
         purge = sub.add_parser("purge", help="delete every message of a queue")
         purge.add_argument("queue")
@@ -135,32 +153,77 @@ class Command(BaseCommand):
         self.stdout.write(f"{opts['queue']}/{opts['consumer']} now reads from {opts['start']}.")
 
     def do_dead(self, opts: dict[str, Any]) -> None:
-        queue, consumer = opts["queue"], opts["consumer"]
-        if opts["dead_action"] == "list":
-            letters = operations.dead_letters(queue, consumer, opts["limit"])
+        action = opts["dead_action"]
+        if action == "sink":
+            self.stdout.write(f"Moved {sink_all()} dead letter(s) from Redis to the database.")
+            return
+        if action == "list":
+            status = None if opts["status"] == "all" else opts["status"]
+            rows = operations.dead_letter_rows(opts["queue"], opts["consumer"], status)
+            letters = list(rows[: opts["limit"]])
             if not letters:
                 self.stdout.write("No dead letters.")
                 return
-            rows = [["ID", "CONSUMER", "MESSAGE", "ATTEMPTS", "REASON", "ERROR", "LAST FAILURE"]]
+            table_rows = [
+                [
+                    "ID",
+                    "QUEUE",
+                    "CONSUMER",
+                    "MESSAGE",
+                    "ATTEMPTS",
+                    "STATUS",
+                    "ERROR",
+                    "LAST FAILURE",
+                ]
+            ]
             for d in letters:
                 error = f"{d.error_class}: {d.error_message}"[:60]
                 last = d.last_failed_at.isoformat(timespec="seconds") if d.last_failed_at else "-"
-                rows.append([d.entry_id, d.group, d.id, str(d.attempts), d.reason, error, last])
-            self.stdout.write(table(rows))
+                table_rows.append(
+                    [
+                        str(d.pk),
+                        d.queue,
+                        d.consumer,
+                        d.message_id,
+                        str(d.attempts),
+                        d.status,
+                        error,
+                        last,
+                    ]
+                )
+            self.stdout.write(table(table_rows))
             return
-        ids = list(opts["ids"])
-        if opts["all"]:
-            ids = [d.entry_id for d in operations.dead_letters(queue, consumer, limit=10**6)]
-        if not ids:
-            raise CommandError("Name the dead letters (IDs from 'redisq dead list') or pass --all.")
-        if opts["dead_action"] == "retry":
-            done = operations.retry_dead(queue, consumer, ids)
-            self.stdout.write(
-                f"Re-drove {len(done)} of {len(ids)} dead letter(s) to {queue}/{consumer}."
-            )
+        rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
+        if not opts["all"]:
+            if not opts["ids"]:
+                raise CommandError(
+                    "Name the dead letters (IDs from 'redisq dead list') or pass --all."
+                )
+            rows = rows.filter(pk__in=opts["ids"])
+        if action == "retry":
+            n = operations.retry_dead(rows)
+            self.stdout.write(f"Re-drove {n} dead letter(s), each to its own consumer.")
         else:
-            n = operations.discard_dead(queue, consumer, ids)
-            self.stdout.write(f"Discarded {n} of {len(ids)} dead letter(s).")
+            n = operations.discard_dead(rows)
+            self.stdout.write(f"Discarded {n} dead letter(s).")
+
+    def do_relay(self, opts: dict[str, Any]) -> None:
+        if opts["once"]:
+            self.stdout.write(f"Sent {relay_once()} outbox message(s); {pending_count()} waiting.")
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        self.stdout.write("Relaying outbox messages; Ctrl-C to stop.")
+        while not stop.is_set():
+            close_old_connections()
+            try:
+                sent = relay_once()
+                if sent:
+                    self.stdout.write(f"Sent {sent} outbox message(s).")
+            except Exception as exc:  # database or Redis away: try again next round
+                self.stderr.write(f"Relay round failed: {exc}")
+            stop.wait(opts["interval"])
 
     def do_purge(self, opts: dict[str, Any]) -> None:
         queue = opts["queue"]

@@ -1,0 +1,135 @@
+"""Dead letters in the database: the sink from Redis, and retry / discard.
+
+A logical consumer's dead letters first land in its Redis ``dead`` stream. The sink
+(run by every ``runconsumer`` and by ``manage.py redisq dead sink``) moves them into
+:class:`~redisq_django.models.DeadLetter` rows and only then deletes them from Redis,
+upserting on (queue, consumer, message id): if the database is down they stay in
+Redis and move on the next round; running the sink twice creates no duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from redisq_django.connection import get_broker
+from redisq_django.core.codec import CARRIED_FIELDS
+from redisq_django.core.envelope import DeadLetter as RedisDeadLetter
+from redisq_django.models import DeadLetter
+
+logger = logging.getLogger("redisq.deadletters")
+
+#: Dead letters moved per consumer and round.
+SINK_BATCH = 200
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")
+
+
+def _row_values(d: RedisDeadLetter) -> dict[str, Any]:
+    raw_payload = d.fields.get(b"payload")
+    payload = _text(raw_payload) if raw_payload is not None else _text(d.fields.get(b"raw", b""))
+    return {
+        "payload": payload,
+        "headers": _text(d.fields.get(b"headers", b"{}")),
+        "envelope": {_text(k): _text(v) for k, v in d.fields.items() if k in CARRIED_FIELDS},
+        "attempts": d.attempts,
+        "reason": d.reason,
+        "error_class": d.error_class[:200],
+        "error_message": d.error_message,
+        "traceback": d.traceback,
+        "published_at": d.published_at,
+        "first_failed_at": d.first_failed_at,
+        "last_failed_at": d.last_failed_at,
+        "status": DeadLetter.DEAD,
+    }
+
+
+def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
+    """Move up to ``batch`` dead letters of ``consumer`` from Redis into rows.
+
+    Returns:
+        How many were moved.
+    """
+    broker = get_broker()
+    letters = broker.dead_letters(queue, consumer, count=batch)
+    if not letters:
+        return 0
+    with transaction.atomic():
+        for d in letters:
+            DeadLetter.objects.update_or_create(
+                queue=queue, consumer=consumer, message_id=d.id[:64], defaults=_row_values(d)
+            )
+    # Only after the rows are committed: a crash in between leaves them in Redis, and
+    # the next round updates the same rows.
+    broker.delete_dead(queue, consumer, [d.entry_id for d in letters])
+    return len(letters)
+
+
+def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
+    """Run :func:`sink` for ``(queue, consumer)`` pairs (default: every consumer known to
+    Redis), until each is empty or has moved 10 batches. Returns how many were moved."""
+    broker = get_broker()
+    if pairs is None:
+        pairs = [(q, c) for q in broker.queues() for c in broker.consumers(q)]
+    moved = 0
+    for queue, consumer in pairs:
+        for _ in range(10):
+            n = sink(queue, consumer)
+            moved += n
+            if n < SINK_BATCH:
+                break
+    return moved
+
+
+def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
+    """Deliver dead letters again, each to its own logical consumer only, with a fresh
+    retry budget; records who and when. Rows not in status ``dead`` are skipped.
+
+    Returns:
+        How many were re-driven.
+    """
+    broker = get_broker()
+    done = 0
+    for row in rows:
+        if row.status != DeadLetter.DEAD:
+            continue
+        envelope = dict(row.envelope)
+        envelope.setdefault("payload", row.payload)
+        envelope.setdefault("id", row.message_id)
+        broker.redrive_envelope(row.queue, row.consumer, envelope)
+        row.status = DeadLetter.RETRIED
+        row.retry_count += 1
+        row.retried_at = timezone.now()
+        row.retried_by = user if getattr(user, "pk", None) else None
+        row.save(update_fields=["status", "retry_count", "retried_at", "retried_by", "updated_at"])
+        logger.info(
+            "Dead letter %s re-driven to %s/%s by %s",
+            row.message_id,
+            row.queue,
+            row.consumer,
+            getattr(user, "username", None) or "the shell",
+        )
+        done += 1
+    return done
+
+
+def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
+    """Mark dead letters discarded (kept for the record). Returns how many changed."""
+    changed = 0
+    for row in rows:
+        if row.status == DeadLetter.DEAD:
+            row.status = DeadLetter.DISCARDED
+            row.save(update_fields=["status", "updated_at"])
+            logger.info(
+                "Dead letter %s discarded by %s",
+                row.message_id,
+                getattr(user, "username", None) or "the shell",
+            )
+            changed += 1
+    return changed

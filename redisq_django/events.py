@@ -1,0 +1,183 @@
+"""Publishing model events (created, updated, deleted) after the transaction commits.
+
+Declare once, e.g. in your app's ``AppConfig.ready()``::
+
+    from redisq_django.events import publish_model_events
+
+    publish_model_events(Order, queue="orders", on=("created", "updated"))
+
+Each save or delete of an ``Order`` then publishes, after its transaction commits (never
+on rollback), a message whose payload is ``payload(instance, event)`` — by default
+``{"model": "shop.order", "pk": 42, "event": "created"}`` — with headers ``{"event":
+..., "model": ...}``. The default payload deliberately carries only the key: consumers
+read the current row, and nothing (passwords, personal data) leaks by accident. Pass
+``payload=`` to send more.
+
+``QuerySet.update()``, ``bulk_create()`` and ``bulk_update()`` send no model signals,
+so no events: call :func:`publish_bulk_events` with the affected objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models, transaction
+from django.db.models.signals import post_delete, post_save
+
+from redisq_django.conf import check_queue_known, get_core_config, outbox_enabled
+from redisq_django.connection import get_broker
+from redisq_django.core.broker import new_message_id
+from redisq_django.core.errors import RedisqError
+from redisq_django.publishing import publish_on_commit
+
+logger = logging.getLogger("redisq.publish")
+
+EVENTS = ("created", "updated", "deleted")
+PayloadFunction = Callable[[Any, str], Any]
+
+
+def default_payload(instance: models.Model, event: str) -> dict[str, Any]:
+    """``{"model": "<app_label>.<model>", "pk": <pk>, "event": <event>}``."""
+    return {"model": instance._meta.label_lower, "pk": instance.pk, "event": event}
+
+
+@dataclass(frozen=True)
+class Registration:
+    model: type[models.Model]
+    queue: str
+    on: tuple[str, ...]
+    payload: PayloadFunction
+
+    def headers(self, event: str) -> dict[str, str]:
+        return {"event": event, "model": self.model._meta.label_lower}
+
+
+_registrations: list[Registration] = []
+
+
+def publish_model_events(
+    model: type[models.Model],
+    *,
+    queue: str,
+    on: Sequence[str] = EVENTS,
+    payload: PayloadFunction | None = None,
+) -> None:
+    """Publish ``model``'s ``on`` events to ``queue`` after each transaction commits.
+
+    Args:
+        model: the model class (subclasses are not included).
+        queue: where the events go.
+        on: any of ``"created"``, ``"updated"``, ``"deleted"``.
+        payload: ``f(instance, event)`` returning the JSON payload; default
+            :func:`default_payload`. For ``deleted`` it runs while the instance still
+            has its pk.
+
+    Raises:
+        ValueError: an unknown event name.
+    """
+    unknown = sorted(set(on) - set(EVENTS))
+    if unknown:
+        raise ValueError(f"Unknown model event(s) {unknown}; use {', '.join(EVENTS)}.")
+    registration = Registration(model, queue, tuple(on), payload or default_payload)
+    _registrations.append(registration)
+    uid = f"redisq:{model._meta.label_lower}:{queue}"
+    if "created" in on or "updated" in on:
+        post_save.connect(_make_on_save(registration), sender=model, weak=False, dispatch_uid=uid)
+    if "deleted" in on:
+        post_delete.connect(
+            _make_on_delete(registration), sender=model, weak=False, dispatch_uid=uid
+        )
+
+
+def _publish(registration: Registration, instance: Any, event: str, using: str) -> str:
+    return publish_on_commit(
+        registration.queue,
+        registration.payload(instance, event),
+        headers=registration.headers(event),
+        using=using,
+    )
+
+
+def _make_on_save(registration: Registration) -> Callable[..., None]:
+    def on_save(
+        sender: Any,
+        instance: Any,
+        created: bool,
+        raw: bool = False,
+        using: str = "default",
+        **kwargs: Any,
+    ) -> None:
+        if raw:  # loaddata: fixtures are not events
+            return
+        event = "created" if created else "updated"
+        if event in registration.on:
+            _publish(registration, instance, event, using)
+
+    return on_save
+
+
+def _make_on_delete(registration: Registration) -> Callable[..., None]:
+    def on_delete(sender: Any, instance: Any, using: str = "default", **kwargs: Any) -> None:
+        _publish(registration, instance, "deleted", using)
+
+    return on_delete
+
+
+def publish_bulk_events(
+    objects: Iterable[models.Model], event: str, *, using: str = "default"
+) -> list[str]:
+    """Publish ``event`` for objects changed without signals (``bulk_create``,
+    ``QuerySet.update()``...), to every queue registered for their model, after the
+    transaction commits, in one round trip per queue.
+
+    Returns:
+        The message ids.
+    """
+    if event not in EVENTS:
+        raise ValueError(f"Unknown model event {event!r}; use {', '.join(EVENTS)}.")
+    objects = list(objects)
+    ids: list[str] = []
+    broker = get_broker()
+    limit = get_core_config().max_payload_bytes
+    for registration in _registrations:
+        mine = [o for o in objects if type(o) is registration.model]
+        if event not in registration.on or not mine:
+            continue
+        queue = registration.queue
+        check_queue_known(queue)
+        if outbox_enabled(queue):
+            ids += [_publish(registration, o, event, using) for o in mine]
+            continue
+        # Validate and choose the ids now; send after the commit in one round trip.
+        batch = [
+            (
+                new_message_id(),
+                broker.codec.encode_payload(
+                    registration.payload(o, event), queue=queue, limit=limit
+                ),
+            )
+            for o in mine
+        ]
+        headers = broker.codec.encode_headers(registration.headers(event), queue=queue)
+        ids += [message_id for message_id, _ in batch]
+        transaction.on_commit(functools.partial(_send_batch, queue, batch, headers), using=using)
+    return ids
+
+
+def _send_batch(queue: str, batch: list[tuple[str, bytes]], headers: bytes | None) -> None:
+    try:
+        get_broker().publish_encoded_many(queue, batch, headers_json=headers)
+    except RedisqError as exc:
+        logger.error(
+            "%d model event message(s) for queue %r were NOT published after the commit "
+            "(ids %s): %s Enable the outbox (REDISQ['OUTBOX']) to keep messages through "
+            "Redis outages.",
+            len(batch),
+            queue,
+            ", ".join(m for m, _ in batch),
+            exc,
+        )

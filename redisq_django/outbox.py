@@ -1,0 +1,152 @@
+"""The transactional outbox: messages stored with the data, relayed to Redis after.
+
+``publish_on_commit`` (and model events) write an :class:`OutboxMessage` row in the
+caller's transaction when ``REDISQ['OUTBOX']`` covers the queue. After the commit the
+row is sent at once; rows that could not be sent (Redis down, a crash) are sent by the
+relay, which runs inside every ``runconsumer`` and as ``manage.py redisq relay``.
+Concurrent relays never send a row twice: rows are locked with
+``SELECT ... FOR UPDATE SKIP LOCKED`` where the database supports it, and claimed
+with a single conditional ``UPDATE`` elsewhere (SQLite). The message id is fixed in
+the row and Redis remembers which ids were published, so a relay that crashes between
+publishing and marking the row sent does not publish it twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Iterable
+
+from django.db import connections, router, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from redisq_django.conf import get_settings
+from redisq_django.connection import get_broker
+from redisq_django.core.errors import RedisqError
+from redisq_django.models import OutboxMessage
+
+logger = logging.getLogger("redisq.outbox")
+
+#: A claim older than this is taken over (its relay crashed), seconds.
+CLAIM_TIMEOUT_S = 60.0
+#: Rows sent per relay round.
+RELAY_BATCH = 100
+
+
+def store(
+    queue: str,
+    message_id: str,
+    payload_json: bytes,
+    headers_json: bytes | None,
+    due_at: dt.datetime | None,
+    *,
+    using: str | None = None,
+) -> OutboxMessage:
+    """Write an outbox row in the current transaction of ``using``."""
+    return OutboxMessage.objects.using(using or router.db_for_write(OutboxMessage)).create(
+        queue=queue,
+        message_id=message_id,
+        payload=payload_json.decode("utf-8"),
+        headers=(headers_json or b"").decode("utf-8"),
+        due_at=due_at,
+    )
+
+
+def _unsent(using: str) -> QuerySet[OutboxMessage]:
+    stale = timezone.now() - dt.timedelta(seconds=CLAIM_TIMEOUT_S)
+    return (
+        OutboxMessage.objects.using(using)
+        .filter(sent_at__isnull=True)
+        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=stale))
+        .order_by("id")
+    )
+
+
+def _send(rows: Iterable[OutboxMessage], using: str) -> int:
+    """Publish rows in order; stop at the first failure. Returns how many were sent."""
+    broker = get_broker()
+    sent: list[int] = []
+    try:
+        for row in rows:
+            try:
+                broker.publish_once(
+                    row.queue,
+                    row.message_id,
+                    row.payload,
+                    headers_json=row.headers or None,
+                    published_at=row.created_at,
+                    due_at=row.due_at,
+                )
+            except RedisqError as exc:
+                OutboxMessage.objects.using(using).filter(pk=row.pk).update(
+                    attempts=row.attempts + 1,
+                    last_error=str(exc)[:2000],
+                    claimed_at=None,
+                    claimed_by="",
+                )
+                logger.warning("Outbox relay: %s; %s will be sent later", exc, row)
+                break
+            sent.append(row.pk)
+    finally:
+        if sent:
+            OutboxMessage.objects.using(using).filter(pk__in=sent).update(
+                sent_at=timezone.now(), claimed_at=None, claimed_by=""
+            )
+    return len(sent)
+
+
+def relay_rows(
+    pks: list[int] | None = None, *, using: str | None = None, batch: int = RELAY_BATCH
+) -> int:
+    """Send unsent outbox rows (``pks`` only, or the oldest ``batch``) to Redis.
+
+    Returns:
+        How many rows were sent.
+    """
+    using = using or router.db_for_write(OutboxMessage)
+    candidates = _unsent(using)
+    if pks is not None:
+        candidates = candidates.filter(pk__in=pks)
+    if connections[using].features.has_select_for_update_skip_locked:
+        with transaction.atomic(using=using):
+            rows = list(candidates.select_for_update(skip_locked=True)[:batch])
+            return _send(rows, using)
+    # No row locks (SQLite): claim rows with one conditional UPDATE, which the database
+    # serialises, so two relays never claim the same row.
+    token = uuid.uuid4().hex
+    ids = list(candidates.values_list("pk", flat=True)[:batch])
+    claimed = candidates.filter(pk__in=ids).update(claimed_by=token, claimed_at=timezone.now())
+    if not claimed:
+        return 0
+    rows = list(
+        OutboxMessage.objects.using(using)
+        .filter(claimed_by=token, sent_at__isnull=True)
+        .order_by("id")
+    )
+    return _send(rows, using)
+
+
+def relay_once(*, using: str | None = None, rounds: int = 20) -> int:
+    """Send what is waiting (bounded by ``rounds`` batches), then delete old sent rows.
+
+    Returns:
+        How many rows were sent.
+    """
+    using = using or router.db_for_write(OutboxMessage)
+    total = 0
+    for _ in range(rounds):
+        sent = relay_rows(using=using)
+        total += sent
+        if sent < RELAY_BATCH:
+            break
+    keep = dt.timedelta(seconds=get_settings()["OUTBOX_RETENTION"])
+    OutboxMessage.objects.using(using).filter(sent_at__lt=timezone.now() - keep).delete()
+    return total
+
+
+def pending_count(using: str | None = None) -> int:
+    """Outbox rows not yet sent."""
+    using = using or router.db_for_write(OutboxMessage)
+    return OutboxMessage.objects.using(using).filter(sent_at__isnull=True).count()

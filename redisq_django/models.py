@@ -147,6 +147,15 @@ class Consumer(models.Model):
         )
 
 
+class Overview(Queue):
+    """Proxy that puts the live overview page on the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("overview (live)")
+        verbose_name_plural = _("overview (live)")
+
+
 class DeadLetter(models.Model):
     """A message a logical consumer gave up on, moved here from Redis by the sink.
 

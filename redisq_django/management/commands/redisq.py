@@ -11,20 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
+from redisq_django.adminstats import age
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
 from redisq_django.management.commands.runconsumer import positive_int
 from redisq_django.outbox import pending_count, relay_once
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def table(rows: list[list[str]]) -> str:
@@ -141,7 +132,7 @@ class Command(BaseCommand):
                         "",
                         str(c.waiting_retry),
                         str(c.dead),
-                        _age(c.oldest_unacked_age_s),
+                        age(c.oldest_unacked_age_s),
                         str(c.instances_alive),
                         "",
                     ]

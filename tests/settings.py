@@ -15,6 +15,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "redisq_django",
+    # Consumers of the queues only tests/test_faults.py uses (faults, graceful, chaos).
+    "tests.faultapp",
 ]
 
 MIDDLEWARE = [
@@ -44,10 +46,18 @@ TEMPLATES = [
     },
 ]
 
+# `runconsumer` subprocesses of the fault tests share a migrated database file
+# (REDISQ_TEST_DB); pytest itself keeps the in-memory database.
+_TEST_DB = os.environ.get("REDISQ_TEST_DB", ":memory:")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": ":memory:",
+        "NAME": _TEST_DB,
+        # Several worker processes write the same file at start-up: take the write
+        # lock up front and wait for it rather than failing with "database is locked".
+        "OPTIONS": (
+            {"timeout": 30, "transaction_mode": "IMMEDIATE"} if _TEST_DB != ":memory:" else {}
+        ),
     },
 }
 

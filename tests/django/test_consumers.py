@@ -136,9 +136,9 @@ def test_consumers_no_longer_declared_are_marked_and_not_run(declared: None) -> 
 
 
 def test_selection_errors_name_what_exists(declared: None) -> None:
-    with pytest.raises(SelectionError, match="No consumer is declared for queue 'nope'.*shop"):
+    with pytest.raises(SelectionError, match=r"No consumer is declared for queue 'nope'.*shop"):
         select(["nope"])
-    with pytest.raises(SelectionError, match="No consumer named 'x'.*billing, email"):
+    with pytest.raises(SelectionError, match=r"No consumer named 'x'.*billing, email"):
         select(["shop"], ["x"])
     assert [d.name for d in select(["shop"], ["email"])] == ["email"]
 
@@ -199,7 +199,7 @@ def test_broken_consumers_module_is_reported(redisq_settings: Any, tmp_path: Pat
         assert len(errors) == 1
         assert "brokenapp.consumers" in errors[0].msg and "does_not_exist" in errors[0].msg
         # And runconsumer says it in one line
-        with pytest.raises(CommandError, match="Could not import brokenapp.consumers"):
+        with pytest.raises(CommandError, match=r"Could not import brokenapp\.consumers"):
             call_command("runconsumer", "shop", "--burst")
     finally:
         sys.path.remove(str(tmp_path))

@@ -1,0 +1,97 @@
+"""Consumers driven by tests/test_faults.py through real ``runconsumer`` processes.
+
+Their queues (``faults``, ``graceful``, ``chaos``) are used by no other test.
+
+Every handler appends one line per delivery, at the moment it starts, to the Redis
+list ``redisqtest:<queue>:<consumer>:deliveries``::
+
+    "<message id> <attempts> <pid>"
+
+and, for a delivery that returns normally, one line to ``...:done`` just before it
+returns. The payload (a dict) says what to do:
+
+* ``{"sleep": s}``: sleep ``s`` seconds before returning;
+* ``{"fail": true}`` or ``{"poison": true}``: raise (every time).
+
+Recording uses a plain redis-py client built from ``settings.REDISQ["URL"]`` (the
+server the worker consumes from); when Redis is away the handler raises, which the
+worker treats as a failure to retry, like any real handler.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from redisq_django import consumer
+from redisq_django.core.message import Message
+
+KEY_PREFIX = "redisqtest"
+
+
+class PoisonError(RuntimeError):
+    """Raised by a handler on a ``{"fail": true}`` / ``{"poison": true}`` payload."""
+
+
+def deliveries_key(queue: str, name: str) -> str:
+    """The list recording each delivery to logical consumer ``name`` of ``queue``."""
+    return f"{KEY_PREFIX}:{queue}:{name}:deliveries"
+
+
+def done_key(queue: str, name: str) -> str:
+    """The list recording each delivery whose handler returned normally."""
+    return f"{KEY_PREFIX}:{queue}:{name}:done"
+
+
+@functools.cache
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDISQ["URL"], socket_timeout=5)
+
+
+def _obey(message: Message, name: str) -> None:
+    line = f"{message.id} {message.attempts} {os.getpid()}"
+    _client().rpush(deliveries_key(message.queue, name), line)
+    payload: Any = message.payload if isinstance(message.payload, dict) else {}
+    if payload.get("fail") or payload.get("poison"):
+        raise PoisonError(f"told to fail on attempt {message.attempts}")
+    if payload.get("sleep"):
+        time.sleep(float(payload["sleep"]))
+    _client().rpush(done_key(message.queue, name), line)
+
+
+# Crash, retry, poison, pause, burst and --max-messages tests. The short visibility
+# timeout makes a SIGKILLed instance's message come back within seconds.
+@consumer(
+    "faults",
+    name="recorder",
+    visibility_timeout=2,
+    max_retries=3,
+    backoff=0.05,
+    max_backoff=0.5,
+    start="earliest",
+)
+def recorder(message: Message) -> None:
+    _obey(message, "recorder")
+
+
+# Graceful-shutdown tests: a LONG visibility timeout, so a message that comes back
+# quickly was handed back on purpose, not reclaimed after its lease ran out.
+@consumer("graceful", name="patient", visibility_timeout=60, max_retries=3, start="earliest")
+def patient(message: Message) -> None:
+    _obey(message, "patient")
+
+
+# Chaos test: two logical consumers of one queue; instances of alpha are killed.
+@consumer("chaos", name="alpha", visibility_timeout=2, max_retries=5, start="earliest")
+def alpha(message: Message) -> None:
+    _obey(message, "alpha")
+
+
+@consumer("chaos", name="beta", visibility_timeout=2, max_retries=5, start="earliest")
+def beta(message: Message) -> None:
+    _obey(message, "beta")

@@ -42,3 +42,51 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         ]
     return []
+
+
+@checks.register()
+def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.E003: a consumer is declared for a queue ``REDISQ['QUEUES']`` lacks."""
+    from redisq_django.registry import DiscoveryError, declarations
+
+    try:
+        known = get_settings()["QUEUES"]
+        decls = declarations()
+    except (SettingsError, DiscoveryError):
+        return []  # reported by E001 / E002
+    if known is None:
+        return []
+    return [
+        checks.Error(
+            f"Consumer {d.name!r} ({d.handler_path}) is declared for queue {d.queue!r}, "
+            f"which settings.REDISQ['QUEUES'] does not list.",
+            hint=f"Add {d.queue!r} to REDISQ['QUEUES'] or fix the queue name in @consumer.",
+            id="redisq_django.E003",
+        )
+        for d in decls
+        if d.queue not in known
+    ]
+
+
+@checks.register(deploy=True)
+def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.E004 (``check --deploy``): Redis cannot be reached."""
+    from redisq_django.connection import get_broker
+    from redisq_django.core._util import describe_client
+
+    try:
+        get_settings()
+        client = get_broker().client
+    except SettingsError:
+        return []  # reported by E001
+    try:
+        client.ping()
+    except Exception as exc:
+        return [
+            checks.Error(
+                f"Cannot reach Redis at {describe_client(client)}: {exc}",
+                hint="Start Redis or point REDISQ['URL'] / REDISQ['CONNECTION'] at it.",
+                id="redisq_django.E004",
+            )
+        ]
+    return []

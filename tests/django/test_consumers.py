@@ -245,3 +245,38 @@ def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any
 
     with pytest.raises(CommandError, match="Name the dead letters"):
         call_command("redisq", "dead", "retry")
+
+
+def test_consumer_for_a_queue_not_in_queues_is_reported(declared: None, settings: Any) -> None:
+    settings.REDISQ = {"QUEUES": ["orders"]}
+    errors = [e for e in run_checks() if e.id == "redisq_django.E003"]
+    assert {e.msg.split("'")[1] for e in errors} == {"billing", "email"}
+    assert all("'shop'" in e.msg and e.hint for e in errors)
+    settings.REDISQ = {"QUEUES": ["orders", "shop"]}
+    assert [e for e in run_checks() if e.id == "redisq_django.E003"] == []
+
+
+def test_publishing_to_a_queue_not_in_queues_is_refused(settings: Any, redis_url: str) -> None:
+    import redisq_django
+    from redisq_django.conf import SettingsError
+
+    settings.REDISQ = {"URL": redis_url, "QUEUES": ["orders"]}
+    with pytest.raises(SettingsError, match=r"'ordres' is not in settings\.REDISQ\['QUEUES'\]"):
+        redisq_django.publish("ordres", {})
+    assert redisq_django.publish("orders", {})
+
+
+def test_deploy_check_reports_unreachable_redis(settings: Any, redis_url: str) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REDISQ = {"URL": f"redis://127.0.0.1:{port}/0"}
+    errors = [e for e in run_checks(include_deployment_checks=True) if e.id == "redisq_django.E004"]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0].msg
+    assert [e for e in run_checks() if e.id == "redisq_django.E004"] == []  # deploy only
+    settings.REDISQ = {"URL": redis_url}
+    assert [
+        e for e in run_checks(include_deployment_checks=True) if e.id == "redisq_django.E004"
+    ] == []

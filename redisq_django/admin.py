@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
@@ -20,6 +21,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import deadletters
@@ -29,6 +31,10 @@ from redisq_django.models import TUNABLES, Consumer, DeadLetter, Overview, Queue
 from redisq_django.outbox import pending_count
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"
+
+#: Django 6 styles the admin's breadcrumbs as ``<ol class="breadcrumbs">`` of ``<li>``,
+#: Django 5.2 as ``<div class="breadcrumbs">``: our pages render the one that is styled.
+BREADCRUMBS_OL = django.VERSION >= (6, 0)
 
 
 def _set_paused(request: HttpRequest, queryset: QuerySet[Any], paused: bool) -> None:
@@ -273,6 +279,7 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "outbox_waiting": pending_count(),
             "refresh_seconds": self.refresh_seconds,
             "opts": self.model._meta,
+            "breadcrumbs_ol": BREADCRUMBS_OL,
         }
         return TemplateResponse(request, "admin/redisq_django/overview.html", context)
 
@@ -402,8 +409,11 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
         else:
             messages.warning(request, f"Message {row.message_id} is {row.status}; not retried.")
-        back = request.POST.get("next") or reverse("admin:redisq_django_deadletter_changelist")
-        if not back.startswith("/"):
+        # Back where the button was pressed (the filtered list, the detail page).
+        back = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
+        if not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
             back = reverse("admin:redisq_django_deadletter_changelist")
         return HttpResponseRedirect(back)
 
@@ -420,6 +430,7 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "action": action,
             "rows": queryset,
             "opts": self.model._meta,
+            "breadcrumbs_ol": BREADCRUMBS_OL,
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(request, "admin/redisq_django/deadletter/confirm.html", context)

@@ -83,8 +83,13 @@ def publish_model_events(
     if unknown:
         raise ValueError(f"Unknown model event(s) {unknown}; use {', '.join(EVENTS)}.")
     registration = Registration(model, queue, tuple(on), payload or default_payload)
+    # Declaring the same model and queue again (e.g. ready() running again when the app
+    # registry reloads) replaces the earlier declaration instead of doubling events.
+    _registrations[:] = [r for r in _registrations if (r.model, r.queue) != (model, queue)]
     _registrations.append(registration)
     uid = f"redisq:{model._meta.label_lower}:{queue}"
+    post_save.disconnect(sender=model, dispatch_uid=uid)
+    post_delete.disconnect(sender=model, dispatch_uid=uid)
     if "created" in on or "updated" in on:
         post_save.connect(_make_on_save(registration), sender=model, weak=False, dispatch_uid=uid)
     if "deleted" in on:

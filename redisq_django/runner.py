@@ -25,13 +25,13 @@ RELAY_INTERVAL_S = 1.0
 
 
 class DjangoDatabaseMiddleware(Middleware):
-    """Closes stale or broken database connections around each message, as Django
+    """Closes stale or broken database connections around each fetched batch, as Django
     does around each request, so a long-running worker survives database restarts."""
 
-    def before_process(self, message: Message) -> None:
+    def before_batch(self, messages: Sequence[Message]) -> None:
         close_old_connections()
 
-    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+    def after_batch(self, messages: Sequence[Message]) -> None:
         close_old_connections()
 
 

@@ -2,6 +2,10 @@
 
 Fixtures fail (never skip) when no redis-server binary is available: run the
 suite with ``make test``, which provides one (see scripts/ensure-redis.sh).
+
+PostgreSQL: tests marked ``django_db(databases=[..., "pg"])`` run against a private
+PostgreSQL cluster, started only when at least one such test is selected (so
+``pytest tests/core`` never needs PostgreSQL); see ``django_db_modify_db_settings``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.postgres_server import BIN_ENV as PG_BIN_ENV
+from tests.support.postgres_server import PostgresServer, find_pg_bin
 from tests.support.redis_server import (
     CLI_ENV,
     SERVER_ENV,
@@ -124,3 +130,54 @@ def redis_cluster(
         yield cluster
     finally:
         cluster.stop()
+
+
+# ---------------------------------------------------------------------------
+# PostgreSQL (the "pg" database alias of tests/settings.py)
+# ---------------------------------------------------------------------------
+
+PG_ALIAS = "pg"
+
+
+def _wants_postgres(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    if marker is None:
+        return False
+    databases = marker.kwargs.get("databases")
+    return databases == "__all__" or (databases is not None and PG_ALIAS in databases)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster for the session (initdb + pg_ctl on a free port)."""
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        pytest.fail(
+            f"No PostgreSQL initdb/pg_ctl found (checked ${PG_BIN_ENV}, "
+            "/usr/lib/postgresql/*/bin and PATH). Run the tests with `make test`, which "
+            "installs Debian's postgresql package when missing, or set "
+            f"{PG_BIN_ENV}=/path/to/postgresql/bin.",
+            pytrace=False,
+        )
+    server = PostgresServer(bin_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+    request: pytest.FixtureRequest,
+) -> None:
+    """pytest-django calls this before it creates the test databases: when a selected
+    test uses the "pg" alias, start PostgreSQL and point that alias at it."""
+    if not any(_wants_postgres(item) for item in request.session.items):
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    from django.db import connections
+
+    # The same dict as settings.DATABASES["pg"], which the connections read.
+    connections.settings[PG_ALIAS].update(server.django_settings())

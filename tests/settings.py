@@ -17,6 +17,8 @@ INSTALLED_APPS = [
     "redisq_django",
     # Consumers of the queues only tests/test_faults.py uses (faults, graceful, chaos).
     "tests.faultapp",
+    # An Order model publishing model events (tests/django/test_transactional.py).
+    "tests.shopapp",
 ]
 
 MIDDLEWARE = [
@@ -58,6 +60,18 @@ DATABASES = {
         "OPTIONS": (
             {"timeout": 30, "transaction_mode": "IMMEDIATE"} if _TEST_DB != ":memory:" else {}
         ),
+    },
+    # PostgreSQL, for the tests marked django_db(databases=[..., "pg"]) only: when such a
+    # test is selected, tests/conftest.py starts a private cluster and fills in HOST and
+    # PORT (tests/support/postgres_server.py). Until then HOST is a path where no server
+    # listens, so nothing reaches a PostgreSQL by accident.
+    "pg": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "redisq",
+        "USER": "postgres",
+        "HOST": "/nonexistent/redisq-test-postgres-not-started",
+        "PORT": "",
+        "TEST": {"NAME": "redisq_test"},
     },
 }
 

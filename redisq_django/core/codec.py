@@ -151,6 +151,27 @@ def _int_field(fields: Mapping[bytes, bytes], name: bytes) -> int | None:
     return value
 
 
+_DECODER = json.JSONDecoder()
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def loads(raw: bytes) -> Any:
+    """Parse UTF-8 JSON text: ``json.loads`` without its per-call encoding detection and
+    whitespace scans, which are a measurable share of a consumer's per-message cost.
+
+    Raises:
+        ValueError: not UTF-8, or not one valid JSON value.
+    """
+    text = raw.decode("utf-8")
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return json.loads(text)  # e.g. leading whitespace; else raises the precise error
+    if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+        raise ValueError(f"Extra data after the JSON value at character {end}")
+    return value
+
+
 def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, Any]:
     """Validate an envelope and return its parts.
 
@@ -168,14 +189,14 @@ def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, A
     if raw_payload is None:
         raise UndecodableEntry("no 'payload' field")
     try:
-        payload = json.loads(raw_payload)
+        payload = loads(raw_payload)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise UndecodableEntry(f"payload is not valid JSON: {exc}") from None
     headers: dict[str, Any] = {}
     raw_headers = fields.get(F_HEADERS)
     if raw_headers is not None:
         try:
-            headers = json.loads(raw_headers)
+            headers = loads(raw_headers)
         except (ValueError, RecursionError) as exc:
             raise UndecodableEntry(f"headers are not valid JSON: {exc}") from None
         if not isinstance(headers, dict):

@@ -16,7 +16,13 @@ logger = logging.getLogger("redisq.worker")
 
 
 class Middleware:
-    """No-op hooks the worker calls around each message."""
+    """No-op hooks the worker calls around each batch and each message."""
+
+    def before_batch(self, messages: Sequence[Message]) -> None:
+        """Called in the handler's thread before the handlers of a fetched batch run."""
+
+    def after_batch(self, messages: Sequence[Message]) -> None:
+        """Called in the handler's thread once a batch is handled (before its ack)."""
 
     def before_process(self, message: Message) -> None:
         """Called in the handler's thread just before the handler runs."""
@@ -35,15 +41,42 @@ class Middleware:
         """Called in the main thread after the last handler finished."""
 
 
+HOOKS = (
+    "before_batch",
+    "after_batch",
+    "before_process",
+    "after_process",
+    "after_settle",
+    "on_worker_start",
+    "on_worker_stop",
+)
+
+
 class MiddlewareChain:
-    """Calls a hook on every middleware, logging (not raising) their failures."""
+    """Calls a hook on every middleware, logging (not raising) their failures.
+
+    Only middleware that override a hook are called for it, so the per-message hooks
+    cost nothing when no middleware uses them (the common case on the hot path).
+    """
 
     def __init__(self, middleware: Sequence[Middleware]) -> None:
         self.middleware = list(middleware)
+        self._active = {
+            hook: [
+                getattr(mw, hook)
+                for mw in self.middleware
+                if getattr(type(mw), hook, None) is not getattr(Middleware, hook)
+            ]
+            for hook in HOOKS
+        }
+
+    def has(self, hook: str) -> bool:
+        """Whether any middleware implements ``hook``."""
+        return bool(self._active[hook])
 
     def call(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        for mw in self.middleware:
+        for fn in self._active[hook]:
             try:
-                getattr(mw, hook)(*args, **kwargs)
+                fn(*args, **kwargs)
             except Exception:
-                logger.exception("Middleware %s.%s failed; continuing", type(mw).__name__, hook)
+                logger.exception("Middleware hook %s failed; continuing", fn.__qualname__)

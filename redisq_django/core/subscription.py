@@ -68,7 +68,9 @@ class Subscription:
             self.keys.log.encode(): LOG,
             self.gkeys.direct.encode(): DIRECT,
         }
-        self._next_promote_ms = 0
+        #: When (ms) due delayed messages and retries should next be promoted: the next
+        #: known due time, or one poll interval after the last check.
+        self.next_promote_ms = 0
         self._cursors = ["0-0", "0-0"]
         self._rng = random.Random()
 
@@ -98,7 +100,7 @@ class Subscription:
         )
         next_due = int(next_due)
         poll = now + self.broker.config.poll_interval_ms
-        self._next_promote_ms = min(poll, next_due) if next_due >= 0 else poll
+        self.next_promote_ms = min(poll, next_due) if next_due >= 0 else poll
         return next_due if next_due >= 0 else None
 
     @translate_errors
@@ -117,10 +119,10 @@ class Subscription:
         deadline = now_ms() + max(0, block_ms)
         while True:
             now = now_ms()
-            if now >= self._next_promote_ms:
+            if now >= self.next_promote_ms:
                 self.promote(now)
                 now = now_ms()
-            wait = min(deadline, self._next_promote_ms) - now
+            wait = min(deadline, self.next_promote_ms) - now
             reply = self._xreadgroup(count, wait if wait > 0 else None)
             messages = self._decode(reply)
             if messages or now_ms() >= deadline:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from redisq_django.core._util import now_ms
 from redisq_django.core.broker import default_instance_name
 from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
 from redisq_django.core.handler import ConsumerSpec, Reject
@@ -33,6 +34,14 @@ logger = logging.getLogger("redisq.worker")
 ACKED = "acked"
 #: Reconnection waits grow from the first to the last value (seconds).
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+#: A handler thread's first batch size; it adapts between 1 and ``prefetch``.
+INITIAL_BATCH = 10
+#: A full batch handled faster than this doubles the next one (seconds)...
+FAST_BATCH_S = 0.25
+#: ...and a batch slower than this halves it.
+SLOW_BATCH_S = 2.0
+#: In burst mode, how long a fetch waits before concluding the queue is drained (ms).
+BURST_BLOCK_MS = 100
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,10 @@ class WorkerOptions:
     """How a worker runs (times in seconds unless the name says otherwise).
 
     Attributes:
-        prefetch: messages fetched per round trip by each handler thread.
+        prefetch: most messages fetched per round trip by each handler thread. Each
+            thread starts at 10 (or less) and doubles its batch while batches come back
+            full and are handled quickly, halving it when a batch is slow, so fast
+            handlers get big batches and slow ones don't hoard messages.
         block_ms: longest wait for messages in one fetch; also bounds how long a
             stop request waits for an idle thread.
         burst: exit once nothing is left to do (no new message, no retry waiting).
@@ -54,7 +66,7 @@ class WorkerOptions:
         stats_interval: how often a summary line is logged (0: never).
     """
 
-    prefetch: int = 10
+    prefetch: int = 100
     block_ms: int = 500
     burst: bool = False
     max_messages: int | None = None
@@ -105,6 +117,7 @@ class HandlerThread(threading.Thread):
         self._unsettled: list[Callable[[], None]] = []
         self._settle_failed = False  # a settlement waits for Redis (to log its return)
         self._last_reclaim = 0.0
+        self._batch_size = min(INITIAL_BATCH, worker.options.prefetch)
 
     def apply(self, spec: ConsumerSpec) -> None:
         self.spec = spec
@@ -172,7 +185,7 @@ class HandlerThread(threading.Thread):
         now = time.monotonic()
         if now - self._last_reclaim >= opts.reclaim_interval:
             self._last_reclaim = now
-            reclaimed = self.sub.reclaim(opts.prefetch)
+            reclaimed = self.sub.reclaim(self._batch_size)
             if reclaimed:
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
@@ -180,30 +193,44 @@ class HandlerThread(threading.Thread):
                     len(reclaimed),
                 )
                 return reclaimed
-        return self.sub.fetch(count=opts.prefetch, block_ms=opts.block_ms)
+        block = min(opts.block_ms, BURST_BLOCK_MS) if opts.burst else opts.block_ms
+        return self.sub.fetch(count=self._batch_size, block_ms=block)
 
     def _drained(self) -> bool:
         return not self._unsettled and self.sub.waiting_retries() == 0
 
     def _process(self, batch: list[Message]) -> None:
+        started = time.monotonic()
         self.held = list(batch)
+        mw = self.worker.middleware
+        mw.call("before_batch", batch)
         acks: list[Message] = []
+        quota = self.worker.quota
         for i, message in enumerate(batch):
-            if self.stopping or not self.worker.quota.take():
+            if self.stopping or not quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
             if self._run_handler(message):
                 acks.append(message)
             else:
                 self.held.remove(message)
+        mw.call("after_batch", batch)
         if acks:
             self._settle(functools.partial(self._ack, acks))
         self.held = []
+        self._adapt_batch(len(batch), time.monotonic() - started)
+
+    def _adapt_batch(self, size: int, elapsed: float) -> None:
+        if size >= self._batch_size and elapsed < FAST_BATCH_S:
+            self._batch_size = min(self.worker.options.prefetch, self._batch_size * 2)
+        elif elapsed > SLOW_BATCH_S:
+            self._batch_size = max(1, self._batch_size // 2)
 
     def _run_handler(self, message: Message) -> bool:
         """Run the handler; True when the message is to be acked."""
         mw = self.worker.middleware
-        mw.call("before_process", message)
+        if mw.has("before_process"):
+            mw.call("before_process", message)
         error: BaseException | None = None
         try:
             self.spec.handler(message)
@@ -222,7 +249,7 @@ class HandlerThread(threading.Thread):
                 exc,
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
-        finally:
+        if mw.has("after_process"):
             mw.call("after_process", message, error=error)
         return error is None
 
@@ -252,9 +279,11 @@ class HandlerThread(threading.Thread):
 
     def _ack(self, messages: list[Message]) -> None:
         self.sub.ack(messages)
-        for m in messages:
-            self.worker.count("handled", self.spec)
-            self.worker.middleware.call("after_settle", m, ACKED)
+        self.worker.count("handled", self.spec, len(messages))
+        mw = self.worker.middleware
+        if mw.has("after_settle"):
+            for m in messages:
+                mw.call("after_settle", m, ACKED)
 
     def _fail(self, message: Message, exc: BaseException, *, reject: bool) -> None:
         outcome = self.sub.reject(message, exc) if reject else self.sub.fail(message, exc)
@@ -335,9 +364,9 @@ class Worker:
         """Sleep, waking early when a stop is requested."""
         self._stop.wait(seconds)
 
-    def count(self, what: str, spec: ConsumerSpec) -> None:
+    def count(self, what: str, spec: ConsumerSpec, n: int = 1) -> None:
         with self._counts_lock:
-            self.counts[(spec.queue, spec.name, what)] += 1
+            self.counts[(spec.queue, spec.name, what)] += n
 
     def totals(self) -> Counter[str]:
         with self._counts_lock:
@@ -390,7 +419,30 @@ class Worker:
             if not any(t.is_alive() for t in self._all_threads()) and not self._paused_only():
                 return  # burst drained, message budget spent, or every thread gone
             self._housekeeping(due)
-            self._stop.wait(0.1)
+            self._stop.wait(self._promote_due())
+
+    def _promote_due(self) -> float:
+        """Promote due delayed messages and retries on time; seconds until the next check.
+
+        Handler threads blocked in a fetch would also promote, but an idle Redis ends a
+        blocking read only on its timer tick (every 100 ms at the default ``hz 10``), so
+        their wake-ups can be that late. The main thread keeps its own precise clock
+        instead, and the XADD of a promotion wakes the blocked readers at once.
+        """
+        subs: dict[tuple[str, str], Subscription] = {}
+        for t in self._all_threads():
+            if t.is_alive() and not t.spec.paused:
+                subs.setdefault(t.spec.key, t.sub)
+        now = now_ms()
+        soonest = now + 100
+        for sub in subs.values():
+            if now >= sub.next_promote_ms:
+                try:
+                    sub.promote(now)
+                except RedisUnavailable:
+                    continue  # the handler threads report it and reconnect
+            soonest = min(soonest, sub.next_promote_ms)
+        return max(0.0005, (soonest - now_ms()) / 1000.0)
 
     def _paused_only(self) -> bool:
         # Keep running (to notice a resume) when every consumer is paused or disabled.

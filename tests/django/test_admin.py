@@ -73,6 +73,21 @@ def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
     assert f"Message {row.message_id} sent again".encode() in follow.content
 
 
+def test_retry_returns_to_the_filtered_list_it_came_from(broker: Any) -> None:
+    row = make_dead(broker, {"order": 9})
+    client = Client()
+    client.force_login(staff("ops", "view_deadletter", "retry_deadletter"))
+    url = reverse("admin:redisq_django_deadletter_retry", args=[row.pk])
+    listed = reverse("admin:redisq_django_deadletter_changelist") + "?consumer=billing"
+    back = client.post(url, HTTP_REFERER=f"http://testserver{listed}")
+    assert back["Location"] == f"http://testserver{listed}"
+    # never off-site
+    row.status = DeadLetter.DEAD
+    row.save()
+    elsewhere = client.post(url, HTTP_REFERER="https://evil.example/")
+    assert elsewhere["Location"] == reverse("admin:redisq_django_deadletter_changelist")
+
+
 def test_retry_needs_post_csrf_and_permission(broker: Any) -> None:
     row = make_dead(broker, {"order": 2})
     url = reverse("admin:redisq_django_deadletter_retry", args=[row.pk])

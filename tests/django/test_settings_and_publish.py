@@ -116,6 +116,7 @@ def test_unserialisable_payload_names_the_type(redisq_settings: Any) -> None:
         redisq_django.publish("orders", {"order": Order()})
 
 
+@pytest.mark.django_db  # model checks ask the database about its features
 @pytest.mark.parametrize(
     ("redisq", "needle"),
     [
@@ -139,6 +140,7 @@ def test_bad_settings_are_reported_by_checks_and_at_use(
         get_core_config()
 
 
+@pytest.mark.django_db
 def test_good_settings_pass_the_checks(redisq_settings: Any) -> None:
     assert [e for e in run_checks() if e.id.startswith("redisq_django")] == []
 

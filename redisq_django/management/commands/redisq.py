@@ -74,6 +74,11 @@ class Command(BaseCommand):
         relay.add_argument(
             "--interval", type=float, default=1.0, help="seconds between rounds (default 1)"
         )
+        relay.add_argument(
+            "--database",
+            help="database whose outbox to relay (default: where the router puts "
+            "OutboxMessage); run one relay per database that publishes with using=",
+        )
 
         purge = sub.add_parser("purge", help="delete every message of a queue")
         purge.add_argument("queue")
@@ -199,8 +204,10 @@ class Command(BaseCommand):
             self.stdout.write(f"Discarded {n} dead letter(s).")
 
     def do_relay(self, opts: dict[str, Any]) -> None:
+        using = opts["database"]
         if opts["once"]:
-            self.stdout.write(f"Sent {relay_once()} outbox message(s); {pending_count()} waiting.")
+            sent = relay_once(using=using)
+            self.stdout.write(f"Sent {sent} outbox message(s); {pending_count(using)} waiting.")
             return
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -209,7 +216,7 @@ class Command(BaseCommand):
         while not stop.is_set():
             close_old_connections()
             try:
-                sent = relay_once()
+                sent = relay_once(using=using)
                 if sent:
                     self.stdout.write(f"Sent {sent} outbox message(s).")
             except Exception as exc:  # database or Redis away: try again next round

@@ -86,8 +86,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prefetch",
             type=positive_int,
-            default=10,
-            help="messages fetched per round trip by each thread (default 10)",
+            default=WorkerOptions.prefetch,
+            help="most messages fetched per round trip by each thread; batches adapt "
+            f"between 1 and this to the handlers' speed (default {WorkerOptions.prefetch})",
         )
         parser.add_argument(
             "--grace-period",

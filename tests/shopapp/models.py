@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Order(models.Model):
+    """An order; its saves and deletes publish events to "orders-events" (see apps.py)."""
+
+    total = models.DecimalField(max_digits=10, decimal_places=2)
+    note = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"Order {self.pk} ({self.total})"

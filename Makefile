@@ -66,7 +66,7 @@ endif
 # The chosen path is written to $(REDIS_PATH_FILE) for the recipes below.
 # ---------------------------------------------------------------------------
 redis: $(VENV)
-	@out="$$(VENV_PYTHON=$(VPY) bash scripts/ensure-redis.sh)"; \
+	@out="$$(VENV_PYTHON=$(VPY) bash .ci/ensure-redis.sh)"; \
 	server="$$(printf '%s\n' "$$out" | tail -n 1)"; \
 	if [ -z "$$server" ] || [ ! -x "$$server" ]; then \
 		echo "make redis: no usable redis-server (got '$$server')" >&2; exit 1; \
@@ -89,7 +89,7 @@ endef
 # apt-get when missing and we are root (Playwright's own browser download is never used).
 # ---------------------------------------------------------------------------
 chromium:
-	@bash scripts/ensure-chromium.sh
+	@bash .ci/ensure-chromium.sh
 
 # ---------------------------------------------------------------------------
 # PostgreSQL's initdb/pg_ctl for the tests on the "pg" database: Debian's postgresql
@@ -97,7 +97,7 @@ chromium:
 # their own private cluster; the package's service is stopped).
 # ---------------------------------------------------------------------------
 postgres:
-	@bash scripts/ensure-postgres.sh >/dev/null
+	@bash .ci/ensure-postgres.sh >/dev/null
 
 test: $(VENV) redis chromium postgres
 	@$(redis_env); \
@@ -114,7 +114,7 @@ test-redis62: $(VENV)
 
 demo: $(VENV) redis
 	@$(redis_env); \
-	bash scripts/demo.sh
+	bash example_project/demo.sh
 
 lint: $(VENV)
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,7 @@
 """Shared fixtures: real redis-server processes, never a shared/system Redis.
 
 Fixtures fail (never skip) when no redis-server binary is available: run the
-suite with ``make test``, which provides one (see scripts/ensure-redis.sh).
+suite with ``make test``, which provides one (see .ci/ensure-redis.sh).
 
 PostgreSQL: tests marked ``django_db(databases=[..., "pg"])`` run against a private
 PostgreSQL cluster, started only when at least one such test is selected (so

@@ -14,7 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from redisq_django.core.errors import PayloadNotSerializable, PayloadTooLarge
 
@@ -172,19 +172,24 @@ def loads(raw: bytes) -> Any:
     return value
 
 
-def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, Any]:
-    """Validate an envelope and return its parts.
+class Decoded(NamedTuple):
+    """The parts of a valid envelope."""
 
-    Returns:
-        ``id``, ``payload``, ``headers``, ``attempts``, ``published_at_ms``,
-        ``first_failed_at_ms``, ``due_at_ms``.
+    id: str
+    payload: Any
+    headers: dict[str, Any]
+    attempts: int
+    published_at_ms: int
+    first_failed_at_ms: int | None
+    due_at_ms: int | None
+
+
+def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
+    """Validate an envelope and return its parts.
 
     Raises:
         UndecodableEntry: the entry is not a valid envelope; the message says why.
     """
-    version = fields.get(F_VERSION, b"1")
-    if version != b"1":
-        raise UndecodableEntry(f"unsupported envelope version {version[:20]!r}")
     raw_payload = fields.get(F_PAYLOAD)
     if raw_payload is None:
         raise UndecodableEntry("no 'payload' field")
@@ -192,6 +197,12 @@ def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, A
         payload = loads(raw_payload)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise UndecodableEntry(f"payload is not valid JSON: {exc}") from None
+    if len(fields) == 1:
+        # The common case (a plain publish): the id and time come from the entry id.
+        return Decoded(entry_id.decode(), payload, {}, 0, ms_from_entry_id(entry_id), None, None)
+    version = fields.get(F_VERSION, b"1")
+    if version != b"1":
+        raise UndecodableEntry(f"unsupported envelope version {version[:20]!r}")
     headers: dict[str, Any] = {}
     raw_headers = fields.get(F_HEADERS)
     if raw_headers is not None:
@@ -207,15 +218,15 @@ def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> dict[str, A
     except UnicodeDecodeError:
         raise UndecodableEntry("field 'id' is not UTF-8") from None
     published = _int_field(fields, F_PUBLISHED_AT)
-    return {
-        "id": message_id,
-        "payload": payload,
-        "headers": headers,
-        "attempts": _int_field(fields, F_ATTEMPTS) or 0,
-        "published_at_ms": published if published is not None else ms_from_entry_id(entry_id),
-        "first_failed_at_ms": _int_field(fields, F_FIRST_FAILED_AT),
-        "due_at_ms": _int_field(fields, F_DUE_AT),
-    }
+    return Decoded(
+        message_id,
+        payload,
+        headers,
+        _int_field(fields, F_ATTEMPTS) or 0,
+        published if published is not None else ms_from_entry_id(entry_id),
+        _int_field(fields, F_FIRST_FAILED_AT),
+        _int_field(fields, F_DUE_AT),
+    )
 
 
 def describe_raw(fields: Mapping[bytes, bytes]) -> bytes:

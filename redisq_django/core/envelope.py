@@ -42,11 +42,11 @@ def retry_fields(message: Message, failed_at_ms: int, *, failed: bool = True) ->
         if k not in (codec.F_ATTEMPTS, codec.F_FIRST_FAILED_AT)
     }
     fields[codec.F_ID] = message.id.encode()
-    fields[codec.F_PUBLISHED_AT] = str(int(message.published_at.timestamp() * 1000)).encode()
+    fields[codec.F_PUBLISHED_AT] = str(message.published_at_ms).encode()
     fields[codec.F_ATTEMPTS] = str(message.attempts - (0 if failed else 1)).encode()
-    first = message.first_failed_at
+    first = message.first_failed_at_ms
     if first is not None:
-        fields[codec.F_FIRST_FAILED_AT] = str(int(first.timestamp() * 1000)).encode()
+        fields[codec.F_FIRST_FAILED_AT] = str(first).encode()
     elif failed:
         fields[codec.F_FIRST_FAILED_AT] = str(failed_at_ms).encode()
     return fields

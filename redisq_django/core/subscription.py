@@ -171,18 +171,16 @@ class Subscription:
         except codec.UndecodableEntry as exc:
             self._dead_undecodable(stream, entry_id, fields, str(exc))
             return None
-        due = parts["due_at_ms"]
-        first = parts["first_failed_at_ms"]
         return Message(
-            id=parts["id"],
+            id=parts.id,
             queue=self.queue,
-            payload=parts["payload"],
-            headers=parts["headers"],
-            attempts=parts["attempts"] + delivery_count,
-            published_at=codec.ms_to_datetime(parts["published_at_ms"]),
+            payload=parts.payload,
+            headers=parts.headers,
+            attempts=parts.attempts + delivery_count,
             group=self.group,
-            due_at=codec.ms_to_datetime(due) if due is not None else None,
-            first_failed_at=codec.ms_to_datetime(first) if first is not None else None,
+            published_at_ms=parts.published_at_ms,
+            due_at_ms=parts.due_at_ms,
+            first_failed_at_ms=parts.first_failed_at_ms,
             stream=stream,
             entry_id=entry_id,
             fields=fields,

@@ -3,7 +3,7 @@ pytest-django's ``live_server``.
 
 Playwright cannot download its own browser build here, so the ``browser_type_launch_args``
 fixture points it at ``/usr/bin/chromium`` (``make test`` installs it through
-scripts/ensure-chromium.sh). Never run ``playwright install`` for these tests.
+.ci/ensure-chromium.sh). Never run ``playwright install`` for these tests.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(
             f"No chromium at {CHROMIUM}: run the tests with `make test`, which installs "
-            "Debian's chromium package (scripts/ensure-chromium.sh), or set "
+            "Debian's chromium package (.ci/ensure-chromium.sh), or set "
             "REDISQ_CHROMIUM=/path/to/chromium.",
             pytrace=False,
         )

@@ -218,7 +218,7 @@ field_values = st.one_of(
 
 def _decode_or_undecodable(entry_id: bytes, fields: dict[bytes, bytes]) -> None:
     try:
-        result = codec.decode_fields(entry_id, fields)
+        result = codec.decode_fields(entry_id, fields)._asdict()
     except codec.UndecodableEntry as exc:
         assert str(exc)
         return
@@ -258,7 +258,7 @@ def test_decode_envelope_like_fields(
 
 
 def test_decode_minimal_entry_from_any_client() -> None:
-    assert codec.decode_fields(b"1700000000123-4", {b"payload": b'{"a":1}'}) == {
+    assert codec.decode_fields(b"1700000000123-4", {b"payload": b'{"a":1}'})._asdict() == {
         "id": "1700000000123-4",
         "payload": {"a": 1},
         "headers": {},
@@ -280,7 +280,7 @@ def test_decode_full_envelope() -> None:
         b"first_failed_at": b"20",
         b"due_at": b"30",
     }
-    assert codec.decode_fields(b"99-0", fields) == {
+    assert codec.decode_fields(b"99-0", fields)._asdict() == {
         "id": "abc",
         "payload": [1, 2],
         "headers": {"h": "x"},

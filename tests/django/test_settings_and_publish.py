@@ -177,7 +177,7 @@ def test_importing_the_package_reads_no_settings() -> None:
 
 @pytest.mark.slow
 def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) -> None:
-    # The steps `make demo` runs (scripts/demo.sh), against the session Redis.
+    # The steps `make demo` runs (example_project/demo.sh), against the session Redis.
     env = {**os.environ, "REDISQ_URL": redis_url, "EXAMPLE_DB": str(tmp_path / "db.sqlite3")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     cwd = ROOT / "example_project"

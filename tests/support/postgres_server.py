@@ -13,7 +13,7 @@ Binary discovery (:func:`find_pg_bin`):
 ``initdb`` refuses to run as root: when the tests run as root, every PostgreSQL
 command runs as the ``postgres`` system user (``runuser -u postgres --``), and the
 cluster directory is owned by that user. ``make test`` installs Debian's
-``postgresql`` package when no ``initdb`` is found (see scripts/ensure-postgres.sh).
+``postgresql`` package when no ``initdb`` is found (see .ci/ensure-postgres.sh).
 """
 
 from __future__ import annotations

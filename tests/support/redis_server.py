@@ -10,7 +10,7 @@ Binary discovery (see :func:`find_redis_server` / :func:`find_redis_cli`):
 * ``REDISQ_TEST_REDIS_CLI``, else the ``redis-cli`` next to the chosen server,
   else ``redis-cli`` on ``PATH``.
 
-``make test`` sets these variables (see ``scripts/ensure-redis.sh``).
+``make test`` sets these variables (see ``.ci/ensure-redis.sh``).
 """
 
 from __future__ import annotations

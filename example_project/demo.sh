@@ -4,7 +4,7 @@
 # orders, runs the consumers until the queue is drained, prints what happened, and
 # leaves Redis running so you can look at the dead letters in the admin.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.."  # the repository root
 PY="$PWD/.venv/bin/python"
 demo="$PWD/example_project/.demo"
 

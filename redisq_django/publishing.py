@@ -73,7 +73,7 @@ def publish_many(
 
 
 def _due_at(broker: Broker, delay: Delay, eta: dt.datetime | None) -> dt.datetime | None:
-    due = broker._due_ms(delay, eta)
+    due = broker.due_ms(delay, eta)
     return ms_to_datetime(due) if due is not None else None
 
 

@@ -1,9 +1,13 @@
-"""Queue and consumer statistics, read in one round trip per queue."""
+"""Queue and consumer statistics, read with pipelined commands."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
+
+from redisq_django.core._util import to_str
+from redisq_django.core.keys import QueueKeys
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,86 @@ class QueueStats:
     def lag(self) -> int:
         """The largest lag of any consumer."""
         return max((c.lag for c in self.consumers), default=0)
+
+
+#: Above this many undelivered entries, Redis < 7 lag figures are reported as this cap.
+LAG_COUNT_CAP = 10_000
+
+
+def read_stats(client: Any, keys: QueueKeys) -> QueueStats:
+    """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age of the
+    queue whose keys are ``keys`` (two round trips, plus one per consumer)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.log)
+        pipe.zcard(keys.delayed)
+        pipe.hget(keys.meta, "dropped")
+        pipe.xrange(keys.log, "-", "+", count=1)
+        pipe.xinfo_groups(keys.log)
+        length, delayed, dropped, first, groups = pipe.execute(raise_on_error=False)
+    if isinstance(groups, Exception):
+        groups = []
+    now = dt.datetime.now(dt.UTC)
+    now_score = int(now.timestamp() * 1000)
+    consumers = []
+    for info in groups:
+        name = to_str(info["name"])
+        gkeys = keys.group(name)
+        last = to_str(info["last-delivered-id"])
+        with client.pipeline(transaction=False) as pipe:
+            pipe.xpending(keys.log, name)
+            pipe.xpending(gkeys.direct, name)
+            pipe.zcard(gkeys.retry)
+            pipe.xlen(gkeys.direct)
+            pipe.xlen(gkeys.dead)
+            pipe.zcount(gkeys.instances, now_score, "+inf")
+            pipe.xrange(keys.log, f"({last}", "+", count=1)
+            pipe.xrange(gkeys.direct, "-", "+", count=1)
+            p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = pipe.execute(
+                raise_on_error=False
+            )
+        p_direct = p_direct if isinstance(p_direct, dict) else {"pending": 0, "min": None}
+        lag = info.get("lag")
+        if lag is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
+            lag = _count_after(client, keys.log, last) if undelivered else 0
+        # The oldest of: pending in the log, first undelivered in the log, first
+        # entry of the direct stream (retries and re-drives waiting or in flight).
+        candidates = (
+            p_log.get("min"),
+            undelivered[0][0] if undelivered else None,
+            first_direct[0][0] if isinstance(first_direct, list) and first_direct else None,
+        )
+        oldest = [to_str(x) for x in candidates if x]
+        consumers.append(
+            ConsumerStats(
+                name=name,
+                lag=int(lag),
+                in_flight=int(p_log["pending"]) + int(p_direct["pending"]),
+                waiting_retry=int(retry),
+                direct=int(direct) - int(p_direct["pending"]),
+                dead=int(dead),
+                oldest_unacked_age_s=age_s(min(oldest, key=_id_key), now) if oldest else None,
+                instances_alive=int(alive),
+                last_delivered_id=last,
+            )
+        )
+    return QueueStats(
+        name=keys.queue,
+        length=int(length) if not isinstance(length, Exception) else 0,
+        delayed=int(delayed),
+        dropped=int(dropped or 0),
+        oldest_id=to_str(first[0][0]) if first and not isinstance(first, Exception) else None,
+        consumers=sorted(consumers, key=lambda c: c.name),
+    )
+
+
+def _count_after(client: Any, log: str, last: str) -> int:
+    ids = client.execute_command("XRANGE", log, f"({last}", "+", "COUNT", LAG_COUNT_CAP)
+    return len(ids)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def age_s(entry_id: str | None, now: dt.datetime) -> float | None:

@@ -36,7 +36,39 @@ def _set_paused(request: HttpRequest, queryset: QuerySet[Any], paused: bool) -> 
 
 
 def _stat(value: object) -> str:
-    return "?" if value is None else str(value)
+    return "?" if value is None else str(value)  # "?": Redis unreachable
+
+
+# Live figures as list columns; each reads the (one-second cached) stats of its queue.
+
+
+def _queue_column(field: str, title: Any) -> Any:
+    @admin.display(description=title)
+    def column(self: Any, obj: Queue) -> str:
+        stats = queue_stats(obj.name)
+        return _stat(getattr(stats, field) if stats else None)
+
+    return column
+
+
+def _queue_total(field: str, title: Any) -> Any:
+    """The sum of a per-consumer figure over the queue's consumers."""
+
+    @admin.display(description=title)
+    def column(self: Any, obj: Queue) -> str:
+        stats = queue_stats(obj.name)
+        return _stat(sum(getattr(c, field) for c in stats.consumers) if stats else None)
+
+    return column
+
+
+def _consumer_column(field: str, title: Any) -> Any:
+    @admin.display(description=title)
+    def column(self: Any, obj: Consumer) -> str:
+        stats = consumer_stats(obj.queue.name, obj.name)
+        return _stat(getattr(stats, field) if stats else None)
+
+    return column
 
 
 # -- queues and consumers ------------------------------------------------------------
@@ -78,28 +110,12 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         stats = queue_stats(obj.name)
         return stats.consumers if stats else []
 
-    @admin.display(description=_("length"))
-    def length(self, obj: Queue) -> str:
-        stats = queue_stats(obj.name)
-        return _stat(stats.length if stats else None)
-
-    @admin.display(description=_("lag"))
-    def lag(self, obj: Queue) -> str:
-        stats = queue_stats(obj.name)
-        return _stat(stats.lag if stats else None)
-
-    @admin.display(description=_("in flight"))
-    def in_flight(self, obj: Queue) -> str:
-        return str(sum(c.in_flight for c in self._consumers(obj)))
-
-    @admin.display(description=_("delayed"))
-    def delayed(self, obj: Queue) -> str:
-        stats = queue_stats(obj.name)
-        return _stat(stats.delayed if stats else None)
-
-    @admin.display(description=_("retrying"))
-    def retrying(self, obj: Queue) -> str:
-        return str(sum(c.waiting_retry for c in self._consumers(obj)))
+    length = _queue_column("length", _("length"))
+    lag = _queue_column("lag", _("lag"))
+    delayed = _queue_column("delayed", _("delayed"))
+    in_flight = _queue_total("in_flight", _("in flight"))
+    retrying = _queue_total("waiting_retry", _("retrying"))
+    instances_alive = _queue_total("instances_alive", _("instances"))
 
     @admin.display(description=_("dead"))
     def dead(self, obj: Queue) -> str:
@@ -110,10 +126,6 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def oldest_unacked(self, obj: Queue) -> str:
         ages = [c.oldest_unacked_age_s for c in self._consumers(obj) if c.oldest_unacked_age_s]
         return age(max(ages) if ages else None)
-
-    @admin.display(description=_("instances"))
-    def instances_alive(self, obj: Queue) -> str:
-        return str(sum(c.instances_alive for c in self._consumers(obj)))
 
     @admin.action(description=_("Pause selected queues"), permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
@@ -156,27 +168,14 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # consumers are declared in code (@consumer)
 
-    def _stats(self, obj: Consumer) -> Any:
-        return consumer_stats(obj.queue.name, obj.name)
-
-    @admin.display(description=_("lag"))
-    def lag(self, obj: Consumer) -> str:
-        s = self._stats(obj)
-        return _stat(s.lag if s else None)
-
-    @admin.display(description=_("in flight"))
-    def in_flight(self, obj: Consumer) -> str:
-        s = self._stats(obj)
-        return _stat(s.in_flight if s else None)
-
-    @admin.display(description=_("retrying"))
-    def retrying(self, obj: Consumer) -> str:
-        s = self._stats(obj)
-        return _stat(s.waiting_retry if s else None)
+    lag = _consumer_column("lag", _("lag"))
+    in_flight = _consumer_column("in_flight", _("in flight"))
+    retrying = _consumer_column("waiting_retry", _("retrying"))
+    instances_alive = _consumer_column("instances_alive", _("instances"))
 
     @admin.display(description=_("dead"))
     def dead(self, obj: Consumer) -> str:
-        s = self._stats(obj)
+        s = consumer_stats(obj.queue.name, obj.name)
         rows = DeadLetter.objects.filter(
             queue=obj.queue.name, consumer=obj.name, status=DeadLetter.DEAD
         ).count()
@@ -184,13 +183,8 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("oldest unacked"))
     def oldest_unacked(self, obj: Consumer) -> str:
-        s = self._stats(obj)
+        s = consumer_stats(obj.queue.name, obj.name)
         return age(s.oldest_unacked_age_s if s else None)
-
-    @admin.display(description=_("instances"))
-    def instances_alive(self, obj: Consumer) -> str:
-        s = self._stats(obj)
-        return _stat(s.instances_alive if s else None)
 
     @admin.display(description=_("max retries"))
     def effective_max_retries(self, obj: Consumer) -> str:

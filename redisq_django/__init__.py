@@ -1,39 +1,51 @@
 """redisq_django: reliable message queues on the Redis your Django site already runs.
 
-Publish with :func:`publish` / :func:`publish_many`; the Django-free core lives in
-:mod:`redisq_django.core`.
+The public API is imported lazily (PEP 562), so ``import redisq_django`` needs neither
+Django settings nor Redis: declare consumers with :func:`consumer`, publish with
+:func:`publish`, :func:`publish_many` and :func:`publish_on_commit`. The Django-free core
+lives in :mod:`redisq_django.core`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Message", "Reject", "consumer", "publish", "publish_many", "publish_on_commit"]
 
-# Django-free names, safe to import before settings are configured.
-from redisq_django.core.handler import Reject
-from redisq_django.core.message import Message
-from redisq_django.registry import consumer
+__all__ = [
+    "Message",
+    "Reject",
+    "consumer",
+    "publish",
+    "publish_many",
+    "publish_on_commit",
+]
+
+if TYPE_CHECKING:  # the real signatures, for type checkers and IDEs
+    from redisq_django.consuming.registry import consumer
+    from redisq_django.core.handler import Reject
+    from redisq_django.core.message import Message
+    from redisq_django.publishing import publish, publish_many, publish_on_commit
+
+_WHERE = {
+    "Message": "redisq_django.core.message",
+    "Reject": "redisq_django.core.handler",
+    "consumer": "redisq_django.consuming.registry",
+    "publish": "redisq_django.publishing",
+    "publish_many": "redisq_django.publishing",
+    "publish_on_commit": "redisq_django.publishing",
+}
 
 
-def publish(queue: str, payload: Any, **kwargs: Any) -> str:
-    """Publish one message; see :func:`redisq_django.publishing.publish`."""
-    from redisq_django.publishing import publish as _publish
-
-    return _publish(queue, payload, **kwargs)
-
-
-def publish_many(queue: str, payloads: Any, **kwargs: Any) -> list[str]:
-    """Publish a batch in one round trip; see :func:`redisq_django.publishing.publish_many`."""
-    from redisq_django.publishing import publish_many as _publish_many
-
-    return _publish_many(queue, payloads, **kwargs)
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'redisq_django' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
 
 
-def publish_on_commit(queue: str, payload: Any, **kwargs: Any) -> str:
-    """Publish after the transaction commits; see
-    :func:`redisq_django.publishing.publish_on_commit`."""
-    from redisq_django.publishing import publish_on_commit as _publish_on_commit
-
-    return _publish_on_commit(queue, payload, **kwargs)
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -13,6 +13,6 @@ class RedisqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from redisq_django import checks, conf, receivers  # noqa: F401  (registrations)
+        from redisq_django import checks, signal_handlers  # noqa: F401  (registrations)
 
-        receivers.connect()
+        signal_handlers.connect()

@@ -29,7 +29,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register()
 def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E002: an app's ``consumers.py`` fails to import."""
-    from redisq_django.registry import DiscoveryError, autodiscover
+    from redisq_django.consuming.registry import DiscoveryError, autodiscover
 
     try:
         autodiscover()
@@ -47,7 +47,7 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 @checks.register()
 def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E003: a consumer is declared for a queue ``REDISQ['QUEUES']`` lacks."""
-    from redisq_django.registry import DiscoveryError, declarations
+    from redisq_django.consuming.registry import DiscoveryError, declarations
 
     try:
         known = get_settings()["QUEUES"]
@@ -72,7 +72,7 @@ def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E004 (``check --deploy``): Redis cannot be reached."""
     from redisq_django.connection import get_broker
-    from redisq_django.core._util import describe_client
+    from redisq_django.core.errors import describe_client
 
     try:
         get_settings()

@@ -1,8 +1,8 @@
 """``settings.REDISQ``: defaults, validation, and translation into the core's config.
 
 Read through :func:`get_settings` / :func:`get_core_config`, cached and cleared when
-Django's ``setting_changed`` fires (so ``override_settings`` works in tests). Never read
-at import time.
+Django's ``setting_changed`` fires (see ``signal_handlers.py``), so ``override_settings``
+works in tests. Never read at import time.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ import functools
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from redisq_django.core import config as core_defaults
-from redisq_django.core._util import number_problem
-from redisq_django.core.config import CoreConfig
+from redisq_django.core.config import CoreConfig, number_problem
 from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.retry import RetryPolicy
 
 
 class SettingsError(ConfigurationError, ImproperlyConfigured):
@@ -33,10 +31,8 @@ DEFAULTS: dict[str, Any] = {
     "URL": None,
     "PREFIX": "redisq",
     "MAX_PAYLOAD_BYTES": core_defaults.DEFAULT_MAX_PAYLOAD_BYTES,
-    "MAX_RETRIES": core_defaults.DEFAULT_MAX_RETRIES,
-    "BACKOFF": core_defaults.DEFAULT_BACKOFF_S,
-    "MAX_BACKOFF": core_defaults.DEFAULT_MAX_BACKOFF_S,
-    "VISIBILITY_TIMEOUT": core_defaults.DEFAULT_VISIBILITY_TIMEOUT_MS / 1000,
+    # The default retry policy of consumers, in seconds (RetryPolicy's own defaults).
+    **{k.upper(): v for k, v in RetryPolicy().to_seconds().items()},
     "REPLAY_WINDOW": core_defaults.DEFAULT_REPLAY_WINDOW_MS / 1000,
     "REPLAY_WINDOW_LENGTH": 0,
     "MAX_LENGTH": 0,
@@ -141,10 +137,12 @@ def get_core_config() -> CoreConfig:
     return CoreConfig(
         prefix=s["PREFIX"],
         max_payload_bytes=s["MAX_PAYLOAD_BYTES"],
-        max_retries=s["MAX_RETRIES"],
-        backoff_s=float(s["BACKOFF"]),
-        max_backoff_s=float(s["MAX_BACKOFF"]),
-        visibility_timeout_ms=int(s["VISIBILITY_TIMEOUT"] * 1000),
+        retry=RetryPolicy.from_seconds(
+            max_retries=s["MAX_RETRIES"],
+            backoff=s["BACKOFF"],
+            max_backoff=s["MAX_BACKOFF"],
+            visibility_timeout=s["VISIBILITY_TIMEOUT"],
+        ),
         replay_window_ms=int(s["REPLAY_WINDOW"] * 1000),
         replay_window_len=s["REPLAY_WINDOW_LENGTH"],
         max_len=s["MAX_LENGTH"],
@@ -175,15 +173,7 @@ def check_queue_known(queue: str) -> None:
 
 
 def clear_caches() -> None:
-    """Forget cached settings, config and broker (after a settings change)."""
+    """Forget the cached settings and config (``signal_handlers`` calls it, and also
+    clears the broker built from them)."""
     get_settings.cache_clear()
     get_core_config.cache_clear()
-    from redisq_django import connection
-
-    connection.get_broker.cache_clear()
-
-
-@receiver(setting_changed)
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("REDISQ", "CACHES"):
-        clear_caches()

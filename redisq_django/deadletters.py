@@ -17,9 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from redisq_django.connection import get_broker
-from redisq_django.core.codec import CARRIED_FIELDS
-from redisq_django.core.envelope import DeadLetter as RedisDeadLetter
+from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
+from redisq_django.core.envelope import CARRIED_FIELDS
 from redisq_django.models import DeadLetter
+from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
 logger = logging.getLogger("redisq.deadletters")
 
@@ -46,7 +47,7 @@ def _row_values(d: RedisDeadLetter) -> dict[str, Any]:
         "published_at": d.published_at,
         "first_failed_at": d.first_failed_at,
         "last_failed_at": d.last_failed_at,
-        "status": DeadLetter.DEAD,
+        "status": DeadLetter.Status.DEAD,
     }
 
 
@@ -95,15 +96,15 @@ def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
         How many were re-driven.
     """
     broker = get_broker()
-    done = 0
+    done: list[DeadLetter] = []
     for row in rows:
-        if row.status != DeadLetter.DEAD:
+        if row.status != DeadLetter.Status.DEAD:
             continue
         envelope = dict(row.envelope)
         envelope.setdefault("payload", row.payload)
         envelope.setdefault("id", row.message_id)
         broker.redrive_envelope(row.queue, row.consumer, envelope)
-        row.status = DeadLetter.RETRIED
+        row.status = DeadLetter.Status.RETRIED
         row.retry_count += 1
         row.retried_at = timezone.now()
         row.retried_by = user if getattr(user, "pk", None) else None
@@ -115,21 +116,25 @@ def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
             row.consumer,
             getattr(user, "username", None) or "the shell",
         )
-        done += 1
-    return done
+        done.append(row)
+    if done:
+        dead_letters_retried.send(sender=DeadLetter, rows=done, user=user)
+    return len(done)
 
 
 def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
     """Mark dead letters discarded (kept for the record). Returns how many changed."""
-    changed = 0
+    changed: list[DeadLetter] = []
     for row in rows:
-        if row.status == DeadLetter.DEAD:
-            row.status = DeadLetter.DISCARDED
+        if row.status == DeadLetter.Status.DEAD:
+            row.status = DeadLetter.Status.DISCARDED
             row.save(update_fields=["status", "updated_at"])
             logger.info(
                 "Dead letter %s discarded by %s",
                 row.message_id,
                 getattr(user, "username", None) or "the shell",
             )
-            changed += 1
-    return changed
+            changed.append(row)
+    if changed:
+        dead_letters_discarded.send(sender=DeadLetter, rows=changed, user=user)
+    return len(changed)

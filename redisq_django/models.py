@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.handler import ConsumerSpec, Handler
+from redisq_django.core.retry import RetryPolicy
 
 #: Settings a consumer row can override: (field, declared field, default from config).
 TUNABLES = ("max_retries", "backoff", "max_backoff", "visibility_timeout", "concurrency")
@@ -121,13 +122,7 @@ class Consumer(models.Model):
         declared = getattr(self, f"declared_{field}")
         if declared is not None:
             return Effective(declared, SOURCE_CODE)
-        defaults = {
-            "max_retries": config.max_retries,
-            "backoff": config.backoff_s,
-            "max_backoff": config.max_backoff_s,
-            "visibility_timeout": config.visibility_timeout_ms / 1000,
-        }
-        return Effective(defaults[field], SOURCE_DEFAULT)
+        return Effective(config.retry.to_seconds()[field], SOURCE_DEFAULT)
 
     def to_spec(self, handler: Handler, config: CoreConfig) -> ConsumerSpec:
         """The runtime description the worker uses (effective values)."""
@@ -136,10 +131,12 @@ class Consumer(models.Model):
             queue=self.queue.name,
             name=self.name,
             handler=handler,
-            max_retries=int(value["max_retries"]),
-            backoff_s=float(value["backoff"]),
-            max_backoff_s=float(value["max_backoff"]),
-            visibility_timeout_ms=int(float(value["visibility_timeout"]) * 1000),
+            policy=RetryPolicy.from_seconds(
+                max_retries=value["max_retries"],
+                backoff=value["backoff"],
+                max_backoff=value["max_backoff"],
+                visibility_timeout=value["visibility_timeout"],
+            ),
             concurrency=int(value["concurrency"]),
             start=self.start,
             paused=self.paused or self.queue.paused,
@@ -163,10 +160,12 @@ class DeadLetter(models.Model):
     updates its row (``retry_count`` keeps the history).
     """
 
-    DEAD = "dead"
-    RETRIED = "retried"
-    DISCARDED = "discarded"
-    STATUS_CHOICES = [(DEAD, _("dead")), (RETRIED, _("retried")), (DISCARDED, _("discarded"))]
+    class Status(models.TextChoices):
+        """Where a dead letter stands: still dead, sent again, or set aside."""
+
+        DEAD = "dead", _("dead")
+        RETRIED = "retried", _("retried")
+        DISCARDED = "discarded", _("discarded")
 
     queue = models.CharField(_("queue"), max_length=100, db_index=True)
     consumer = models.CharField(_("consumer"), max_length=100, db_index=True)
@@ -185,7 +184,7 @@ class DeadLetter(models.Model):
     first_failed_at = models.DateTimeField(_("first failure"), null=True)
     last_failed_at = models.DateTimeField(_("last failure"), null=True, db_index=True)
     status = models.CharField(
-        _("status"), max_length=16, choices=STATUS_CHOICES, default=DEAD, db_index=True
+        _("status"), max_length=16, choices=Status.choices, default=Status.DEAD, db_index=True
     )
     retry_count = models.PositiveIntegerField(_("times retried"), default=0)
     retried_at = models.DateTimeField(_("last retried"), null=True, blank=True)

@@ -58,7 +58,7 @@ def replay(queue: str, consumer: str, start: str | StartPoint) -> None:
 def dead_letter_rows(
     queue: str | None = None,
     consumer: str | None = None,
-    status: str | None = "dead",
+    status: str | None = DeadLetter.Status.DEAD,
 ) -> QuerySet[DeadLetter]:
     """Dead-letter rows (after moving what is still in Redis), newest failure first."""
     sink_all()

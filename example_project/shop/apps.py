@@ -17,7 +17,7 @@ class ShopConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from redisq_django.events import publish_model_events
+        from redisq_django.publishing.events import publish_model_events
         from shop.models import Order
 
         # Every new order is published to "orders" once its transaction commits.

@@ -123,7 +123,7 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("retry"))
     def retry_button(self, obj: DeadLetter) -> str:
-        if obj.status != DeadLetter.DEAD:
+        if obj.status != DeadLetter.Status.DEAD:
             return "-"
         url = reverse("admin:redisq_django_deadletter_retry", args=[obj.pk])
         # Inside the changelist form, which carries the CSRF token: formaction posts the

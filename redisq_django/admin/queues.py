@@ -14,10 +14,10 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django.adminstats import age, consumer_stats, queue_stats
+from redisq_django.admin.stats import age, consumer_stats, queue_stats
 from redisq_django.conf import get_core_config
 from redisq_django.models import TUNABLES, Consumer, DeadLetter, Overview, Queue
-from redisq_django.outbox import pending_count
+from redisq_django.publishing.outbox import pending_count
 
 #: Django 6 styles the admin's breadcrumbs as ``<ol class="breadcrumbs">`` of ``<li>``,
 #: Django 5.2 as ``<div class="breadcrumbs">``: our pages render the one that is styled.
@@ -132,7 +132,7 @@ class QueueAdmin(PauseActions, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("dead"))
     def dead(self, obj: Queue) -> str:
-        rows = DeadLetter.objects.filter(queue=obj.name, status=DeadLetter.DEAD).count()
+        rows = DeadLetter.objects.filter(queue=obj.name, status=DeadLetter.Status.DEAD).count()
         return str(rows + sum(c.dead for c in self._consumers(obj)))
 
     @admin.display(description=_("oldest unacked"))
@@ -182,7 +182,7 @@ class ConsumerAdmin(PauseActions, admin.ModelAdmin):  # type: ignore[type-arg]
     def dead(self, obj: Consumer) -> str:
         s = consumer_stats(obj.queue.name, obj.name)
         rows = DeadLetter.objects.filter(
-            queue=obj.queue.name, consumer=obj.name, status=DeadLetter.DEAD
+            queue=obj.queue.name, consumer=obj.name, status=DeadLetter.Status.DEAD
         ).count()
         return str(rows + (s.dead if s else 0))
 
@@ -245,7 +245,7 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             stats = queue_stats(name)
             dead_rows = {
                 c: n
-                for c, n in DeadLetter.objects.filter(queue=name, status=DeadLetter.DEAD)
+                for c, n in DeadLetter.objects.filter(queue=name, status=DeadLetter.Status.DEAD)
                 .values_list("consumer")
                 .annotate(n=Count("id"))
             }

@@ -1,4 +1,4 @@
-"""Django-free core of redisq: key schema, envelope codec, Lua scripts, broker.
+"""Django-free core of redisq: key schema, envelope, Lua scripts, broker, worker.
 
 Nothing in this package imports Django; it reads one frozen :class:`CoreConfig`.
 Use it directly from any Python program::
@@ -15,9 +15,10 @@ Use it directly from any Python program::
             sub.ack([message])
 """
 
-from redisq_django.core.backoff import compute_backoff
-from redisq_django.core.broker import Broker
+from redisq_django.core.broker import Broker, default_instance_name
 from redisq_django.core.config import CoreConfig
+from redisq_django.core.deadletter import DeadLetter, DeadReason, Failure
+from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,
     ConsumerNotFound,
@@ -28,7 +29,10 @@ from redisq_django.core.errors import (
     RedisqError,
     RedisUnavailable,
 )
-from redisq_django.core.message import Message
+from redisq_django.core.handler import ConsumerSpec, Reject
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.core.subscription import Subscription
@@ -37,17 +41,28 @@ __all__ = [
     "Broker",
     "ConfigurationError",
     "ConsumerNotFound",
+    "ConsumerSpec",
     "ConsumerStats",
     "CoreConfig",
+    "DeadLetter",
+    "DeadReason",
+    "Envelope",
+    "Failure",
     "InvalidName",
     "Message",
+    "Outcome",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "PublishError",
     "QueueStats",
     "RedisUnavailable",
     "RedisqError",
+    "Reject",
+    "RetryPolicy",
     "StartPoint",
+    "Stream",
     "Subscription",
     "compute_backoff",
+    "default_instance_name",
+    "new_message_id",
 ]

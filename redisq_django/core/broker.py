@@ -1,5 +1,5 @@
-"""The broker: logical consumers, replay, dead letters, retention, stats (and, from
-:class:`~redisq_django.core.publisher.Publisher`, publishing)."""
+"""The broker: build a message once and send it anywhere; logical consumers, replay,
+dead letters, retention and stats of one Redis."""
 
 from __future__ import annotations
 
@@ -7,35 +7,31 @@ import datetime as dt
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
-from redisq_django.core import codec
-from redisq_django.core._util import (
-    describe_client,
-    flatten,
-    now_ms,
-    to_bytes,
-    to_str,
-    translate_errors,
-)
+from redisq_django.core import envelope as env
+from redisq_django.core import retention
+from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.envelope import DeadLetter, redrive_fields
-from redisq_django.core.errors import ConsumerNotFound
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys, registry_key
-from redisq_django.core.lua import Scripts
-from redisq_django.core.publisher import Delay, Publisher, new_message_id
+from redisq_django.core.deadletter import DeadLetter, redrive_fields
+from redisq_django.core.envelope import Delay, Envelope, due_at_ms, new_message_id
+from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
+from redisq_django.core.groups import ensure_group, group_names, is_nogroup, recreate_group
+from redisq_django.core.json import JsonCodec
+from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
+from redisq_django.core.retry import RetryPolicy
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.sending import send_all, send_once
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
+from redisq_django.core.subscription import Subscription
+from redisq_django.core.wire import flatten, to_bytes, to_str
 
 
-def _is_nogroup(exc: redis.ResponseError) -> bool:
-    return str(exc).startswith("NOGROUP")
-
-
-class Broker(Publisher):
+class Broker:
     """Talks to Redis for one application; thread-safe, share one per process.
 
     Args:
@@ -47,15 +43,13 @@ class Broker(Publisher):
     def __init__(self, client: Any, config: CoreConfig | None = None) -> None:
         self.client = client
         self.config = config or CoreConfig()
-        self.codec = codec.JsonCodec(self.config.json_encoder)
+        self.codec = JsonCodec(self.config.json_encoder)
         self.scripts = Scripts(client)
         self._keys: dict[str, QueueKeys] = {}
         self._registered: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Broker {describe_client(self.client)} prefix={self.config.prefix!r}>"
-
-    # -- keys --------------------------------------------------------------------------
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of ``queue`` (validates the name once)."""
@@ -69,6 +63,133 @@ class Broker(Publisher):
         if queue not in self._registered:
             self.client.sadd(registry_key(self.config.prefix), queue)
             self._registered.add(queue)
+
+    # -- publishing --------------------------------------------------------------------
+
+    def prepare(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        delay: Delay = None,
+        eta: dt.datetime | None = None,
+        id: str | None = None,
+    ) -> Envelope:
+        """Validate and encode a message now; :meth:`send` it later (or at once).
+
+        Args:
+            queue: the queue (topic) name.
+            payload: any JSON-serialisable value (datetime, date, time, timedelta,
+                Decimal and UUID are converted as Django's JSON encoder does).
+            headers: optional JSON-serialisable string-keyed metadata.
+            delay: seconds (or a timedelta) before it may be delivered.
+            eta: an aware datetime before which it is not delivered.
+            id: a message id of your choosing (default: the log entry id for immediate
+                messages, 32 hex characters for delayed ones).
+
+        Raises:
+            InvalidName: the queue name is not allowed.
+            PayloadTooLarge: the encoded payload is over ``max_payload_bytes``.
+            PayloadNotSerializable: payload or headers hold a non-JSON value.
+            ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
+        """
+        self.keys(queue)
+        payload_json = self.codec.encode_payload(
+            payload, queue=queue, limit=self.config.max_payload_bytes
+        )
+        headers_json = self.codec.encode_headers(headers, queue=queue)
+        now = now_ms()
+        due = due_at_ms(delay, eta, now=now)
+        if due is None:
+            return Envelope(
+                queue=queue, id=id, payload_json=payload_json, headers_json=headers_json
+            )
+        return Envelope(
+            queue=queue,
+            id=id or new_message_id(),
+            payload_json=payload_json,
+            headers_json=headers_json,
+            published_at_ms=now,
+            due_at_ms=due,
+        )
+
+    @translate_errors
+    def send(self, envelopes: Sequence[Envelope], *, once: bool = False) -> list[str]:
+        """Send prepared messages: one round trip per queue, all or none per queue.
+
+        Immediate messages are appended to the queue's log, delayed ones to its delayed
+        set. With ``once``, each message is published at most once per message id
+        (envelopes without an id get one): a repeated id within a day is a no-op, so a
+        sender that is unsure whether a send went through can always send again.
+
+        Returns:
+            The message ids, in the order of ``envelopes``.
+
+        Raises:
+            RedisUnavailable: Redis cannot be reached (with ``once``, sending again is
+                safe; without, some queues' messages may have been published).
+        """
+        batch = [e.with_id() for e in envelopes] if once else list(envelopes)
+        by_queue: dict[str, list[int]] = {}
+        for index, envelope in enumerate(batch):
+            by_queue.setdefault(envelope.queue, []).append(index)
+        ids = [e.id or "" for e in batch]
+        for queue, indexes in by_queue.items():
+            keys = self.keys(queue)
+            self._register(queue)
+            mine = [batch[i] for i in indexes]
+            replies = (
+                send_once(self.client, self.scripts, keys, mine)
+                if once
+                else send_all(self.client, keys, mine)
+            )
+            for i, reply in zip(indexes, replies, strict=True):
+                if not ids[i]:
+                    ids[i] = to_str(reply)
+        return ids
+
+    def publish(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        delay: Delay = None,
+        eta: dt.datetime | None = None,
+    ) -> str:
+        """Publish one message; every logical consumer of ``queue`` receives it.
+
+        Arguments and errors as :meth:`prepare` and :meth:`send`.
+
+        Returns:
+            The message id. Immediate messages get their log entry id
+            (``"1700000000000-0"``); delayed ones a 32-character hex id.
+        """
+        return self.send([self.prepare(queue, payload, headers=headers, delay=delay, eta=eta)])[0]
+
+    def publish_many(
+        self,
+        queue: str,
+        payloads: Iterable[Any],
+        *,
+        headers: Mapping[str, Any] | None = None,
+        delay: Delay = None,
+        eta: dt.datetime | None = None,
+    ) -> list[str]:
+        """Publish several messages in one round trip, all or none.
+
+        Every payload is encoded (and checked against the limit) before anything is
+        sent, so an invalid payload publishes nothing. Arguments as :meth:`publish`;
+        ``headers``, ``delay`` and ``eta`` apply to every message.
+
+        Returns:
+            The message ids, in the order of ``payloads``.
+        """
+        envelopes = [
+            self.prepare(queue, p, headers=headers, delay=delay, eta=eta) for p in payloads
+        ]
+        return self.send(envelopes)
 
     # -- logical consumers -------------------------------------------------------------
 
@@ -87,15 +208,9 @@ class Broker(Publisher):
         Returns:
             True when it was created, False when it already existed.
         """
-        gkeys = self.keys(queue).group(group)
-        point = StartPoint.parse(start)
-        created = self.scripts(
-            "ensure_consumer",
-            [gkeys.queue_keys.log, gkeys.direct],
-            [group, point.to_last_delivered_id()],
-        )
+        created = ensure_group(self.scripts, self.keys(queue).group(group), StartPoint.parse(start))
         self._register(queue)
-        return bool(created)
+        return created
 
     @translate_errors
     def reset(self, queue: str, group: str, start: str | dt.datetime | StartPoint) -> None:
@@ -110,23 +225,18 @@ class Broker(Publisher):
         """
         keys = self.keys(queue)
         keys.group(group)
-        point = StartPoint.parse(start)
-        target = point.to_last_delivered_id()
+        target = StartPoint.parse(start).to_last_delivered_id()
         try:
             self.client.execute_command("XGROUP", "SETID", keys.log, group, target)
         except redis.ResponseError as exc:
-            if _is_nogroup(exc):
+            if is_nogroup(exc):
                 raise ConsumerNotFound(queue, group) from exc
             raise
 
     @translate_errors
     def consumers(self, queue: str) -> list[str]:
         """Names of the logical consumers registered on ``queue``."""
-        try:
-            groups = self.client.xinfo_groups(self.keys(queue).log)
-        except redis.ResponseError:  # no such key
-            return []
-        return sorted(to_str(g["name"]) for g in groups)
+        return group_names(self.client, self.keys(queue))
 
     @translate_errors
     def remove_consumer(self, queue: str, group: str) -> None:
@@ -151,8 +261,10 @@ class Broker(Publisher):
         queue: str,
         group: str,
         consumer: str | None = None,
-        **policy: Any,
-    ) -> Any:
+        *,
+        policy: RetryPolicy | None = None,
+        **overrides: Any,
+    ) -> Subscription:
         """An instance of logical consumer ``group``: fetches, acks and fails messages.
 
         Args:
@@ -160,15 +272,19 @@ class Broker(Publisher):
                 (:meth:`ensure_consumer`).
             consumer: the instance name, unique per running instance (default
                 ``host:pid:random``).
-            **policy: ``max_retries``, ``backoff_s``, ``max_backoff_s``,
-                ``visibility_timeout_ms``; defaults from the config.
-
-        Returns:
-            A :class:`~redisq_django.core.subscription.Subscription`.
+            policy: its retry policy (default: the config's).
+            **overrides: fields of the policy to change (``max_retries``, ``backoff_s``,
+                ``max_backoff_s``, ``visibility_timeout_ms``).
         """
-        from redisq_django.core.subscription import Subscription
-
-        return Subscription(self, queue, group, consumer or default_instance_name(), **policy)
+        return Subscription(
+            client=self.client,
+            scripts=self.scripts,
+            config=self.config,
+            keys=self.keys(queue),
+            group=group,
+            consumer=consumer or default_instance_name(),
+            policy=(policy or self.config.retry).evolve(**overrides),
+        )
 
     # -- dead letters ------------------------------------------------------------------
 
@@ -226,12 +342,12 @@ class Broker(Publisher):
         """
         gkeys = self.keys(queue).group(group)
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
-        if codec.F_PAYLOAD not in envelope:
+        if env.F_PAYLOAD not in envelope:
             raise ValueError("An envelope to re-drive needs a 'payload' field.")
         new_id = self.scripts("redrive", [gkeys.dead, gkeys.direct], ["", *flatten(envelope)])
         return to_str(new_id)
 
-    # -- retention ---------------------------------------------------------------------
+    # -- retention, purge, stats -------------------------------------------------------
 
     @translate_errors
     def trim(self, queue: str, *, now: int | None = None) -> tuple[int, int]:
@@ -245,23 +361,7 @@ class Broker(Publisher):
             ``(removed, dropped)``: entries removed safely and unacknowledged entries
             removed by the hard cap.
         """
-        keys = self.keys(queue)
-        c = self.config
-        removed, dropped = self.scripts(
-            "trim",
-            [keys.log, keys.meta],
-            [
-                now if now is not None else now_ms(),
-                c.replay_window_ms,
-                c.replay_window_len,
-                c.max_len,
-                c.max_age_ms,
-                c.script_batch,
-            ],
-        )
-        return int(removed), int(dropped)
-
-    # -- purge -------------------------------------------------------------------------
+        return retention.trim(self.scripts, self.keys(queue), self.config, now=now)
 
     @translate_errors
     def purge(self, queue: str) -> None:
@@ -278,20 +378,9 @@ class Broker(Publisher):
                 pipe.delete(gkeys.retry, gkeys.dead)
             pipe.execute()
         for group in groups:
-            # Pending entries point at deleted entries: forget them by moving the
-            # group to the end and re-creating it (keeps the registration).
-            self._recreate_group(keys, group)
-
-    def _recreate_group(self, keys: QueueKeys, group: str) -> None:
-        gkeys = keys.group(group)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.execute_command("XGROUP", "DESTROY", keys.log, group)
-            pipe.execute_command("XGROUP", "DESTROY", gkeys.direct, group)
-            pipe.execute_command("XGROUP", "CREATE", keys.log, group, "$", "MKSTREAM")
-            pipe.execute_command("XGROUP", "CREATE", gkeys.direct, group, "0", "MKSTREAM")
-            pipe.execute()
-
-    # -- stats -------------------------------------------------------------------------
+            # Pending entries point at deleted entries: forget them by re-creating the
+            # group at the end of the log (keeps the registration).
+            recreate_group(self.client, keys.group(group))
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:
@@ -302,6 +391,3 @@ class Broker(Publisher):
 def default_instance_name() -> str:
     """``host:pid:random``: unique per running instance, readable in stats."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-__all__ = ["Broker", "Delay", "GroupKeys", "default_instance_name", "new_message_id"]

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
-from redisq_django.core.codec import PayloadEncoder
+from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.json import PayloadEncoder
+from redisq_django.core.retry import RetryPolicy
 
 #: Largest encoded payload accepted by ``publish`` (bytes): 1 MiB.
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-#: Retries after the first attempt before a message becomes a dead letter.
-DEFAULT_MAX_RETRIES = 5
-#: Base of the exponential retry backoff (seconds).
-DEFAULT_BACKOFF_S = 1.0
-#: Upper bound of one retry backoff (seconds).
-DEFAULT_MAX_BACKOFF_S = 300.0
-#: A fetched message not acked within this time is delivered again (milliseconds).
-DEFAULT_VISIBILITY_TIMEOUT_MS = 60_000
 #: Acknowledged history kept for replay (milliseconds): 1 hour.
 DEFAULT_REPLAY_WINDOW_MS = 3_600_000
 #: How often an idle fetch looks for due delayed messages and retries (milliseconds).
@@ -32,10 +27,8 @@ class CoreConfig:
     Attributes:
         prefix: first part of every key (``redisq``).
         max_payload_bytes: largest encoded payload ``publish`` accepts.
-        max_retries: default retries before a message is dead.
-        backoff_s: default base of the exponential backoff, seconds.
-        max_backoff_s: default cap of one backoff, seconds.
-        visibility_timeout_ms: default lease of a fetched message, milliseconds.
+        retry: the default :class:`RetryPolicy` of logical consumers (max retries,
+            backoff, cap, visibility timeout).
         replay_window_ms: acknowledged history kept for replay, milliseconds (0: none).
         replay_window_len: acknowledged entries kept for replay, counted from the newest
             (0: none). The larger of the two windows wins.
@@ -49,10 +42,7 @@ class CoreConfig:
 
     prefix: str = "redisq"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    max_retries: int = DEFAULT_MAX_RETRIES
-    backoff_s: float = DEFAULT_BACKOFF_S
-    max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
-    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
     replay_window_len: int = 0
     max_len: int = 0
@@ -62,25 +52,28 @@ class CoreConfig:
     json_encoder: type[json.JSONEncoder] = field(default=PayloadEncoder)
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = list(self.retry.problems())
         if not self.prefix or any(c in self.prefix for c in "{} "):
             problems.append(f"prefix {self.prefix!r} must be non-empty, without braces/spaces")
         for name in ("max_payload_bytes", "poll_interval_ms", "script_batch"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
-        for name in (
-            "max_retries",
-            "backoff_s",
-            "max_backoff_s",
-            "visibility_timeout_ms",
-            "replay_window_ms",
-            "replay_window_len",
-            "max_len",
-            "max_age_ms",
-        ):
+        for name in ("replay_window_ms", "replay_window_len", "max_len", "max_age_ms"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
         if problems:
-            from redisq_django.core.errors import ConfigurationError
-
             raise ConfigurationError("Invalid redisq configuration: " + "; ".join(problems))
+
+
+def number_problem(name: str, value: Any, *, integer: bool, positive: bool = False) -> str | None:
+    """Why ``value`` is not a valid setting ``name`` (None when it is valid).
+
+    Integers (``integer=True``) or numbers of seconds, at least 0 (or above 0 when
+    ``positive``); booleans are refused although Python counts them as integers.
+    """
+    kind = int if integer else (int, float)
+    is_number = isinstance(value, kind) and not isinstance(value, bool)
+    if is_number and (value > 0 if positive else value >= 0):
+        return None
+    what = "an integer" if integer else "a number of seconds"
+    return f"{name} must be {what} {'> 0' if positive else '>= 0'}, got {value!r}"

@@ -1,172 +1,229 @@
-"""Building the envelopes of retries, dead letters and re-drives from a delivery."""
+"""The envelope: one message as it is stored in Redis (PROTOCOL.md, "Envelope v1").
+
+Outgoing, a message is an :class:`Envelope` built once by ``Broker.prepare`` (validated
+and encoded) and sent anywhere by ``Broker.send``: to the log, to the delayed set, at
+most once. Incoming, :func:`decode` turns a stream entry's fields into its parts.
+
+A stream entry is a flat map of fields; only ``payload`` is required, so
+``XADD redisq:{q}:log * payload '{"a":1}'`` from any client is a valid message. Zset
+members (delayed messages, retries) hold the same map as one JSON object of strings.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from redisq_django.core import codec
-from redisq_django.core._util import to_str
-from redisq_django.core.message import Message
+from redisq_django.core.clock import datetime_to_ms, ms_from_entry_id, now_ms
+from redisq_django.core.json import loads
 
-#: Tracebacks and error messages stored with a dead letter are cut to this many characters.
-MAX_ERROR_TEXT = 32_000
+ENVELOPE_VERSION = 1
 
-# Dead-letter fields (beside the envelope fields).
-F_REASON = b"reason"
-F_ERROR_CLASS = b"error_class"
-F_ERROR_MESSAGE = b"error_message"
-F_TRACEBACK = b"traceback"
-F_LAST_FAILED_AT = b"last_failed_at"
-F_GROUP = b"group"
-F_RAW = b"raw"
+# Field names (bytes, as redis-py returns them).
+F_VERSION = b"v"
+F_PAYLOAD = b"payload"
+F_HEADERS = b"headers"
+F_ID = b"id"
+F_PUBLISHED_AT = b"published_at"
+F_ATTEMPTS = b"attempts"
+F_FIRST_FAILED_AT = b"first_failed_at"
+F_DUE_AT = b"due_at"
 
-#: Why a message became a dead letter.
-REASON_FAILED = "failed"  # the handler raised on every allowed attempt
-REASON_REJECTED = "rejected"  # the handler asked for it (Reject)
-REASON_UNDECODABLE = "undecodable"  # the entry is not a valid envelope
-REASON_LEASE_EXPIRED = "lease_expired"  # instances kept crashing on it
+#: Fields that a retry or re-drive carries over from the entry it came from.
+CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT)
+
+Delay = float | int | dt.timedelta | None
 
 
-def retry_fields(message: Message, failed_at_ms: int, *, failed: bool = True) -> dict[bytes, bytes]:
-    """The envelope of the next delivery of ``message``: its fields with the attempt
-    count so far and the first failure time, the message id and publish time pinned.
+def new_message_id() -> str:
+    """A message id chosen before publishing: 32 hex characters."""
+    return uuid.uuid4().hex
 
-    With ``failed=False`` (a message handed back unstarted) this delivery is not counted.
+
+def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) -> int | None:
+    """The due time (ms) of a message published ``now`` with ``delay`` or ``eta``, or
+    None when it is due at once. Rounded up: a message is never due early.
+
+    Raises:
+        ValueError: both given, a negative delay, or a naive ``eta``.
     """
-    fields = {
-        k: v
-        for k, v in message.fields.items()
-        if k not in (codec.F_ATTEMPTS, codec.F_FIRST_FAILED_AT)
-    }
-    fields[codec.F_ID] = message.id.encode()
-    fields[codec.F_PUBLISHED_AT] = str(message.published_at_ms).encode()
-    fields[codec.F_ATTEMPTS] = str(message.attempts - (0 if failed else 1)).encode()
-    first = message.first_failed_at_ms
-    if first is not None:
-        fields[codec.F_FIRST_FAILED_AT] = str(first).encode()
-    elif failed:
-        fields[codec.F_FIRST_FAILED_AT] = str(failed_at_ms).encode()
-    return fields
+    if delay is not None and eta is not None:
+        raise ValueError("Pass either delay= or eta=, not both.")
+    now = now_ms() if now is None else now
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+        if seconds < 0:
+            raise ValueError(f"delay must be >= 0 seconds, got {seconds}")
+        return now + math.ceil(seconds * 1000) if seconds > 0 else None
+    if eta is not None:
+        if eta.tzinfo is None:
+            raise ValueError(f"eta {eta!r} has no time zone; pass an aware datetime.")
+        due = datetime_to_ms(eta)
+        return due if due > now else None
+    return None
 
 
-def dead_fields(
-    base: dict[bytes, bytes],
-    *,
-    group: str,
-    reason: str,
-    error_class: str,
-    error_message: str,
-    traceback: str,
-    failed_at_ms: int,
-) -> dict[bytes, bytes]:
-    """``base`` plus the dead-letter fields."""
-    fields = dict(base)
-    fields[F_REASON] = reason.encode()
-    fields[F_ERROR_CLASS] = error_class.encode("utf-8", "backslashreplace")
-    fields[F_ERROR_MESSAGE] = error_message[:MAX_ERROR_TEXT].encode("utf-8", "backslashreplace")
-    fields[F_TRACEBACK] = traceback[-MAX_ERROR_TEXT:].encode("utf-8", "backslashreplace")
-    fields[F_LAST_FAILED_AT] = str(failed_at_ms).encode()
-    fields[F_GROUP] = group.encode()
-    fields.setdefault(codec.F_FIRST_FAILED_AT, str(failed_at_ms).encode())
-    return fields
-
-
-def undecodable_fields(
-    entry_id: bytes, raw: Mapping[bytes, bytes], *, group: str, reason: str, now: int
-) -> dict[bytes, bytes]:
-    """A dead letter for an entry that is not a valid envelope, keeping what it held."""
-    base = {codec.F_ID: entry_id, F_RAW: codec.describe_raw(raw), codec.F_ATTEMPTS: b"1"}
-    if isinstance(raw.get(codec.F_PAYLOAD), bytes):
-        base[codec.F_PAYLOAD] = raw[codec.F_PAYLOAD]
-    return dead_fields(
-        base,
-        group=group,
-        reason=REASON_UNDECODABLE,
-        error_class="UndecodableEntry",
-        error_message=reason,
-        traceback="",
-        failed_at_ms=now,
-    )
-
-
-def redrive_fields(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
-    """A fresh delivery (attempt count reset) of a dead letter's envelope."""
-    keep = (*codec.CARRIED_FIELDS,)
-    return {k: v for k, v in fields.items() if k in keep}
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A dead letter as stored in Redis (``redisq:{q}:g:<g>:dead``).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """One outgoing message, validated and encoded, ready to be sent (``Broker.send``).
 
     Attributes:
-        entry_id: its id in the dead stream.
-        queue, group: where it died.
-        id: the message id.
-        payload: the decoded payload, or the raw text when it is not valid JSON.
-        headers: the decoded headers.
-        attempts: deliveries made.
-        reason: ``failed``, ``rejected``, ``undecodable`` or ``lease_expired``.
-        error_class, error_message, traceback: the last failure.
-        published_at, first_failed_at, last_failed_at: UTC datetimes.
-        fields: the raw fields (to re-drive the exact envelope).
+        queue: the queue it goes to.
+        id: the message id; None lets the log entry id become the message id (immediate
+            messages only; delayed ones and publish-once need an id of their own).
+        payload_json: the payload as UTF-8 JSON.
+        headers_json: the headers as a UTF-8 JSON object, or None.
+        published_at_ms: publish time (ms); None means "the log entry id's time".
+        due_at_ms: when set, the message is delayed until then (ms).
     """
 
-    entry_id: str
     queue: str
-    group: str
+    id: str | None
+    payload_json: bytes
+    headers_json: bytes | None = None
+    published_at_ms: int | None = None
+    due_at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.due_at_ms is not None and (self.id is None or self.published_at_ms is None):
+            raise ValueError("A delayed envelope needs its own id and a publish time.")
+
+    def fields(self) -> list[bytes]:
+        """The stream entry as a flat field/value list (for XADD)."""
+        out = [F_PAYLOAD, self.payload_json]
+        if self.headers_json:
+            out += [F_HEADERS, self.headers_json]
+        if self.id is not None:
+            out += [F_ID, self.id.encode()]
+        if self.published_at_ms is not None:
+            out += [F_PUBLISHED_AT, str(self.published_at_ms).encode()]
+        if self.due_at_ms is not None:
+            out += [F_DUE_AT, str(self.due_at_ms).encode()]
+        return out
+
+    def member(self) -> bytes:
+        """The delayed-set member: the same fields as one JSON object of strings."""
+        flat = self.fields()
+        member = {flat[i].decode(): flat[i + 1].decode("utf-8") for i in range(0, len(flat), 2)}
+        return json.dumps(member, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def with_id(self) -> Envelope:
+        """This envelope with an id of its own (a new one when it had none)."""
+        if self.id is not None:
+            return self
+        return Envelope(
+            queue=self.queue,
+            id=new_message_id(),
+            payload_json=self.payload_json,
+            headers_json=self.headers_json,
+            published_at_ms=self.published_at_ms,
+            due_at_ms=self.due_at_ms,
+        )
+
+
+class UndecodableEntry(ValueError):
+    """A Redis entry is not a valid envelope; ``reason`` says why."""
+
+
+class Decoded(NamedTuple):
+    """The parts of a valid envelope."""
+
     id: str
     payload: Any
     headers: dict[str, Any]
     attempts: int
-    reason: str
-    error_class: str
-    error_message: str
-    traceback: str
-    published_at: dt.datetime | None
-    first_failed_at: dt.datetime | None
-    last_failed_at: dt.datetime | None
-    fields: dict[bytes, bytes]
+    published_at_ms: int
+    first_failed_at_ms: int | None
+    due_at_ms: int | None
 
-    @classmethod
-    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
-        import json
 
-        def text(name: bytes) -> str:
-            return to_str(fields.get(name, b""))
+def _int_field(fields: Mapping[bytes, bytes], name: bytes) -> int | None:
+    raw = fields.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UndecodableEntry(f"field {name.decode()!r} is not an integer") from None
+    if value < 0:
+        raise UndecodableEntry(f"field {name.decode()!r} is negative")
+    return value
 
-        def when(name: bytes) -> dt.datetime | None:
-            raw = fields.get(name)
-            return codec.ms_to_datetime(int(raw)) if raw and raw.isdigit() else None
 
-        raw_payload = fields.get(codec.F_PAYLOAD, b"")
+def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
+    """Validate an envelope and return its parts.
+
+    Raises:
+        UndecodableEntry: the entry is not a valid envelope; the message says why.
+    """
+    raw_payload = fields.get(F_PAYLOAD)
+    if raw_payload is None:
+        raise UndecodableEntry("no 'payload' field")
+    try:
+        payload = loads(raw_payload)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise UndecodableEntry(f"payload is not valid JSON: {exc}") from None
+    if len(fields) == 1:
+        # The common case (a plain publish): the id and time come from the entry id.
+        return Decoded(entry_id.decode(), payload, {}, 0, ms_from_entry_id(entry_id), None, None)
+    version = fields.get(F_VERSION, b"1")
+    if version != b"1":
+        raise UndecodableEntry(f"unsupported envelope version {version[:20]!r}")
+    headers: dict[str, Any] = {}
+    raw_headers = fields.get(F_HEADERS)
+    if raw_headers is not None:
         try:
-            payload: Any = json.loads(raw_payload)
-        except (ValueError, RecursionError):  # kept as text, as an undecodable entry's
-            payload = to_str(raw_payload)
-        try:
-            headers = json.loads(fields.get(codec.F_HEADERS, b"{}"))
-            headers = headers if isinstance(headers, dict) else {}
-        except (ValueError, RecursionError):
-            headers = {}
-        attempts = fields.get(codec.F_ATTEMPTS, b"0")
-        return cls(
-            entry_id=to_str(entry_id),
-            queue=queue,
-            group=text(F_GROUP),
-            id=text(codec.F_ID) or to_str(entry_id),
-            payload=payload,
-            headers=headers,
-            attempts=int(attempts) if attempts.isdigit() else 0,
-            reason=text(F_REASON),
-            error_class=text(F_ERROR_CLASS),
-            error_message=text(F_ERROR_MESSAGE),
-            traceback=text(F_TRACEBACK),
-            published_at=when(codec.F_PUBLISHED_AT),
-            first_failed_at=when(codec.F_FIRST_FAILED_AT),
-            last_failed_at=when(F_LAST_FAILED_AT),
-            fields=dict(fields),
-        )
+            headers = loads(raw_headers)
+        except (ValueError, RecursionError) as exc:
+            raise UndecodableEntry(f"headers are not valid JSON: {exc}") from None
+        if not isinstance(headers, dict):
+            raise UndecodableEntry("headers are not a JSON object")
+    raw_id = fields.get(F_ID)
+    try:
+        message_id = (raw_id if raw_id is not None else entry_id).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UndecodableEntry("field 'id' is not UTF-8") from None
+    published = _int_field(fields, F_PUBLISHED_AT)
+    return Decoded(
+        message_id,
+        payload,
+        headers,
+        _int_field(fields, F_ATTEMPTS) or 0,
+        published if published is not None else ms_from_entry_id(entry_id),
+        _int_field(fields, F_FIRST_FAILED_AT),
+        _int_field(fields, F_DUE_AT),
+    )
+
+
+def describe_raw(fields: Mapping[bytes, bytes]) -> bytes:
+    """A JSON rendering of arbitrary entry fields, kept with an undecodable dead letter."""
+    readable = {
+        k.decode("utf-8", "backslashreplace"): v.decode("utf-8", "backslashreplace")
+        for k, v in fields.items()
+    }
+    return json.dumps(readable, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def next_delivery_fields(
+    fields: Mapping[bytes, bytes],
+    *,
+    message_id: str,
+    published_at_ms: int,
+    attempts: int,
+    first_failed_at_ms: int | None,
+) -> dict[bytes, bytes]:
+    """The envelope of a message's next delivery (a retry, or a hand-back): its fields
+    with the message id and publish time pinned, ``attempts`` deliveries counted so far
+    and the first failure time (when there was one)."""
+    out = {k: v for k, v in fields.items() if k not in (F_ATTEMPTS, F_FIRST_FAILED_AT)}
+    out[F_ID] = message_id.encode()
+    out[F_PUBLISHED_AT] = str(published_at_ms).encode()
+    out[F_ATTEMPTS] = str(attempts).encode()
+    if first_failed_at_ms is not None:
+        out[F_FIRST_FAILED_AT] = str(first_failed_at_ms).encode()
+    return out

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import redis
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class RedisqError(Exception):
     """Base class of every error raised by redisq."""
@@ -67,3 +76,32 @@ class RedisUnavailable(RedisqError):
             f"Cannot reach Redis at {address}: {str(cause).rstrip('.')}. Check that the "
             f"server is running and that REDISQ['URL'] or REDISQ['CONNECTION'] points at it."
         )
+
+
+def describe_client(client: Any) -> str:
+    """``host:port/db`` of a redis-py client, never its password."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kw = pool.connection_kwargs
+        if "path" in kw:
+            return f"unix:{kw['path']}"
+        return f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+    nodes = getattr(client, "get_nodes", None)
+    if nodes is not None:  # RedisCluster
+        return "cluster " + ",".join(n.name for n in nodes())
+    return type(client).__name__
+
+
+def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Turn redis-py connection failures of a method whose object has a ``client`` into
+    :class:`RedisUnavailable`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            owner = args[0]
+            raise RedisUnavailable(describe_client(getattr(owner, "client", None)), exc) from exc
+
+    return wrapper

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redisq_django.core.message import Message
+from redisq_django.core.retry import RetryPolicy
 
 
 class Reject(Exception):
@@ -30,10 +31,7 @@ class ConsumerSpec:
         name: the logical consumer (consumer group) name.
         handler: called with each :class:`Message`; returning acks, raising retries,
             raising :class:`Reject` dead-letters at once.
-        max_retries: retries after the first delivery.
-        backoff_s: base of the exponential retry backoff, seconds.
-        max_backoff_s: cap of one backoff, seconds.
-        visibility_timeout_ms: lease of a delivery, milliseconds.
+        policy: its retries, backoff and visibility timeout.
         concurrency: handler threads of this consumer in one worker process.
         start: where a newly registered consumer starts (see ``Broker.ensure_consumer``).
         paused: when true, the worker fetches nothing for it (in-flight work finishes).
@@ -43,10 +41,7 @@ class ConsumerSpec:
     queue: str
     name: str
     handler: Handler
-    max_retries: int
-    backoff_s: float
-    max_backoff_s: float
-    visibility_timeout_ms: int
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
     concurrency: int = 1
     start: str | dt.datetime = "latest"
     paused: bool = False

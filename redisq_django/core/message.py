@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from redisq_django.core.clock import ms_to_datetime
 
-def _utc(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
+
+class Stream(StrEnum):
+    """Which stream of a logical consumer a delivery came from."""
+
+    LOG = "log"  # the queue's log, shared by every logical consumer
+    DIRECT = "direct"  # the consumer's private input: retries, re-drives
 
 
 @dataclass(slots=True)
@@ -42,7 +48,7 @@ class Message:
     first_failed_at_ms: int | None = None
     # Transport details: which stream entry this delivery is, and its raw fields
     # (kept so a retry or dead letter carries the exact original envelope).
-    stream: str = field(default="log", repr=False)
+    stream: Stream = field(default=Stream.LOG, repr=False)
     entry_id: bytes = field(default=b"", repr=False)
     fields: dict[bytes, bytes] = field(default_factory=dict, repr=False)
 
@@ -51,14 +57,14 @@ class Message:
     @property
     def published_at(self) -> dt.datetime:
         """When it was published (aware, UTC)."""
-        return _utc(self.published_at_ms)
+        return ms_to_datetime(self.published_at_ms)
 
     @property
     def due_at(self) -> dt.datetime | None:
         """For delayed messages, when they were due (aware, UTC), else None."""
-        return None if self.due_at_ms is None else _utc(self.due_at_ms)
+        return None if self.due_at_ms is None else ms_to_datetime(self.due_at_ms)
 
     @property
     def first_failed_at(self) -> dt.datetime | None:
         """When its first failure was recorded (aware, UTC), else None."""
-        return None if self.first_failed_at_ms is None else _utc(self.first_failed_at_ms)
+        return None if self.first_failed_at_ms is None else ms_to_datetime(self.first_failed_at_ms)

@@ -6,8 +6,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.core._util import to_str
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.wire import to_str
 
 
 @dataclass(frozen=True)

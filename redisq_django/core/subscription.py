@@ -3,71 +3,59 @@
 from __future__ import annotations
 
 import random
-import traceback as tb
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
-from redisq_django.core import codec
-from redisq_django.core._util import flatten, now_ms, to_str, translate_errors
-from redisq_django.core.backoff import compute_backoff, should_retry
-from redisq_django.core.envelope import (
-    REASON_FAILED,
-    REASON_LEASE_EXPIRED,
-    REASON_REJECTED,
-    dead_fields,
-    retry_fields,
-    undecodable_fields,
-)
-from redisq_django.core.errors import ConsumerNotFound
-from redisq_django.core.message import Message
+from redisq_django.core import envelope as env
+from redisq_django.core.clock import now_ms
+from redisq_django.core.config import CoreConfig
+from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.errors import ConsumerNotFound, translate_errors
+from redisq_django.core.groups import ensure_group, group_names, is_nogroup
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.retry import RetryPolicy
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.start import StartPoint
+from redisq_django.core.wire import flatten, to_str
 
-if TYPE_CHECKING:
-    from redisq_django.core.broker import Broker
-
-LOG, DIRECT = "log", "direct"
-
-#: Outcomes of :meth:`Subscription.fail`.
-RETRIED, DEAD, LOST = "retried", "dead", "lost"
+#: What a settle script writes: a retry member, or a dead-letter entry.
+_RETRY, _DEAD = "retry", "dead"
 
 
 class Subscription:
-    """An instance of logical consumer ``group`` on ``queue`` (see ``Broker.subscribe``).
+    """An instance of logical consumer ``group`` on a queue (see ``Broker.subscribe``).
 
-    Not thread-safe: give each thread its own (they may share the broker).
+    Not thread-safe: give each thread its own (they may share the client).
+
+    Attributes:
+        policy: its retry policy; the worker replaces it when the admin changes it.
     """
 
     def __init__(
         self,
-        broker: Broker,
-        queue: str,
+        *,
+        client: Any,
+        scripts: Scripts,
+        config: CoreConfig,
+        keys: QueueKeys,
         group: str,
         consumer: str,
-        *,
-        max_retries: int | None = None,
-        backoff_s: float | None = None,
-        max_backoff_s: float | None = None,
-        visibility_timeout_ms: int | None = None,
+        policy: RetryPolicy,
     ) -> None:
-        cfg = broker.config
-        self.broker = broker
-        self.client = broker.client
-        self.queue = queue
+        self.client = client
+        self.scripts = scripts
+        self.config = config
+        self.keys = keys
+        self.queue = keys.queue
+        self.gkeys = keys.group(group)
         self.group = group
         self.consumer = consumer
-        self.keys = broker.keys(queue)
-        self.gkeys = self.keys.group(group)
-        self.max_retries = cfg.max_retries if max_retries is None else max_retries
-        self.backoff_s = cfg.backoff_s if backoff_s is None else backoff_s
-        self.max_backoff_s = cfg.max_backoff_s if max_backoff_s is None else max_backoff_s
-        self.visibility_timeout_ms = (
-            cfg.visibility_timeout_ms if visibility_timeout_ms is None else visibility_timeout_ms
-        )
-        self._streams = {
-            self.keys.log.encode(): LOG,
-            self.gkeys.direct.encode(): DIRECT,
-        }
+        self.policy = policy
+        self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
         #: When (ms) due delayed messages and retries should next be promoted: the next
         #: known due time, or one poll interval after the last check.
         self.next_promote_ms = 0
@@ -93,13 +81,13 @@ class Subscription:
             When the next delayed message or retry is due (ms), or None.
         """
         now = now_ms() if now is None else now
-        _, _, next_due = self.broker.scripts(
+        _, _, next_due = self.scripts(
             "promote",
             [self.keys.delayed, self.keys.log, self.gkeys.retry, self.gkeys.direct],
-            [now, self.broker.config.script_batch],
+            [now, self.config.script_batch],
         )
         next_due = int(next_due)
-        poll = now + self.broker.config.poll_interval_ms
+        poll = now + self.config.poll_interval_ms
         self.next_promote_ms = min(poll, next_due) if next_due >= 0 else poll
         return next_due if next_due >= 0 else None
 
@@ -136,13 +124,13 @@ class Subscription:
         try:
             return self.client.execute_command(*args)
         except redis.ResponseError as exc:
-            if not str(exc).startswith("NOGROUP"):
+            if not is_nogroup(exc):
                 raise
         # The group is missing on the log or the direct stream: repair the direct side
         # when the consumer is registered on the log, else tell the caller.
-        if self.group not in self.broker.consumers(self.queue):
+        if self.group not in group_names(self.client, self.keys):
             raise ConsumerNotFound(self.queue, self.group)
-        self.broker.ensure_consumer(self.queue, self.group)
+        ensure_group(self.scripts, self.gkeys, StartPoint.parse("latest"))
         return self.client.execute_command(*args)
 
     def _decode(self, reply: Any) -> list[Message]:
@@ -162,14 +150,17 @@ class Subscription:
         return messages
 
     def _message(
-        self, stream: str, entry_id: bytes, fields: Any, delivery_count: int
+        self, stream: Stream, entry_id: bytes, fields: Any, delivery_count: int
     ) -> Message | None:
         if isinstance(fields, list):  # flat list from a script reply
             fields = dict(zip(fields[::2], fields[1::2], strict=False))
         try:
-            parts = codec.decode_fields(entry_id, fields)
-        except codec.UndecodableEntry as exc:
-            self._dead_undecodable(stream, entry_id, fields, str(exc))
+            parts = env.decode(entry_id, fields)
+        except env.UndecodableEntry as exc:
+            dead = undecodable_fields(
+                entry_id, fields or {}, group=self.group, reason=str(exc), now=now_ms()
+            )
+            self._settle(stream, entry_id, _DEAD, 0, dead)
             return None
         return Message(
             id=parts.id,
@@ -186,12 +177,6 @@ class Subscription:
             fields=fields,
         )
 
-    def _dead_undecodable(self, stream: str, entry_id: bytes, fields: Any, reason: str) -> None:
-        dead = undecodable_fields(
-            entry_id, fields or {}, group=self.group, reason=reason, now=now_ms()
-        )
-        self._settle(stream, entry_id, "dead", 0, dead)
-
     # -- settling ----------------------------------------------------------------------
 
     @translate_errors
@@ -204,14 +189,14 @@ class Subscription:
         log_ids: list[bytes] = []
         direct_ids: list[bytes] = []
         for m in messages:
-            (log_ids if m.stream == LOG else direct_ids).append(m.entry_id)
+            (log_ids if m.stream is Stream.LOG else direct_ids).append(m.entry_id)
         if not direct_ids:
             if not log_ids:
                 return 0
             # The usual batch: one plain command, no script (cheaper for Redis too).
             return int(self.client.execute_command("XACK", self.keys.log, self.group, *log_ids))
         return int(
-            self.broker.scripts(
+            self.scripts(
                 "ack",
                 [self.keys.log, self.gkeys.direct],
                 [self.group, len(log_ids), *log_ids, *direct_ids],
@@ -219,17 +204,17 @@ class Subscription:
         )
 
     def _settle(
-        self, stream: str, entry_id: bytes, mode: str, due: int, fields: dict[bytes, bytes]
+        self, stream: Stream, entry_id: bytes, mode: str, due: int, fields: dict[bytes, bytes]
     ) -> bool:
-        source = self.keys.log if stream == LOG else self.gkeys.direct
-        done = self.broker.scripts(
+        source = self.keys.log if stream is Stream.LOG else self.gkeys.direct
+        done = self.scripts(
             "fail",
             [source, self.gkeys.retry, self.gkeys.dead],
             [
                 self.group,
                 self.consumer,
                 entry_id,
-                "1" if stream == DIRECT else "0",
+                "1" if stream is Stream.DIRECT else "0",
                 mode,
                 due,
                 *flatten(fields),
@@ -237,56 +222,60 @@ class Subscription:
         )
         return bool(done)
 
+    def _next_delivery(self, message: Message, now: int, *, failed: bool) -> dict[bytes, bytes]:
+        first = message.first_failed_at_ms
+        return env.next_delivery_fields(
+            message.fields,
+            message_id=message.id,
+            published_at_ms=message.published_at_ms,
+            attempts=message.attempts - (0 if failed else 1),
+            first_failed_at_ms=first if first is not None or not failed else now,
+        )
+
     @translate_errors
-    def fail(
-        self,
-        message: Message,
-        exc: BaseException | None = None,
-        *,
-        error_class: str | None = None,
-        error_message: str | None = None,
-        traceback: str | None = None,
-        retry: bool = True,
-        reason: str | None = None,
-    ) -> str:
+    def fail(self, message: Message, failure: Failure | BaseException) -> Outcome:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
 
         The message is retried while it has had fewer than ``max_retries + 1``
-        deliveries (and ``retry`` is true); otherwise it becomes a dead letter with the
-        error class, message and traceback (taken from ``exc`` unless given).
+        deliveries; otherwise it becomes a dead letter (reason ``failed``) with the
+        error class, message and traceback of ``failure`` (or of the exception).
 
         Returns:
-            ``"retried"``, ``"dead"``, or ``"lost"`` when this instance no longer holds
-            the message (its lease expired; the instance that took it over settles it).
+            ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds the
+            message (its lease expired; the instance that took it over settles it).
+        """
+        if not self.policy.should_retry(message.attempts):
+            return self.dead_letter(message, failure, DeadReason.FAILED)
+        now = now_ms()
+        wait_s = self.policy.backoff(message.attempts, self._rng)
+        due = now + max(1, int(wait_s * 1000))
+        fields = self._next_delivery(message, now, failed=True)
+        settled = self._settle(message.stream, message.entry_id, _RETRY, due, fields)
+        return Outcome.RETRIED if settled else Outcome.LOST
+
+    @translate_errors
+    def dead_letter(
+        self, message: Message, failure: Failure | BaseException, reason: DeadReason
+    ) -> Outcome:
+        """Make ``message`` a dead letter now, whatever its retry budget.
+
+        Returns:
+            ``DEAD``, or ``LOST`` when this instance no longer holds the message.
         """
         now = now_ms()
-        if exc is not None:
-            error_class = error_class or type(exc).__qualname__
-            error_message = error_message if error_message is not None else str(exc)
-            if traceback is None:
-                traceback = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
-        fields = retry_fields(message, now)
-        if retry and should_retry(message.attempts, self.max_retries):
-            wait = compute_backoff(
-                message.attempts, base_s=self.backoff_s, max_s=self.max_backoff_s, rng=self._rng
-            )
-            due = now + max(1, int(wait * 1000))
-            settled = self._settle(message.stream, message.entry_id, "retry", due, fields)
-            return RETRIED if settled else LOST
         dead = dead_fields(
-            fields,
+            self._next_delivery(message, now, failed=True),
             group=self.group,
-            reason=reason or (REASON_FAILED if retry else REASON_REJECTED),
-            error_class=error_class or "Error",
-            error_message=error_message or "",
-            traceback=traceback or "",
+            reason=reason,
+            failure=Failure.of(failure),
             failed_at_ms=now,
         )
-        return DEAD if self._settle(message.stream, message.entry_id, "dead", 0, dead) else LOST
+        settled = self._settle(message.stream, message.entry_id, _DEAD, 0, dead)
+        return Outcome.DEAD if settled else Outcome.LOST
 
-    def reject(self, message: Message, exc: BaseException | None = None, **error: Any) -> str:
+    def reject(self, message: Message, failure: Failure | BaseException) -> Outcome:
         """Dead-letter ``message`` at once, without retries (reason ``rejected``)."""
-        return self.fail(message, exc, retry=False, **error)
+        return self.dead_letter(message, failure, DeadReason.REJECTED)
 
     @translate_errors
     def extend(self, messages: Sequence[Message]) -> list[Message]:
@@ -296,11 +285,11 @@ class Subscription:
             The messages another instance holds now (it took them over after the lease
             expired) and will settle. Messages settled meanwhile are not reported.
         """
-        log = [m for m in messages if m.stream == LOG]
-        direct = [m for m in messages if m.stream != LOG]
         if not messages:
             return []
-        lost = self.broker.scripts(
+        log = [m for m in messages if m.stream is Stream.LOG]
+        direct = [m for m in messages if m.stream is not Stream.LOG]
+        lost = self.scripts(
             "extend",
             [self.keys.log, self.gkeys.direct],
             [
@@ -323,13 +312,13 @@ class Subscription:
         crashing on it) becomes a dead letter (reason ``lease_expired``) instead of
         being returned.
         """
-        cur_log, cur_direct, log_entries, direct_entries = self.broker.scripts(
+        cur_log, cur_direct, log_entries, direct_entries = self.scripts(
             "reclaim",
             [self.keys.log, self.gkeys.direct, self.gkeys.instances],
             [
                 self.group,
                 self.consumer,
-                self.visibility_timeout_ms,
+                self.policy.visibility_timeout_ms,
                 count,
                 now_ms(),
                 self._cursors[0],
@@ -338,27 +327,21 @@ class Subscription:
         )
         self._cursors = [to_str(cur_log), to_str(cur_direct)]
         out: list[Message] = []
-        for stream, entries in ((LOG, log_entries), (DIRECT, direct_entries)):
+        for stream, entries in ((Stream.LOG, log_entries), (Stream.DIRECT, direct_entries)):
             for entry_id, fields, deliveries in entries:
                 message = self._message(stream, entry_id, fields, int(deliveries))
                 if message is None:
                     continue
-                if not should_retry(message.attempts - 1, self.max_retries):
+                if not self.policy.should_retry(message.attempts - 1):
                     # This claim is not a delivery: the dead letter records the
                     # deliveries actually made (max_retries + 1).
                     message.attempts -= 1
-                    self.fail(
-                        message,
-                        retry=False,
-                        reason=REASON_LEASE_EXPIRED,
-                        error_class="LeaseExpired",
-                        error_message=(
-                            f"delivered {message.attempts} times without being "
-                            "acknowledged: the handler crashed or outran the visibility "
-                            "timeout each time"
-                        ),
-                        traceback="",
+                    failure = Failure(
+                        "LeaseExpired",
+                        f"delivered {message.attempts} times without being acknowledged: "
+                        "the handler crashed or outran the visibility timeout each time",
                     )
+                    self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
                     continue
                 out.append(message)
         return out
@@ -401,6 +384,6 @@ class Subscription:
         """
         released = 0
         for m in messages:
-            fields = retry_fields(m, now_ms(), failed=False)
-            released += self._settle(m.stream, m.entry_id, "retry", 0, fields)
+            fields = self._next_delivery(m, now_ms(), failed=False)
+            released += self._settle(m.stream, m.entry_id, _RETRY, 0, fields)
         return released

@@ -21,6 +21,7 @@ from playwright.sync_api import Page, expect
 from redisq_django.connection import get_broker
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.message import Message
+from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import DeadLetter
 
@@ -91,10 +92,9 @@ class RecordingWorker:
                 queue=queue,
                 name=name,
                 handler=self._handler(name),
-                max_retries=3,
-                backoff_s=0.1,
-                max_backoff_s=1.0,
-                visibility_timeout_ms=30_000,
+                policy=RetryPolicy(
+                    max_retries=3, backoff_s=0.1, max_backoff_s=1.0, visibility_timeout_ms=30_000
+                ),
             )
             for name in consumers
         ]
@@ -202,7 +202,7 @@ def test_retry_from_the_list_is_handled_again_by_a_running_consumer(
     expect(still_dead.locator("td.field-status")).to_have_text("dead")
     expect(still_dead.get_by_role("button", name="Retry")).to_have_count(1)
     row.refresh_from_db()
-    assert row.status == DeadLetter.RETRIED and row.retried_by == ops
+    assert row.status == DeadLetter.Status.RETRIED and row.retried_by == ops
 
     # ... and the live overview (linked from the index) shows both queues, the running
     # instances and the dead letter left in the database
@@ -269,7 +269,7 @@ def test_without_the_permission_no_retry_button_and_a_forged_post_is_refused(
 
     # Nothing changed, and billing was sent nothing
     row.refresh_from_db()
-    assert row.status == DeadLetter.DEAD and row.retry_count == 0
+    assert row.status == DeadLetter.Status.DEAD and row.retry_count == 0
     with broker.subscribe("shop", "billing") as sub:
         assert sub.fetch(count=10, block_ms=100) == []
 
@@ -316,7 +316,7 @@ def test_bulk_discard_asks_for_confirmation(page: Page, live_server: Any, broker
     expect(page.locator("#content")).to_contain_text("Discard this dead letter?")
     expect(page.locator("#content li")).to_contain_text(rows[0].message_id)
     assert_styled_breadcrumbs(page)
-    assert DeadLetter.objects.filter(status=DeadLetter.DEAD).count() == 2
+    assert DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count() == 2
 
     page.get_by_role("button", name="Yes, I'm sure").click()
     expect(page.locator("ul.messagelist li.success")).to_have_text("Discarded 1 dead letter(s).")

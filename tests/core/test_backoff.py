@@ -1,4 +1,4 @@
-"""Retry timing (``core/backoff.py``): pure functions, no Redis."""
+"""Retry timing (``core/retry.py``): pure functions, no Redis."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from redisq_django.core.backoff import compute_backoff, should_retry
+from redisq_django.core.retry import compute_backoff, should_retry
 
 
 class FixedRandom(random.Random):

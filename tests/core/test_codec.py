@@ -1,4 +1,4 @@
-"""The envelope codec (``core/codec.py``): JSON like Django's, errors, decoding any entry."""
+"""The envelope (``core/envelope.py``) and JSON (``core/json.py``): encoding, errors, decoding."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redisq_django.core import codec
+from redisq_django.core import envelope as codec
 from redisq_django.core.broker import Broker
-from redisq_django.core.codec import JsonCodec, PayloadEncoder
 from redisq_django.core.errors import PayloadNotSerializable, PayloadTooLarge
+from redisq_django.core.json import JsonCodec, PayloadEncoder
 
 UTC = dt.UTC
 PLUS_2 = dt.timezone(dt.timedelta(hours=2))
@@ -218,7 +218,7 @@ field_values = st.one_of(
 
 def _decode_or_undecodable(entry_id: bytes, fields: dict[bytes, bytes]) -> None:
     try:
-        result = codec.decode_fields(entry_id, fields)._asdict()
+        result = codec.decode(entry_id, fields)._asdict()
     except codec.UndecodableEntry as exc:
         assert str(exc)
         return
@@ -258,7 +258,7 @@ def test_decode_envelope_like_fields(
 
 
 def test_decode_minimal_entry_from_any_client() -> None:
-    assert codec.decode_fields(b"1700000000123-4", {b"payload": b'{"a":1}'})._asdict() == {
+    assert codec.decode(b"1700000000123-4", {b"payload": b'{"a":1}'})._asdict() == {
         "id": "1700000000123-4",
         "payload": {"a": 1},
         "headers": {},
@@ -280,7 +280,7 @@ def test_decode_full_envelope() -> None:
         b"first_failed_at": b"20",
         b"due_at": b"30",
     }
-    assert codec.decode_fields(b"99-0", fields)._asdict() == {
+    assert codec.decode(b"99-0", fields)._asdict() == {
         "id": "abc",
         "payload": [1, 2],
         "headers": {"h": "x"},
@@ -310,7 +310,7 @@ def test_decode_full_envelope() -> None:
 )
 def test_undecodable_entries_say_why(fields: dict[bytes, bytes], reason: str) -> None:
     with pytest.raises(codec.UndecodableEntry, match=reason):
-        codec.decode_fields(b"1-0", fields)
+        codec.decode(b"1-0", fields)
 
 
 # -- round trip through Redis --------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, ConsumerNotFound, CoreConfig
-from redisq_django.core.codec import ms_from_entry_id
+from redisq_django.core.clock import ms_from_entry_id
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
 Q = "orders"

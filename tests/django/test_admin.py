@@ -62,7 +62,7 @@ def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
     # Then it is re-driven to billing only, and the row records who and when
     assert response.status_code == 302
     row.refresh_from_db()
-    assert row.status == DeadLetter.RETRIED and row.retry_count == 1
+    assert row.status == DeadLetter.Status.RETRIED and row.retry_count == 1
     assert row.retried_by.username == "ops" and row.retried_at is not None
     with broker.subscribe("shop", "billing") as billing:
         again = billing.fetch(count=10, block_ms=300)
@@ -82,7 +82,7 @@ def test_retry_returns_to_the_filtered_list_it_came_from(broker: Any) -> None:
     back = client.post(url, HTTP_REFERER=f"http://testserver{listed}")
     assert back["Location"] == f"http://testserver{listed}"
     # never off-site
-    row.status = DeadLetter.DEAD
+    row.status = DeadLetter.Status.DEAD
     row.save()
     elsewhere = client.post(url, HTTP_REFERER="https://evil.example/")
     assert elsewhere["Location"] == reverse("admin:redisq_django_deadletter_changelist")
@@ -104,7 +104,7 @@ def test_retry_needs_post_csrf_and_permission(broker: Any) -> None:
     assert ops.get(url).status_code == 405
     assert ops.post(url).status_code == 403  # no CSRF token
     row.refresh_from_db()
-    assert row.status == DeadLetter.DEAD and row.retry_count == 0
+    assert row.status == DeadLetter.Status.DEAD and row.retry_count == 0
 
 
 def test_payload_and_traceback_are_escaped(broker: Any) -> None:
@@ -127,11 +127,11 @@ def test_actions_ask_for_confirmation_then_act(broker: Any) -> None:
 
     confirm = client.post(url, data)
     assert confirm.status_code == 200 and b"Yes, I" in confirm.content
-    assert DeadLetter.objects.filter(status=DeadLetter.DEAD).count() == 2
+    assert DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count() == 2
 
     done = client.post(url, {**data, "post": "yes"}, follow=True)
     assert b"Discarded 2 dead letter(s)." in done.content
-    assert DeadLetter.objects.filter(status=DeadLetter.DISCARDED).count() == 2
+    assert DeadLetter.objects.filter(status=DeadLetter.Status.DISCARDED).count() == 2
 
 
 def test_actions_are_hidden_without_the_permission(broker: Any) -> None:

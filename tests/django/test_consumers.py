@@ -15,9 +15,12 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from redisq_django import Message, Reject, consumer, registry
+from redisq_django import Message, Reject, consumer
 from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
+from redisq_django.consuming.registry import Declaration, registry
+from redisq_django.consuming.runner import SelectionError, build_worker, select
+from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.deadletters import sink_all
@@ -29,8 +32,6 @@ from redisq_django.models import (
     DeadLetter,
     Queue,
 )
-from redisq_django.runner import SelectionError, build_worker, select
-from redisq_django.sync import sync_declarations
 
 pytestmark = pytest.mark.django_db
 
@@ -112,7 +113,7 @@ def test_sync_mirrors_code_and_keeps_admin_overrides(declared: None) -> None:
     row.save()
 
     # When code changes the declaration and the rows are synchronised again
-    registry._declarations[("shop", "billing")] = registry.Declaration(
+    registry._declarations[("shop", "billing")] = Declaration(
         **{**registry._declarations[("shop", "billing")].__dict__, "max_retries": 4}
     )
     sync_declarations()
@@ -233,7 +234,7 @@ def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any
     call_command("redisq", "dead", "retry", str(row.pk), stdout=out)
     assert "Re-drove 1 dead letter" in out.getvalue()
     row.refresh_from_db()
-    assert row.status == DeadLetter.RETRIED and row.retry_count == 1 and row.retried_at
+    assert row.status == DeadLetter.Status.RETRIED and row.retry_count == 1 and row.retried_at
     assert broker.stats("shop").consumers[0].direct == 1
 
     call_command("redisq", "replay", "shop", "billing", "--from", "earliest", stdout=io.StringIO())

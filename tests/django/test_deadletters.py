@@ -48,7 +48,7 @@ def test_sink_moves_dead_letters_into_rows_with_their_details(broker: Any) -> No
     assert deadletters.sink_all() == 1
     row = DeadLetter.objects.get()
     assert (row.queue, row.consumer, row.message_id) == ("shop", "billing", message_id)
-    assert row.status == DeadLetter.DEAD and row.reason == "rejected"
+    assert row.status == DeadLetter.Status.DEAD and row.reason == "rejected"
     assert row.error_class == "ValueError" and row.error_message == "declined"
     assert "ValueError: declined" in row.traceback
     assert row.payload == '{"order":1}' and row.attempts == 1
@@ -98,7 +98,7 @@ def test_a_retried_message_that_dies_again_updates_its_row(broker: Any) -> None:
     deadletters.sink_all()
     row.refresh_from_db()
     assert DeadLetter.objects.count() == 1
-    assert row.status == DeadLetter.DEAD and row.retry_count == 1
+    assert row.status == DeadLetter.Status.DEAD and row.retry_count == 1
     assert row.error_class == "KeyError"
 
 
@@ -108,7 +108,7 @@ def test_retry_and_discard_skip_rows_that_are_not_dead(broker: Any) -> None:
     row = DeadLetter.objects.get()
     assert deadletters.discard([row]) == 1
     row.refresh_from_db()
-    assert row.status == DeadLetter.DISCARDED
+    assert row.status == DeadLetter.Status.DISCARDED
     assert deadletters.retry([row]) == 0
     with broker.subscribe("shop", "billing") as sub:
         assert sub.fetch(count=1, block_ms=100) == []

@@ -24,15 +24,20 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connections, transaction
 
-from redisq_django import outbox as outbox_module
-from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
 from redisq_django.core import PayloadNotSerializable, PayloadTooLarge
-from redisq_django.core.broker import new_message_id
-from redisq_django.events import publish_bulk_events
+from redisq_django.core.envelope import new_message_id
 from redisq_django.models import OutboxMessage
-from redisq_django.outbox import pending_count, relay_once, relay_rows, store
+from redisq_django.publishing import outbox as outbox_module
 from redisq_django.publishing import publish_on_commit
+from redisq_django.publishing.events import publish_bulk_events
+from redisq_django.publishing.outbox import (
+    envelope_of,
+    pending_count,
+    relay_once,
+    relay_rows,
+    store,
+)
 from tests.shopapp.apps import ORDER_EVENTS_QUEUE
 from tests.shopapp.models import Order
 from tests.support.redis_server import RedisServer
@@ -374,12 +379,9 @@ def test_outbox_keeps_a_message_through_a_redis_outage_at_commit(
 
 def _stored_row(alias: str, payload: Any) -> OutboxMessage:
     """An unsent outbox row, as a transaction leaves it when the send after commit failed."""
-    broker = get_broker()
-    payload_json = broker.codec.encode_payload(
-        payload, queue=QUEUE, limit=get_core_config().max_payload_bytes
-    )
+    envelope = get_broker().prepare(QUEUE, payload, id=new_message_id())
     with transaction.atomic(using=alias):
-        return store(QUEUE, new_message_id(), payload_json, None, None, using=alias)
+        return store(envelope, using=alias)
 
 
 @on_both_databases
@@ -388,9 +390,7 @@ def test_relay_crashing_after_publishing_does_not_publish_twice(
 ) -> None:
     # Given a row a relay published but crashed before marking sent
     row = _stored_row(alias, {"order": 7})
-    assert get_broker().publish_once(
-        row.queue, row.message_id, row.payload, published_at=row.created_at
-    )
+    assert get_broker().send([envelope_of(row)], once=True) == [row.message_id]
     assert logged_ids(QUEUE) == [row.message_id]
 
     # When the next relay runs
@@ -420,19 +420,21 @@ def test_concurrent_relays_send_every_row_exactly_once(
     takeover happens within the test.
     """
     monkeypatch.setattr(outbox_module, "CLAIM_TIMEOUT_S", 1.0)
+    # A round is one Redis round trip for its whole batch: on loopback so quick that one
+    # relay could drain everything before the other starts. A few milliseconds of
+    # network latency per round make the two relays genuinely interleave.
+    real_send = get_broker().send
+
+    def slow_send(*args: Any, **kwargs: Any) -> list[str]:
+        time.sleep(0.005)
+        return real_send(*args, **kwargs)
+
+    monkeypatch.setattr(get_broker(), "send", slow_send)
     # Given 200 unsent outbox rows
     broker = get_broker()
-    limit = get_core_config().max_payload_bytes
     with transaction.atomic(using=alias):
         rows = [
-            store(
-                QUEUE,
-                new_message_id(),
-                broker.codec.encode_payload({"n": n}, queue=QUEUE, limit=limit),
-                None,
-                None,
-                using=alias,
-            )
+            store(broker.prepare(QUEUE, {"n": n}, id=new_message_id()), using=alias)
             for n in range(ROWS)
         ]
 

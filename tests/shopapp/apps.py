@@ -12,7 +12,7 @@ class ShopappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from redisq_django.events import publish_model_events
+        from redisq_django.publishing.events import publish_model_events
 
         from .models import Order
 

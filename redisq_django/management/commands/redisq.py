@@ -11,11 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
-from redisq_django.adminstats import age
+from redisq_django.admin.stats import age
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
-from redisq_django.management.commands.runconsumer import positive_int
-from redisq_django.outbox import pending_count, relay_once
+from redisq_django.management.arguments import positive_int
+from redisq_django.publishing.outbox import pending_count, relay_once
 
 
 def table(rows: list[list[str]]) -> str:

@@ -15,44 +15,17 @@ from django.core.management.base import BaseCommand, CommandError
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.core._util import describe_client
-from redisq_django.core.errors import RedisqError
+from redisq_django.consuming.runner import build_worker
+from redisq_django.core.errors import RedisqError, describe_client
 from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.management.arguments import (
+    configure_logging,
+    non_negative_float,
+    positive_int,
+)
 from redisq_django.models import TUNABLES, Consumer
-from redisq_django.runner import build_worker
 
 logger = logging.getLogger("redisq.worker")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def configure_logging(verbosity: int) -> None:
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    root = logging.getLogger("redisq")
-    root.setLevel(level)
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        root.addHandler(handler)
-        root.propagate = False
 
 
 class Command(BaseCommand):

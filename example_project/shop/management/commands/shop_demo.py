@@ -55,7 +55,7 @@ class Command(BaseCommand):
         ):
             done = Order.objects.exclude(**{field: None}).count()
             self.stdout.write(f"  {label:<12} handled {done} of {total}")
-        dead = DeadLetter.objects.filter(status=DeadLetter.DEAD).order_by("id")
+        dead = DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).order_by("id")
         self.stdout.write(f"dead letters: {dead.count()}")
         for d in dead:
             self.stdout.write(

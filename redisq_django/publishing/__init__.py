@@ -1,24 +1,21 @@
-"""Publishing from Django code: now, after the transaction commits, or via the outbox."""
+"""Publishing from Django code: now, after the transaction commits, or via the outbox.
+
+Model events live in :mod:`~redisq_django.publishing.events`, the transactional outbox
+in :mod:`~redisq_django.publishing.outbox`.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db import transaction
-
-from redisq_django.conf import check_queue_known, get_core_config, outbox_enabled
+from redisq_django.conf import check_queue_known, outbox_enabled
 from redisq_django.connection import get_broker
-from redisq_django.core.broker import Broker, Delay, new_message_id
-from redisq_django.core.codec import ms_to_datetime
-from redisq_django.core.errors import RedisqError
+from redisq_django.core.envelope import Delay, Envelope, new_message_id
+from redisq_django.publishing.commit import relay_after_commit, send_after_commit
 
-logger = logging.getLogger("redisq.publish")
-
-#: How much of a payload the "not published" error log shows.
-LOG_PREVIEW_CHARS = 500
+__all__ = ["publish", "publish_many", "publish_on_commit"]
 
 
 def publish(
@@ -72,11 +69,6 @@ def publish_many(
     return get_broker().publish_many(queue, payloads, headers=headers, delay=delay, eta=eta)
 
 
-def _due_at(broker: Broker, delay: Delay, eta: dt.datetime | None) -> dt.datetime | None:
-    due = broker.due_ms(delay, eta)
-    return ms_to_datetime(due) if due is not None else None
-
-
 def publish_on_commit(
     queue: str,
     payload: Any,
@@ -90,7 +82,8 @@ def publish_on_commit(
 
     Nothing is published if it rolls back. Outside a transaction (autocommit) the
     message is published at once, as Django's ``on_commit`` does. The payload is
-    validated now, so encoding errors surface at the call.
+    validated now, so encoding errors surface at the call. All the messages of one
+    transaction leave together after the commit, in one round trip per queue.
 
     With the outbox enabled for ``queue`` (``REDISQ['OUTBOX']``), the message is stored
     as an ``OutboxMessage`` row in the same transaction and forwarded to Redis right
@@ -109,37 +102,21 @@ def publish_on_commit(
         PayloadTooLarge, PayloadNotSerializable: the payload is refused (at the call).
     """
     check_queue_known(queue)
-    broker = get_broker()
-    message_id = new_message_id()
-    payload_json = broker.codec.encode_payload(
-        payload, queue=queue, limit=get_core_config().max_payload_bytes
+    envelope = get_broker().prepare(
+        queue, payload, headers=headers, delay=delay, eta=eta, id=new_message_id()
     )
-    headers_json = broker.codec.encode_headers(headers, queue=queue)
-    due_at = _due_at(broker, delay, eta)
+    enqueue_on_commit(envelope, using=using)
+    assert envelope.id is not None
+    return envelope.id
 
-    if outbox_enabled(queue):
-        from redisq_django.outbox import relay_rows, store
 
-        row = store(queue, message_id, payload_json, headers_json, due_at, using=using)
-        transaction.on_commit(lambda: relay_rows([row.pk], using=using), using=using)
-        return message_id
+def enqueue_on_commit(envelope: Envelope, *, using: str | None = None) -> None:
+    """Send a prepared envelope (with an id of its own) after ``using``'s transaction
+    commits: through the outbox when it covers the envelope's queue, else directly."""
+    if outbox_enabled(envelope.queue):
+        from redisq_django.publishing.outbox import store
 
-    def send() -> None:
-        try:
-            broker.publish_encoded(
-                queue, message_id, payload_json, headers_json=headers_json, due_at=due_at
-            )
-        except RedisqError as exc:
-            preview = payload_json.decode("utf-8", "replace")[:LOG_PREVIEW_CHARS]
-            logger.error(
-                "Message %s for queue %r was NOT published after the commit: %s "
-                "Payload: %s. Publish it again by hand; to keep messages through Redis "
-                "outages, enable the outbox: REDISQ['OUTBOX'] = True (or a list of queues).",
-                message_id,
-                queue,
-                exc,
-                preview,
-            )
-
-    transaction.on_commit(send, using=using)
-    return message_id
+        row = store(envelope, using=using)
+        relay_after_commit(row.pk, using)
+    else:
+        send_after_commit(envelope, using)

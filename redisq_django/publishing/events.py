@@ -2,7 +2,7 @@
 
 Declare once, e.g. in your app's ``AppConfig.ready()``::
 
-    from redisq_django.events import publish_model_events
+    from redisq_django.publishing.events import publish_model_events
 
     publish_model_events(Order, queue="orders", on=("created", "updated"))
 
@@ -19,22 +19,17 @@ so no events: call :func:`publish_bulk_events` with the affected objects.
 
 from __future__ import annotations
 
-import functools
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 from django.db.models.signals import post_delete, post_save
 
-from redisq_django.conf import check_queue_known, get_core_config, outbox_enabled
+from redisq_django.conf import check_queue_known
 from redisq_django.connection import get_broker
-from redisq_django.core.broker import new_message_id
-from redisq_django.core.errors import RedisqError
-from redisq_django.publishing import publish_on_commit
-
-logger = logging.getLogger("redisq.publish")
+from redisq_django.core.envelope import new_message_id
+from redisq_django.publishing import enqueue_on_commit, publish_on_commit
 
 EVENTS = ("created", "updated", "deleted")
 PayloadFunction = Callable[[Any, str], Any]
@@ -137,52 +132,36 @@ def publish_bulk_events(
 ) -> list[str]:
     """Publish ``event`` for objects changed without signals (``bulk_create``,
     ``QuerySet.update()``...), to every queue registered for their model, after the
-    transaction commits, in one round trip per queue.
+    transaction commits (with the transaction's other messages: one round trip per
+    queue; through the outbox where it is enabled).
 
     Returns:
         The message ids.
+
+    Raises:
+        ValueError: an unknown event name.
+        PayloadTooLarge, PayloadNotSerializable: a payload is refused (nothing is sent).
     """
     if event not in EVENTS:
         raise ValueError(f"Unknown model event {event!r}; use {', '.join(EVENTS)}.")
     objects = list(objects)
-    ids: list[str] = []
     broker = get_broker()
-    limit = get_core_config().max_payload_bytes
+    envelopes = []
     for registration in _registrations:
         mine = [o for o in objects if type(o) is registration.model]
         if event not in registration.on or not mine:
             continue
-        queue = registration.queue
-        check_queue_known(queue)
-        if outbox_enabled(queue):
-            ids += [_publish(registration, o, event, using) for o in mine]
-            continue
-        # Validate and choose the ids now; send after the commit in one round trip.
-        batch = [
-            (
-                new_message_id(),
-                broker.codec.encode_payload(
-                    registration.payload(o, event), queue=queue, limit=limit
-                ),
+        check_queue_known(registration.queue)
+        # Validate every payload before anything is queued: all or none.
+        envelopes += [
+            broker.prepare(
+                registration.queue,
+                registration.payload(o, event),
+                headers=registration.headers(event),
+                id=new_message_id(),
             )
             for o in mine
         ]
-        headers = broker.codec.encode_headers(registration.headers(event), queue=queue)
-        ids += [message_id for message_id, _ in batch]
-        transaction.on_commit(functools.partial(_send_batch, queue, batch, headers), using=using)
-    return ids
-
-
-def _send_batch(queue: str, batch: list[tuple[str, bytes]], headers: bytes | None) -> None:
-    try:
-        get_broker().publish_encoded_many(queue, batch, headers_json=headers)
-    except RedisqError as exc:
-        logger.error(
-            "%d model event message(s) for queue %r were NOT published after the commit "
-            "(ids %s): %s Enable the outbox (REDISQ['OUTBOX']) to keep messages through "
-            "Redis outages.",
-            len(batch),
-            queue,
-            ", ".join(m for m, _ in batch),
-            exc,
-        )
+    for envelope in envelopes:
+        enqueue_on_commit(envelope, using=using)
+    return [e.id for e in envelopes if e.id is not None]

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from redisq_django.core._util import number_problem
+from django.utils.module_loading import module_has_submodule
+
+from redisq_django.core.config import number_problem
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
 from redisq_django.core.keys import validate_name
@@ -39,11 +41,6 @@ class Declaration:
     @property
     def key(self) -> tuple[str, str]:
         return (self.queue, self.name)
-
-
-_declarations: dict[tuple[str, str], Declaration] = {}
-_lock = threading.Lock()
-_discovered = False
 
 
 def _check_number(name: str, value: Any, *, integer: bool, positive: bool = False) -> None:
@@ -110,14 +107,7 @@ def consumer(
             concurrency=concurrency,
             start=start,
         )
-        with _lock:
-            existing = _declarations.get(declaration.key)
-            if existing is not None and existing.handler_path != path:
-                raise ConfigurationError(
-                    f"Consumer {consumer_name!r} of queue {queue!r} is declared twice: by "
-                    f"{existing.handler_path} and by {path}. Give one of them another name=."
-                )
-            _declarations[declaration.key] = declaration
+        registry.add(declaration)
         return handler
 
     return decorate
@@ -127,40 +117,80 @@ class DiscoveryError(ConfigurationError):
     """An app's ``consumers.py`` failed to import."""
 
 
-def autodiscover() -> None:
-    """Import ``consumers.py`` of every installed app (once per process).
+class ConsumerRegistry:
+    """The ``@consumer`` declarations of a process, found in every app's ``consumers.py``.
 
-    Raises:
-        DiscoveryError: naming the module and the error, when one fails to import.
+    One instance, :data:`registry`, serves the process; tests may build their own.
     """
-    global _discovered
-    if _discovered:
-        return
-    from django.apps import apps
 
-    for app_config in apps.get_app_configs():
-        module = f"{app_config.name}.consumers"
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue  # the app has no consumers.py
-            raise DiscoveryError(f"Could not import {module}: {exc}") from exc
-        except Exception as exc:
-            raise DiscoveryError(f"Could not import {module}: {type(exc).__name__}: {exc}") from exc
-    _discovered = True
+    def __init__(self) -> None:
+        self._declarations: dict[tuple[str, str], Declaration] = {}
+        self._lock = threading.Lock()
+        self._discovered = False
+
+    def add(self, declaration: Declaration) -> None:
+        """Record a declaration (the same handler declared again replaces itself).
+
+        Raises:
+            ConfigurationError: another handler already has this queue and name.
+        """
+        with self._lock:
+            existing = self._declarations.get(declaration.key)
+            if existing is not None and existing.handler_path != declaration.handler_path:
+                raise ConfigurationError(
+                    f"Consumer {declaration.name!r} of queue {declaration.queue!r} is declared "
+                    f"twice: by {existing.handler_path} and by {declaration.handler_path}. "
+                    "Give one of them another name=."
+                )
+            self._declarations[declaration.key] = declaration
+
+    def autodiscover(self) -> None:
+        """Import ``consumers.py`` of every installed app (once per registry).
+
+        This is Django's ``autodiscover_modules("consumers")`` done app by app, so that a
+        module that fails to import is named in the error.
+
+        Raises:
+            DiscoveryError: naming the module and the error, when one fails to import.
+        """
+        if self._discovered:
+            return
+        from django.apps import apps
+
+        for app_config in apps.get_app_configs():
+            if not module_has_submodule(app_config.module, "consumers"):
+                continue
+            module = f"{app_config.name}.consumers"
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                raise DiscoveryError(
+                    f"Could not import {module}: {type(exc).__name__}: {exc}"
+                ) from exc
+        self._discovered = True
+
+    def declarations(self) -> list[Declaration]:
+        """Every declared logical consumer (after :meth:`autodiscover`), sorted."""
+        self.autodiscover()
+        with self._lock:
+            return sorted(self._declarations.values(), key=lambda d: d.key)
+
+    def clear(self) -> None:
+        """Forget all declarations (for tests)."""
+        with self._lock:
+            self._declarations.clear()
+        self._discovered = False
+
+
+#: The declarations of this process.
+registry = ConsumerRegistry()
+
+
+def autodiscover() -> None:
+    """Import every app's ``consumers.py`` (see :meth:`ConsumerRegistry.autodiscover`)."""
+    registry.autodiscover()
 
 
 def declarations() -> list[Declaration]:
-    """Every declared logical consumer (after :func:`autodiscover`), sorted."""
-    autodiscover()
-    with _lock:
-        return sorted(_declarations.values(), key=lambda d: d.key)
-
-
-def clear() -> None:
-    """Forget all declarations (for tests)."""
-    global _discovered
-    with _lock:
-        _declarations.clear()
-    _discovered = False
+    """Every declared logical consumer, sorted (see :data:`registry`)."""
+    return registry.declarations()

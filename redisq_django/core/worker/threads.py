@@ -1,6 +1,7 @@
 """Handler threads: one instance of a logical consumer each (fetch, handle, settle).
 
-Started and supervised by :class:`~redisq_django.core.worker.Worker`.
+A thread gets its collaborators (subscription, stop signal, budget, middleware, counters,
+a crash callback) and knows nothing of the worker that started it.
 """
 
 from __future__ import annotations
@@ -10,19 +11,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from redisq_django.core.deadletter import Failure
 from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
+from redisq_django.core.groups import ensure_group
 from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.message import Message
-from redisq_django.core.subscription import DEAD, Subscription
-
-if TYPE_CHECKING:
-    from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.start import StartPoint
+from redisq_django.core.subscription import Subscription
+from redisq_django.core.worker.middleware import MiddlewareChain
+from redisq_django.core.worker.state import Quota, StopSignal, Tally
 
 logger = logging.getLogger("redisq.worker")
 
-ACKED = "acked"
 #: Reconnection waits grow from the first to the last value (seconds).
 RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 #: A handler thread's first batch size; it adapts between 1 and ``prefetch``.
@@ -35,84 +38,87 @@ SLOW_BATCH_S = 2.0
 BURST_BLOCK_MS = 100
 
 
-class Quota:
-    """The ``max_messages`` budget shared by all threads."""
+@dataclass(frozen=True)
+class Pace:
+    """How a handler thread fetches (from ``WorkerOptions``)."""
 
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.taken = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        if self.limit is None:
-            return True
-        with self._lock:
-            if self.taken >= self.limit:
-                return False
-            self.taken += 1
-            return True
-
-    @property
-    def exhausted(self) -> bool:
-        return self.limit is not None and self.taken >= self.limit
+    prefetch: int
+    block_ms: int
+    burst: bool
+    reclaim_interval: float
 
 
 class HandlerThread(threading.Thread):
     """One instance of a logical consumer: fetch, handle, settle, repeat."""
 
-    def __init__(self, worker: Worker, spec: ConsumerSpec, index: int) -> None:
+    def __init__(
+        self,
+        *,
+        spec: ConsumerSpec,
+        sub: Subscription,
+        index: int,
+        stop: StopSignal,
+        pace: Pace,
+        quota: Quota,
+        hooks: MiddlewareChain,
+        tally: Tally,
+        on_crash: Callable[[HandlerThread, BaseException], None],
+    ) -> None:
         super().__init__(name=f"redisq-{spec.queue}-{spec.name}-{index}", daemon=True)
-        self.worker = worker
+        self.sub = sub
         self.spec = spec
-        self.sub: Subscription = worker.broker.subscribe(
-            spec.queue, spec.name, f"{worker.instance_prefix}-{spec.name}-{index}"
-        )
         self.apply(spec)
+        self.stop_signal = stop
+        self.pace = pace
+        self.quota = quota
+        self.hooks = hooks
+        self.tally = tally
+        self.on_crash = on_crash
         self.held: list[Message] = []  # fetched and not yet settled (leases to extend)
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
         self._unsettled: list[Callable[[], None]] = []
         self._settle_failed = False  # a settlement waits for Redis (to log its return)
         self._last_reclaim = 0.0
-        self._batch_size = min(INITIAL_BATCH, worker.options.prefetch)
+        self._batch_size = min(INITIAL_BATCH, pace.prefetch)
 
     def apply(self, spec: ConsumerSpec) -> None:
+        """Use ``spec`` (changed in the admin) from the next message on."""
         self.spec = spec
-        self.sub.max_retries = spec.max_retries
-        self.sub.backoff_s = spec.backoff_s
-        self.sub.max_backoff_s = spec.max_backoff_s
-        self.sub.visibility_timeout_ms = spec.visibility_timeout_ms
+        self.sub.policy = spec.policy
 
     @property
     def stopping(self) -> bool:
-        return self.worker.stopping or self.retire
+        return self.stop_signal.is_set() or self.retire
+
+    def _count(self, what: str, n: int = 1) -> None:
+        self.tally.add(self.spec.queue, self.spec.name, what, n)
 
     def run(self) -> None:
         try:
             self._loop()
-        except Exception:
-            self.worker.crashed = True
+        except Exception as exc:
             logger.exception(
                 "Handler thread %s crashed; its messages will be redelivered", self.name
             )
+            self.on_crash(self, exc)
         finally:
             try:
-                if not self.worker.cold:
+                if not self.stop_signal.cold:
                     self.sub.leave()
             except Exception:  # Redis gone at shutdown: the heartbeat simply expires
                 logger.debug("Could not leave the consumer group cleanly", exc_info=True)
 
     def _loop(self) -> None:
-        opts = self.worker.options
         failures = 0
         while not self.stopping:
             try:
                 self._flush_unsettled()
-                if self.spec.paused or self.worker.quota.exhausted:
-                    if self.worker.quota.exhausted:
+                if self.spec.paused or self.quota.exhausted:
+                    if self.quota.exhausted:
                         return
-                    self.worker.wait(0.2)
+                    self.stop_signal.wait(0.2)
                     continue
-                batch = self._receive(opts)
+                batch = self._receive()
                 if failures:
                     logger.warning("Redis is reachable again (%s)", self.sub)
                     failures = 0
@@ -121,7 +127,7 @@ class HandlerThread(threading.Thread):
                 if failures == 0:
                     logger.warning("%s; retrying in the background", exc)
                 failures += 1
-                self.worker.wait(wait)
+                self.stop_signal.wait(wait)
                 continue
             except ConsumerNotFound:
                 # The group vanished (e.g. Redis restarted without persistence).
@@ -130,16 +136,16 @@ class HandlerThread(threading.Thread):
                     self.spec.queue,
                     self.spec.name,
                 )
-                self.worker.broker.ensure_consumer(self.spec.queue, self.spec.name, self.spec.start)
+                ensure_group(self.sub.scripts, self.sub.gkeys, StartPoint.parse(self.spec.start))
                 continue
             if batch:
                 self._process(batch)
-            elif opts.burst and self._drained():
+            elif self.pace.burst and self._drained():
                 return
 
-    def _receive(self, opts: WorkerOptions) -> list[Message]:
+    def _receive(self) -> list[Message]:
         now = time.monotonic()
-        if now - self._last_reclaim >= opts.reclaim_interval:
+        if now - self._last_reclaim >= self.pace.reclaim_interval:
             self._last_reclaim = now
             reclaimed = self.sub.reclaim(self._batch_size)
             if reclaimed:
@@ -149,7 +155,7 @@ class HandlerThread(threading.Thread):
                     len(reclaimed),
                 )
                 return reclaimed
-        block = min(opts.block_ms, BURST_BLOCK_MS) if opts.burst else opts.block_ms
+        block = min(self.pace.block_ms, BURST_BLOCK_MS) if self.pace.burst else self.pace.block_ms
         return self.sub.fetch(count=self._batch_size, block_ms=block)
 
     def _drained(self) -> bool:
@@ -158,19 +164,17 @@ class HandlerThread(threading.Thread):
     def _process(self, batch: list[Message]) -> None:
         started = time.monotonic()
         self.held = list(batch)
-        mw = self.worker.middleware
-        mw.call("before_batch", batch)
+        self.hooks.before_batch(batch)
         acks: list[Message] = []
-        quota = self.worker.quota
         for i, message in enumerate(batch):
-            if self.stopping or not quota.take():
+            if self.stopping or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
             if self._run_handler(message):
                 acks.append(message)
             else:
                 self.held.remove(message)
-        mw.call("after_batch", batch)
+        self.hooks.after_batch(batch)
         if acks:
             self._settle(functools.partial(self._ack, acks))
         self.held = []
@@ -178,15 +182,15 @@ class HandlerThread(threading.Thread):
 
     def _adapt_batch(self, size: int, elapsed: float) -> None:
         if size >= self._batch_size and elapsed < FAST_BATCH_S:
-            self._batch_size = min(self.worker.options.prefetch, self._batch_size * 2)
+            self._batch_size = min(self.pace.prefetch, self._batch_size * 2)
         elif elapsed > SLOW_BATCH_S:
             self._batch_size = max(1, self._batch_size // 2)
 
     def _run_handler(self, message: Message) -> bool:
         """Run the handler; True when the message is to be acked."""
-        mw = self.worker.middleware
-        if mw.has("before_process"):
-            mw.call("before_process", message)
+        hooks = self.hooks.per_message
+        if hooks:
+            self.hooks.before_process(message)
         error: BaseException | None = None
         try:
             self.spec.handler(message)
@@ -195,7 +199,7 @@ class HandlerThread(threading.Thread):
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
             error = exc
-            self.worker.count("failed", self.spec)
+            self._count("failed")
             logger.info(
                 "Handler %s/%s failed on %s (attempt %d): %r",
                 self.spec.queue,
@@ -205,8 +209,8 @@ class HandlerThread(threading.Thread):
                 exc,
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
-        if mw.has("after_process"):
-            mw.call("after_process", message, error=error)
+        if hooks:
+            self.hooks.after_process(message, error=error)
         return error is None
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
@@ -235,16 +239,16 @@ class HandlerThread(threading.Thread):
 
     def _ack(self, messages: list[Message]) -> None:
         self.sub.ack(messages)
-        self.worker.count("handled", self.spec, len(messages))
-        mw = self.worker.middleware
-        if mw.has("after_settle"):
+        self._count("handled", len(messages))
+        if self.hooks.per_message:
             for m in messages:
-                mw.call("after_settle", m, ACKED)
+                self.hooks.after_settle(m, Outcome.ACKED)
 
     def _fail(self, message: Message, exc: BaseException, *, reject: bool) -> None:
-        outcome = self.sub.reject(message, exc) if reject else self.sub.fail(message, exc)
-        self.worker.count(outcome, self.spec)
-        if outcome == DEAD:
+        failure = Failure.from_exception(exc)
+        outcome = self.sub.reject(message, failure) if reject else self.sub.fail(message, failure)
+        self._count(outcome.value)
+        if outcome is Outcome.DEAD:
             logger.warning(
                 "Message %s of %s/%s is a dead letter after %d attempt(s): %r",
                 message.id,
@@ -253,7 +257,7 @@ class HandlerThread(threading.Thread):
                 message.attempts,
                 exc,
             )
-        self.worker.middleware.call("after_settle", message, outcome)
+        self.hooks.after_settle(message, outcome)
 
     def _release(self, messages: list[Message]) -> None:
         released = self.sub.release(messages)

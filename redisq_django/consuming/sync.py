@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
-from redisq_django.registry import Declaration, declarations
+from redisq_django.consuming.registry import Declaration, declarations
 
 
 def _start_text(start: str | dt.datetime) -> str:

@@ -8,31 +8,19 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
+from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+from redisq_django.consuming.registry import Declaration, declarations
+from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
-from redisq_django.core.message import Message
-from redisq_django.core.middleware import Middleware
-from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.core.worker import Every, Worker, WorkerOptions
 from redisq_django.deadletters import sink_all
-from redisq_django.outbox import relay_once
-from redisq_django.registry import Declaration, declarations
-from redisq_django.sync import sync_declarations
+from redisq_django.publishing.outbox import relay_once
 
 #: How often a worker moves its consumers' dead letters into the database, seconds.
 SINK_INTERVAL_S = 2.0
 #: How often a worker relays outbox rows that were not sent at commit, seconds.
 RELAY_INTERVAL_S = 1.0
-
-
-class DjangoDatabaseMiddleware(Middleware):
-    """Closes stale or broken database connections around each fetched batch, as Django
-    does around each request, so a long-running worker survives database restarts."""
-
-    def before_batch(self, messages: Sequence[Message]) -> None:
-        close_old_connections()
-
-    def after_batch(self, messages: Sequence[Message]) -> None:
-        close_old_connections()
 
 
 class SelectionError(ConfigurationError):
@@ -115,11 +103,13 @@ def build_worker(
             close_old_connections()
 
     pairs = [(d.queue, d.name) for d in chosen]
-    periodic: list[tuple[str, float, Callable[[], object]]] = [
-        ("dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs))),
+    periodic = [
+        Every("dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs)))
     ]
     if get_settings()["OUTBOX"]:
-        periodic.append(("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once)))
+        periodic.append(
+            Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
+        )
     return Worker(
         get_broker(),
         specs,

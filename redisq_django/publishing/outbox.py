@@ -16,14 +16,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Iterable
 
 from django.db import connections, router, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from redisq_django.conf import get_settings
 from redisq_django.connection import get_broker
+from redisq_django.core.clock import datetime_to_ms, ms_to_datetime, now_ms
+from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisqError
 from redisq_django.models import OutboxMessage
 
@@ -35,22 +36,31 @@ CLAIM_TIMEOUT_S = 60.0
 RELAY_BATCH = 100
 
 
-def store(
-    queue: str,
-    message_id: str,
-    payload_json: bytes,
-    headers_json: bytes | None,
-    due_at: dt.datetime | None,
-    *,
-    using: str | None = None,
-) -> OutboxMessage:
-    """Write an outbox row in the current transaction of ``using``."""
+def store(envelope: Envelope, *, using: str | None = None) -> OutboxMessage:
+    """Write an outbox row for ``envelope`` (which has an id of its own) in the current
+    transaction of ``using``."""
+    if envelope.id is None:
+        raise ValueError("An outbox message needs a message id of its own.")
     return OutboxMessage.objects.using(using or router.db_for_write(OutboxMessage)).create(
-        queue=queue,
-        message_id=message_id,
-        payload=payload_json.decode("utf-8"),
-        headers=(headers_json or b"").decode("utf-8"),
-        due_at=due_at,
+        queue=envelope.queue,
+        message_id=envelope.id,
+        payload=envelope.payload_json.decode("utf-8"),
+        headers=(envelope.headers_json or b"").decode("utf-8"),
+        due_at=ms_to_datetime(envelope.due_at_ms) if envelope.due_at_ms else None,
+    )
+
+
+def envelope_of(row: OutboxMessage) -> Envelope:
+    """The message an outbox row holds, published at the row's creation time; a delay
+    that has passed meanwhile is dropped (it is due now)."""
+    due = datetime_to_ms(row.due_at) if row.due_at is not None else None
+    return Envelope(
+        queue=row.queue,
+        id=row.message_id,
+        payload_json=row.payload.encode("utf-8"),
+        headers_json=row.headers.encode("utf-8") or None,
+        published_at_ms=datetime_to_ms(row.created_at),
+        due_at_ms=due if due is not None and due > now_ms() else None,
     )
 
 
@@ -64,37 +74,31 @@ def _unsent(using: str) -> QuerySet[OutboxMessage]:
     )
 
 
-def _send(rows: Iterable[OutboxMessage], using: str) -> int:
-    """Publish rows in order; stop at the first failure. Returns how many were sent."""
-    broker = get_broker()
-    sent: list[int] = []
+def _send(rows: list[OutboxMessage], using: str) -> int:
+    """Publish rows at most once each, in one round trip per queue; mark them sent.
+
+    Returns:
+        How many were sent (all, or none when Redis refused: they are retried later,
+        and those that did reach Redis are then no-ops thanks to publish-once).
+    """
+    if not rows:
+        return 0
+    pks = [row.pk for row in rows]
     try:
-        for row in rows:
-            try:
-                broker.publish_once(
-                    row.queue,
-                    row.message_id,
-                    row.payload,
-                    headers_json=row.headers or None,
-                    published_at=row.created_at,
-                    due_at=row.due_at,
-                )
-            except RedisqError as exc:
-                OutboxMessage.objects.using(using).filter(pk=row.pk).update(
-                    attempts=row.attempts + 1,
-                    last_error=str(exc)[:2000],
-                    claimed_at=None,
-                    claimed_by="",
-                )
-                logger.warning("Outbox relay: %s; %s will be sent later", exc, row)
-                break
-            sent.append(row.pk)
-    finally:
-        if sent:
-            OutboxMessage.objects.using(using).filter(pk__in=sent).update(
-                sent_at=timezone.now(), claimed_at=None, claimed_by=""
-            )
-    return len(sent)
+        get_broker().send([envelope_of(row) for row in rows], once=True)
+    except RedisqError as exc:
+        OutboxMessage.objects.using(using).filter(pk__in=pks).update(
+            attempts=F("attempts") + 1,
+            last_error=str(exc)[:2000],
+            claimed_at=None,
+            claimed_by="",
+        )
+        logger.warning("Outbox relay: %s; %d message(s) will be sent later", exc, len(rows))
+        return 0
+    OutboxMessage.objects.using(using).filter(pk__in=pks).update(
+        sent_at=timezone.now(), claimed_at=None, claimed_by=""
+    )
+    return len(rows)
 
 
 def relay_rows(

@@ -1,10 +1,4 @@
-"""The envelope: how a message is laid out in Redis, and JSON for payloads.
-
-A stream entry is a flat map of fields (PROTOCOL.md, "Envelope v1"). Only ``payload`` is
-required, so ``XADD redisq:{q}:log * payload '{"a":1}'`` from any client is a valid
-message. Zset members (delayed messages, retries) hold the same map as one JSON object.
-No pickle, ever: payloads and headers are JSON.
-"""
+"""JSON for payloads and headers: what Django's ``DjangoJSONEncoder`` writes, never pickle."""
 
 from __future__ import annotations
 
@@ -14,30 +8,11 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from redisq_django.core.errors import PayloadNotSerializable, PayloadTooLarge
 
-ENVELOPE_VERSION = 1
-
-# Field names (bytes, as redis-py returns them).
-F_VERSION = b"v"
-F_PAYLOAD = b"payload"
-F_HEADERS = b"headers"
-F_ID = b"id"
-F_PUBLISHED_AT = b"published_at"
-F_ATTEMPTS = b"attempts"
-F_FIRST_FAILED_AT = b"first_failed_at"
-F_DUE_AT = b"due_at"
-
-#: Fields that a retry or re-drive carries over from the entry it came from.
-CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT)
-
 _TYPE_IN_MESSAGE = re.compile(r"type '?([\w.]+)'? is not JSON serializable")
-
-
-class UndecodableEntry(ValueError):
-    """A Redis entry is not a valid envelope; ``reason`` says why."""
 
 
 def _duration_iso(value: dt.timedelta) -> str:
@@ -121,34 +96,16 @@ class JsonCodec:
         return data
 
     def encode_headers(self, headers: Mapping[str, Any] | None, *, queue: str) -> bytes | None:
+        """Encode headers (None when there are none).
+
+        Raises:
+            PayloadNotSerializable: not a mapping, or a value JSON cannot represent.
+        """
         if not headers:
             return None
         if not isinstance(headers, Mapping):
             raise PayloadNotSerializable(queue, "headers", type(headers).__name__)
         return self.dumps(dict(headers), queue=queue, what="headers")
-
-
-def ms_from_entry_id(entry_id: bytes | str) -> int:
-    """The millisecond part of a stream entry id."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
-
-
-def ms_to_datetime(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
-
-
-def _int_field(fields: Mapping[bytes, bytes], name: bytes) -> int | None:
-    raw = fields.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UndecodableEntry(f"field {name.decode()!r} is not an integer") from None
-    if value < 0:
-        raise UndecodableEntry(f"field {name.decode()!r} is negative")
-    return value
 
 
 _DECODER = json.JSONDecoder()
@@ -170,69 +127,3 @@ def loads(raw: bytes) -> Any:
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
         raise ValueError(f"Extra data after the JSON value at character {end}")
     return value
-
-
-class Decoded(NamedTuple):
-    """The parts of a valid envelope."""
-
-    id: str
-    payload: Any
-    headers: dict[str, Any]
-    attempts: int
-    published_at_ms: int
-    first_failed_at_ms: int | None
-    due_at_ms: int | None
-
-
-def decode_fields(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
-    """Validate an envelope and return its parts.
-
-    Raises:
-        UndecodableEntry: the entry is not a valid envelope; the message says why.
-    """
-    raw_payload = fields.get(F_PAYLOAD)
-    if raw_payload is None:
-        raise UndecodableEntry("no 'payload' field")
-    try:
-        payload = loads(raw_payload)
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-        raise UndecodableEntry(f"payload is not valid JSON: {exc}") from None
-    if len(fields) == 1:
-        # The common case (a plain publish): the id and time come from the entry id.
-        return Decoded(entry_id.decode(), payload, {}, 0, ms_from_entry_id(entry_id), None, None)
-    version = fields.get(F_VERSION, b"1")
-    if version != b"1":
-        raise UndecodableEntry(f"unsupported envelope version {version[:20]!r}")
-    headers: dict[str, Any] = {}
-    raw_headers = fields.get(F_HEADERS)
-    if raw_headers is not None:
-        try:
-            headers = loads(raw_headers)
-        except (ValueError, RecursionError) as exc:
-            raise UndecodableEntry(f"headers are not valid JSON: {exc}") from None
-        if not isinstance(headers, dict):
-            raise UndecodableEntry("headers are not a JSON object")
-    raw_id = fields.get(F_ID)
-    try:
-        message_id = (raw_id if raw_id is not None else entry_id).decode("utf-8")
-    except UnicodeDecodeError:
-        raise UndecodableEntry("field 'id' is not UTF-8") from None
-    published = _int_field(fields, F_PUBLISHED_AT)
-    return Decoded(
-        message_id,
-        payload,
-        headers,
-        _int_field(fields, F_ATTEMPTS) or 0,
-        published if published is not None else ms_from_entry_id(entry_id),
-        _int_field(fields, F_FIRST_FAILED_AT),
-        _int_field(fields, F_DUE_AT),
-    )
-
-
-def describe_raw(fields: Mapping[bytes, bytes]) -> bytes:
-    """A JSON rendering of arbitrary entry fields, kept with an undecodable dead letter."""
-    readable = {
-        k.decode("utf-8", "backslashreplace"): v.decode("utf-8", "backslashreplace")
-        for k, v in fields.items()
-    }
-    return json.dumps(readable, ensure_ascii=False).encode("utf-8", "backslashreplace")

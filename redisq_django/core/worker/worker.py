@@ -2,30 +2,34 @@
 
 One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`).
-The main thread keeps everything alive: heartbeats, lease extension for long handlers,
-configuration refresh, retention, and a periodic summary. Django-free: the management
-command builds it and installs the signal handlers.
+The main thread keeps everything alive from one :class:`Ticker`: heartbeats, lease
+extension for long handlers, configuration refresh, retention, a periodic summary and
+whatever jobs the caller adds. Django-free: the management command builds it and
+installs the signal handlers.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redisq_django.core._util import now_ms
 from redisq_django.core.broker import default_instance_name
+from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.handler import ConsumerSpec
-from redisq_django.core.handler_thread import HandlerThread, Quota
-from redisq_django.core.middleware import Middleware, MiddlewareChain
-from redisq_django.core.subscription import DEAD, LOST, RETRIED, Subscription
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.subscription import Subscription
+from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
+from redisq_django.core.worker.state import Quota, StopSignal, Tally
+from redisq_django.core.worker.threads import HandlerThread, Pace
+from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from redisq_django.core.broker import Broker
 
 logger = logging.getLogger("redisq.worker")
@@ -78,6 +82,8 @@ class Worker:
         refresh: called every ``refresh_interval`` seconds; returns the current specs
             (e.g. read from the database) so pause, retries or concurrency changes apply
             without a restart. Its failures are logged, never fatal.
+        periodic: more housekeeping jobs for the main thread (dead-letter sink, outbox
+            relay...).
     """
 
     def __init__(
@@ -88,7 +94,7 @@ class Worker:
         *,
         middleware: Sequence[Middleware] = (),
         refresh: Callable[[], Iterable[ConsumerSpec]] | None = None,
-        periodic: Sequence[tuple[str, float, Callable[[], object]]] = (),
+        periodic: Sequence[Every] = (),
     ) -> None:
         self.broker = broker
         self.options = options or WorkerOptions()
@@ -98,14 +104,14 @@ class Worker:
         self.periodic = list(periodic)
         self.instance_prefix = default_instance_name()
         self.quota = Quota(self.options.max_messages)
+        self.tally = Tally()
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
-        self.counts: Counter[tuple[str, str, str]] = Counter()
-        self._counts_lock = threading.Lock()
-        self._stop = threading.Event()
-        self.cold = False
+        self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
         self.started_at = time.monotonic()
         self._last_summary = (self.started_at, 0)
+        opts = self.options
+        self._pace = Pace(opts.prefetch, opts.block_ms, opts.burst, opts.reclaim_interval)
 
     # -- control -----------------------------------------------------------------------
 
@@ -113,28 +119,19 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def cold(self) -> bool:
+        return self._stop.cold
+
     def stop(self, *, cold: bool = False) -> None:
         """Request a stop. Warm (default): finish in-flight handlers within the grace
         period, ack them, hand back unstarted messages. Cold: return at once; what is
         in flight is redelivered after others notice this instance is gone."""
-        if cold:
-            self.cold = True
-        self._stop.set()
-
-    def wait(self, seconds: float) -> None:
-        """Sleep, waking early when a stop is requested."""
-        self._stop.wait(seconds)
-
-    def count(self, what: str, spec: ConsumerSpec, n: int = 1) -> None:
-        with self._counts_lock:
-            self.counts[(spec.queue, spec.name, what)] += n
+        self._stop.request(cold=cold)
 
     def totals(self) -> Counter[str]:
-        with self._counts_lock:
-            out: Counter[str] = Counter()
-            for (_, _, what), n in self.counts.items():
-                out[what] += n
-            return out
+        """Handled, failed, retried, dead and lost counts over every consumer."""
+        return self.tally.totals()
 
     # -- running -----------------------------------------------------------------------
 
@@ -150,36 +147,60 @@ class Worker:
         for spec in self.specs.values():
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
-        self.middleware.call("on_worker_start", self)
+        self.middleware.on_worker_start(self)
         self._main_loop()
         code = self._shutdown()
-        self.middleware.call("on_worker_stop", self)
+        self.middleware.on_worker_stop(self)
         self._log_summary(final=True)
         return code
 
     def _all_threads(self) -> list[HandlerThread]:
         return [t for group in self.threads.values() for t in group]
 
+    def _on_crash(self, thread: HandlerThread, exc: BaseException) -> None:
+        self.crashed = True
+
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
         running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
         for t in running[wanted:]:
             t.retire = True
         for index in range(len(running), wanted):
-            thread = HandlerThread(self, spec, index)
+            thread = HandlerThread(
+                spec=spec,
+                sub=self.broker.subscribe(
+                    spec.queue,
+                    spec.name,
+                    f"{self.instance_prefix}-{spec.name}-{index}",
+                    policy=spec.policy,
+                ),
+                index=index,
+                stop=self._stop,
+                pace=self._pace,
+                quota=self.quota,
+                hooks=self.middleware,
+                tally=self.tally,
+                on_crash=self._on_crash,
+            )
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
 
     def _main_loop(self) -> None:
         opts = self.options
-        due = {"heartbeat": 0.0, "extend": 0.0, "refresh": 0.0, "trim": 0.0}
-        due["stats"] = (
-            time.monotonic() + opts.stats_interval if opts.stats_interval else float("inf")
+        stats_every = opts.stats_interval or float("inf")
+        ticker = Ticker(
+            [
+                Every("heartbeat", opts.heartbeat_interval, self._heartbeat),
+                Every("extend", self._extend_interval, self._extend_leases),
+                Every("refresh", opts.refresh_interval, self._refresh, opts.refresh_interval),
+                Every("trim", opts.trim_interval, self._trim),
+                Every("stats", stats_every, self._log_summary, stats_every),
+                *self.periodic,
+            ]
         )
-        due["refresh"] = time.monotonic() + opts.refresh_interval
         while not self._stop.is_set():
             if not any(t.is_alive() for t in self._all_threads()) and not self._paused_only():
                 return  # burst drained, message budget spent, or every thread gone
-            self._housekeeping(due)
+            ticker.run_due()
             self._stop.wait(self._promote_due())
 
     def _promote_due(self) -> float:
@@ -214,29 +235,8 @@ class Worker:
             and all(s.paused or not s.enabled for s in self.specs.values())
         )
 
-    def _housekeeping(self, due: dict[str, float]) -> None:
-        opts = self.options
-        now = time.monotonic()
-        tasks: list[tuple[str, float, Callable[[], object]]] = [
-            ("heartbeat", opts.heartbeat_interval, self._heartbeat),
-            ("extend", self._extend_interval(), self._extend_leases),
-            ("refresh", opts.refresh_interval, self._refresh),
-            ("trim", opts.trim_interval, self._trim),
-            ("stats", opts.stats_interval or float("inf"), self._log_summary),
-            *self.periodic,
-        ]
-        for name, interval, task in tasks:
-            if now >= due.get(name, 0.0):
-                due[name] = now + interval
-                try:
-                    task()
-                except RedisUnavailable as exc:
-                    logger.debug("%s skipped: %s", name, exc)
-                except Exception:
-                    logger.exception("Worker housekeeping task %r failed", name)
-
     def _extend_interval(self) -> float:
-        timeouts = [s.visibility_timeout_ms for s in self.specs.values()] or [60_000]
+        timeouts = [s.policy.visibility_timeout_ms for s in self.specs.values()] or [60_000]
         return max(0.2, min(timeouts) / 3000.0)
 
     def _heartbeat(self) -> None:
@@ -249,8 +249,7 @@ class Worker:
         for t in self._all_threads():
             held = list(t.held)
             if held and t.is_alive():
-                lost = t.sub.extend(held)
-                for m in lost:
+                for m in t.sub.extend(held):
                     logger.warning(
                         "Lease of %s lost to another instance; it will be handled again there", m.id
                     )
@@ -262,24 +261,10 @@ class Worker:
             old = self.specs.get(spec.key)
             if old is None or old == spec:
                 continue
-            changes = {
-                f: (getattr(old, f), getattr(spec, f))
-                for f in (
-                    "paused",
-                    "enabled",
-                    "max_retries",
-                    "backoff_s",
-                    "max_backoff_s",
-                    "visibility_timeout_ms",
-                    "concurrency",
-                )
-                if getattr(old, f) != getattr(spec, f)
-            }
+            before, after = _tunables(old), _tunables(spec)
+            changes = [f"{f} {before[f]!r} -> {after[f]!r}" for f in after if before[f] != after[f]]
             logger.info(
-                "Configuration of %s/%s changed: %s",
-                spec.queue,
-                spec.name,
-                ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+                "Configuration of %s/%s changed: %s", spec.queue, spec.name, ", ".join(changes)
             )
             self.specs[spec.key] = spec
             for t in self.threads.get(spec.key, []):
@@ -311,33 +296,28 @@ class Worker:
             "stopped: " if final else "",
             t["handled"],
             t["failed"],
-            t[RETRIED],
-            t[DEAD],
-            t[LOST],
+            t[Outcome.RETRIED],
+            t[Outcome.DEAD],
+            t[Outcome.LOST],
             rate,
         )
 
     def _shutdown(self) -> int:
-        self._stop.set()
+        self._stop.request()
         if self.cold:
             self._mark_dead()
             return 1
         deadline = time.monotonic() + self.options.grace_period
-        due = {k: 0.0 for k in ("heartbeat", "extend")}
+        liveness = Ticker(
+            [
+                Every("heartbeat", self.options.heartbeat_interval, self._heartbeat),
+                Every("extend", self._extend_interval, self._extend_leases),
+            ]
+        )
         while time.monotonic() < deadline and any(t.is_alive() for t in self._all_threads()):
             if self.cold:
                 break
-            now = time.monotonic()
-            for name, interval, task in (
-                ("heartbeat", self.options.heartbeat_interval, self._heartbeat),
-                ("extend", self._extend_interval(), self._extend_leases),
-            ):
-                if now >= due[name]:
-                    due[name] = now + interval
-                    try:
-                        task()
-                    except Exception:
-                        logger.debug("%s during shutdown failed", name, exc_info=True)
+            liveness.run_due()
             for t in self._all_threads():
                 t.join(timeout=0.05)
         stuck = [t for t in self._all_threads() if t.is_alive()]
@@ -361,3 +341,17 @@ class Worker:
                 t.sub.heartbeat(-1)
             except Exception:
                 logger.debug("Could not expire the heartbeat of %s", t.sub.consumer, exc_info=True)
+
+
+def _tunables(spec: ConsumerSpec) -> dict[str, object]:
+    """What the admin can change in a spec, by name (for the change log line)."""
+    p = spec.policy
+    return {
+        "paused": spec.paused,
+        "enabled": spec.enabled,
+        "concurrency": spec.concurrency,
+        "max_retries": p.max_retries,
+        "backoff_s": p.backoff_s,
+        "max_backoff_s": p.max_backoff_s,
+        "visibility_timeout_ms": p.visibility_timeout_ms,
+    }

@@ -1,0 +1,1 @@
+"""Consuming from Django: ``@consumer`` declarations, their rows, and the worker runner."""

@@ -1,0 +1,38 @@
+"""Time in milliseconds since the epoch: the unit of stream ids, due times and scores."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch (the clock stream ids and due times use)."""
+    return time.time_ns() // 1_000_000
+
+
+def ms_to_datetime(ms: int) -> dt.datetime:
+    """An aware UTC datetime from milliseconds since the epoch."""
+    return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
+
+
+def datetime_to_ms(when: dt.datetime) -> int:
+    """Milliseconds since the epoch of an aware datetime, rounded *up*, so a due time
+    computed from it is never earlier than ``when``.
+
+    Raises:
+        ValueError: ``when`` is naive.
+    """
+    if when.tzinfo is None:
+        raise ValueError(f"{when!r} has no time zone; pass an aware datetime.")
+    micros = (when - _EPOCH) // dt.timedelta(microseconds=1)
+    return -(-micros // 1000)
+
+
+def ms_from_entry_id(entry_id: bytes | str) -> int:
+    """The millisecond part of a stream entry id (``b"1700000000000-3"`` → 1700000000000)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

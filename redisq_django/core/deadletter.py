@@ -1,0 +1,176 @@
+"""Failures and dead letters: why a message died, and the record it leaves in Redis."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import traceback as tb
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from redisq_django.core import envelope as env
+from redisq_django.core.clock import ms_to_datetime
+
+#: Tracebacks and error messages stored with a dead letter are cut to this many characters.
+MAX_ERROR_TEXT = 32_000
+
+# Dead-letter fields (beside the envelope fields).
+F_REASON = b"reason"
+F_ERROR_CLASS = b"error_class"
+F_ERROR_MESSAGE = b"error_message"
+F_TRACEBACK = b"traceback"
+F_LAST_FAILED_AT = b"last_failed_at"
+F_GROUP = b"group"
+F_RAW = b"raw"
+
+
+class DeadReason(StrEnum):
+    """Why a message became a dead letter."""
+
+    FAILED = "failed"  # the handler raised on every allowed attempt
+    REJECTED = "rejected"  # the handler asked for it (Reject)
+    UNDECODABLE = "undecodable"  # the entry is not a valid envelope
+    LEASE_EXPIRED = "lease_expired"  # instances kept crashing on it
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What went wrong in one delivery: error class, message and traceback.
+
+    Texts are cut to :data:`MAX_ERROR_TEXT` characters when stored.
+    """
+
+    error_class: str
+    message: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> Failure:
+        """The failure an exception describes (with its formatted traceback)."""
+        return cls(
+            type(exc).__qualname__,
+            str(exc),
+            "".join(tb.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+
+    @classmethod
+    def of(cls, failure: Failure | BaseException) -> Failure:
+        """``failure`` itself, or the failure an exception describes."""
+        return failure if isinstance(failure, Failure) else cls.from_exception(failure)
+
+
+def dead_fields(
+    base: Mapping[bytes, bytes],
+    *,
+    group: str,
+    reason: DeadReason,
+    failure: Failure,
+    failed_at_ms: int,
+) -> dict[bytes, bytes]:
+    """``base`` (an envelope's fields) plus the dead-letter fields."""
+    fields = dict(base)
+    fields[F_REASON] = reason.value.encode()
+    fields[F_ERROR_CLASS] = (failure.error_class or "Error").encode("utf-8", "backslashreplace")
+    fields[F_ERROR_MESSAGE] = failure.message[:MAX_ERROR_TEXT].encode("utf-8", "backslashreplace")
+    fields[F_TRACEBACK] = failure.traceback[-MAX_ERROR_TEXT:].encode("utf-8", "backslashreplace")
+    fields[F_LAST_FAILED_AT] = str(failed_at_ms).encode()
+    fields[F_GROUP] = group.encode()
+    fields.setdefault(env.F_FIRST_FAILED_AT, str(failed_at_ms).encode())
+    return fields
+
+
+def undecodable_fields(
+    entry_id: bytes, raw: Mapping[bytes, bytes], *, group: str, reason: str, now: int
+) -> dict[bytes, bytes]:
+    """A dead letter for an entry that is not a valid envelope, keeping what it held."""
+    base = {env.F_ID: entry_id, F_RAW: env.describe_raw(raw), env.F_ATTEMPTS: b"1"}
+    if isinstance(raw.get(env.F_PAYLOAD), bytes):
+        base[env.F_PAYLOAD] = raw[env.F_PAYLOAD]
+    return dead_fields(
+        base,
+        group=group,
+        reason=DeadReason.UNDECODABLE,
+        failure=Failure("UndecodableEntry", reason),
+        failed_at_ms=now,
+    )
+
+
+def redrive_fields(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+    """A fresh delivery (attempt count reset) of a dead letter's envelope."""
+    return {k: v for k, v in fields.items() if k in env.CARRIED_FIELDS}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter as stored in Redis (``redisq:{q}:g:<g>:dead``).
+
+    Attributes:
+        entry_id: its id in the dead stream.
+        queue, group: where it died.
+        id: the message id.
+        payload: the decoded payload, or the raw text when it is not valid JSON.
+        headers: the decoded headers.
+        attempts: deliveries made.
+        reason: why it died (a :class:`DeadReason` value).
+        error_class, error_message, traceback: the last failure.
+        published_at, first_failed_at, last_failed_at: UTC datetimes.
+        fields: the raw fields (to re-drive the exact envelope).
+    """
+
+    entry_id: str
+    queue: str
+    group: str
+    id: str
+    payload: Any
+    headers: dict[str, Any]
+    attempts: int
+    reason: str
+    error_class: str
+    error_message: str
+    traceback: str
+    published_at: dt.datetime | None
+    first_failed_at: dt.datetime | None
+    last_failed_at: dt.datetime | None
+    fields: dict[bytes, bytes]
+
+    @classmethod
+    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
+        """Read a dead-stream entry (never raises on odd content: it is kept as text)."""
+
+        def text(name: bytes) -> str:
+            return fields.get(name, b"").decode("utf-8", "backslashreplace")
+
+        def when(name: bytes) -> dt.datetime | None:
+            raw = fields.get(name)
+            return ms_to_datetime(int(raw)) if raw and raw.isdigit() else None
+
+        raw_payload = fields.get(env.F_PAYLOAD, b"")
+        try:
+            payload: Any = json.loads(raw_payload)
+        except (ValueError, RecursionError):  # kept as text, as an undecodable entry's
+            payload = raw_payload.decode("utf-8", "backslashreplace")
+        try:
+            headers = json.loads(fields.get(env.F_HEADERS, b"{}"))
+            headers = headers if isinstance(headers, dict) else {}
+        except (ValueError, RecursionError):
+            headers = {}
+        attempts = fields.get(env.F_ATTEMPTS, b"0")
+        return cls(
+            entry_id=entry_id.decode("utf-8", "backslashreplace"),
+            queue=queue,
+            group=text(F_GROUP),
+            id=text(env.F_ID) or entry_id.decode("utf-8", "backslashreplace"),
+            payload=payload,
+            headers=headers,
+            attempts=int(attempts) if attempts.isdigit() else 0,
+            reason=text(F_REASON),
+            error_class=text(F_ERROR_CLASS),
+            error_message=text(F_ERROR_MESSAGE),
+            traceback=text(F_TRACEBACK),
+            published_at=when(env.F_PUBLISHED_AT),
+            first_failed_at=when(env.F_FIRST_FAILED_AT),
+            last_failed_at=when(F_LAST_FAILED_AT),
+            fields=dict(fields),
+        )

@@ -1,0 +1,49 @@
+"""Logical consumers as consumer groups: registering them and listing them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from redisq_django.core.keys import GroupKeys, QueueKeys
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.start import StartPoint
+from redisq_django.core.wire import to_str
+
+
+def ensure_group(scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
+    """Create the group on the log (at ``start``) and on the direct stream unless they
+    exist; an existing group keeps its position. Returns True when it was created."""
+    created = scripts(
+        "ensure_consumer",
+        [gkeys.queue_keys.log, gkeys.direct],
+        [gkeys.group, start.to_last_delivered_id()],
+    )
+    return bool(created)
+
+
+def group_names(client: Any, keys: QueueKeys) -> list[str]:
+    """Names of the logical consumers registered on the queue's log (sorted)."""
+    try:
+        groups = client.xinfo_groups(keys.log)
+    except redis.ResponseError:  # no such key
+        return []
+    return sorted(to_str(g["name"]) for g in groups)
+
+
+def is_nogroup(exc: redis.ResponseError) -> bool:
+    """Whether Redis refused a command because the consumer group does not exist."""
+    return str(exc).startswith("NOGROUP")
+
+
+def recreate_group(client: Any, gkeys: GroupKeys) -> None:
+    """Destroy and re-create the group at the end of the log and the direct stream,
+    forgetting its pending entries (after a purge deleted what they point at)."""
+    log, group = gkeys.queue_keys.log, gkeys.group
+    with client.pipeline(transaction=True) as pipe:
+        pipe.execute_command("XGROUP", "DESTROY", log, group)
+        pipe.execute_command("XGROUP", "DESTROY", gkeys.direct, group)
+        pipe.execute_command("XGROUP", "CREATE", log, group, "$", "MKSTREAM")
+        pipe.execute_command("XGROUP", "CREATE", gkeys.direct, group, "0", "MKSTREAM")
+        pipe.execute()

@@ -1,0 +1,33 @@
+"""Retention of a queue's log: trim what every logical consumer acknowledged, outside the
+replay window, never what one still needs (unless a hard cap drops it, counted)."""
+
+from __future__ import annotations
+
+from redisq_django.core.clock import now_ms
+from redisq_django.core.config import CoreConfig
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.scripts import Scripts
+
+
+def trim(
+    scripts: Scripts, keys: QueueKeys, config: CoreConfig, *, now: int | None = None
+) -> tuple[int, int]:
+    """One bounded round of ``trim.lua`` on ``keys``' log.
+
+    Returns:
+        ``(removed, dropped)``: entries removed safely and unacknowledged entries
+        removed by the hard cap.
+    """
+    removed, dropped = scripts(
+        "trim",
+        [keys.log, keys.meta],
+        [
+            now if now is not None else now_ms(),
+            config.replay_window_ms,
+            config.replay_window_len,
+            config.max_len,
+            config.max_age_ms,
+            config.script_batch,
+        ],
+    )
+    return int(removed), int(dropped)

@@ -1,0 +1,71 @@
+"""The Lua scripts, one ``.lua`` file per atomic operation, and their loader.
+
+Each file starts with a header listing every ``KEYS[i]`` and ``ARGV[i]``; PROTOCOL.md
+lists them for clients in other languages, which must call the same scripts.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Literal
+
+from redis.commands.core import Script
+
+ScriptName = Literal[
+    "ack",
+    "ensure_consumer",
+    "extend",
+    "fail",
+    "promote",
+    "publish_once",
+    "reclaim",
+    "redrive",
+    "trim",
+]
+
+SCRIPT_NAMES: tuple[ScriptName, ...] = (
+    "ack",
+    "ensure_consumer",
+    "extend",
+    "fail",
+    "promote",
+    "publish_once",
+    "reclaim",
+    "redrive",
+    "trim",
+)
+
+
+def script_source(name: str) -> str:
+    """The text of ``core/scripts/<name>.lua``."""
+    return resources.files(__name__).joinpath(f"{name}.lua").read_text()
+
+
+class Scripts:
+    """The registered scripts of one Redis client.
+
+    redis-py's ``Script`` calls EVALSHA and, on NOSCRIPT (e.g. after a Redis restart
+    emptied the script cache), loads the script and calls it again.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+
+    def __call__(
+        self, name: ScriptName, keys: list[str], args: list[Any], client: Any = None
+    ) -> Any:
+        """Run script ``name``; with ``client`` (a pipeline), queue it there instead."""
+        return self._scripts[name](keys=keys, args=args, client=client)
+
+    def queue(self, pipe: Any, name: ScriptName, keys: list[str], args: list[Any]) -> None:
+        """Queue script ``name`` on ``pipe`` by SHA only; the caller loads it with
+        :meth:`load` and runs the pipeline again when a reply is NOSCRIPT (redis-py's
+        own pipeline support costs an extra SCRIPT EXISTS round trip on every run)."""
+        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+
+    def load(self, name: ScriptName) -> None:
+        """Load script ``name`` into Redis (after a NOSCRIPT reply)."""
+        script = self._scripts[name]
+        script.registered_client.script_load(script.script)

@@ -1,0 +1,71 @@
+"""Sending prepared envelopes to one queue in one round trip (``Broker.send``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from redisq_django.core.envelope import Envelope
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.scripts import Scripts
+
+#: How long Redis remembers that a message id was published once (ms): 1 day.
+SENT_MARKER_TTL_MS = 24 * 3600 * 1000
+
+
+def _queue_one(target: Any, keys: QueueKeys, e: Envelope) -> Any:
+    if e.due_at_ms is None:
+        return target.execute_command("XADD", keys.log, "*", *e.fields())
+    return target.zadd(keys.delayed, {e.member(): e.due_at_ms})
+
+
+def send_all(client: Any, keys: QueueKeys, envelopes: list[Envelope]) -> list[Any]:
+    """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI).
+
+    Returns:
+        The replies in order: entry ids for immediate messages.
+    """
+    if len(envelopes) == 1:  # the common publish: no MULTI around one command
+        return [_queue_one(client, keys, envelopes[0])]
+    with client.pipeline(transaction=True) as pipe:
+        for e in envelopes:
+            _queue_one(pipe, keys, e)
+        return list(pipe.execute())
+
+
+def send_once(
+    client: Any, scripts: Scripts, keys: QueueKeys, envelopes: list[Envelope]
+) -> list[Any]:
+    """Publish every envelope of one queue at most once per message id
+    (``publish_once.lua``), in one round trip.
+
+    Each script call is atomic on its own; after a failure, sending the whole batch again
+    is safe because the ones that went through are no-ops the second time.
+
+    Returns:
+        The message ids in order.
+    """
+
+    def call(e: Envelope) -> tuple[list[str], list[Any]]:
+        if e.id is None:
+            raise ValueError("Publishing at most once needs a message id of your own.")
+        due = e.due_at_ms or 0
+        return (
+            [keys.log, keys.delayed, keys.sent_marker(e.id)],
+            [SENT_MARKER_TTL_MS, due, e.member() if due else b"", *e.fields()],
+        )
+
+    replies: list[Any] = []
+    for _ in range(2):  # a second pass only after loading the script (NOSCRIPT)
+        with client.pipeline(transaction=False) as pipe:
+            for e in envelopes:
+                scripts.queue(pipe, "publish_once", *call(e))
+            replies = pipe.execute(raise_on_error=False)
+        if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+            break
+        scripts.load("publish_once")
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return [e.id for e in envelopes]

@@ -1,0 +1,29 @@
+"""Conversions between redis-py replies (bytes) and Python values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def to_str(value: Any) -> str:
+    """Text of a reply value (bytes are decoded as UTF-8, odd bytes escaped)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def to_bytes(value: Any) -> bytes:
+    """Bytes of a value (text is encoded as UTF-8)."""
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def flatten(fields: Mapping[bytes, bytes]) -> list[bytes]:
+    """``{k: v, ...}`` as the flat ``[k, v, ...]`` list XADD and scripts take."""
+    out: list[bytes] = []
+    for key, value in fields.items():
+        out.append(key)
+        out.append(value)
+    return out

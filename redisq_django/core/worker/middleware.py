@@ -1,0 +1,112 @@
+"""Hooks around the worker loop for cross-cutting behaviour (DB hygiene, metrics...).
+
+Subclass :class:`Middleware` and override what you need; every hook is a no-op by
+default. ``before_*`` hooks run in the order the middleware are given, ``after_*`` hooks
+in reverse order (the first middleware wraps all the others). A hook that raises is
+logged and skipped: it never stops the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from redisq_django.core.handler import ConsumerSpec
+from redisq_django.core.message import Message
+from redisq_django.core.outcome import Outcome
+
+logger = logging.getLogger("redisq.worker")
+
+
+class RunningWorker(Protocol):
+    """What the worker start/stop hooks may look at."""
+
+    @property
+    def instance_prefix(self) -> str: ...
+
+    @property
+    def specs(self) -> Mapping[tuple[str, str], ConsumerSpec]: ...
+
+    def stop(self, *, cold: bool = False) -> None: ...
+
+
+class Middleware:
+    """No-op hooks the worker calls around each batch and each message."""
+
+    def on_worker_start(self, worker: RunningWorker) -> None:
+        """Called in the main thread before any message is fetched."""
+
+    def on_worker_stop(self, worker: RunningWorker) -> None:
+        """Called in the main thread after the last handler finished."""
+
+    def before_batch(self, messages: Sequence[Message]) -> None:
+        """Called in the handler's thread before the handlers of a fetched batch run."""
+
+    def after_batch(self, messages: Sequence[Message]) -> None:
+        """Called in the handler's thread once a batch is handled."""
+
+    def before_process(self, message: Message) -> None:
+        """Called in the handler's thread just before the handler runs."""
+
+    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+        """Called in the handler's thread after the handler returned or raised."""
+
+    def after_settle(self, message: Message, outcome: Outcome) -> None:
+        """Called once the message is ``ACKED``, ``RETRIED``, ``DEAD`` or ``LOST``
+        (another instance took it over)."""
+
+
+def _overrides(middleware: Sequence[Middleware], hook: str) -> list[Callable[..., None]]:
+    # Only middleware that override a hook are called for it, so the per-message hooks
+    # cost nothing when no middleware uses them (the common case on the hot path).
+    base = getattr(Middleware, hook)
+    return [getattr(mw, hook) for mw in middleware if getattr(type(mw), hook) is not base]
+
+
+class MiddlewareChain:
+    """Calls each hook on every middleware that implements it, logging failures."""
+
+    def __init__(self, middleware: Sequence[Middleware]) -> None:
+        self.middleware = list(middleware)
+        forward = {
+            h: _overrides(self.middleware, h)
+            for h in ("on_worker_start", "before_batch", "before_process")
+        }
+        backward = {
+            h: list(reversed(_overrides(self.middleware, h)))
+            for h in ("on_worker_stop", "after_batch", "after_process", "after_settle")
+        }
+        self._hooks = {**forward, **backward}
+        #: Whether any per-message hook is implemented (the hot path skips them if not).
+        self.per_message = any(
+            self._hooks[h] for h in ("before_process", "after_process", "after_settle")
+        )
+
+    def _call(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        for fn in self._hooks[hook]:
+            try:
+                fn(*args, **kwargs)
+            except Exception:
+                logger.exception("Middleware hook %s failed; continuing", fn.__qualname__)
+
+    def on_worker_start(self, worker: RunningWorker) -> None:
+        self._call("on_worker_start", worker)
+
+    def on_worker_stop(self, worker: RunningWorker) -> None:
+        self._call("on_worker_stop", worker)
+
+    def before_batch(self, messages: Sequence[Message]) -> None:
+        self._call("before_batch", messages)
+
+    def after_batch(self, messages: Sequence[Message]) -> None:
+        self._call("after_batch", messages)
+
+    def before_process(self, message: Message) -> None:
+        self._call("before_process", message)
+
+    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+        self._call("after_process", message, error=error)
+
+    def after_settle(self, message: Message, outcome: Outcome) -> None:
+        self._call("after_settle", message, outcome)

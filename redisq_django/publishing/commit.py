@@ -1,0 +1,105 @@
+"""Sending a transaction's messages once it commits: one round trip per queue.
+
+Every ``publish_on_commit``, model event and outbox row of a transaction joins one
+:class:`CommitBatch`, registered once with ``transaction.on_commit``; after the commit it
+sends the messages of each queue together and relays the outbox rows together.
+
+A batch is tied to a savepoint context, exactly as Django ties ``on_commit`` callbacks:
+a message published inside a savepoint that rolls back must not go out. So a message
+joins the newest batch only while that batch is the last callback registered and was
+registered in the same savepoints; otherwise (inside a new savepoint, or after another
+``on_commit`` callback, whose order we keep) a new batch starts. In the common case,
+a transaction without savepoints, that is one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from redisq_django.connection import get_broker
+from redisq_django.core.envelope import Envelope
+from redisq_django.core.errors import RedisqError
+
+logger = logging.getLogger("redisq.publish")
+
+#: How much of a payload the "not published" error log shows.
+LOG_PREVIEW_CHARS = 500
+
+
+@dataclass(eq=False)
+class CommitBatch:
+    """The messages one transaction sends after it commits (see the module docstring)."""
+
+    using: str | None
+    envelopes: list[Envelope] = field(default_factory=list)
+    outbox_rows: list[int] = field(default_factory=list)
+
+    def __call__(self) -> None:
+        by_queue: dict[str, list[Envelope]] = {}
+        for envelope in self.envelopes:
+            by_queue.setdefault(envelope.queue, []).append(envelope)
+        broker = get_broker()
+        for queue, envelopes in by_queue.items():
+            try:
+                broker.send(envelopes)
+            except RedisqError as exc:
+                _log_not_published(queue, envelopes, exc)
+        if self.outbox_rows:
+            from redisq_django.publishing.outbox import relay_rows
+
+            relay_rows(self.outbox_rows, using=self.using)
+
+
+def _log_not_published(queue: str, envelopes: list[Envelope], exc: Exception) -> None:
+    for e in envelopes:
+        preview = e.payload_json.decode("utf-8", "replace")[:LOG_PREVIEW_CHARS]
+        logger.error(
+            "Message %s for queue %r was NOT published after the commit: %s "
+            "Payload: %s. Publish it again by hand; to keep messages through Redis "
+            "outages, enable the outbox: REDISQ['OUTBOX'] = True (or a list of queues).",
+            e.id,
+            queue,
+            exc,
+            preview,
+        )
+
+
+def current_batch(using: str | None) -> CommitBatch | None:
+    """The batch that messages published now in ``using``'s transaction join, or None
+    outside a transaction (autocommit: send at once, as ``on_commit`` would)."""
+    connection = transaction.get_connection(using)
+    if not connection.in_atomic_block:
+        return None
+    # Django keeps (savepoint ids, callback, robust) tuples in run_on_commit; reading
+    # the last one is the only way to know whether our batch is still the newest
+    # callback of the same savepoint context (see the module docstring).
+    hooks = connection.run_on_commit
+    if hooks:
+        sids, last, _ = hooks[-1]
+        if isinstance(last, CommitBatch) and sids == set(connection.savepoint_ids):
+            return last
+    batch = CommitBatch(using)
+    transaction.on_commit(batch, using=using)
+    return batch
+
+
+def send_after_commit(envelope: Envelope, using: str | None) -> None:
+    """Send ``envelope`` once ``using``'s transaction commits (at once in autocommit)."""
+    batch = current_batch(using)
+    if batch is None:
+        CommitBatch(using, envelopes=[envelope])()
+    else:
+        batch.envelopes.append(envelope)
+
+
+def relay_after_commit(row_pk: int, using: str | None) -> None:
+    """Relay outbox row ``row_pk`` once ``using``'s transaction commits (at once in
+    autocommit)."""
+    batch = current_batch(using)
+    if batch is None:
+        CommitBatch(using, outbox_rows=[row_pk])()
+    else:
+        batch.outbox_rows.append(row_pk)

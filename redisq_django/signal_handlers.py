@@ -1,0 +1,44 @@
+"""Signal receivers, connected once from ``AppConfig.ready()``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db.models.signals import post_migrate
+
+logger = logging.getLogger("redisq")
+
+
+def clear_caches(*, setting: str, **kwargs: Any) -> None:
+    """Forget cached settings, config and broker after ``REDISQ`` or ``CACHES`` change
+    (``override_settings`` in tests)."""
+    if setting not in ("REDISQ", "CACHES"):
+        return
+    from redisq_django import conf, connection
+
+    conf.clear_caches()
+    connection.get_broker.cache_clear()
+
+
+def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    """Write the ``@consumer`` declarations into ``Queue``/``Consumer`` rows after our
+    app's migrations ran."""
+    if getattr(sender, "name", None) != "redisq_django":
+        return
+    from redisq_django.consuming.registry import DiscoveryError
+    from redisq_django.consuming.sync import sync_declarations
+
+    try:
+        sync_declarations()
+    except DiscoveryError as exc:
+        # migrate must not fail because an app's consumers.py is broken; the system
+        # check and runconsumer report it.
+        logger.warning("Consumers not synchronised: %s", exc)
+
+
+def connect() -> None:
+    """Connect every receiver of the app (idempotent: dispatch_uid)."""
+    setting_changed.connect(clear_caches, dispatch_uid="redisq_clear_caches")
+    post_migrate.connect(sync_after_migrate, dispatch_uid="redisq_sync_after_migrate")

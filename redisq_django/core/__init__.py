@@ -15,7 +15,7 @@ Use it directly from any Python program::
             sub.ack([message])
 """
 
-from redisq_django.core.broker import Broker, default_instance_name
+from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, DeadReason, Failure
 from redisq_django.core.envelope import Envelope, new_message_id
@@ -29,6 +29,7 @@ from redisq_django.core.errors import (
     RedisqError,
     RedisUnavailable,
 )
+from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome

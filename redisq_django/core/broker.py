@@ -4,27 +4,29 @@ dead letters, retention and stats of one Redis."""
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
+from redisq_django.core import archive, retention
 from redisq_django.core import envelope as env
-from redisq_django.core import retention
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
 from redisq_django.core.envelope import Delay, Envelope, due_at_ms, new_message_id
 from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
-from redisq_django.core.groups import ensure_group, group_names, is_nogroup, recreate_group
+from redisq_django.core.groups import (
+    default_instance_name,
+    ensure_group,
+    group_names,
+    is_nogroup,
+)
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
-from redisq_django.core.sending import send_all, send_once
+from redisq_django.core.sending import send_all, send_direct, send_once
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
@@ -191,6 +193,30 @@ class Broker:
         ]
         return self.send(envelopes)
 
+    @translate_errors
+    def send_to_consumer(self, group: str, envelopes: Sequence[Envelope]) -> list[str]:
+        """Deliver envelopes at once to one logical consumer only (its private input),
+        one round trip per queue; returns the new entry ids (targeted replay)."""
+        by_queue: dict[str, list[Envelope]] = {}
+        for e in envelopes:
+            by_queue.setdefault(e.queue, []).append(e)
+        return [
+            entry
+            for queue, mine in by_queue.items()
+            for entry in send_direct(self.client, self.keys(queue).group(group), mine)
+        ]
+
+    @translate_errors
+    def commit_archive(self, queue: str, stream: str, entry_id: str) -> str:
+        """Record that the archive stored ``queue``'s ``stream`` (``"messages"`` or
+        ``"events"``) up to ``entry_id``; retention may then trim behind it."""
+        return archive.commit(self.scripts, self.keys(queue), stream, entry_id)
+
+    @translate_errors
+    def archive_positions(self, queue: str) -> dict[str, str]:
+        """How far the archive has stored ``queue``: ``{"messages": id, "events": id}``."""
+        return archive.positions(self.client, self.keys(queue))
+
     # -- logical consumers -------------------------------------------------------------
 
     @translate_errors
@@ -292,24 +318,17 @@ class Broker:
     def dead_letters(
         self, queue: str, group: str, *, count: int = 100, after: str | None = None
     ) -> list[DeadLetter]:
-        """Dead letters of ``group`` still in Redis, oldest first.
-
-        Args:
-            count: at most this many.
-            after: only those after this dead-stream entry id (for paging).
-        """
+        """Dead letters of ``group`` still in Redis, oldest first (at most ``count``,
+        after dead-stream entry id ``after`` when paging)."""
         gkeys = self.keys(queue).group(group)
-        start = f"({after}" if after else "-"
-        entries = self.client.xrange(gkeys.dead, start, "+", count=count)
+        entries = self.client.xrange(gkeys.dead, f"({after}" if after else "-", "+", count=count)
         return [DeadLetter.from_entry(queue, eid, dict(f)) for eid, f in entries]
 
     @translate_errors
     def delete_dead(self, queue: str, group: str, entry_ids: Iterable[str]) -> int:
         """Remove dead letters from Redis (once stored elsewhere, or to discard them)."""
         ids = list(entry_ids)
-        if not ids:
-            return 0
-        return int(self.client.xdel(self.keys(queue).group(group).dead, *ids))
+        return int(self.client.xdel(self.keys(queue).group(group).dead, *ids)) if ids else 0
 
     @translate_errors
     def redrive(self, queue: str, group: str, entry_id: str) -> str | None:
@@ -367,27 +386,9 @@ class Broker:
     def purge(self, queue: str) -> None:
         """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
         while keeping its logical consumers registered at the end of the (empty) log."""
-        keys = self.keys(queue)
-        groups = self.consumers(queue)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.execute_command("XTRIM", keys.log, "MAXLEN", 0)
-            pipe.delete(keys.delayed)
-            for group in groups:
-                gkeys = keys.group(group)
-                pipe.execute_command("XTRIM", gkeys.direct, "MAXLEN", 0)
-                pipe.delete(gkeys.retry, gkeys.dead)
-            pipe.execute()
-        for group in groups:
-            # Pending entries point at deleted entries: forget them by re-creating the
-            # group at the end of the log (keeps the registration).
-            recreate_group(self.client, keys.group(group))
+        retention.purge(self.client, self.keys(queue), self.consumers(queue))
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:
         """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age."""
         return read_stats(self.client, self.keys(queue))
-
-
-def default_instance_name() -> str:
-    """``host:pid:random``: unique per running instance, readable in stats."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"

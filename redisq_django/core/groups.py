@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from typing import Any
 
 import redis
@@ -47,3 +50,8 @@ def recreate_group(client: Any, gkeys: GroupKeys) -> None:
         pipe.execute_command("XGROUP", "CREATE", log, group, "$", "MKSTREAM")
         pipe.execute_command("XGROUP", "CREATE", gkeys.direct, group, "0", "MKSTREAM")
         pipe.execute()
+
+
+def default_instance_name() -> str:
+    """``host:pid:random``: unique per running instance, readable in stats."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"

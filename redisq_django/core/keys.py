@@ -9,7 +9,8 @@ key                               type    role
 ``redisq:queues``                 set     names of every queue ever published to or consumed
 ``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
 ``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
-``redisq:{q}:meta``               hash    queue counters (``dropped`` by the hard cap)
+``redisq:{q}:meta``               hash    queue counters (``dropped``), archive positions
+``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
@@ -67,6 +68,11 @@ class QueueKeys:
     @property
     def meta(self) -> str:
         return f"{self.tag}:meta"
+
+    @property
+    def events(self) -> str:
+        """Lifecycle events of every logical consumer (written when history is on)."""
+        return f"{self.tag}:events"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that the outbox relay published ``message_id`` (makes it idempotent)."""

@@ -3,8 +3,11 @@ replay window, never what one still needs (unless a hard cap drops it, counted).
 
 from __future__ import annotations
 
+from typing import Any
+
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
+from redisq_django.core.groups import recreate_group
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 
@@ -31,3 +34,20 @@ def trim(
         ],
     )
     return int(removed), int(dropped)
+
+
+def purge(client: Any, keys: QueueKeys, groups: list[str]) -> None:
+    """Delete every message of the queue (log, delayed, retries, dead letters in Redis)
+    while keeping ``groups`` registered at the end of the (empty) log."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.execute_command("XTRIM", keys.log, "MAXLEN", 0)
+        pipe.delete(keys.delayed)
+        for group in groups:
+            gkeys = keys.group(group)
+            pipe.execute_command("XTRIM", gkeys.direct, "MAXLEN", 0)
+            pipe.delete(gkeys.retry, gkeys.dead)
+        pipe.execute()
+    for group in groups:
+        # Pending entries point at deleted entries: forget them by re-creating the
+        # group at the end of the log (keeps the registration).
+        recreate_group(client, keys.group(group))

@@ -7,7 +7,7 @@ from typing import Any
 import redis
 
 from redisq_django.core.envelope import Envelope
-from redisq_django.core.keys import QueueKeys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
 
 #: How long Redis remembers that a message id was published once (ms): 1 day.
@@ -69,3 +69,15 @@ def send_once(
         if isinstance(reply, Exception):
             raise reply
     return [e.id for e in envelopes]
+
+
+def send_direct(client: Any, gkeys: GroupKeys, envelopes: list[Envelope]) -> list[str]:
+    """XADD envelopes to one logical consumer's private input, all or none (MULTI).
+
+    Returns:
+        The new entry ids, in order.
+    """
+    with client.pipeline(transaction=True) as pipe:
+        for e in envelopes:
+            pipe.execute_command("XADD", gkeys.direct, "*", *e.with_id().fields())
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in pipe.execute()]

@@ -13,6 +13,7 @@ from redis.commands.core import Script
 
 ScriptName = Literal[
     "ack",
+    "archive_commit",
     "ensure_consumer",
     "extend",
     "fail",
@@ -25,6 +26,7 @@ ScriptName = Literal[
 
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "ack",
+    "archive_commit",
     "ensure_consumer",
     "extend",
     "fail",

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redisq_django.core.broker import default_instance_name
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription

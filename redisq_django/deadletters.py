@@ -90,7 +90,8 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
 
 def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
     """Deliver dead letters again, each to its own logical consumer only, with a fresh
-    retry budget; records who and when. Rows not in status ``dead`` are skipped.
+    retry budget; records who and when. Rows not in status ``dead`` are skipped; the
+    objects of those re-driven are updated in place (the admin's history relies on it).
 
     Returns:
         How many were re-driven.
@@ -123,7 +124,8 @@ def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
 
 
 def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
-    """Mark dead letters discarded (kept for the record). Returns how many changed."""
+    """Mark dead letters discarded (kept for the record), updating the objects in place.
+    Returns how many changed."""
     changed: list[DeadLetter] = []
     for row in rows:
         if row.status == DeadLetter.Status.DEAD:

@@ -1,13 +1,14 @@
 """Admin for dead letters: filters, search, escaped payload and traceback, Retry.
 
 Retrying and discarding need the permission ``redisq_django.retry_deadletter``; every
-change is a POST with CSRF protection (``admin_view``) and is reported through
-``messages``.
+change is a POST with CSRF protection (``admin_view``), is reported through ``messages``
+and is recorded in the admin history of each row it changed.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -20,13 +21,21 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import deadletters
-from redisq_django.admin.queues import BREADCRUMBS_OL
+from redisq_django import operations
+from redisq_django.admin.common import BREADCRUMBS_OL
 from redisq_django.models import DeadLetter
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"
+
+#: The change messages recorded in the admin history (stored as is, read by anyone).
+DISCARDED_LOG = "Discarded"
+
+
+def retried_log(row: DeadLetter) -> str:
+    return f"Retried: sent again to {row.queue}/{row.consumer}"
 
 
 @admin.register(DeadLetter)
@@ -145,12 +154,19 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_retry_permission(request):
             raise PermissionDenied
         row = get_object_or_404(DeadLetter, pk=object_id)
-        if deadletters.retry([row], request.user):
-            messages.success(
-                request, f"Message {row.message_id} sent again to {row.queue}/{row.consumer}."
-            )
+        if self._apply(request, [row], operations.retry_dead):
+            text = gettext("Message %(id)s sent again to %(queue)s/%(consumer)s.")
+            level = messages.SUCCESS
         else:
-            messages.warning(request, f"Message {row.message_id} is {row.status}; not retried.")
+            text = gettext("Message %(id)s is %(status)s; not retried.")
+            level = messages.WARNING
+        values = {
+            "id": row.message_id,
+            "queue": row.queue,
+            "consumer": row.consumer,
+            "status": row.get_status_display(),
+        }
+        self.message_user(request, text % values, level)
         # Back where the button was pressed (the filtered list, the detail page).
         back = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
         if not url_has_allowed_host_and_scheme(
@@ -158,6 +174,23 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ):
             back = reverse("admin:redisq_django_deadletter_changelist")
         return HttpResponseRedirect(back)
+
+    def _apply(
+        self,
+        request: HttpRequest,
+        rows: Iterable[DeadLetter],
+        act: Callable[[Iterable[DeadLetter], Any], int],
+    ) -> int:
+        """Retry or discard ``rows`` (the functions ``manage.py redisq`` calls too) and
+        record each row that changed in the admin history. Returns how many changed."""
+        dead = [row for row in rows if row.status == DeadLetter.Status.DEAD]
+        count = act(dead, request.user)
+        for row in dead:  # retry/discard update the rows they change in place
+            if row.status == DeadLetter.Status.RETRIED:
+                self.log_change(request, row, retried_log(row))
+            elif row.status == DeadLetter.Status.DISCARDED:
+                self.log_change(request, row, DISCARDED_LOG)
+        return count
 
     def _confirm(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter], action: str, verb: str
@@ -184,8 +217,13 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         page = self._confirm(request, queryset, "retry_selected", "retry")
         if page is not None:
             return page
-        n = deadletters.retry(queryset, request.user)
-        messages.success(request, f"Sent {n} dead letter(s) again, each to its own consumer.")
+        n = self._apply(request, queryset, operations.retry_dead)
+        text = ngettext(
+            "Sent %(count)d dead letter again, to its own consumer.",
+            "Sent %(count)d dead letters again, each to its own consumer.",
+            n,
+        )
+        self.message_user(request, text % {"count": n}, messages.SUCCESS)
         return None
 
     @admin.action(description=_("Discard selected dead letters"), permissions=["retry"])
@@ -195,8 +233,9 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         page = self._confirm(request, queryset, "discard_selected", "discard")
         if page is not None:
             return page
-        n = deadletters.discard(queryset, request.user)
-        messages.success(request, f"Discarded {n} dead letter(s).")
+        n = self._apply(request, queryset, operations.discard_dead)
+        text = ngettext("Discarded %(count)d dead letter.", "Discarded %(count)d dead letters.", n)
+        self.message_user(request, text % {"count": n}, messages.SUCCESS)
         return None
 
 

@@ -319,7 +319,7 @@ def test_bulk_discard_asks_for_confirmation(page: Page, live_server: Any, broker
     assert DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count() == 2
 
     page.get_by_role("button", name="Yes, I'm sure").click()
-    expect(page.locator("ul.messagelist li.success")).to_have_text("Discarded 1 dead letter(s).")
+    expect(page.locator("ul.messagelist li.success")).to_have_text("Discarded 1 dead letter.")
     discarded = result_rows(page).filter(has_text=rows[0].message_id)
     expect(discarded.locator("td.field-status")).to_have_text("discarded")
     assert [r.status for r in DeadLetter.objects.order_by("id")] == ["discarded", "dead"]

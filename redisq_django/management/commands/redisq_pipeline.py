@@ -1,0 +1,99 @@
+"""``manage.py redisq_pipeline JOB``: the Spark pipeline jobs with options from settings.
+
+The same jobs as ``python -m redisq_django.pipeline``; the Redis URL, the key prefix and
+the archive root come from ``settings.REDISQ`` (``URL`` or the django-redis cache of
+``CONNECTION``; ``PREFIX``; ``ARCHIVE_ROOT``). Needs the ``pipeline`` extra
+(``pip install 'redisq-django[pipeline]'``) and Java 17+.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from redisq_django.conf import get_settings
+from redisq_django.connection import get_redis_client
+from redisq_django.core.errors import RedisqError
+from redisq_django.pipeline.cli import (
+    add_archive_arguments,
+    archive_options,
+    describe,
+    run_archive,
+)
+from redisq_django.pipeline.options import (
+    OptionsError,
+    one_line,
+    parse_conf,
+    url_from_connection_kwargs,
+)
+
+
+def settings_redis_url() -> str:
+    """The Redis URL of ``settings.REDISQ``: ``URL``, else the URL of the django-redis
+    client of ``CONNECTION`` (the executors need a URL, not a client).
+
+    Raises:
+        CommandError: the client is not one a URL can describe (e.g. a cluster client).
+    """
+    settings = get_settings()
+    if settings["URL"]:
+        return str(settings["URL"])
+    try:
+        client = get_redis_client()
+    except RedisqError as exc:
+        raise CommandError(str(exc)) from None
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        raise CommandError(
+            f"Cannot build a Redis URL from the {type(client).__name__} client of "
+            f"REDISQ['CONNECTION'] = {settings['CONNECTION']!r}; set REDISQ['URL']."
+        )
+    ssl = "SSL" in getattr(pool, "connection_class", type(None)).__name__
+    return url_from_connection_kwargs(pool.connection_kwargs, ssl=ssl)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a Spark pipeline job over the message history with the Redis and archive "
+        "settings of settings.REDISQ. Jobs: archive."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        jobs = parser.add_subparsers(dest="job", required=True, metavar="JOB")
+        archive = jobs.add_parser(
+            "archive",
+            help="messages and lifecycle events to Parquet under REDISQ['ARCHIVE_ROOT']",
+        )
+        add_archive_arguments(archive, from_settings=True)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        settings = get_settings()
+        root = opts["root"] or settings.get("ARCHIVE_ROOT")
+        if not root:
+            raise CommandError(
+                "No archive root: set REDISQ['ARCHIVE_ROOT'] (a directory or a Hadoop URI) "
+                "or pass --root."
+            )
+        namespace = argparse.Namespace(**{**opts, "root": str(root)})
+        try:
+            options = archive_options(
+                namespace, redis_url=settings_redis_url(), prefix=settings["PREFIX"]
+            )
+            conf = parse_conf(opts["conf"])
+        except OptionsError as exc:
+            raise CommandError(str(exc)) from None
+        if not settings.get("HISTORY"):
+            self.stderr.write(
+                "REDISQ['HISTORY'] is off: workers write no lifecycle events, so only "
+                "messages are archived."
+            )
+        self.stderr.write(describe(options))
+        try:
+            line = run_archive(
+                options, master=opts["master"], conf=conf, log_level=opts["spark_log_level"]
+            )
+        except Exception as exc:  # the job's ArchiveError, or Spark failing to start
+            raise CommandError(f"archive failed: {one_line(exc)}") from None
+        self.stdout.write(line)

@@ -1,0 +1,203 @@
+"""The ``archive`` job: the queues' messages and lifecycle events into Parquet, exactly once.
+
+Two Structured Streaming queries read the ``redisq`` data source (``table=messages`` and
+``table=events``) and write Parquet with Spark's file sink::
+
+    ROOT/messages/queue=Q/date=YYYY-MM-DD/part-*.parquet   (date: UTC day of published_at)
+    ROOT/events/queue=Q/date=YYYY-MM-DD/part-*.parquet     (date: UTC day of the event)
+    ROOT/_checkpoints/messages, ROOT/_checkpoints/events
+
+Exactly once, by Spark's own protocol: a micro-batch's offsets (entry ids per queue) are
+logged in the checkpoint before it runs; its files become visible only when the sink's
+``_spark_metadata`` log names them; only after that does Spark call the source's
+``commit()``, which moves the archive position in Redis (``Broker.commit_archive``) and
+so lets retention trim. A crash anywhere redoes the batch from the logged offsets; files
+of a batch that never reached ``_spark_metadata`` are ignored by every Spark reader
+(``spark.read.parquet(ROOT + "/messages")``). Read the archive with Spark, not with a
+plain Parquet reader, which would also see those orphans.
+
+Two modes: once (``trigger(availableNow=True)``: everything there now, then stop) and
+continuous (a micro-batch every N seconds until :func:`archive` is told to stop; in the
+main thread SIGTERM and SIGINT do that, letting a running micro-batch finish first).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
+from redisq_django.pipeline.preflight import queues_to_archive
+from redisq_django.pipeline.progress import ArchiveSummary, TableTally
+
+__all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
+
+#: The event time of each table's rows, whose UTC day is the ``date`` partition.
+TIME_COLUMNS = {"messages": "published_at", "events": "time"}
+PARTITION_COLUMNS = ("queue", "date")
+#: How often the driver looks at the queries (progress, failure, stop requests), seconds.
+POLL_SECONDS = 0.25
+_MICROS_PER_DAY = 86_400_000_000
+
+
+class ArchiveError(JobError):
+    """The archive job could not start or a query failed; the message says why."""
+
+
+@dataclass
+class _Run:
+    """One table's streaming query and the tally of its progress."""
+
+    table: str
+    query: StreamingQuery
+    tally: TableTally
+
+    def harvest(self) -> None:
+        self.tally.add(self.query.recentProgress)
+
+    def failure(self) -> str | None:
+        exc = self.query.exception()
+        return None if exc is None else one_line(exc)
+
+
+def archive(
+    spark: SparkSession, options: ArchiveOptions, *, stop: threading.Event | None = None
+) -> ArchiveSummary:
+    """Archive the queues' messages and events to Parquet under ``options.root``.
+
+    Args:
+        spark: a session with the ``redisq`` data source registered (``build_session``).
+        options: what to archive, where, and when to stop (``options.once``).
+        stop: set it to stop a continuous run (as SIGTERM does); the running micro-batch
+            gets ``options.grace_seconds`` to finish.
+
+    Returns:
+        The rows archived by this run, per table and queue, and the time taken.
+
+    Raises:
+        ArchiveError: Redis cannot be reached, or a query failed (the message is Spark's
+            first line; what was committed before stays committed, and the next run
+            continues from there).
+    """
+    queues = queues_to_archive(options)
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    runs: list[_Run] = []
+    with _stop_on_signals(stop) as hard_stop:
+        try:
+            for table in ARCHIVED_TABLES:
+                runs.append(_start(spark, options, table, queues))
+            _watch(runs, options, stop, hard_stop)
+        finally:
+            for run in runs:
+                if run.query.isActive:
+                    run.query.stop()
+    for run in runs:
+        run.harvest()
+    failures = [f"{run.table}: {msg}" for run in runs if (msg := run.failure())]
+    if failures:
+        raise ArchiveError("archive query failed: " + "; ".join(failures))
+    tallies = {run.table: run.tally.summary() for run in runs}
+    return ArchiveSummary(
+        messages=tallies["messages"],
+        events=tallies["events"],
+        seconds=time.monotonic() - started,
+    )
+
+
+def archive_frame(frame: DataFrame, table: str) -> DataFrame:
+    """``frame`` (rows of ``table`` from the data source) with its ``date`` partition
+    column: the UTC day of the row's time, whatever the session time zone."""
+    micros = F.unix_micros(F.col(TIME_COLUMNS[table]))
+    day = F.floor(micros / _MICROS_PER_DAY).cast("int")
+    return frame.withColumn("date", F.date_from_unix_date(day))
+
+
+def _start(
+    spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
+) -> _Run:
+    source = spark.readStream.format("redisq").options(**options.source_options(table)).load()
+    metric = f"redisq_archive_{table}"
+    # Per-queue counts travel with each batch's progress report (DataFrame.observe), so
+    # the summary never reads the archive back. Columns are q0, q1... as queue names may
+    # hold characters a column name cannot.
+    columns = {queue: f"q{i}" for i, queue in enumerate(queues)}
+    counts: list[Column] = [F.count(F.lit(1)).alias("rows")]
+    counts += [F.count_if(F.col("queue") == q).alias(c) for q, c in columns.items()]
+    frame = archive_frame(source, table).observe(metric, *counts)
+    writer = (
+        frame.writeStream.format("parquet")
+        .queryName(f"redisq-archive-{table}")
+        .outputMode("append")
+        .partitionBy(*PARTITION_COLUMNS)
+        .option("path", options.table_path(table))
+        .option("checkpointLocation", options.checkpoint_path(table))
+    )
+    if options.once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
+    return _Run(table, writer.start(), TableTally(metric, columns))
+
+
+def _watch(
+    runs: list[_Run], options: ArchiveOptions, stop: threading.Event, hard_stop: threading.Event
+) -> None:
+    """Follow the queries until they end (once), one fails, or a stop is asked for."""
+    while True:
+        for run in runs:
+            run.harvest()
+        if any(run.failure() for run in runs):
+            return  # archive() stops the others and reports
+        if not any(run.query.isActive for run in runs):
+            return
+        if stop.is_set():
+            _stop_gracefully(runs, options.grace_seconds, hard_stop)
+            return
+        stop.wait(POLL_SECONDS)
+
+
+def _stop_gracefully(runs: list[_Run], grace: float, hard_stop: threading.Event) -> None:
+    """Stop each query between micro-batches, waiting at most ``grace`` seconds for a
+    running one (interrupting it is safe, only slower: the next run redoes it)."""
+    deadline = time.monotonic() + grace
+    for run in runs:
+        while (
+            run.query.isActive
+            and run.query.status.get("isTriggerActive")
+            and time.monotonic() < deadline
+            and not hard_stop.is_set()
+        ):
+            hard_stop.wait(POLL_SECONDS)
+        run.harvest()
+        run.query.stop()
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
+    """In the main thread, SIGTERM/SIGINT set ``stop``; a second one also sets the
+    yielded "hard stop" event (do not wait for the running micro-batch). The previous
+    handlers (PySpark's SIGINT handler among them) are restored at the end."""
+    hard_stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield hard_stop
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        (hard_stop if stop.is_set() else stop).set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield hard_stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

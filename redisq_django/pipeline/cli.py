@@ -1,0 +1,234 @@
+"""The command line of the pipeline jobs: ``python -m redisq_django.pipeline JOB ...``.
+
+It parses the arguments, builds the SparkSession and calls the job function; it imports
+no Django (the Redis URL and the archive root are arguments). Exit status: 0 done,
+1 the job failed (one line on stderr says why), 2 bad arguments (one line too), 130
+interrupted before the job could stop by itself.
+
+PySpark is imported only once the arguments are valid, so ``--help`` and mistakes are
+answered at once, without starting a JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from redisq_django.pipeline.options import (
+    ArchiveOptions,
+    OptionsError,
+    normalize_root,
+    one_line,
+    parse_conf,
+    redact_url,
+)
+
+PROG = "python -m redisq_django.pipeline"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (no usage dump) with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def key_value(text: str) -> str:
+    """An ``argparse`` type: ``KEY=VALUE`` (checked here, parsed by ``parse_conf``)."""
+    try:
+        parse_conf([text])
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
+    """The ``archive`` job's arguments, shared with ``manage.py redisq_pipeline``.
+
+    Args:
+        parser: the (sub)parser to add them to.
+        from_settings: True for the management command, where the Redis URL and prefix
+            come from ``settings.REDISQ`` and ``--root`` defaults to ``ARCHIVE_ROOT``.
+    """
+    if not from_settings:
+        parser.add_argument(
+            "--redis-url",
+            required=True,
+            metavar="URL",
+            help="redis://, rediss:// or unix:// URL of the queues' Redis",
+        )
+        parser.add_argument(
+            "--prefix", default="redisq", help="key prefix of the queues (default redisq)"
+        )
+        parser.add_argument(
+            "--cluster", action="store_true", help="the URL names a Redis Cluster node"
+        )
+    parser.add_argument(
+        "--root",
+        required=not from_settings,
+        metavar="ROOT",
+        help="archive directory or Hadoop URI"
+        + (" (default REDISQ['ARCHIVE_ROOT'])" if from_settings else ""),
+    )
+    parser.add_argument(
+        "--queue",
+        dest="queues",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="Q",
+        help="queue(s) to archive (repeatable; default: every queue)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--once",
+        action="store_true",
+        help="archive what is there now, then exit (the default)",
+    )
+    mode.add_argument(
+        "--trigger",
+        type=positive_float,
+        metavar="SECONDS",
+        help="keep running: a micro-batch every SECONDS until SIGTERM/SIGINT",
+    )
+    parser.add_argument(
+        "--max-entries-per-trigger",
+        type=positive_int,
+        metavar="N",
+        help="most entries one micro-batch reads per stream (default: all)",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, time a running micro-batch gets to finish (default 30)",
+    )
+    parser.add_argument(
+        "--master",
+        metavar="M",
+        help="Spark master URL (default: spark-submit's, else local[*])",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark configuration (repeatable), e.g. --conf spark.sql.shuffle.partitions=8",
+    )
+    parser.add_argument(
+        "--spark-log-level",
+        default="WARN",
+        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+        help="Spark's log level once the session is up (default WARN)",
+    )
+
+
+def archive_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> ArchiveOptions:
+    """The job options from parsed ``archive`` arguments.
+
+    Raises:
+        OptionsError: an option is invalid.
+    """
+    return ArchiveOptions(
+        redis_url=redis_url,
+        root=normalize_root(args.root),
+        prefix=prefix,
+        queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
+        trigger_seconds=args.trigger,
+        cluster=getattr(args, "cluster", False),
+        max_entries_per_trigger=args.max_entries_per_trigger,
+        grace_seconds=args.grace_period,
+    )
+
+
+def describe(options: ArchiveOptions) -> str:
+    """One line saying what the archive run will do (never the Redis password)."""
+    queues = ", ".join(options.queues) if options.queues else "every queue"
+    mode = "once" if options.once else f"every {options.trigger_seconds:g} s until stopped"
+    return (
+        f"archiving {queues} from {redact_url(options.redis_url)} (prefix {options.prefix!r}) "
+        f"to {options.root}, {mode}"
+    )
+
+
+def run_archive(
+    options: ArchiveOptions, *, master: str | None, conf: dict[str, str], log_level: str
+) -> str:
+    """Build the session, run the archive job, return its summary line.
+
+    Raises:
+        ArchiveError: the job failed.
+    """
+    from redisq_django.pipeline.archive import archive
+    from redisq_django.pipeline.preflight import queues_to_archive
+    from redisq_django.pipeline.session import pipeline_session
+
+    queues_to_archive(options)  # Redis answers: checked before a JVM starts
+    with pipeline_session(master, conf) as spark:
+        spark.sparkContext.setLogLevel(log_level)
+        return archive(spark, options).line()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m redisq_django.pipeline``."""
+    parser = OneLineParser(
+        prog=PROG,
+        description="Spark jobs over the redisq message history.",
+    )
+    jobs = parser.add_subparsers(dest="job", required=True, metavar="JOB")
+    archive_parser = jobs.add_parser(
+        "archive",
+        help="messages and lifecycle events to Parquet, exactly once",
+        description="Archive the queues' messages and lifecycle events to Parquet under "
+        "ROOT (partitioned by queue and UTC date), exactly once.",
+    )
+    add_archive_arguments(archive_parser, from_settings=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)
+    except OptionsError as exc:
+        parser.error(str(exc))
+    conf = parse_conf(args.conf)
+    print(describe(options), file=sys.stderr, flush=True)
+    try:
+        line = run_archive(options, master=args.master, conf=conf, log_level=args.spark_log_level)
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.job}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the job's ArchiveError, or Spark failing to start
+        print(f"{PROG} {args.job}: failed: {one_line(exc)}", file=sys.stderr)
+        return 1
+    print(line, flush=True)
+    return 0

@@ -1,0 +1,184 @@
+"""What a pipeline job is told: its options as one validated value, and the small parsers
+shared by the CLI and ``manage.py redisq_pipeline``.
+
+Nothing here imports PySpark or Django, so the CLI can reject bad arguments before a JVM
+starts, and the management command can build the same options from ``settings.REDISQ``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+#: The tables of a queue that the archive keeps (data source option ``table``).
+ARCHIVED_TABLES = ("messages", "events")
+
+_URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+class OptionsError(ValueError):
+    """A job option is invalid; the message names the option and the fix."""
+
+
+class JobError(RuntimeError):
+    """A job could not run to its end; the message says why and what to check."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveOptions:
+    """The options of the ``archive`` job.
+
+    Attributes:
+        redis_url: where the queues are: ``redis://``, ``rediss://`` or ``unix://``.
+        root: the archive's root directory or Hadoop URI (``file:``, ``hdfs:``, ``s3a:``...);
+            the job writes ``ROOT/messages``, ``ROOT/events`` and ``ROOT/_checkpoints``.
+        prefix: the key prefix of the queues (``REDISQ['PREFIX']``).
+        queues: the queues to archive; empty means every queue in ``P:queues``.
+        trigger_seconds: None archives what is there now and stops (``--once``); a number
+            runs a micro-batch every that many seconds until stopped.
+        cluster: the URL names a Redis Cluster node.
+        max_entries_per_trigger: most entries one micro-batch reads per stream (None: all).
+        grace_seconds: on stop, how long a running micro-batch may take to finish before
+            the query is interrupted (it is then simply redone by the next run).
+        extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).
+    """
+
+    redis_url: str
+    root: str
+    prefix: str = "redisq"
+    queues: tuple[str, ...] = ()
+    trigger_seconds: float | None = None
+    cluster: bool = False
+    max_entries_per_trigger: int | None = None
+    grace_seconds: float = 30.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if urlsplit(self.redis_url).scheme not in _URL_SCHEMES:
+            problems.append(
+                "the Redis URL must start with redis://, rediss:// or unix://, "
+                f"got {redact_url(self.redis_url)!r}"
+            )
+        if not self.root:
+            problems.append("the archive root is empty; give a directory or a Hadoop URI")
+        if not self.prefix or any(c in self.prefix for c in "{} "):
+            problems.append(f"prefix {self.prefix!r} must be non-empty, without braces or spaces")
+        for queue in self.queues:
+            if not queue or any(c in queue for c in ",{} "):
+                problems.append(f"queue name {queue!r} is empty or has a comma, brace or space")
+        if self.trigger_seconds is not None and not self.trigger_seconds > 0:
+            problems.append(f"the trigger interval must be > 0 seconds, got {self.trigger_seconds}")
+        if self.max_entries_per_trigger is not None and self.max_entries_per_trigger < 1:
+            problems.append("max entries per trigger must be at least 1")
+        if problems:
+            raise OptionsError("; ".join(problems))
+
+    @property
+    def once(self) -> bool:
+        """Whether the job archives what is there now and stops."""
+        return self.trigger_seconds is None
+
+    def table_path(self, table: str) -> str:
+        """Where ``table``'s Parquet files go: ``ROOT/<table>``."""
+        return join_path(self.root, table)
+
+    def checkpoint_path(self, table: str) -> str:
+        """The Structured Streaming checkpoint of ``table``'s query."""
+        return join_path(self.root, "_checkpoints", table)
+
+    def source_options(self, table: str) -> dict[str, str]:
+        """The ``redisq`` data source options that read ``table``."""
+        out = {"url": self.redis_url, "prefix": self.prefix, "table": table}
+        if self.queues:
+            out["queue"] = ",".join(self.queues)
+        if self.cluster:
+            out["cluster"] = "true"
+        if self.max_entries_per_trigger is not None:
+            out["maxEntriesPerTrigger"] = str(self.max_entries_per_trigger)
+        out.update(self.extra)
+        return out
+
+
+def normalize_root(root: str) -> str:
+    """An absolute local path for a plain path; a URI (``scheme:...``) unchanged.
+
+    Spark resolves a relative path against its default file system and working directory,
+    which may differ from the caller's; an absolute path means what the user meant.
+    """
+    if not root:
+        return root
+    if len(urlsplit(root).scheme) > 1:  # a URI ("C:" would be a Windows drive)
+        return root.rstrip("/") or root
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def join_path(root: str, *parts: str) -> str:
+    """``root/part/...`` for paths and URIs alike (URIs always use ``/``)."""
+    return "/".join([root.rstrip("/"), *parts])
+
+
+def parse_conf(items: Iterable[str]) -> dict[str, str]:
+    """``["k=v", ...]`` from ``--conf`` into a dict (a later key wins).
+
+    Raises:
+        OptionsError: an item has no ``=`` or an empty key.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise OptionsError(
+                f"--conf expects KEY=VALUE (e.g. spark.executor.memory=2g), got {item!r}"
+            )
+        out[key.strip()] = value
+    return out
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``, for messages and banners."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparsable URL>"
+    if not password:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def url_from_connection_kwargs(kwargs: Mapping[str, Any], *, ssl: bool = False) -> str:
+    """A Redis URL for a redis-py connection pool's ``connection_kwargs``.
+
+    Executors get a URL, never a client; this describes the client Django already uses
+    (django-redis) as ``redis[s]://[user:password@]host:port/db`` or
+    ``unix://[user:password@]/path?db=N``.
+    """
+    user = str(kwargs.get("username") or "")
+    password = str(kwargs.get("password") or "")
+    auth = ""
+    if user or password:
+        auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "") + "@"
+    db = int(kwargs.get("db") or 0)
+    path = kwargs.get("path")
+    if path:
+        return f"unix://{auth}{path}?db={db}"
+    host = str(kwargs.get("host") or "localhost")
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    port = int(kwargs.get("port") or 6379)
+    return f"{'rediss' if ssl else 'redis'}://{auth}{host}:{port}/{db}"
+
+
+def one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (Spark's run to pages), or the
+    exception's class name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

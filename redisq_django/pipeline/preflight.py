@@ -1,0 +1,38 @@
+"""Checks a job makes on the driver before Spark runs anything, without PySpark.
+
+A wrong Redis URL should be one clear line at once, not a stack trace from inside a Spark
+task after the JVM started; the CLI runs these before building the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
+
+
+def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
+    """The queues the archive run covers: ``options.queues``, else those in ``P:queues``
+    now. Asks Redis either way, so it also proves Redis answers.
+
+    Raises:
+        JobError: Redis cannot be reached; the message names the URL (never its password).
+    """
+    client: Any
+    try:
+        if options.cluster:
+            client = redis.RedisCluster.from_url(options.redis_url)
+        else:
+            client = redis.Redis.from_url(options.redis_url)
+        with client:
+            existing = Broker(client, CoreConfig(prefix=options.prefix)).queues()
+    except Exception as exc:  # redis-py's errors or RedisUnavailable: all mean the same here
+        raise JobError(
+            f"cannot reach Redis at {redact_url(options.redis_url)}: {one_line(exc)}. "
+            "Check the URL (--redis-url; for manage.py REDISQ['URL'] or the cache) and "
+            "that Redis runs."
+        ) from exc
+    return options.queues or tuple(existing)

@@ -1,0 +1,121 @@
+"""The SparkSession of the pipeline jobs: safe defaults, the ``redisq`` data source, and
+our package shipped to executors.
+
+Defaults (each one overridable with ``conf``): no web UI (a job on a shared machine should
+not open a port), session time zone UTC (the archive's ``date`` partitions are UTC days),
+Python workers running this interpreter (``PYSPARK_PYTHON``) and Spark bound to the
+loopback interface (``SPARK_LOCAL_IP``) unless the environment already says otherwise.
+
+On a cluster the executors must import ``redisq_django`` to run the data source; rather
+than asking every user to build and pass ``--py-files``, :func:`build_session` zips the
+installed package on the fly and adds it with ``SparkContext.addPyFile``. The executors
+still need ``redis`` (redis-py) installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+import redisq_django
+from redisq_django.pipeline import register
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_APP_NAME = "redisq-pipeline"
+
+#: Applied unless ``conf`` sets the same key.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+# Not shipped to executors: bytecode caches (built for the driver's interpreter) and tests.
+_SKIPPED_DIRS = frozenset({"__pycache__", "tests"})
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+def build_session(
+    master: str | None = DEFAULT_MASTER,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = DEFAULT_APP_NAME,
+) -> SparkSession:
+    """A SparkSession for the pipeline jobs, with the ``redisq`` data source registered.
+
+    Args:
+        master: the Spark master URL; None keeps the one ``spark-submit`` (or
+            ``spark.master`` in ``conf``) gives, falling back to ``local[*]``.
+        conf: Spark configuration, applied over :data:`DEFAULT_CONF`.
+        app_name: the application name shown by the cluster manager.
+
+    Returns:
+        The session; an existing one in this process is reused (``getOrCreate``), with
+        ``conf`` applied where Spark allows it at run time.
+    """
+    # Read by the JVM and the Python workers when they start: set before the first session.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not spark.sparkContext.master.startswith("local"):
+        ship_package(spark)
+    register(spark)
+    return spark
+
+
+@contextmanager
+def pipeline_session(
+    master: str | None = DEFAULT_MASTER,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = DEFAULT_APP_NAME,
+) -> Iterator[SparkSession]:
+    """:func:`build_session` as a context manager that stops the session at the end,
+    unless it already existed (a test's shared session, a notebook's)."""
+    existed = SparkSession.getActiveSession() is not None
+    spark = build_session(master, conf, app_name)
+    try:
+        yield spark
+    finally:
+        if not existed:
+            spark.stop()
+
+
+def ship_package(spark: SparkSession) -> Path:
+    """Zip the ``redisq_django`` package and add it to the executors' Python path.
+
+    Returns:
+        The zip file (in a temporary directory removed when this process exits; the
+        executors fetch it from the driver while the session runs).
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="redisq-pyfiles-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    archive = package_zip(tmp / "redisq_django.zip")
+    spark.sparkContext.addPyFile(str(archive))
+    return archive
+
+
+def package_zip(target: Path) -> Path:
+    """Write the ``redisq_django`` package (sources and package data, no bytecode or
+    tests) to the zip file ``target``, importable from ``sys.path``."""
+    package = Path(redisq_django.__file__).resolve().parent
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_DIRS)
+            for name in sorted(filenames):
+                if name.endswith(_SKIPPED_SUFFIXES):
+                    continue
+                path = Path(dirpath, name)
+                zf.write(path, path.relative_to(package.parent).as_posix())
+    return target

@@ -48,6 +48,11 @@ DEFAULTS: dict[str, Any] = {
     # Optional list of the queue names in use; when set, publishing to or declaring a
     # consumer of another queue is an error (catches typos).
     "QUEUES": None,
+    # Record lifecycle events with every settle, and keep the log and the events until
+    # the archive (manage.py redisq_pipeline archive) has stored them.
+    "HISTORY": False,
+    # Where the archive writes its Parquet files: a path or a Hadoop URI (s3a://, hdfs://).
+    "ARCHIVE_ROOT": None,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -103,6 +108,11 @@ def _validate(user: Any) -> dict[str, Any]:
     outbox = merged["OUTBOX"]
     if not isinstance(outbox, bool) and not _is_name_list(outbox):
         problems.append("OUTBOX must be True, False or a list of queue names")
+    if not isinstance(merged["HISTORY"], bool):
+        problems.append("HISTORY must be True or False")
+    root = merged["ARCHIVE_ROOT"]
+    if root is not None and (not isinstance(root, str) or not root):
+        problems.append("ARCHIVE_ROOT must be None or a path or URI (a non-empty string)")
     queues = merged["QUEUES"]
     if queues is not None and not _is_name_list(queues):
         problems.append("QUEUES must be None or a list of queue names")
@@ -149,6 +159,7 @@ def get_core_config() -> CoreConfig:
         max_age_ms=int(s["MAX_AGE"] * 1000),
         poll_interval_ms=max(1, int(s["POLL_INTERVAL"] * 1000)),
         json_encoder=encoder,
+        history=s["HISTORY"],
     )
 
 

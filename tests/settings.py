@@ -82,4 +82,8 @@ STATIC_URL = "/static/"
 
 # Tests point this at their own redis-server via the `redisq_settings` fixture;
 # 6379 is never used by the suite.
-REDISQ = {"URL": os.environ.get("REDISQ_TEST_URL", "redis://127.0.0.1:6379/0")}
+REDISQ = {
+    "URL": os.environ.get("REDISQ_TEST_URL", "redis://127.0.0.1:6379/0"),
+    # Worker processes of the history fault test record lifecycle events.
+    "HISTORY": os.environ.get("REDISQ_TEST_HISTORY") == "1",
+}

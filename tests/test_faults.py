@@ -12,6 +12,7 @@ counts, never timings (timings are printed, and asserted only as generous bounds
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 import signal
@@ -447,3 +448,55 @@ def test_runconsumer_burst_and_max_messages(
     assert [d.attempts for d in deliveries if d.id == failing] == [1, 2, 3, 4]
     assert [d.id for d in broker.dead_letters(FAULTS, RECORDER)] == [failing]
     assert _pending(redis_client, FAULTS, RECORDER) == 0
+
+
+# ---------------------------------------------------------------------------
+# History: lifecycle events agree with outcomes after a SIGKILL
+# ---------------------------------------------------------------------------
+
+
+def _history_events(client: redis.Redis, queue: str) -> list[tuple[str, str, str, int]]:
+    """(event, consumer, message id, attempt) of every recorded message, in order."""
+    out = []
+    for _, fields in client.xrange(Broker(client).keys(queue).events):
+        event = {k.decode(): v.decode() for k, v in fields.items()}
+        for message_id, attempt, _ in json.loads(event["m"]):
+            out.append((event["e"], event["g"], message_id, attempt))
+    return out
+
+
+def test_events_agree_with_outcomes_after_a_sigkilled_worker(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given history on, and a worker handling 30 messages slowly
+    workers.extra_env["REDISQ_TEST_HISTORY"] = "1"
+    first = workers.start(FAULTS)
+    first.wait_ready()
+    ids = [broker.publish(FAULTS, {"sleep": 0.05}) for _ in range(30)]
+
+    # When it is SIGKILLed mid-batch and another instance finishes the work
+    wait_deliveries(redis_client, FAULTS, RECORDER, 5, timeout=30)
+    first.kill()
+    second = workers.start(FAULTS)
+    second.wait_ready()
+    wait_ids(redis_client, FAULTS, RECORDER, ids, timeout=60)
+    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=20, what="acks")
+
+    # Then every message has exactly one `handled` event (only an ack writes it)...
+    recorded = _history_events(redis_client, FAULTS)
+    handled = [mid for e, g, mid, _ in recorded if e == "handled" and g == RECORDER]
+    assert sorted(handled) == sorted(ids)
+    # ...what the killed instance held was `reclaimed` before it was handled again...
+    reclaimed = {mid for e, _, mid, _ in recorded if e == "reclaimed"}
+    acked_by_first = {
+        d.id for d in read_done(redis_client, FAULTS, RECORDER) if d.pid == first.pid
+    }
+    assert reclaimed, "the killed instance held messages that were taken over"
+    assert reclaimed <= set(ids)
+    # ...no message both handled and reclaimed after its handled event...
+    order = {(e, mid): i for i, (e, _, mid, _) in enumerate(recorded)}
+    assert all(order[("reclaimed", m)] < order[("handled", m)] for m in reclaimed)
+    # ...and nothing died, was retried or handled without an event
+    assert {e for e, _, _, _ in recorded} <= {"handled", "reclaimed"}
+    assert broker.dead_letters(FAULTS, RECORDER) == []
+    assert acked_by_first <= set(ids)

@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from redisq_django.core import archive, retention
+from redisq_django.core import archive, replay, retention
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
@@ -23,14 +23,14 @@ from redisq_django.core.groups import (
     is_nogroup,
 )
 from redisq_django.core.json import JsonCodec
-from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
+from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys, registry_key
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.sending import send_all, send_direct, send_once
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
-from redisq_django.core.wire import flatten, to_bytes, to_str
+from redisq_django.core.wire import to_bytes, to_str
 
 
 class Broker:
@@ -253,7 +253,7 @@ class Broker:
         keys.group(group)
         target = StartPoint.parse(start).to_last_delivered_id()
         try:
-            self.client.execute_command("XGROUP", "SETID", keys.log, group, target)
+            replay.reset(self.client, keys.group(group), target, self.config.history)
         except redis.ResponseError as exc:
             if is_nogroup(exc):
                 raise ConsumerNotFound(queue, group) from exc
@@ -344,8 +344,7 @@ class Broker:
         entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
         if not entries:
             return None
-        fields = redrive_fields(dict(entries[0][1]))
-        new_id = self.scripts("redrive", [gkeys.dead, gkeys.direct], [entry_id, *flatten(fields)])
+        new_id = self._redrive(gkeys, entry_id, redrive_fields(dict(entries[0][1])))
         return to_str(new_id) if new_id else None
 
     @translate_errors
@@ -363,8 +362,10 @@ class Broker:
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
         if env.F_PAYLOAD not in envelope:
             raise ValueError("An envelope to re-drive needs a 'payload' field.")
-        new_id = self.scripts("redrive", [gkeys.dead, gkeys.direct], ["", *flatten(envelope)])
-        return to_str(new_id)
+        return to_str(self._redrive(gkeys, "", envelope))
+
+    def _redrive(self, gkeys: GroupKeys, dead_id: str, envelope: dict[bytes, bytes]) -> Any:
+        return replay.redrive(self.scripts, gkeys, dead_id, envelope, self.config.history)
 
     # -- retention, purge, stats -------------------------------------------------------
 
@@ -390,5 +391,6 @@ class Broker:
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:
-        """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age."""
-        return read_stats(self.client, self.keys(queue))
+        """Length, delayed, drops, archive lag, and per-consumer lag, in-flight, retries,
+        dead, age."""
+        return read_stats(self.client, self.keys(queue), history=self.config.history)

@@ -38,6 +38,8 @@ class CoreConfig:
         poll_interval_ms: how often a waiting fetch checks for due delayed messages.
         script_batch: bound on the entries one script call promotes or trims.
         json_encoder: encoder class for payloads and headers.
+        history: record lifecycle events (``core/events.py``) with every settle, and
+            keep the log and events until the archive has stored them.
     """
 
     prefix: str = "redisq"
@@ -50,6 +52,7 @@ class CoreConfig:
     poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS
     script_batch: int = DEFAULT_SCRIPT_BATCH
     json_encoder: type[json.JSONEncoder] = field(default=PayloadEncoder)
+    history: bool = False
 
     def __post_init__(self) -> None:
         problems = list(self.retry.problems())

@@ -55,3 +55,19 @@ def recreate_group(client: Any, gkeys: GroupKeys) -> None:
 def default_instance_name() -> str:
     """``host:pid:random``: unique per running instance, readable in stats."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
+    """Withdraw ``instance``'s heartbeat; if it holds no message, also remove it from the
+    consumer group (what it still holds is reclaimed by other instances)."""
+    client.zrem(gkeys.instances, instance)
+    log, group = gkeys.queue_keys.log, gkeys.group
+    with client.pipeline(transaction=False) as pipe:
+        pipe.xpending_range(log, group, "-", "+", 1, instance)
+        pipe.xpending_range(gkeys.direct, group, "-", "+", 1, instance)
+        held = pipe.execute(raise_on_error=False)
+    if all(isinstance(h, list) and not h for h in held):
+        with client.pipeline(transaction=False) as pipe:
+            pipe.xgroup_delconsumer(log, group, instance)
+            pipe.xgroup_delconsumer(gkeys.direct, group, instance)
+            pipe.execute(raise_on_error=False)

@@ -46,6 +46,8 @@ class Message:
     published_at_ms: int
     due_at_ms: int | None = None
     first_failed_at_ms: int | None = None
+    #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
+    duration_ms: int | None = field(default=None, repr=False)
     # Transport details: which stream entry this delivery is, and its raw fields
     # (kept so a retry or dead letter carries the exact original envelope).
     stream: Stream = field(default=Stream.LOG, repr=False)

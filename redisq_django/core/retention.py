@@ -21,9 +21,11 @@ def trim(
         ``(removed, dropped)``: entries removed safely and unacknowledged entries
         removed by the hard cap.
     """
+    # With history on, the events stream rides along and the archive holds retention.
+    trimmed = [keys.log, keys.meta, keys.events] if config.history else [keys.log, keys.meta]
     removed, dropped = scripts(
         "trim",
-        [keys.log, keys.meta],
+        trimmed,
         [
             now if now is not None else now_ms(),
             config.replay_window_ms,

@@ -48,6 +48,9 @@ class QueueStats:
         dropped: messages removed by the hard cap before every consumer acked them.
         oldest_id: the oldest entry of the log (None when empty).
         consumers: per logical consumer.
+        archive_lag: with history on, log entries the archive has not stored yet
+            (capped at ``LAG_COUNT_CAP``); None when history is off.
+        events: with history on, lifecycle events still in Redis; None when off.
     """
 
     name: str
@@ -56,6 +59,8 @@ class QueueStats:
     dropped: int
     oldest_id: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
+    archive_lag: int | None = None
+    events: int | None = None
 
     @property
     def lag(self) -> int:
@@ -67,16 +72,21 @@ class QueueStats:
 LAG_COUNT_CAP = 10_000
 
 
-def read_stats(client: Any, keys: QueueKeys) -> QueueStats:
+def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueStats:
     """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age of the
-    queue whose keys are ``keys`` (two round trips, plus one per consumer)."""
+    queue whose keys are ``keys`` (two round trips, plus one per consumer); with
+    ``history``, also the archive's lag and the events waiting for it."""
     with client.pipeline(transaction=False) as pipe:
         pipe.xlen(keys.log)
         pipe.zcard(keys.delayed)
         pipe.hget(keys.meta, "dropped")
         pipe.xrange(keys.log, "-", "+", count=1)
         pipe.xinfo_groups(keys.log)
-        length, delayed, dropped, first, groups = pipe.execute(raise_on_error=False)
+        pipe.hget(keys.meta, "archive:messages")
+        pipe.xlen(keys.events)
+        length, delayed, dropped, first, groups, archived, events = pipe.execute(
+            raise_on_error=False
+        )
     if isinstance(groups, Exception):
         groups = []
     now = dt.datetime.now(dt.UTC)
@@ -130,6 +140,8 @@ def read_stats(client: Any, keys: QueueKeys) -> QueueStats:
         dropped=int(dropped or 0),
         oldest_id=to_str(first[0][0]) if first and not isinstance(first, Exception) else None,
         consumers=sorted(consumers, key=lambda c: c.name),
+        archive_lag=_count_after(client, keys.log, to_str(archived or b"0-0")) if history else None,
+        events=int(events) if history else None,
     )
 
 

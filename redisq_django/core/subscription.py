@@ -9,21 +9,20 @@ from typing import Any
 import redis
 
 from redisq_django.core import envelope as env
+from redisq_django.core import events, settle
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
 from redisq_django.core.errors import ConsumerNotFound, translate_errors
-from redisq_django.core.groups import ensure_group, group_names, is_nogroup
+from redisq_django.core.events import EventName
+from redisq_django.core.groups import ensure_group, group_names, is_nogroup, leave_group
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
-from redisq_django.core.wire import flatten, to_str
-
-#: What a settle script writes: a retry member, or a dead-letter entry.
-_RETRY, _DEAD = "retry", "dead"
+from redisq_django.core.wire import to_str
 
 
 class Subscription:
@@ -55,6 +54,8 @@ class Subscription:
         self.group = group
         self.consumer = consumer
         self.policy = policy
+        #: History on: every settle also records its lifecycle event (same script).
+        self.history = config.history
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
         #: When (ms) due delayed messages and retries should next be promoted: the next
         #: known due time, or one poll interval after the last check.
@@ -160,7 +161,13 @@ class Subscription:
             dead = undecodable_fields(
                 entry_id, fields or {}, group=self.group, reason=str(exc), now=now_ms()
             )
-            self._settle(stream, entry_id, _DEAD, 0, dead)
+            event = self._event(
+                EventName.DEAD,
+                [events.record(entry_id.decode(), 1)],
+                failure=Failure("UndecodableEntry", str(exc)),
+                reason=DeadReason.UNDECODABLE,
+            )
+            self._settle(stream, entry_id, settle.DEAD, 0, dead, event)
             return None
         return Message(
             id=parts.id,
@@ -186,6 +193,8 @@ class Subscription:
         Returns:
             How many were still pending (the rest were acknowledged already).
         """
+        if self.history:
+            return self._ack_recorded(list(messages))
         log_ids: list[bytes] = []
         direct_ids: list[bytes] = []
         for m in messages:
@@ -203,34 +212,29 @@ class Subscription:
             )
         )
 
-    def _settle(
-        self, stream: Stream, entry_id: bytes, mode: str, due: int, fields: dict[bytes, bytes]
-    ) -> bool:
-        source = self.keys.log if stream is Stream.LOG else self.gkeys.direct
-        done = self.scripts(
-            "fail",
-            [source, self.gkeys.retry, self.gkeys.dead],
-            [
-                self.group,
-                self.consumer,
-                entry_id,
-                "1" if stream is Stream.DIRECT else "0",
-                mode,
-                due,
-                *flatten(fields),
-            ],
-        )
-        return bool(done)
+    def _ack_recorded(self, messages: list[Message]) -> int:
+        # One script acks each entry and records the acked ones in one `handled` event.
+        return int(self.scripts("ack", *settle.ack_call(self.gkeys, self.consumer, messages)))
 
-    def _next_delivery(self, message: Message, now: int, *, failed: bool) -> dict[bytes, bytes]:
-        first = message.first_failed_at_ms
-        return env.next_delivery_fields(
-            message.fields,
-            message_id=message.id,
-            published_at_ms=message.published_at_ms,
-            attempts=message.attempts - (0 if failed else 1),
-            first_failed_at_ms=first if first is not None or not failed else now,
+    def _event(self, name: EventName, records: list[bytes], **details: Any) -> list[bytes]:
+        """The event entry of a settle, or nothing when history is off."""
+        if not self.history:
+            return []
+        return events.fields(name, self.group, self.consumer, records, **details)
+
+    def _settle(
+        self,
+        stream: Stream,
+        entry_id: bytes,
+        mode: str,
+        due: int,
+        fields: dict[bytes, bytes],
+        event: list[bytes],
+    ) -> bool:
+        keys, args = settle.settle_call(
+            self.gkeys, self.consumer, stream, entry_id, mode, due, fields, event, self.history
         )
+        return bool(self.scripts("fail", keys, args))
 
     @translate_errors
     def fail(self, message: Message, failure: Failure | BaseException) -> Outcome:
@@ -249,8 +253,14 @@ class Subscription:
         now = now_ms()
         wait_s = self.policy.backoff(message.attempts, self._rng)
         due = now + max(1, int(wait_s * 1000))
-        fields = self._next_delivery(message, now, failed=True)
-        settled = self._settle(message.stream, message.entry_id, _RETRY, due, fields)
+        fields = settle.next_delivery(message, now, failed=True)
+        event = self._event(
+            EventName.RETRIED,
+            [events.record(message.id, message.attempts, message.duration_ms)],
+            failure=Failure.of(failure),
+            next_due_ms=due,
+        )
+        settled = self._settle(message.stream, message.entry_id, settle.RETRY, due, fields, event)
         return Outcome.RETRIED if settled else Outcome.LOST
 
     @translate_errors
@@ -263,14 +273,21 @@ class Subscription:
             ``DEAD``, or ``LOST`` when this instance no longer holds the message.
         """
         now = now_ms()
+        failure = Failure.of(failure)
         dead = dead_fields(
-            self._next_delivery(message, now, failed=True),
+            settle.next_delivery(message, now, failed=True),
             group=self.group,
             reason=reason,
-            failure=Failure.of(failure),
+            failure=failure,
             failed_at_ms=now,
         )
-        settled = self._settle(message.stream, message.entry_id, _DEAD, 0, dead)
+        event = self._event(
+            EventName.DEAD,
+            [events.record(message.id, message.attempts, message.duration_ms)],
+            failure=failure,
+            reason=reason,
+        )
+        settled = self._settle(message.stream, message.entry_id, settle.DEAD, 0, dead, event)
         return Outcome.DEAD if settled else Outcome.LOST
 
     def reject(self, message: Message, failure: Failure | BaseException) -> Outcome:
@@ -312,9 +329,12 @@ class Subscription:
         crashing on it) becomes a dead letter (reason ``lease_expired``) instead of
         being returned.
         """
+        keys = [self.keys.log, self.gkeys.direct, self.gkeys.instances]
+        if self.history:  # the script records a `reclaimed` event for what it takes
+            keys.append(self.keys.events)
         cur_log, cur_direct, log_entries, direct_entries = self.scripts(
             "reclaim",
-            [self.keys.log, self.gkeys.direct, self.gkeys.instances],
+            keys,
             [
                 self.group,
                 self.consumer,
@@ -361,18 +381,8 @@ class Subscription:
 
     @translate_errors
     def leave(self) -> None:
-        """Withdraw this instance's heartbeat; if it holds no message, also remove it
-        from the consumer group (what it still holds is reclaimed by others)."""
-        self.client.zrem(self.gkeys.instances, self.consumer)
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.xpending_range(self.keys.log, self.group, "-", "+", 1, self.consumer)
-            pipe.xpending_range(self.gkeys.direct, self.group, "-", "+", 1, self.consumer)
-            held = pipe.execute(raise_on_error=False)
-        if all(isinstance(h, list) and not h for h in held):
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.xgroup_delconsumer(self.keys.log, self.group, self.consumer)
-                pipe.xgroup_delconsumer(self.gkeys.direct, self.group, self.consumer)
-                pipe.execute(raise_on_error=False)
+        """Withdraw this instance (see :func:`~redisq_django.core.groups.leave_group`)."""
+        leave_group(self.client, self.gkeys, self.consumer)
 
     @translate_errors
     def release(self, messages: Sequence[Message]) -> int:
@@ -384,6 +394,7 @@ class Subscription:
         """
         released = 0
         for m in messages:
-            fields = self._next_delivery(m, now_ms(), failed=False)
-            released += self._settle(m.stream, m.entry_id, _RETRY, 0, fields)
+            fields = settle.next_delivery(m, now_ms(), failed=False)
+            event = self._event(EventName.RELEASED, [events.record(m.id, m.attempts - 1)])
+            released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event)
         return released

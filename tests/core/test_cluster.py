@@ -121,3 +121,32 @@ def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
     assert (back.id, back.attempts) == (mid, 2)  # release does not add an attempt
     broker.reset("emails", "send", "earliest")
     assert ids(drain(a, expected=1)) == [mid]
+
+
+@pytest.mark.parametrize("queue", QUEUES)
+def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: str) -> None:
+    # Given history on (the events stream and meta hash share the queue's slot)
+    redis_cluster.flushall()
+    client = redis_cluster.client()
+    try:
+        broker = Broker(client, CoreConfig(poll_interval_ms=20, replay_window_ms=0, history=True))
+        broker.ensure_consumer(queue, "billing")
+        sub = broker.subscribe(queue, "billing", "i1", max_retries=0)
+        # When one message is handled, one dies, and one is re-driven and reset replays
+        good, bad = broker.publish_many(queue, [{"n": 1}, {"n": 2}])
+        first, second = drain(sub, expected=2, ack=False)
+        assert sub.ack([first]) == 1
+        assert sub.fail(second, ValueError("no")) == "dead"
+        (dead,) = broker.dead_letters(queue, "billing")
+        assert broker.redrive(queue, "billing", dead.entry_id)
+        drain(sub, expected=1)
+        broker.reset(queue, "billing", "latest")
+        # Then every step is recorded on the queue's own node
+        names = [f[b"e"].decode() for _, f in client.xrange(broker.keys(queue).events)]
+        assert names == ["handled", "dead", "redriven", "handled", "reset"]
+        # And retention waits for the archive, then trims behind it
+        assert broker.trim(queue) == (0, 0)
+        broker.commit_archive(queue, "messages", bad)
+        assert broker.trim(queue) == (2, 0)
+    finally:
+        client.close()

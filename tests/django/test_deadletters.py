@@ -112,3 +112,25 @@ def test_retry_and_discard_skip_rows_that_are_not_dead(broker: Any) -> None:
     assert deadletters.retry([row]) == 0
     with broker.subscribe("shop", "billing") as sub:
         assert sub.fetch(count=1, block_ms=100) == []
+
+
+def test_retry_from_the_database_records_a_redriven_event(
+    redisq_settings: Any, django_user_model: Any
+) -> None:
+    # Given history on and a dead letter stored in the database
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "HISTORY": True}
+    broker = get_broker()
+    message_id = kill(broker, {"order": 9})
+    deadletters.sink_all()
+    row = DeadLetter.objects.get(message_id=message_id)
+    # When staff retry it (the admin's Retry calls this function)
+    assert deadletters.retry([row], django_user_model.objects.create(username="ops")) == 1
+    # Then the events show its death and its re-drive, for that consumer
+    recorded = [
+        (f[b"e"].decode(), f[b"g"].decode(), f[b"m"].decode())
+        for _, f in broker.client.xrange(broker.keys("shop").events)
+    ]
+    assert recorded == [
+        ("dead", "billing", f'[["{message_id}",1,null]]'),
+        ("redriven", "billing", f'[["{message_id}",0,null]]'),
+    ]

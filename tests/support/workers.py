@@ -268,6 +268,8 @@ class Workers:
         self.log_dir = log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.started: list[WorkerProcess] = []
+        #: More environment for every process started from now on.
+        self.extra_env: dict[str, str] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -277,6 +279,7 @@ class Workers:
             REDISQ_TEST_DB=str(self.db_path),
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         env.update(extra)
         return env
 

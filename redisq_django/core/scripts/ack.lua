@@ -2,16 +2,49 @@
 --
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
+-- KEYS[3]  stream  redisq:{q}:events   (only when history is on; see the second layout)
+--
+-- Without KEYS[3]:
 -- ARGV[1]  group name
 -- ARGV[2]  n: how many of the following ids are log entries
 -- ARGV[3 .. 2+n]  log entry ids
 -- ARGV[3+n ..]    direct entry ids (also deleted: the direct stream only holds work)
+--
+-- With KEYS[3] (history on):
+-- ARGV[1]  group name
+-- ARGV[2]  n: how many of the ids are log entries
+-- ARGV[3]  instance (consumer) name
+-- ARGV[4]  m: how many ids in all
+-- ARGV[5 .. 4+m]        entry ids, the n log ids first, then the direct ids
+-- ARGV[5+m .. 4+2m]     for each id, its event record as JSON: ["<message id>",<attempt>,<ms>]
+-- One `handled` event lists the records of the entries this call acknowledged (ids no
+-- longer pending were settled elsewhere and are left out): no event without its ack.
 --
 -- Returns the number of entries acknowledged (ids no longer pending are skipped).
 
 local group = ARGV[1]
 local n = tonumber(ARGV[2])
 local acked = 0
+
+if #KEYS >= 3 then
+  local instance, m = ARGV[3], tonumber(ARGV[4])
+  local records = {}
+  for i = 1, m do
+    local id = ARGV[4 + i]
+    local key = (i <= n) and KEYS[1] or KEYS[2]
+    if redis.call('XACK', key, group, id) == 1 then
+      acked = acked + 1
+      records[#records + 1] = ARGV[4 + m + i]
+      if i > n then redis.call('XDEL', key, id) end
+    end
+  end
+  if #records > 0 then
+    redis.call('XADD', KEYS[3], '*', 'e', 'handled', 'g', group, 'c', instance,
+      'm', '[' .. table.concat(records, ',') .. ']')
+  end
+  return acked
+end
+
 local CHUNK = 500
 
 local function each_chunk(first, last, fn)

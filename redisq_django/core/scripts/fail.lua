@@ -3,13 +3,19 @@
 -- KEYS[1]  stream  the stream the entry was delivered from (log or the group's direct)
 -- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
 -- KEYS[3]  stream  redisq:{q}:g:<g>:dead
+-- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) that holds the entry; "" skips the ownership check
 -- ARGV[3]  entry id
 -- ARGV[4]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
 -- ARGV[5]  "retry" or "dead"
 -- ARGV[6]  retry due time, ms (ignored for "dead")
+-- Without KEYS[4]:
 -- ARGV[7 ..]  field, value pairs of the envelope to write (retry member or dead entry)
+-- With KEYS[4]:
+-- ARGV[7]  k: how many field, value pairs the event has
+-- ARGV[8 .. 7+2k]  the event's field, value pairs (written to KEYS[4] when settled)
+-- ARGV[8+2k ..]    field, value pairs of the envelope to write
 --
 -- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
 -- lease expired and another instance owns it now: that instance settles it instead).
@@ -20,14 +26,21 @@ local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
 if #pending == 0 then return 0 end
 if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
 
+local first = 7
+if #KEYS >= 4 then
+  local k = tonumber(ARGV[7])
+  first = 8 + 2 * k
+  if k > 0 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 8, first - 1)) end
+end
+
 redis.call('XACK', KEYS[1], group, id)
 if ARGV[4] == '1' then redis.call('XDEL', KEYS[1], id) end
 
 if ARGV[5] == 'retry' then
   local envelope = {}
-  for i = 7, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
+  for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
   redis.call('ZADD', KEYS[2], ARGV[6], cjson.encode(envelope))
 else
-  redis.call('XADD', KEYS[3], '*', unpack(ARGV, 7))
+  redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
 end
 return 1

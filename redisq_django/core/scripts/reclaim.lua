@@ -3,6 +3,8 @@
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  zset    redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
+-- KEYS[4]  stream  redisq:{q}:events   (only when history is on: one `reclaimed` event per
+--                  call, listing every entry taken over)
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) taking the entries over
 -- ARGV[3]  visibility timeout, ms: entries idle this long are claimed
@@ -27,6 +29,18 @@ local limit = tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
 local streams = {KEYS[1], KEYS[2]}
 local out = {{}, {}}
+local records = {} -- event records of what was taken over (history on)
+
+-- ["<message id>",<attempt>,null] of a claimed entry: the message id is the `id` field or
+-- the entry id; the attempt adds the deliveries already failed (`attempts`).
+local function record(entry_id, fields, deliveries)
+  local mid, done = entry_id, 0
+  for i = 1, #fields, 2 do
+    if fields[i] == 'id' then mid = fields[i + 1] end
+    if fields[i] == 'attempts' then done = tonumber(fields[i + 1]) or 0 end
+  end
+  return '[' .. cjson.encode(mid) .. ',' .. (done + deliveries) .. ',null]'
+end
 
 local function delivery_count(key, id)
   local p = redis.call('XPENDING', key, group, id, id, 1)
@@ -41,7 +55,9 @@ local function take(s, ids, entries)
     if type(e) == 'table' and type(e[2]) == 'table' then
       found[e[1]] = true
       local list = out[s]
-      list[#list + 1] = {e[1], e[2], delivery_count(streams[s], e[1])}
+      local deliveries = delivery_count(streams[s], e[1])
+      list[#list + 1] = {e[1], e[2], deliveries}
+      if #KEYS >= 4 then records[#records + 1] = record(e[1], e[2], deliveries) end
     end
   end
   -- An entry deleted while pending (hard cap) is missing from the reply: Redis 7 drops
@@ -91,5 +107,9 @@ for s = 1, 2 do
       take(s, r[2], redis.call('XCLAIM', streams[s], group, me, 0, unpack(r[2])))
     end
   end
+end
+if #records > 0 then
+  redis.call('XADD', KEYS[4], '*', 'e', 'reclaimed', 'g', group, 'c', me,
+    'm', '[' .. table.concat(records, ',') .. ']')
 end
 return {cursors[1], cursors[2], out[1], out[2]}

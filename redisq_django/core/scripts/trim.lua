@@ -1,7 +1,9 @@
 -- trim.lua: retention of a queue's log, never dropping what a consumer still needs.
 --
 -- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops
+-- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops; with history,
+--                  "archive:messages" / "archive:events" hold the archive's positions
+-- KEYS[3]  stream  redisq:{q}:events   (only when history is on)
 -- ARGV[1]  now, ms
 -- ARGV[2]  replay window by age, ms (0: none)
 -- ARGV[3]  replay window by length, entries (0: none)
@@ -16,6 +18,11 @@
 -- The hard caps then remove entries whatever their state; those at or above the safe
 -- floor are counted in "dropped".
 --
+-- With history on (KEYS[3] given) the archive counts as one more consumer: nothing after
+-- its position ("archive:messages"; none yet: nothing at all) is trimmed safely, and the
+-- events stream is trimmed up to "archive:events" (bounded; the age cap also applies to
+-- it, its drops counted in "events_dropped").
+--
 -- Returns {removed_safely, dropped}.
 
 local now = tonumber(ARGV[1])
@@ -23,8 +30,6 @@ local window_ms, window_len = tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_len, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local batch = tonumber(ARGV[6])
 
-local len = redis.call('XLEN', KEYS[1])
-if len == 0 then return {0, 0} end
 
 -- Ids as {ms, seq} pairs; seq may exceed a double's precision only at its maximum.
 local MAX_SEQ = '18446744073709551615'
@@ -49,6 +54,31 @@ local function after(id) -- the smallest id greater than id
 end
 local function fmt(p) return string.format('%d-%d', p[1], p[2]) end
 
+-- The events stream (history on): trimmed behind the archive (approximately, bounded), and
+-- by the age cap, whose drops of unarchived events are counted.
+local history = #KEYS >= 3
+local function trim_events()
+  if not history then return end
+  local archived = after(redis.call('HGET', KEYS[2], 'archive:events') or '0-0')
+  redis.call('XTRIM', KEYS[3], 'MINID', '~', fmt(archived), 'LIMIT', batch)
+  if max_age > 0 then
+    local aged = {now - max_age, 0}
+    if less(archived, aged) then
+      redis.call('XTRIM', KEYS[3], 'MINID', fmt(archived))
+      local lost = redis.call('XTRIM', KEYS[3], 'MINID', fmt(aged))
+      if lost > 0 then redis.call('HINCRBY', KEYS[2], 'events_dropped', lost) end
+    else
+      redis.call('XTRIM', KEYS[3], 'MINID', fmt(aged))
+    end
+  end
+end
+
+local len = redis.call('XLEN', KEYS[1])
+if len == 0 then
+  trim_events()
+  return {0, 0}
+end
+
 -- Safe floor over all groups.
 local safe = nil
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
@@ -61,6 +91,9 @@ for _, g in ipairs(groups) do
     need = min(need, parse(summary[2]))
   end
   safe = min(safe, need)
+end
+if history and safe then
+  safe = min(safe, after(redis.call('HGET', KEYS[2], 'archive:messages') or '0-0'))
 end
 
 -- The ids at the head of the log bound this call's work and locate length limits.
@@ -117,4 +150,6 @@ if hard then
   end
   if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
 end
+
+trim_events()
 return {removed, dropped}

@@ -192,12 +192,15 @@ class HandlerThread(threading.Thread):
         if hooks:
             self.hooks.before_process(message)
         error: BaseException | None = None
+        started = time.perf_counter_ns()
         try:
             self.spec.handler(message)
         except Reject as exc:
+            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
+            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
             error = exc
             self._count("failed")
             logger.info(
@@ -209,6 +212,8 @@ class HandlerThread(threading.Thread):
                 exc,
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
+        else:
+            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
         if hooks:
             self.hooks.after_process(message, error=error)
         return error is None

@@ -108,6 +108,7 @@ class Command(BaseCommand):
                 "OLDEST UNACKED",
                 "ALIVE",
                 "DROPPED",
+                "ARCHIVE LAG",
             ]
         ]
         for q in stats:
@@ -124,6 +125,7 @@ class Command(BaseCommand):
                     "",
                     "",
                     str(q.dropped),
+                    "-" if q.archive_lag is None else str(q.archive_lag),
                 ]
             )
             for c in q.consumers:
@@ -139,6 +141,7 @@ class Command(BaseCommand):
                         str(c.dead),
                         age(c.oldest_unacked_age_s),
                         str(c.instances_alive),
+                        "",
                         "",
                     ]
                 )

@@ -1,0 +1,71 @@
+"""Lifecycle events: what each logical consumer did with each message (history on).
+
+Every settle writes one entry to the queue's ``events`` stream *in the same script* as
+the settle itself, so there is no outcome without its event and no event without its
+outcome (PROTOCOL.md, "Lifecycle events"). An entry's fields:
+
+- ``e``: the event (:class:`EventName`); ``g``: the logical consumer; ``c``: the
+  instance ("" when an operator did it);
+- ``m``: a JSON array of ``[message id, attempt, handler duration in ms or null]``, one
+  per message concerned: an acknowledged batch is one ``handled`` entry;
+- optionally ``error_class``, ``error_message`` (``retried``, ``dead``), ``reason``
+  (``dead``), ``next_due`` (``retried``: ms), ``start`` (``reset``: the id moved to).
+
+The event time is the entry id's millisecond part. Publishing needs no event: the log is
+the record of publishes.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+
+from redisq_django.core.deadletter import MAX_ERROR_TEXT, DeadReason, Failure
+
+
+class EventName(StrEnum):
+    """What happened to a message in one logical consumer."""
+
+    HANDLED = "handled"  # acknowledged after its handler returned
+    RETRIED = "retried"  # its handler raised; it comes back after a backoff
+    DEAD = "dead"  # became a dead letter
+    RELEASED = "released"  # handed back unstarted (warm shutdown)
+    RECLAIMED = "reclaimed"  # taken over after a lease expired or an instance died
+    REDRIVEN = "redriven"  # sent again from the dead letters (admin, shell)
+    RESET = "reset"  # the consumer was moved to another point (replay)
+
+
+#: Event errors are cut shorter than dead letters': the stream is kept for a while.
+MAX_EVENT_ERROR = min(MAX_ERROR_TEXT, 2000)
+
+
+def record(message_id: str, attempt: int, duration_ms: int | None = None) -> bytes:
+    """One message of an event, as JSON: ``["<id>",<attempt>,<ms or null>]``."""
+    return json.dumps([message_id, attempt, duration_ms], separators=(",", ":")).encode()
+
+
+def fields(
+    name: EventName,
+    group: str,
+    instance: str,
+    records: list[bytes],
+    *,
+    failure: Failure | None = None,
+    reason: DeadReason | None = None,
+    next_due_ms: int | None = None,
+    start: str | None = None,
+) -> list[bytes]:
+    """An event entry as the flat field/value list the scripts write."""
+    out = [b"e", name.value.encode(), b"g", group.encode(), b"c", instance.encode()]
+    out += [b"m", b"[" + b",".join(records) + b"]"]
+    if failure is not None:
+        out += [b"error_class", failure.error_class.encode("utf-8", "backslashreplace")]
+        message = failure.message[:MAX_EVENT_ERROR]
+        out += [b"error_message", message.encode("utf-8", "backslashreplace")]
+    if reason is not None:
+        out += [b"reason", reason.value.encode()]
+    if next_due_ms is not None:
+        out += [b"next_due", str(next_due_ms).encode()]
+    if start is not None:
+        out += [b"start", start.encode()]
+    return out

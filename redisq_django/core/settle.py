@@ -1,0 +1,72 @@
+"""The script calls that settle deliveries (``ack.lua``, ``fail.lua``), built without
+touching Redis, and the envelope of a message's next delivery."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redisq_django.core import envelope as env
+from redisq_django.core import events
+from redisq_django.core.keys import GroupKeys
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.wire import flatten
+
+#: What ``fail.lua`` writes: a retry member, or a dead-letter entry.
+RETRY, DEAD = "retry", "dead"
+
+
+def next_delivery(message: Message, now: int, *, failed: bool) -> dict[bytes, bytes]:
+    """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
+    counts, its failure time is the first one if none was recorded) or a hand-back."""
+    first = message.first_failed_at_ms
+    return env.next_delivery_fields(
+        message.fields,
+        message_id=message.id,
+        published_at_ms=message.published_at_ms,
+        attempts=message.attempts - (0 if failed else 1),
+        first_failed_at_ms=first if first is not None or not failed else now,
+    )
+
+
+def ack_call(
+    gkeys: GroupKeys, instance: str, messages: Sequence[Message]
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of ``ack.lua`` in its history layout (log entries first)."""
+    ordered = sorted(messages, key=lambda m: m.stream is not Stream.LOG)
+    n_log = sum(1 for m in ordered if m.stream is Stream.LOG)
+    records = [events.record(m.id, m.attempts, m.duration_ms) for m in ordered]
+    qkeys = gkeys.queue_keys
+    return (
+        [qkeys.log, gkeys.direct, qkeys.events],
+        [gkeys.group, n_log, instance, len(ordered), *(m.entry_id for m in ordered), *records],
+    )
+
+
+def settle_call(
+    gkeys: GroupKeys,
+    instance: str,
+    stream: Stream,
+    entry_id: bytes,
+    mode: str,
+    due: int,
+    fields: dict[bytes, bytes],
+    event: list[bytes],
+    history: bool,
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of ``fail.lua``: retry (``RETRY``, due at ``due`` ms) or dead-letter
+    (``DEAD``) one entry held by ``instance``, with its event when ``history`` is on."""
+    source = gkeys.queue_keys.log if stream is Stream.LOG else gkeys.direct
+    keys = [source, gkeys.retry, gkeys.dead]
+    args: list[Any] = [
+        gkeys.group,
+        instance,
+        entry_id,
+        "1" if stream is Stream.DIRECT else "0",
+        mode,
+        due,
+    ]
+    if history:  # the event goes in the same script as the settle
+        keys.append(gkeys.queue_keys.events)
+        args += [len(event) // 2, *event]
+    return keys, [*args, *flatten(fields)]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.core.management import call_command
 from django.db import DatabaseError, connections, transaction
 
@@ -168,6 +169,47 @@ def test_savepoint_commit_waits_for_the_outer_commit(alias: str, redisq_settings
 
     # Then nothing is published: only the outermost commit counts
     assert logged(QUEUE) == []
+
+
+class RoundTrips:
+    """Counts what redis-py writes to its sockets: one packed write is one round trip."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = redis.connection.AbstractConnection.send_packed_command
+
+        def counted(conn: Any, command: Any, check_health: bool = True) -> None:
+            self.count += 1
+            real(conn, command, check_health)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("outbox_on", [False, True], ids=["direct", "outbox"])
+def test_a_transactions_messages_leave_in_one_round_trip_per_queue(
+    redisq_settings: Any, monkeypatch: pytest.MonkeyPatch, outbox_on: bool
+) -> None:
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "OUTBOX": outbox_on}
+    # Connect, register the queues and load the scripts beforehand (not what is measured)
+    broker = get_broker()
+    broker.send(
+        [broker.prepare(q, {"warm": True}, id=new_message_id()) for q in (QUEUE, "audit")],
+        once=True,
+    )
+    calls: list[str] = []
+    # Given one transaction publishing 50 messages to each of two queues, with another
+    # on_commit callback registered between them
+    with transaction.atomic():
+        first = [publish_on_commit(QUEUE, {"n": n}) for n in range(50)]
+        transaction.on_commit(lambda: calls.append("between"))
+        second = [publish_on_commit("audit", {"n": n}) for n in range(50)]
+        trips = RoundTrips(monkeypatch)
+    # Then the commit sends each queue's messages in one round trip
+    assert trips.count == 2
+    assert calls == ["between"]
+    assert logged_ids(QUEUE)[1:] == first
+    assert logged_ids("audit")[1:] == second
 
 
 # ---------------------------------------------------------------------------

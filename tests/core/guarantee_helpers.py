@@ -60,3 +60,19 @@ def wait_for(
 
 def ids(messages: list[Message]) -> list[str]:
     return [m.id for m in messages]
+
+
+def age_pending(client: Any, stream: str, group: str, idle_ms: int) -> None:
+    """Make every pending entry of ``group`` on ``stream`` look idle for ``idle_ms``, as if
+    that much time had passed, without sleeping: ``XCLAIM … IDLE`` to its current owner
+    (``JUSTID`` leaves the delivery count alone)."""
+    for row in client.xpending_range(stream, group, "-", "+", 10_000):
+        client.xclaim(
+            stream,
+            group,
+            row["consumer"],
+            min_idle_time=0,
+            message_ids=[row["message_id"]],
+            idle=idle_ms,
+            justid=True,
+        )

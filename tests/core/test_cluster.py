@@ -133,7 +133,7 @@ def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: s
         broker.ensure_consumer(queue, "billing")
         sub = broker.subscribe(queue, "billing", "i1", max_retries=0)
         # When one message is handled, one dies, and one is re-driven and reset replays
-        good, bad = broker.publish_many(queue, [{"n": 1}, {"n": 2}])
+        _good, bad = broker.publish_many(queue, [{"n": 1}, {"n": 2}])
         first, second = drain(sub, expected=2, ack=False)
         assert sub.ack([first]) == 1
         assert sub.fail(second, ValueError("no")) == "dead"

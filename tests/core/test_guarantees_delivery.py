@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, Message
-from tests.core.guarantee_helpers import drain, fetch_nothing, ids, wait_for
+from tests.core.guarantee_helpers import age_pending, drain, fetch_nothing, ids, wait_for
 
 Q = "orders"
 
@@ -227,7 +227,7 @@ def test_c3_unacked_message_is_reclaimed_after_visibility_timeout(broker: Broker
 
     # When B looks before the visibility timeout: nothing; after it: the message
     assert b.reclaim() == []
-    time.sleep(0.35)
+    age_pending(broker.client, broker.keys(Q).log, "billing", 350)
     [again] = b.reclaim()
 
     # Then it is the same message, second delivery
@@ -254,7 +254,7 @@ def test_c3_dead_instance_heartbeat_releases_its_messages_before_the_timeout(
     assert b.reclaim() == []  # A is still alive: its message stays with it
 
     # When A's heartbeat has expired (well before the 60 s visibility timeout)
-    time.sleep(0.3)
+    a.heartbeat(-1)  # its 200 ms ran out: the same score a silent instance ends with
     got = b.reclaim()
 
     # Then B took the message over, as its second delivery
@@ -273,10 +273,11 @@ def test_c3_extend_keeps_a_long_handler_lease(broker: Broker) -> None:
     b = broker.subscribe(Q, "billing", "b", visibility_timeout_ms=400)
     [msg] = drain(a, expected=1, ack=False)
 
-    # When A extends its lease every 100 ms for 1 s while B keeps trying to reclaim
+    # When the lease keeps running out (the entry looks idle for 500 ms) but A extends it
+    # each time before B tries to reclaim
     stolen: list[Message] = []
     for _ in range(10):
-        time.sleep(0.1)
+        age_pending(broker.client, broker.keys(Q).log, "billing", 500)
         assert a.extend([msg]) == []
         stolen += b.reclaim()
 
@@ -288,7 +289,7 @@ def test_c3_extend_keeps_a_long_handler_lease(broker: Broker) -> None:
     # And once a holder stops extending, the lease does expire
     mid2 = broker.publish(Q, "stuck")
     [msg2] = drain(a, expected=1, ack=False)
-    time.sleep(0.45)
+    age_pending(broker.client, broker.keys(Q).log, "billing", 450)
     [taken] = b.reclaim()
     assert (taken.id, taken.attempts) == (mid2, 2)
     assert a.extend([msg2]) == [msg2]  # A is told it no longer holds it
@@ -426,7 +427,7 @@ def test_c4_message_whose_instances_keep_crashing_is_dead_as_lease_expired(
 
     # When each next instance reclaims it after the visibility timeout, and crashes too
     for k in range(1, 6):
-        time.sleep(0.13)
+        age_pending(broker.client, broker.keys(Q).log, "billing", 130)
         got = subs[k].reclaim()
         if not got:
             break

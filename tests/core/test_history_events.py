@@ -13,7 +13,6 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, Failure
-from redisq_django.core.events import EventName
 
 Q = "history"
 

@@ -17,6 +17,7 @@ import redis
 
 from redisq_django.core.broker import Broker
 from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
+from tests.core.guarantee_helpers import age_pending
 
 Q, G = "orders", "billing"
 MAX_SEQ = 2**64 - 1
@@ -498,7 +499,8 @@ def test_extend_resets_idle_time_of_owned_entries_and_returns_the_rest(
     assert read(redis_client, qk.log, "c1", count=2) == [l1, l2]
     assert read(redis_client, qk.log, "c2") == [l3]
     assert read(redis_client, gk.direct, "c1") == [d1]
-    time.sleep(0.2)
+    for stream in (qk.log, gk.direct):
+        age_pending(redis_client, stream, G, 200)
     assert min(idle_ms(redis_client, s, e) for s, e in [(qk.log, l1), (gk.direct, d1)]) >= 200
     # When c1 extends L1, L2, L3, an entry no longer pending and D1
     [settled] = add(redis_client, qk.log, 1)
@@ -558,7 +560,8 @@ def test_reclaim_claims_idle_entries_and_ignores_fresh_ones(
     [d1] = add(redis_client, gk.direct, 1)
     read(redis_client, qk.log, "c1", count=1)
     read(redis_client, gk.direct, "c1")
-    time.sleep(0.2)
+    for stream in (qk.log, gk.direct):
+        age_pending(redis_client, stream, G, 200)
     read(redis_client, qk.log, "c1")
     # When c2 reclaims entries idle for more than 150 ms
     cur_log, cur_direct, log, direct = reclaim(broker, qk, gk, "c2", 150)
@@ -577,7 +580,7 @@ def test_reclaim_respects_the_limit_and_returns_a_cursor(
     create_group(redis_client, gk)
     log_ids = add(redis_client, qk.log, 5)
     read(redis_client, qk.log, "c1")
-    time.sleep(0.02)
+    age_pending(redis_client, qk.log, G, 20)
     cur_log, _, log, _ = reclaim(broker, qk, gk, "c2", 10, limit=2)
     assert [e[0] for e in log] == log_ids[:2]
     assert cur_log == log_ids[2]
@@ -676,7 +679,7 @@ def test_reclaim_skips_entries_deleted_while_pending(
     l1, l2 = add(redis_client, qk.log, 2)
     read(redis_client, qk.log, "c1")
     redis_client.xdel(qk.log, l1)
-    time.sleep(0.2)
+    age_pending(redis_client, qk.log, G, 200)
     # When c2 reclaims idle entries
     _, _, log, _ = reclaim(broker, qk, gk, "c2", 150)
     # Then only L2 is returned, and L1 is no longer pending for anyone

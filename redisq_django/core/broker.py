@@ -21,9 +21,10 @@ from redisq_django.core.groups import (
     ensure_group,
     group_names,
     is_nogroup,
+    remove_group,
 )
 from redisq_django.core.json import JsonCodec
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys, registry_key
+from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.sending import send_all, send_direct, send_once
@@ -96,13 +97,22 @@ class Broker:
             PayloadNotSerializable: payload or headers hold a non-JSON value.
             ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
         """
+        return self._prepare(queue, payload, headers, due_at_ms(delay, eta), id)
+
+    def _prepare(
+        self,
+        queue: str,
+        payload: Any,
+        headers: Mapping[str, Any] | None,
+        due: int | None,
+        id: str | None = None,
+    ) -> Envelope:
         self.keys(queue)
         payload_json = self.codec.encode_payload(
             payload, queue=queue, limit=self.config.max_payload_bytes
         )
         headers_json = self.codec.encode_headers(headers, queue=queue)
         now = now_ms()
-        due = due_at_ms(delay, eta, now=now)
         if due is None:
             return Envelope(
                 queue=queue, id=id, payload_json=payload_json, headers_json=headers_json
@@ -188,10 +198,8 @@ class Broker:
         Returns:
             The message ids, in the order of ``payloads``.
         """
-        envelopes = [
-            self.prepare(queue, p, headers=headers, delay=delay, eta=eta) for p in payloads
-        ]
-        return self.send(envelopes)
+        due = due_at_ms(delay, eta)  # one due time for the whole batch
+        return self.send([self._prepare(queue, p, headers, due) for p in payloads])
 
     @translate_errors
     def send_to_consumer(self, group: str, envelopes: Sequence[Envelope]) -> list[str]:
@@ -270,12 +278,7 @@ class Broker:
 
         Its retries, dead letters still in Redis and in-flight state are discarded.
         """
-        keys = self.keys(queue)
-        gkeys = keys.group(group)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.execute_command("XGROUP", "DESTROY", keys.log, group)
-            pipe.delete(gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances)
-            pipe.execute(raise_on_error=False)
+        remove_group(self.client, self.keys(queue).group(group))
 
     @translate_errors
     def queues(self) -> list[str]:
@@ -344,7 +347,9 @@ class Broker:
         entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
         if not entries:
             return None
-        new_id = self._redrive(gkeys, entry_id, redrive_fields(dict(entries[0][1])))
+        new_id = replay.redrive(
+            self.scripts, gkeys, entry_id, redrive_fields(dict(entries[0][1])), self.config.history
+        )
         return to_str(new_id) if new_id else None
 
     @translate_errors
@@ -362,10 +367,7 @@ class Broker:
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
         if env.F_PAYLOAD not in envelope:
             raise ValueError("An envelope to re-drive needs a 'payload' field.")
-        return to_str(self._redrive(gkeys, "", envelope))
-
-    def _redrive(self, gkeys: GroupKeys, dead_id: str, envelope: dict[bytes, bytes]) -> Any:
-        return replay.redrive(self.scripts, gkeys, dead_id, envelope, self.config.history)
+        return to_str(replay.redrive(self.scripts, gkeys, "", envelope, self.config.history))
 
     # -- retention, purge, stats -------------------------------------------------------
 

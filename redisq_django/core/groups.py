@@ -71,3 +71,11 @@ def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
             pipe.xgroup_delconsumer(log, group, instance)
             pipe.xgroup_delconsumer(gkeys.direct, group, instance)
             pipe.execute(raise_on_error=False)
+
+
+def remove_group(client: Any, gkeys: GroupKeys) -> None:
+    """Destroy the consumer group and delete the consumer's private keys."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.execute_command("XGROUP", "DESTROY", gkeys.queue_keys.log, gkeys.group)
+        pipe.delete(gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances)
+        pipe.execute(raise_on_error=False)

@@ -35,8 +35,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
-from redisq_django.pipeline.preflight import queues_to_archive
+from redisq_django.pipeline.preflight import commit_positions, queues_to_archive
 from redisq_django.pipeline.progress import ArchiveSummary, TableTally
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
@@ -103,6 +104,7 @@ def archive(
                     run.query.stop()
     for run in runs:
         run.harvest()
+        _commit_last_batch(spark, options, run.table)
     failures = [f"{run.table}: {msg}" for run in runs if (msg := run.failure())]
     if failures:
         raise ArchiveError("archive query failed: " + "; ".join(failures))
@@ -112,6 +114,16 @@ def archive(
         events=tallies["events"],
         seconds=time.monotonic() - started,
     )
+
+
+def _commit_last_batch(spark: SparkSession, options: ArchiveOptions, table: str) -> None:
+    """Move the archive position to the query's last committed batch (see
+    :mod:`~redisq_django.pipeline.checkpoint`: Spark itself would only do it when it
+    plans the next batch). Safe after a failure too: the commit log names only batches
+    whose files the sink committed."""
+    offset = last_committed_offset(spark, options.checkpoint_path(table))
+    if offset:
+        commit_positions(options, table, offset)
 
 
 def archive_frame(frame: DataFrame, table: str) -> DataFrame:

@@ -177,6 +177,17 @@ def describe(options: ArchiveOptions) -> str:
     )
 
 
+def preflight(options: ArchiveOptions) -> None:
+    """Check, before a JVM starts, that Redis answers at the URL given.
+
+    Raises:
+        JobError: it does not; the message says so in one line.
+    """
+    from redisq_django.pipeline.preflight import queues_to_archive
+
+    queues_to_archive(options)
+
+
 def run_archive(
     options: ArchiveOptions, *, master: str | None, conf: dict[str, str], log_level: str
 ) -> str:
@@ -186,10 +197,8 @@ def run_archive(
         ArchiveError: the job failed.
     """
     from redisq_django.pipeline.archive import archive
-    from redisq_django.pipeline.preflight import queues_to_archive
     from redisq_django.pipeline.session import pipeline_session
 
-    queues_to_archive(options)  # Redis answers: checked before a JVM starts
     with pipeline_session(master, conf) as spark:
         spark.sparkContext.setLogLevel(log_level)
         return archive(spark, options).line()
@@ -221,8 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptionsError as exc:
         parser.error(str(exc))
     conf = parse_conf(args.conf)
-    print(describe(options), file=sys.stderr, flush=True)
     try:
+        preflight(options)
+        print(describe(options), file=sys.stderr, flush=True)
         line = run_archive(options, master=args.master, conf=conf, log_level=args.spark_log_level)
     except KeyboardInterrupt:
         print(f"{PROG} {args.job}: interrupted", file=sys.stderr)

@@ -14,6 +14,23 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 
 
+def redis_client(options: ArchiveOptions) -> Any:
+    """A redis-py client for ``options.redis_url`` (a cluster client with ``cluster``)."""
+    if options.cluster:
+        return redis.RedisCluster.from_url(options.redis_url)
+    return redis.Redis.from_url(options.redis_url)
+
+
+def commit_positions(options: ArchiveOptions, table: str, offset: dict[str, str]) -> None:
+    """Record in Redis that ``table`` is archived up to ``offset`` (``{queue: id}``), as
+    the data source's ``commit()`` does; positions never move back."""
+    with redis_client(options) as client:
+        broker = Broker(client, CoreConfig(prefix=options.prefix))
+        for queue, entry_id in sorted(offset.items()):
+            if entry_id != "0-0":
+                broker.commit_archive(queue, table, entry_id)
+
+
 def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
     """The queues the archive run covers: ``options.queues``, else those in ``P:queues``
     now. Asks Redis either way, so it also proves Redis answers.
@@ -21,13 +38,8 @@ def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
     Raises:
         JobError: Redis cannot be reached; the message names the URL (never its password).
     """
-    client: Any
     try:
-        if options.cluster:
-            client = redis.RedisCluster.from_url(options.redis_url)
-        else:
-            client = redis.Redis.from_url(options.redis_url)
-        with client:
+        with redis_client(options) as client:
             existing = Broker(client, CoreConfig(prefix=options.prefix)).queues()
     except Exception as exc:  # redis-py's errors or RedisUnavailable: all mean the same here
         raise JobError(

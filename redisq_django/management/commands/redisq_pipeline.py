@@ -20,6 +20,7 @@ from redisq_django.pipeline.cli import (
     add_archive_arguments,
     archive_options,
     describe,
+    preflight,
     run_archive,
 )
 from redisq_django.pipeline.options import (
@@ -89,8 +90,9 @@ class Command(BaseCommand):
                 "REDISQ['HISTORY'] is off: workers write no lifecycle events, so only "
                 "messages are archived."
             )
-        self.stderr.write(describe(options))
         try:
+            preflight(options)
+            self.stderr.write(describe(options))
             line = run_archive(
                 options, master=opts["master"], conf=conf, log_level=opts["spark_log_level"]
             )

@@ -1,0 +1,237 @@
+"""The ``archive`` job: Parquet partitioned by queue and UTC date, exactly once, also
+across a driver killed mid-stream, and the archive position in Redis never ahead of the
+files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.pipeline.archive import archive
+from redisq_django.pipeline.options import ArchiveOptions
+from tests.pipeline.archive_support import (
+    add_events,
+    count_and_distinct,
+    entry_key,
+    max_entry_id,
+    publish,
+    read_table,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SUMMARY_RE = re.compile(
+    r"^archived messages=\d+ events=\d+( \(.+\))? in \d+\.\d s, [\d,]+ rows/s$", re.M
+)
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client, CoreConfig())
+
+
+def test_once_twice_archives_everything_once_partitioned_by_queue_and_date(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path
+) -> None:
+    orders = publish(broker, "orders", 1500)
+    mail = publish(broker, "mail", 500, start=1500)
+    n_events = add_events(broker, "orders", orders)
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path))
+
+    first = archive(spark, options)
+
+    assert (first.messages.rows, first.events.rows) == (2000, n_events)
+    assert dict(first.messages.per_queue) == {"orders": 1500, "mail": 500}
+    assert dict(first.events.per_queue) == {"orders": n_events}
+    assert first.line().startswith(f"archived messages=2000 events={n_events} (")
+    assert SUMMARY_RE.match(first.line())
+
+    second = archive(spark, options)
+
+    assert (second.messages.rows, second.events.rows) == (0, 0)
+
+    messages = read_table(spark, tmp_path, "messages")
+    assert count_and_distinct(messages, "message_id") == (2000, 2000)
+    by_queue = {r["queue"]: r["count"] for r in messages.groupBy("queue").count().collect()}
+    assert by_queue == {"orders": 1500, "mail": 500}
+    archived = {r[0] for r in messages.select("message_id").collect()}
+    assert archived == set(orders) | set(mail)
+    # Partitions: queue, then the UTC day of published_at (today: just published).
+    today = dt.datetime.now(dt.UTC).date()
+    days = {r[0] for r in messages.select("date").distinct().collect()}
+    assert days <= {today, today - dt.timedelta(days=1)}  # a run across midnight
+    assert list((tmp_path / "messages" / "queue=orders").glob("date=*/*.parquet"))
+    assert messages.where(F.col("payload") == '{"n":0}').count() == 1
+
+    events = read_table(spark, tmp_path, "events")
+    assert count_and_distinct(events, "entry_id", "message_id", "event") == (
+        n_events,
+        n_events - 1,  # the reset's row has message_id null, left out of distinct
+    )
+    kinds = {r["event"]: r["count"] for r in events.groupBy("event").count().collect()}
+    assert kinds == {"handled": 1500, "retried": 1, "dead": 1, "reset": 1}
+    assert list((tmp_path / "events" / "queue=orders").glob("date=*/*.parquet"))
+
+    # The archive's positions in Redis: the last entry of each stream, stored.
+    last_event = broker.client.xrevrange(broker.keys("orders").events, count=1)[0][0].decode()
+    assert broker.archive_positions("orders") == {"messages": orders[-1], "events": last_event}
+    assert broker.archive_positions("mail") == {"messages": mail[-1]}
+
+
+def test_new_messages_after_a_run_are_archived_by_the_next_run(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path
+) -> None:
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=("orders",))
+    before = publish(broker, "orders", 300)
+    publish(broker, "other", 50)  # not archived: not in options.queues
+
+    assert archive(spark, options).messages.rows == 300
+    after = publish(broker, "orders", 200, start=300)
+    summary = archive(spark, options)
+
+    assert dict(summary.messages.per_queue) == {"orders": 200}
+    messages = read_table(spark, tmp_path, "messages")
+    assert count_and_distinct(messages, "message_id") == (500, 500)
+    assert {r[0] for r in messages.select("message_id").collect()} == set(before + after)
+    assert broker.archive_positions("other") == {}
+
+
+class Publisher(threading.Thread):
+    """Keeps publishing small batches to one queue, and samples the archive position."""
+
+    def __init__(self, url: str, queue: str, *, batch: int, pause: float, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.broker = Broker(redis.Redis.from_url(url), CoreConfig())
+        self.queue, self.batch, self.pause, self.limit = queue, batch, pause, limit
+        self.ids: list[str] = []
+        self.positions: list[str] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set() and len(self.ids) < self.limit:
+            self.ids += publish(self.broker, self.queue, self.batch, start=len(self.ids))
+            position = self.broker.archive_positions(self.queue).get("messages")
+            if position:
+                self.positions.append(position)
+            self.halt.wait(self.pause)
+
+
+def _wait_for(condition: object, timeout: float, what: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if proc.poll() is not None:
+            pytest.fail(f"the archive process exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # the CLI needs no Django
+    return env
+
+
+def _cli(*args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "redisq_django.pipeline",
+        "archive",
+        *args,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+    ]
+
+
+@pytest.mark.timeout(360)
+def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path
+) -> None:
+    queue = "orders"
+    root = tmp_path / "archive"
+    publish(broker, queue, 500)
+    publisher = Publisher(redis_url, queue, batch=10, pause=0.05, limit=20_000)
+    publisher.start()
+    stderr = (tmp_path / "archive-1.err").open("w")
+    proc = subprocess.Popen(
+        _cli("--redis-url", redis_url, "--root", str(root), "--queue", queue, "--trigger", "1"),
+        cwd=REPO,
+        env=_cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,  # its own process group: the JVM dies with it below
+    )
+    try:
+        sink_log = root / "messages" / "_spark_metadata"
+        _wait_for(lambda: (sink_log / "0").exists(), 180, "the first committed files", proc)
+        # Let a few more micro-batches run, then kill while one is most likely under way.
+        _wait_for(lambda: (sink_log / "2").exists(), 60, "the third micro-batch", proc)
+        time.sleep(0.6)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the Python driver and its JVM, no goodbye
+        proc.wait(timeout=30)
+        assert _group_gone(proc.pid, 30), "the killed driver's JVM is still running"
+        stderr.close()
+
+    # What the killed run committed, and the positions Redis recorded meanwhile.
+    committed = read_table(spark, root, "messages")
+    n_committed, distinct = count_and_distinct(committed, "message_id")
+    assert n_committed == distinct > 0
+    stored = max_entry_id(committed)
+    assert stored is not None
+    position = broker.archive_positions(queue).get("messages")
+    seen = [*publisher.positions, *([position] if position else [])]
+    assert seen, "the archive never committed a position in Redis"
+    assert max(entry_key(p) for p in seen) <= entry_key(stored)
+
+    publisher.halt.set()
+    publisher.join(timeout=30)
+    published = [*broker.client.xrange(broker.keys(queue).log)]
+    ids = [entry_id.decode() for entry_id, _ in published]
+
+    done = subprocess.run(
+        _cli("--redis-url", redis_url, "--root", str(root), "--queue", queue, "--once"),
+        cwd=REPO,
+        env=_cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert SUMMARY_RE.search(done.stdout), done.stdout
+    archived = read_table(spark, root, "messages")
+    assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
+    assert {r[0] for r in archived.select("message_id").collect()} == set(ids)
+    assert broker.archive_positions(queue)["messages"] == ids[-1]

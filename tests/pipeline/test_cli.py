@@ -1,0 +1,159 @@
+"""The pipeline's command lines: ``python -m redisq_django.pipeline`` (no Django) and
+``manage.py redisq_pipeline`` (options from ``settings.REDISQ``)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import CommandError, call_command
+from pyspark.sql import SparkSession
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.management.commands.redisq_pipeline import settings_redis_url
+from redisq_django.pipeline.cli import main
+from redisq_django.pipeline.options import (
+    OptionsError,
+    normalize_root,
+    parse_conf,
+    redact_url,
+    url_from_connection_kwargs,
+)
+from tests.pipeline.archive_support import count_and_distinct, publish, read_table
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "the following arguments are required: JOB"),
+        (["compact"], "invalid choice: 'compact'"),
+        (["archive", "--root", "/tmp/a"], "the following arguments are required: --redis-url"),
+        (["archive", "--redis-url", "redis://h/0"], "the following arguments are required: --root"),
+        (
+            ["archive", "--redis-url", "redis://h/0", "--root", "a", "--once", "--trigger", "5"],
+            "not allowed with argument --once",
+        ),
+        (["archive", "--redis-url", "redis://h/0", "--root", "a", "--trigger", "0"], "must be > 0"),
+        (["archive", "--redis-url", "redis://h/0", "--root", "a", "--trigger", "soon"], "'soon'"),
+        (["archive", "--redis-url", "redis://h/0", "--root", "a", "--conf", "x"], "KEY=VALUE"),
+        (["archive", "--redis-url", "http://h/0", "--root", "a"], "redis://, rediss:// or unix://"),
+        (["archive", "--redis-url", "redis://h/0", "--root", "a", "--queue", "a b"], "'a b'"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("python -m redisq_django.pipeline")
+    assert says in err
+    assert err.rstrip().endswith("(see --help)")
+
+
+def test_unreachable_redis_fails_in_one_line_before_spark_and_without_django(
+    tmp_path: Path,
+) -> None:
+    check = (
+        "import sys\n"
+        "from redisq_django.pipeline.cli import main\n"
+        "code = main(['archive', '--redis-url', 'redis://:s3cret@127.0.0.1:1/0',\n"
+        f"             '--root', {str(tmp_path)!r}, '--once'])\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'django'], 'Django imported'\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "failed: cannot reach Redis at redis://:***@127.0.0.1:1/0" in done.stderr
+    assert "s3cret" not in done.stderr
+    assert not (tmp_path / "_checkpoints").exists()
+
+
+def test_manage_py_archive_once_uses_the_settings(
+    spark: SparkSession, settings: Any, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    settings.REDISQ = {"URL": redis_url, "ARCHIVE_ROOT": str(root), "HISTORY": True}
+    ids = publish(Broker(redis_client, CoreConfig()), "orders", 300)
+    out, err = io.StringIO(), io.StringIO()
+
+    call_command("redisq_pipeline", "archive", "--once", stdout=out, stderr=err)
+
+    assert out.getvalue().startswith("archived messages=300 events=0 (orders: 300/0) in ")
+    assert f"to {root}, once" in err.getvalue()
+    assert count_and_distinct(read_table(spark, root, "messages"), "message_id") == (300, 300)
+    assert Broker(redis_client, CoreConfig()).archive_positions("orders") == {"messages": ids[-1]}
+    # Still usable: the command left the shared session running.
+    assert spark.range(3).count() == 3
+
+
+def test_manage_py_archive_needs_a_root(settings: Any, redis_url: str) -> None:
+    settings.REDISQ = {"URL": redis_url}
+
+    with pytest.raises(CommandError, match=r"No archive root: set REDISQ\['ARCHIVE_ROOT'\]"):
+        call_command("redisq_pipeline", "archive", "--once")
+
+
+def test_manage_py_says_when_redis_is_unreachable(settings: Any, tmp_path: Path) -> None:
+    settings.REDISQ = {"URL": "redis://:pw@127.0.0.1:1/0", "ARCHIVE_ROOT": str(tmp_path)}
+
+    with pytest.raises(CommandError, match=r"cannot reach Redis at redis://:\*\*\*@127") as caught:
+        call_command("redisq_pipeline", "archive", "--once")
+    assert "pw@" not in str(caught.value)
+
+
+def test_the_redis_url_comes_from_the_django_redis_cache(settings: Any, redis_url: str) -> None:
+    settings.CACHES = {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}
+    }
+    settings.REDISQ = {"CONNECTION": "default"}
+
+    url = settings_redis_url()
+
+    assert url == redis_url
+    assert redis.Redis.from_url(url).ping()
+
+
+def test_urls_from_connection_kwargs_and_their_redaction() -> None:
+    tcp = url_from_connection_kwargs(
+        {"host": "db.example", "port": 6380, "db": 2, "username": "app", "password": "p@ss:w"}
+    )
+    assert tcp == "redis://app:p%40ss%3Aw@db.example:6380/2"
+    assert redis.Redis.from_url(tcp).connection_pool.connection_kwargs["password"] == "p@ss:w"
+    assert redact_url(tcp) == "redis://app:***@db.example:6380/2"
+    assert url_from_connection_kwargs({"path": "/run/redis.sock", "db": 1}) == (
+        "unix:///run/redis.sock?db=1"
+    )
+    assert url_from_connection_kwargs({"host": "::1", "port": 6379}, ssl=True) == (
+        "rediss://[::1]:6379/0"
+    )
+    assert redact_url("redis://localhost:6379/0") == "redis://localhost:6379/0"
+
+
+def test_conf_and_root_parsing() -> None:
+    assert parse_conf(["a=1", "b=x=y", "a=2"]) == {"a": "2", "b": "x=y"}
+    with pytest.raises(OptionsError, match="KEY=VALUE"):
+        parse_conf(["=1"])
+    assert normalize_root("hdfs://nn/archive/") == "hdfs://nn/archive"
+    assert normalize_root("rel/dir") == str(Path.cwd() / "rel" / "dir")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -20,6 +21,10 @@ def clear_caches(*, setting: str, **kwargs: Any) -> None:
 
     conf.clear_caches()
     connection.get_broker.cache_clear()
+    # The admin's live figures came from the old broker; never import the admin for it.
+    admin_stats = sys.modules.get("redisq_django.admin.stats")
+    if admin_stats is not None:
+        admin_stats.clear()
 
 
 def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

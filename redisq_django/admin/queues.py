@@ -13,6 +13,7 @@ from django.utils.translation import ngettext_lazy
 from redisq_django.admin.common import PauseActions, dead_letter_count, queue_column, queue_total
 from redisq_django.admin.consumers import ConsumerInline
 from redisq_django.admin.stats import age, queue_stats
+from redisq_django.conf import get_core_config
 from redisq_django.models import Queue
 
 
@@ -43,6 +44,12 @@ class QueueAdmin(PauseActions):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # queues come from code and publishing
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = list(super().get_list_display(request))
+        if get_core_config().history:  # how far behind the Spark archive is
+            shown.append("archive_lag")
+        return shown
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Queue]:
         queues: QuerySet[Queue] = super().get_queryset(request)
         return queues.annotate(dead_rows=dead_letter_count(queue="name"))
@@ -57,6 +64,7 @@ class QueueAdmin(PauseActions):
     in_flight = queue_total("in_flight", _("in flight"))
     retrying = queue_total("waiting_retry", _("retrying"))
     instances_alive = queue_total("instances_alive", _("instances"))
+    archive_lag = queue_column("archive_lag", _("archive lag"))
 
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Queue) -> str:

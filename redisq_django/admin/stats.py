@@ -37,6 +37,12 @@ def queue_stats(queue: str) -> QueueStats | None:
     return stats
 
 
+def clear() -> None:
+    """Forget every cached figure (the settings, hence maybe the Redis, changed)."""
+    with _lock:
+        _cache.clear()
+
+
 def consumer_stats(queue: str, consumer: str) -> ConsumerStats | None:
     stats = queue_stats(queue)
     if stats is None:

@@ -229,6 +229,31 @@ def test_queue_stats_columns_and_overview(broker: Any) -> None:
     assert reverse("admin:redisq_django_overview_changelist").encode() in index.content
 
 
+def test_archive_lag_is_shown_when_history_is_on(redisq_settings: Any) -> None:
+    # Given history on, 5 messages of which the archive stored 2
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "HISTORY": True}
+    broker = get_broker()
+    broker.ensure_consumer("shop", "billing")
+    ids = broker.publish_many("shop", [{"n": n} for n in range(5)])
+    broker.commit_archive("shop", "messages", ids[1])
+    Queue.objects.create(name="shop")
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    # Then the queue list and the overview show the archive 3 messages behind
+    page = client.get(reverse("admin:redisq_django_queue_changelist"))
+    assert b'<td class="field-archive_lag">3</td>' in page.content
+    overview = client.get(reverse("admin:redisq_django_overview_changelist"))
+    assert b"archive lag" in overview.content and b"<td>3</td>" in overview.content
+
+
+def test_archive_lag_column_is_absent_when_history_is_off(broker: Any) -> None:
+    Queue.objects.create(name="shop")
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get(reverse("admin:redisq_django_queue_changelist"))
+    assert b"field-archive_lag" not in page.content
+
+
 def test_pause_action_on_consumers(broker: Any) -> None:
     queue = Queue.objects.create(name="shop")
     consumer = Consumer.objects.create(queue=queue, name="billing", handler="x.y")

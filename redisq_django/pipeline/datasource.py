@@ -1,0 +1,67 @@
+"""The ``redisq`` Python data source: queues' messages, events and dead letters as tables.
+
+``spark.read.format("redisq")`` reads what is in Redis now, split by entry-id ranges
+(:mod:`redisq_django.pipeline.reading`); ``spark.readStream.format("redisq")`` streams it
+with offsets ``{"queue": "last id"}`` and commits the archive's position
+(:mod:`redisq_django.pipeline.streaming`); ``df.write.format("redisq")`` publishes rows as
+messages (:mod:`redisq_django.pipeline.writer`). Options:
+:class:`~redisq_django.pipeline.source_options.SourceOptions`; schemas:
+:mod:`redisq_django.pipeline.schemas` (both as PIPELINE_SPEC.md describes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from redisq_django.pipeline.reading import RedisqReader
+from redisq_django.pipeline.schemas import spark_schema
+from redisq_django.pipeline.source_options import SourceOptions
+from redisq_django.pipeline.streaming import RedisqStreamReader
+from redisq_django.pipeline.writer import RedisqStreamWriter, RedisqWriter
+
+
+class RedisqDataSource(DataSource):
+    """Redis queues as a Spark table (format ``"redisq"``): their messages, lifecycle
+    events or dead letters; writes publish rows as messages.
+
+    Args:
+        options: Spark's options (see :class:`SourceOptions`); ``url`` is required.
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)  # type: ignore[arg-type]
+        self.parsed = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``spark.read.format("redisq")``."""
+        return "redisq"
+
+    def schema(self) -> StructType:
+        """The fixed schema of the table chosen by option ``table``."""
+        return spark_schema(self.parsed.table)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader (the schema is always this table's own)."""
+        return RedisqReader(self.parsed)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming reader with offsets ``{"queue": "last entry id"}``."""
+        return RedisqStreamReader(self.parsed)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer publishing each row as a message."""
+        return RedisqWriter(self.parsed, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming writer publishing each row as a message."""
+        return RedisqStreamWriter(self.parsed, schema, overwrite)

@@ -1,0 +1,121 @@
+"""Reading streams by entry-id range: the partitions of batch and streaming reads.
+
+A partition is one stream's inclusive id range; ``read`` pages through it with XRANGE and
+yields one ``pyarrow.RecordBatch`` per page (PySpark >= 4.0 takes record batches from a
+Python data source as they are, so no per-row tuple or ``Row`` is ever built), with the
+columns built in :mod:`redisq_django.pipeline.columns`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+
+from redisq_django.core.keys import NAME_RE
+from redisq_django.pipeline import redis_io
+from redisq_django.pipeline.columns import CONVERTERS, Batch
+from redisq_django.pipeline.filters import Pushed, push
+from redisq_django.pipeline.redis_io import StreamRef
+from redisq_django.pipeline.source_options import SourceOptions
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark task's share of a read: an entry-id range of one stream.
+
+    Attributes:
+        stream: the stream (a queue's log or events, or one consumer's dead letters).
+        lo: the first id, inclusive, or ``"(id"`` to start after ``id``.
+        hi: the last id, inclusive.
+    """
+
+    stream: StreamRef
+    lo: str
+    hi: str
+
+
+def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[Batch]:
+    """The rows of one partition, a record batch per XRANGE page (runs on executors:
+    it connects with the options alone)."""
+    if not isinstance(partition, RangePartition):  # Spark's placeholder when none planned
+        return
+    conn = redis_io.client(options)
+    try:
+        convert = CONVERTERS[options.table]
+        key = partition.stream.key
+        for page in redis_io.pages(conn, key, partition.lo, partition.hi, options.page_size):
+            yield convert(partition.stream, page)
+    finally:
+        conn.close()
+
+
+def plan_ranges(
+    options: SourceOptions, conn: Any, stream: StreamRef, lo: str, hi: str
+) -> list[RangePartition]:
+    """Partitions covering ``stream`` from ``lo`` to ``hi``, split into
+    ``options.partitions`` equal time spans.
+
+    Args:
+        options: the source's options.
+        conn: a client (from :func:`redis_io.client`).
+        stream: the stream to read.
+        lo: the first id, inclusive, or ``"(id"``: after ``id``.
+        hi: the last id, inclusive, or ``"+"``: the stream's last entry now.
+    """
+    exclusive = lo.startswith("(")
+    start = lo[1:] if exclusive else lo
+    edges = redis_io.bounds(conn, stream.key)
+    if edges is None:
+        return []
+    # Split the part of [start, hi] that holds entries, not the years before the first.
+    first = redis_io.later(edges[0], start)
+    last = edges[1] if hi == "+" else redis_io.earlier(edges[1], hi)
+    if redis_io.parse_id(first) > redis_io.parse_id(last):
+        return []
+    out = [RangePartition(stream, a, b) for a, b in redis_io.split(first, last, options.partitions)]
+    if exclusive and first == start:
+        out[0] = RangePartition(stream, f"({start}", out[0].hi)
+    return out
+
+
+class RedisqReader(DataSourceReader):
+    """Batch read: every stream of the table, as it is at planning time."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Narrow the read by queue, consumer and time (see :mod:`.filters`); yield the
+        filters Spark must still apply."""
+        return iter(list(push(self.options.table, filters, self.pushed)))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Plan the read on the driver: each stream's first and last ids, split by time."""
+        lo = redis_io.first_id_of_ms(self.pushed.min_ms or 0)
+        hi = "+" if self.pushed.max_ms is None else redis_io.last_id_of_ms(self.pushed.max_ms)
+        conn = redis_io.client(self.options)
+        try:
+            if self.pushed.queues is not None and not self.options.queues:
+                # Named by the filter: read them even when missing from P:queues.
+                queues = sorted(q for q in self.pushed.queues if NAME_RE.match(q))
+            else:
+                queues = [
+                    q
+                    for q in redis_io.list_queues(conn, self.options)
+                    if self.pushed.allows_queue(q)
+                ]
+            out: list[InputPartition] = []
+            for stream in redis_io.streams(conn, self.options, queues):
+                if self.pushed.allows_consumer(stream.consumer):
+                    out.extend(plan_ranges(self.options, conn, stream, lo, hi))
+            return out
+        finally:
+            conn.close()
+
+    def read(self, partition: InputPartition) -> Iterator[Batch]:
+        """The rows of ``partition`` (record batches, see :mod:`.columns`)."""
+        return read_partition(self.options, partition)

@@ -1,0 +1,169 @@
+"""Redis access for the data source: clients built from options, stream ids, ranges.
+
+Executors build their own client from the options (URL, prefix, cluster flag) and never
+touch Django. XRANGE replies are taken raw (flat ``[field, value, ...]`` lists) because
+redis-py's reply callback builds a dict per entry, which is most of the cost of a read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.groups import group_names
+from redisq_django.core.keys import queue_keys, registry_key
+from redisq_django.pipeline.schemas import Table
+from redisq_django.pipeline.source_options import SourceOptions
+
+#: The largest sequence number of a stream id: ``f"{ms}-{MAX_SEQ}"`` ends millisecond ms.
+MAX_SEQ = 2**64 - 1
+#: "Nothing read yet": every real entry id is after it.
+ZERO_ID = "0-0"
+
+#: A raw XRANGE entry: ``[entry_id, [field, value, ...]]``.
+RawEntry = list[Any]
+
+
+def _raw(response: Any, **_options: Any) -> Any:
+    return response
+
+
+def client(options: SourceOptions) -> Any:
+    """A bytes client for ``options.url`` whose XRANGE replies stay raw lists."""
+    conn: Any
+    if options.cluster:
+        from redis.cluster import RedisCluster
+
+        conn = RedisCluster.from_url(options.url)
+    else:
+        conn = redis.Redis.from_url(options.url)
+    conn.set_response_callback("XRANGE", _raw)
+    conn.set_response_callback("XREVRANGE", _raw)
+    return conn
+
+
+def broker(options: SourceOptions, conn: Any = None) -> Broker:
+    """A broker on ``conn`` (default: a new :func:`client`) with ``options``' prefix."""
+    return Broker(conn if conn is not None else client(options), CoreConfig(prefix=options.prefix))
+
+
+def parse_id(entry_id: str) -> tuple[int, int]:
+    """``"1700000000000-3"`` as ``(1700000000000, 3)`` (for comparing ids)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def later(a: str, b: str) -> str:
+    """The later of two entry ids."""
+    return a if parse_id(a) >= parse_id(b) else b
+
+
+def earlier(a: str, b: str) -> str:
+    """The earlier of two entry ids."""
+    return a if parse_id(a) <= parse_id(b) else b
+
+
+def first_id_of_ms(ms: int) -> str:
+    """The first possible entry id of millisecond ``ms``."""
+    return f"{max(ms, 0)}-0"
+
+
+def last_id_of_ms(ms: int) -> str:
+    """The last possible entry id of millisecond ``ms`` (``0-0`` before the epoch)."""
+    return f"{ms}-{MAX_SEQ}" if ms >= 0 else ZERO_ID
+
+
+def text(value: Any) -> str:
+    """A reply value as text."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """One stream the data source reads: a queue's log or events, or one consumer's
+    dead letters. ``name`` is its key in streaming offsets."""
+
+    queue: str
+    key: str
+    consumer: str | None = None
+
+    @property
+    def name(self) -> str:
+        # Queue and consumer names never contain ":", so "q:g" is unambiguous.
+        return self.queue if self.consumer is None else f"{self.queue}:{self.consumer}"
+
+
+def list_queues(conn: Any, options: SourceOptions) -> list[str]:
+    """The queues to read: the ``queue`` option, else every queue in ``P:queues``."""
+    if options.queues:
+        return list(options.queues)
+    return sorted(text(q) for q in conn.smembers(registry_key(options.prefix)))
+
+
+def streams(conn: Any, options: SourceOptions, queues: list[str]) -> list[StreamRef]:
+    """The streams that hold ``options.table`` for ``queues``."""
+    out = []
+    for queue in queues:
+        keys = queue_keys(options.prefix, queue)
+        if options.table is Table.MESSAGES:
+            out.append(StreamRef(queue, keys.log))
+        elif options.table is Table.EVENTS:
+            out.append(StreamRef(queue, keys.events))
+        else:
+            for consumer in sorted(group_names(conn, keys)):
+                out.append(StreamRef(queue, keys.group(consumer).dead, consumer))
+    return out
+
+
+def bounds(conn: Any, key: str) -> tuple[str, str] | None:
+    """The first and last entry ids of stream ``key`` (None when empty or missing)."""
+    first = conn.execute_command("XRANGE", key, "-", "+", "COUNT", 1)
+    if not first:
+        return None
+    last = conn.execute_command("XREVRANGE", key, "+", "-", "COUNT", 1)
+    return text(first[0][0]), text(last[0][0])
+
+
+def last_id(conn: Any, key: str) -> str:
+    """The last entry id of stream ``key`` (``0-0`` when empty or missing)."""
+    last = conn.execute_command("XREVRANGE", key, "+", "-", "COUNT", 1)
+    return text(last[0][0]) if last else ZERO_ID
+
+
+def nth_id_after(conn: Any, key: str, after: str, n: int) -> str | None:
+    """The id of the ``n``-th entry after ``after`` (or the last one, when fewer); None
+    when there is none. Reads up to ``n`` entries: admission control has no cheaper way."""
+    page = conn.execute_command("XRANGE", key, f"({after}", "+", "COUNT", n)
+    return text(page[-1][0]) if page else None
+
+
+def split(lo: str, hi: str, parts: int) -> list[tuple[str, str]]:
+    """Split the inclusive id range ``[lo, hi]`` into up to ``parts`` inclusive ranges of
+    equal time spans (cut at millisecond boundaries, so no id falls between two)."""
+    lo_ms, hi_ms = parse_id(lo)[0], parse_id(hi)[0]
+    span = hi_ms - lo_ms
+    parts = max(1, min(parts, span + 1))
+    if parts == 1:
+        return [(lo, hi)]
+    cuts = [lo_ms + span * i // parts for i in range(1, parts)]
+    cuts = sorted(set(c for c in cuts if lo_ms < c <= hi_ms))
+    starts = [lo, *(first_id_of_ms(c) for c in cuts)]
+    ends = [*(last_id_of_ms(c - 1) for c in cuts), hi]
+    return list(zip(starts, ends, strict=True))
+
+
+def pages(conn: Any, key: str, lo: str, hi: str, page_size: int) -> Iterator[list[RawEntry]]:
+    """Raw XRANGE pages of ``key`` from ``lo`` to ``hi``, both inclusive, in id order."""
+    start = lo
+    while True:
+        page = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size)
+        if not page:
+            return
+        yield page
+        if len(page) < page_size:
+            return
+        start = "(" + text(page[-1][0])

@@ -1,0 +1,107 @@
+"""The fixed schemas of the ``redisq`` data source's three tables (PIPELINE_SPEC.md).
+
+``messages`` is a queue's log, ``events`` its lifecycle events (one row per message of an
+event entry) and ``dead`` its dead letters still in Redis. The Arrow schemas are derived
+with PySpark's own converter, so the record batches the reader yields match exactly what
+the engine checks them against.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cache
+from typing import TYPE_CHECKING
+
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+
+class Table(StrEnum):
+    """What a read of the ``redisq`` data source returns (option ``table``)."""
+
+    MESSAGES = "messages"
+    EVENTS = "events"
+    DEAD = "dead"
+
+
+def _struct(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in fields])  # type: ignore[arg-type]
+
+
+_S, _T, _I, _L = StringType(), TimestampType(), IntegerType(), LongType()
+
+MESSAGES = _struct(
+    ("queue", _S),
+    ("message_id", _S),
+    ("entry_id", _S),
+    ("published_at", _T),
+    ("due_at", _T),
+    ("payload", _S),
+    ("headers", _S),
+    ("attempts", _I),
+)
+
+EVENTS = _struct(
+    ("queue", _S),
+    ("consumer", _S),
+    ("instance", _S),
+    ("event", _S),
+    ("time", _T),
+    ("entry_id", _S),
+    ("message_id", _S),
+    ("attempt", _I),
+    ("duration_ms", _L),
+    ("error_class", _S),
+    ("error_message", _S),
+    ("reason", _S),
+    ("next_due", _T),
+    ("start_id", _S),
+)
+
+DEAD = _struct(
+    ("queue", _S),
+    ("consumer", _S),
+    ("entry_id", _S),
+    ("message_id", _S),
+    ("payload", _S),
+    ("headers", _S),
+    ("attempts", _I),
+    ("reason", _S),
+    ("error_class", _S),
+    ("error_message", _S),
+    ("traceback", _S),
+    ("published_at", _T),
+    ("first_failed_at", _T),
+    ("last_failed_at", _T),
+)
+
+SCHEMAS: dict[Table, StructType] = {
+    Table.MESSAGES: MESSAGES,
+    Table.EVENTS: EVENTS,
+    Table.DEAD: DEAD,
+}
+
+#: The column a time filter on a table maps to stream entry ids with (pushdown).
+TIME_COLUMNS: dict[Table, str] = {Table.MESSAGES: "published_at", Table.EVENTS: "time"}
+
+
+def spark_schema(table: Table) -> StructType:
+    """The Spark schema of ``table``."""
+    return SCHEMAS[table]
+
+
+@cache
+def arrow_schema(table: Table) -> pa.Schema:
+    """The Arrow schema of ``table``'s record batches (timestamps in UTC microseconds),
+    built as the engine builds the schema it validates them against."""
+    return to_arrow_schema(SCHEMAS[table], timezone="UTC")

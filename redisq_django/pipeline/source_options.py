@@ -1,0 +1,131 @@
+"""The ``redisq`` data source's options, parsed once on the driver.
+
+Spark hands a data source its options as a case-insensitive map of strings; this module
+turns them into one frozen, picklable :class:`SourceOptions` that travels to the
+executors inside the reader, the partitions and the writer. It holds only what an
+executor needs to reach Redis (URL, prefix, cluster flag): never Django settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from redisq_django.core.keys import validate_name
+from redisq_django.pipeline.schemas import Table
+
+#: Default batch read parallelism: partitions per stream read.
+DEFAULT_PARTITIONS = 4
+#: Envelopes per ``Broker.send`` round trip when writing.
+DEFAULT_WRITE_BATCH = 500
+#: Entries per XRANGE page when reading.
+DEFAULT_PAGE_SIZE = 2000
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+class OptionError(ValueError):
+    """An option of the ``redisq`` data source is missing or invalid."""
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    raw = str(options.get(name, "false")).strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise OptionError(f"Option {name!r} must be true or false, got {raw!r}.")
+
+
+def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"Option {name!r} must be an integer, got {raw!r}.") from None
+    if value <= 0:
+        raise OptionError(f"Option {name!r} must be > 0, got {value}.")
+    return value
+
+
+def _queues(raw: str | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    names = [q.strip() for q in str(raw).split(",") if q.strip()]
+    return tuple(dict.fromkeys(validate_name("queue", q) for q in names))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every option of the ``redisq`` data source, validated.
+
+    Attributes:
+        url: the Redis URL (``redis://``, ``rediss://``, ``unix://``); a cluster node's
+            URL when ``cluster``.
+        prefix: the key prefix (``redisq``).
+        cluster: connect with ``RedisCluster`` instead of ``Redis``.
+        queues: the queues to read (empty: every queue in ``P:queues`` at planning time),
+            or, when writing, the target queue (at most one; empty: column ``queue``).
+        table: what to read (``messages``, ``events`` or ``dead``).
+        partitions: batch read partitions per stream.
+        starting_offsets: where a streaming read starts: ``earliest``, ``latest``, an
+            ISO 8601 time or a JSON object ``{"queue": "entry-id"}``.
+        max_entries_per_trigger: streaming admission control (None: everything new).
+        consumer: when writing, deliver only to this logical consumer.
+        once: when writing, publish at most once per message id (column ``message_id``).
+        write_batch: envelopes per send when writing.
+        page_size: entries per XRANGE page when reading.
+    """
+
+    url: str
+    prefix: str = "redisq"
+    cluster: bool = False
+    queues: tuple[str, ...] = ()
+    table: Table = Table.MESSAGES
+    partitions: int = DEFAULT_PARTITIONS
+    starting_offsets: str = "earliest"
+    max_entries_per_trigger: int | None = None
+    consumer: str | None = None
+    once: bool = False
+    write_batch: int = DEFAULT_WRITE_BATCH
+    page_size: int = DEFAULT_PAGE_SIZE
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate Spark's option map (keys are case-insensitive there already).
+
+        Raises:
+            OptionError: ``url`` is missing, or an option has an invalid value.
+        """
+        url = str(options.get("url") or "").strip()
+        if not url:
+            raise OptionError(
+                "The redisq data source needs option 'url' (e.g. redis://localhost:6379/0)."
+            )
+        raw_table = str(options.get("table", Table.MESSAGES.value)).strip().lower()
+        try:
+            table = Table(raw_table)
+        except ValueError:
+            choices = ", ".join(t.value for t in Table)
+            raise OptionError(
+                f"Option 'table' must be one of {choices}; got {raw_table!r}."
+            ) from None
+        consumer = options.get("consumer")
+        return cls(
+            url=url,
+            prefix=str(options.get("prefix") or "redisq").strip(),
+            cluster=_flag(options, "cluster"),
+            queues=_queues(options.get("queue")),
+            table=table,
+            partitions=_positive_int(options, "partitions", DEFAULT_PARTITIONS) or 1,
+            starting_offsets=str(options.get("startingOffsets") or "earliest").strip(),
+            max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
+            consumer=validate_name("consumer", consumer.strip()) if consumer else None,
+            once=_flag(options, "once"),
+            write_batch=_positive_int(options, "batchSize", DEFAULT_WRITE_BATCH)
+            or DEFAULT_WRITE_BATCH,
+            page_size=_positive_int(options, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+        )

@@ -1,0 +1,171 @@
+"""Writing to the ``redisq`` data source: every row becomes a published message.
+
+Rows need a ``payload`` column (JSON text); ``headers`` (a JSON object as text) and
+``message_id`` are optional, and so is ``queue`` when option ``queue`` names the target.
+The original ``message_id`` travels in header ``redisq-original-id``. Each task sends its
+rows in batches of ``batchSize`` (500) envelopes, one round trip each: to the queue
+(every logical consumer gets them), or with option ``consumer`` to that consumer's
+private input only. With ``once=true`` each message keeps its id and is published at
+most once per id (a retried task does not publish twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from redisq_django.core import Broker
+from redisq_django.core.envelope import Envelope
+from redisq_django.pipeline import redis_io
+from redisq_django.pipeline.source_options import OptionError, SourceOptions
+
+#: The header carrying a replayed message's original id.
+ORIGINAL_ID_HEADER = "redisq-original-id"
+
+
+@dataclass
+class Sent(WriterCommitMessage):
+    """What one task published."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where the columns a writer uses are in a row (None: absent)."""
+
+    payload: int
+    headers: int | None
+    message_id: int | None
+    queue: int | None
+
+    @classmethod
+    def of(cls, schema: StructType, options: SourceOptions) -> RowLayout:
+        """Check ``schema`` against the write ``options``.
+
+        Raises:
+            OptionError: no ``payload`` column, no target queue, or ``once`` without a
+                ``message_id`` column or with ``consumer``.
+        """
+        names = [f.name for f in schema.fields]
+        index = {
+            n: names.index(n) for n in ("payload", "headers", "message_id", "queue") if n in names
+        }
+        if "payload" not in index:
+            raise OptionError(f"Writing to redisq needs a 'payload' column; got {names}.")
+        if len(options.queues) > 1:
+            raise OptionError("Option 'queue' names one target queue when writing.")
+        if not options.queues and "queue" not in index:
+            raise OptionError("Writing to redisq needs option 'queue' or a 'queue' column.")
+        if options.once and "message_id" not in index:
+            raise OptionError("once=true needs a 'message_id' column (the id to publish once).")
+        if options.once and options.consumer:
+            raise OptionError("once=true cannot be combined with option 'consumer'.")
+        return cls(
+            index["payload"], index.get("headers"), index.get("message_id"), index.get("queue")
+        )
+
+
+def _headers(raw: Any, original_id: Any) -> bytes | None:
+    """The headers JSON with the original message id merged in."""
+    headers: dict[str, Any] = {}
+    if raw is not None and raw != "":
+        headers = json.loads(raw)
+        if not isinstance(headers, dict):
+            raise ValueError(f"headers must be a JSON object, got {raw[:100]!r}")
+    if original_id is not None:
+        headers[ORIGINAL_ID_HEADER] = str(original_id)
+    if not headers:
+        return None
+    return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -> Envelope:
+    """The message one row publishes.
+
+    Raises:
+        ValueError: the payload is missing or not JSON, or the headers not a JSON object.
+    """
+    payload = row[layout.payload]
+    if payload is None:
+        raise ValueError("A row to publish has no payload.")
+    json.loads(payload)  # refuse what every consumer would dead-letter as undecodable
+    original = row[layout.message_id] if layout.message_id is not None else None
+    queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]
+    return Envelope(
+        queue=queue,
+        id=str(original) if options.once and original is not None else None,
+        payload_json=payload.encode(),
+        headers_json=_headers(
+            row[layout.headers] if layout.headers is not None else None, original
+        ),
+    )
+
+
+def _send(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
+    if options.consumer:
+        broker.send_to_consumer(options.consumer, batch)
+    else:
+        broker.send(batch, once=options.once)
+
+
+def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterator[Any]) -> int:
+    """Publish ``rows`` in batches of ``options.write_batch``; returns how many."""
+    broker = redis_io.broker(options)
+    sent = 0
+    batch: list[Envelope] = []
+    try:
+        for row in rows:
+            batch.append(to_envelope(row, layout, options))
+            if len(batch) >= options.write_batch:
+                _send(broker, options, batch)
+                sent += len(batch)
+                batch = []
+        if batch:
+            _send(broker, options, batch)
+            sent += len(batch)
+    finally:
+        broker.client.close()
+    return sent
+
+
+class RedisqWriter(DataSourceWriter):
+    """Batch writes (``df.write.format("redisq").mode("append")``)."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise OptionError("A queue cannot be overwritten: write with mode('append').")
+        self.options = options
+        self.layout = RowLayout.of(schema, options)
+
+    def write(self, iterator: Iterator[Any]) -> Sent:
+        """Publish one task's rows."""
+        return Sent(publish_rows(self.options, self.layout, iterator))
+
+
+class RedisqStreamWriter(DataSourceStreamWriter):
+    """Streaming writes: each micro-batch's rows are published as they come (published
+    messages cannot be taken back, so ``commit`` and ``abort`` have nothing to do)."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        self.options = options
+        self.layout = RowLayout.of(schema, options)
+
+    def write(self, iterator: Iterator[Any]) -> Sent:
+        """Publish one task's rows of a micro-batch."""
+        return Sent(publish_rows(self.options, self.layout, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: the rows are published already."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: what was published stays published."""

@@ -1,0 +1,400 @@
+"""The ``redisq`` data source against a real redis-server and a real local Spark.
+
+Messages, events and dead letters are produced the way the library produces them
+(publishes, a subscription rejecting a message; lifecycle events are XADDed in the
+spec's format), read back through ``spark.read`` / ``spark.readStream``, and written
+with ``df.write``; every test checks what ends up in Redis or in the DataFrame.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import time
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.clock import ms_from_entry_id, ms_to_datetime
+from redisq_django.pipeline import schemas
+from redisq_django.pipeline.redis_io import MAX_SEQ, split
+from redisq_django.pipeline.streaming import shares, starting_offset
+from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+Q = "orders"
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client, CoreConfig())
+
+
+def compact(value: Any) -> str:
+    """JSON text as the broker encodes payloads and headers."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def publish_spread(broker: Broker, queue: str, n: int, chunk: int = 100) -> list[str]:
+    """Publish ``n`` messages in chunks a few ms apart, so their ids span many ms."""
+    ids: list[str] = []
+    for lo in range(0, n, chunk):
+        payloads = [{"n": i, "text": "é"} for i in range(lo, min(n, lo + chunk))]
+        ids += broker.publish_many(queue, payloads, headers={"chunk": lo})
+        time.sleep(0.003)
+    return ids
+
+
+def reader(spark: Any, url: str, **options: str) -> Any:
+    return spark.read.format("redisq").option("url", url).options(**options)
+
+
+def utc(ms: int) -> dt.datetime:
+    return ms_to_datetime(ms)
+
+
+def collected(when: dt.datetime) -> dt.datetime:
+    """``when`` as ``collect()`` returns timestamps: naive, in the session zone (UTC)."""
+    return when.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+# -- pure helpers (no Spark needed, but cheap) ---------------------------------------
+
+
+def test_split_cuts_at_millisecond_boundaries() -> None:
+    ranges = split("1000-5", "1009-2", 3)
+    assert ranges[0][0] == "1000-5" and ranges[-1][1] == "1009-2"
+    for (_, end), (start, _) in itertools.pairwise(ranges):
+        end_ms, end_seq = end.split("-")
+        assert end_seq == str(MAX_SEQ) and start == f"{int(end_ms) + 1}-0"
+    assert split("7-0", "7-9", 4) == [("7-0", "7-9")]
+
+
+def test_starting_offsets_and_shares() -> None:
+    names, last = ["a", "b"], {"a": "5-1", "b": "0-0"}
+    assert starting_offset("earliest", names, last) == {"a": "0-0", "b": "0-0"}
+    assert starting_offset("latest", names, last) == last
+    assert starting_offset('{"a": "3-0"}', names, last) == {"a": "3-0", "b": "0-0"}
+    at = starting_offset("1970-01-01T00:00:01Z", names, last)
+    assert at == {"a": f"999-{MAX_SEQ}", "b": f"999-{MAX_SEQ}"}
+    assert shares(5, 3) == [2, 2, 1] and shares(1, 3) == [1, 0, 0]
+
+
+# -- batch reads ---------------------------------------------------------------------
+
+
+def test_batch_read_of_messages_equals_what_was_published(
+    spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
+) -> None:
+    n = 3000
+    ids = publish_spread(broker, Q, n)
+    # A promoted delayed message carries its own id and times; a retry carries attempts.
+    extra = redis_client.xadd(
+        broker.keys(Q).log,
+        {
+            "payload": "[1,2]",
+            "id": "custom-1",
+            "published_at": "1700000000000",
+            "due_at": "1700000060000",
+            "attempts": "2",
+        },
+    ).decode()
+
+    df = reader(spark, redis_url, queue=Q, partitions="4").load()
+
+    assert df.schema == schemas.MESSAGES
+    assert df.rdd.getNumPartitions() > 1
+    assert df.count() == n + 1
+    assert df.select("message_id").distinct().count() == n + 1
+    expected = [
+        Row(
+            queue=Q,
+            message_id=mid,
+            entry_id=mid,
+            published_at=utc(ms_from_entry_id(mid)),
+            due_at=None,
+            payload=compact({"n": i, "text": "é"}),
+            headers=compact({"chunk": i - i % 100}),
+            attempts=0,
+        )
+        for i, mid in enumerate(ids)
+    ]
+    expected.append(
+        Row(
+            queue=Q,
+            message_id="custom-1",
+            entry_id=extra,
+            published_at=utc(1700000000000),
+            due_at=utc(1700000060000),
+            payload="[1,2]",
+            headers=None,
+            attempts=2,
+        )
+    )
+    assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.MESSAGES))
+
+
+def test_batch_read_of_all_queues_and_empty_ones(
+    spark: Any, broker: Broker, redis_url: str
+) -> None:
+    broker.publish_many("a", [1, 2])
+    broker.publish_many("b", [3])
+    broker.ensure_consumer("empty", "billing")  # registered, log created, no entries
+
+    df = reader(spark, redis_url).load()
+
+    rows = sorted((r.queue, r.payload) for r in df.collect())
+    assert rows == [("a", "1"), ("a", "2"), ("b", "3")]
+    assert reader(spark, redis_url, queue="nothing-here").load().count() == 0
+
+
+def test_pushed_down_filters_narrow_the_read_and_keep_the_result(
+    spark: Any, broker: Broker, redis_url: str
+) -> None:
+    early = publish_spread(broker, Q, 300)
+    time.sleep(0.05)
+    cut = ms_from_entry_id(broker.publish("other", {"marker": True})) + 1
+    time.sleep(0.01)
+    late = publish_spread(broker, Q, 200)
+    df = reader(spark, redis_url).load()
+
+    since = df.where((F.col("queue") == Q) & (F.col("published_at") >= utc(cut)))
+
+    assert sorted(r.message_id for r in since.collect()) == sorted(late)
+    assert df.where(F.col("queue") == Q).count() == len(early) + len(late)
+
+
+def test_events_are_one_row_per_message(
+    spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
+) -> None:
+    broker.ensure_consumer(Q, "billing")
+    key = broker.keys(Q).events
+    handled = redis_client.xadd(
+        key, {"e": "handled", "g": "billing", "c": "w-1", "m": '[["m1",1,12],["m2",1,null]]'}
+    ).decode()
+    retried = redis_client.xadd(
+        key,
+        {
+            "e": "retried",
+            "g": "billing",
+            "c": "w-1",
+            "m": '[["m3",2,40]]',
+            "error_class": "ValueError",
+            "error_message": "bad",
+            "next_due": "1700000001000",
+        },
+    ).decode()
+    dead = redis_client.xadd(
+        key,
+        {
+            "e": "dead",
+            "g": "billing",
+            "c": "w-2",
+            "m": '[["m3",3,5]]',
+            "error_class": "ValueError",
+            "error_message": "still bad",
+            "reason": "failed",
+        },
+    ).decode()
+    reset = redis_client.xadd(
+        key, {"e": "reset", "g": "billing", "c": "", "m": "[]", "start": "1700000000000-0"}
+    ).decode()
+
+    df = reader(spark, redis_url, queue=Q, table="events").load()
+
+    def row(entry: str, **values: Any) -> Row:
+        base = dict.fromkeys(schemas.EVENTS.fieldNames())
+        base.update(queue=Q, consumer="billing", entry_id=entry, time=utc(ms_from_entry_id(entry)))
+        base.update(values)
+        return Row(**base)
+
+    expected = [
+        row(handled, instance="w-1", event="handled", message_id="m1", attempt=1, duration_ms=12),
+        row(handled, instance="w-1", event="handled", message_id="m2", attempt=1),
+        row(
+            retried,
+            instance="w-1",
+            event="retried",
+            message_id="m3",
+            attempt=2,
+            duration_ms=40,
+            error_class="ValueError",
+            error_message="bad",
+            next_due=utc(1700000001000),
+        ),
+        row(
+            dead,
+            instance="w-2",
+            event="dead",
+            message_id="m3",
+            attempt=3,
+            duration_ms=5,
+            error_class="ValueError",
+            error_message="still bad",
+            reason="failed",
+        ),
+        row(reset, instance="", event="reset", start_id="1700000000000-0"),
+    ]
+    assert df.schema == schemas.EVENTS
+    assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.EVENTS))
+
+
+def test_dead_letters_of_a_rejected_message(spark: Any, broker: Broker, redis_url: str) -> None:
+    broker.ensure_consumer(Q, "billing", start="earliest")
+    broker.ensure_consumer(Q, "email", start="earliest")
+    message_id = broker.publish(Q, {"order": 42}, headers={"trace": "t-1"})
+    with broker.subscribe(Q, "billing") as sub:
+        fetched = sub.fetch(count=10, block_ms=100)
+        sub.reject(fetched[0], ValueError("no such customer"))
+    letter = broker.dead_letters(Q, "billing")[0]
+
+    df = reader(spark, redis_url, table="dead").load()
+
+    rows = df.collect()
+    assert df.schema == schemas.DEAD
+    assert len(rows) == 1
+    got = rows[0].asDict()
+    assert got["traceback"] and "no such customer" in got["traceback"]
+    assert letter.last_failed_at is not None
+    assert got["first_failed_at"] == got["last_failed_at"] == collected(letter.last_failed_at)
+    del got["traceback"], got["first_failed_at"], got["last_failed_at"]
+    assert got == {
+        "queue": Q,
+        "consumer": "billing",
+        "entry_id": letter.entry_id,
+        "message_id": message_id,
+        "payload": compact({"order": 42}),
+        "headers": compact({"trace": "t-1"}),
+        "attempts": letter.attempts,
+        "reason": "rejected",
+        "error_class": "ValueError",
+        "error_message": "no such customer",
+        "published_at": collected(utc(ms_from_entry_id(message_id))),
+    }
+
+
+# -- streaming -----------------------------------------------------------------------
+
+
+def test_streaming_reads_everything_once_and_commits_the_archive_position(
+    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+) -> None:
+    ids = publish_spread(broker, Q, 250, chunk=25)
+    stream = (
+        spark.readStream.format("redisq")
+        .option("url", redis_url)
+        .option("queue", Q)
+        .option("maxEntriesPerTrigger", "40")
+        .load()
+    )
+    query = (
+        stream.writeStream.format("memory")
+        .queryName("streamed_orders")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(90)
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    query.stop()
+
+    got = [r.message_id for r in spark.sql("SELECT message_id FROM streamed_orders").collect()]
+    assert sorted(got) == sorted(ids)  # nothing missed, nothing repeated
+    assert len(progress) >= 250 // 40
+    assert all(p["numInputRows"] <= 40 for p in progress)
+    assert broker.archive_positions(Q)["messages"] == ids[-1]
+
+
+def test_streaming_starts_at_latest_and_picks_up_new_entries(
+    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+) -> None:
+    publish_spread(broker, Q, 30)
+    options = {"url": redis_url, "queue": Q, "startingOffsets": "latest"}
+    checkpoint = str(tmp_path / "checkpoint")
+
+    output = str(tmp_path / "out")
+
+    def run() -> list[str]:
+        query = (
+            spark.readStream.format("redisq")
+            .options(**options)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", output)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(90)
+        query.stop()
+        files = spark.read.schema(schemas.MESSAGES).parquet(output)
+        return [r.message_id for r in files.collect()]
+
+    assert run() == []
+    new = broker.publish_many(Q, [1, 2, 3])
+    assert sorted(run()) == sorted(new)  # resumed from the checkpoint, nothing old
+    assert broker.archive_positions(Q)["messages"] == new[-1]
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+def _fetch_all(broker: Broker, group: str) -> list[Any]:
+    with broker.subscribe(Q, group) as sub:
+        out: list[Any] = []
+        while batch := sub.fetch(count=100, block_ms=50):
+            out += batch
+            sub.ack(batch)
+        return out
+
+
+def test_write_publishes_every_row_to_every_consumer(
+    spark: Any, broker: Broker, redis_url: str
+) -> None:
+    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(Q, "email")
+    rows = [
+        (compact({"n": i}), compact({"h": i}) if i % 2 else None, f"old-{i}") for i in range(120)
+    ]
+    df = spark.createDataFrame(rows, "payload STRING, headers STRING, message_id STRING")
+
+    df.repartition(3).write.format("redisq").option("url", redis_url).option("queue", Q).mode(
+        "append"
+    ).save()
+
+    for group in ("billing", "email"):
+        got = {m.headers[ORIGINAL_ID_HEADER]: m for m in _fetch_all(broker, group)}
+        assert len(got) == 120
+        for i in range(120):
+            message = got[f"old-{i}"]
+            assert message.payload == {"n": i}
+            assert message.headers.get("h") == (i if i % 2 else None)
+
+
+def test_write_to_one_consumer_and_publish_once(spark: Any, broker: Broker, redis_url: str) -> None:
+    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(Q, "email")
+    df = spark.createDataFrame(
+        [(compact({"n": i}), f"m-{i}") for i in range(10)], "payload STRING, message_id STRING"
+    )
+    writer = df.write.format("redisq").option("url", redis_url).option("queue", Q).mode("append")
+
+    writer.option("consumer", "billing").save()
+
+    billing = _fetch_all(broker, "billing")
+    assert sorted(m.payload["n"] for m in billing) == list(range(10))
+    assert {m.headers[ORIGINAL_ID_HEADER] for m in billing} == {f"m-{i}" for i in range(10)}
+    assert _fetch_all(broker, "email") == []
+
+    once = df.write.format("redisq").option("url", redis_url).option("queue", Q)
+    once.option("once", "true").mode("append").save()
+    once.option("once", "true").mode("append").save()  # a repeated job publishes nothing
+    email = _fetch_all(broker, "email")
+    assert sorted(m.id for m in email) == sorted(f"m-{i}" for i in range(10))

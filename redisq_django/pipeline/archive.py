@@ -33,7 +33,7 @@ from types import FrameType
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line

@@ -34,7 +34,7 @@ def last_committed_offset(spark: SparkSession, checkpoint: str) -> dict[str, str
         checkpoint: the query's checkpoint location.
     """
     jvm: Any = spark.sparkContext._jvm
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     fs_path = jvm.org.apache.hadoop.fs.Path
     root = fs_path(checkpoint)
     fs = root.getFileSystem(hadoop_conf)

@@ -143,9 +143,9 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     )
     parser.add_argument(
         "--spark-log-level",
-        default="WARN",
+        default="ERROR",
         choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
-        help="Spark's log level once the session is up (default WARN)",
+        help="Spark's log level once the session is up (default ERROR)",
     )
 
 

@@ -35,6 +35,8 @@ DEFAULT_APP_NAME = "redisq-pipeline"
 #: Applied unless ``conf`` sets the same key.
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
+    # The console progress bar garbles the job's own output lines.
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
 }
 
@@ -69,7 +71,7 @@ def build_session(
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if not spark.sparkContext.master.startswith("local"):
+    if not (spark.sparkContext.master or "local").startswith("local"):
         ship_package(spark)
     register(spark)
     return spark

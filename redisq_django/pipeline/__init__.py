@@ -19,19 +19,11 @@ from redisq_django.pipeline.datasource import RedisqDataSource
 
 __all__ = ["RedisqDataSource", "register"]
 
-#: Spark's switch for ``pushFilters`` of Python data sources (off by default in 4.x).
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-
 
 def register(spark: Any) -> None:
     """Make ``format("redisq")`` available in ``spark``'s session.
 
-    It also turns on filter pushdown for Python data sources in that session: the
-    ``redisq`` reader narrows reads by queue and time with it, and Spark refuses to run
-    a reader that implements ``pushFilters`` while the switch is off.
-
     Args:
         spark: a ``pyspark.sql.SparkSession``.
     """
-    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(RedisqDataSource)

@@ -12,12 +12,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from redisq_django.core.keys import NAME_RE
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.columns import CONVERTERS, Batch
-from redisq_django.pipeline.filters import Pushed, push
 from redisq_django.pipeline.redis_io import StreamRef
 from redisq_django.pipeline.source_options import SourceOptions
 
@@ -82,37 +80,28 @@ def plan_ranges(
 
 
 class RedisqReader(DataSourceReader):
-    """Batch read: every stream of the table, as it is at planning time."""
+    """Batch read: every stream of the table, as it is at planning time.
+
+    No ``pushFilters``: in PySpark 4.3 a DataFrame reuses the partitions planned for a
+    filtered query derived from the same ``load()`` (``df.where(queue == "a").count()``
+    then ``df.count()`` counted queue ``a`` only), so narrowing the id ranges by the
+    pushed filters would make later queries silently miss rows. Filters apply after
+    the scan instead.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.pushed = Pushed()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Narrow the read by queue, consumer and time (see :mod:`.filters`); yield the
-        filters Spark must still apply."""
-        return iter(list(push(self.options.table, filters, self.pushed)))
 
     def partitions(self) -> Sequence[InputPartition]:
         """Plan the read on the driver: each stream's first and last ids, split by time."""
-        lo = redis_io.first_id_of_ms(self.pushed.min_ms or 0)
-        hi = "+" if self.pushed.max_ms is None else redis_io.last_id_of_ms(self.pushed.max_ms)
         conn = redis_io.client(self.options)
         try:
-            if self.pushed.queues is not None and not self.options.queues:
-                # Named by the filter: read them even when missing from P:queues.
-                queues = sorted(q for q in self.pushed.queues if NAME_RE.match(q))
-            else:
-                queues = [
-                    q
-                    for q in redis_io.list_queues(conn, self.options)
-                    if self.pushed.allows_queue(q)
-                ]
-            out: list[InputPartition] = []
-            for stream in redis_io.streams(conn, self.options, queues):
-                if self.pushed.allows_consumer(stream.consumer):
-                    out.extend(plan_ranges(self.options, conn, stream, lo, hi))
-            return out
+            queues = redis_io.list_queues(conn, self.options)
+            return [
+                partition
+                for stream in redis_io.streams(conn, self.options, queues)
+                for partition in plan_ranges(self.options, conn, stream, redis_io.ZERO_ID, "+")
+            ]
         finally:
             conn.close()
 

@@ -163,6 +163,9 @@ def pages(conn: Any, key: str, lo: str, hi: str, page_size: int) -> Iterator[lis
         page = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size)
         if not page:
             return
+        if isinstance(page[0][1], dict):
+            # RedisCluster applies its nodes' reply callbacks before ours: flatten back.
+            page = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in page]
         yield page
         if len(page) < page_size:
             return

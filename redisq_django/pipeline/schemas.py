@@ -91,9 +91,6 @@ SCHEMAS: dict[Table, StructType] = {
     Table.DEAD: DEAD,
 }
 
-#: The column a time filter on a table maps to stream entry ids with (pushdown).
-TIME_COLUMNS: dict[Table, str] = {Table.MESSAGES: "published_at", Table.EVENTS: "time"}
-
 
 def spark_schema(table: Table) -> StructType:
     """The Spark schema of ``table``."""

@@ -155,7 +155,28 @@ def test_batch_read_of_all_queues_and_empty_ones(
     assert reader(spark, redis_url, queue="nothing-here").load().count() == 0
 
 
-def test_pushed_down_filters_narrow_the_read_and_keep_the_result(
+@pytest.mark.cluster
+def test_batch_read_and_write_on_a_cluster(spark: Any, redis_cluster: Any) -> None:
+    redis_cluster.flushall()
+    host, port = redis_cluster.startup_nodes[0]
+    url = f"redis://{host}:{port}/0"
+    client = redis_cluster.client()
+    try:
+        broker = Broker(client, CoreConfig())
+        ids = {q: broker.publish_many(q, [{"q": q, "n": i} for i in range(50)]) for q in "abc"}
+        df = reader(spark, url, cluster="true").load()
+        assert sorted((r.queue, r.message_id) for r in df.collect()) == sorted(
+            (q, mid) for q, mids in ids.items() for mid in mids
+        )
+        df.where(F.col("queue") == "a").select("payload").write.format("redisq").options(
+            url=url, cluster="true", queue="copy"
+        ).mode("append").save()
+        assert client.xlen(broker.keys("copy").log) == 50
+    finally:
+        client.close()
+
+
+def test_filters_on_a_loaded_dataframe_leave_it_whole(
     spark: Any, broker: Broker, redis_url: str
 ) -> None:
     early = publish_spread(broker, Q, 300)
@@ -168,7 +189,8 @@ def test_pushed_down_filters_narrow_the_read_and_keep_the_result(
     since = df.where((F.col("queue") == Q) & (F.col("published_at") >= utc(cut)))
 
     assert sorted(r.message_id for r in since.collect()) == sorted(late)
-    assert df.where(F.col("queue") == Q).count() == len(early) + len(late)
+    # The unfiltered DataFrame still reads everything (Spark reuses a load()'s plan).
+    assert df.count() == len(early) + len(late) + 1
 
 
 def test_events_are_one_row_per_message(
@@ -179,6 +201,7 @@ def test_events_are_one_row_per_message(
     handled = redis_client.xadd(
         key, {"e": "handled", "g": "billing", "c": "w-1", "m": '[["m1",1,12],["m2",1,null]]'}
     ).decode()
+    time.sleep(0.005)
     retried = redis_client.xadd(
         key,
         {
@@ -191,6 +214,7 @@ def test_events_are_one_row_per_message(
             "next_due": "1700000001000",
         },
     ).decode()
+    time.sleep(0.005)
     dead = redis_client.xadd(
         key,
         {
@@ -203,11 +227,15 @@ def test_events_are_one_row_per_message(
             "reason": "failed",
         },
     ).decode()
+    time.sleep(0.005)
     reset = redis_client.xadd(
         key, {"e": "reset", "g": "billing", "c": "", "m": "[]", "start": "1700000000000-0"}
     ).decode()
 
-    df = reader(spark, redis_url, queue=Q, table="events").load()
+    df = reader(spark, redis_url, queue=Q, table="events", partitions="8").load()
+    late = df.where(F.col("time") >= utc(ms_from_entry_id(reset)))
+    assert [r.event for r in late.collect()] == ["reset"]
+    assert df.rdd.getNumPartitions() > 1
 
     def row(entry: str, **values: Any) -> Row:
         base = dict.fromkeys(schemas.EVENTS.fieldNames())
@@ -346,8 +374,8 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
 # -- writing -------------------------------------------------------------------------
 
 
-def _fetch_all(broker: Broker, group: str) -> list[Any]:
-    with broker.subscribe(Q, group) as sub:
+def _fetch_all(broker: Broker, group: str, queue: str = Q) -> list[Any]:
+    with broker.subscribe(queue, group) as sub:
         out: list[Any] = []
         while batch := sub.fetch(count=100, block_ms=50):
             out += batch
@@ -398,3 +426,26 @@ def test_write_to_one_consumer_and_publish_once(spark: Any, broker: Broker, redi
     once.option("once", "true").mode("append").save()  # a repeated job publishes nothing
     email = _fetch_all(broker, "email")
     assert sorted(m.id for m in email) == sorted(f"m-{i}" for i in range(10))
+
+
+def test_stream_from_one_queue_into_another(
+    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+) -> None:
+    broker.ensure_consumer("copy", "audit")
+    ids = publish_spread(broker, Q, 90, chunk=30)
+    query = (
+        spark.readStream.format("redisq")
+        .options(url=redis_url, queue=Q, maxEntriesPerTrigger="40")
+        .load()
+        .select("payload", "headers", "message_id")
+        .writeStream.format("redisq")
+        .options(url=redis_url, queue="copy")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(90)
+    query.stop()
+
+    copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", "copy")]
+    assert sorted(copied) == sorted(ids)

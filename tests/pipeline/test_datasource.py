@@ -1,9 +1,10 @@
 """The ``redisq`` data source against a real redis-server and a real local Spark.
 
 Messages, events and dead letters are produced the way the library produces them
-(publishes, a subscription rejecting a message; lifecycle events are XADDed in the
-spec's format), read back through ``spark.read`` / ``spark.readStream``, and written
-with ``df.write``; every test checks what ends up in Redis or in the DataFrame.
+(publishes; a subscription with history on acking, failing and rejecting; odd entries
+XADDed by hand in the spec's format), read back through ``spark.read`` /
+``spark.readStream``, and written with ``df.write`` / ``writeStream``; every test checks
+what ends up in Redis or in the DataFrame.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ def utc(ms: int) -> dt.datetime:
     return ms_to_datetime(ms)
 
 
+def run_now(stream_writer: Any, checkpoint: Any) -> Any:
+    """Run a streaming query with trigger availableNow to its end."""
+    stream_writer = stream_writer.option("checkpointLocation", str(checkpoint))
+    query = stream_writer.trigger(availableNow=True).start()
+    query.awaitTermination(90)
+    query.stop()
+    return query
+
+
 def collected(when: dt.datetime) -> dt.datetime:
     """``when`` as ``collect()`` returns timestamps: naive, in the session zone (UTC)."""
     return when.astimezone(dt.UTC).replace(tzinfo=None)
@@ -113,31 +123,15 @@ def test_batch_read_of_messages_equals_what_was_published(
     assert df.rdd.getNumPartitions() > 1
     assert df.count() == n + 1
     assert df.select("message_id").distinct().count() == n + 1
-    expected = [
-        Row(
-            queue=Q,
-            message_id=mid,
-            entry_id=mid,
-            published_at=utc(ms_from_entry_id(mid)),
-            due_at=None,
-            payload=compact({"n": i, "text": "é"}),
-            headers=compact({"chunk": i - i % 100}),
-            attempts=0,
-        )
-        for i, mid in enumerate(ids)
-    ]
-    expected.append(
-        Row(
-            queue=Q,
-            message_id="custom-1",
-            entry_id=extra,
-            published_at=utc(1700000000000),
-            due_at=utc(1700000060000),
-            payload="[1,2]",
-            headers=None,
-            attempts=2,
-        )
-    )
+
+    def published(i: int, mid: str) -> tuple[Any, ...]:
+        # queue, message_id, entry_id, published_at, due_at, payload, headers, attempts
+        payload, headers = compact({"n": i, "text": "é"}), compact({"chunk": i - i % 100})
+        return (Q, mid, mid, utc(ms_from_entry_id(mid)), None, payload, headers, 0)
+
+    expected = [published(i, mid) for i, mid in enumerate(ids)]
+    late, due = utc(1700000000000), utc(1700000060000)
+    expected.append((Q, "custom-1", extra, late, due, "[1,2]", None, 2))
     assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.MESSAGES))
 
 
@@ -196,82 +190,58 @@ def test_filters_on_a_loaded_dataframe_leave_it_whole(
 def test_events_are_one_row_per_message(
     spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
 ) -> None:
-    broker.ensure_consumer(Q, "billing")
-    key = broker.keys(Q).events
-    handled = redis_client.xadd(
-        key, {"e": "handled", "g": "billing", "c": "w-1", "m": '[["m1",1,12],["m2",1,null]]'}
-    ).decode()
-    time.sleep(0.005)
-    retried = redis_client.xadd(
-        key,
-        {
-            "e": "retried",
-            "g": "billing",
-            "c": "w-1",
-            "m": '[["m3",2,40]]',
-            "error_class": "ValueError",
-            "error_message": "bad",
-            "next_due": "1700000001000",
-        },
-    ).decode()
-    time.sleep(0.005)
-    dead = redis_client.xadd(
-        key,
-        {
-            "e": "dead",
-            "g": "billing",
-            "c": "w-2",
-            "m": '[["m3",3,5]]',
-            "error_class": "ValueError",
-            "error_message": "still bad",
-            "reason": "failed",
-        },
-    ).decode()
-    time.sleep(0.005)
-    reset = redis_client.xadd(
-        key, {"e": "reset", "g": "billing", "c": "", "m": "[]", "start": "1700000000000-0"}
-    ).decode()
+    def xadd(**fields: str) -> str:
+        time.sleep(0.003)  # entries a few ms apart: several partitions
+        return redis_client.xadd(broker.keys(Q).events, {"g": "billing", **fields}).decode()
+
+    handled = xadd(e="handled", c="w-1", m='[["m1",1,12],["m2",1,null]]')
+    error = {"error_class": "ValueError", "error_message": "bad"}
+    retried = xadd(e="retried", c="w-1", m='[["m3",2,40]]', next_due="1700000001000", **error)
+    dead = xadd(e="dead", c="w-2", m='[["m3",3,5]]', reason="failed", **error)
+    reset = xadd(e="reset", c="", m="[]", start="1700000000000-0")
 
     df = reader(spark, redis_url, queue=Q, table="events", partitions="8").load()
-    late = df.where(F.col("time") >= utc(ms_from_entry_id(reset)))
-    assert [r.event for r in late.collect()] == ["reset"]
-    assert df.rdd.getNumPartitions() > 1
 
-    def row(entry: str, **values: Any) -> Row:
-        base = dict.fromkeys(schemas.EVENTS.fieldNames())
-        base.update(queue=Q, consumer="billing", entry_id=entry, time=utc(ms_from_entry_id(entry)))
-        base.update(values)
-        return Row(**base)
+    def row(entry: str, event: str, instance: str, mid: Any, att: Any, ms: Any, **more: Any) -> Row:
+        values = dict.fromkeys(schemas.EVENTS.fieldNames())
+        values.update(queue=Q, consumer="billing", time=utc(ms_from_entry_id(entry)))
+        values.update(entry_id=entry, event=event, instance=instance, message_id=mid)
+        values.update(attempt=att, duration_ms=ms, **more)
+        return Row(**values)
 
     expected = [
-        row(handled, instance="w-1", event="handled", message_id="m1", attempt=1, duration_ms=12),
-        row(handled, instance="w-1", event="handled", message_id="m2", attempt=1),
-        row(
-            retried,
-            instance="w-1",
-            event="retried",
-            message_id="m3",
-            attempt=2,
-            duration_ms=40,
-            error_class="ValueError",
-            error_message="bad",
-            next_due=utc(1700000001000),
-        ),
-        row(
-            dead,
-            instance="w-2",
-            event="dead",
-            message_id="m3",
-            attempt=3,
-            duration_ms=5,
-            error_class="ValueError",
-            error_message="still bad",
-            reason="failed",
-        ),
-        row(reset, instance="", event="reset", start_id="1700000000000-0"),
+        row(handled, "handled", "w-1", "m1", 1, 12),
+        row(handled, "handled", "w-1", "m2", 1, None),
+        row(retried, "retried", "w-1", "m3", 2, 40, next_due=utc(1700000001000), **error),
+        row(dead, "dead", "w-2", "m3", 3, 5, reason="failed", **error),
+        row(reset, "reset", "", None, None, None, start_id="1700000000000-0"),
     ]
     assert df.schema == schemas.EVENTS
+    assert df.rdd.getNumPartitions() > 1
     assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.EVENTS))
+
+
+def test_events_written_by_a_subscription_with_history_on(
+    spark: Any, redis_client: redis.Redis, redis_url: str
+) -> None:
+    broker = Broker(redis_client, CoreConfig(history=True))
+    broker.ensure_consumer(Q, "billing", start="earliest")
+    ids = broker.publish_many(Q, [1, 2, 3])
+    with broker.subscribe(Q, "billing", consumer="w-1") as sub:
+        first, second, third = sub.fetch(count=3, block_ms=100)
+        sub.ack([first, second])
+        sub.fail(third, ValueError("later"))
+
+    df = reader(spark, redis_url, table="events").load()
+
+    rows = sorted(df.collect(), key=lambda r: (r.entry_id, r.message_id))
+    assert [(r.event, r.message_id, r.attempt) for r in rows] == [
+        ("handled", ids[0], 1),
+        ("handled", ids[1], 1),
+        ("retried", ids[2], 1),
+    ]
+    assert {(r.queue, r.consumer, r.instance) for r in rows} == {(Q, "billing", "w-1")}
+    assert rows[2].error_class == "ValueError" and rows[2].next_due is not None
 
 
 def test_dead_letters_of_a_rejected_message(spark: Any, broker: Broker, redis_url: str) -> None:
@@ -322,16 +292,9 @@ def test_streaming_reads_everything_once_and_commits_the_archive_position(
         .option("maxEntriesPerTrigger", "40")
         .load()
     )
-    query = (
-        stream.writeStream.format("memory")
-        .queryName("streamed_orders")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(90)
+    sink = stream.writeStream.format("memory").queryName("streamed_orders")
+    query = run_now(sink, tmp_path / "checkpoint")
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    query.stop()
 
     got = [r.message_id for r in spark.sql("SELECT message_id FROM streamed_orders").collect()]
     assert sorted(got) == sorted(ids)  # nothing missed, nothing repeated
@@ -345,23 +308,11 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
 ) -> None:
     publish_spread(broker, Q, 30)
     options = {"url": redis_url, "queue": Q, "startingOffsets": "latest"}
-    checkpoint = str(tmp_path / "checkpoint")
-
     output = str(tmp_path / "out")
 
     def run() -> list[str]:
-        query = (
-            spark.readStream.format("redisq")
-            .options(**options)
-            .load()
-            .writeStream.format("parquet")
-            .option("path", output)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(90)
-        query.stop()
+        stream = spark.readStream.format("redisq").options(**options).load()
+        run_now(stream.writeStream.format("parquet").option("path", output), tmp_path / "cp")
         files = spark.read.schema(schemas.MESSAGES).parquet(output)
         return [r.message_id for r in files.collect()]
 
@@ -433,19 +384,13 @@ def test_stream_from_one_queue_into_another(
 ) -> None:
     broker.ensure_consumer("copy", "audit")
     ids = publish_spread(broker, Q, 90, chunk=30)
-    query = (
+    stream = (
         spark.readStream.format("redisq")
         .options(url=redis_url, queue=Q, maxEntriesPerTrigger="40")
         .load()
         .select("payload", "headers", "message_id")
-        .writeStream.format("redisq")
-        .options(url=redis_url, queue="copy")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination(90)
-    query.stop()
+    run_now(stream.writeStream.format("redisq").options(url=redis_url, queue="copy"), tmp_path)
 
     copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", "copy")]
     assert sorted(copied) == sorted(ids)

@@ -29,8 +29,8 @@ class OptionError(ValueError):
     """An option of the ``redisq`` data source is missing or invalid."""
 
 
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    raw = str(options.get(name, "false")).strip().lower()
+def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = str(options.get(name, default)).strip().lower()
     if raw in _TRUE:
         return True
     if raw in _FALSE:
@@ -74,6 +74,9 @@ class SourceOptions:
         starting_offsets: where a streaming read starts: ``earliest``, ``latest``, an
             ISO 8601 time or a JSON object ``{"queue": "entry-id"}``.
         max_entries_per_trigger: streaming admission control (None: everything new).
+        commit_archive: a streaming read of messages or events records how far it got
+            as the archive's position (``Broker.commit_archive``); false for a stream
+            that is not the archive (a dashboard), so retention does not count on it.
         consumer: when writing, deliver only to this logical consumer.
         once: when writing, publish at most once per message id (column ``message_id``).
         write_batch: envelopes per send when writing.
@@ -88,6 +91,7 @@ class SourceOptions:
     partitions: int = DEFAULT_PARTITIONS
     starting_offsets: str = "earliest"
     max_entries_per_trigger: int | None = None
+    commit_archive: bool = True
     consumer: str | None = None
     once: bool = False
     write_batch: int = DEFAULT_WRITE_BATCH
@@ -123,6 +127,7 @@ class SourceOptions:
             partitions=_positive_int(options, "partitions", DEFAULT_PARTITIONS) or 1,
             starting_offsets=str(options.get("startingOffsets") or "earliest").strip(),
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
+            commit_archive=_flag(options, "commitArchive", default=True),
             consumer=validate_name("consumer", consumer.strip()) if consumer else None,
             once=_flag(options, "once"),
             write_batch=_positive_int(options, "batchSize", DEFAULT_WRITE_BATCH)

@@ -177,9 +177,9 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.options, partition)
 
     def commit(self, end: Offset) -> None:
-        """Record the archive's position (messages and events; dead letters leave Redis
-        through the database sink instead)."""
-        if self.options.table is Table.DEAD:
+        """Record the archive's position (messages and events, unless option
+        ``commitArchive`` is false; dead letters leave Redis through the database sink)."""
+        if self.options.table is Table.DEAD or not self.options.commit_archive:
             return
         broker = redis_io.broker(self.options, self.conn)
         for queue, entry_id in sorted(end.items()):

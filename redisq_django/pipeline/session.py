@@ -71,10 +71,17 @@ def build_session(
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if not (spark.sparkContext.master or "local").startswith("local"):
+    if not runs_in_driver(spark.sparkContext.master or "local"):
         ship_package(spark)
     register(spark)
     return spark
+
+
+def runs_in_driver(master: str) -> bool:
+    """Whether ``master`` runs the executors inside the driver's process (``local``,
+    ``local[N]``, ``local[N,F]``), where they import what the driver imports; any other
+    master (``local-cluster[...]`` included) has executor processes of their own."""
+    return master == "local" or master.startswith("local[")
 
 
 @contextmanager

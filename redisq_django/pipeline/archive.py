@@ -122,8 +122,15 @@ def _commit_last_batch(spark: SparkSession, options: ArchiveOptions, table: str)
     plans the next batch). Safe after a failure too: the commit log names only batches
     whose files the sink committed."""
     offset = last_committed_offset(spark, options.checkpoint_path(table))
-    if offset:
+    if not offset:
+        return
+    try:
         commit_positions(options, table, offset)
+    except Exception as exc:  # redis-py's errors: Redis went away during the run
+        raise ArchiveError(
+            f"the {table} were archived, but their position could not be recorded in Redis "
+            f"({one_line(exc)}); the next run records it"
+        ) from exc
 
 
 def archive_frame(frame: DataFrame, table: str) -> DataFrame:
@@ -135,6 +142,15 @@ def archive_frame(frame: DataFrame, table: str) -> DataFrame:
 
 
 def _start(
+    spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
+) -> _Run:
+    try:
+        return _start_query(spark, options, table, queues)
+    except Exception as exc:  # Spark's AnalysisException and the like, raised by start()
+        raise ArchiveError(f"cannot start the {table} query: {one_line(exc)}") from exc
+
+
+def _start_query(
     spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
 ) -> _Run:
     source = spark.readStream.format("redisq").options(**options.source_options(table)).load()

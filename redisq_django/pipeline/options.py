@@ -8,6 +8,7 @@ starts, and the management command can build the same options from ``settings.RE
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,9 +177,40 @@ def url_from_connection_kwargs(kwargs: Mapping[str, Any], *, ssl: bool = False) 
 
 
 def one_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (Spark's run to pages), or the
-    exception's class name."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+    """An exception's message as one line, for users.
+
+    Spark's messages run to pages; when they carry a Python traceback (an error raised in
+    a Python worker, e.g. by the data source), the line that says what went wrong is the
+    traceback's last, so the result is Spark's summary and that line, e.g.
+    ``[PYTHON_..._ERROR] Failed when ... initialOffset: OptionError: startingOffsets ...``;
+    for a Java exception (py4j) it is the exception's own line.
+    """
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first = lines[0].strip()
+    if first.startswith(_PY4J_CALL) and len(lines) > 1:
+        # A Java exception through py4j: "An error occurred while calling o87.start."
+        # then ": java.io.IOException: Mkdirs failed to create ...".
+        return _MODULE_PATH.sub("", lines[1].strip().lstrip(": "))
+    if not any(_TRACEBACK in line for line in lines):
+        return first
+    error = None
+    in_traceback = False
+    for line in lines:
+        if _TRACEBACK in line:
+            in_traceback = True
+        elif in_traceback and not line[0].isspace():
+            in_traceback = False
+            if not line.startswith(("During handling", "The above exception")):
+                error = _MODULE_PATH.sub("", line.strip())
+    head = first.split(_TRACEBACK)[0].strip().rstrip(":")
+    if error is None:
+        return head or first
+    return f"{head}: {error}" if head else error
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_PY4J_CALL = "An error occurred while calling"
+#: "package.module.SomeError: text" -> "SomeError: text".
+_MODULE_PATH = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?::|$))")

@@ -20,6 +20,7 @@ from redisq_django.pipeline.cli import main
 from redisq_django.pipeline.options import (
     OptionsError,
     normalize_root,
+    one_line,
     parse_conf,
     redact_url,
     url_from_connection_kwargs,
@@ -88,6 +89,44 @@ def test_unreachable_redis_fails_in_one_line_before_spark_and_without_django(
     assert "failed: cannot reach Redis at redis://:***@127.0.0.1:1/0" in done.stderr
     assert "s3cret" not in done.stderr
     assert not (tmp_path / "_checkpoints").exists()
+
+
+def test_a_failing_job_is_one_line_and_exit_1(
+    spark: SparkSession, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /proc takes no new directories: Spark cannot create the checkpoint.
+    code = main(["archive", "--redis-url", redis_url, "--root", "/proc/redisq-archive"])
+
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(
+        "python -m redisq_django.pipeline archive: failed: cannot start the messages query: "
+    ), err
+    assert "/proc/redisq-archive" in err[-1]  # Java's own message, not py4j's "o87.start"
+    assert len(err) == 2  # the line saying what it is about to do, and this one
+
+
+def test_spark_errors_are_cut_to_the_line_that_says_what_went_wrong() -> None:
+    python_worker = RuntimeError(
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data "
+        "source perform initialOffset: Traceback (most recent call last):\n"
+        '  File "/x/streaming.py", line 70, in starting_offset\n'
+        "    raise OptionError(\n"
+        "redisq_django.pipeline.source_options.OptionError: startingOffsets must be ...\n"
+        " SQLSTATE: 38000\n"
+        "=== Streaming Query ===\n"
+    )
+    assert one_line(python_worker) == (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data "
+        "source perform initialOffset: OptionError: startingOffsets must be ..."
+    )
+    java = RuntimeError(
+        "An error occurred while calling o87.start.\n: java.io.IOException: mkdir failed\n"
+        "\tat org.apache.hadoop.fs.Foo(Foo.java:1)"
+    )
+    assert one_line(java) == "IOException: mkdir failed"
+    assert one_line(ValueError("first\nsecond")) == "first"
+    assert one_line(KeyError()) == "KeyError"
 
 
 def test_manage_py_archive_once_uses_the_settings(

@@ -5,8 +5,8 @@ no Django (the Redis URL and the archive root are arguments). Exit status: 0 don
 1 the job failed (one line on stderr says why), 2 bad arguments (one line too), 130
 interrupted before the job could stop by itself.
 
-PySpark is imported only once the arguments are valid, so ``--help`` and mistakes are
-answered at once, without starting a JVM.
+The JVM starts only once the arguments are valid and Redis answers, so ``--help``,
+mistakes and a wrong URL are answered at once.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         "--max-entries-per-trigger",
         type=positive_int,
         metavar="N",
-        help="most entries one micro-batch reads per stream (default: all)",
+        help="most entries one micro-batch reads, all queues together (default: all)",
     )
     parser.add_argument(
         "--grace-period",

@@ -41,7 +41,8 @@ class ArchiveOptions:
         trigger_seconds: None archives what is there now and stops (``--once``); a number
             runs a micro-batch every that many seconds until stopped.
         cluster: the URL names a Redis Cluster node.
-        max_entries_per_trigger: most entries one micro-batch reads per stream (None: all).
+        max_entries_per_trigger: most entries one micro-batch of a table reads, all
+            queues together (None: all there are).
         grace_seconds: on stop, how long a running micro-batch may take to finish before
             the query is interrupted (it is then simply redone by the next run).
         extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -155,13 +155,19 @@ def _start_query(
 ) -> _Run:
     source = spark.readStream.format("redisq").options(**options.source_options(table)).load()
     metric = f"redisq_archive_{table}"
-    # Per-queue counts travel with each batch's progress report (DataFrame.observe), so
-    # the summary never reads the archive back. Columns are q0, q1... as queue names may
-    # hold characters a column name cannot.
-    columns = {queue: f"q{i}" for i, queue in enumerate(queues)}
-    counts: list[Column] = [F.count(F.lit(1)).alias("rows")]
-    counts += [F.count_if(F.col("queue") == q).alias(c) for q, c in columns.items()]
-    frame = archive_frame(source, table).observe(metric, *counts)
+    frame = archive_frame(source, table)
+    if len(options.queues) == 1:
+        # One queue named: every row is its own; counting by queue would only cost time.
+        tally = TableTally(metric, {}, only_queue=options.queues[0])
+    else:
+        # Per-queue counts travel with each batch's progress report (DataFrame.observe),
+        # so the summary never reads the archive back. Columns are q0, q1...: queue names
+        # may hold characters a column name cannot.
+        columns = {queue: f"q{i}" for i, queue in enumerate(queues)}
+        counts = [F.count_if(F.col("queue") == q).alias(c) for q, c in columns.items()]
+        if counts:
+            frame = frame.observe(metric, *counts)
+        tally = TableTally(metric, columns)
     writer = (
         frame.writeStream.format("parquet")
         .queryName(f"redisq-archive-{table}")
@@ -174,7 +180,7 @@ def _start_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
-    return _Run(table, writer.start(), TableTally(metric, columns))
+    return _Run(table, writer.start(), tally)
 
 
 def _watch(

@@ -14,7 +14,7 @@ from typing import Any
 
 #: The per-queue count of rows that belong to no queue known when the run started (a queue
 #: created while a continuous run goes on).
-OTHER_QUEUES = "(other)"
+OTHER_QUEUES = "new queues"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,11 @@ class ArchiveSummary:
 
     def line(self) -> str:
         """``archived messages=N events=M (q: n/m, ...) in S s, R rows/s``."""
-        queues = sorted(set(self.messages.per_queue) | set(self.events.per_queue))
+        # Known queues by name, rows of queues created during the run last.
+        queues = sorted(
+            set(self.messages.per_queue) | set(self.events.per_queue),
+            key=lambda q: (q == OTHER_QUEUES, q),
+        )
         detail = ", ".join(
             f"{q}: {self.messages.per_queue.get(q, 0)}/{self.events.per_queue.get(q, 0)}"
             for q in queues
@@ -87,11 +91,15 @@ class TableTally:
     Args:
         metric: the name given to ``DataFrame.observe``.
         queue_columns: the observed column holding each queue's count, by queue name.
+        only_queue: the one queue every row belongs to (nothing observed then).
     """
 
-    def __init__(self, metric: str, queue_columns: Mapping[str, str]) -> None:
+    def __init__(
+        self, metric: str, queue_columns: Mapping[str, str], *, only_queue: str | None = None
+    ) -> None:
         self.metric = metric
         self.queue_columns = dict(queue_columns)
+        self.only_queue = only_queue
         self._seen: set[tuple[int, str]] = set()
         self.rows = 0
         self.batches = 0
@@ -114,6 +122,9 @@ class TableTally:
             self._add_queues(rows, progress.observedMetrics or {})
 
     def _add_queues(self, rows: int, observed: Mapping[str, Any]) -> None:
+        if self.only_queue is not None:
+            self.per_queue[self.only_queue] = self.per_queue.get(self.only_queue, 0) + rows
+            return
         metrics = observed.get(self.metric)
         values = metrics.asDict() if metrics is not None else {}
         known = 0

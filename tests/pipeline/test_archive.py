@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.cli import main
 from redisq_django.pipeline.options import ArchiveOptions
+from redisq_django.pipeline.progress import OTHER_QUEUES, ArchiveSummary, TableSummary, TableTally
 from tests.pipeline.archive_support import (
     add_events,
     count_and_distinct,
@@ -242,3 +243,33 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
     assert {r[0] for r in archived.select("message_id").collect()} == set(ids)
     assert broker.archive_positions(queue)["messages"] == ids[-1]
+
+
+class FakeProgress:
+    """The fields of ``StreamingQueryProgress`` a :class:`TableTally` reads."""
+
+    def __init__(self, batch: int, ts: str, rows: int, ms: int, **counts: int) -> None:
+        self.batchId, self.timestamp, self.numInputRows = batch, ts, rows
+        self.durationMs = {"triggerExecution": ms}
+        self.observedMetrics = {"m": Row(**counts)} if counts else {}
+
+
+def test_the_tally_counts_each_report_once_and_by_queue() -> None:
+    tally = TableTally("m", {"orders": "q0", "mail": "q1"})
+    first = FakeProgress(0, "t0", 10, 100, q0=7, q1=3)
+    idle = FakeProgress(0, "t1", 0, 5)
+    second = FakeProgress(1, "t2", 6, 50, q0=2, q1=0)  # 4 rows of a queue born later
+
+    tally.add([first, idle])
+    tally.add([first, idle, second])  # recentProgress repeats what it returned before
+
+    summary = tally.summary()
+    assert (summary.rows, summary.batches, summary.busy_ms) == (16, 2, 150)
+    assert dict(summary.per_queue) == {"orders": 9, "mail": 3, OTHER_QUEUES: 4}
+    only = TableTally("m", {}, only_queue="orders")
+    only.add([first, second])
+    assert dict(only.summary().per_queue) == {"orders": 16}
+    line = ArchiveSummary(summary, TableSummary(), seconds=2.0).line()
+    assert line == (
+        "archived messages=16 events=0 (mail: 3/0, orders: 9/0, new queues: 4/0) in 2.0 s, 8 rows/s"
+    )

@@ -162,6 +162,31 @@ def test_manage_py_says_when_redis_is_unreachable(settings: Any, tmp_path: Path)
     assert "pw@" not in str(caught.value)
 
 
+def test_manage_py_without_the_pipeline_extra_says_how_to_install_it() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['pyspark'] = None  # as if the pipeline extra were not installed\n"
+        "import django\n"
+        "django.setup()\n"
+        "from django.core.management import CommandError, call_command\n"
+        "try:\n"
+        "    call_command('redisq_pipeline', 'archive', '--once')\n"
+        "except CommandError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert "needs the pipeline extra" in done.stdout, done.stderr
+    assert "pip install 'redisq-django[pipeline]'" in done.stdout
+
+
 def test_the_redis_url_comes_from_the_django_redis_cache(settings: Any, redis_url: str) -> None:
     settings.CACHES = {
         "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}

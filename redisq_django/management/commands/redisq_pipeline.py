@@ -16,19 +16,28 @@ from django.core.management.base import BaseCommand, CommandError
 from redisq_django.conf import get_settings
 from redisq_django.connection import get_redis_client
 from redisq_django.core.errors import RedisqError
-from redisq_django.pipeline.cli import (
-    add_archive_arguments,
-    archive_options,
-    describe,
-    preflight,
-    run_archive,
-)
-from redisq_django.pipeline.options import (
-    OptionsError,
-    one_line,
-    parse_conf,
-    url_from_connection_kwargs,
-)
+
+try:
+    from redisq_django.pipeline.cli import (
+        add_archive_arguments,
+        archive_options,
+        describe,
+        preflight,
+        run_archive,
+    )
+    from redisq_django.pipeline.options import (
+        OptionsError,
+        one_line,
+        parse_conf,
+        url_from_connection_kwargs,
+    )
+except ImportError as exc:  # no pipeline extra: say so when the command runs, not before
+    MISSING: str | None = (
+        f"manage.py redisq_pipeline needs the pipeline extra ({exc}): "
+        "pip install 'redisq-django[pipeline]' (and Java 17+ for Spark)."
+    )
+else:
+    MISSING = None
 
 
 def settings_redis_url() -> str:
@@ -62,6 +71,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        if MISSING:
+            parser.add_argument("args", nargs=argparse.REMAINDER)
+            return
         jobs = parser.add_subparsers(dest="job", required=True, metavar="JOB")
         archive = jobs.add_parser(
             "archive",
@@ -70,6 +82,8 @@ class Command(BaseCommand):
         add_archive_arguments(archive, from_settings=True)
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if MISSING:
+            raise CommandError(MISSING)
         settings = get_settings()
         root = opts["root"] or settings.get("ARCHIVE_ROOT")
         if not root:

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from redisq_django.core.errors import InvalidName
+from redisq_django.core.keys import validate_name
+
 #: The tables of a queue that the archive keeps (data source option ``table``).
 ARCHIVED_TABLES = ("messages", "events")
 
@@ -70,8 +73,10 @@ class ArchiveOptions:
         if not self.prefix or any(c in self.prefix for c in "{} "):
             problems.append(f"prefix {self.prefix!r} must be non-empty, without braces or spaces")
         for queue in self.queues:
-            if not queue or any(c in queue for c in ",{} "):
-                problems.append(f"queue name {queue!r} is empty or has a comma, brace or space")
+            try:
+                validate_name("queue", queue)
+            except InvalidName as exc:
+                problems.append(str(exc).rstrip("."))
         if self.trigger_seconds is not None and not self.trigger_seconds > 0:
             problems.append(f"the trigger interval must be > 0 seconds, got {self.trigger_seconds}")
         if self.max_entries_per_trigger is not None and self.max_entries_per_trigger < 1:

@@ -63,7 +63,11 @@ class _Run:
     tally: TableTally
 
     def harvest(self) -> None:
-        self.tally.add(self.query.recentProgress)
+        # lastProgress is one report; the list of recent ones (up to 100) crosses py4j
+        # only when there is something new in it.
+        last = self.query.lastProgress
+        if last is not None and not self.tally.counted(last):
+            self.tally.add(self.query.recentProgress)
 
     def failure(self) -> str | None:
         exc = self.query.exception()

@@ -84,9 +84,10 @@ class ArchiveSummary:
 class TableTally:
     """Counts one streaming query's progress reports, each once.
 
-    ``recentProgress`` returns the last reports (100 by default) every time it is asked;
-    a report is identified by its batch id and timestamp so that polling it repeatedly
-    counts each batch once. Reports of idle triggers (no new rows) count nothing.
+    ``recentProgress`` returns the last reports (100 by default), oldest first, every
+    time it is asked; only reports newer than the newest one counted are counted, so that
+    polling it repeatedly counts each batch once (and a long run keeps no list of them).
+    Reports of idle triggers (no new rows) count nothing.
 
     Args:
         metric: the name given to ``DataFrame.observe``.
@@ -100,7 +101,7 @@ class TableTally:
         self.metric = metric
         self.queue_columns = dict(queue_columns)
         self.only_queue = only_queue
-        self._seen: set[tuple[int, str]] = set()
+        self._newest: tuple[str, int] = ("", -1)  # (timestamp, batch id) counted last
         self.rows = 0
         self.batches = 0
         self.busy_ms = 0
@@ -109,10 +110,9 @@ class TableTally:
     def add(self, progresses: Iterable[Any]) -> None:
         """Count the reports (``StreamingQueryProgress``) not counted yet."""
         for progress in progresses:
-            key = (progress.batchId, progress.timestamp)
-            if key in self._seen:
+            if self.counted(progress):
                 continue
-            self._seen.add(key)
+            self._newest = _key(progress)
             rows = progress.numInputRows or 0
             if rows <= 0:
                 continue
@@ -120,6 +120,10 @@ class TableTally:
             self.batches += 1
             self.busy_ms += int((progress.durationMs or {}).get("triggerExecution", 0))
             self._add_queues(rows, progress.observedMetrics or {})
+
+    def counted(self, progress: Any) -> bool:
+        """Whether ``progress`` (or a newer report) was counted already."""
+        return _key(progress) <= self._newest
 
     def _add_queues(self, rows: int, observed: Mapping[str, Any]) -> None:
         if self.only_queue is not None:
@@ -144,3 +148,8 @@ class TableTally:
             batches=self.batches,
             busy_ms=self.busy_ms,
         )
+
+
+def _key(progress: Any) -> tuple[str, int]:
+    # Trigger start times (ISO 8601, UTC, ms) order the reports; the batch id breaks ties.
+    return (str(progress.timestamp), int(progress.batchId))

@@ -1,10 +1,16 @@
 """The SparkSession of the pipeline jobs: safe defaults, the ``redisq`` data source, and
 our package shipped to executors.
 
-Defaults (each one overridable with ``conf``): no web UI (a job on a shared machine should
-not open a port), session time zone UTC (the archive's ``date`` partitions are UTC days),
-Python workers running this interpreter (``PYSPARK_PYTHON``) and Spark bound to the
-loopback interface (``SPARK_LOCAL_IP``) unless the environment already says otherwise.
+Defaults: no web UI (a job on a shared machine should not open a port) and no console
+progress bar, session time zone UTC (timestamps shown and parsed as UTC, as the archive's
+``date`` partitions are UTC days), all overridable with ``conf``; Python workers running
+this interpreter (``PYSPARK_PYTHON``) and Spark bound to the loopback interface
+(``SPARK_LOCAL_IP``) unless the environment already says otherwise.
+
+Both environment defaults suit one machine (``local[*]``, or a standalone master and
+worker on it). On a cluster of several hosts set them yourself: ``SPARK_LOCAL_IP`` to an
+address the executors can reach the driver at, and ``PYSPARK_PYTHON`` (or
+``spark.pyspark.python``) to the Python of the worker nodes.
 
 On a cluster the executors must import ``redisq_django`` to run the data source; rather
 than asking every user to build and pass ``--py-files``, :func:`build_session` zips the

@@ -6,7 +6,7 @@ with offsets ``{"queue": "last id"}`` and commits the archive's position
 (:mod:`redisq_django.pipeline.streaming`); ``df.write.format("redisq")`` publishes rows as
 messages (:mod:`redisq_django.pipeline.writer`). Options:
 :class:`~redisq_django.pipeline.source_options.SourceOptions`; schemas:
-:mod:`redisq_django.pipeline.schemas` (both as PIPELINE_SPEC.md describes them).
+:mod:`redisq_django.pipeline.schemas` (both documented in the README, "History on Spark").
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ What is measured (see bench/RESULTS.md for the discussion):
 * publish: ``Broker.publish`` vs ``execute_command("XADD", key, "*", "payload", json)``;
   ``Broker.publish_many`` (100) vs a ``pipeline(transaction=False)`` of 100 XADDs.
   Both sides JSON-encode the same payload on every call.
+* publish_on_commit: in this process (Django set up with ``benchproject.settings``, its
+  own on-disk SQLite file in the temporary directory), ``transaction.atomic()`` around
+  100 ``publish_on_commit`` calls (sent after the commit in one round trip) vs the same
+  ``atomic()`` encoding 100 payloads, then a ``pipeline(transaction=False)`` of 100
+  XADDs after it; diagnostic: raw with a uuid4 id field per message, as ours carries;
+  the same with one ORM INSERT in the transaction on both sides; and
+  ``REDISQ["OUTBOX"]`` True vs False (``override_settings``).
 * drain: 20,000 no-op messages handled by one ``manage.py runconsumer bench --burst``
   subprocess (concurrency 1 and 8), timed from spawn to exit and, inside the handler,
   from the first handled message to the last; vs an in-process raw
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -35,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,6 +217,135 @@ def bench_publish(client: redis.Redis, broker: Broker, reps: int, n: int, batche
         for name, fn in pairs:
             res[name].append(fn())
         client.delete(raw_key, broker.keys("pub").log)
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# publish_on_commit (Django in this process)
+# ---------------------------------------------------------------------------------------
+
+COMMIT_QUEUE = "txn"
+PER_TXN = 100
+COMMIT_CHUNKS = 10
+
+
+def setup_django(url: str, db: Path) -> None:
+    """``django.setup()`` in this process with ``benchproject.settings``, on its own SQLite
+    file (the runconsumer subprocesses use another), migrated."""
+    os.environ["BENCH_REDIS_URL"] = url
+    os.environ["BENCH_DB"] = str(db)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchproject.settings"
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def bench_commit(client: redis.Redis, reps: int, txns: int, outbox_txns: int) -> dict:
+    """Transactions of ``PER_TXN`` messages: ours (publish_on_commit, outbox off and on)
+    vs a hand-written pipeline of XADDs; also with one INSERT in each transaction.
+
+    The variants run interleaved, ``COMMIT_CHUNKS`` chunks of transactions each per
+    repetition in alternating order, so that drift (other tenants of the CPUs and of
+    the disk, which every commit of the INSERT variant waits for) hits all of them."""
+    from benchapp.models import Order
+    from django.conf import settings
+    from django.db import transaction
+    from django.test import override_settings
+
+    from redisq_django import publish_on_commit
+    from redisq_django.connection import get_broker
+    from redisq_django.core.envelope import new_message_id
+    from redisq_django.models import OutboxMessage
+
+    raw_key = "raw:{txn}:log"
+    res: dict[str, list[float]] = {}
+
+    def insert(i: int) -> None:
+        Order.objects.create(number=i, total="59.90")
+
+    def raw(with_row: bool, with_id: bool = False) -> Callable[[int], float]:
+        # with_id: also a uuid4 message id per message as a field, as publish_on_commit
+        # chooses one at the call (it returns it) and the entry carries it.
+        def run(k: int) -> float:
+            t = time.perf_counter()
+            for i in range(k):
+                with transaction.atomic():
+                    if with_row:
+                        insert(i)
+                    datas = [
+                        json.dumps(PAYLOAD, separators=(",", ":")).encode() for _ in range(PER_TXN)
+                    ]
+                    ids = [uuid.uuid4().hex.encode() for _ in datas] if with_id else []
+                with client.pipeline(transaction=False) as pipe:
+                    for j, data in enumerate(datas):
+                        extra = ("id", ids[j]) if with_id else ()
+                        pipe.execute_command("XADD", raw_key, "*", "payload", data, *extra)
+                    pipe.execute()
+            return time.perf_counter() - t
+
+        return run
+
+    def per_message(k: int) -> float:
+        # The path before the batch per transaction: each message its own on_commit
+        # callback and its own round trip (here with today's prepare/send).
+        broker = get_broker()
+        t = time.perf_counter()
+        for _ in range(k):
+            with transaction.atomic():
+                for _ in range(PER_TXN):
+                    e = broker.prepare(COMMIT_QUEUE, PAYLOAD, id=new_message_id())
+                    transaction.on_commit(functools.partial(broker.send, [e]))
+        return time.perf_counter() - t
+
+    def ours(with_row: bool, outbox: bool = False) -> Callable[[int], float]:
+        def txn(i: int) -> None:
+            with transaction.atomic():
+                if with_row:
+                    insert(i)
+                for _ in range(PER_TXN):
+                    publish_on_commit(COMMIT_QUEUE, PAYLOAD)
+
+        def run(k: int) -> float:
+            # The broker is rebuilt whenever the settings change (entering or leaving
+            # the override): one untimed transaction first connects it.
+            with override_settings(REDISQ={**settings.REDISQ, "OUTBOX": outbox}):
+                txn(-1)
+                t = time.perf_counter()
+                for i in range(k):
+                    txn(i)
+                return time.perf_counter() - t
+
+        return run
+
+    # (name, chunk runner, transactions per repetition); the outbox and the per-message
+    # path are much slower: fewer transactions.
+    sides: list[tuple[str, Callable[[int], float], int]] = [
+        ("raw_id", raw(False, with_id=True), txns),
+        ("raw", raw(False), txns),
+        ("ours", ours(False), txns),
+        ("outbox", ours(False, outbox=True), outbox_txns),
+        ("per_message", per_message, outbox_txns),
+        ("raw_row", raw(True), txns),
+        ("ours_row", ours(True), txns),
+    ]
+    client.ping()
+    for rep in range(reps):
+        elapsed = dict.fromkeys([name for name, _, _ in sides], 0.0)
+        for chunk in range(COMMIT_CHUNKS):
+            order = sides if (rep + chunk) % 2 == 0 else sides[::-1]
+            for name, run, n in order:
+                elapsed[name] += run(n // COMMIT_CHUNKS)
+        for name, _, n in sides:
+            res.setdefault(name, []).append(
+                n // COMMIT_CHUNKS * COMMIT_CHUNKS * PER_TXN / elapsed[name]
+            )
+        if OutboxMessage.objects.filter(sent_at__isnull=True).exists():
+            raise RuntimeError("outbox rows left unsent after the commits")
+        client.delete(raw_key, get_broker().keys(COMMIT_QUEUE).log)
+        OutboxMessage.objects.all().delete()
+        Order.objects.all().delete()
     return res
 
 
@@ -493,6 +631,46 @@ def publish_rows(pub: dict) -> list[dict]:
     ]
 
 
+def commit_rows(com: dict) -> list[dict]:
+    return [
+        _ratio_row(
+            "publish_on_commit x100 in one transaction",
+            median(com["ours"]),
+            median(com["raw"]),
+            "msg/s",
+            0.8,
+        ),
+        _ratio_row(
+            "  same, vs raw + a uuid4 id field per message",
+            median(com["ours"]),
+            median(com["raw_id"]),
+            "msg/s",
+            None,
+        ),
+        _ratio_row(
+            "  batched (ours) vs one send per msg (raw column)",
+            median(com["ours"]),
+            median(com["per_message"]),
+            "msg/s",
+            None,
+        ),
+        _ratio_row(
+            "same + 1 INSERT in the txn (raw: same INSERT)",
+            median(com["ours_row"]),
+            median(com["raw_row"]),
+            "msg/s",
+            None,
+        ),
+        _ratio_row(
+            "outbox on (ours) vs off (raw column), x100/txn",
+            median(com["outbox"]),
+            median(com["ours"]),
+            "msg/s",
+            None,
+        ),
+    ]
+
+
 def drain_rows(drain: dict) -> list[dict]:
     rows = []
     raw = median(drain["raw"])
@@ -579,9 +757,13 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
     ap.add_argument("--publish-n", type=int, default=2000, help="single publishes per rep")
     ap.add_argument("--batches", type=int, default=40, help="batches of 100 per rep")
+    ap.add_argument("--txns", type=int, default=200, help="transactions of 100 per rep")
+    ap.add_argument("--outbox-txns", type=int, default=40, help="the same with the outbox")
     ap.add_argument("--latency-seconds", type=float, default=5.0)
     ap.add_argument("--delayed-n", type=int, default=150)
-    ap.add_argument("--only", default="publish,drain,latency", help="comma-separated subset to run")
+    ap.add_argument(
+        "--only", default="publish,commit,drain,latency", help="comma-separated subset to run"
+    )
     ap.add_argument(
         "--redis-arg", action="append", default=[], help="extra redis-server option, e.g. --hz"
     )
@@ -603,12 +785,17 @@ def main() -> int:
             denv.run("migrate", "-v", "0")
 
             pub: dict = {}
+            com: dict = {}
             drain: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
                 log("publish ...")
                 pub = bench_publish(client, broker, args.reps, args.publish_n, args.batches)
+            if "commit" in only:
+                log("publish_on_commit ...")
+                setup_django(server.url, tmp / "commit.sqlite3")
+                com = bench_commit(client, args.reps, args.txns, args.outbox_txns)
             if "drain" in only:
                 log("drain ...")
                 drain = bench_drain(client, broker, denv, tmp, args.reps)
@@ -637,7 +824,8 @@ def main() -> int:
             finally:
                 server.stop()
 
-    rows = (publish_rows(pub) if pub else []) + (drain_rows(drain) if drain else [])
+    rows = (publish_rows(pub) if pub else []) + (commit_rows(com) if com else [])
+    rows += drain_rows(drain) if drain else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -647,7 +835,7 @@ def main() -> int:
     for k in ("cpu", "cores", "python", "redis", "redis_hz", "redis_py", "hiredis", "django"):
         print(f"{k}: {info[k]}")
     print(f"date: {info['date']}; reps: {args.reps} (median); run took {elapsed:.0f} s")
-    raw_data = {"machine": info, "publish": pub, "drain": drain, "latency": lat}
+    raw_data = {"machine": info, "publish": pub, "commit": com, "drain": drain, "latency": lat}
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

@@ -363,7 +363,11 @@ def fill(client: redis.Redis, broker: Broker, n: int) -> None:
 
 
 def drain_runconsumer(
-    denv: DjangoEnv, tmp: Path, concurrency: int, prefetch: int | None = None
+    denv: DjangoEnv,
+    tmp: Path,
+    concurrency: int,
+    prefetch: int | None = None,
+    history: bool = False,
 ) -> tuple[float, float | None, int]:
     out = tmp / "drain.json"
     out.unlink(missing_ok=True)
@@ -371,7 +375,7 @@ def drain_runconsumer(
     if prefetch:
         args += ["--prefetch", str(prefetch)]
     t = time.perf_counter()
-    proc = denv.popen(*args, BENCH_DRAIN_OUT=str(out))
+    proc = denv.popen(*args, BENCH_DRAIN_OUT=str(out), BENCH_HISTORY="1" if history else "0")
     _, err = proc.communicate(timeout=300)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
@@ -437,6 +441,18 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         assert count == DRAIN_N, count
         add("c1p100_wall", wall)
         add("c1p100_span", span)
+        # History on: every ack also writes its batch's `handled` event (same script).
+        # Run right after a history-off run of the same shape, so both see the same load.
+        fill(client, broker, DRAIN_N)
+        wall, span, count = drain_runconsumer(denv, tmp, 1, history=True)
+        assert count == DRAIN_N, count
+        events = client.xlen(broker.keys("bench").events)
+        assert events > 0, "history on but no lifecycle events were written"
+        add("c1h_span", span)
+        fill(client, broker, DRAIN_N)
+        wall, span, count = drain_runconsumer(denv, tmp, 1)
+        assert count == DRAIN_N, count
+        add("c1off_span", span)
         # Fixed cost: Django start-up, the burst exit's last empty fetch, shutdown.
         client.flushdb()
         broker._registered.clear()
@@ -684,6 +700,16 @@ def drain_rows(drain: dict) -> list[dict]:
     ):
         if key in drain:
             rows.append(_ratio_row(label, median(drain[key]), raw, "s", target))
+    if "c1h_span" in drain and "c1off_span" in drain:
+        rows.append(
+            _ratio_row(
+                "drain 20k, c=1, history on (vs off, first->last)",
+                median(drain["c1h_span"]),
+                median(drain["c1off_span"]),
+                "s",
+                0.9,
+            )
+        )
     if "raw_decode" in drain:
         rows.append(
             _ratio_row(

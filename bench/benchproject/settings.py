@@ -34,6 +34,8 @@ REDISQ = {
     "URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     # The library default, spelled out: it bounds delayed-message lateness.
     "POLL_INTERVAL": float(os.environ.get("BENCH_POLL_INTERVAL", "0.05")),
+    # Lifecycle events on (the "history on" drain row).
+    "HISTORY": os.environ.get("BENCH_HISTORY") == "1",
 }
 
 LOGGING = {"version": 1, "disable_existing_loggers": False}

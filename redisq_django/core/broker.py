@@ -112,7 +112,6 @@ class Broker:
             payload, queue=queue, limit=self.config.max_payload_bytes
         )
         headers_json = self.codec.encode_headers(headers, queue=queue)
-        now = now_ms()
         if due is None:
             return Envelope(
                 queue=queue, id=id, payload_json=payload_json, headers_json=headers_json
@@ -122,7 +121,7 @@ class Broker:
             id=id or new_message_id(),
             payload_json=payload_json,
             headers_json=headers_json,
-            published_at_ms=now,
+            published_at_ms=now_ms(),
             due_at_ms=due,
         )
 

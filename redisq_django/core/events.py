@@ -18,6 +18,7 @@ the record of publishes.
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 
 from redisq_django.core.deadletter import MAX_ERROR_TEXT, DeadReason, Failure
@@ -41,7 +42,15 @@ MAX_EVENT_ERROR = min(MAX_ERROR_TEXT, 2000)
 
 def record(message_id: str, attempt: int, duration_ms: int | None = None) -> bytes:
     """One message of an event, as JSON: ``["<id>",<attempt>,<ms or null>]``."""
+    if _PLAIN_ID.fullmatch(message_id):
+        # Entry ids and our hex ids need no JSON escaping; formatting them directly costs
+        # a fraction of json.dumps, on a path that runs once per acknowledged message.
+        ms = "null" if duration_ms is None else int(duration_ms)
+        return f'["{message_id}",{int(attempt)},{ms}]'.encode()
     return json.dumps([message_id, attempt, duration_ms], separators=(",", ":")).encode()
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 def fields(

@@ -33,9 +33,14 @@ def ack_call(
     gkeys: GroupKeys, instance: str, messages: Sequence[Message]
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``ack.lua`` in its history layout (log entries first)."""
-    ordered = sorted(messages, key=lambda m: m.stream is not Stream.LOG)
-    n_log = sum(1 for m in ordered if m.stream is Stream.LOG)
-    records = [events.record(m.id, m.attempts, m.duration_ms) for m in ordered]
+    log: list[Message] = []
+    direct: list[Message] = []
+    for m in messages:
+        (log if m.stream is Stream.LOG else direct).append(m)
+    ordered = [*log, *direct] if direct else log
+    n_log = len(log)
+    record = events.record
+    records = [record(m.id, m.attempts, m.duration_ms) for m in ordered]
     qkeys = gkeys.queue_keys
     return (
         [qkeys.log, gkeys.direct, qkeys.events],

@@ -158,3 +158,20 @@ def test_retention_waits_for_the_archive_then_trims_behind_it(
     broker.commit_archive(Q, "messages", ids[-1])
     assert broker.trim(Q) == (4, 0)
     assert events(broker) == []
+
+
+@pytest.mark.parametrize(
+    ("message_id", "expected"),
+    [
+        ("1700000000000-0", b'["1700000000000-0",2,15]'),
+        ("9f0c2e", b'["9f0c2e",2,15]'),
+        ('a"quote\\and\nnewline', b'["a\\"quote\\\\and\\nnewline",2,15]'),
+        ("caf\u00e9", b'["caf\\u00e9",2,15]'),
+    ],
+)
+def test_event_records_are_json_whatever_the_message_id(message_id: str, expected: bytes) -> None:
+    from redisq_django.core.events import record
+
+    assert record(message_id, 2, 15) == expected
+    assert json.loads(record(message_id, 2, 15)) == [message_id, 2, 15]
+    assert json.loads(record(message_id, 1)) == [message_id, 1, None]

@@ -10,6 +10,9 @@ PostgreSQL cluster, started only when at least one such test is selected (so
 
 from __future__ import annotations
 
+import itertools
+import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,23 @@ def redis_client(_flushed_redis_server: RedisServer) -> Iterator[redis.Redis]:
 def redis_url(_flushed_redis_server: RedisServer) -> str:
     """URL of the (flushed) session server."""
     return _flushed_redis_server.url
+
+
+_QUEUE_SLUG = re.compile(r"[^A-Za-z0-9]+")
+_queue_counter = itertools.count(1)
+
+
+@pytest.fixture
+def queue_name(request: pytest.FixtureRequest) -> str:
+    """A queue name unique to this test (and to this session): a slug of the test's name,
+    a counter and 6 random hex digits, e.g. ``c1-fan-out-7-3fa09c``. Tests use it instead
+    of fixed names so that they need no FLUSHALL and could share a server in parallel.
+
+    More queues of the same test: derive them, ``f"{queue_name}.mail"`` (names may be up
+    to 100 characters; this one is at most 64).
+    """
+    slug = _QUEUE_SLUG.sub("-", request.node.name.removeprefix("test_")).strip("-")[:48]
+    return f"{slug or 'q'}-{next(_queue_counter)}-{secrets.token_hex(3)}"
 
 
 @pytest.fixture

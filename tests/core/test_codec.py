@@ -329,9 +329,9 @@ json_values = st.recursive(
 
 
 @pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
+def broker(redis_client: redis.Redis, queue_name: str) -> Broker:
     broker = Broker(redis_client)
-    broker.ensure_consumer("rt", "g", start="latest")
+    broker.ensure_consumer(queue_name, "g", start="latest")
     return broker
 
 
@@ -342,11 +342,11 @@ def broker(redis_client: redis.Redis) -> Broker:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_what_publish_writes_decodes_to_an_equal_payload(
-    broker: Broker, payload: Any, headers: dict[str, Any]
+    broker: Broker, queue_name: str, payload: Any, headers: dict[str, Any]
 ) -> None:
-    sub = broker.subscribe("rt", "g", consumer="c")
+    sub = broker.subscribe(queue_name, "g", consumer="c")
     # Given a message published with this payload and headers
-    message_id = broker.publish("rt", payload, headers=headers)
+    message_id = broker.publish(queue_name, payload, headers=headers)
     # When it is fetched
     messages = sub.fetch(count=10, block_ms=0)
     # Then exactly it arrives, with equal payload and headers
@@ -361,11 +361,11 @@ def test_what_publish_writes_decodes_to_an_equal_payload(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_delayed_publish_through_promote_decodes_to_an_equal_payload(
-    broker: Broker, payload: Any
+    broker: Broker, queue_name: str, payload: Any
 ) -> None:
-    sub = broker.subscribe("rt", "g", consumer="c")
+    sub = broker.subscribe(queue_name, "g", consumer="c")
     # Given a delayed message (its envelope goes through the Lua JSON codec in promote)
-    message_id = broker.publish("rt", payload, headers={"k": payload}, delay=0.001)
+    message_id = broker.publish(queue_name, payload, headers={"k": payload}, delay=0.001)
     time.sleep(0.002)
     # When it is due, promoted and fetched
     sub.promote()
@@ -378,15 +378,15 @@ def test_delayed_publish_through_promote_decodes_to_an_equal_payload(
 
 
 def test_a_deeply_nested_entry_becomes_a_listable_dead_letter(
-    broker: Broker, redis_client: redis.Redis
+    broker: Broker, queue_name: str, redis_client: redis.Redis
 ) -> None:
     # Given another client wrote an entry whose payload nests absurdly deep
     deep = b"[" * 100_000
-    entry_id = redis_client.xadd(broker.keys("rt").log, {"payload": deep})
-    sub = broker.subscribe("rt", "g", consumer="c")
+    entry_id = redis_client.xadd(broker.keys(queue_name).log, {"payload": deep})
+    sub = broker.subscribe(queue_name, "g", consumer="c")
     # When it is fetched
     # Then it is not delivered but dead-lettered as undecodable
     assert sub.fetch(count=10, block_ms=0) == []
-    [dead] = broker.dead_letters("rt", "g")
+    [dead] = broker.dead_letters(queue_name, "g")
     assert (dead.id, dead.reason, dead.payload) == (entry_id.decode(), "undecodable", deep.decode())
     assert "payload is not valid JSON" in dead.error_message

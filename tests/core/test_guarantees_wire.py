@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -26,13 +28,29 @@ from redisq_django.core import (
 )
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
-Q = "orders"
-LOG = "redisq:{orders}:log"
-DELAYED = "redisq:{orders}:delayed"
+
+@dataclass(frozen=True)
+class RawKeys:
+    """Keys of one queue spelled out literally, as PROTOCOL.md documents them for other
+    clients (these tests are about that format, so they do not use ``Broker.keys``)."""
+
+    queue: str
+
+    @property
+    def log(self) -> str:
+        return f"redisq:{{{self.queue}}}:log"
+
+    @property
+    def delayed(self) -> str:
+        return f"redisq:{{{self.queue}}}:delayed"
+
+    def direct(self, group: str) -> str:
+        return f"redisq:{{{self.queue}}}:g:{group}:direct"
 
 
-def direct(group: str) -> str:
-    return f"redisq:{{orders}}:g:{group}:direct"
+@pytest.fixture
+def raw(queue_name: str) -> RawKeys:
+    return RawKeys(queue_name)
 
 
 @pytest.fixture
@@ -40,13 +58,15 @@ def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig(poll_interval_ms=20))
 
 
-def raw_read(client: redis.Redis, group: str, consumer: str = "raw") -> dict[str, list[Any]]:
+def raw_read(
+    client: redis.Redis, raw: RawKeys, group: str, consumer: str = "raw"
+) -> dict[str, list[Any]]:
     """What a plain client reading as PROTOCOL.md says gets: {stream: [(id, fields)]}."""
     reply = client.execute_command(
         "XREADGROUP", "GROUP", group, consumer, "COUNT", 100,
-        "STREAMS", LOG, direct(group), ">", ">",
+        "STREAMS", raw.log, raw.direct(group), ">", ">",
     )  # fmt: skip
-    out: dict[str, list[Any]] = {LOG: [], direct(group): []}
+    out: dict[str, list[Any]] = {raw.log: [], raw.direct(group): []}
     for key, entries in reply or []:
         out[key.decode()] = [(eid.decode(), fields) for eid, fields in entries]
     return out
@@ -56,21 +76,21 @@ def raw_read(client: redis.Redis, group: str, consumer: str = "raw") -> dict[str
 
 
 def test_c9_message_published_with_raw_xadd_is_consumed(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a registered consumer
-    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(queue_name, "billing")
     # When another program publishes with plain XADD: payload only, with headers,
     # and with its own message id
-    e1 = redis_client.execute_command("XADD", LOG, "*", "payload", '{"order":1}').decode()
+    e1 = redis_client.execute_command("XADD", raw.log, "*", "payload", '{"order":1}').decode()
     e2 = redis_client.execute_command(
-        "XADD", LOG, "*", "payload", '["a",2,null]', "headers", '{"source":"php","n":3}'
+        "XADD", raw.log, "*", "payload", '["a",2,null]', "headers", '{"source":"php","n":3}'
     ).decode()
     e3 = redis_client.execute_command(
-        "XADD", LOG, "*", "payload", '"text ü"', "id", "ext-42"
+        "XADD", raw.log, "*", "payload", '"text ü"', "id", "ext-42"
     ).decode()
     # Then our consumer receives all three, decoded
-    got = drain(broker.subscribe(Q, "billing", "i1"), expected=3)
+    got = drain(broker.subscribe(queue_name, "billing", "i1"), expected=3)
     assert [(m.id, m.payload, m.headers, m.attempts) for m in got] == [
         (e1, {"order": 1}, {}, 1),
         (e2, ["a", 2, None], {"source": "php", "n": 3}, 1),
@@ -78,26 +98,26 @@ def test_c9_message_published_with_raw_xadd_is_consumed(
     ]
     assert got[0].published_at.timestamp() == pytest.approx(int(e1.split("-")[0]) / 1000)
     assert got[2].entry_id.decode() == e3
-    assert broker.stats(Q).consumers[0].in_flight == 0
+    assert broker.stats(queue_name).consumers[0].in_flight == 0
 
 
 def test_c9_message_published_with_redis_cli_is_consumed(
-    broker: Broker, redis_server: Any, redis_cli_binary: str
+    queue_name: str, raw: RawKeys, broker: Broker, redis_server: Any, redis_cli_binary: str
 ) -> None:
     # Given a registered consumer
-    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(queue_name, "billing")
     # When a shell script publishes with redis-cli
     result = subprocess.run(
         [
             redis_cli_binary, "-h", "127.0.0.1", "-p", str(redis_server.port),
-            "XADD", LOG, "*", "payload", '{"order": 7, "total": "9.50"}',
+            "XADD", raw.log, "*", "payload", '{"order": 7, "total": "9.50"}',
             "headers", '{"via": "redis-cli"}',
         ],
         capture_output=True, text=True, timeout=10, check=True,
     )  # fmt: skip
     entry_id = result.stdout.strip()
     # Then our consumer receives it with payload and headers
-    [msg] = drain(broker.subscribe(Q, "billing", "i1"), expected=1)
+    [msg] = drain(broker.subscribe(queue_name, "billing", "i1"), expected=1)
     assert (msg.id, msg.payload, msg.headers) == (
         entry_id,
         {"order": 7, "total": "9.50"},
@@ -106,14 +126,14 @@ def test_c9_message_published_with_redis_cli_is_consumed(
 
 
 def test_c9_delayed_message_published_with_raw_zadd_is_consumed_when_due(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a consumer, and a delayed message added by another program with ZADD
-    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(queue_name, "billing")
     due = int(time.time() * 1000) + 300
     member = json.dumps({"payload": json.dumps({"remind": 1}), "id": "rem-1"})
-    redis_client.execute_command("ZADD", DELAYED, due, member)
-    sub = broker.subscribe(Q, "billing", "i1")
+    redis_client.execute_command("ZADD", raw.delayed, due, member)
+    sub = broker.subscribe(queue_name, "billing", "i1")
     # When our consumer fetches: nothing before it is due, then the message
     assert fetch_nothing(sub, wait_ms=100) == []
     [msg] = drain(sub, expected=1, timeout_s=3)
@@ -121,27 +141,29 @@ def test_c9_delayed_message_published_with_raw_zadd_is_consumed_when_due(
     assert (msg.id, msg.payload, msg.headers, msg.attempts) == ("rem-1", {"remind": 1}, {}, 1)
 
 
-def test_c9_our_messages_read_with_raw_commands(broker: Broker, redis_client: redis.Redis) -> None:
+def test_c9_our_messages_read_with_raw_commands(
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
+) -> None:
     # Given a consumer registered with plain commands, as another language would
-    for key in (LOG, direct("php")):
+    for key in (raw.log, raw.direct("php")):
         redis_client.execute_command("XGROUP", "CREATE", key, "php", "$", "MKSTREAM")
-    assert broker.consumers(Q) == ["php"]
+    assert broker.consumers(queue_name) == ["php"]
     # When we publish one message with headers and one delayed
     now = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
-    mid = broker.publish(Q, {"at": now, "n": 1}, headers={"trace": "abc"})
-    delayed_id = broker.publish(Q, {"n": 2}, delay=0.2)
+    mid = broker.publish(queue_name, {"at": now, "n": 1}, headers={"trace": "abc"})
+    delayed_id = broker.publish(queue_name, {"n": 2}, delay=0.2)
 
     # Then the immediate one is a log entry: id = entry id, JSON payload and headers
-    entries = raw_read(redis_client, "php")
-    assert entries[direct("php")] == []
-    [(entry_id, fields)] = entries[LOG]
+    entries = raw_read(redis_client, raw, "php")
+    assert entries[raw.direct("php")] == []
+    [(entry_id, fields)] = entries[raw.log]
     assert entry_id == mid
     assert set(fields) == {b"payload", b"headers"}
     assert json.loads(fields[b"payload"]) == {"at": "2024-05-01T12:00:00Z", "n": 1}
     assert json.loads(fields[b"headers"]) == {"trace": "abc"}
 
     # And the delayed one waits in the zset as {"payload": "<json text>", "id": ...}
-    [(member, score)] = redis_client.zrange(DELAYED, 0, -1, withscores=True)
+    [(member, score)] = redis_client.zrange(raw.delayed, 0, -1, withscores=True)
     envelope = json.loads(member)
     assert envelope["id"] == delayed_id
     assert json.loads(envelope["payload"]) == {"n": 2}
@@ -150,38 +172,38 @@ def test_c9_our_messages_read_with_raw_commands(broker: Broker, redis_client: re
 
     # When any of our instances promotes it once due, the raw consumer reads it too
     time.sleep(0.25)
-    broker.ensure_consumer(Q, "promoter")
-    broker.subscribe(Q, "promoter", "p").promote()
-    [(promoted_entry, promoted)] = raw_read(redis_client, "php")[LOG]
+    broker.ensure_consumer(queue_name, "promoter")
+    broker.subscribe(queue_name, "promoter", "p").promote()
+    [(promoted_entry, promoted)] = raw_read(redis_client, raw, "php")[raw.log]
     assert promoted[b"id"].decode() == delayed_id
     assert json.loads(promoted[b"payload"]) == {"n": 2}
 
     # And after the raw consumer acks with XACK, our stats show nothing in flight
     def php_stats() -> Any:
-        return {c.name: c for c in broker.stats(Q).consumers}["php"]
+        return {c.name: c for c in broker.stats(queue_name).consumers}["php"]
 
     assert php_stats().in_flight == 2
-    redis_client.execute_command("XACK", LOG, "php", entry_id, promoted_entry)
+    redis_client.execute_command("XACK", raw.log, "php", entry_id, promoted_entry)
     php = php_stats()
     assert (php.name, php.in_flight, php.lag) == ("php", 0, 0)
 
 
 def test_c9_raw_consumer_reads_and_acks_its_direct_input(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a re-drive to a consumer that reads with plain commands
-    broker.ensure_consumer(Q, "php")
-    broker.redrive_envelope(Q, "php", {"payload": '{"again":true}', "id": "m-1"})
+    broker.ensure_consumer(queue_name, "php")
+    broker.redrive_envelope(queue_name, "php", {"payload": '{"again":true}', "id": "m-1"})
     # When it reads: the message arrives on its direct stream
-    entries = raw_read(redis_client, "php")
-    assert entries[LOG] == []
-    [(entry_id, fields)] = entries[direct("php")]
+    entries = raw_read(redis_client, raw, "php")
+    assert entries[raw.log] == []
+    [(entry_id, fields)] = entries[raw.direct("php")]
     assert (fields[b"id"], json.loads(fields[b"payload"])) == (b"m-1", {"again": True})
-    assert broker.stats(Q).consumers[0].in_flight == 1
+    assert broker.stats(queue_name).consumers[0].in_flight == 1
     # And acking it as PROTOCOL.md says (XACK, then XDEL) leaves nothing behind
-    redis_client.execute_command("XACK", direct("php"), "php", entry_id)
-    redis_client.execute_command("XDEL", direct("php"), entry_id)
-    php = broker.stats(Q).consumers[0]
+    redis_client.execute_command("XACK", raw.direct("php"), "php", entry_id)
+    redis_client.execute_command("XDEL", raw.direct("php"), entry_id)
+    php = broker.stats(queue_name).consumers[0]
     assert (php.in_flight, php.direct) == (0, 0)
 
 
@@ -189,77 +211,81 @@ def test_c9_raw_consumer_reads_and_acks_its_direct_input(
 
 
 def test_c11_undecodable_entries_become_dead_letters_and_valid_ones_still_flow(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given garbage written straight into the log between valid messages
-    broker.ensure_consumer(Q, "billing")
-    before = broker.publish(Q, {"ok": 1})
+    broker.ensure_consumer(queue_name, "billing")
+    before = broker.publish(queue_name, {"ok": 1})
     garbage = {
-        redis_client.execute_command("XADD", LOG, "*", "body", "hello").decode(): "payload",
-        redis_client.execute_command("XADD", LOG, "*", "payload", "{not json").decode(): "JSON",
+        redis_client.execute_command("XADD", raw.log, "*", "body", "hello").decode(): "payload",
+        redis_client.execute_command("XADD", raw.log, "*", "payload", "{not json").decode(): "JSON",
         redis_client.execute_command(
-            "XADD", LOG, "*", "payload", "1", "headers", "[1,2]"
+            "XADD", raw.log, "*", "payload", "1", "headers", "[1,2]"
         ).decode(): "headers",
-        redis_client.execute_command("XADD", LOG, "*", "payload", "1", "v", "99").decode(): "99",
         redis_client.execute_command(
-            "XADD", LOG, "*", "payload", b"\xff\xfe", "attempts", "x"
+            "XADD", raw.log, "*", "payload", "1", "v", "99"
+        ).decode(): "99",
+        redis_client.execute_command(
+            "XADD", raw.log, "*", "payload", b"\xff\xfe", "attempts", "x"
         ).decode(): "JSON",
     }
-    after = broker.publish(Q, {"ok": 2})
+    after = broker.publish(queue_name, {"ok": 2})
 
     # When the consumer fetches
-    sub = broker.subscribe(Q, "billing", "i1")
+    sub = broker.subscribe(queue_name, "billing", "i1")
     got = drain(sub, expected=2)
 
     # Then the valid messages arrive; each garbage entry is a dead letter saying why
     assert ids(got) == [before, after]
     assert fetch_nothing(sub, wait_ms=50) == []
-    dead = broker.dead_letters(Q, "billing")
+    dead = broker.dead_letters(queue_name, "billing")
     assert {d.id: d.reason for d in dead} == dict.fromkeys(garbage, "undecodable")
     for d in dead:
         assert d.error_class == "UndecodableEntry"
         assert garbage[d.id] in d.error_message, (d.id, d.error_message)
         assert d.fields[b"raw"]  # what the entry held is kept
-    stats = broker.stats(Q).consumers[0]
+    stats = broker.stats(queue_name).consumers[0]
     assert (stats.in_flight, stats.dead, stats.lag) == (0, 5, 0)
 
 
 def test_c11_undecodable_delayed_member_becomes_dead_letter(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a delayed member that is not a JSON object, and a valid delayed one
-    broker.ensure_consumer(Q, "billing")
-    redis_client.zadd(DELAYED, {b"not json at all": 1})
-    good = broker.publish(Q, "fine", delay=0.05)
+    broker.ensure_consumer(queue_name, "billing")
+    redis_client.zadd(raw.delayed, {b"not json at all": 1})
+    good = broker.publish(queue_name, "fine", delay=0.05)
     # When consuming
-    got = drain(broker.subscribe(Q, "billing", "i1"), expected=1, timeout_s=3)
+    got = drain(broker.subscribe(queue_name, "billing", "i1"), expected=1, timeout_s=3)
     # Then the valid one arrives and the bad one is a dead letter
     assert ids(got) == [good]
-    [dead] = broker.dead_letters(Q, "billing")
+    [dead] = broker.dead_letters(queue_name, "billing")
     assert dead.reason == "undecodable"
     assert b"not json at all" in dead.fields[b"raw"]
-    assert broker.stats(Q).delayed == 0
+    assert broker.stats(queue_name).delayed == 0
 
 
 def test_c11_oversized_payload_is_refused_with_size_and_limit(
+    queue_name: str,
+    raw: RawKeys,
     redis_client: redis.Redis,
 ) -> None:
     broker = Broker(redis_client, CoreConfig(max_payload_bytes=100))
-    broker.ensure_consumer(Q, "billing")
+    broker.ensure_consumer(queue_name, "billing")
     with pytest.raises(PayloadTooLarge) as info:
-        broker.publish(Q, "x" * 200)
+        broker.publish(queue_name, "x" * 200)
     assert (info.value.size, info.value.limit) == (202, 100)
     assert "202 bytes" in str(info.value) and "100 bytes" in str(info.value)
-    assert "'orders'" in str(info.value)
+    assert f"'{queue_name}'" in str(info.value)
     # a batch with one oversized payload publishes nothing
     with pytest.raises(PayloadTooLarge):
-        broker.publish_many(Q, ["small", "y" * 500, "small"])
+        broker.publish_many(queue_name, ["small", "y" * 500, "small"])
     with pytest.raises(PayloadTooLarge):
-        broker.publish(Q, "z" * 500, delay=10)
-    assert (redis_client.xlen(LOG), redis_client.zcard(DELAYED)) == (0, 0)
+        broker.publish(queue_name, "z" * 500, delay=10)
+    assert (redis_client.xlen(raw.log), redis_client.zcard(raw.delayed)) == (0, 0)
     # exactly at the limit is fine
-    broker.publish(Q, "x" * 98)
-    assert redis_client.xlen(LOG) == 1
+    broker.publish(queue_name, "x" * 98)
+    assert redis_client.xlen(raw.log) == 1
 
 
 class Opaque:
@@ -276,53 +302,59 @@ class Opaque:
     ],
 )
 def test_c11_unserialisable_payload_is_refused_naming_the_type(
-    broker: Broker, redis_client: redis.Redis, payload: Any, headers: Any, type_name: str
+    queue_name: str,
+    raw: RawKeys,
+    broker: Broker,
+    redis_client: redis.Redis,
+    payload: Any,
+    headers: Any,
+    type_name: str,
 ) -> None:
     with pytest.raises(PayloadNotSerializable, match=type_name):
-        broker.publish(Q, payload, headers=headers)
+        broker.publish(queue_name, payload, headers=headers)
     with pytest.raises(PayloadNotSerializable, match=type_name):
-        broker.publish_many(Q, ["ok", payload], headers=headers)
-    assert redis_client.xlen(LOG) == 0
+        broker.publish_many(queue_name, ["ok", payload], headers=headers)
+    assert redis_client.xlen(raw.log) == 0
 
 
-def test_c11_nan_is_refused(broker: Broker) -> None:
+def test_c11_nan_is_refused(queue_name: str, broker: Broker) -> None:
     with pytest.raises(PayloadNotSerializable, match="JSON"):
-        broker.publish(Q, {"x": float("nan")})
+        broker.publish(queue_name, {"x": float("nan")})
 
 
 @pytest.mark.parametrize("name", ["", "a b", "a{b}", "a:b", "x" * 101, "ü", None])
-def test_c11_invalid_names_are_refused(broker: Broker, name: Any) -> None:
+def test_c11_invalid_names_are_refused(queue_name: str, broker: Broker, name: Any) -> None:
     with pytest.raises(InvalidName, match="Invalid queue name"):
         broker.publish(name, 1)
     with pytest.raises(InvalidName, match="Invalid consumer name"):
-        broker.ensure_consumer(Q, name)
+        broker.ensure_consumer(queue_name, name)
     with pytest.raises(InvalidName):
         broker.subscribe(name, "billing")
     with pytest.raises(InvalidName):
         broker.stats(name)
 
 
-def test_c11_fetch_for_an_unregistered_consumer_says_so(broker: Broker) -> None:
+def test_c11_fetch_for_an_unregistered_consumer_says_so(queue_name: str, broker: Broker) -> None:
     # on a queue that does not exist at all
-    with pytest.raises(ConsumerNotFound, match=r"'ghost'.*'orders'"):
-        broker.subscribe(Q, "ghost", "i1").fetch(block_ms=0)
+    with pytest.raises(ConsumerNotFound, match=rf"'ghost'.*'{re.escape(queue_name)}'"):
+        broker.subscribe(queue_name, "ghost", "i1").fetch(block_ms=0)
     # on a queue that has other consumers
-    broker.ensure_consumer(Q, "billing")
-    broker.publish(Q, 1)
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, 1)
     with pytest.raises(ConsumerNotFound, match="ensure_consumer"):
-        broker.subscribe(Q, "ghost", "i1").fetch(block_ms=10)
-    assert broker.consumers(Q) == ["billing"]
+        broker.subscribe(queue_name, "ghost", "i1").fetch(block_ms=10)
+    assert broker.consumers(queue_name) == ["billing"]
 
 
 def test_c11_fetch_repairs_a_missing_direct_group(
-    broker: Broker, redis_client: redis.Redis
+    queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a consumer registered on the log only (e.g. by a plain XGROUP CREATE)
-    redis_client.execute_command("XGROUP", "CREATE", LOG, "billing", "$", "MKSTREAM")
-    mid = broker.publish(Q, 1)
+    redis_client.execute_command("XGROUP", "CREATE", raw.log, "billing", "$", "MKSTREAM")
+    mid = broker.publish(queue_name, 1)
     # When fetching: it works, and the direct group now exists
-    assert ids(drain(broker.subscribe(Q, "billing", "i1"), expected=1)) == [mid]
-    assert [g["name"] for g in redis_client.xinfo_groups(direct("billing"))] == [b"billing"]
+    assert ids(drain(broker.subscribe(queue_name, "billing", "i1"), expected=1)) == [mid]
+    assert [g["name"] for g in redis_client.xinfo_groups(raw.direct("billing"))] == [b"billing"]
 
 
 def _closed_port() -> int:
@@ -332,7 +364,7 @@ def _closed_port() -> int:
     return port
 
 
-def test_c11_unreachable_redis_is_reported_with_its_address() -> None:
+def test_c11_unreachable_redis_is_reported_with_its_address(queue_name: str) -> None:
     port = _closed_port()
     # No client-side retries: redis-py 8 retries 3 times with backoff (~4 s per call).
     client = redis.Redis(
@@ -341,10 +373,10 @@ def test_c11_unreachable_redis_is_reported_with_its_address() -> None:
     broker = Broker(client)
     address = f"127.0.0.1:{port}"
     calls = [
-        lambda: broker.publish(Q, 1),
-        lambda: broker.ensure_consumer(Q, "billing"),
-        lambda: broker.stats(Q),
-        lambda: broker.subscribe(Q, "billing", "i1").fetch(block_ms=0),
+        lambda: broker.publish(queue_name, 1),
+        lambda: broker.ensure_consumer(queue_name, "billing"),
+        lambda: broker.stats(queue_name),
+        lambda: broker.subscribe(queue_name, "billing", "i1").fetch(block_ms=0),
     ]
     for call in calls:
         with pytest.raises(RedisUnavailable) as info:

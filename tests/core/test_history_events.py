@@ -14,15 +14,13 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig, Failure
 
-Q = "history"
-
 
 @pytest.fixture
 def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig(poll_interval_ms=20, history=True))
 
 
-def events(broker: Broker, queue: str = Q) -> list[dict[str, Any]]:
+def events(broker: Broker, queue: str) -> list[dict[str, Any]]:
     """The events stream as dicts, ``m`` decoded, in order."""
     out = []
     for entry_id, fields in broker.client.xrange(broker.keys(queue).events):
@@ -33,17 +31,18 @@ def events(broker: Broker, queue: str = Q) -> list[dict[str, Any]]:
     return out
 
 
-def summary(broker: Broker) -> list[tuple[str, str, list[Any]]]:
-    return [(e["e"], e["g"], e["m"]) for e in events(broker)]
+def summary(broker: Broker, queue: str) -> list[tuple[str, str, list[Any]]]:
+    return [(e["e"], e["g"], e["m"]) for e in events(broker, queue)]
 
 
 def test_handled_after_two_failures_records_exactly_these_events_in_order(
+    queue_name: str,
     broker: Broker,
 ) -> None:
     # Given a consumer and one message
-    broker.ensure_consumer(Q, "billing")
-    mid = broker.publish(Q, {"order": 1})
-    sub = broker.subscribe(Q, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
+    broker.ensure_consumer(queue_name, "billing")
+    mid = broker.publish(queue_name, {"order": 1})
+    sub = broker.subscribe(queue_name, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
     # When its handler fails twice, then succeeds in 7 ms
     for _ in range(2):
         (m,) = sub.fetch(count=1, block_ms=500)
@@ -53,7 +52,7 @@ def test_handled_after_two_failures_records_exactly_these_events_in_order(
     m.duration_ms = 7
     assert sub.ack([m]) == 1
     # Then the events are two retries and one handled, in order, with attempts
-    recorded = events(broker)
+    recorded = events(broker, queue_name)
     assert [(e["e"], e["g"], e["c"], e["m"]) for e in recorded] == [
         ("retried", "billing", "w1", [[mid, 1, 3]]),
         ("retried", "billing", "w1", [[mid, 2, 3]]),
@@ -65,31 +64,34 @@ def test_handled_after_two_failures_records_exactly_these_events_in_order(
 
 
 def test_a_batch_ack_is_one_event_and_skips_what_another_instance_settled(
+    queue_name: str,
     broker: Broker,
 ) -> None:
-    broker.ensure_consumer(Q, "billing")
-    ids = broker.publish_many(Q, [{"n": n} for n in range(5)])
-    sub = broker.subscribe(Q, "billing", "w1")
+    broker.ensure_consumer(queue_name, "billing")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
+    sub = broker.subscribe(queue_name, "billing", "w1")
     batch = sub.fetch(count=10, block_ms=500)
     assert [m.id for m in batch] == ids
     # Given the first message was settled meanwhile (e.g. by an instance that took it over)
-    broker.client.xack(broker.keys(Q).log, "billing", batch[0].entry_id)
+    broker.client.xack(broker.keys(queue_name).log, "billing", batch[0].entry_id)
     # When the batch is acked
     assert sub.ack(batch) == 4
     # Then one `handled` event lists exactly the four this call acknowledged
-    assert summary(broker) == [("handled", "billing", [[i, 1, None] for i in ids[1:]])]
+    assert summary(broker, queue_name) == [("handled", "billing", [[i, 1, None] for i in ids[1:]])]
 
 
-def test_dead_rejected_released_and_undecodable_are_recorded(broker: Broker) -> None:
-    broker.ensure_consumer(Q, "billing")
-    a, b = broker.publish_many(Q, [{"n": 1}, {"n": 2}])
-    broker.client.xadd(broker.keys(Q).log, {"garbage": "no payload"})
-    sub = broker.subscribe(Q, "billing", "w1")
+def test_dead_rejected_released_and_undecodable_are_recorded(
+    queue_name: str, broker: Broker
+) -> None:
+    broker.ensure_consumer(queue_name, "billing")
+    a, b = broker.publish_many(queue_name, [{"n": 1}, {"n": 2}])
+    broker.client.xadd(broker.keys(queue_name).log, {"garbage": "no payload"})
+    sub = broker.subscribe(queue_name, "billing", "w1")
     fetched = sub.fetch(count=10, block_ms=500)  # the garbage entry dies on the way
     assert [m.id for m in fetched] == [a, b]
     assert sub.reject(fetched[0], ValueError("bad order")) == "dead"
     assert sub.release([fetched[1]]) == 1
-    recorded = events(broker)
+    recorded = events(broker, queue_name)
     assert [e["e"] for e in recorded] == ["dead", "dead", "released"]
     undecodable, rejected, released = recorded
     assert undecodable["reason"] == "undecodable" and undecodable["m"][0][1] == 1
@@ -98,22 +100,24 @@ def test_dead_rejected_released_and_undecodable_are_recorded(broker: Broker) -> 
     assert released["m"] == [[b, 0, None]]  # handed back unstarted: no attempt counted
 
 
-def test_reclaim_redrive_and_reset_are_recorded(broker: Broker) -> None:
-    broker.ensure_consumer(Q, "billing")
-    mid = broker.publish(Q, {"n": 1})
-    crashed = broker.subscribe(Q, "billing", "crashed", visibility_timeout_ms=0)
+def test_reclaim_redrive_and_reset_are_recorded(queue_name: str, broker: Broker) -> None:
+    broker.ensure_consumer(queue_name, "billing")
+    mid = broker.publish(queue_name, {"n": 1})
+    crashed = broker.subscribe(queue_name, "billing", "crashed", visibility_timeout_ms=0)
     assert [m.id for m in crashed.fetch(count=1, block_ms=500)] == [mid]
     # When another instance takes the message over, fails it for good, and staff re-drive
     # it, then the consumer is reset to replay from the start
-    rescuer = broker.subscribe(Q, "billing", "rescuer", max_retries=1, visibility_timeout_ms=0)
+    rescuer = broker.subscribe(
+        queue_name, "billing", "rescuer", max_retries=1, visibility_timeout_ms=0
+    )
     (taken,) = rescuer.reclaim()
     assert taken.id == mid and taken.attempts == 2
     assert rescuer.fail(taken, RuntimeError("still broken")) == "dead"
-    (dead,) = broker.dead_letters(Q, "billing")
-    assert broker.redrive(Q, "billing", dead.entry_id)
-    broker.reset(Q, "billing", "earliest")
+    (dead,) = broker.dead_letters(queue_name, "billing")
+    assert broker.redrive(queue_name, "billing", dead.entry_id)
+    broker.reset(queue_name, "billing", "earliest")
     # Then each step has its event
-    recorded = events(broker)
+    recorded = events(broker, queue_name)
     assert [(e["e"], e["c"], e["m"]) for e in recorded] == [
         ("reclaimed", "rescuer", [[mid, 2, None]]),
         ("dead", "rescuer", [[mid, 2, None]]),
@@ -124,40 +128,41 @@ def test_reclaim_redrive_and_reset_are_recorded(broker: Broker) -> None:
     assert recorded[3]["start"] == "0-0"
 
 
-def test_history_off_writes_no_events(redis_client: redis.Redis) -> None:
+def test_history_off_writes_no_events(queue_name: str, redis_client: redis.Redis) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(Q, "billing")
-    broker.publish(Q, {"n": 1})
-    sub = broker.subscribe(Q, "billing", "w1")
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, {"n": 1})
+    sub = broker.subscribe(queue_name, "billing", "w1")
     sub.ack(sub.fetch(count=1, block_ms=500))
-    assert redis_client.exists(broker.keys(Q).events) == 0
+    assert redis_client.exists(broker.keys(queue_name).events) == 0
 
 
 def test_retention_waits_for_the_archive_then_trims_behind_it(
+    queue_name: str,
     redis_client: redis.Redis,
 ) -> None:
     # Given history on, no replay window, and a consumer that handled every message
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(Q, "billing")
-    ids = broker.publish_many(Q, [{"n": n} for n in range(10)])
-    sub = broker.subscribe(Q, "billing", "w1")
+    broker.ensure_consumer(queue_name, "billing")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
+    sub = broker.subscribe(queue_name, "billing", "w1")
     sub.ack(sub.fetch(count=20, block_ms=500))
-    assert len(events(broker)) == 1
+    assert len(events(broker, queue_name)) == 1
     # When retention runs before the archive stored anything: nothing goes
-    assert broker.trim(Q) == (0, 0)
-    assert redis_client.xlen(broker.keys(Q).log) == 10
+    assert broker.trim(queue_name) == (0, 0)
+    assert redis_client.xlen(broker.keys(queue_name).log) == 10
     # When the archive commits the first 6 messages and the events
-    broker.commit_archive(Q, "messages", ids[5])
-    broker.commit_archive(Q, "events", events(broker)[0]["id"])
-    removed, dropped = broker.trim(Q)
+    broker.commit_archive(queue_name, "messages", ids[5])
+    broker.commit_archive(queue_name, "events", events(broker, queue_name)[0]["id"])
+    removed, dropped = broker.trim(queue_name)
     # Then exactly those are trimmed, and the archived events go too
     assert (removed, dropped) == (6, 0)
-    assert [i.decode() for i, _ in redis_client.xrange(broker.keys(Q).log)] == ids[6:]
-    assert redis_client.xlen(broker.keys(Q).events) == 0
+    assert [i.decode() for i, _ in redis_client.xrange(broker.keys(queue_name).log)] == ids[6:]
+    assert redis_client.xlen(broker.keys(queue_name).events) == 0
     # And once it commits the rest, the log empties
-    broker.commit_archive(Q, "messages", ids[-1])
-    assert broker.trim(Q) == (4, 0)
-    assert events(broker) == []
+    broker.commit_archive(queue_name, "messages", ids[-1])
+    assert broker.trim(queue_name) == (4, 0)
+    assert events(broker, queue_name) == []
 
 
 @pytest.mark.parametrize(

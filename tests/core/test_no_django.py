@@ -23,9 +23,10 @@ import redisq_django.core as core
 
 assert "django" not in sys.modules, sorted(m for m in sys.modules if m.startswith("django"))
 broker = core.Broker(redis.Redis.from_url(sys.argv[1]))
-broker.ensure_consumer("plain", "worker", start="latest")
-message_id = broker.publish("plain", {"n": 1}, headers={"from": "script"})
-with broker.subscribe("plain", "worker", consumer="w1") as sub:
+queue = sys.argv[2]
+broker.ensure_consumer(queue, "worker", start="latest")
+message_id = broker.publish(queue, {"n": 1}, headers={"from": "script"})
+with broker.subscribe(queue, "worker", consumer="w1") as sub:
     messages = sub.fetch(count=10, block_ms=1000)
     acked = sub.ack(messages)
 print(json.dumps({
@@ -37,13 +38,13 @@ print(json.dumps({
 """
 
 
-def test_core_publishes_and_consumes_without_django(redis_url: str) -> None:
+def test_core_publishes_and_consumes_without_django(redis_url: str, queue_name: str) -> None:
     # Given a Python process with no Django settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     # When it imports the core, publishes one message and consumes it
     result = subprocess.run(
-        [sys.executable, "-c", PROGRAM, redis_url],
+        [sys.executable, "-c", PROGRAM, redis_url, queue_name],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -19,7 +19,7 @@ from redisq_django.core.broker import Broker
 from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
 from tests.core.guarantee_helpers import age_pending
 
-Q, G = "orders", "billing"
+G = "billing"
 MAX_SEQ = 2**64 - 1
 
 
@@ -29,8 +29,8 @@ def broker(redis_client: redis.Redis) -> Broker:
 
 
 @pytest.fixture
-def qk() -> QueueKeys:
-    return queue_keys("redisq", Q)
+def qk(queue_name: str) -> QueueKeys:
+    return queue_keys("redisq", queue_name)
 
 
 @pytest.fixture
@@ -975,40 +975,42 @@ def test_trim_with_ids_at_max_sequence(
 # ---------------------------------------------------------------------------
 
 
-def test_archive_commit_moves_forward_only(redis_client: redis.Redis) -> None:
+def test_archive_commit_moves_forward_only(redis_client: redis.Redis, queue_name: str) -> None:
     broker = Broker(redis_client)
     # Given no position yet
-    assert broker.archive_positions("arch") == {}
+    assert broker.archive_positions(queue_name) == {}
     # When the archive commits ids, late and repeated ones included
-    assert broker.commit_archive("arch", "messages", "1700000000005-0") == "1700000000005-0"
-    assert broker.commit_archive("arch", "messages", "1700000000004-9") == "1700000000005-0"
-    assert broker.commit_archive("arch", "messages", "1700000000005-1") == "1700000000005-1"
-    assert broker.commit_archive("arch", "events", "12-3") == "12-3"
+    assert broker.commit_archive(queue_name, "messages", "1700000000005-0") == "1700000000005-0"
+    assert broker.commit_archive(queue_name, "messages", "1700000000004-9") == "1700000000005-0"
+    assert broker.commit_archive(queue_name, "messages", "1700000000005-1") == "1700000000005-1"
+    assert broker.commit_archive(queue_name, "events", "12-3") == "12-3"
     # Then each stream's position is the largest id committed
-    assert broker.archive_positions("arch") == {
+    assert broker.archive_positions(queue_name) == {
         "messages": "1700000000005-1",
         "events": "12-3",
     }
     # And garbage is refused, leaving the position alone
     with pytest.raises(redis.ResponseError, match="invalid entry id"):
-        broker.commit_archive("arch", "messages", "not-an-id")
+        broker.commit_archive(queue_name, "messages", "not-an-id")
     with pytest.raises(ValueError):
-        broker.commit_archive("arch", "payloads", "1-0")
-    assert broker.archive_positions("arch")["messages"] == "1700000000005-1"
+        broker.commit_archive(queue_name, "payloads", "1-0")
+    assert broker.archive_positions(queue_name)["messages"] == "1700000000005-1"
 
 
-def test_send_to_consumer_reaches_that_consumer_only(redis_client: redis.Redis) -> None:
+def test_send_to_consumer_reaches_that_consumer_only(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
     broker = Broker(redis_client)
-    broker.ensure_consumer("target", "billing")
-    broker.ensure_consumer("target", "email")
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
     # When two envelopes are sent to billing only
-    envelopes = [broker.prepare("target", {"n": n}, id=f"orig-{n}") for n in range(2)]
+    envelopes = [broker.prepare(queue_name, {"n": n}, id=f"orig-{n}") for n in range(2)]
     entries = broker.send_to_consumer("billing", envelopes)
     assert len(entries) == 2
     # Then billing receives both with their ids, and email nothing
-    with broker.subscribe("target", "billing") as billing:
+    with broker.subscribe(queue_name, "billing") as billing:
         got = billing.fetch(count=10, block_ms=200)
         assert [(m.id, m.payload) for m in got] == [("orig-0", {"n": 0}), ("orig-1", {"n": 1})]
         billing.ack(got)
-    with broker.subscribe("target", "email") as email:
+    with broker.subscribe(queue_name, "email") as email:
         assert email.fetch(count=10, block_ms=100) == []

@@ -120,14 +120,18 @@ def test_time_one_ms_after_the_epoch() -> None:
     ],
 )
 def test_start_points_are_inclusive_in_redis(
-    redis_client: redis.Redis, start: str | dt.datetime, expected_ids: list[bytes]
+    redis_client: redis.Redis,
+    queue_name: str,
+    start: str | dt.datetime,
+    expected_ids: list[bytes],
 ) -> None:
     # Given a log holding 5-0, 5-1 and 6-0
+    log = queue_keys("redisq", queue_name).log
     for entry_id in ("5-0", "5-1", "6-0"):
-        redis_client.xadd("s", {"payload": "1"}, id=entry_id)
+        redis_client.xadd(log, {"payload": "1"}, id=entry_id)
     # When a group starts at the point
-    redis_client.xgroup_create("s", "g", id=StartPoint.parse(start).to_last_delivered_id())
-    reply = redis_client.xreadgroup("g", "c", {"s": ">"}, count=10)
+    redis_client.xgroup_create(log, "g", id=StartPoint.parse(start).to_last_delivered_id())
+    reply = redis_client.xreadgroup("g", "c", {log: ">"}, count=10)
     # Then it receives every entry at or after the point, in order
     assert [entry_id for entry_id, _ in reply[0][1]] == expected_ids
 

@@ -131,7 +131,7 @@ test-redis62: $(VENV)
 	export REDISQ_TEST_REDIS_CLI="$$(dirname "$$server")/redis-cli"; \
 	$(VPY) -m pytest $(or $(PYTEST_ARGS),tests/core)
 
-demo: $(VENV) redis
+demo: $(VENV) redis java
 	@$(redis_env); \
 	bash example_project/demo.sh
 

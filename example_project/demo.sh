@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the orders example end to end. Starts a private redis-server for the
 # demo (free loopback port, data in example_project/.demo/), creates a staff user and
-# orders, runs the consumers until the queue is drained, prints what happened, and
-# leaves Redis running so you can look at the dead letters in the admin.
+# orders, runs the consumers until the queue is drained, prints what happened, archives
+# the history to Parquet with Spark and reads it back, and leaves Redis running so you
+# can look at the dead letters in the admin.
 set -euo pipefail
 cd "$(dirname "$0")/.."  # the repository root
 PY="$PWD/.venv/bin/python"
@@ -28,9 +29,11 @@ done
 
 export REDISQ_URL="redis://127.0.0.1:$port/0"
 export EXAMPLE_DB="$demo/db.sqlite3"
+export EXAMPLE_ARCHIVE="$demo/archive"
 cat > "$demo/env" <<ENV
 export REDISQ_URL=$REDISQ_URL
 export EXAMPLE_DB=$EXAMPLE_DB
+export EXAMPLE_ARCHIVE=$EXAMPLE_ARCHIVE
 ENV
 cd example_project
 echo "== Redis for the demo on 127.0.0.1:$port; database $EXAMPLE_DB"
@@ -47,6 +50,12 @@ echo "== running the consumers of 'orders' until drained (runconsumer orders --b
 "$PY" manage.py runconsumer orders --burst --stats-interval 0
 echo "== what happened"
 "$PY" manage.py shop_demo report
+# History is on in this project: every settle above was recorded as a lifecycle event.
+export PYSPARK_PYTHON="$PY" SPARK_LOCAL_IP=127.0.0.1
+echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline archive --once)"
+"$PY" manage.py redisq_pipeline archive --once --master 'local[2]'
+echo "== read back from the archive ($EXAMPLE_ARCHIVE) with Spark"
+"$PY" manage.py shop_demo history
 cat <<TXT
 
 == see and retry the dead letters in the admin

@@ -71,4 +71,8 @@ REDISQ = {
     "CONNECTION": "default",  # reuse the django-redis client of CACHES["default"]
     "MAX_RETRIES": 3,
     "BACKOFF": 0.2,
+    # Record what each consumer does, and archive it to Parquet with
+    # `manage.py redisq_pipeline archive` (the pipeline extra; Spark needs Java 17+).
+    "HISTORY": True,
+    "ARCHIVE_ROOT": os.environ.get("EXAMPLE_ARCHIVE", str(BASE_DIR / "archive")),
 }

@@ -18,10 +18,13 @@ TOTALS = ["19.90", "250.00", "1499.00", "42.00", "2300.00", "75.50"]
 
 
 class Command(BaseCommand):
-    help = "Create the demo's staff user and orders (setup) or print what happened (report)."
+    help = (
+        "Create the demo's staff user and orders (setup), print what happened (report), "
+        "or read it back from the Parquet archive with Spark (history)."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("step", choices=["setup", "report"])
+        parser.add_argument("step", choices=["setup", "report", "history"])
 
     def handle(self, *args: Any, step: str, **options: Any) -> None:
         getattr(self, step)()
@@ -62,3 +65,30 @@ class Command(BaseCommand):
                 f"  #{d.pk} {d.queue}/{d.consumer} message {d.message_id} after "
                 f"{d.attempts} attempts: {d.error_class}: {d.error_message}"
             )
+
+    def history(self) -> None:
+        """What each consumer did, aggregated by Spark from the archive (the events)."""
+        from pyspark.sql import functions as F
+
+        from redisq_django.conf import get_settings
+        from redisq_django.pipeline.session import build_session
+
+        root = get_settings()["ARCHIVE_ROOT"]
+        spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+        try:
+            messages = spark.read.parquet(f"{root}/messages")
+            events = spark.read.parquet(f"{root}/events")
+            self.stdout.write(f"messages archived: {messages.count()}")
+            rows = (
+                events.groupBy("consumer", "event")
+                .agg(F.count("*").alias("n"), F.max("attempt").alias("max_attempt"))
+                .orderBy("consumer", "event")
+                .collect()  # a handful of summary rows
+            )
+            for row in rows:
+                self.stdout.write(
+                    f"  {row['consumer']:<12} {row['event']:<8} {row['n']:>3} "
+                    f"(highest attempt {row['max_attempt']})"
+                )
+        finally:
+            spark.stop()

@@ -73,18 +73,26 @@ def redis_server(
 
 
 @pytest.fixture
-def _flushed_redis_server(redis_server: RedisServer) -> RedisServer:
+def _session_redis(redis_server: RedisServer) -> RedisServer:
     if not redis_server.running:  # a test may have broken it; bring it back
         redis_server.restart()
-    with redis_server.client() as conn:
-        conn.flushall()
     return redis_server
 
 
 @pytest.fixture
-def redis_client(_flushed_redis_server: RedisServer) -> Iterator[redis.Redis]:
+def empty_redis(_session_redis: RedisServer) -> RedisServer:
+    """The session server after FLUSHALL, for the few tests that need an *empty* server
+    (they list every queue, or test these fixtures); each use says why in a comment.
+    Request it before anything writes, e.g. ``@pytest.mark.usefixtures("empty_redis")``."""
+    with _session_redis.client() as conn:
+        conn.flushall()
+    return _session_redis
+
+
+@pytest.fixture
+def redis_client(empty_redis: RedisServer) -> Iterator[redis.Redis]:
     """A bytes client on the (flushed) session server."""
-    client = _flushed_redis_server.client(decode_responses=False)
+    client = empty_redis.client(decode_responses=False)
     try:
         yield client
     finally:
@@ -92,9 +100,9 @@ def redis_client(_flushed_redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def redis_url(_flushed_redis_server: RedisServer) -> str:
+def redis_url(empty_redis: RedisServer) -> str:
     """URL of the (flushed) session server."""
-    return _flushed_redis_server.url
+    return empty_redis.url
 
 
 _QUEUE_SLUG = re.compile(r"[^A-Za-z0-9]+")

@@ -20,17 +20,17 @@ from redisq_django.models import Consumer, DeadLetter, Queue
 pytestmark = pytest.mark.django_db
 
 
-def make_dead(broker: Any, payload: Any, consumer: str = "billing") -> DeadLetter:
+def make_dead(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> DeadLetter:
     """A real dead letter: published, fetched, rejected, sunk into the database."""
     from redisq_django.deadletters import sink
 
-    broker.ensure_consumer("shop", consumer)  # latest: only what is published next
-    broker.publish("shop", payload)
-    with broker.subscribe("shop", consumer) as sub:
+    broker.ensure_consumer(queue, consumer)  # latest: only what is published next
+    broker.publish(queue, payload)
+    with broker.subscribe(queue, consumer) as sub:
         (message,) = sub.fetch(count=1, block_ms=500)
         sub.reject(message, ValueError("card declined <b>"))
-    sink("shop", consumer)
-    return DeadLetter.objects.get(queue="shop", consumer=consumer, message_id=message.id)
+    sink(queue, consumer)
+    return DeadLetter.objects.get(queue=queue, consumer=consumer, message_id=message.id)
 
 
 def staff(username: str, *perms: str) -> User:
@@ -53,11 +53,11 @@ def broker(redisq_settings: Any) -> Any:
     return get_broker()
 
 
-def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
+def test_retry_button_redrives_to_that_consumer_only(queue_name: str, broker: Any) -> None:
     # Given a dead letter of billing, and another consumer of the same queue
-    broker.ensure_consumer("shop", "email", start="earliest")
-    row = make_dead(broker, {"order": 1})
-    with broker.subscribe("shop", "email") as email:
+    broker.ensure_consumer(queue_name, "email", start="earliest")
+    row = make_dead(broker, queue_name, {"order": 1})
+    with broker.subscribe(queue_name, "email") as email:
         email.ack(email.fetch(count=10, block_ms=100))
     client = Client(enforce_csrf_checks=True)
     client.force_login(staff("ops", "view_deadletter", "retry_deadletter"))
@@ -76,18 +76,20 @@ def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
     row.refresh_from_db()
     assert row.status == DeadLetter.Status.RETRIED and row.retry_count == 1
     assert row.retried_by.username == "ops" and row.retried_at is not None
-    with broker.subscribe("shop", "billing") as billing:
+    with broker.subscribe(queue_name, "billing") as billing:
         again = billing.fetch(count=10, block_ms=300)
     assert [m.id for m in again] == [row.message_id] and again[0].attempts == 1
-    with broker.subscribe("shop", "email") as email:
+    with broker.subscribe(queue_name, "email") as email:
         assert email.fetch(count=10, block_ms=100) == []
     follow = client.get(response["Location"])
-    assert f"Message {row.message_id} sent again to shop/billing.".encode() in follow.content
+    assert (
+        f"Message {row.message_id} sent again to {queue_name}/billing.".encode() in follow.content
+    )
     # ... and the admin history says who retried it, and where it went
     (entry,) = LogEntry.objects.all()
     assert (entry.user.username, entry.action_flag) == ("ops", CHANGE)
     assert entry.get_edited_object() == row
-    assert entry.change_message == "Retried: sent again to shop/billing"
+    assert entry.change_message == f"Retried: sent again to {queue_name}/billing"
 
     # Pressing it again (the row is no longer dead) changes and records nothing
     again_page = client.post(
@@ -99,8 +101,8 @@ def test_retry_button_redrives_to_that_consumer_only(broker: Any) -> None:
     assert LogEntry.objects.count() == 1
 
 
-def test_retry_returns_to_the_filtered_list_it_came_from(broker: Any) -> None:
-    row = make_dead(broker, {"order": 9})
+def test_retry_returns_to_the_filtered_list_it_came_from(queue_name: str, broker: Any) -> None:
+    row = make_dead(broker, queue_name, {"order": 9})
     client = Client()
     client.force_login(staff("ops", "view_deadletter", "retry_deadletter"))
     url = reverse("admin:redisq_django_deadletter_retry", args=[row.pk])
@@ -114,8 +116,8 @@ def test_retry_returns_to_the_filtered_list_it_came_from(broker: Any) -> None:
     assert elsewhere["Location"] == reverse("admin:redisq_django_deadletter_changelist")
 
 
-def test_retry_needs_post_csrf_and_permission(broker: Any) -> None:
-    row = make_dead(broker, {"order": 2})
+def test_retry_needs_post_csrf_and_permission(queue_name: str, broker: Any) -> None:
+    row = make_dead(broker, queue_name, {"order": 2})
     url = reverse("admin:redisq_django_deadletter_retry", args=[row.pk])
 
     viewer = Client(enforce_csrf_checks=True)
@@ -133,8 +135,8 @@ def test_retry_needs_post_csrf_and_permission(broker: Any) -> None:
     assert row.status == DeadLetter.Status.DEAD and row.retry_count == 0
 
 
-def test_payload_and_traceback_are_escaped(broker: Any) -> None:
-    row = make_dead(broker, {"note": "<script>alert('x')</script>"})
+def test_payload_and_traceback_are_escaped(queue_name: str, broker: Any) -> None:
+    row = make_dead(broker, queue_name, {"note": "<script>alert('x')</script>"})
     client = Client()
     client.force_login(staff("viewer", "view_deadletter"))
     page = client.get(reverse("admin:redisq_django_deadletter_change", args=[row.pk]))
@@ -144,8 +146,8 @@ def test_payload_and_traceback_are_escaped(broker: Any) -> None:
     assert b"card declined &lt;b&gt;" in page.content
 
 
-def test_actions_ask_for_confirmation_then_act(broker: Any) -> None:
-    rows = [make_dead(broker, {"order": n}) for n in (3, 4)]
+def test_actions_ask_for_confirmation_then_act(queue_name: str, broker: Any) -> None:
+    rows = [make_dead(broker, queue_name, {"order": n}) for n in (3, 4)]
     client = Client()
     client.force_login(staff("ops", "view_deadletter", "retry_deadletter"))
     url = reverse("admin:redisq_django_deadletter_changelist")
@@ -161,10 +163,10 @@ def test_actions_ask_for_confirmation_then_act(broker: Any) -> None:
     assert history() == {(row.pk, "ops", "Discarded") for row in rows}
 
 
-def test_retry_action_sends_each_again_and_records_it(broker: Any) -> None:
+def test_retry_action_sends_each_again_and_records_it(queue_name: str, broker: Any) -> None:
     # Given two dead letters of billing and one already discarded
-    rows = [make_dead(broker, {"order": n}) for n in (10, 11)]
-    gone = make_dead(broker, {"order": 12})
+    rows = [make_dead(broker, queue_name, {"order": n}) for n in (10, 11)]
+    gone = make_dead(broker, queue_name, {"order": 12})
     gone.status = DeadLetter.Status.DISCARDED
     gone.save()
     client = Client()
@@ -178,29 +180,29 @@ def test_retry_action_sends_each_again_and_records_it(broker: Any) -> None:
 
     # Then the two dead ones are sent again and recorded; the discarded one is not
     assert b"Sent 2 dead letters again, each to its own consumer." in done.content
-    with broker.subscribe("shop", "billing") as billing:
+    with broker.subscribe(queue_name, "billing") as billing:
         again = billing.fetch(count=10, block_ms=300)
     assert {m.id for m in again} == {r.message_id for r in rows}
-    retried = "Retried: sent again to shop/billing"
+    retried = f"Retried: sent again to {queue_name}/billing"
     assert history() == {(row.pk, "ops", retried) for row in rows}
 
     # ... and a single one reads in the singular
-    one = make_dead(broker, {"order": 13})
+    one = make_dead(broker, queue_name, {"order": 13})
     done = client.post(url, {**data, "_selected_action": [one.pk]}, follow=True)
     assert b"Sent 1 dead letter again, to its own consumer." in done.content
 
 
-def test_actions_are_hidden_without_the_permission(broker: Any) -> None:
-    make_dead(broker, {"order": 5})
+def test_actions_are_hidden_without_the_permission(queue_name: str, broker: Any) -> None:
+    make_dead(broker, queue_name, {"order": 5})
     client = Client()
     client.force_login(staff("viewer", "view_deadletter"))
     page = client.get(reverse("admin:redisq_django_deadletter_changelist"))
     assert b"retry_selected" not in page.content and b"discard_selected" not in page.content
 
 
-def test_filters_and_search(broker: Any) -> None:
-    make_dead(broker, {"order": 6, "sku": "needle-123"})
-    make_dead(broker, {"order": 7}, consumer="email")
+def test_filters_and_search(queue_name: str, broker: Any) -> None:
+    make_dead(broker, queue_name, {"order": 6, "sku": "needle-123"})
+    make_dead(broker, queue_name, {"order": 7}, consumer="email")
     client = Client()
     client.force_login(staff("viewer", "view_deadletter"))
     url = reverse("admin:redisq_django_deadletter_changelist")
@@ -212,10 +214,12 @@ def test_filters_and_search(broker: Any) -> None:
     assert by_error.context["cl"].result_count == 2
 
 
-def test_queue_stats_columns_and_overview(broker: Any) -> None:
-    broker.ensure_consumer("shop", "billing")
-    broker.publish_many("shop", [{"n": n} for n in range(3)])
-    Queue.objects.create(name="shop")
+# The overview lists every queue in Redis: its figures must be this test's only.
+@pytest.mark.usefixtures("empty_redis")
+def test_queue_stats_columns_and_overview(queue_name: str, broker: Any) -> None:
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish_many(queue_name, [{"n": n} for n in range(3)])
+    Queue.objects.create(name=queue_name)
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
     page = client.get(reverse("admin:redisq_django_queue_changelist"))
@@ -229,14 +233,16 @@ def test_queue_stats_columns_and_overview(broker: Any) -> None:
     assert reverse("admin:redisq_django_overview_changelist").encode() in index.content
 
 
-def test_archive_lag_is_shown_when_history_is_on(redisq_settings: Any) -> None:
+# The overview lists every queue in Redis: its figures must be this test's only.
+@pytest.mark.usefixtures("empty_redis")
+def test_archive_lag_is_shown_when_history_is_on(queue_name: str, redisq_settings: Any) -> None:
     # Given history on, 5 messages of which the archive stored 2
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "HISTORY": True}
     broker = get_broker()
-    broker.ensure_consumer("shop", "billing")
-    ids = broker.publish_many("shop", [{"n": n} for n in range(5)])
-    broker.commit_archive("shop", "messages", ids[1])
-    Queue.objects.create(name="shop")
+    broker.ensure_consumer(queue_name, "billing")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
+    broker.commit_archive(queue_name, "messages", ids[1])
+    Queue.objects.create(name=queue_name)
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
     # Then the queue list and the overview show the archive 3 messages behind
@@ -246,16 +252,16 @@ def test_archive_lag_is_shown_when_history_is_on(redisq_settings: Any) -> None:
     assert b"archive lag" in overview.content and b"<td>3</td>" in overview.content
 
 
-def test_archive_lag_column_is_absent_when_history_is_off(broker: Any) -> None:
-    Queue.objects.create(name="shop")
+def test_archive_lag_column_is_absent_when_history_is_off(queue_name: str, broker: Any) -> None:
+    Queue.objects.create(name=queue_name)
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
     page = client.get(reverse("admin:redisq_django_queue_changelist"))
     assert b"field-archive_lag" not in page.content
 
 
-def test_pause_action_on_consumers(broker: Any) -> None:
-    queue = Queue.objects.create(name="shop")
+def test_pause_action_on_consumers(queue_name: str, broker: Any) -> None:
+    queue = Queue.objects.create(name=queue_name)
     consumer = Consumer.objects.create(queue=queue, name="billing", handler="x.y")
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
@@ -270,10 +276,10 @@ def test_pause_action_on_consumers(broker: Any) -> None:
     assert history() == {(consumer.pk, "root", "Paused")}
 
 
-def test_pause_and_resume_queues_are_counted_and_recorded(broker: Any) -> None:
+def test_pause_and_resume_queues_are_counted_and_recorded(queue_name: str, broker: Any) -> None:
     # Given two queues, one of them already paused
-    shop = Queue.objects.create(name="shop")
-    audit = Queue.objects.create(name="audit", paused=True)
+    shop = Queue.objects.create(name=queue_name)
+    audit = Queue.objects.create(name=f"{queue_name}.audit", paused=True)
     client = Client()
     client.force_login(staff("ops", "view_queue", "change_queue"))
     url = reverse("admin:redisq_django_queue_changelist")
@@ -296,10 +302,11 @@ def test_pause_and_resume_queues_are_counted_and_recorded(broker: Any) -> None:
 # -- query counts ----------------------------------------------------------------------
 
 
-def add_queues(total: int) -> None:
-    """Queues q00, q01, ... up to ``total``, each with a consumer and a dead letter."""
+def add_queues(prefix: str, total: int) -> None:
+    """Queues <prefix>.q00, <prefix>.q01, ... up to ``total``, each with a consumer and a
+    dead letter."""
     for i in range(Queue.objects.count(), total):
-        queue = Queue.objects.create(name=f"q{i:02}")
+        queue = Queue.objects.create(name=f"{prefix}.q{i:02}")
         Consumer.objects.create(queue=queue, name="c", handler="x.y")
         DeadLetter.objects.create(
             queue=queue.name, consumer="c", message_id=f"m{i}", payload="{}", reason="failed"
@@ -308,33 +315,42 @@ def add_queues(total: int) -> None:
 
 @pytest.mark.parametrize("model", ["queue", "consumer", "overview", "deadletter"])
 def test_changelist_query_count_does_not_grow_with_rows(
-    broker: Any, django_assert_num_queries: Any, model: str
+    queue_name: str,
+    broker: Any,
+    django_assert_num_queries: Any,
+    model: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    if model == "overview":
+        # The overview lists every queue in Redis too: only this test's rows, please.
+        request.getfixturevalue("empty_redis")
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))
     url = reverse(f"admin:redisq_django_{model}_changelist")
 
     # Given 2 rows, the page costs some queries
-    add_queues(2)
+    add_queues(queue_name, 2)
     with CaptureQueriesContext(connection) as two:
         assert client.get(url).status_code == 200
 
     # When there are 20, it costs the same (live Redis figures are not queries)
-    add_queues(20)
+    add_queues(queue_name, 20)
     with django_assert_num_queries(len(two)):
         page_20 = client.get(url)
     assert page_20.status_code == 200
-    assert page_20.content.count(b"q19") >= 1
+    assert page_20.content.count(f"{queue_name}.q19".encode()) >= 1
 
 
 @pytest.mark.parametrize(("model", "most"), [("queue", 3), ("consumer", 2)])
-def test_dead_column_counts_dead_rows_and_sorts(broker: Any, model: str, most: int) -> None:
+def test_dead_column_counts_dead_rows_and_sorts(
+    queue_name: str, broker: Any, model: str, most: int
+) -> None:
     # Given shop/billing with two dead rows (and one retried), shop/email with one, and
     # audit/archive with none
-    shop = Queue.objects.create(name="shop")
+    shop = Queue.objects.create(name=queue_name)
     Consumer.objects.create(queue=shop, name="billing", handler="x.y")
     Consumer.objects.create(queue=shop, name="email", handler="x.y")
-    audit = Queue.objects.create(name="audit")
+    audit = Queue.objects.create(name=f"{queue_name}.audit")
     Consumer.objects.create(queue=audit, name="archive", handler="x.y")
     for n, (consumer, status) in enumerate(
         [
@@ -345,7 +361,7 @@ def test_dead_column_counts_dead_rows_and_sorts(broker: Any, model: str, most: i
         ]
     ):
         DeadLetter.objects.create(
-            queue="shop",
+            queue=queue_name,
             consumer=consumer,
             message_id=f"m{n}",
             payload="{}",

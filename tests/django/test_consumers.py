@@ -4,6 +4,7 @@ command (in-process; the real-process fault tests are in tests/test_faults.py)."
 from __future__ import annotations
 
 import io
+import re
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -39,13 +40,13 @@ received: list[tuple[str, Any, int]] = []
 
 
 @pytest.fixture
-def declared() -> Iterator[None]:
-    """Declarations of queue "shop" only (other tests' declarations set aside)."""
+def declared(queue_name: str) -> Iterator[None]:
+    """Declarations of queue ``queue_name`` only (other tests' declarations set aside)."""
     saved = dict(registry._declarations)
     registry._declarations.clear()
     received.clear()
 
-    @consumer("shop", name="billing", max_retries=2, backoff=0.01, max_backoff=0.02)
+    @consumer(queue_name, name="billing", max_retries=2, backoff=0.01, max_backoff=0.02)
     def billing(message: Message) -> None:
         if message.payload.get("poison"):
             raise ValueError("cannot bill")
@@ -53,7 +54,7 @@ def declared() -> Iterator[None]:
             raise Reject("no such order")
         received.append(("billing", message.payload, message.attempts))
 
-    @consumer("shop", concurrency=2)
+    @consumer(queue_name, concurrency=2)
     def email(message: Message) -> None:
         received.append(("email", message.payload, message.attempts))
 
@@ -64,8 +65,10 @@ def declared() -> Iterator[None]:
         registry._declarations.update(saved)
 
 
-def test_decorator_declares_with_defaults_and_name_from_function(declared: None) -> None:
-    decls = {d.name: d for d in registry.declarations() if d.queue == "shop"}
+def test_decorator_declares_with_defaults_and_name_from_function(
+    queue_name: str, declared: None
+) -> None:
+    decls = {d.name: d for d in registry.declarations() if d.queue == queue_name}
     assert set(decls) == {"billing", "email"}
     assert decls["email"].concurrency == 2
     assert decls["email"].max_retries is None  # the REDISQ default applies
@@ -83,38 +86,38 @@ def test_decorator_declares_with_defaults_and_name_from_function(declared: None)
         ({"backoff": "1"}, "backoff"),
     ],
 )
-def test_decorator_refuses_bad_values(kwargs: dict[str, Any], needle: str) -> None:
+def test_decorator_refuses_bad_values(queue_name: str, kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigurationError, match=needle):
-        consumer("shop", **kwargs)
+        consumer(queue_name, **kwargs)
 
 
-def test_decorator_refuses_bad_names_and_start_points() -> None:
+def test_decorator_refuses_bad_names_and_start_points(queue_name: str) -> None:
     with pytest.raises(ValueError, match="queue name"):
         consumer("sh op")
     with pytest.raises(ValueError, match="start point"):
-        consumer("shop", start="yesterday")
+        consumer(queue_name, start="yesterday")
 
 
-def test_same_consumer_declared_twice_is_an_error(declared: None) -> None:
+def test_same_consumer_declared_twice_is_an_error(queue_name: str, declared: None) -> None:
     def billing(message: Message) -> None: ...
 
     billing.__module__ = "elsewhere"
     with pytest.raises(ConfigurationError, match="declared twice"):
-        consumer("shop", name="billing")(billing)
+        consumer(queue_name, name="billing")(billing)
 
 
-def test_sync_mirrors_code_and_keeps_admin_overrides(declared: None) -> None:
+def test_sync_mirrors_code_and_keeps_admin_overrides(queue_name: str, declared: None) -> None:
     # Given the declarations synchronised once and staff overriding max retries
     sync_declarations()
-    row = Consumer.objects.get(queue__name="shop", name="billing")
+    row = Consumer.objects.get(queue__name=queue_name, name="billing")
     assert row.declared_max_retries == 2 and row.max_retries is None
     row.max_retries = 7
     row.paused = True
     row.save()
 
     # When code changes the declaration and the rows are synchronised again
-    registry._declarations[("shop", "billing")] = Declaration(
-        **{**registry._declarations[("shop", "billing")].__dict__, "max_retries": 4}
+    registry._declarations[(queue_name, "billing")] = Declaration(
+        **{**registry._declarations[(queue_name, "billing")].__dict__, "max_retries": 4}
     )
     sync_declarations()
 
@@ -129,33 +132,41 @@ def test_sync_mirrors_code_and_keeps_admin_overrides(declared: None) -> None:
     assert row.effective("visibility_timeout", config).source == SOURCE_DEFAULT
 
 
-def test_consumers_no_longer_declared_are_marked_and_not_run(declared: None) -> None:
+def test_consumers_no_longer_declared_are_marked_and_not_run(
+    queue_name: str, declared: None
+) -> None:
     sync_declarations()
-    del registry._declarations[("shop", "email")]
+    del registry._declarations[(queue_name, "email")]
     sync_declarations()
-    assert not Consumer.objects.get(queue__name="shop", name="email").declared
-    assert Consumer.objects.get(queue__name="shop", name="billing").declared
+    assert not Consumer.objects.get(queue__name=queue_name, name="email").declared
+    assert Consumer.objects.get(queue__name=queue_name, name="billing").declared
 
 
-def test_selection_errors_name_what_exists(declared: None) -> None:
-    with pytest.raises(SelectionError, match=r"No consumer is declared for queue 'nope'.*shop"):
+def test_selection_errors_name_what_exists(queue_name: str, declared: None) -> None:
+    with pytest.raises(
+        SelectionError, match=rf"No consumer is declared for queue 'nope'.*{re.escape(queue_name)}"
+    ):
         select(["nope"])
     with pytest.raises(SelectionError, match=r"No consumer named 'x'.*billing, email"):
-        select(["shop"], ["x"])
-    assert [d.name for d in select(["shop"], ["email"])] == ["email"]
+        select([queue_name], ["x"])
+    assert [d.name for d in select([queue_name], ["email"])] == ["email"]
 
 
-def test_worker_runs_declared_consumers_to_completion(declared: None, redisq_settings: Any) -> None:
+# sink_all() sinks every queue in Redis: no other test's dead letters, please.
+@pytest.mark.usefixtures("empty_redis")
+def test_worker_runs_declared_consumers_to_completion(
+    queue_name: str, declared: None, redisq_settings: Any
+) -> None:
     # Given both consumers registered and messages published, one poison, one rejected
     broker = get_broker()
     for name in ("billing", "email"):
-        broker.ensure_consumer("shop", name)
-    ids = broker.publish_many("shop", [{"order": n} for n in range(30)])
-    broker.publish("shop", {"poison": True})
-    broker.publish("shop", {"bad": True})
+        broker.ensure_consumer(queue_name, name)
+    ids = broker.publish_many(queue_name, [{"order": n} for n in range(30)])
+    broker.publish(queue_name, {"poison": True})
+    broker.publish(queue_name, {"bad": True})
 
     # When a burst worker runs them
-    worker = build_worker(["shop"], options=WorkerOptions(burst=True, stats_interval=0))
+    worker = build_worker([queue_name], options=WorkerOptions(burst=True, stats_interval=0))
     assert worker.run() == 0
 
     # Then every order reached both consumers once, and the failures are dead letters
@@ -165,30 +176,34 @@ def test_worker_runs_declared_consumers_to_completion(declared: None, redisq_set
     assert len(email) == 32 and len(ids) == 30
     # (the worker's sink may already have moved them from Redis into the database)
     sink_all()
-    dead = {d.reason: d for d in DeadLetter.objects.filter(queue="shop", consumer="billing")}
+    dead = {d.reason: d for d in DeadLetter.objects.filter(queue=queue_name, consumer="billing")}
     assert set(dead) == {"failed", "rejected"}
     assert dead["failed"].attempts == 3  # max_retries=2 -> 3 deliveries
     assert dead["rejected"].error_message == "no such order"
-    assert broker.dead_letters("shop", "billing") == []
+    assert broker.dead_letters(queue_name, "billing") == []
 
 
-def test_worker_picks_up_a_pause_from_the_database(declared: None, redisq_settings: Any) -> None:
-    worker = build_worker(["shop"], options=WorkerOptions(stats_interval=0))
-    assert not worker.specs[("shop", "billing")].paused
+def test_worker_picks_up_a_pause_from_the_database(
+    queue_name: str, declared: None, redisq_settings: Any
+) -> None:
+    worker = build_worker([queue_name], options=WorkerOptions(stats_interval=0))
+    assert not worker.specs[(queue_name, "billing")].paused
     Consumer.objects.filter(name="billing").update(paused=True)
     worker._refresh()
-    assert worker.specs[("shop", "billing")].paused
-    Queue.objects.filter(name="shop").update(paused=True)
+    assert worker.specs[(queue_name, "billing")].paused
+    Queue.objects.filter(name=queue_name).update(paused=True)
     worker._refresh()
-    assert worker.specs[("shop", "email")].paused
+    assert worker.specs[(queue_name, "email")].paused
 
 
-def test_concurrency_flag_wins(declared: None, redisq_settings: Any) -> None:
-    worker = build_worker(["shop"], concurrency=5)
+def test_concurrency_flag_wins(queue_name: str, declared: None, redisq_settings: Any) -> None:
+    worker = build_worker([queue_name], concurrency=5)
     assert {s.concurrency for s in worker.specs.values()} == {5}
 
 
-def test_broken_consumers_module_is_reported(redisq_settings: Any, tmp_path: Path) -> None:
+def test_broken_consumers_module_is_reported(
+    queue_name: str, redisq_settings: Any, tmp_path: Path
+) -> None:
     settings = redisq_settings
     # Given an installed app whose consumers.py raises on import
     app = tmp_path / "brokenapp"
@@ -205,7 +220,7 @@ def test_broken_consumers_module_is_reported(redisq_settings: Any, tmp_path: Pat
         assert "brokenapp.consumers" in errors[0].msg and "does_not_exist" in errors[0].msg
         # And runconsumer says it in one line
         with pytest.raises(CommandError, match=r"Could not import brokenapp\.consumers"):
-            call_command("runconsumer", "shop", "--burst")
+            call_command("runconsumer", queue_name, "--burst")
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("brokenapp", None)
@@ -213,21 +228,25 @@ def test_broken_consumers_module_is_reported(redisq_settings: Any, tmp_path: Pat
         registry._discovered = False
 
 
-def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any) -> None:
+def test_operator_command(
+    queue_name: str, declared: None, redisq_settings: Any, monkeypatch: Any
+) -> None:
     broker = get_broker()
-    broker.ensure_consumer("shop", "billing")
-    broker.publish("shop", {"poison": True})
-    build_worker(["shop"], ["billing"], options=WorkerOptions(burst=True, stats_interval=0)).run()
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, {"poison": True})
+    build_worker(
+        [queue_name], ["billing"], options=WorkerOptions(burst=True, stats_interval=0)
+    ).run()
 
     out = io.StringIO()
     call_command("redisq", "status", stdout=out)
-    assert "shop" in out.getvalue() and "billing" in out.getvalue()
+    assert queue_name in out.getvalue() and "billing" in out.getvalue()
 
     # dead letters move from Redis into rows when listed
     out = io.StringIO()
-    call_command("redisq", "dead", "list", "--queue", "shop", stdout=out)
-    (row,) = DeadLetter.objects.filter(queue="shop", consumer="billing")
-    assert broker.dead_letters("shop", "billing") == []
+    call_command("redisq", "dead", "list", "--queue", queue_name, stdout=out)
+    (row,) = DeadLetter.objects.filter(queue=queue_name, consumer="billing")
+    assert broker.dead_letters(queue_name, "billing") == []
     assert str(row.pk) in out.getvalue() and "ValueError" in out.getvalue()
 
     out = io.StringIO()
@@ -235,40 +254,49 @@ def test_operator_command(declared: None, redisq_settings: Any, monkeypatch: Any
     assert "Re-drove 1 dead letter" in out.getvalue()
     row.refresh_from_db()
     assert row.status == DeadLetter.Status.RETRIED and row.retry_count == 1 and row.retried_at
-    assert broker.stats("shop").consumers[0].direct == 1
+    assert broker.stats(queue_name).consumers[0].direct == 1
 
-    call_command("redisq", "replay", "shop", "billing", "--from", "earliest", stdout=io.StringIO())
-    assert broker.stats("shop").consumers[0].lag == 1
+    call_command(
+        "redisq", "replay", queue_name, "billing", "--from", "earliest", stdout=io.StringIO()
+    )
+    assert broker.stats(queue_name).consumers[0].lag == 1
 
     monkeypatch.setattr("builtins.input", lambda prompt: "no")
     with pytest.raises(CommandError, match="Not confirmed"):
-        call_command("redisq", "purge", "shop")
-    assert broker.stats("shop").length == 1
-    monkeypatch.setattr("builtins.input", lambda prompt: "shop")
-    call_command("redisq", "purge", "shop", stdout=io.StringIO())
-    assert broker.stats("shop").length == 0
+        call_command("redisq", "purge", queue_name)
+    assert broker.stats(queue_name).length == 1
+    monkeypatch.setattr("builtins.input", lambda prompt: queue_name)
+    call_command("redisq", "purge", queue_name, stdout=io.StringIO())
+    assert broker.stats(queue_name).length == 0
 
     with pytest.raises(CommandError, match="Name the dead letters"):
         call_command("redisq", "dead", "retry")
 
 
-def test_consumer_for_a_queue_not_in_queues_is_reported(declared: None, settings: Any) -> None:
+def test_consumer_for_a_queue_not_in_queues_is_reported(
+    queue_name: str, declared: None, settings: Any
+) -> None:
     settings.REDISQ = {"QUEUES": ["orders"]}
     errors = [e for e in run_checks() if e.id == "redisq_django.E003"]
     assert {e.msg.split("'")[1] for e in errors} == {"billing", "email"}
-    assert all("'shop'" in e.msg and e.hint for e in errors)
-    settings.REDISQ = {"QUEUES": ["orders", "shop"]}
+    assert all(f"'{queue_name}'" in e.msg and e.hint for e in errors)
+    settings.REDISQ = {"QUEUES": ["orders", queue_name]}
     assert [e for e in run_checks() if e.id == "redisq_django.E003"] == []
 
 
-def test_publishing_to_a_queue_not_in_queues_is_refused(settings: Any, redis_url: str) -> None:
+def test_publishing_to_a_queue_not_in_queues_is_refused(
+    queue_name: str, settings: Any, redis_url: str
+) -> None:
     import redisq_django
     from redisq_django.conf import SettingsError
 
-    settings.REDISQ = {"URL": redis_url, "QUEUES": ["orders"]}
-    with pytest.raises(SettingsError, match=r"'ordres' is not in settings\.REDISQ\['QUEUES'\]"):
-        redisq_django.publish("ordres", {})
-    assert redisq_django.publish("orders", {})
+    settings.REDISQ = {"URL": redis_url, "QUEUES": [queue_name]}
+    typo = f"{queue_name}-typo"
+    with pytest.raises(
+        SettingsError, match=rf"'{re.escape(typo)}' is not in settings\.REDISQ\['QUEUES'\]"
+    ):
+        redisq_django.publish(typo, {})
+    assert redisq_django.publish(queue_name, {})
 
 
 def test_deploy_check_reports_unreachable_redis(settings: Any, redis_url: str) -> None:

@@ -28,11 +28,11 @@ def database_down() -> Iterator[None]:
         yield
 
 
-def kill(broker: Any, payload: Any, consumer: str = "billing") -> str:
+def kill(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> str:
     """Publish and reject one message; returns its id (a dead letter in Redis)."""
-    broker.ensure_consumer("shop", consumer)
-    message_id = broker.publish("shop", payload)
-    with broker.subscribe("shop", consumer) as sub:
+    broker.ensure_consumer(queue, consumer)
+    message_id = broker.publish(queue, payload)
+    with broker.subscribe(queue, consumer) as sub:
         (message,) = sub.fetch(count=1, block_ms=500)
         sub.reject(message, ValueError("declined"))
     return message_id
@@ -43,55 +43,61 @@ def broker(redisq_settings: Any) -> Any:
     return get_broker()
 
 
-def test_sink_moves_dead_letters_into_rows_with_their_details(broker: Any) -> None:
-    message_id = kill(broker, {"order": 1})
+# sink_all() sinks every queue in Redis: no other test's dead letters, please.
+@pytest.mark.usefixtures("empty_redis")
+def test_sink_moves_dead_letters_into_rows_with_their_details(queue_name: str, broker: Any) -> None:
+    message_id = kill(broker, queue_name, {"order": 1})
     assert deadletters.sink_all() == 1
     row = DeadLetter.objects.get()
-    assert (row.queue, row.consumer, row.message_id) == ("shop", "billing", message_id)
+    assert (row.queue, row.consumer, row.message_id) == (queue_name, "billing", message_id)
     assert row.status == DeadLetter.Status.DEAD and row.reason == "rejected"
     assert row.error_class == "ValueError" and row.error_message == "declined"
     assert "ValueError: declined" in row.traceback
     assert row.payload == '{"order":1}' and row.attempts == 1
     assert row.first_failed_at and row.last_failed_at and row.published_at
-    assert broker.dead_letters("shop", "billing") == []
+    assert broker.dead_letters(queue_name, "billing") == []
 
 
-def test_with_the_database_down_dead_letters_wait_in_redis(broker: Any) -> None:
+def test_with_the_database_down_dead_letters_wait_in_redis(queue_name: str, broker: Any) -> None:
     # Given a dead letter in Redis and a database that fails every query
-    message_id = kill(broker, {"order": 2})
+    message_id = kill(broker, queue_name, {"order": 2})
     with database_down(), pytest.raises(OperationalError):
-        deadletters.sink("shop", "billing")
+        deadletters.sink(queue_name, "billing")
 
     # Then nothing was lost: it is still in Redis, and no row was half-written
-    assert [d.id for d in broker.dead_letters("shop", "billing")] == [message_id]
+    assert [d.id for d in broker.dead_letters(queue_name, "billing")] == [message_id]
     assert DeadLetter.objects.count() == 0
 
     # When the database is back, the next round moves it
-    assert deadletters.sink("shop", "billing") == 1
+    assert deadletters.sink(queue_name, "billing") == 1
     assert DeadLetter.objects.get().message_id == message_id
-    assert broker.dead_letters("shop", "billing") == []
+    assert broker.dead_letters(queue_name, "billing") == []
 
 
-def test_sink_is_idempotent_when_redis_keeps_an_entry_already_stored(broker: Any) -> None:
+def test_sink_is_idempotent_when_redis_keeps_an_entry_already_stored(
+    queue_name: str, broker: Any
+) -> None:
     # Given a dead letter stored as a row, but (a crash before the delete) still in Redis
-    kill(broker, {"order": 3})
-    (letter,) = broker.dead_letters("shop", "billing")
+    kill(broker, queue_name, {"order": 3})
+    (letter,) = broker.dead_letters(queue_name, "billing")
     DeadLetter.objects.create(
-        queue="shop", consumer="billing", message_id=letter.id, payload="{}", reason="x"
+        queue=queue_name, consumer="billing", message_id=letter.id, payload="{}", reason="x"
     )
     # When the sink runs again
-    assert deadletters.sink("shop", "billing") == 1
+    assert deadletters.sink(queue_name, "billing") == 1
     # Then there is still one row, now complete
     row = DeadLetter.objects.get()
     assert row.payload == '{"order":3}' and row.reason == "rejected"
 
 
-def test_a_retried_message_that_dies_again_updates_its_row(broker: Any) -> None:
-    kill(broker, {"order": 4})
+# sink_all() sinks every queue in Redis: no other test's dead letters, please.
+@pytest.mark.usefixtures("empty_redis")
+def test_a_retried_message_that_dies_again_updates_its_row(queue_name: str, broker: Any) -> None:
+    kill(broker, queue_name, {"order": 4})
     deadletters.sink_all()
     row = DeadLetter.objects.get()
     assert deadletters.retry([row]) == 1
-    with broker.subscribe("shop", "billing") as sub:
+    with broker.subscribe(queue_name, "billing") as sub:
         (again,) = sub.fetch(count=1, block_ms=500)
         assert again.id == row.message_id and again.attempts == 1
         sub.reject(again, KeyError("still declined"))
@@ -102,25 +108,29 @@ def test_a_retried_message_that_dies_again_updates_its_row(broker: Any) -> None:
     assert row.error_class == "KeyError"
 
 
-def test_retry_and_discard_skip_rows_that_are_not_dead(broker: Any) -> None:
-    kill(broker, {"order": 5})
+# sink_all() sinks every queue in Redis: no other test's dead letters, please.
+@pytest.mark.usefixtures("empty_redis")
+def test_retry_and_discard_skip_rows_that_are_not_dead(queue_name: str, broker: Any) -> None:
+    kill(broker, queue_name, {"order": 5})
     deadletters.sink_all()
     row = DeadLetter.objects.get()
     assert deadletters.discard([row]) == 1
     row.refresh_from_db()
     assert row.status == DeadLetter.Status.DISCARDED
     assert deadletters.retry([row]) == 0
-    with broker.subscribe("shop", "billing") as sub:
+    with broker.subscribe(queue_name, "billing") as sub:
         assert sub.fetch(count=1, block_ms=100) == []
 
 
+# sink_all() sinks every queue in Redis: no other test's dead letters, please.
+@pytest.mark.usefixtures("empty_redis")
 def test_retry_from_the_database_records_a_redriven_event(
-    redisq_settings: Any, django_user_model: Any
+    queue_name: str, redisq_settings: Any, django_user_model: Any
 ) -> None:
     # Given history on and a dead letter stored in the database
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "HISTORY": True}
     broker = get_broker()
-    message_id = kill(broker, {"order": 9})
+    message_id = kill(broker, queue_name, {"order": 9})
     deadletters.sink_all()
     row = DeadLetter.objects.get(message_id=message_id)
     # When staff retry it (the admin's Retry calls this function)
@@ -128,7 +138,7 @@ def test_retry_from_the_database_records_a_redriven_event(
     # Then the events show its death and its re-drive, for that consumer
     recorded = [
         (f[b"e"].decode(), f[b"g"].decode(), f[b"m"].decode())
-        for _, f in broker.client.xrange(broker.keys("shop").events)
+        for _, f in broker.client.xrange(broker.keys(queue_name).events)
     ]
     assert recorded == [
         ("dead", "billing", f'[["{message_id}",1,null]]'),

@@ -38,30 +38,32 @@ def receive_all(queue: str, group: str, expected: int) -> list[Any]:
     return out
 
 
-def test_publish_reaches_every_logical_consumer(redisq_settings: Any) -> None:
-    # Given two logical consumers of "orders"
+def test_publish_reaches_every_logical_consumer(queue_name: str, redisq_settings: Any) -> None:
+    # Given two logical consumers of one queue
     broker = get_broker()
-    broker.ensure_consumer("orders", "billing")
-    broker.ensure_consumer("orders", "email")
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
 
     # When one message and a batch are published through the package API
-    first = redisq_django.publish("orders", {"order": 1}, headers={"source": "test"})
-    batch = redisq_django.publish_many("orders", [{"order": 2}, {"order": 3}])
+    first = redisq_django.publish(queue_name, {"order": 1}, headers={"source": "test"})
+    batch = redisq_django.publish_many(queue_name, [{"order": 2}, {"order": 3}])
 
     # Then each consumer receives all three, with payload and headers
     for group in ("billing", "email"):
-        got = receive_all("orders", group, 3)
+        got = receive_all(queue_name, group, 3)
         assert [m.id for m in got] == [first, *batch]
         assert [m.payload for m in got] == [{"order": 1}, {"order": 2}, {"order": 3}]
         assert got[0].headers == {"source": "test"}
 
 
-def test_django_types_are_encoded_like_djangojsonencoder(redisq_settings: Any) -> None:
-    get_broker().ensure_consumer("types", "g")
+def test_django_types_are_encoded_like_djangojsonencoder(
+    queue_name: str, redisq_settings: Any
+) -> None:
+    get_broker().ensure_consumer(queue_name, "g")
     when = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
     ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
     redisq_django.publish(
-        "types",
+        queue_name,
         {
             "when": when,
             "day": when.date(),
@@ -70,7 +72,7 @@ def test_django_types_are_encoded_like_djangojsonencoder(redisq_settings: Any) -
             "label": gettext_lazy("Orders"),
         },
     )
-    (message,) = receive_all("types", "g", 1)
+    (message,) = receive_all(queue_name, "g", 1)
     assert message.payload == {
         "when": "2024-05-01T12:00:00.123Z",
         "day": "2024-05-01",
@@ -80,7 +82,9 @@ def test_django_types_are_encoded_like_djangojsonencoder(redisq_settings: Any) -
     }
 
 
-def test_connection_reuses_the_django_redis_cache_client(settings: Any, redis_url: str) -> None:
+def test_connection_reuses_the_django_redis_cache_client(
+    queue_name: str, settings: Any, redis_url: str
+) -> None:
     # Given REDISQ pointing at a django-redis cache alias (no URL)
     settings.CACHES = {
         "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}
@@ -89,31 +93,33 @@ def test_connection_reuses_the_django_redis_cache_client(settings: Any, redis_ur
     from django_redis import get_redis_connection
 
     # When a message is published
-    message_id = redisq_django.publish("orders", {"order": 7})
+    message_id = redisq_django.publish(queue_name, {"order": 7})
 
     # Then it went through that client, under the configured prefix
     client = get_redis_connection("default")
     assert get_broker().client is client
-    entries = client.xrange("shop:{orders}:log")
+    entries = client.xrange(f"shop:{{{queue_name}}}:log")
     assert [e[0].decode() for e in entries] == [message_id]
 
 
-def test_settings_changes_take_effect_without_restart(settings: Any, redis_url: str) -> None:
+def test_settings_changes_take_effect_without_restart(
+    queue_name: str, settings: Any, redis_url: str
+) -> None:
     settings.REDISQ = {"URL": redis_url, "MAX_PAYLOAD_BYTES": 100}
     assert get_core_config().max_payload_bytes == 100
     with pytest.raises(PayloadTooLarge) as info:
-        redisq_django.publish("orders", {"blob": "x" * 200})
+        redisq_django.publish(queue_name, {"blob": "x" * 200})
     assert "100" in str(info.value) and "MAX_PAYLOAD_BYTES" in str(info.value)
     settings.REDISQ = {"URL": redis_url, "MAX_PAYLOAD_BYTES": 1000}
-    assert redisq_django.publish("orders", {"blob": "x" * 200})
+    assert redisq_django.publish(queue_name, {"blob": "x" * 200})
 
 
-def test_unserialisable_payload_names_the_type(redisq_settings: Any) -> None:
+def test_unserialisable_payload_names_the_type(queue_name: str, redisq_settings: Any) -> None:
     class Order:
         pass
 
     with pytest.raises(PayloadNotSerializable, match="Order"):
-        redisq_django.publish("orders", {"order": Order()})
+        redisq_django.publish(queue_name, {"order": Order()})
 
 
 @pytest.mark.django_db  # model checks ask the database about its features
@@ -145,13 +151,13 @@ def test_good_settings_pass_the_checks(redisq_settings: Any) -> None:
     assert [e for e in run_checks() if e.id.startswith("redisq_django")] == []
 
 
-def test_missing_cache_alias_says_what_to_do(settings: Any) -> None:
+def test_missing_cache_alias_says_what_to_do(queue_name: str, settings: Any) -> None:
     settings.REDISQ = {"CONNECTION": "queues"}
     with pytest.raises(SettingsError, match="CACHES has no such alias"):
-        redisq_django.publish("orders", {})
+        redisq_django.publish(queue_name, {})
 
 
-def test_unreachable_redis_is_one_clear_error(settings: Any) -> None:
+def test_unreachable_redis_is_one_clear_error(queue_name: str, settings: Any) -> None:
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -159,7 +165,7 @@ def test_unreachable_redis_is_one_clear_error(settings: Any) -> None:
         port = s.getsockname()[1]
     settings.REDISQ = {"URL": f"redis://:secret-password@127.0.0.1:{port}/0"}
     with pytest.raises(RedisUnavailable) as info:
-        redisq_django.publish("orders", {})
+        redisq_django.publish(queue_name, {})
     assert f"127.0.0.1:{port}" in str(info.value)
     assert "secret-password" not in str(info.value)
 
@@ -176,6 +182,8 @@ def test_importing_the_package_reads_no_settings() -> None:
 
 
 @pytest.mark.slow
+# The example project declares its consumers in code, on the fixed queue "orders".
+@pytest.mark.usefixtures("empty_redis")
 def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) -> None:
     # The steps `make demo` runs (example_project/demo.sh), against the session Redis.
     env = {**os.environ, "REDISQ_URL": redis_url, "EXAMPLE_DB": str(tmp_path / "db.sqlite3")}

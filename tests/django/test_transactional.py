@@ -43,8 +43,6 @@ from tests.shopapp.apps import ORDER_EVENTS_QUEUE
 from tests.shopapp.models import Order
 from tests.support.redis_server import RedisServer
 
-QUEUE = "orders"
-
 SQLITE = pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite")
 POSTGRES = pytest.param(
     "pg",
@@ -84,7 +82,7 @@ def outbox(alias: str) -> Any:
 
 @pytest.fixture
 def outbox_settings(redisq_settings: Any) -> Any:
-    """REDISQ with the outbox on for every queue, on the flushed session Redis."""
+    """REDISQ with the outbox on for every queue, on the session Redis."""
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "OUTBOX": True}
     return redisq_settings
 
@@ -95,33 +93,35 @@ def outbox_settings(redisq_settings: Any) -> Any:
 
 
 @on_both_databases
-def test_rollback_publishes_nothing(alias: str, redisq_settings: Any) -> None:
+def test_rollback_publishes_nothing(queue_name: str, alias: str, redisq_settings: Any) -> None:
     # Given a transaction that publishes, then fails
     with pytest.raises(Rollback), transaction.atomic(using=alias):
-        publish_on_commit(QUEUE, {"order": 1}, using=alias)
+        publish_on_commit(queue_name, {"order": 1}, using=alias)
         raise Rollback
 
     # Then nothing reached Redis and no outbox row was written
-    assert logged(QUEUE) == []
+    assert logged(queue_name) == []
     assert not outbox(alias).exists()
 
 
 @on_both_databases
-def test_commit_publishes_once_with_the_returned_id(alias: str, redisq_settings: Any) -> None:
+def test_commit_publishes_once_with_the_returned_id(
+    queue_name: str, alias: str, redisq_settings: Any
+) -> None:
     # Given a logical consumer of the queue
     broker = get_broker()
-    broker.ensure_consumer(QUEUE, "billing")
+    broker.ensure_consumer(queue_name, "billing")
 
     # When a transaction publishes two messages
     with transaction.atomic(using=alias):
-        first = publish_on_commit(QUEUE, {"order": 1}, headers={"source": "t"}, using=alias)
-        second = publish_on_commit(QUEUE, {"order": 2}, using=alias)
+        first = publish_on_commit(queue_name, {"order": 1}, headers={"source": "t"}, using=alias)
+        second = publish_on_commit(queue_name, {"order": 2}, using=alias)
         # Then nothing is sent before the commit...
-        assert logged(QUEUE) == []
+        assert logged(queue_name) == []
 
     # ...and each exactly once after it, under the ids returned at the call
-    assert logged_ids(QUEUE) == [first, second]
-    with broker.subscribe(QUEUE, "billing") as sub:
+    assert logged_ids(queue_name) == [first, second]
+    with broker.subscribe(queue_name, "billing") as sub:
         got = sub.fetch(count=10, block_ms=100)
         sub.ack(got)
     assert [(m.id, m.payload) for m in got] == [(first, {"order": 1}), (second, {"order": 2})]
@@ -130,45 +130,49 @@ def test_commit_publishes_once_with_the_returned_id(alias: str, redisq_settings:
 
 
 @on_both_databases
-def test_outside_a_transaction_publishes_at_once(alias: str, redisq_settings: Any) -> None:
+def test_outside_a_transaction_publishes_at_once(
+    queue_name: str, alias: str, redisq_settings: Any
+) -> None:
     # Given autocommit (no atomic block)
     # When publishing on commit
-    message_id = publish_on_commit(QUEUE, {"order": 3}, using=alias)
+    message_id = publish_on_commit(queue_name, {"order": 3}, using=alias)
 
     # Then it is published before the call returns
-    assert logged(QUEUE) == [{"id": message_id, "payload": {"order": 3}, "headers": None}]
+    assert logged(queue_name) == [{"id": message_id, "payload": {"order": 3}, "headers": None}]
 
 
 @on_both_databases
 def test_rolled_back_savepoint_drops_only_its_own_messages(
-    alias: str, redisq_settings: Any
+    queue_name: str, alias: str, redisq_settings: Any
 ) -> None:
     # Given an outer transaction with a nested block (savepoint) that rolls back
     with transaction.atomic(using=alias):
-        before = publish_on_commit(QUEUE, {"n": "before"}, using=alias)
+        before = publish_on_commit(queue_name, {"n": "before"}, using=alias)
         with pytest.raises(Rollback), transaction.atomic(using=alias):
-            publish_on_commit(QUEUE, {"n": "inside"}, using=alias)
+            publish_on_commit(queue_name, {"n": "inside"}, using=alias)
             raise Rollback
-        after = publish_on_commit(QUEUE, {"n": "after"}, using=alias)
-        assert logged(QUEUE) == []
+        after = publish_on_commit(queue_name, {"n": "after"}, using=alias)
+        assert logged(queue_name) == []
 
     # Then the outer commit publishes its own messages only, in order
-    assert [(m["id"], m["payload"]) for m in logged(QUEUE)] == [
+    assert [(m["id"], m["payload"]) for m in logged(queue_name)] == [
         (before, {"n": "before"}),
         (after, {"n": "after"}),
     ]
 
 
 @on_both_databases
-def test_savepoint_commit_waits_for_the_outer_commit(alias: str, redisq_settings: Any) -> None:
+def test_savepoint_commit_waits_for_the_outer_commit(
+    queue_name: str, alias: str, redisq_settings: Any
+) -> None:
     # Given a nested block that commits inside an outer one that rolls back
     with pytest.raises(Rollback), transaction.atomic(using=alias):
         with transaction.atomic(using=alias):
-            publish_on_commit(QUEUE, {"n": "inner"}, using=alias)
+            publish_on_commit(queue_name, {"n": "inner"}, using=alias)
         raise Rollback
 
     # Then nothing is published: only the outermost commit counts
-    assert logged(QUEUE) == []
+    assert logged(queue_name) == []
 
 
 class RoundTrips:
@@ -188,28 +192,31 @@ class RoundTrips:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("outbox_on", [False, True], ids=["direct", "outbox"])
 def test_a_transactions_messages_leave_in_one_round_trip_per_queue(
-    redisq_settings: Any, monkeypatch: pytest.MonkeyPatch, outbox_on: bool
+    queue_name: str, redisq_settings: Any, monkeypatch: pytest.MonkeyPatch, outbox_on: bool
 ) -> None:
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "OUTBOX": outbox_on}
     # Connect, register the queues and load the scripts beforehand (not what is measured)
     broker = get_broker()
     broker.send(
-        [broker.prepare(q, {"warm": True}, id=new_message_id()) for q in (QUEUE, "audit")],
+        [
+            broker.prepare(q, {"warm": True}, id=new_message_id())
+            for q in (queue_name, f"{queue_name}.audit")
+        ],
         once=True,
     )
     calls: list[str] = []
     # Given one transaction publishing 50 messages to each of two queues, with another
     # on_commit callback registered between them
     with transaction.atomic():
-        first = [publish_on_commit(QUEUE, {"n": n}) for n in range(50)]
+        first = [publish_on_commit(queue_name, {"n": n}) for n in range(50)]
         transaction.on_commit(lambda: calls.append("between"))
-        second = [publish_on_commit("audit", {"n": n}) for n in range(50)]
+        second = [publish_on_commit(f"{queue_name}.audit", {"n": n}) for n in range(50)]
         trips = RoundTrips(monkeypatch)
     # Then the commit sends each queue's messages in one round trip
     assert trips.count == 2
     assert calls == ["between"]
-    assert logged_ids(QUEUE)[1:] == first
-    assert logged_ids("audit")[1:] == second
+    assert logged_ids(queue_name)[1:] == first
+    assert logged_ids(f"{queue_name}.audit")[1:] == second
 
 
 # ---------------------------------------------------------------------------
@@ -225,6 +232,9 @@ def event(pk: int, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_model_events_are_published_after_the_commit(alias: str, redisq_settings: Any) -> None:
     # When an order is created, updated and deleted in one transaction
@@ -246,6 +256,9 @@ def test_model_events_are_published_after_the_commit(alias: str, redisq_settings
     assert len({m["id"] for m in got}) == 3
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_model_events_of_a_rolled_back_transaction_are_not_published(
     alias: str, redisq_settings: Any
@@ -260,6 +273,9 @@ def test_model_events_of_a_rolled_back_transaction_are_not_published(
     assert not Order.objects.using(alias).exists()
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_loaddata_raw_saves_publish_no_events(
     alias: str, redisq_settings: Any, tmp_path: Path
@@ -285,6 +301,9 @@ def test_loaddata_raw_saves_publish_no_events(
     assert logged(ORDER_EVENTS_QUEUE) == []
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_bulk_events_follow_the_commit_one_per_object(alias: str, redisq_settings: Any) -> None:
     # When orders are bulk-created (no signals) and their events declared explicitly
@@ -301,6 +320,9 @@ def test_bulk_events_follow_the_commit_one_per_object(alias: str, redisq_setting
     assert [(m["payload"], m["headers"]) for m in got] == [event(o.pk, "created") for o in orders]
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_bulk_events_of_a_rolled_back_transaction_are_not_published(
     alias: str, redisq_settings: Any
@@ -320,39 +342,47 @@ def test_bulk_events_of_a_rolled_back_transaction_are_not_published(
 
 @on_both_databases
 def test_outbox_row_is_written_in_the_transaction_and_sent_after_commit(
-    alias: str, outbox_settings: Any
+    queue_name: str, alias: str, outbox_settings: Any
 ) -> None:
     with transaction.atomic(using=alias):
-        message_id = publish_on_commit(QUEUE, {"order": 1}, headers={"k": "v"}, using=alias)
+        message_id = publish_on_commit(queue_name, {"order": 1}, headers={"k": "v"}, using=alias)
         # Then, inside the transaction, the row exists, unsent, and Redis has nothing
         row = outbox(alias).get()
-        assert (row.queue, row.message_id, row.sent_at) == (QUEUE, message_id, None)
+        assert (row.queue, row.message_id, row.sent_at) == (queue_name, message_id, None)
         assert json.loads(row.payload) == {"order": 1}
-        assert logged(QUEUE) == []
+        assert logged(queue_name) == []
 
     # After the commit the row is sent at once and marked so
-    assert logged(QUEUE) == [{"id": message_id, "payload": {"order": 1}, "headers": {"k": "v"}}]
+    assert logged(queue_name) == [
+        {"id": message_id, "payload": {"order": 1}, "headers": {"k": "v"}}
+    ]
     row.refresh_from_db(using=alias)
     assert row.sent_at is not None
     assert pending_count(using=alias) == 0
 
     # A later relay sends nothing again
     assert relay_once(using=alias) == 0
-    assert logged_ids(QUEUE) == [message_id]
+    assert logged_ids(queue_name) == [message_id]
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
-def test_outbox_rollback_leaves_no_row(alias: str, outbox_settings: Any) -> None:
+def test_outbox_rollback_leaves_no_row(queue_name: str, alias: str, outbox_settings: Any) -> None:
     with pytest.raises(Rollback), transaction.atomic(using=alias):
-        publish_on_commit(QUEUE, {"order": 1}, using=alias)
+        publish_on_commit(queue_name, {"order": 1}, using=alias)
         Order.objects.using(alias).create(total=decimal.Decimal("2.50"))  # model event too
         raise Rollback
 
     assert not outbox(alias).exists()
-    assert logged(QUEUE) == []
+    assert logged(queue_name) == []
     assert logged(ORDER_EVENTS_QUEUE) == []
 
 
+# Order's model events go to the fixed queue ORDER_EVENTS_QUEUE (declared in
+# tests/shopapp): this test reads all of it, so no other test's events, please.
+@pytest.mark.usefixtures("empty_redis")
 @on_both_databases
 def test_outbox_model_events_go_through_the_outbox(alias: str, outbox_settings: Any) -> None:
     with transaction.atomic(using=alias):
@@ -387,14 +417,14 @@ class OutboxOnPostgres:
     ],
 )
 def test_outbox_keeps_a_message_through_a_redis_outage_at_commit(
-    alias: str, relay: str, settings: Any, fresh_redis_server: RedisServer
+    queue_name: str, alias: str, relay: str, settings: Any, fresh_redis_server: RedisServer
 ) -> None:
     # Given the outbox on, and a Redis that goes away before the commit
     settings.REDISQ = {"URL": fresh_redis_server.url, "OUTBOX": True}
     if alias == "pg":
         settings.DATABASE_ROUTERS = [OutboxOnPostgres()]
     with transaction.atomic(using=alias):
-        message_id = publish_on_commit(QUEUE, {"order": 42}, using=alias)
+        message_id = publish_on_commit(queue_name, {"order": 42}, using=alias)
         fresh_redis_server.stop()
     # When the transaction commits: it succeeds, and the row waits unsent
     row = outbox(alias).get()
@@ -412,34 +442,34 @@ def test_outbox_keeps_a_message_through_a_redis_outage_at_commit(
         assert relay_once(using=alias) == 1
 
     # Then the message is delivered exactly once, with the id chosen at the call
-    assert logged(QUEUE) == [{"id": message_id, "payload": {"order": 42}, "headers": None}]
+    assert logged(queue_name) == [{"id": message_id, "payload": {"order": 42}, "headers": None}]
     row.refresh_from_db(using=alias)
     assert row.sent_at is not None
     assert relay_once(using=alias) == 0
-    assert logged_ids(QUEUE) == [message_id]
+    assert logged_ids(queue_name) == [message_id]
 
 
-def _stored_row(alias: str, payload: Any) -> OutboxMessage:
+def _stored_row(alias: str, queue: str, payload: Any) -> OutboxMessage:
     """An unsent outbox row, as a transaction leaves it when the send after commit failed."""
-    envelope = get_broker().prepare(QUEUE, payload, id=new_message_id())
+    envelope = get_broker().prepare(queue, payload, id=new_message_id())
     with transaction.atomic(using=alias):
         return store(envelope, using=alias)
 
 
 @on_both_databases
 def test_relay_crashing_after_publishing_does_not_publish_twice(
-    alias: str, outbox_settings: Any
+    queue_name: str, alias: str, outbox_settings: Any
 ) -> None:
     # Given a row a relay published but crashed before marking sent
-    row = _stored_row(alias, {"order": 7})
+    row = _stored_row(alias, queue_name, {"order": 7})
     assert get_broker().send([envelope_of(row)], once=True) == [row.message_id]
-    assert logged_ids(QUEUE) == [row.message_id]
+    assert logged_ids(queue_name) == [row.message_id]
 
     # When the next relay runs
     relay_once(using=alias)
 
     # Then the row is marked sent and Redis still holds one message
-    assert logged_ids(QUEUE) == [row.message_id]
+    assert logged_ids(queue_name) == [row.message_id]
     assert pending_count(using=alias) == 0
 
 
@@ -449,7 +479,7 @@ ROWS = 200
 @pytest.mark.slow
 @on_both_databases
 def test_concurrent_relays_send_every_row_exactly_once(
-    alias: str, outbox_settings: Any, monkeypatch: pytest.MonkeyPatch
+    queue_name: str, alias: str, outbox_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two relays drain the same outbox at once; Redis gets each row exactly once.
 
@@ -476,7 +506,7 @@ def test_concurrent_relays_send_every_row_exactly_once(
     broker = get_broker()
     with transaction.atomic(using=alias):
         rows = [
-            store(broker.prepare(QUEUE, {"n": n}, id=new_message_id()), using=alias)
+            store(broker.prepare(queue_name, {"n": n}, id=new_message_id()), using=alias)
             for n in range(ROWS)
         ]
 
@@ -521,7 +551,7 @@ def test_concurrent_relays_send_every_row_exactly_once(
     assert len(rounds_sent) == 2 and all(rounds_sent.values())  # both relays took part
 
     # Then Redis holds exactly 200 messages, one per row, and every row is sent
-    ids = logged_ids(QUEUE)
+    ids = logged_ids(queue_name)
     assert len(ids) == ROWS
     assert set(ids) == {r.message_id for r in rows}
     assert pending_count(using=alias) == 0
@@ -534,6 +564,7 @@ def test_concurrent_relays_send_every_row_exactly_once(
 
 @on_both_databases
 def test_redis_down_at_commit_without_outbox_logs_the_lost_message(
+    queue_name: str,
     alias: str,
     settings: Any,
     fresh_redis_server: RedisServer,
@@ -544,7 +575,7 @@ def test_redis_down_at_commit_without_outbox_logs_the_lost_message(
     caplog.set_level(logging.ERROR, logger="redisq.publish")
     with transaction.atomic(using=alias):
         order = Order.objects.using(alias).create(total=decimal.Decimal("1.00"))
-        message_id = publish_on_commit(QUEUE, {"order": order.pk}, using=alias)
+        message_id = publish_on_commit(queue_name, {"order": order.pk}, using=alias)
         fresh_redis_server.stop()
 
     # Then the commit succeeded and an error names the message, its queue and the fix
@@ -555,14 +586,14 @@ def test_redis_down_at_commit_without_outbox_logs_the_lost_message(
     mine = [r for r in records if message_id in r.getMessage()]
     assert len(mine) == 1, [r.getMessage() for r in records]
     text = mine[0].getMessage()
-    assert "'orders'" in text and "NOT published" in text
+    assert f"'{queue_name}'" in text and "NOT published" in text
     assert "REDISQ['OUTBOX'] = True" in text
     # The model event of the order was lost the same way, and said so too
-    assert any("'orders-events'" in r.getMessage() for r in records)
+    assert any(f"'{ORDER_EVENTS_QUEUE}'" in r.getMessage() for r in records)
 
     # And nothing was published once Redis is back
     fresh_redis_server.restart()
-    assert logged(QUEUE) == []
+    assert logged(queue_name) == []
     assert not outbox(alias).exists()
 
 
@@ -573,7 +604,9 @@ def test_redis_down_at_commit_without_outbox_logs_the_lost_message(
 
 @pytest.mark.parametrize("use_outbox", [False, True], ids=["direct", "outbox"])
 @on_both_databases
-def test_bad_payloads_fail_at_the_call(alias: str, use_outbox: bool, redisq_settings: Any) -> None:
+def test_bad_payloads_fail_at_the_call(
+    queue_name: str, alias: str, use_outbox: bool, redisq_settings: Any
+) -> None:
     redisq_settings.REDISQ = {
         **redisq_settings.REDISQ,
         "MAX_PAYLOAD_BYTES": 100,
@@ -585,13 +618,13 @@ def test_bad_payloads_fail_at_the_call(alias: str, use_outbox: bool, redisq_sett
 
     with transaction.atomic(using=alias):
         with pytest.raises(PayloadTooLarge, match="MAX_PAYLOAD_BYTES"):
-            publish_on_commit(QUEUE, {"blob": "x" * 200}, using=alias)
+            publish_on_commit(queue_name, {"blob": "x" * 200}, using=alias)
         with pytest.raises(PayloadNotSerializable, match="Unserialisable"):
-            publish_on_commit(QUEUE, {"obj": Unserialisable()}, using=alias)
-        good = publish_on_commit(QUEUE, {"ok": True}, using=alias)
+            publish_on_commit(queue_name, {"obj": Unserialisable()}, using=alias)
+        good = publish_on_commit(queue_name, {"ok": True}, using=alias)
 
     # The transaction went on; only the valid message was stored and published
-    assert logged_ids(QUEUE) == [good]
+    assert logged_ids(queue_name) == [good]
     assert list(outbox(alias).values_list("message_id", flat=True)) == (
         [good] if use_outbox else []
     )

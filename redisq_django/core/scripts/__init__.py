@@ -7,7 +7,7 @@ lists them for clients in other languages, which must call the same scripts.
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from redis.commands.core import Script
 
@@ -24,18 +24,7 @@ ScriptName = Literal[
     "trim",
 ]
 
-SCRIPT_NAMES: tuple[ScriptName, ...] = (
-    "ack",
-    "archive_commit",
-    "ensure_consumer",
-    "extend",
-    "fail",
-    "promote",
-    "publish_once",
-    "reclaim",
-    "redrive",
-    "trim",
-)
+SCRIPT_NAMES: tuple[ScriptName, ...] = get_args(ScriptName)
 
 
 def script_source(name: str) -> str:

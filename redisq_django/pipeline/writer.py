@@ -2,11 +2,14 @@
 
 Rows need a ``payload`` column (JSON text); ``headers`` (a JSON object as text) and
 ``message_id`` are optional, and so is ``queue`` when option ``queue`` names the target.
-The original ``message_id`` travels in header ``redisq-original-id``. Each task sends its
-rows in batches of ``batchSize`` (500) envelopes, one round trip each: to the queue
-(every logical consumer gets them), or with option ``consumer`` to that consumer's
-private input only. With ``once=true`` each message keeps its id and is published at
-most once per id (a retried task does not publish twice).
+The original ``message_id`` travels in header ``redisq-original-id`` (or the value of an
+optional ``original_id`` column, for a job that publishes once under ids of its own, as
+``replay --once`` does). Each task sends its rows in batches of ``batchSize`` (500)
+envelopes, one round trip each: to the queue (every logical consumer gets them), or with
+option ``consumer`` to that consumer's private input only. With ``once=true`` each
+message keeps its id and is published at most once per id (a retried task does not
+publish twice); with ``consumer`` too, "once" is per consumer: its own marker, so a
+message sent once to the queue can still be sent once to one consumer.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.datasource import (
     DataSourceStreamWriter,
@@ -25,6 +28,8 @@ from pyspark.sql.types import StructType
 
 from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.sending import send_once
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.source_options import OptionError, SourceOptions
 
@@ -47,6 +52,7 @@ class RowLayout:
     headers: int | None
     message_id: int | None
     queue: int | None
+    original_id: int | None = None
 
     @classmethod
     def of(cls, schema: StructType, options: SourceOptions) -> RowLayout:
@@ -54,12 +60,11 @@ class RowLayout:
 
         Raises:
             OptionError: no ``payload`` column, no target queue, or ``once`` without a
-                ``message_id`` column or with ``consumer``.
+                ``message_id`` column.
         """
         names = [f.name for f in schema.fields]
-        index = {
-            n: names.index(n) for n in ("payload", "headers", "message_id", "queue") if n in names
-        }
+        columns = ("payload", "headers", "message_id", "queue", "original_id")
+        index = {n: names.index(n) for n in columns if n in names}
         if "payload" not in index:
             raise OptionError(f"Writing to redisq needs a 'payload' column; got {names}.")
         if len(options.queues) > 1:
@@ -68,10 +73,12 @@ class RowLayout:
             raise OptionError("Writing to redisq needs option 'queue' or a 'queue' column.")
         if options.once and "message_id" not in index:
             raise OptionError("once=true needs a 'message_id' column (the id to publish once).")
-        if options.once and options.consumer:
-            raise OptionError("once=true cannot be combined with option 'consumer'.")
         return cls(
-            index["payload"], index.get("headers"), index.get("message_id"), index.get("queue")
+            index["payload"],
+            index.get("headers"),
+            index.get("message_id"),
+            index.get("queue"),
+            index.get("original_id"),
         )
 
 
@@ -100,19 +107,53 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
         raise ValueError("A row to publish has no payload.")
     json.loads(payload)  # refuse what every consumer would dead-letter as undecodable
     original = row[layout.message_id] if layout.message_id is not None else None
+    named = row[layout.original_id] if layout.original_id is not None else original
     queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]
     return Envelope(
         queue=queue,
         id=str(original) if options.once and original is not None else None,
         payload_json=payload.encode(),
         headers_json=_headers(
-            row[layout.headers] if layout.headers is not None else None, original
+            row[layout.headers] if layout.headers is not None else None, named
         ),
     )
 
 
+@dataclass(frozen=True)
+class _DirectOnce:
+    """The keys ``send_once`` (``publish_once.lua``) needs, aimed at one consumer's
+    private input instead of the queue's log: the script only XADDs to its first key and
+    keeps a marker, so the same atomic publish-once serves the direct stream. The marker
+    names the consumer, so "once" is per target. All keys share the queue's hash tag."""
+
+    keys: QueueKeys
+    consumer: str
+
+    @property
+    def log(self) -> str:
+        return self.keys.group(self.consumer).direct
+
+    @property
+    def delayed(self) -> str:  # never written: replayed messages are immediate
+        return self.keys.delayed
+
+    def sent_marker(self, message_id: str) -> str:
+        return self.keys.sent_marker(f"g:{self.consumer}:{message_id}")
+
+
+def _send_once_direct(broker: Broker, consumer: str, batch: list[Envelope]) -> None:
+    by_queue: dict[str, list[Envelope]] = {}
+    for e in batch:
+        by_queue.setdefault(e.queue, []).append(e)
+    for queue, mine in by_queue.items():
+        target = _DirectOnce(broker.keys(queue), consumer)
+        send_once(broker.client, broker.scripts, cast(QueueKeys, target), mine)
+
+
 def _send(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
-    if options.consumer:
+    if options.consumer and options.once:
+        _send_once_direct(broker, options.consumer, batch)
+    elif options.consumer:
         broker.send_to_consumer(options.consumer, batch)
     else:
         broker.send(batch, once=options.once)

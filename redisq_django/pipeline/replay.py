@@ -1,0 +1,289 @@
+"""The ``replay`` job: archived messages selected by queue, time and a Spark SQL predicate,
+published again through the ``redisq`` data source's writer.
+
+Selection: ``ROOT/messages`` of one queue, ``published_at`` in ``[since, until)``, and an
+optional ``where`` predicate over the messages table (``get_json_object(payload,
+'$.total') > 1000``). The ``date`` partition is filtered too, so Spark lists and reads
+only the days in range.
+
+Order: every task publishes its rows in publish order (``published_at``, ``entry_id``);
+tasks run in parallel, so two messages of different tasks may be republished in either
+order. ``ordered`` sorts globally and publishes from one task (``coalesce(1)``): one
+order for everything, at the speed of one core.
+
+Rate: ``rate`` messages/s for the whole job. It is enforced per task, before the writer:
+an Arrow pass (``mapInArrow``, pipelined with the write in the same stage) hands rows on
+in small slices and sleeps so that each of the P tasks passes at most ``rate / P`` per
+second. P tasks at once then stay under ``rate`` together; tasks that run one after the
+other (fewer cores than tasks) go slower than the cap, never faster. The writer's Arrow
+batches are made as small as a slice for the run, so rows reach Redis at that pace rather
+than in one burst at the end of a task.
+
+Idempotence (``once``): each replayed message gets the id
+``sha256("queue|consumer|where|since|until|original id")[:32]`` and is written with
+``once=true``: Redis remembers a published id for a day, so re-running the same replay
+publishes nothing twice. The original id travels in header ``redisq-original-id`` in
+every mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
+from redisq_django.pipeline.options import JobError, one_line
+
+__all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_messages"]
+
+#: Seconds between progress lines.
+PROGRESS_SECONDS = 10.0
+#: Columns the writer reads.
+WRITTEN_COLUMNS = ("payload", "headers", "message_id")
+
+
+class ReplayError(JobError):
+    """The replay could not select or publish; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    """What a replay run did.
+
+    Attributes:
+        selected: archived messages that matched.
+        published: messages handed to Redis (0 on a dry run; with ``once`` a message
+            published by an earlier run of the same replay is counted but is a no-op).
+        seconds: wall time of the run.
+        dry_run: nothing was published.
+        sample: a few selected rows (``message_id``, ``published_at``, ``payload``) on a
+            dry run.
+    """
+
+    selected: int
+    published: int
+    seconds: float
+    dry_run: bool = False
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Published messages per second."""
+        return self.published / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        """The summary line the CLI prints."""
+        if self.dry_run:
+            return f"replay dry run: selected={self.selected} published=0 in {self.seconds:.1f} s"
+        return (
+            f"replayed selected={self.selected} published={self.published} "
+            f"in {self.seconds:.1f} s, {self.rate:,.0f} messages/s"
+        )
+
+
+def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
+    """The archived messages the replay selects, unordered.
+
+    Raises:
+        ReplayError: the archive has no messages table, or ``where`` is not valid SQL
+            over its columns.
+    """
+    try:
+        frame = spark.read.parquet(options.messages_path)
+    except Exception as exc:  # AnalysisException: PATH_NOT_FOUND and the like
+        raise ReplayError(
+            f"cannot read the archived messages at {options.messages_path} ({one_line(exc)}); "
+            "check --root, and run the archive job first"
+        ) from exc
+    condition: Column = F.col("queue") == F.lit(options.queue)
+    # The date bounds prune partitions (directories); the time bounds are the exact range.
+    if options.since is not None:
+        condition &= F.col("date") >= F.lit(options.since.date())
+        condition &= F.col("published_at") >= F.lit(options.since)
+    if options.until is not None:
+        condition &= F.col("date") <= F.lit(options.until.date())
+        condition &= F.col("published_at") < F.lit(options.until)
+    frame = frame.where(condition)
+    if options.where:
+        try:
+            # Analysed at once (classic Spark): a bad column or syntax error surfaces here.
+            frame = frame.where(F.expr(options.where))
+        except Exception as exc:
+            raise ReplayError(
+                f"--where {options.where!r} is not a valid predicate over the messages "
+                f"table ({one_line(exc)}); columns: {', '.join(frame.columns)}"
+            ) from exc
+    return frame
+
+
+def replay(
+    spark: SparkSession,
+    options: ReplayOptions,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ReplaySummary:
+    """Publish the archived messages ``options`` selects again.
+
+    Args:
+        spark: a session with the ``redisq`` data source registered (``build_session``).
+        options: what to select and where to publish.
+        progress: called with a progress line every :data:`PROGRESS_SECONDS` while
+            publishing (default: print to stderr).
+
+    Returns:
+        What was selected and published.
+
+    Raises:
+        ReplayError: the selection or the publishing failed (with ``once``, running the
+            same replay again is safe; without, messages published before the failure
+            are published again).
+    """
+    started = time.monotonic()
+    frame = select_messages(spark, options)
+    try:
+        selected = frame.count()
+        if options.dry_run:
+            sample = [
+                row.asDict()
+                for row in frame.orderBy("published_at", "entry_id")
+                .select("message_id", "published_at", "payload")
+                .limit(DRY_RUN_SAMPLE)
+                .collect()
+            ]
+            return ReplaySummary(selected, 0, time.monotonic() - started, True, sample)
+        if selected:
+            with _progress_lines(spark, progress or _to_stderr, started):
+                _publish(spark, frame, options)
+    except ReplayError:
+        raise
+    except Exception as exc:
+        raise ReplayError(f"replay failed: {one_line(exc)}") from exc
+    return ReplaySummary(selected, selected, time.monotonic() - started)
+
+
+def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
+    """``frame`` as the writer's input: ordered, with the columns the writer reads, and
+    with ``once`` the derived ids (original id kept in column ``original_id``)."""
+    if options.ordered:
+        ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
+    else:
+        ordered = frame.sortWithinPartitions("published_at", "entry_id")
+    if not options.once:
+        return ordered.select(*WRITTEN_COLUMNS)
+    key = F.concat(F.lit(options.run_key() + "|"), F.col("message_id"))
+    return ordered.select(
+        "payload",
+        "headers",
+        F.substring(F.sha2(key, 256), 1, 32).alias("message_id"),
+        F.col("message_id").alias("original_id"),
+    )
+
+
+def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> None:
+    rows = publish_frame(frame, options)
+    batch_size = options.batch_size
+    if options.rate is not None:
+        partitions = rows.rdd.getNumPartitions()
+        per_task = options.rate / partitions
+        slice_rows = max(1, min(batch_size, int(per_task / 4)))
+        batch_size = slice_rows
+        rows = rows.mapInArrow(_throttle(per_task, slice_rows), rows.schema)
+    writer = (
+        rows.write.format("redisq")
+        .option("url", options.redis_url)
+        .option("prefix", options.prefix)
+        .option("queue", options.queue)
+        .option("batchSize", str(batch_size))
+        .mode("append")
+    )
+    if options.cluster:
+        writer = writer.option("cluster", "true")
+    if options.consumer:
+        writer = writer.option("consumer", options.consumer)
+    if options.once:
+        writer = writer.option("once", "true")
+    with _arrow_batch_rows(spark, batch_size if options.rate is not None else None):
+        writer.save()
+
+
+def _throttle(per_second: float, slice_rows: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A ``mapInArrow`` function passing at most ``per_second`` rows per second on, in
+    slices of ``slice_rows`` (it runs on the executors: only its closure travels)."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import time as _time
+
+        start = _time.monotonic()
+        passed = 0
+        for batch in batches:
+            for offset in range(0, batch.num_rows, slice_rows):
+                piece = batch.slice(offset, slice_rows)
+                # Row number `passed` may go at start + passed / rate, not before.
+                delay = start + passed / per_second - _time.monotonic()
+                if delay > 0:
+                    _time.sleep(delay)
+                passed += piece.num_rows
+                yield piece
+
+    return run
+
+
+@contextmanager
+def _arrow_batch_rows(spark: SparkSession, rows: int | None) -> Iterator[None]:
+    """Make Arrow batches (what a Python writer is fed) at most ``rows`` long for the
+    duration, so throttled rows reach Redis as they are released."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    if rows is None:
+        yield
+        return
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _progress_lines(
+    spark: SparkSession, emit: Callable[[str], None], started: float
+) -> Iterator[None]:
+    """Emit a line with the running stages' finished tasks every PROGRESS_SECONDS."""
+    done = threading.Event()
+    tracker = spark.sparkContext.statusTracker()
+
+    def loop() -> None:
+        while not done.wait(PROGRESS_SECONDS):
+            try:
+                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+                finished = sum(s.numCompletedTasks for s in stages if s)
+                total = sum(s.numTasks for s in stages if s)
+            except Exception:  # the session is stopping: no more lines
+                return
+            emit(
+                f"replay: {time.monotonic() - started:.0f} s, "
+                f"tasks {finished}/{total} of the publishing stage done"
+            )
+
+    thread = threading.Thread(target=loop, name="redisq-replay-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)

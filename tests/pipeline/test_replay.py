@@ -1,0 +1,205 @@
+"""The ``replay`` job: archived messages selected by queue, time range and a SQL predicate
+reach exactly the selected target, in order when asked, once when asked, at the rate
+asked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.pipeline.archive import archive_frame
+from redisq_django.pipeline.job_options import ReplayOptions
+from redisq_django.pipeline.options import OptionsError
+from redisq_django.pipeline.replay import ReplayError, replay
+from redisq_django.pipeline.schemas import MESSAGES
+from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
+
+pytestmark = [pytest.mark.spark]
+
+DAY1 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+DAY2 = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client, CoreConfig())
+
+
+def write_archive(spark: SparkSession, root: Path, rows: list[tuple[Any, ...]]) -> None:
+    """Write ``rows`` (queue, message_id, published_at, payload dict) as the archive
+    job lays them out: ROOT/messages/queue=Q/date=D/, in several files per day."""
+    data = [
+        (queue, mid, f"{int(at.timestamp() * 1000)}-0", at, None, json.dumps(p), None, 1)
+        for queue, mid, at, p in rows
+    ]
+    frame = archive_frame(spark.createDataFrame(data, MESSAGES), "messages")
+    frame.repartition(3).write.partitionBy("queue", "date").mode("append").parquet(
+        f"{root}/messages"
+    )
+
+
+def day_rows(queue: str, start: dt.datetime, n: int, first: int = 0) -> list[tuple[Any, ...]]:
+    """``n`` messages one second apart from ``start``, totals 0, 100, 200..."""
+    return [
+        (
+            queue,
+            f"m-{first + i}",
+            start + dt.timedelta(seconds=i),
+            {"n": first + i, "total": i * 100},
+        )
+        for i in range(n)
+    ]
+
+
+def fetch_all(broker: Broker, group: str, queue: str) -> list[Any]:
+    with broker.subscribe(queue, group) as sub:
+        out: list[Any] = []
+        while batch := sub.fetch(count=100, block_ms=50):
+            out += batch
+            sub.ack(batch)
+        return out
+
+
+@pytest.fixture
+def archived(spark: SparkSession, tmp_path: Path, broker: Broker, queue_name: str) -> Path:
+    """40 messages of the test's queue on day 1, 40 on day 2, 10 of another queue on
+    day 1; consumers billing and email of the queue registered (nothing pending)."""
+    other = f"{queue_name}.mail"
+    write_archive(
+        spark,
+        tmp_path,
+        day_rows(queue_name, DAY1, 40)
+        + day_rows(queue_name, DAY2, 40, first=40)
+        + day_rows(other, DAY1, 10, 100),
+    )
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
+    return tmp_path
+
+
+def test_selected_messages_reach_only_the_selected_consumer_in_order(
+    spark: SparkSession, archived: Path, broker: Broker, redis_url: str, queue_name: str
+) -> None:
+    Q = queue_name
+    options = ReplayOptions(
+        redis_url=redis_url,
+        root=str(archived),
+        queue=Q,
+        since=DAY1 + dt.timedelta(seconds=10),
+        until=DAY2 + dt.timedelta(seconds=30),
+        where="get_json_object(payload, '$.total') >= 1000",
+        consumer="billing",
+        ordered=True,
+    )
+
+    summary = replay(spark, options)
+
+    # Day 1: seconds 10..39 with total >= 1000 -> n 10..39; day 2: seconds 0..29,
+    # totals 0..2900 -> n 50..69 (total >= 1000 from second 10).
+    expected = [f"m-{i}" for i in [*range(10, 40), *range(50, 70)]]
+    assert (summary.selected, summary.published) == (50, 50)
+    got = fetch_all(broker, "billing", Q)
+    assert [m.headers[ORIGINAL_ID_HEADER] for m in got] == expected  # global publish order
+    assert fetch_all(broker, "email", Q) == []
+    assert "replayed selected=50 published=50" in summary.line()
+
+
+def test_to_the_queue_every_consumer_gets_them(
+    spark: SparkSession, archived: Path, broker: Broker, redis_url: str, queue_name: str
+) -> None:
+    Q = queue_name
+    options = ReplayOptions(redis_url=redis_url, root=str(archived), queue=Q, until=DAY2)
+
+    assert replay(spark, options).published == 40
+
+    for group in ("billing", "email"):
+        got = fetch_all(broker, group, Q)
+        assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(
+            f"m-{i}" for i in range(40)
+        )
+        assert {m.payload["n"] for m in got} == set(range(40))
+
+
+def test_dry_run_publishes_nothing(
+    spark: SparkSession, archived: Path, broker: Broker, redis_url: str, queue_name: str
+) -> None:
+    Q = queue_name
+    options = ReplayOptions(redis_url=redis_url, root=str(archived), queue=Q, dry_run=True)
+
+    summary = replay(spark, options)
+
+    assert (summary.selected, summary.published, summary.dry_run) == (80, 0, True)
+    assert [row["message_id"] for row in summary.sample] == ["m-0", "m-1", "m-2", "m-3", "m-4"]
+    assert fetch_all(broker, "billing", Q) == []
+    assert broker.client.xlen(broker.keys(Q).log) == 0
+
+
+@pytest.mark.parametrize("consumer", [None, "billing"])
+def test_once_twice_publishes_once(
+    spark: SparkSession,
+    archived: Path,
+    broker: Broker,
+    redis_url: str,
+    consumer: str | None,
+    queue_name: str,
+) -> None:
+    Q = queue_name
+    options = ReplayOptions(
+        redis_url=redis_url, root=str(archived), queue=Q, since=DAY2, consumer=consumer, once=True
+    )
+
+    replay(spark, options)
+    replay(spark, options)  # the same replay again: every id was published already
+
+    got = fetch_all(broker, "billing", Q)
+    assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(
+        f"m-{i}" for i in range(40, 80)
+    )
+    assert {m.id for m in got} == {options.replay_id(f"m-{i}") for i in range(40, 80)}
+    assert len(fetch_all(broker, "email", Q)) == (0 if consumer else 40)
+
+
+@pytest.mark.slow
+def test_rate_is_a_ceiling(
+    spark: SparkSession, archived: Path, broker: Broker, redis_url: str, queue_name: str
+) -> None:
+    Q = queue_name
+    options = ReplayOptions(redis_url=redis_url, root=str(archived), queue=Q, until=DAY2, rate=20)
+
+    started = time.monotonic()
+    summary = replay(spark, options)
+    elapsed = time.monotonic() - started
+
+    # 40 messages at most 20/s: the last slice may leave no sooner than ~1.5 s after
+    # the first (slices of 5 at 20/s from one task, or 10/s each from two).
+    assert summary.published == 40
+    assert elapsed >= 1.5
+    assert len(fetch_all(broker, "email", Q)) == 40
+
+
+def test_bad_where_and_missing_archive_say_what_to_do(
+    spark: SparkSession, archived: Path, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    Q = queue_name
+    bad = ReplayOptions(redis_url=redis_url, root=str(archived), queue=Q, where="no_such > 1")
+    with pytest.raises(ReplayError, match=r"not a valid predicate.*columns: .*payload"):
+        replay(spark, bad)
+    missing = ReplayOptions(redis_url=redis_url, root=str(tmp_path / "none"), queue=Q)
+    with pytest.raises(ReplayError, match="run the archive job first"):
+        replay(spark, missing)
+
+
+def test_options_are_checked_before_spark() -> None:
+    Q = "orders"
+    with pytest.raises(OptionsError, match="must be before --until"):
+        ReplayOptions(redis_url="redis://x", root="/r", queue=Q, since=DAY2, until=DAY1)
+    with pytest.raises(OptionsError, match="--rate must be > 0"):
+        ReplayOptions(redis_url="redis://x", root="/r", queue=Q, rate=0)

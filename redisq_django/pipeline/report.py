@@ -1,0 +1,373 @@
+"""The ``report`` job: what the queues and their logical consumers did over a time range.
+
+It reads the archive (``ROOT/messages`` and ``ROOT/events``, see :mod:`.archive`), keeps the
+rows of the range (``[since, until)``, UTC) and of the queues asked for, and computes in
+Spark, per queue, logical consumer and bucket (an hour; a minute when the range is at most
+six hours):
+
+- ``counts``: published (messages; the same figure on every consumer of the queue, as each
+  consumer gets every message), handled, failed (= retried + dead), retried, dead, redriven;
+- ``latency``: publish → handled latency (handled events joined to their message on queue and
+  message id) and the handler's ``duration_ms``, p50/p95/p99, in milliseconds;
+- ``backlog``: cumulative published minus cumulative handled + dead since the range began
+  (messages published before ``since`` are not counted, so it can dip below zero when
+  older messages are settled in the range);
+- ``attempts``: how many handled and dead events had each attempt number;
+- ``errors``: error classes of retried and dead events, with count, first and last seen
+  and a sample message id;
+- ``totals``: the range as a whole per queue and consumer (counts and percentiles).
+
+Percentiles are ``percentile_approx`` with accuracy :data:`PERCENTILE_ACCURACY` (10000):
+the value returned is one whose rank among the ``n`` values is within ``n / 10000`` of the
+exact rank (for fewer than 10000 values, an exact one of them).
+
+Each aggregate is written as a Parquet dataset ``DIR/<name>.parquet``; only those small
+aggregates come back to the driver, to draw ``DIR/report.html`` (:mod:`.report_html`).
+``DIR`` defaults to ``ROOT/reports/<UTC time>/``, and ``ROOT/reports/latest`` then points
+at it (a symlink, or a text file holding the directory's name where symlinks fail).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from redisq_django.core.errors import InvalidName
+from redisq_django.core.keys import validate_name
+from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
+
+__all__ = ["ReportOptions", "ReportSummary", "parse_time", "report"]
+
+#: ``percentile_approx``'s accuracy: rank error at most n / PERCENTILE_ACCURACY.
+PERCENTILE_ACCURACY = 10000
+PERCENTILES = (0.5, 0.95, 0.99)
+DEFAULT_DAYS = 7
+#: Ranges up to this long get minute buckets, longer ones hour buckets.
+MINUTE_BUCKETS_UP_TO = timedelta(hours=6)
+#: How long before ``since`` a handled message may have been published and still get its
+#: latency measured (the join reads those messages' partitions too).
+LATENCY_LOOKBACK = timedelta(days=1)
+#: Error classes shown in the HTML (the Parquet dataset has them all).
+TOP_ERRORS = 20
+AGGREGATES = ("counts", "latency", "backlog", "attempts", "errors", "totals")
+
+
+def parse_time(text: str, *, end: bool = False) -> datetime:
+    """An ISO time or date as an aware UTC datetime (a time without zone is UTC).
+
+    A bare date means its start (00:00 UTC), or with ``end=True`` (``--until``) its end,
+    i.e. the next day's start, so ``--since 2026-11-01 --until 2026-11-07`` is seven days.
+
+    Raises:
+        OptionsError: ``text`` is neither.
+    """
+    try:
+        if len(text.strip()) == 10:
+            day = date.fromisoformat(text.strip())
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            return start + timedelta(days=1) if end else start
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise OptionsError(
+            f"{text!r} is not an ISO date or time; write e.g. 2026-11-23 or 2026-11-23T08:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportOptions:
+    """The options of the ``report`` job.
+
+    Attributes:
+        root: the archive's root (a path or Hadoop URI).
+        out: where the report goes (a local directory); None: ``ROOT/reports/<UTC time>``,
+            and ``ROOT/reports/latest`` is moved to it.
+        since, until: the range ``[since, until)``; default the last seven days.
+        queues: the queues to report on; empty means every queue in the archive.
+    """
+
+    root: str
+    out: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    queues: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.root:
+            problems.append("the archive root is empty; give a directory or a Hadoop URI")
+        for queue in self.queues:
+            try:
+                validate_name("queue", queue)
+            except InvalidName as exc:
+                problems.append(str(exc).rstrip("."))
+        since, until = self.window()
+        if since >= until:
+            problems.append(f"--since ({since.isoformat()}) must be before --until")
+        if problems:
+            raise OptionsError("; ".join(problems))
+
+    def window(self) -> tuple[datetime, datetime]:
+        """The range as aware UTC datetimes, defaults filled in."""
+        until = self.until or datetime.now(UTC)
+        return self.since or until - timedelta(days=DEFAULT_DAYS), until
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSummary:
+    """What a report run made: where, over what, and the grand totals."""
+
+    out_dir: Path
+    html: Path
+    since: datetime
+    until: datetime
+    bucket: str
+    queues: tuple[str, ...]
+    consumers: int
+    totals: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """The one summary line the CLI prints."""
+        counts = " ".join(f"{k}={v}" for k, v in self.totals.items())
+        return (
+            f"report {self.since:%Y-%m-%dT%H:%MZ}..{self.until:%Y-%m-%dT%H:%MZ} per "
+            f"{self.bucket}, {len(self.queues)} queue(s), {self.consumers} consumer(s): "
+            f"{counts} in {self.seconds:.1f} s -> {self.html}"
+        )
+
+
+def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
+    """Aggregate the archive over ``options``' range and write the Parquet datasets and
+    ``report.html``.
+
+    Raises:
+        JobError: the output directory is not local (the message says to pass --out).
+        pyspark.errors.PySparkException: Spark failed (the CLI prints its first line).
+    """
+    from redisq_django.pipeline.report_html import ReportData, out_dir_for, point_latest, write_html
+
+    started = time.monotonic()
+    since, until = options.window()
+    bucket = "minute" if until - since <= MINUTE_BUCKETS_UP_TO else "hour"
+    made_at = datetime.now(UTC)
+    out_dir, is_default = out_dir_for(options.out, options.root, made_at)
+    messages = _read(spark, options, "messages", "published_at", since - LATENCY_LOOKBACK, until)
+    events = _read(spark, options, "events", "time", since, until).where(
+        F.col("message_id").isNotNull()
+    )
+    events = events.withColumn("bucket", _bucket(F.col("time"), bucket)).persist()
+    try:
+        frames = _aggregates(messages, events, since, bucket)
+        for name, frame in frames.items():
+            _write(frame, out_dir, name)
+        counts = spark.read.parquet(_local_uri(out_dir / "counts.parquet"))
+        _write(_backlog(counts), out_dir, "backlog")
+        data = ReportData(
+            since=since,
+            until=until,
+            bucket=bucket,
+            made_at=made_at,
+            queues=options.queues,
+            accuracy=PERCENTILE_ACCURACY,
+            **{name: _collect(spark, out_dir, name) for name in AGGREGATES},
+        )
+    finally:
+        events.unpersist()
+    html = write_html(data, out_dir / "report.html")
+    if is_default:
+        point_latest(out_dir)
+    totals = {
+        key: sum(int(row[key] or 0) for row in data.totals)
+        for key in ("handled", "failed", "dead", "redriven")
+    }
+    totals = {"published": sum(int(r["published"] or 0) for r in _queue_rows(data.totals))} | totals
+    return ReportSummary(
+        out_dir=out_dir,
+        html=html,
+        since=since,
+        until=until,
+        bucket=bucket,
+        queues=data.queue_names(),
+        consumers=len({(r["queue"], r["consumer"]) for r in data.totals if r["consumer"]}),
+        totals=totals,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _queue_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per queue (``published`` repeats on each consumer of a queue)."""
+    return list({row["queue"]: row for row in rows}.values())
+
+
+def _write(frame: DataFrame, out_dir: Path, name: str) -> None:
+    # One file per aggregate: they are small, and a reader gets one tidy dataset.
+    frame.coalesce(1).write.mode("overwrite").parquet(_local_uri(out_dir / f"{name}.parquet"))
+
+
+def _local_uri(path: Path) -> str:
+    # A plain path would be resolved against Spark's default file system (HDFS on a cluster).
+    return path.as_uri()
+
+
+def _read(
+    spark: SparkSession,
+    options: ReportOptions,
+    table: str,
+    time_column: str,
+    since: datetime,
+    until: datetime,
+) -> DataFrame:
+    """``table``'s archived rows of the queues in ``[since, until)``; the ``date``
+    partitions outside the range are pruned before any file is opened."""
+    path = join_path(normalize_root(options.root), table)
+    try:
+        frame = spark.read.parquet(path)
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
+            raise
+        from redisq_django.pipeline.schemas import Table, spark_schema
+
+        return spark.createDataFrame([], spark_schema(Table(table)))
+    frame = frame.where(
+        (F.col("date") >= F.lit(since.date())) & (F.col("date") <= F.lit(until.date()))
+    )
+    if options.queues:
+        frame = frame.where(F.col("queue").isin(list(options.queues)))
+    return frame.where(
+        (F.col(time_column) >= F.lit(since)) & (F.col(time_column) < F.lit(until))
+    ).drop("date")
+
+
+def _bucket(moment: Column, bucket: str) -> Column:
+    """The start of ``moment``'s bucket, computed on epoch seconds so that it does not
+    depend on the session time zone."""
+    step = 60 if bucket == "minute" else 3600
+    return F.timestamp_seconds(F.floor(F.unix_seconds(moment) / step) * step)
+
+
+def _percentiles(column: str, prefix: str) -> list[Column]:
+    values = F.percentile_approx(F.col(column), list(PERCENTILES), PERCENTILE_ACCURACY)
+    return [values[i].alias(f"{prefix}_p{round(p * 100)}") for i, p in enumerate(PERCENTILES)]
+
+
+def _event_counts() -> list[Column]:
+    def n(*kinds: str) -> Column:
+        return F.sum(F.col("event").isin(list(kinds)).cast("long"))
+
+    return [
+        n("handled").alias("handled"),
+        n("retried", "dead").alias("failed"),
+        n("retried").alias("retried"),
+        n("dead").alias("dead"),
+        n("redriven").alias("redriven"),
+    ]
+
+
+def _aggregates(
+    messages: DataFrame, events: DataFrame, since: datetime, bucket: str
+) -> dict[str, DataFrame]:
+    """The report's aggregates as lazy frames (nothing runs until they are written)."""
+    in_range = messages.where(F.col("published_at") >= F.lit(since))
+    published = in_range.groupBy("queue", _bucket(F.col("published_at"), bucket).alias("bucket"))
+    published_counts = published.agg(F.count(F.lit(1)).alias("published"))
+    consumers = events.select("queue", "consumer").distinct()
+    keys = ["queue", "consumer", "bucket"]
+    counts = (
+        published_counts.join(consumers, "queue", "left")
+        .join(events.groupBy(*keys).agg(*_event_counts()), keys, "full_outer")
+        .na.fill(0)
+    )
+    handled = events.where(F.col("event") == "handled")
+    timed = handled.join(
+        messages.select("queue", "message_id", "published_at"), ["queue", "message_id"], "left"
+    ).withColumn(
+        "latency_ms", (F.unix_micros(F.col("time")) - F.unix_micros(F.col("published_at"))) / 1000
+    )
+    timing = [
+        F.count(F.lit(1)).alias("handled"),
+        # Handled messages published before the lookback have no latency (null, skipped).
+        F.count("latency_ms").alias("latency_n"),
+        *_percentiles("latency_ms", "latency"),
+        *_percentiles("duration_ms", "duration"),
+    ]
+    latency = timed.groupBy(*keys).agg(*timing)
+    attempts = (
+        events.where(F.col("event").isin("handled", "dead"))
+        .groupBy("queue", "consumer", "event", "attempt")
+        .agg(F.count(F.lit(1)).alias("count"))
+    )
+    errors = (
+        events.where(F.col("event").isin("retried", "dead"))
+        .na.fill({"error_class": "(none)"})
+        .groupBy("queue", "consumer", "error_class")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.min("time").alias("first_seen"),
+            F.max("time").alias("last_seen"),
+            F.min_by("message_id", "time").alias("sample_message_id"),
+            F.max_by("error_message", "time").alias("last_message"),
+        )
+    )
+    queue_published = in_range.groupBy("queue").agg(F.count(F.lit(1)).alias("published"))
+    totals = (
+        queue_published.join(consumers, "queue", "left")
+        .join(
+            events.groupBy("queue", "consumer").agg(*_event_counts()),
+            ["queue", "consumer"],
+            "full_outer",
+        )
+        .na.fill(0)
+        .join(timed.groupBy("queue", "consumer").agg(*timing[1:]), ["queue", "consumer"], "left")
+    )
+    return {
+        "counts": counts,
+        "latency": latency,
+        "attempts": attempts,
+        "errors": errors,
+        "totals": totals,
+    }
+
+
+def _backlog(counts: DataFrame) -> DataFrame:
+    """Per consumer and bucket: published minus handled + dead, cumulated in bucket
+    order from the range's start. Read from the written ``counts`` (not recomputed)."""
+    keys = ["queue", "consumer", "bucket"]
+    order = Window.partitionBy("queue", "consumer").orderBy("bucket")
+    running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        counts.where(F.col("consumer").isNotNull())
+        .withColumn("published_total", F.sum("published").over(running))
+        .withColumn("settled_total", F.sum(F.col("handled") + F.col("dead")).over(running))
+        .select(*keys, "published_total", "settled_total")
+        .withColumn("backlog", F.col("published_total") - F.col("settled_total"))
+    )
+
+
+def _collect(spark: SparkSession, out_dir: Path, name: str) -> list[dict[str, Any]]:
+    """An aggregate read back from its Parquet dataset (small: one row per queue,
+    consumer and bucket at most), sorted, as plain dicts; errors: the top ones only."""
+    frame = spark.read.parquet(_local_uri(out_dir / f"{name}.parquet"))
+    if name == "errors":
+        frame = frame.orderBy(F.desc("count"), "queue", "consumer", "error_class").limit(TOP_ERRORS)
+    else:
+        frame = frame.orderBy(
+            *[c for c in ("queue", "consumer", "bucket", "event", "attempt") if c in frame.columns]
+        )
+    return [{k: _utc(v) for k, v in row.asDict().items()} for row in frame.collect()]
+
+
+def _utc(value: Any) -> Any:
+    """PySpark returns timestamps as naive datetimes in the driver's local time zone;
+    the report speaks UTC, so make them aware UTC ones."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value

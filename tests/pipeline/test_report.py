@@ -1,0 +1,302 @@
+"""The ``report`` job on a generated archive with known answers.
+
+The archive is written here with Spark in the archive's layout and schemas (no Redis):
+three logical consumers on two queues, messages a minute apart, handled after known
+delays, some retried, some dead, a redrive, plus rows outside the range and of a queue
+that is filtered out. Expected figures are computed from the same rows in plain Python.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+T0 = datetime(2026, 11, 20, 0, 0, tzinfo=UTC)
+SINCE, UNTIL = T0, T0 + timedelta(hours=12)
+ACCURACY = 10000
+
+
+def _event(
+    queue: str, consumer: str, event: str, at: datetime, mid: str, attempt: int, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "consumer": consumer,
+        "instance": "h:1",
+        "event": event,
+        "time": at,
+        "entry_id": mid,
+        "message_id": mid,
+        "attempt": attempt,
+        **kw,
+    }
+
+
+def generate() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(messages, events) rows: orders (billing, mail), audit (archiver), noise (filtered)."""
+    messages: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for i in range(120):  # orders: one a minute from 00:00 to 01:59
+        mid = f"o{i}"
+        at = T0 + timedelta(minutes=i)
+        messages.append({"queue": "orders", "message_id": mid, "published_at": at, "attempts": 0})
+        events.append(
+            _event(
+                "orders",
+                "billing",
+                "handled",
+                at + timedelta(milliseconds=10 * (i + 1)),
+                mid,
+                1,
+                duration_ms=i % 7 + 1,
+            )
+        )
+        if i < 100:
+            events.append(
+                _event(
+                    "orders", "mail", "handled", at + timedelta(seconds=2), mid, 1, duration_ms=50
+                )
+            )
+        elif i < 110:
+            events.append(
+                _event(
+                    "orders",
+                    "mail",
+                    "retried",
+                    at + timedelta(seconds=1),
+                    mid,
+                    1,
+                    error_class="SMTPError",
+                    error_message="421 <busy>",
+                )
+            )
+            events.append(
+                _event(
+                    "orders",
+                    "mail",
+                    "dead",
+                    at + timedelta(seconds=3),
+                    mid,
+                    2,
+                    error_class="SMTPError",
+                    error_message="421 <busy>",
+                    reason="failed",
+                )
+            )
+        # 110..119: mail never got to them (backlog 10 + 10 dead... dead ones are settled)
+    events.append(_event("orders", "mail", "redriven", T0 + timedelta(hours=3), "o100", 2))
+    for i in range(30):  # audit: every 10 minutes from 00:00 to 04:50, handled after 1 s
+        mid = f"a{i}"
+        at = T0 + timedelta(minutes=10 * i)
+        messages.append({"queue": "audit", "message_id": mid, "published_at": at, "attempts": 0})
+        attempt = 1
+        if i % 10 == 0:
+            events.append(
+                _event(
+                    "audit",
+                    "archiver",
+                    "retried",
+                    at + timedelta(milliseconds=500),
+                    mid,
+                    1,
+                    error_class="KeyError",
+                    error_message="'x'",
+                )
+            )
+            attempt = 2
+        events.append(
+            _event(
+                "audit",
+                "archiver",
+                "handled",
+                at + timedelta(seconds=1),
+                mid,
+                attempt,
+                duration_ms=200,
+            )
+        )
+    # Outside the range: a day before and at/after the end; and a queue not asked for.
+    for at in (T0 - timedelta(days=1), UNTIL, UNTIL + timedelta(days=1)):
+        mid = f"out{at:%d%H}"
+        messages.append({"queue": "orders", "message_id": mid, "published_at": at, "attempts": 0})
+        events.append(_event("orders", "billing", "handled", at, mid, 1, duration_ms=1))
+    messages.append({"queue": "noise", "message_id": "n1", "published_at": T0, "attempts": 0})
+    events.append(_event("noise", "x", "dead", T0, "n1", 1, error_class="Boom", reason="failed"))
+    return messages, events
+
+
+def write_archive(spark: Any, root: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from redisq_django.pipeline.archive import archive_frame
+    from redisq_django.pipeline.schemas import EVENTS, MESSAGES
+
+    messages, events = generate()
+    for table, rows, schema in (("messages", messages, MESSAGES), ("events", events, EVENTS)):
+        full = [tuple(row.get(f.name) for f in schema.fields) for row in rows]
+        frame = archive_frame(spark.createDataFrame(full, schema), table)
+        frame.coalesce(1).write.partitionBy("queue", "date").parquet(f"{root}/{table}")
+    assert F is not None
+
+
+def within(value: float, values: list[float], p: float) -> bool:
+    """Whether ``value`` is one of ``values`` whose rank is within the documented
+    accuracy (n / ACCURACY, at least one rank) of the exact ``p`` percentile's."""
+    ordered = sorted(values)
+    n = len(ordered)
+    exact = max(math.ceil(p * n) - 1, 0)
+    slack = max(1, math.ceil(n / ACCURACY))
+    window = ordered[max(exact - slack, 0) : exact + slack + 1]
+    return any(abs(value - v) < 1e-6 for v in window)
+
+
+@pytest.fixture(scope="module")
+def made(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    root = tmp_path_factory.mktemp("archive")
+    write_archive(spark, root)
+    options = ReportOptions(root=str(root), since=SINCE, until=UNTIL, queues=("orders", "audit"))
+    return root, report(spark, options)
+
+
+def read(spark: Any, summary: Any, name: str) -> list[dict[str, Any]]:
+    """An aggregate's rows, timestamps as aware UTC datetimes (PySpark gives local naive)."""
+    rows = spark.read.parquet(str(summary.out_dir / f"{name}.parquet")).collect()
+    return [
+        {k: v.astimezone(UTC) if isinstance(v, datetime) else v for k, v in r.asDict().items()}
+        for r in rows
+    ]
+
+
+def test_totals_are_exact(spark: Any, made: Any) -> None:
+    root, summary = made
+    totals = {(r["queue"], r["consumer"]): r for r in read(spark, summary, "totals")}
+    assert set(totals) == {("orders", "billing"), ("orders", "mail"), ("audit", "archiver")}
+    b, m, a = totals["orders", "billing"], totals["orders", "mail"], totals["audit", "archiver"]
+    assert (b["published"], b["handled"], b["failed"], b["dead"]) == (120, 120, 0, 0)
+    assert (m["published"], m["handled"], m["retried"], m["dead"], m["failed"], m["redriven"]) == (
+        120,
+        100,
+        10,
+        10,
+        20,
+        1,
+    )
+    assert (a["published"], a["handled"], a["retried"], a["dead"]) == (30, 30, 3, 0)
+    assert summary.totals == {
+        "published": 150,
+        "handled": 250,
+        "failed": 23,
+        "dead": 10,
+        "redriven": 1,
+    }
+    assert summary.bucket == "hour" and summary.consumers == 3
+    assert summary.out_dir.parent == root / "reports"
+    assert (root / "reports" / "latest" / "report.html").is_file()
+    assert str(summary.html) in summary.line()
+
+
+def test_percentiles_within_accuracy(spark: Any, made: Any) -> None:
+    _, summary = made
+    totals = {(r["queue"], r["consumer"]): r for r in read(spark, summary, "totals")}
+    billing_latency = [10.0 * (i + 1) for i in range(120)]
+    billing_duration = [float(i % 7 + 1) for i in range(120)]
+    for p in (50, 95, 99):
+        row = totals["orders", "billing"]
+        assert within(row[f"latency_p{p}"], billing_latency, p / 100), (p, row)
+        assert within(row[f"duration_p{p}"], billing_duration, p / 100), (p, row)
+        assert totals["orders", "mail"][f"latency_p{p}"] == 2000.0
+        assert totals["audit", "archiver"][f"duration_p{p}"] == 200.0
+    hourly = {(r["consumer"], r["bucket"].hour): r for r in read(spark, summary, "latency")}
+    first_hour = billing_latency[:60]
+    assert hourly["billing", 0]["handled"] == 60
+    assert within(hourly["billing", 0]["latency_p95"], first_hour, 0.95)
+
+
+def test_buckets_backlog_attempts_errors(spark: Any, made: Any) -> None:
+    _, summary = made
+    counts = {
+        (r["queue"], r["consumer"], r["bucket"].hour): r for r in read(spark, summary, "counts")
+    }
+    assert counts["orders", "billing", 0]["published"] == 60
+    assert counts["orders", "billing", 1]["handled"] == 60
+    assert (counts["orders", "mail", 1]["handled"], counts["orders", "mail", 1]["dead"]) == (40, 10)
+    assert counts["orders", "mail", 3]["redriven"] == 1
+    assert counts["audit", "archiver", 4]["published"] == 6
+    backlog = {
+        (r["consumer"], r["bucket"].hour): r["backlog"] for r in read(spark, summary, "backlog")
+    }
+    assert backlog["mail", 0] == 0 and backlog["mail", 1] == 10 and backlog["mail", 3] == 10
+    assert backlog["billing", 1] == 0 and backlog["archiver", 4] == 0
+    attempts = {
+        (r["consumer"], r["event"], r["attempt"]): r["count"]
+        for r in read(spark, summary, "attempts")
+    }
+    assert attempts == {
+        ("billing", "handled", 1): 120,
+        ("mail", "handled", 1): 100,
+        ("mail", "dead", 2): 10,
+        ("archiver", "handled", 1): 27,
+        ("archiver", "handled", 2): 3,
+    }
+    errors = {(r["consumer"], r["error_class"]): r for r in read(spark, summary, "errors")}
+    assert set(errors) == {("mail", "SMTPError"), ("archiver", "KeyError")}
+    smtp = errors["mail", "SMTPError"]
+    assert smtp["count"] == 20 and smtp["sample_message_id"] == "o100"
+    assert smtp["first_seen"] == T0 + timedelta(minutes=100, seconds=1)
+    assert smtp["last_seen"] == T0 + timedelta(minutes=109, seconds=3)
+    assert errors["archiver", "KeyError"]["count"] == 3
+
+
+def test_page_is_self_contained_and_escaped(made: Any) -> None:
+    _, summary = made
+    page = summary.html.read_text()
+    assert page.count("<svg") == 4 and "<script" not in page
+    for external in ("<link", "src=", 'href="http', "url(http", "@import"):
+        assert external not in page
+    assert "421 &lt;busy&gt;" in page and "<busy>" not in page
+    assert "orders, audit" in page and "2026-11-20 00:00:00 UTC" in page
+
+
+def test_minute_buckets_and_explicit_out(spark: Any, made: Any, tmp_path: Path) -> None:
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    root, _ = made
+    latest = (root / "reports" / "latest").resolve()
+    options = ReportOptions(
+        root=str(root),
+        out=str(tmp_path / "r"),
+        since=T0,
+        until=T0 + timedelta(minutes=30),
+        queues=("orders",),
+    )
+    summary = report(spark, options)
+    assert summary.bucket == "minute" and summary.html == tmp_path / "r" / "report.html"
+    counts = read(spark, summary, "counts")
+    assert {r["consumer"] for r in counts} == {"billing", "mail"}
+    assert sum(r["published"] for r in counts if r["consumer"] == "billing") == 30
+    assert all(r["published"] == 1 for r in counts)
+    assert (root / "reports" / "latest").resolve() == latest  # --out leaves latest alone
+
+
+def test_parse_time_and_options() -> None:
+    from redisq_django.pipeline.options import OptionsError
+    from redisq_django.pipeline.report import ReportOptions, parse_time
+
+    assert parse_time("2026-11-20") == T0
+    assert parse_time("2026-11-20", end=True) == T0 + timedelta(days=1)
+    assert parse_time("2026-11-20T01:00") == T0 + timedelta(hours=1)
+    assert parse_time("2026-11-20T02:00+01:00") == T0 + timedelta(hours=1)
+    with pytest.raises(OptionsError, match="ISO date or time"):
+        parse_time("yesterday")
+    with pytest.raises(OptionsError, match="before --until"):
+        ReportOptions(root="/x", since=T0, until=T0)
+    since, until = ReportOptions(root="/x").window()
+    assert until - since == timedelta(days=7)

@@ -300,3 +300,19 @@ def test_parse_time_and_options() -> None:
         ReportOptions(root="/x", since=T0, until=T0)
     since, until = ReportOptions(root="/x").window()
     assert until - since == timedelta(days=7)
+
+
+def test_cli_report_prints_one_line_with_the_page(
+    spark: Any, made: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redisq_django.pipeline.cli import main
+
+    root, _ = made
+    argv = ["report", "--root", str(root), "--since", "2026-11-20", "--until", "2026-11-20"]
+    assert main([*argv, "--queue", "audit", "--master", "local[2]"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].endswith("report.html")
+    assert "per hour, 1 queue(s), 1 consumer(s): published=30 handled=30" in out[0]
+    page = (root / "reports" / "latest" / "report.html").read_text()
+    assert "audit" in page and "2026-11-21 00:00:00 UTC" in page
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped

@@ -316,3 +316,18 @@ def test_cli_report_prints_one_line_with_the_page(
     page = (root / "reports" / "latest" / "report.html").read_text()
     assert "audit" in page and "2026-11-21 00:00:00 UTC" in page
     assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+
+
+def test_manage_py_report_uses_archive_root(spark: Any, made: Any, settings: Any) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    root, _ = made
+    settings.REDISQ = {"ARCHIVE_ROOT": str(root)}
+    out = io.StringIO()
+    argv = ["--since", "2026-11-20T00:00", "--until", "2026-11-20T12:00", "--queue", "orders"]
+    call_command("redisq_pipeline", "report", *argv, stdout=out)
+    line = out.getvalue().strip()
+    assert "published=120 handled=220 failed=20 dead=10 redriven=1" in line
+    assert line.endswith("report.html") and str(root / "reports") in line

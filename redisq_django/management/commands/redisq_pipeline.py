@@ -20,10 +20,12 @@ from redisq_django.core.errors import RedisqError
 try:
     from redisq_django.pipeline.cli import (
         add_archive_arguments,
+        add_report_arguments,
         archive_options,
         describe,
         preflight,
         run_archive,
+        run_report_args,
     )
     from redisq_django.pipeline.options import (
         OptionsError,
@@ -67,7 +69,7 @@ def settings_redis_url() -> str:
 class Command(BaseCommand):
     help = (
         "Run a Spark pipeline job over the message history with the Redis and archive "
-        "settings of settings.REDISQ. Jobs: archive."
+        "settings of settings.REDISQ. Jobs: archive, report."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -80,6 +82,21 @@ class Command(BaseCommand):
             help="messages and lifecycle events to Parquet under REDISQ['ARCHIVE_ROOT']",
         )
         add_archive_arguments(archive, from_settings=True)
+        report = jobs.add_parser(
+            "report",
+            help="aggregates of a time range (Parquet) and report.html under "
+            "REDISQ['ARCHIVE_ROOT']/reports",
+        )
+        add_report_arguments(report, from_settings=True)
+
+    def _report(self, namespace: argparse.Namespace) -> str:
+        """Run the report job (no Redis needed: it reads the archive); its summary line."""
+        try:
+            return run_report_args(namespace)
+        except OptionsError as exc:
+            raise CommandError(str(exc)) from None
+        except Exception as exc:  # the job's JobError, or Spark failing
+            raise CommandError(f"report failed: {one_line(exc)}") from None
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if MISSING:
@@ -92,6 +109,9 @@ class Command(BaseCommand):
                 "or pass --root."
             )
         namespace = argparse.Namespace(**{**opts, "root": str(root)})
+        if opts["job"] == "report":
+            self.stdout.write(self._report(namespace))
+            return
         try:
             options = archive_options(
                 namespace, redis_url=settings_redis_url(), prefix=settings["PREFIX"]

@@ -1,0 +1,248 @@
+"""The ``compact`` job: rewrite old date partitions of the archive into fewer, larger
+Parquet files, without ever showing a Spark reader a row twice or not at all.
+
+The rule. ``ROOT/<table>`` is the archive's file sink: Spark readers
+(``spark.read.parquet(ROOT + "/messages")``) list exactly the files its ``_spark_metadata``
+log names. So the compaction works *through that log*, and only on dates strictly before
+today (UTC), which the archive no longer writes (a day's partition gets rows only while
+that day's messages are being archived; a late straggler after midnight lands in a batch
+whose log entry is new, see below):
+
+1. For each log file Spark currently reads (the latest ``N.compact`` and the batches after
+   it), the partitions ``queue=Q/date=D`` in range whose files are *all* named in that one
+   file are candidates (a partition spread over several batch files waits until the
+   sink's own log compaction, every 10th batch, gathers it in one file; the next run then
+   takes it).
+2. Their rows are read from exactly those files, de-duplicated (messages by ``queue,
+   message_id``; events by ``queue, message_id, event, consumer, attempt, entry_id``),
+   written to ``ROOT/<table>/_compaction/<run>`` (ignored by every reader) in
+   ``ceil(input bytes / target size)`` files per partition, then moved next to the old
+   files as ``part-compacted-<run>-*.parquet``: still invisible, as the log does not
+   name them.
+3. That log file is rewritten in one atomic rename: the old files' entries out, the new
+   files' in. Batch ids never change (the sink skips a batch id already in its log, so an
+   added one would drop a micro-batch of the running archive).
+4. If the archive wrote its own log compaction meanwhile from the old version of the file
+   (it reads the earlier files every 10th batch), the same replacement is applied to it.
+   Only then are the old data files deleted.
+
+Idempotent: a partition already made only of compacted files, no more of them than its
+size calls for, is left alone, so a second run changes nothing. A run that dies before
+step 3 leaves unreferenced files only (in ``_compaction`` or ``part-compacted-*``) that
+no reader sees; after step 3 only old files that no reader lists.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from redisq_django.pipeline.job_options import CompactOptions
+from redisq_django.pipeline.options import ARCHIVED_TABLES, JobError, join_path, one_line
+from redisq_django.pipeline.sink_log import (
+    HadoopFs,
+    LogFile,
+    current_files,
+    entry_for,
+    read_entries,
+    rewrite_entries,
+)
+
+__all__ = ["CompactError", "CompactOptions", "CompactSummary", "compact"]
+
+#: The rows that are one and the same, per table.
+DEDUP_KEYS = {
+    "messages": ("queue", "message_id"),
+    "events": ("queue", "message_id", "event", "consumer", "attempt", "entry_id"),
+}
+COMPACTED_PREFIX = "part-compacted-"
+STAGING_DIR = "_compaction"
+_PARTITION = re.compile(r"/(queue=[^/]+)/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
+
+
+class CompactError(JobError):
+    """The compaction could not finish; the message says why (readers are unaffected)."""
+
+
+@dataclass
+class TableCompaction:
+    """What compacting one table did."""
+
+    partitions: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    rows_before: int = 0
+    rows_after: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompactSummary:
+    """What a compaction run did, per table (``messages``, ``events``)."""
+
+    tables: dict[str, TableCompaction]
+    seconds: float
+
+    def line(self) -> str:
+        """The summary line the CLI prints."""
+        parts = [
+            f"{name}: {t.partitions} partitions, files {t.files_before} -> {t.files_after}, "
+            f"rows {t.rows_before} -> {t.rows_after}"
+            for name, t in self.tables.items()
+        ]
+        waiting = sum(len(t.skipped) for t in self.tables.values())
+        tail = f"; {waiting} partitions wait for the sink's log compaction" if waiting else ""
+        return f"compacted {'; '.join(parts)} in {self.seconds:.1f} s{tail}"
+
+
+@dataclass
+class _Group:
+    """One partition ``queue=Q/date=D`` to compact and the log file naming its files."""
+
+    log_file: LogFile
+    partition: str  # "queue=Q/date=D"
+    entries: list[dict[str, Any]]
+
+    @property
+    def size(self) -> int:
+        return sum(int(e.get("size", 0)) for e in self.entries)
+
+
+def compact(spark: SparkSession, options: CompactOptions) -> CompactSummary:
+    """Compact the date partitions ``[since, until)`` (never today or later) of
+    ``ROOT/messages`` and ``ROOT/events``.
+
+    Raises:
+        CompactError: reading, writing or the log rewrite failed; what was done stays
+            consistent for readers (see the module docstring) and a re-run continues.
+    """
+    started = time.monotonic()
+    fs = HadoopFs(spark, options.root)
+    tables = {}
+    for table in ARCHIVED_TABLES:
+        try:
+            tables[table] = _compact_table(spark, fs, options, table)
+        except CompactError:
+            raise
+        except Exception as exc:
+            raise CompactError(f"compacting {table} failed: {one_line(exc)}") from exc
+    return CompactSummary(tables, time.monotonic() - started)
+
+
+def _in_range(date: str, options: CompactOptions) -> bool:
+    if options.since is not None and date < options.since.isoformat():
+        return False
+    return date < options.end_date().isoformat()
+
+
+def _files_wanted(size: int, options: CompactOptions) -> int:
+    return max(1, math.ceil(size / options.target_file_bytes))
+
+
+def plan(fs: HadoopFs, table_path: str, options: CompactOptions) -> tuple[list[_Group], list[str]]:
+    """The partitions to compact now, and those in range that must wait (their files
+    are named in several log files)."""
+    by_partition: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(dict)
+    log_files = {f.batch: f for f in current_files(fs, table_path)}
+    for log_file in log_files.values():
+        for entry in read_entries(fs, log_file):
+            match = _PARTITION.search(entry["path"])
+            if match is None or not _in_range(match[2], options):
+                continue
+            partition = f"{match[1]}/date={match[2]}"
+            by_partition[partition].setdefault(log_file.batch, []).append(entry)
+    groups, waiting = [], []
+    for partition, per_file in sorted(by_partition.items()):
+        if len(per_file) > 1:
+            waiting.append(partition)
+            continue
+        ((batch, entries),) = per_file.items()
+        group = _Group(log_files[batch], partition, entries)
+        names = [e["path"].rsplit("/", 1)[1] for e in entries]
+        done = all(n.startswith(COMPACTED_PREFIX) for n in names)
+        if done and len(entries) <= _files_wanted(group.size, options):
+            continue  # compacted already: a second run changes nothing
+        groups.append(group)
+    return groups, waiting
+
+
+def _compact_table(
+    spark: SparkSession, fs: HadoopFs, options: CompactOptions, table: str
+) -> TableCompaction:
+    table_path = join_path(options.root, table)
+    result = TableCompaction()
+    groups, result.skipped = plan(fs, table_path, options)
+    if not groups:
+        return result
+    run = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    staging = join_path(table_path, STAGING_DIR, run)
+    old = [e["path"] for g in groups for e in g.entries]
+    frame = spark.read.option("basePath", fs.qualified(table_path)).parquet(*old)
+    wanted = {g.partition: _files_wanted(g.size, options) for g in groups}
+    # One bucket column per row: rows of a partition spread over its wanted file count.
+    buckets = F.create_map(*[x for p, n in wanted.items() for x in (F.lit(p), F.lit(n))])
+    key = F.concat(F.lit("queue="), F.col("queue"), F.lit("/date="), F.col("date").cast("string"))
+    deduped = frame.dropDuplicates(list(DEDUP_KEYS[table]))
+    bucket = F.pmod(F.xxhash64(*DEDUP_KEYS[table]), buckets[key])
+    out = deduped.withColumn("_bucket", bucket).repartition(
+        sum(wanted.values()), "queue", "date", "_bucket"
+    )
+    out.drop("_bucket").write.partitionBy("queue", "date").parquet(staging)
+    result.rows_before = frame.count()
+    result.rows_after = spark.read.parquet(staging).count()
+    new_entries = _move_into_place(fs, staging, table_path, run)
+    fs.delete(join_path(table_path, STAGING_DIR), True)
+    for group in groups:
+        added = new_entries.get(group.partition, [])
+        removed = {e["path"] for e in group.entries}
+        if not rewrite_entries(fs, group.log_file, removed, added):
+            raise CompactError(
+                f"the log of {table} changed while compacting {group.partition}; run again"
+            )
+        _follow_sink_compaction(fs, table_path, group.log_file, removed, added)
+        for path in removed:
+            fs.delete(path)
+        result.partitions += 1
+        result.files_before += len(removed)
+        result.files_after += len(added)
+    return result
+
+
+def _move_into_place(
+    fs: HadoopFs, staging: str, table_path: str, run: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Move the staged Parquet files to their partition directories (as
+    ``part-compacted-<run>-<i>.parquet``); returns their log entries by partition."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    staged_root = fs.qualified(staging)
+    for i, status in enumerate(fs.list_files(staging)):
+        src = str(status.getPath().toString())
+        if not src.endswith(".parquet"):
+            continue  # _SUCCESS and checksums
+        partition = src[len(staged_root) :].strip("/").rsplit("/", 1)[0]
+        dst = join_path(table_path, partition, f"{COMPACTED_PREFIX}{run}-{i:05d}.parquet")
+        fs.rename(src, dst)
+        out[partition].append(entry_for(fs.fs.getFileStatus(fs.path(dst))))
+    return out
+
+
+def _follow_sink_compaction(
+    fs: HadoopFs,
+    table_path: str,
+    rewritten: LogFile,
+    removed: set[str],
+    added: list[dict[str, Any]],
+) -> None:
+    """Apply the same replacement to a log compaction the running archive wrote from the
+    version of ``rewritten`` before our rename (it would name the old files again)."""
+    for log_file in current_files(fs, table_path):
+        if log_file.batch > rewritten.batch and log_file.compact:
+            rewrite_entries(fs, log_file, removed, added)  # no-op when it has our version

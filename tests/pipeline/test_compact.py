@@ -1,0 +1,95 @@
+"""The ``compact`` job: fewer files, the same rows, each seen once by Spark readers of the
+archive (which honour the sink's ``_spark_metadata``), idempotent, and the archive job
+keeps working on the same root afterwards."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.pipeline.archive import archive
+from redisq_django.pipeline.compact import compact
+from redisq_django.pipeline.job_options import CompactOptions
+from redisq_django.pipeline.options import ArchiveOptions, OptionsError
+from tests.pipeline.archive_support import add_events, publish, read_table
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOMORROW = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client, CoreConfig())
+
+
+def parquet_files(root: Path, table: str) -> list[Path]:
+    """The data files on disk (whether the log names them or not)."""
+    return sorted(p for p in (root / table).rglob("*.parquet") if "_compaction" not in p.parts)
+
+
+def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given an archive of two queues whose partitions have several files each (the
+    # source reads each queue in 4 partitions: one file per task and partition)
+    other = f"{queue_name}.mail"
+    ids = publish(broker, queue_name, 600)
+    publish(broker, other, 200)
+    n_events = add_events(broker, queue_name, ids)
+    archive_options = ArchiveOptions(
+        redis_url=redis_url, root=str(tmp_path), queues=(queue_name, other)
+    )
+    archive(spark, archive_options)
+    before = {t: read_table(spark, tmp_path, t).cache() for t in ("messages", "events")}
+    assert before["messages"].count() == 800
+    assert before["events"].count() == n_events
+    files_before = {t: len(parquet_files(tmp_path, t)) for t in before}
+    assert files_before["messages"] > 2
+
+    # When the dates up to today are compacted ("today" moved to tomorrow)
+    options = CompactOptions(root=str(tmp_path), today=TOMORROW)
+    summary = compact(spark, options)
+
+    # Then readers see exactly the same rows, from one file per partition
+    for table, frame in before.items():
+        assertDataFrameEqual(read_table(spark, tmp_path, table), frame)
+    messages = summary.tables["messages"]
+    assert (messages.rows_before, messages.rows_after) == (800, 800)
+    assert messages.files_before == files_before["messages"]
+    assert messages.files_after == messages.partitions == 2
+    assert len(parquet_files(tmp_path, "messages")) == 2  # the old files are gone
+    assert summary.tables["events"].rows_after == n_events
+    assert "compacted messages: 2 partitions" in summary.line()
+
+    # And a second run changes nothing
+    again = compact(spark, options)
+    assert all(t.partitions == 0 for t in again.tables.values())
+    assert len(parquet_files(tmp_path, "messages")) == 2
+
+    # And the archive goes on on the same root: new rows added, none lost or doubled
+    more = publish(broker, queue_name, 50, start=600)
+    second = archive(spark, archive_options)
+    assert second.messages.rows == 50
+    rows = read_table(spark, tmp_path, "messages")
+    assert rows.count() == 850
+    assert rows.select("message_id").distinct().count() == 850
+    assert set(more) <= {r.message_id for r in rows.select("message_id").collect()}
+    for frame in before.values():
+        frame.unpersist()
+
+
+def test_today_is_never_compacted(spark: SparkSession, tmp_path: Path) -> None:
+    # The archive may still be writing today's partitions: the default range ends before.
+    options = CompactOptions(root=str(tmp_path), until=TOMORROW + dt.timedelta(days=5))
+    assert options.end_date() == dt.datetime.now(dt.UTC).date()
+    summary = compact(spark, options)  # nothing archived: nothing to do
+    assert all(t.partitions == 0 for t in summary.tables.values())
+    with pytest.raises(OptionsError, match="must be before --until"):
+        CompactOptions(root="/r", since=TOMORROW, until=TOMORROW)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django.admin.common import BREADCRUMBS_OL
 from redisq_django.admin.stats import queue_stats
+from redisq_django.conf import get_settings
 from redisq_django.models import DeadLetter, Overview
 from redisq_django.operations import all_queue_names
 from redisq_django.publishing.outbox import pending_count
@@ -31,6 +35,36 @@ def dead_rows_by_consumer() -> dict[str, dict[str, int]]:
     for queue, consumer, n in rows:
         counts[queue][consumer] = n
     return dict(counts)  # plain: a template lookup must not add keys
+
+
+#: The report page may not run scripts or load anything: it is self-contained by design.
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def latest_report() -> tuple[Path | None, str]:
+    """The newest default report of ``manage.py redisq_pipeline report``
+    (``ARCHIVE_ROOT/reports/latest/report.html``), or None and why there is none.
+
+    Only reads files: the admin never imports PySpark.
+    """
+    root = get_settings().get("ARCHIVE_ROOT")
+    if not root:
+        return None, "REDISQ['ARCHIVE_ROOT'] is not set, so there is no archive to report on."
+    parts = urlsplit(str(root))
+    if len(parts.scheme) > 1 and parts.scheme != "file":
+        return None, f"The archive root {root} is not a local directory; open its report there."
+    reports = Path(unquote(parts.path) if parts.scheme == "file" else str(root)) / "reports"
+    latest = reports / "latest"
+    if latest.is_file() and not latest.is_dir():  # where symlinks fail: the name, as text
+        name = latest.read_text().strip()
+        latest = reports / name if name and "/" not in name and name != ".." else latest
+    page = latest / "report.html"
+    if not page.is_file():
+        return None, (
+            f"No report yet in {reports}: run `manage.py redisq_pipeline report` "
+            "(it writes reports/<time>/report.html and points reports/latest at it)."
+        )
+    return page, ""
 
 
 @admin.register(Overview)
@@ -51,6 +85,26 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("redisq_django.view_queue")
+
+    def get_urls(self) -> list[URLPattern]:
+        info = (self.model._meta.app_label, self.model._meta.model_name)
+        report = path(
+            "report/",
+            self.admin_site.admin_view(self.report_view),
+            name="{}_{}_report".format(*info),
+        )
+        return [report, *super().get_urls()]
+
+    def report_view(self, request: HttpRequest) -> HttpResponse:
+        """The latest history report, as the self-contained page the job wrote."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        page, why = latest_report()
+        if page is None:
+            return HttpResponseNotFound(why, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(page.read_bytes(), content_type="text/html; charset=utf-8")
+        response["Content-Security-Policy"] = REPORT_CSP
+        return response
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):

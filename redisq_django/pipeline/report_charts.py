@@ -22,6 +22,7 @@ matplotlib.use("Agg")  # no display here; set before pyplot is imported
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.ticker import FuncFormatter
 
 Row = dict[str, Any]
 
@@ -121,6 +122,9 @@ def latency_chart(latency: Sequence[Row]) -> str:
         for p, style in _STYLES.items():
             _lines(ax, _series(latency, _labelled(p), f"latency_{p}"), ls=style)
         ax.set_yscale("symlog", linthresh=1.0)
+        # The log scale's own labels are mathtext ("10^3"), which parse_math=False would
+        # print raw: plain numbers instead.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
 
     return svg(draw, title="Latency, publish to handled", ylabel="ms")
 

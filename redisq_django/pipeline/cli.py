@@ -306,6 +306,22 @@ def build_parser() -> argparse.ArgumentParser:
         "from the archive under ROOT: Parquet aggregates and report.html.",
     )
     add_report_arguments(report_parser, from_settings=False)
+    from redisq_django.pipeline.cli_jobs import add_compact_arguments, add_replay_arguments
+
+    replay_parser = jobs.add_parser(
+        "replay",
+        help="archived messages (time range, SQL predicate) back to a queue or one consumer",
+        description="Publish archived messages of a queue again, selected by time range and "
+        "a Spark SQL predicate, to the queue or to one logical consumer.",
+    )
+    add_replay_arguments(replay_parser, from_settings=False)
+    compact_parser = jobs.add_parser(
+        "compact",
+        help="rewrite old date partitions of the archive into fewer, larger files",
+        description="Compact the archive's partitions of dates before today (UTC) into "
+        "fewer Parquet files, de-duplicated; Spark readers see each row once throughout.",
+    )
+    add_compact_arguments(compact_parser, from_settings=False)
     return parser
 
 
@@ -315,6 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.job == "report":
         return _report_main(args, parser)
+    if args.job in ("replay", "compact"):
+        from redisq_django.pipeline.cli_jobs import job_main
+
+        return job_main(PROG, args, parser)
     try:
         options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)
     except OptionsError as exc:

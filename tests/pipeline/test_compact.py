@@ -93,3 +93,28 @@ def test_today_is_never_compacted(spark: SparkSession, tmp_path: Path) -> None:
     assert all(t.partitions == 0 for t in summary.tables.values())
     with pytest.raises(OptionsError, match="must be before --until"):
         CompactOptions(root="/r", since=TOMORROW, until=TOMORROW)
+
+
+def test_cli_compact(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redisq_django.pipeline.cli import main
+
+    assert main(["compact", "--root", str(tmp_path), "--until", "2026-01-01"]) == 0
+    assert capsys.readouterr().out.startswith("compacted messages: 0 partitions")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compact", "--root", str(tmp_path), "--target-file-mb", "0"])
+    assert exit_info.value.code == 2
+
+
+def test_manage_py_compact_uses_the_archive_root_of_settings(
+    spark: SparkSession, tmp_path: Path, redisq_settings: object
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "ARCHIVE_ROOT": str(tmp_path)}  # type: ignore[attr-defined]
+    out = StringIO()
+    call_command("redisq_pipeline", "compact", "--until", "2026-01-01", stdout=out)
+    assert out.getvalue().startswith("compacted messages: 0 partitions")

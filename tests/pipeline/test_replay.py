@@ -203,3 +203,31 @@ def test_options_are_checked_before_spark() -> None:
         ReplayOptions(redis_url="redis://x", root="/r", queue=Q, since=DAY2, until=DAY1)
     with pytest.raises(OptionsError, match="--rate must be > 0"):
         ReplayOptions(redis_url="redis://x", root="/r", queue=Q, rate=0)
+
+
+def test_cli_dry_run_and_replay(
+    spark: SparkSession,
+    archived: Path,
+    broker: Broker,
+    redis_url: str,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from redisq_django.pipeline.cli import main
+
+    base = ["replay", "--redis-url", redis_url, "--root", str(archived), "--queue", queue_name]
+
+    assert main([*base, "--since", "2026-11-02", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("replay dry run: selected=40 published=0")
+    assert "m-40" in err  # the sample
+
+    assert main([*base, "--until", "2026-11-01T00:00:05", "--consumer", "email"]) == 0
+    assert capsys.readouterr().out.startswith("replayed selected=5 published=5")
+    assert len(fetch_all(broker, "email", queue_name)) == 5
+    assert fetch_all(broker, "billing", queue_name) == []
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([*base, "--since", "yesterday"])
+    assert exit_info.value.code == 2
+    assert "--since expects an ISO date or time" in capsys.readouterr().err

@@ -27,6 +27,14 @@ try:
         run_archive,
         run_report_args,
     )
+    from redisq_django.pipeline.cli_jobs import (
+        add_compact_arguments,
+        add_replay_arguments,
+        compact_options,
+        replay_options,
+        run_compact,
+        run_replay,
+    )
     from redisq_django.pipeline.options import (
         OptionsError,
         one_line,
@@ -69,7 +77,7 @@ def settings_redis_url() -> str:
 class Command(BaseCommand):
     help = (
         "Run a Spark pipeline job over the message history with the Redis and archive "
-        "settings of settings.REDISQ. Jobs: archive, report."
+        "settings of settings.REDISQ. Jobs: archive, report, replay, compact."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -88,6 +96,16 @@ class Command(BaseCommand):
             "REDISQ['ARCHIVE_ROOT']/reports",
         )
         add_report_arguments(report, from_settings=True)
+        replay = jobs.add_parser(
+            "replay",
+            help="archived messages (time range, SQL predicate) back to a queue or one "
+            "consumer of REDISQ's Redis",
+        )
+        add_replay_arguments(replay, from_settings=True)
+        compact = jobs.add_parser(
+            "compact", help="old date partitions of the archive into fewer, larger files"
+        )
+        add_compact_arguments(compact, from_settings=True)
 
     def _report(self, namespace: argparse.Namespace) -> str:
         """Run the report job (no Redis needed: it reads the archive); its summary line."""
@@ -97,6 +115,21 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except Exception as exc:  # the job's JobError, or Spark failing
             raise CommandError(f"report failed: {one_line(exc)}") from None
+
+    def _replay_or_compact(self, namespace: argparse.Namespace) -> str:
+        """Run the replay (to REDISQ's Redis) or compact job; its summary line."""
+        try:
+            if namespace.job == "compact":
+                return run_compact(compact_options(namespace), namespace)
+            options = replay_options(
+                namespace, redis_url=settings_redis_url(), prefix=get_settings()["PREFIX"]
+            )
+            self.stderr.write(options.describe())
+            return run_replay(options, namespace)
+        except OptionsError as exc:
+            raise CommandError(str(exc)) from None
+        except Exception as exc:  # the job's JobError, or Spark failing
+            raise CommandError(f"{namespace.job} failed: {one_line(exc)}") from None
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if MISSING:
@@ -111,6 +144,9 @@ class Command(BaseCommand):
         namespace = argparse.Namespace(**{**opts, "root": str(root)})
         if opts["job"] == "report":
             self.stdout.write(self._report(namespace))
+            return
+        if opts["job"] in ("replay", "compact"):
+            self.stdout.write(self._replay_or_compact(namespace))
             return
         try:
             options = archive_options(

@@ -1,0 +1,216 @@
+"""The ``replay`` and ``compact`` sub-commands: their arguments (shared by
+``python -m redisq_django.pipeline`` and ``manage.py redisq_pipeline``), the options they
+build, and running them. Imports neither PySpark (until a job runs) nor Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from redisq_django.pipeline.job_options import (
+    DEFAULT_TARGET_FILE_BYTES,
+    CompactOptions,
+    ReplayOptions,
+    parse_time,
+)
+from redisq_django.pipeline.options import OptionsError, normalize_root, one_line, parse_conf
+
+_LOG_LEVELS = ["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
+
+
+def _positive(kind: type[int] | type[float], unit: str) -> Callable[[str], float]:
+    def check(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0 {unit}, got {text}")
+        return value
+
+    return check
+
+
+def _conf_item(text: str) -> str:
+    try:
+        parse_conf([text])
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", metavar="M", help="Spark master URL (default local[*])")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        type=_conf_item,
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark configuration (repeatable)",
+    )
+    parser.add_argument(
+        "--spark-log-level",
+        default="ERROR",
+        choices=_LOG_LEVELS,
+        help="Spark's log level once the session is up (default ERROR)",
+    )
+
+
+def _add_root(parser: argparse.ArgumentParser, from_settings: bool) -> None:
+    parser.add_argument(
+        "--root",
+        required=not from_settings,
+        metavar="ROOT",
+        help="the archive (directory or Hadoop URI)"
+        + (" (default REDISQ['ARCHIVE_ROOT'])" if from_settings else ""),
+    )
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
+    """The ``replay`` job's arguments (``from_settings``: the management command, where
+    the Redis URL and prefix come from ``settings.REDISQ``)."""
+    if not from_settings:
+        parser.add_argument("--redis-url", required=True, metavar="URL", help="target Redis")
+        parser.add_argument("--prefix", default="redisq", help="key prefix (default redisq)")
+        parser.add_argument("--cluster", action="store_true", help="the URL is a Cluster node")
+    _add_root(parser, from_settings)
+    parser.add_argument("--queue", required=True, metavar="Q", help="the queue to replay")
+    parser.add_argument(
+        "--since", metavar="T", help="first published_at replayed: ISO date or time, UTC"
+    )
+    parser.add_argument("--until", metavar="T", help="end of the range (exclusive), ISO, UTC")
+    parser.add_argument(
+        "--where",
+        metavar="SQL",
+        help="Spark SQL predicate on the messages table, e.g. "
+        "\"get_json_object(payload, '$.total') > 1000\"",
+    )
+    parser.add_argument(
+        "--consumer", metavar="C", help="deliver to this logical consumer only (default: all)"
+    )
+    parser.add_argument(
+        "--ordered",
+        action="store_true",
+        help="one global publish order (one task: slower); default: in order per task",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="count and show a sample, publish nothing"
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive(float, "messages/s"),
+        metavar="N",
+        help="at most N messages/s, all tasks together",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="replay ids derived from this replay's options: running it again is a no-op",
+    )
+    _add_spark_arguments(parser)
+
+
+def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
+    """The ``compact`` job's arguments (``from_settings``: ``--root`` defaults to
+    ``REDISQ['ARCHIVE_ROOT']``)."""
+    _add_root(parser, from_settings)
+    parser.add_argument("--since", metavar="D", help="first date compacted (ISO date, UTC)")
+    parser.add_argument(
+        "--until",
+        metavar="D",
+        help="first date not compacted (default and latest: today, UTC)",
+    )
+    parser.add_argument(
+        "--target-file-mb",
+        type=_positive(int, "MB"),
+        default=DEFAULT_TARGET_FILE_BYTES // (1024 * 1024),
+        metavar="MB",
+        help="size a compacted file aims at (default 128)",
+    )
+    _add_spark_arguments(parser)
+
+
+def replay_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> ReplayOptions:
+    """The replay options from parsed arguments.
+
+    Raises:
+        OptionsError: an option is invalid.
+    """
+    return ReplayOptions(
+        redis_url=redis_url,
+        root=normalize_root(args.root),
+        queue=args.queue,
+        prefix=prefix,
+        cluster=getattr(args, "cluster", False),
+        since=parse_time(args.since, "--since") if args.since else None,
+        until=parse_time(args.until, "--until") if args.until else None,
+        where=args.where,
+        consumer=args.consumer,
+        ordered=args.ordered,
+        dry_run=args.dry_run,
+        rate=args.rate,
+        once=args.once,
+    )
+
+
+def compact_options(args: argparse.Namespace) -> CompactOptions:
+    """The compaction options from parsed arguments.
+
+    Raises:
+        OptionsError: an option is invalid.
+    """
+    return CompactOptions(
+        root=normalize_root(args.root),
+        since=parse_time(args.since, "--since").date() if args.since else None,
+        until=parse_time(args.until, "--until").date() if args.until else None,
+        target_file_bytes=int(args.target_file_mb) * 1024 * 1024,
+    )
+
+
+def run_replay(options: ReplayOptions, args: argparse.Namespace) -> str:
+    """Run the replay job in a pipeline session; its summary line (a dry run's sample
+    goes to stderr)."""
+    from redisq_django.pipeline.replay import replay
+    from redisq_django.pipeline.session import pipeline_session
+
+    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+        spark.sparkContext.setLogLevel(args.spark_log_level)
+        summary = replay(spark, options)
+    for row in summary.sample:
+        print(f"  {row['published_at']} {row['message_id']} {row['payload']}", file=sys.stderr)
+    return summary.line()
+
+
+def run_compact(options: CompactOptions, args: argparse.Namespace) -> str:
+    """Run the compaction in a pipeline session; its summary line."""
+    from redisq_django.pipeline.compact import compact
+    from redisq_django.pipeline.session import pipeline_session
+
+    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+        spark.sparkContext.setLogLevel(args.spark_log_level)
+        return compact(spark, options).line()
+
+
+def job_main(prog: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run ``replay`` or ``compact`` from parsed CLI arguments; the exit status (0 done,
+    1 failed, 2 bad arguments, 130 interrupted)."""
+    try:
+        if args.job == "replay":
+            replay = replay_options(args, redis_url=args.redis_url, prefix=args.prefix)
+            print(replay.describe(), file=sys.stderr, flush=True)
+            line = run_replay(replay, args)
+        else:
+            line = run_compact(compact_options(args), args)
+    except OptionsError as exc:
+        parser.error(str(exc))
+    except KeyboardInterrupt:
+        print(f"{prog} {args.job}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the job's JobError, or Spark failing to start
+        print(f"{prog} {args.job}: failed: {one_line(exc)}", file=sys.stderr)
+        return 1
+    print(line, flush=True)
+    return 0

@@ -263,6 +263,7 @@ def test_page_is_self_contained_and_escaped(made: Any) -> None:
         assert external not in page
     assert "421 &lt;busy&gt;" in page and "<busy>" not in page
     assert "orders, audit" in page and "2026-11-20 00:00:00 UTC" in page
+    assert "mathdefault" not in page  # axis labels are numbers, not raw mathtext
 
 
 def test_minute_buckets_and_explicit_out(spark: Any, made: Any, tmp_path: Path) -> None:
@@ -331,3 +332,22 @@ def test_manage_py_report_uses_archive_root(spark: Any, made: Any, settings: Any
     line = out.getvalue().strip()
     assert "published=120 handled=220 failed=20 dead=10 redriven=1" in line
     assert line.endswith("report.html") and str(root / "reports") in line
+
+
+def test_empty_archive_still_makes_a_page(spark: Any, tmp_path: Path) -> None:
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    summary = report(spark, ReportOptions(root=str(tmp_path), since=SINCE, until=UNTIL))
+
+    assert summary.totals == {"published": 0, "handled": 0, "failed": 0, "dead": 0, "redriven": 0}
+    page = summary.html.read_text()
+    assert "No messages or events in the range." in page and page.count("<svg") == 4
+    assert (tmp_path / "reports" / "latest" / "report.html").is_file()
+
+
+def test_a_remote_root_needs_a_local_out(spark: Any) -> None:
+    from redisq_django.pipeline.options import JobError
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    with pytest.raises(JobError, match="pass --out with a local directory"):
+        report(spark, ReportOptions(root="s3a://bucket/redisq", since=SINCE, until=UNTIL))

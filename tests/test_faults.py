@@ -36,7 +36,12 @@ from tests.support.workers import (
     wait_ids,
 )
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [
+    pytest.mark.slow,
+    # The worker processes consume queues declared in code (tests/faultapp/consumers.py),
+    # fixed names by nature: each test starts them on an empty server.
+    pytest.mark.usefixtures("empty_redis"),
+]
 
 FAULTS, RECORDER = "faults", "recorder"  # visibility 2 s, max_retries 3, backoff 0.05 s
 GRACEFUL, PATIENT = "graceful", "patient"  # visibility 60 s
@@ -488,9 +493,7 @@ def test_events_agree_with_outcomes_after_a_sigkilled_worker(
     assert sorted(handled) == sorted(ids)
     # ...what the killed instance held was `reclaimed` before it was handled again...
     reclaimed = {mid for e, _, mid, _ in recorded if e == "reclaimed"}
-    acked_by_first = {
-        d.id for d in read_done(redis_client, FAULTS, RECORDER) if d.pid == first.pid
-    }
+    acked_by_first = {d.id for d in read_done(redis_client, FAULTS, RECORDER) if d.pid == first.pid}
     assert reclaimed, "the killed instance held messages that were taken over"
     assert reclaimed <= set(ids)
     # ...no message both handled and reclaimed after its handled event...

@@ -20,7 +20,7 @@ QUEUES = ("orders", "emails", "audit.log", "q-3")
 
 @pytest.fixture
 def cluster_broker(redis_cluster: Any) -> Iterator[Broker]:
-    redis_cluster.flushall()
+    redis_cluster.flushall()  # QUEUES are fixed names, chosen for their slots: start empty
     client = redis_cluster.client()
     try:
         yield Broker(client, CoreConfig(poll_interval_ms=20, replay_window_ms=0))
@@ -126,7 +126,7 @@ def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
 @pytest.mark.parametrize("queue", QUEUES)
 def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: str) -> None:
     # Given history on (the events stream and meta hash share the queue's slot)
-    redis_cluster.flushall()
+    redis_cluster.flushall()  # QUEUES are fixed names, chosen for their slots: start empty
     client = redis_cluster.client()
     try:
         broker = Broker(client, CoreConfig(poll_interval_ms=20, replay_window_ms=0, history=True))

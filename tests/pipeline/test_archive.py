@@ -47,19 +47,22 @@ def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig())
 
 
+# Archives every queue in Redis (no --queue): this test's must be the only ones.
+@pytest.mark.usefixtures("empty_redis")
 def test_once_twice_archives_everything_once_partitioned_by_queue_and_date(
-    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
-    orders = publish(broker, "orders", 1500)
-    mail = publish(broker, "mail", 500, start=1500)
-    n_events = add_events(broker, "orders", orders)
+    mail_queue = f"{queue_name}.mail"
+    orders = publish(broker, queue_name, 1500)
+    mail = publish(broker, mail_queue, 500, start=1500)
+    n_events = add_events(broker, queue_name, orders)
     options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path))
 
     first = archive(spark, options)
 
     assert (first.messages.rows, first.events.rows) == (2000, n_events)
-    assert dict(first.messages.per_queue) == {"orders": 1500, "mail": 500}
-    assert dict(first.events.per_queue) == {"orders": n_events}
+    assert dict(first.messages.per_queue) == {queue_name: 1500, mail_queue: 500}
+    assert dict(first.events.per_queue) == {queue_name: n_events}
     assert first.line().startswith(f"archived messages=2000 events={n_events} (")
     assert SUMMARY_RE.match(first.line())
 
@@ -70,14 +73,14 @@ def test_once_twice_archives_everything_once_partitioned_by_queue_and_date(
     messages = read_table(spark, tmp_path, "messages")
     assert count_and_distinct(messages, "message_id") == (2000, 2000)
     by_queue = {r["queue"]: r["count"] for r in messages.groupBy("queue").count().collect()}
-    assert by_queue == {"orders": 1500, "mail": 500}
+    assert by_queue == {queue_name: 1500, mail_queue: 500}
     archived = {r[0] for r in messages.select("message_id").collect()}
     assert archived == set(orders) | set(mail)
     # Partitions: queue, then the UTC day of published_at (today: just published).
     today = dt.datetime.now(dt.UTC).date()
     days = {r[0] for r in messages.select("date").distinct().collect()}
     assert days <= {today, today - dt.timedelta(days=1)}  # a run across midnight
-    assert list((tmp_path / "messages" / "queue=orders").glob("date=*/*.parquet"))
+    assert list((tmp_path / "messages" / f"queue={queue_name}").glob("date=*/*.parquet"))
     assert messages.where(F.col("payload") == '{"n":0}').count() == 1
 
     events = read_table(spark, tmp_path, "events")
@@ -87,32 +90,32 @@ def test_once_twice_archives_everything_once_partitioned_by_queue_and_date(
     )
     kinds = {r["event"]: r["count"] for r in events.groupBy("event").count().collect()}
     assert kinds == {"handled": 1500, "retried": 1, "dead": 1, "reset": 1}
-    assert list((tmp_path / "events" / "queue=orders").glob("date=*/*.parquet"))
+    assert list((tmp_path / "events" / f"queue={queue_name}").glob("date=*/*.parquet"))
 
     # The archive's positions in Redis: the last entry of each stream, stored.
-    last_event = broker.client.xrevrange(broker.keys("orders").events, count=1)[0][0].decode()
-    assert broker.archive_positions("orders") == {"messages": orders[-1], "events": last_event}
-    assert broker.archive_positions("mail") == {"messages": mail[-1]}
+    last_event = broker.client.xrevrange(broker.keys(queue_name).events, count=1)[0][0].decode()
+    assert broker.archive_positions(queue_name) == {"messages": orders[-1], "events": last_event}
+    assert broker.archive_positions(mail_queue) == {"messages": mail[-1]}
 
 
 def test_new_messages_after_a_run_are_archived_by_the_next_run(
-    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
-    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=("orders",))
-    before = publish(broker, "orders", 300)
-    publish(broker, "other", 50)  # not archived: not in options.queues
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
+    before = publish(broker, queue_name, 300)
+    publish(broker, f"{queue_name}.other", 50)  # not archived: not in options.queues
 
     assert archive(spark, options).messages.rows == 300
-    after = publish(broker, "orders", 200, start=300)
+    after = publish(broker, queue_name, 200, start=300)
     # A cap per micro-batch: --once still archives everything there, in several batches.
     summary = archive(spark, dataclasses.replace(options, max_entries_per_trigger=120))
 
-    assert dict(summary.messages.per_queue) == {"orders": 200}
+    assert dict(summary.messages.per_queue) == {queue_name: 200}
     assert summary.messages.batches == 2
     messages = read_table(spark, tmp_path, "messages")
     assert count_and_distinct(messages, "message_id") == (500, 500)
     assert {r[0] for r in messages.select("message_id").collect()} == set(before + after)
-    assert broker.archive_positions("other") == {}
+    assert broker.archive_positions(f"{queue_name}.other") == {}
 
 
 class Publisher(threading.Thread):
@@ -185,8 +188,9 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     redis_url: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    queue_name: str,
 ) -> None:
-    queue = "orders"
+    queue = queue_name
     root = tmp_path / "archive"
     publish(broker, queue, 500)
     publisher = Publisher(redis_url, queue, batch=10, pause=0.05, limit=20_000)

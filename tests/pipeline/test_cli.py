@@ -129,20 +129,27 @@ def test_spark_errors_are_cut_to_the_line_that_says_what_went_wrong() -> None:
     assert one_line(KeyError()) == "KeyError"
 
 
+# Archives every queue in Redis (the settings name none): this test's must be the only one.
+@pytest.mark.usefixtures("empty_redis")
 def test_manage_py_archive_once_uses_the_settings(
-    spark: SparkSession, settings: Any, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+    spark: SparkSession,
+    settings: Any,
+    redis_url: str,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    queue_name: str,
 ) -> None:
     root = tmp_path / "archive"
     settings.REDISQ = {"URL": redis_url, "ARCHIVE_ROOT": str(root), "HISTORY": True}
-    ids = publish(Broker(redis_client, CoreConfig()), "orders", 300)
+    ids = publish(Broker(redis_client, CoreConfig()), queue_name, 300)
     out, err = io.StringIO(), io.StringIO()
 
     call_command("redisq_pipeline", "archive", "--once", stdout=out, stderr=err)
 
-    assert out.getvalue().startswith("archived messages=300 events=0 (orders: 300/0) in ")
+    assert out.getvalue().startswith(f"archived messages=300 events=0 ({queue_name}: 300/0) in ")
     assert f"to {root}, once" in err.getvalue()
     assert count_and_distinct(read_table(spark, root, "messages"), "message_id") == (300, 300)
-    assert Broker(redis_client, CoreConfig()).archive_positions("orders") == {"messages": ids[-1]}
+    assert Broker(redis_client, CoreConfig()).archive_positions(queue_name) == {"messages": ids[-1]}
     # Still usable: the command left the shared session running.
     assert spark.range(3).count() == 3
 

@@ -30,8 +30,6 @@ from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-Q = "orders"
-
 
 @pytest.fixture
 def broker(redis_client: redis.Redis) -> Broker:
@@ -101,13 +99,13 @@ def test_starting_offsets_and_shares() -> None:
 
 
 def test_batch_read_of_messages_equals_what_was_published(
-    spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
+    queue_name: str, spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
 ) -> None:
     n = 3000
-    ids = publish_spread(broker, Q, n)
+    ids = publish_spread(broker, queue_name, n)
     # A promoted delayed message carries its own id and times; a retry carries attempts.
     extra = redis_client.xadd(
-        broker.keys(Q).log,
+        broker.keys(queue_name).log,
         {
             "payload": "[1,2]",
             "id": "custom-1",
@@ -117,7 +115,7 @@ def test_batch_read_of_messages_equals_what_was_published(
         },
     ).decode()
 
-    df = reader(spark, redis_url, queue=Q, partitions="4").load()
+    df = reader(spark, redis_url, queue=queue_name, partitions="4").load()
 
     assert df.schema == schemas.MESSAGES
     assert df.rdd.getNumPartitions() > 1
@@ -127,31 +125,35 @@ def test_batch_read_of_messages_equals_what_was_published(
     def published(i: int, mid: str) -> tuple[Any, ...]:
         # queue, message_id, entry_id, published_at, due_at, payload, headers, attempts
         payload, headers = compact({"n": i, "text": "é"}), compact({"chunk": i - i % 100})
-        return (Q, mid, mid, utc(ms_from_entry_id(mid)), None, payload, headers, 0)
+        return (queue_name, mid, mid, utc(ms_from_entry_id(mid)), None, payload, headers, 0)
 
     expected = [published(i, mid) for i, mid in enumerate(ids)]
     late, due = utc(1700000000000), utc(1700000060000)
-    expected.append((Q, "custom-1", extra, late, due, "[1,2]", None, 2))
+    expected.append((queue_name, "custom-1", extra, late, due, "[1,2]", None, 2))
     assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.MESSAGES))
 
 
+# Reads every queue in Redis: this test's must be the only ones.
+@pytest.mark.usefixtures("empty_redis")
 def test_batch_read_of_all_queues_and_empty_ones(
-    spark: Any, broker: Broker, redis_url: str
+    spark: Any, broker: Broker, redis_url: str, queue_name: str
 ) -> None:
-    broker.publish_many("a", [1, 2])
-    broker.publish_many("b", [3])
-    broker.ensure_consumer("empty", "billing")  # registered, log created, no entries
+    a, b, empty = f"{queue_name}.a", f"{queue_name}.b", f"{queue_name}.empty"
+    broker.publish_many(a, [1, 2])
+    broker.publish_many(b, [3])
+    broker.ensure_consumer(empty, "billing")  # registered, log created, no entries
 
     df = reader(spark, redis_url).load()
 
     rows = sorted((r.queue, r.payload) for r in df.collect())
-    assert rows == [("a", "1"), ("a", "2"), ("b", "3")]
-    assert reader(spark, redis_url, queue="nothing-here").load().count() == 0
+    assert rows == [(a, "1"), (a, "2"), (b, "3")]
+    nothing = f"{queue_name}.nothing-here"
+    assert reader(spark, redis_url, queue=nothing).load().count() == 0
 
 
 @pytest.mark.cluster
 def test_batch_read_and_write_on_a_cluster(spark: Any, redis_cluster: Any) -> None:
-    redis_cluster.flushall()
+    redis_cluster.flushall()  # reads every queue of the (shared) cluster: only this test's
     host, port = redis_cluster.startup_nodes[0]
     url = f"redis://{host}:{port}/0"
     client = redis_cluster.client()
@@ -170,17 +172,19 @@ def test_batch_read_and_write_on_a_cluster(spark: Any, redis_cluster: Any) -> No
         client.close()
 
 
+# Reads every queue in Redis (and counts them all): this test's must be the only ones.
+@pytest.mark.usefixtures("empty_redis")
 def test_filters_on_a_loaded_dataframe_leave_it_whole(
-    spark: Any, broker: Broker, redis_url: str
+    queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
-    early = publish_spread(broker, Q, 300)
+    early = publish_spread(broker, queue_name, 300)
     time.sleep(0.05)
-    cut = ms_from_entry_id(broker.publish("other", {"marker": True})) + 1
+    cut = ms_from_entry_id(broker.publish(f"{queue_name}.other", {"marker": True})) + 1
     time.sleep(0.01)
-    late = publish_spread(broker, Q, 200)
+    late = publish_spread(broker, queue_name, 200)
     df = reader(spark, redis_url).load()
 
-    since = df.where((F.col("queue") == Q) & (F.col("published_at") >= utc(cut)))
+    since = df.where((F.col("queue") == queue_name) & (F.col("published_at") >= utc(cut)))
 
     assert sorted(r.message_id for r in since.collect()) == sorted(late)
     # The unfiltered DataFrame still reads everything (Spark reuses a load()'s plan).
@@ -188,11 +192,13 @@ def test_filters_on_a_loaded_dataframe_leave_it_whole(
 
 
 def test_events_are_one_row_per_message(
-    spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
+    queue_name: str, spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
 ) -> None:
     def xadd(**fields: str) -> str:
         time.sleep(0.003)  # entries a few ms apart: several partitions
-        return redis_client.xadd(broker.keys(Q).events, {"g": "billing", **fields}).decode()
+        return redis_client.xadd(
+            broker.keys(queue_name).events, {"g": "billing", **fields}
+        ).decode()
 
     handled = xadd(e="handled", c="w-1", m='[["m1",1,12],["m2",1,null]]')
     error = {"error_class": "ValueError", "error_message": "bad"}
@@ -200,11 +206,11 @@ def test_events_are_one_row_per_message(
     dead = xadd(e="dead", c="w-2", m='[["m3",3,5]]', reason="failed", **error)
     reset = xadd(e="reset", c="", m="[]", start="1700000000000-0")
 
-    df = reader(spark, redis_url, queue=Q, table="events", partitions="8").load()
+    df = reader(spark, redis_url, queue=queue_name, table="events", partitions="8").load()
 
     def row(entry: str, event: str, instance: str, mid: Any, att: Any, ms: Any, **more: Any) -> Row:
         values = dict.fromkeys(schemas.EVENTS.fieldNames())
-        values.update(queue=Q, consumer="billing", time=utc(ms_from_entry_id(entry)))
+        values.update(queue=queue_name, consumer="billing", time=utc(ms_from_entry_id(entry)))
         values.update(entry_id=entry, event=event, instance=instance, message_id=mid)
         values.update(attempt=att, duration_ms=ms, **more)
         return Row(**values)
@@ -221,13 +227,15 @@ def test_events_are_one_row_per_message(
     assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.EVENTS))
 
 
+# Reads the events of every queue in Redis: this test's must be the only ones.
+@pytest.mark.usefixtures("empty_redis")
 def test_events_written_by_a_subscription_with_history_on(
-    spark: Any, redis_client: redis.Redis, redis_url: str
+    queue_name: str, spark: Any, redis_client: redis.Redis, redis_url: str
 ) -> None:
     broker = Broker(redis_client, CoreConfig(history=True))
-    broker.ensure_consumer(Q, "billing", start="earliest")
-    ids = broker.publish_many(Q, [1, 2, 3])
-    with broker.subscribe(Q, "billing", consumer="w-1") as sub:
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    ids = broker.publish_many(queue_name, [1, 2, 3])
+    with broker.subscribe(queue_name, "billing", consumer="w-1") as sub:
         first, second, third = sub.fetch(count=3, block_ms=100)
         sub.ack([first, second])
         sub.fail(third, ValueError("later"))
@@ -240,18 +248,22 @@ def test_events_written_by_a_subscription_with_history_on(
         ("handled", ids[1], 1),
         ("retried", ids[2], 1),
     ]
-    assert {(r.queue, r.consumer, r.instance) for r in rows} == {(Q, "billing", "w-1")}
+    assert {(r.queue, r.consumer, r.instance) for r in rows} == {(queue_name, "billing", "w-1")}
     assert rows[2].error_class == "ValueError" and rows[2].next_due is not None
 
 
-def test_dead_letters_of_a_rejected_message(spark: Any, broker: Broker, redis_url: str) -> None:
-    broker.ensure_consumer(Q, "billing", start="earliest")
-    broker.ensure_consumer(Q, "email", start="earliest")
-    message_id = broker.publish(Q, {"order": 42}, headers={"trace": "t-1"})
-    with broker.subscribe(Q, "billing") as sub:
+# Reads the dead letters of every queue in Redis: this test's must be the only ones.
+@pytest.mark.usefixtures("empty_redis")
+def test_dead_letters_of_a_rejected_message(
+    queue_name: str, spark: Any, broker: Broker, redis_url: str
+) -> None:
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.ensure_consumer(queue_name, "email", start="earliest")
+    message_id = broker.publish(queue_name, {"order": 42}, headers={"trace": "t-1"})
+    with broker.subscribe(queue_name, "billing") as sub:
         fetched = sub.fetch(count=10, block_ms=100)
         sub.reject(fetched[0], ValueError("no such customer"))
-    letter = broker.dead_letters(Q, "billing")[0]
+    letter = broker.dead_letters(queue_name, "billing")[0]
 
     df = reader(spark, redis_url, table="dead").load()
 
@@ -264,7 +276,7 @@ def test_dead_letters_of_a_rejected_message(spark: Any, broker: Broker, redis_ur
     assert got["first_failed_at"] == got["last_failed_at"] == collected(letter.last_failed_at)
     del got["traceback"], got["first_failed_at"], got["last_failed_at"]
     assert got == {
-        "queue": Q,
+        "queue": queue_name,
         "consumer": "billing",
         "entry_id": letter.entry_id,
         "message_id": message_id,
@@ -282,13 +294,13 @@ def test_dead_letters_of_a_rejected_message(spark: Any, broker: Broker, redis_ur
 
 
 def test_streaming_reads_everything_once_and_commits_the_archive_position(
-    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+    queue_name: str, spark: Any, broker: Broker, redis_url: str, tmp_path: Any
 ) -> None:
-    ids = publish_spread(broker, Q, 250, chunk=25)
+    ids = publish_spread(broker, queue_name, 250, chunk=25)
     stream = (
         spark.readStream.format("redisq")
         .option("url", redis_url)
-        .option("queue", Q)
+        .option("queue", queue_name)
         .option("maxEntriesPerTrigger", "40")
         .load()
     )
@@ -300,14 +312,14 @@ def test_streaming_reads_everything_once_and_commits_the_archive_position(
     assert sorted(got) == sorted(ids)  # nothing missed, nothing repeated
     assert len(progress) >= 250 // 40
     assert all(p["numInputRows"] <= 40 for p in progress)
-    assert broker.archive_positions(Q)["messages"] == ids[-1]
+    assert broker.archive_positions(queue_name)["messages"] == ids[-1]
 
 
 def test_streaming_starts_at_latest_and_picks_up_new_entries(
-    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+    queue_name: str, spark: Any, broker: Broker, redis_url: str, tmp_path: Any
 ) -> None:
-    publish_spread(broker, Q, 30)
-    options = {"url": redis_url, "queue": Q, "startingOffsets": "latest"}
+    publish_spread(broker, queue_name, 30)
+    options = {"url": redis_url, "queue": queue_name, "startingOffsets": "latest"}
     output = str(tmp_path / "out")
 
     def run() -> list[str]:
@@ -317,15 +329,15 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
         return [r.message_id for r in files.collect()]
 
     assert run() == []
-    new = broker.publish_many(Q, [1, 2, 3])
+    new = broker.publish_many(queue_name, [1, 2, 3])
     assert sorted(run()) == sorted(new)  # resumed from the checkpoint, nothing old
-    assert broker.archive_positions(Q)["messages"] == new[-1]
+    assert broker.archive_positions(queue_name)["messages"] == new[-1]
 
 
 # -- writing -------------------------------------------------------------------------
 
 
-def _fetch_all(broker: Broker, group: str, queue: str = Q) -> list[Any]:
+def _fetch_all(broker: Broker, group: str, queue: str) -> list[Any]:
     with broker.subscribe(queue, group) as sub:
         out: list[Any] = []
         while batch := sub.fetch(count=100, block_ms=50):
@@ -335,21 +347,21 @@ def _fetch_all(broker: Broker, group: str, queue: str = Q) -> list[Any]:
 
 
 def test_write_publishes_every_row_to_every_consumer(
-    spark: Any, broker: Broker, redis_url: str
+    queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
-    broker.ensure_consumer(Q, "billing")
-    broker.ensure_consumer(Q, "email")
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
     rows = [
         (compact({"n": i}), compact({"h": i}) if i % 2 else None, f"old-{i}") for i in range(120)
     ]
     df = spark.createDataFrame(rows, "payload STRING, headers STRING, message_id STRING")
 
-    df.repartition(3).write.format("redisq").option("url", redis_url).option("queue", Q).mode(
-        "append"
-    ).save()
+    df.repartition(3).write.format("redisq").option("url", redis_url).option(
+        "queue", queue_name
+    ).mode("append").save()
 
     for group in ("billing", "email"):
-        got = {m.headers[ORIGINAL_ID_HEADER]: m for m in _fetch_all(broker, group)}
+        got = {m.headers[ORIGINAL_ID_HEADER]: m for m in _fetch_all(broker, group, queue_name)}
         assert len(got) == 120
         for i in range(120):
             message = got[f"old-{i}"]
@@ -357,41 +369,49 @@ def test_write_publishes_every_row_to_every_consumer(
             assert message.headers.get("h") == (i if i % 2 else None)
 
 
-def test_write_to_one_consumer_and_publish_once(spark: Any, broker: Broker, redis_url: str) -> None:
-    broker.ensure_consumer(Q, "billing")
-    broker.ensure_consumer(Q, "email")
+def test_write_to_one_consumer_and_publish_once(
+    queue_name: str, spark: Any, broker: Broker, redis_url: str
+) -> None:
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
     df = spark.createDataFrame(
         [(compact({"n": i}), f"m-{i}") for i in range(10)], "payload STRING, message_id STRING"
     )
-    writer = df.write.format("redisq").option("url", redis_url).option("queue", Q).mode("append")
+    writer = (
+        df.write.format("redisq")
+        .option("url", redis_url)
+        .option("queue", queue_name)
+        .mode("append")
+    )
 
     writer.option("consumer", "billing").save()
 
-    billing = _fetch_all(broker, "billing")
+    billing = _fetch_all(broker, "billing", queue_name)
     assert sorted(m.payload["n"] for m in billing) == list(range(10))
     assert {m.headers[ORIGINAL_ID_HEADER] for m in billing} == {f"m-{i}" for i in range(10)}
-    assert _fetch_all(broker, "email") == []
+    assert _fetch_all(broker, "email", queue_name) == []
 
-    once = df.write.format("redisq").option("url", redis_url).option("queue", Q)
+    once = df.write.format("redisq").option("url", redis_url).option("queue", queue_name)
     once.option("once", "true").mode("append").save()
     once.option("once", "true").mode("append").save()  # a repeated job publishes nothing
-    email = _fetch_all(broker, "email")
+    email = _fetch_all(broker, "email", queue_name)
     assert sorted(m.id for m in email) == sorted(f"m-{i}" for i in range(10))
 
 
 def test_stream_from_one_queue_into_another(
-    spark: Any, broker: Broker, redis_url: str, tmp_path: Any
+    queue_name: str, spark: Any, broker: Broker, redis_url: str, tmp_path: Any
 ) -> None:
-    broker.ensure_consumer("copy", "audit")
-    ids = publish_spread(broker, Q, 90, chunk=30)
+    copy = f"{queue_name}.copy"
+    broker.ensure_consumer(copy, "audit")
+    ids = publish_spread(broker, queue_name, 90, chunk=30)
     stream = (
         spark.readStream.format("redisq")
-        .options(url=redis_url, queue=Q, maxEntriesPerTrigger="40", commitArchive="false")
+        .options(url=redis_url, queue=queue_name, maxEntriesPerTrigger="40", commitArchive="false")
         .load()
         .select("payload", "headers", "message_id")
     )
-    run_now(stream.writeStream.format("redisq").options(url=redis_url, queue="copy"), tmp_path)
+    run_now(stream.writeStream.format("redisq").options(url=redis_url, queue=copy), tmp_path)
 
-    copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", "copy")]
+    copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", copy)]
     assert sorted(copied) == sorted(ids)
-    assert broker.archive_positions(Q) == {}  # not the archive: retention does not wait
+    assert broker.archive_positions(queue_name) == {}  # not the archive: retention does not wait

@@ -21,18 +21,17 @@ from tests.pipeline.archive_support import count_and_distinct, read_table
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-Q = "e2e-history"
 
 
 def test_retention_waits_for_the_archive_job_then_trims_behind_it(
-    spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path
+    queue_name: str, spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     # Given history on, no replay window, and a consumer that handled 200 messages, one
     # of them after a failure
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(Q, "billing")
-    ids = broker.publish_many(Q, [{"n": n} for n in range(200)])
-    sub = broker.subscribe(Q, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
+    broker.ensure_consumer(queue_name, "billing")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(200)])
+    sub = broker.subscribe(queue_name, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
     batch = sub.fetch(count=500, block_ms=500)
     assert sub.fail(batch[0], Failure("KeyError", "customer")) == "retried"
     sub.ack(batch[1:])
@@ -40,17 +39,19 @@ def test_retention_waits_for_the_archive_job_then_trims_behind_it(
     sub.ack([again])
 
     # When retention runs before the archive: nothing goes
-    assert broker.trim(Q) == (0, 0)
-    assert redis_client.xlen(broker.keys(Q).log) == 200
+    assert broker.trim(queue_name) == (0, 0)
+    assert redis_client.xlen(broker.keys(queue_name).log) == 200
 
     # When the archive job stores everything
-    summary = archive(spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(Q,)))
+    summary = archive(
+        spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
+    )
     assert (summary.messages.rows, summary.events.rows) == (200, 201)
 
     # Then retention trims the log and the events behind it
-    removed, dropped = broker.trim(Q)
+    removed, dropped = broker.trim(queue_name)
     assert (removed, dropped) == (200, 0)
-    assert redis_client.xlen(broker.keys(Q).events) == 0
+    assert redis_client.xlen(broker.keys(queue_name).events) == 0
     # And Spark reads the whole story back: 200 handled, one retried before
     messages = read_table(spark, tmp_path, "messages")
     assert count_and_distinct(messages, "message_id") == (200, 200)
@@ -68,10 +69,10 @@ def test_retention_waits_for_the_archive_job_then_trims_behind_it(
 
 
 def test_the_archive_runs_under_spark_submit(
-    redis_client: redis.Redis, redis_url: str, tmp_path: Path
+    queue_name: str, redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     broker = Broker(redis_client)
-    ids = broker.publish_many("submitted", [{"n": n} for n in range(50)])
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(50)])
     spark_home = Path(pyspark.__file__).parent
     env = {
         **os.environ,
@@ -95,7 +96,7 @@ def test_the_archive_runs_under_spark_submit(
             "--root",
             str(tmp_path),
             "--queue",
-            "submitted",
+            queue_name,
             "--once",
         ],
         env=env,
@@ -106,4 +107,4 @@ def test_the_archive_runs_under_spark_submit(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "archived messages=50 events=0" in result.stdout
-    assert broker.archive_positions("submitted") == {"messages": ids[-1]}
+    assert broker.archive_positions(queue_name) == {"messages": ids[-1]}

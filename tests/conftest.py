@@ -3,6 +3,12 @@
 Fixtures fail (never skip) when no redis-server binary is available: run the
 suite with ``make test``, which provides one (see .ci/ensure-redis.sh).
 
+Redis: one server for the session, *not* flushed between tests. Each test uses queue
+names of its own (the ``queue_name`` fixture), so it stays correct whatever other tests
+left behind (and could share the server with tests running in parallel). The few tests
+that need an empty server (they read every queue, or use a queue fixed in code) ask for
+``empty_redis`` explicitly and say why.
+
 PostgreSQL: tests marked ``django_db(databases=[..., "pg"])`` run against a private
 PostgreSQL cluster, started only when at least one such test is selected (so
 ``pytest tests/core`` never needs PostgreSQL); see ``django_db_modify_db_settings``.
@@ -63,7 +69,7 @@ def redis_cli_binary(redis_server_binary: str) -> str:
 def redis_server(
     redis_server_binary: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RedisServer]:
-    """One redis-server for the whole session (flushed per test by redis_client/redis_url)."""
+    """One redis-server for the whole session, never flushed but by ``empty_redis``."""
     server = RedisServer(redis_server_binary, tmp_path_factory.mktemp("redis-session"))
     server.start()
     try:
@@ -90,9 +96,10 @@ def empty_redis(_session_redis: RedisServer) -> RedisServer:
 
 
 @pytest.fixture
-def redis_client(empty_redis: RedisServer) -> Iterator[redis.Redis]:
-    """A bytes client on the (flushed) session server."""
-    client = empty_redis.client(decode_responses=False)
+def redis_client(_session_redis: RedisServer) -> Iterator[redis.Redis]:
+    """A bytes client on the session server, *not* flushed: other tests' queues are
+    there too, so use queue names of your own (``queue_name``), or ``empty_redis``."""
+    client = _session_redis.client(decode_responses=False)
     try:
         yield client
     finally:
@@ -100,9 +107,20 @@ def redis_client(empty_redis: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def redis_url(empty_redis: RedisServer) -> str:
-    """URL of the (flushed) session server."""
-    return empty_redis.url
+def redis_url(_session_redis: RedisServer) -> str:
+    """URL of the session server, *not* flushed (see ``redis_client``)."""
+    return _session_redis.url
+
+
+BROWSER_TESTS = Path(__file__).parent / "browser"
+
+
+@pytest.fixture(autouse=True)
+def _browser_tests_get_an_empty_redis(request: pytest.FixtureRequest) -> None:
+    # tests/browser (kept as it is) publishes to the fixed queues "shop" and "audit" and
+    # its overview lists every queue: give it an empty server.
+    if BROWSER_TESTS in request.node.path.parents:
+        request.getfixturevalue("empty_redis")
 
 
 _QUEUE_SLUG = re.compile(r"[^A-Za-z0-9]+")
@@ -124,7 +142,7 @@ def queue_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def redisq_settings(settings: Any, redis_url: str) -> Any:
-    """Django settings with REDISQ pointing at the flushed session server."""
+    """Django settings with REDISQ pointing at the session server (not flushed)."""
     settings.REDISQ = {"URL": redis_url}
     return settings
 

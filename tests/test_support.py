@@ -8,24 +8,66 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 
+from redisq_django.core.keys import validate_name
 from tests.support.redis_server import RedisClusterHandle, RedisServer
 
 
+# Tests of the fixtures themselves: these check that empty_redis empties the server.
+@pytest.mark.usefixtures("empty_redis")
 def test_redis_client_set_get(redis_client: redis.Redis) -> None:
-    assert redis_client.dbsize() == 0  # flushed before each test
+    assert redis_client.dbsize() == 0  # empty_redis flushed it
     redis_client.set(b"greeting", b"hello")
     assert redis_client.get(b"greeting") == b"hello"
 
 
-def test_redis_client_is_flushed_between_tests(redis_client: redis.Redis) -> None:
+# Tests of the fixtures themselves: runs after the test above, which left "greeting".
+@pytest.mark.usefixtures("empty_redis")
+def test_empty_redis_is_flushed_between_tests(redis_client: redis.Redis) -> None:
     assert redis_client.get(b"greeting") is None
 
 
+def test_redis_client_does_not_flush(
+    redis_server: RedisServer, queue_name: str, request: pytest.FixtureRequest
+) -> None:
+    # Given a key written to the session server before redis_client is set up
+    with redis_server.client() as conn:
+        conn.set(queue_name, b"kept")
+    # Then redis_client (and redis_url) still see it: only empty_redis flushes
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    assert client.get(queue_name) == b"kept"
+    url: str = request.getfixturevalue("redis_url")
+    with redis.Redis.from_url(url) as conn:
+        assert conn.get(queue_name) == b"kept"
+    client.delete(queue_name)
+
+
+# Tests of the fixtures themselves: the URL reaches the server that empty_redis emptied.
+@pytest.mark.usefixtures("empty_redis")
 def test_redis_url_points_at_session_server(redis_url: str, redis_server: RedisServer) -> None:
     assert redis_url == f"redis://127.0.0.1:{redis_server.port}/0"
     with redis.Redis.from_url(redis_url) as conn:
         assert conn.ping()
         assert conn.dbsize() == 0
+
+
+def test_queue_name_is_valid_and_unique_per_test(
+    queue_name: str, request: pytest.FixtureRequest
+) -> None:
+    assert validate_name("queue", queue_name) == queue_name
+    assert len(queue_name) <= 64  # leaves room for derived names like f"{queue_name}.mail"
+    assert queue_name.startswith("queue-name-is-valid-and-unique-per-test-")
+    assert queue_name not in _seen_queue_names
+    _seen_queue_names.add(queue_name)
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_queue_name_differs_between_parametrized_tests(queue_name: str, n: int) -> None:
+    assert validate_name("queue", f"{queue_name}.{'x' * 30}")
+    assert queue_name not in _seen_queue_names
+    _seen_queue_names.add(queue_name)
+
+
+_seen_queue_names: set[str] = set()
 
 
 def test_redis_server_version(redis_server: RedisServer) -> None:

@@ -113,9 +113,7 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
         queue=queue,
         id=str(original) if options.once and original is not None else None,
         payload_json=payload.encode(),
-        headers_json=_headers(
-            row[layout.headers] if layout.headers is not None else None, named
-        ),
+        headers_json=_headers(row[layout.headers] if layout.headers is not None else None, named),
     )
 
 

@@ -26,6 +26,14 @@ whose log entry is new, see below):
    (it reads the earlier files every 10th batch), the same replacement is applied to it.
    Only then are the old data files deleted.
 
+Limits. Step 4 covers a log compaction of the archive that is written before the check
+right after the rename; one that read the old version and is written after that check
+(a window of milliseconds, every 10th micro-batch) would name the deleted files again,
+and readers would then fail with "file not found" for them. For a guarantee, compact
+while the archive is stopped or between micro-batches (``archive --once`` runs, or a
+``--trigger`` much longer than a compaction). Tested: the archive run after a
+compaction continues on the same root with no row lost or doubled.
+
 Idempotent: a partition already made only of compacted files, no more of them than its
 size calls for, is left alone, so a second run changes nothing. A run that dies before
 step 3 leaves unreferenced files only (in ``_compaction`` or ``part-compacted-*``) that

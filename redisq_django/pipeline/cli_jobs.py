@@ -81,7 +81,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
     parser.add_argument(
         "--since", metavar="T", help="first published_at replayed: ISO date or time, UTC"
     )
-    parser.add_argument("--until", metavar="T", help="end of the range (exclusive), ISO, UTC")
+    parser.add_argument(
+        "--until",
+        metavar="T",
+        help="end of the range: ISO time (exclusive) or date (its end), UTC",
+    )
     parser.add_argument(
         "--where",
         metavar="SQL",
@@ -121,7 +125,7 @@ def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     parser.add_argument(
         "--until",
         metavar="D",
-        help="first date not compacted (default and latest: today, UTC)",
+        help="last date compacted (ISO date, UTC; default and latest: yesterday)",
     )
     parser.add_argument(
         "--target-file-mb",
@@ -146,7 +150,7 @@ def replay_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> 
         prefix=prefix,
         cluster=getattr(args, "cluster", False),
         since=parse_time(args.since, "--since") if args.since else None,
-        until=parse_time(args.until, "--until") if args.until else None,
+        until=parse_time(args.until, "--until", end=True) if args.until else None,
         where=args.where,
         consumer=args.consumer,
         ordered=args.ordered,

@@ -22,9 +22,11 @@ DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DRY_RUN_SAMPLE = 5
 
 
-def parse_time(text: str, option: str) -> dt.datetime:
-    """An ISO date (``2026-11-01``: midnight UTC) or time (naive means UTC) as an aware
-    UTC datetime.
+def parse_time(text: str, option: str, *, end: bool = False) -> dt.datetime:
+    """An ISO date or time (naive means UTC) as an aware UTC datetime.
+
+    A date alone is the start of that UTC day, or with ``end`` the start of the next
+    (``--until 2026-11-01`` includes that day, as in the ``report`` job).
 
     Raises:
         OptionsError: ``text`` is neither.
@@ -38,6 +40,8 @@ def parse_time(text: str, option: str) -> dt.datetime:
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
+    if end and len(text.strip()) == len("2026-11-01"):
+        value += dt.timedelta(days=1)
     return value.astimezone(dt.UTC)
 
 
@@ -82,7 +86,8 @@ class ReplayOptions:
         prefix: the key prefix of the queues.
         cluster: the URL names a Redis Cluster node.
         since: first ``published_at`` replayed (inclusive); None: from the beginning.
-        until: end of the range (exclusive); None: up to the end of the archive.
+        until: end of the range (exclusive; the CLI turns a date alone into the end of
+            that day); None: up to the end of the archive.
         where: a Spark SQL predicate over the messages table's columns.
         consumer: deliver to this logical consumer only; None: to the queue (everyone).
         ordered: one global publish order (one task: slower).
@@ -180,8 +185,8 @@ class CompactOptions:
     Attributes:
         root: the archive root (compacts ``ROOT/messages`` and ``ROOT/events``).
         since: first date compacted (inclusive); None: the oldest.
-        until: first date *not* compacted (exclusive); None and anything later are
-            clamped to today (UTC): the archive may still be writing today's partitions.
+        until: last date compacted (inclusive); None, today and later mean yesterday
+            (UTC): the archive may still be writing today's partitions.
         target_file_bytes: the size a compacted file aims at.
         today: the UTC date taken as today (tests; None: the clock).
     """
@@ -194,14 +199,15 @@ class CompactOptions:
 
     def __post_init__(self) -> None:
         problems = _check_common(None, self.root, "redisq")
-        if self.since is not None and self.until is not None and not self.since < self.until:
-            problems.append(f"--since ({self.since}) must be before --until ({self.until})")
+        if self.since is not None and self.until is not None and self.since > self.until:
+            problems.append(f"--since ({self.since}) must not be after --until ({self.until})")
         if self.target_file_bytes < 1024 * 1024:
             problems.append("the target file size must be at least 1 MB")
         if problems:
             raise OptionsError("; ".join(problems))
 
     def end_date(self) -> dt.date:
-        """The first date not compacted: ``until``, never later than today (UTC)."""
+        """The first date not compacted: the day after ``until``, never later than
+        today (UTC)."""
         today = self.today or dt.datetime.now(dt.UTC).date()
-        return min(self.until, today) if self.until else today
+        return min(self.until + dt.timedelta(days=1), today) if self.until else today

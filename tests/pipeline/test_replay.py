@@ -222,6 +222,9 @@ def test_cli_dry_run_and_replay(
     assert out.startswith("replay dry run: selected=40 published=0")
     assert "m-40" in err  # the sample
 
+    assert main([*base, "--until", "2026-11-01", "--dry-run"]) == 0  # a date: its whole day
+    assert capsys.readouterr().out.startswith("replay dry run: selected=40 published=0")
+
     assert main([*base, "--until", "2026-11-01T00:00:05", "--consumer", "email"]) == 0
     assert capsys.readouterr().out.startswith("replayed selected=5 published=5")
     assert len(fetch_all(broker, "email", queue_name)) == 5

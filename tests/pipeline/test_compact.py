@@ -118,3 +118,36 @@ def test_manage_py_compact_uses_the_archive_root_of_settings(
     out = StringIO()
     call_command("redisq_pipeline", "compact", "--until", "2026-01-01", stdout=out)
     assert out.getvalue().startswith("compacted messages: 0 partitions")
+
+
+def test_rows_stored_twice_are_stored_once_after_compaction(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    import shutil
+
+    from redisq_django.pipeline.sink_log import HadoopFs, current_files, entry_for, rewrite_entries
+
+    # Given an archive where one file's rows are stored twice (a copy named in the log,
+    # as a batch redone by a file sink that lost its log entry would leave them)
+    publish(broker, queue_name, 300)
+    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,)))
+    original = parquet_files(tmp_path, "messages")[0]
+    copy = original.with_name("part-copy-" + original.name)
+    shutil.copy(original, copy)
+    fs = HadoopFs(spark, str(tmp_path))
+    log_file = current_files(fs, str(tmp_path / "messages"))[-1]
+    status = fs.fs.getFileStatus(fs.path(str(copy)))
+    assert rewrite_entries(fs, log_file, set(), [entry_for(status)])
+    doubled = read_table(spark, tmp_path, "messages").count()
+    assert doubled > 300
+
+    # When compacted
+    summary = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
+
+    # Then every message is there once
+    rows = read_table(spark, tmp_path, "messages")
+    assert (summary.tables["messages"].rows_before, summary.tables["messages"].rows_after) == (
+        doubled,
+        300,
+    )
+    assert rows.count() == rows.select("message_id").distinct().count() == 300

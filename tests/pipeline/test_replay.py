@@ -234,3 +234,22 @@ def test_cli_dry_run_and_replay(
         main([*base, "--since", "yesterday"])
     assert exit_info.value.code == 2
     assert "--since expects an ISO date or time" in capsys.readouterr().err
+
+
+def test_manage_py_replay_uses_the_redis_and_archive_of_settings(
+    spark: SparkSession, archived: Path, broker: Broker, queue_name: str, redisq_settings: Any
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "ARCHIVE_ROOT": str(archived)}
+    out = StringIO()
+    call_command(
+        "redisq_pipeline",
+        *("replay", "--queue", queue_name, "--until", "2026-11-01", "--consumer", "billing"),
+        stdout=out,
+        stderr=StringIO(),
+    )
+    assert out.getvalue().startswith("replayed selected=40 published=40")
+    assert len(fetch_all(broker, "billing", queue_name)) == 40

@@ -85,6 +85,7 @@ def archived(spark: SparkSession, tmp_path: Path, broker: Broker, queue_name: st
     return tmp_path
 
 
+@pytest.mark.slow  # a global sort: ~8 s on 2 busy cores
 def test_selected_messages_reach_only_the_selected_consumer_in_order(
     spark: SparkSession, archived: Path, broker: Broker, redis_url: str, queue_name: str
 ) -> None:

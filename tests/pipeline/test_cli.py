@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("argv", "says"),
     [
         ([], "the following arguments are required: JOB"),
-        (["compact"], "invalid choice: 'compact'"),
+        (["vacuum"], "invalid choice: 'vacuum'"),
         (["archive", "--root", "/tmp/a"], "the following arguments are required: --redis-url"),
         (["archive", "--redis-url", "redis://h/0"], "the following arguments are required: --root"),
         (

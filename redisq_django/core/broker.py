@@ -201,17 +201,20 @@ class Broker:
         return self.send([self._prepare(queue, p, headers, due) for p in payloads])
 
     @translate_errors
-    def send_to_consumer(self, group: str, envelopes: Sequence[Envelope]) -> list[str]:
-        """Deliver envelopes at once to one logical consumer only (its private input),
-        one round trip per queue; returns the new entry ids (targeted replay)."""
-        by_queue: dict[str, list[Envelope]] = {}
-        for e in envelopes:
-            by_queue.setdefault(e.queue, []).append(e)
-        return [
-            entry
-            for queue, mine in by_queue.items()
-            for entry in send_direct(self.client, self.keys(queue).group(group), mine)
-        ]
+    def send_to_consumer(
+        self, group: str, envelopes: Sequence[Envelope], *, once: bool = False
+    ) -> list[str]:
+        """Deliver envelopes at once to one logical consumer only (its private input), one
+        round trip per queue (targeted replay); ``once``: at most once per message id and
+        consumer. Returns the new entry ids (with ``once``: the message ids)."""
+        out: list[str] = []
+        for queue in dict.fromkeys(e.queue for e in envelopes):  # in order, once each
+            mine = [e.with_id() if once else e for e in envelopes if e.queue == queue]
+            keys = self.keys(queue)
+            to = keys.group(group)
+            sent = send_once(self.client, self.scripts, keys, mine, to=to) if once else None
+            out += sent if sent is not None else send_direct(self.client, to, mine)
+        return out
 
     @translate_errors
     def commit_archive(self, queue: str, stream: str, entry_id: str) -> str:

@@ -16,6 +16,7 @@ key                               type    role
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
+``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ================================  ======  ====================================================
 
 PROTOCOL.md documents the same catalogue for clients in other languages.
@@ -109,6 +110,10 @@ class GroupKeys:
     @property
     def instances(self) -> str:
         return f"{self._base}:instances"
+
+    def sent_marker(self, message_id: str) -> str:
+        """Marker that ``message_id`` was delivered once to this consumer only."""
+        return f"{self._base}:sent:{message_id}"
 
 
 def queue_keys(prefix: str, queue: str) -> QueueKeys:

@@ -35,10 +35,17 @@ def send_all(client: Any, keys: QueueKeys, envelopes: list[Envelope]) -> list[An
 
 
 def send_once(
-    client: Any, scripts: Scripts, keys: QueueKeys, envelopes: list[Envelope]
+    client: Any,
+    scripts: Scripts,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    *,
+    to: GroupKeys | None = None,
 ) -> list[Any]:
     """Publish every envelope of one queue at most once per message id
-    (``publish_once.lua``), in one round trip.
+    (``publish_once.lua``), in one round trip: to the queue's log (or delayed set), or
+    with ``to`` to that one logical consumer's private input (delays ignored), where
+    "once" is per consumer (its own marker).
 
     Each script call is atomic on its own; after a failure, sending the whole batch again
     is safe because the ones that went through are no-ops the second time.
@@ -50,6 +57,9 @@ def send_once(
     def call(e: Envelope) -> tuple[list[str], list[Any]]:
         if e.id is None:
             raise ValueError("Publishing at most once needs a message id of your own.")
+        if to is not None:  # the script only XADDs to its first key and keeps the marker
+            target = [to.direct, keys.delayed, to.sent_marker(e.id)]
+            return target, [SENT_MARKER_TTL_MS, 0, b"", *e.fields()]
         due = e.due_at_ms or 0
         return (
             [keys.log, keys.delayed, keys.sent_marker(e.id)],

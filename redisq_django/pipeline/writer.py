@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSourceStreamWriter,
@@ -28,8 +28,6 @@ from pyspark.sql.types import StructType
 
 from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope
-from redisq_django.core.keys import QueueKeys
-from redisq_django.core.sending import send_once
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.source_options import OptionError, SourceOptions
 
@@ -117,42 +115,9 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
     )
 
 
-@dataclass(frozen=True)
-class _DirectOnce:
-    """The keys ``send_once`` (``publish_once.lua``) needs, aimed at one consumer's
-    private input instead of the queue's log: the script only XADDs to its first key and
-    keeps a marker, so the same atomic publish-once serves the direct stream. The marker
-    names the consumer, so "once" is per target. All keys share the queue's hash tag."""
-
-    keys: QueueKeys
-    consumer: str
-
-    @property
-    def log(self) -> str:
-        return self.keys.group(self.consumer).direct
-
-    @property
-    def delayed(self) -> str:  # never written: replayed messages are immediate
-        return self.keys.delayed
-
-    def sent_marker(self, message_id: str) -> str:
-        return self.keys.sent_marker(f"g:{self.consumer}:{message_id}")
-
-
-def _send_once_direct(broker: Broker, consumer: str, batch: list[Envelope]) -> None:
-    by_queue: dict[str, list[Envelope]] = {}
-    for e in batch:
-        by_queue.setdefault(e.queue, []).append(e)
-    for queue, mine in by_queue.items():
-        target = _DirectOnce(broker.keys(queue), consumer)
-        send_once(broker.client, broker.scripts, cast(QueueKeys, target), mine)
-
-
 def _send(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
-    if options.consumer and options.once:
-        _send_once_direct(broker, options.consumer, batch)
-    elif options.consumer:
-        broker.send_to_consumer(options.consumer, batch)
+    if options.consumer:
+        broker.send_to_consumer(options.consumer, batch, once=options.once)
     else:
         broker.send(batch, once=options.once)
 

@@ -1014,3 +1014,23 @@ def test_send_to_consumer_reaches_that_consumer_only(
         billing.ack(got)
     with broker.subscribe(queue_name, "email") as email:
         assert email.fetch(count=10, block_ms=100) == []
+
+
+def test_send_to_consumer_once_delivers_once_per_message_and_consumer(
+    redis_client: redis.Redis,
+) -> None:
+    broker = Broker(redis_client)
+    broker.ensure_consumer("target-once", "billing")
+    broker.ensure_consumer("target-once", "email")
+    envelope = broker.prepare("target-once", {"n": 1}, id="replay-1")
+    # When the same message is sent once to billing twice, and once to email
+    assert broker.send_to_consumer("billing", [envelope], once=True) == ["replay-1"]
+    assert broker.send_to_consumer("billing", [envelope], once=True) == ["replay-1"]
+    broker.send_to_consumer("email", [envelope], once=True)
+    # Then each consumer got it exactly once, and the queue's log never saw it
+    for name in ("billing", "email"):
+        with broker.subscribe("target-once", name) as sub:
+            got = sub.fetch(count=10, block_ms=200)
+            assert [m.id for m in got] == ["replay-1"]
+            sub.ack(got)
+    assert redis_client.xlen(broker.keys("target-once").log) == 0

@@ -1,4 +1,5 @@
-"""Argument validators and logging set-up shared by the management commands."""
+"""Argument validators and logging set-up shared by the management commands and the
+pipeline's command line (this module imports no Django)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 

@@ -16,9 +16,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from redisq_django.management.arguments import positive_float, positive_int
 from redisq_django.pipeline.options import (
     ArchiveOptions,
     OptionsError,
+    conf_argument,
     normalize_root,
     one_line,
     parse_conf,
@@ -33,37 +35,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def positive_float(text: str) -> float:
-    """An ``argparse`` type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An ``argparse`` type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def key_value(text: str) -> str:
-    """An ``argparse`` type: ``KEY=VALUE`` (checked here, parsed by ``parse_conf``)."""
-    try:
-        parse_conf([text])
-    except OptionsError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
@@ -136,7 +107,7 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     parser.add_argument(
         "--conf",
         action="append",
-        type=key_value,
+        type=conf_argument,
         default=[],
         metavar="KEY=VALUE",
         help="Spark configuration (repeatable), e.g. --conf spark.sql.shuffle.partitions=8",
@@ -235,7 +206,7 @@ def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
     parser.add_argument(
         "--conf",
         action="append",
-        type=key_value,
+        type=conf_argument,
         default=[],
         metavar="KEY=VALUE",
         help="Spark configuration (repeatable)",

@@ -7,38 +7,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
+from redisq_django.management.arguments import positive_float, positive_int
 from redisq_django.pipeline.job_options import (
     DEFAULT_TARGET_FILE_BYTES,
     CompactOptions,
     ReplayOptions,
     parse_time,
 )
-from redisq_django.pipeline.options import OptionsError, normalize_root, one_line, parse_conf
+from redisq_django.pipeline.options import (
+    OptionsError,
+    conf_argument,
+    normalize_root,
+    one_line,
+    parse_conf,
+)
 
 _LOG_LEVELS = ["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
-
-
-def _positive(kind: type[int] | type[float], unit: str) -> Callable[[str], float]:
-    def check(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0 {unit}, got {text}")
-        return value
-
-    return check
-
-
-def _conf_item(text: str) -> str:
-    try:
-        parse_conf([text])
-    except OptionsError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _add_spark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +31,7 @@ def _add_spark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--conf",
         action="append",
-        type=_conf_item,
+        type=conf_argument,
         default=[],
         metavar="KEY=VALUE",
         help="Spark configuration (repeatable)",
@@ -105,7 +90,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
     )
     parser.add_argument(
         "--rate",
-        type=_positive(float, "messages/s"),
+        type=positive_float,
         metavar="N",
         help="at most N messages/s, all tasks together",
     )
@@ -129,7 +114,7 @@ def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     )
     parser.add_argument(
         "--target-file-mb",
-        type=_positive(int, "MB"),
+        type=positive_int,
         default=DEFAULT_TARGET_FILE_BYTES // (1024 * 1024),
         metavar="MB",
         help="size a compacted file aims at (default 128)",

@@ -128,6 +128,18 @@ def join_path(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *parts])
 
 
+def conf_argument(text: str) -> str:
+    """An ``argparse`` type: ``KEY=VALUE`` for ``--conf`` (checked here, parsed later by
+    :func:`parse_conf`)."""
+    import argparse
+
+    try:
+        parse_conf([text])
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def parse_conf(items: Iterable[str]) -> dict[str, str]:
     """``["k=v", ...]`` from ``--conf`` into a dict (a later key wins).
 

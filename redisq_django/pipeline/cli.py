@@ -17,6 +17,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from redisq_django.management.arguments import positive_float, positive_int
+from redisq_django.pipeline.cli_jobs import (
+    add_compact_arguments,
+    add_replay_arguments,
+    add_report_arguments,
+    job_main,
+)
 from redisq_django.pipeline.options import (
     ArchiveOptions,
     OptionsError,
@@ -175,87 +181,6 @@ def run_archive(
         return archive(spark, options).line()
 
 
-def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
-    """The ``report`` job's arguments, shared with ``manage.py redisq_pipeline``
-    (``from_settings``: ``--root`` defaults to ``REDISQ['ARCHIVE_ROOT']``)."""
-    parser.add_argument(
-        "--root",
-        required=not from_settings,
-        metavar="ROOT",
-        help="the archive (directory or Hadoop URI)"
-        + (" (default REDISQ['ARCHIVE_ROOT'])" if from_settings else ""),
-    )
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="local directory for the Parquet aggregates and report.html "
-        "(default ROOT/reports/<UTC time>, then ROOT/reports/latest points at it)",
-    )
-    parser.add_argument("--since", metavar="T", help="ISO date or time, UTC (default: 7 days ago)")
-    parser.add_argument("--until", metavar="T", help="ISO date (its end) or time (default: now)")
-    parser.add_argument(
-        "--queue",
-        dest="queues",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="Q",
-        help="queue(s) to report on (repeatable; default: every queue in the archive)",
-    )
-    parser.add_argument("--master", metavar="M", help="Spark master URL (default local[*])")
-    parser.add_argument(
-        "--conf",
-        action="append",
-        type=conf_argument,
-        default=[],
-        metavar="KEY=VALUE",
-        help="Spark configuration (repeatable)",
-    )
-    parser.add_argument(
-        "--spark-log-level",
-        default="ERROR",
-        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
-        help="Spark's log level once the session is up (default ERROR)",
-    )
-
-
-def run_report_args(args: argparse.Namespace) -> str:
-    """Build the report options from parsed arguments, run the job, return its summary
-    line (ending with the path of report.html).
-
-    Raises:
-        OptionsError: an option is invalid (before any JVM starts).
-    """
-    from redisq_django.pipeline.report import ReportOptions, parse_time, report
-    from redisq_django.pipeline.session import pipeline_session
-
-    options = ReportOptions(
-        root=normalize_root(args.root),
-        out=args.out,
-        since=parse_time(args.since) if args.since else None,
-        until=parse_time(args.until, end=True) if args.until else None,
-        queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
-    )
-    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
-        return report(spark, options).line()
-
-
-def _report_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        line = run_report_args(args)
-    except OptionsError as exc:
-        parser.error(str(exc))
-    except KeyboardInterrupt:
-        print(f"{PROG} report: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # the job's JobError, or Spark failing
-        print(f"{PROG} report: failed: {one_line(exc)}", file=sys.stderr)
-        return 1
-    print(line, flush=True)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m redisq_django.pipeline``."""
     parser = OneLineParser(
@@ -277,7 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
         "from the archive under ROOT: Parquet aggregates and report.html.",
     )
     add_report_arguments(report_parser, from_settings=False)
-    from redisq_django.pipeline.cli_jobs import add_compact_arguments, add_replay_arguments
 
     replay_parser = jobs.add_parser(
         "replay",
@@ -300,11 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.job == "report":
-        return _report_main(args, parser)
-    if args.job in ("replay", "compact"):
-        from redisq_django.pipeline.cli_jobs import job_main
-
+    if args.job in ("report", "replay", "compact"):
         return job_main(PROG, args, parser)
     try:
         options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)

@@ -26,7 +26,8 @@ from redisq_django.pipeline.options import (
 _LOG_LEVELS = ["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
 
 
-def _add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--master``, ``--conf k=v`` (repeatable) and ``--spark-log-level``."""
     parser.add_argument("--master", metavar="M", help="Spark master URL (default local[*])")
     parser.add_argument(
         "--conf",
@@ -44,7 +45,8 @@ def _add_spark_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_root(parser: argparse.ArgumentParser, from_settings: bool) -> None:
+def add_root(parser: argparse.ArgumentParser, from_settings: bool) -> None:
+    """``--root`` (required unless the management command fills it from the settings)."""
     parser.add_argument(
         "--root",
         required=not from_settings,
@@ -54,6 +56,52 @@ def _add_root(parser: argparse.ArgumentParser, from_settings: bool) -> None:
     )
 
 
+def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
+    """The ``report`` job's arguments, shared with ``manage.py redisq_pipeline``
+    (``from_settings``: ``--root`` defaults to ``REDISQ['ARCHIVE_ROOT']``)."""
+    add_root(parser, from_settings)
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="local directory for the Parquet aggregates and report.html "
+        "(default ROOT/reports/<UTC time>, then ROOT/reports/latest points at it)",
+    )
+    parser.add_argument("--since", metavar="T", help="ISO date or time, UTC (default: 7 days ago)")
+    parser.add_argument("--until", metavar="T", help="ISO date (its end) or time (default: now)")
+    parser.add_argument(
+        "--queue",
+        dest="queues",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="Q",
+        help="queue(s) to report on (repeatable; default: every queue in the archive)",
+    )
+    add_spark_arguments(parser)
+
+
+def run_report(args: argparse.Namespace) -> str:
+    """Build the report options from parsed arguments, run the job, return its summary
+    line (ending with the path of report.html).
+
+    Raises:
+        OptionsError: an option is invalid (before any JVM starts).
+    """
+    from redisq_django.pipeline.report import ReportOptions, parse_time, report
+    from redisq_django.pipeline.session import pipeline_session
+
+    options = ReportOptions(
+        root=normalize_root(args.root),
+        out=args.out,
+        since=parse_time(args.since) if args.since else None,
+        until=parse_time(args.until, end=True) if args.until else None,
+        queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
+    )
+    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+        spark.sparkContext.setLogLevel(args.spark_log_level)
+        return report(spark, options).line()
+
+
 def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
     """The ``replay`` job's arguments (``from_settings``: the management command, where
     the Redis URL and prefix come from ``settings.REDISQ``)."""
@@ -61,7 +109,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
         parser.add_argument("--redis-url", required=True, metavar="URL", help="target Redis")
         parser.add_argument("--prefix", default="redisq", help="key prefix (default redisq)")
         parser.add_argument("--cluster", action="store_true", help="the URL is a Cluster node")
-    _add_root(parser, from_settings)
+    add_root(parser, from_settings)
     parser.add_argument("--queue", required=True, metavar="Q", help="the queue to replay")
     parser.add_argument(
         "--since", metavar="T", help="first published_at replayed: ISO date or time, UTC"
@@ -99,13 +147,13 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
         action="store_true",
         help="replay ids derived from this replay's options: running it again is a no-op",
     )
-    _add_spark_arguments(parser)
+    add_spark_arguments(parser)
 
 
 def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
     """The ``compact`` job's arguments (``from_settings``: ``--root`` defaults to
     ``REDISQ['ARCHIVE_ROOT']``)."""
-    _add_root(parser, from_settings)
+    add_root(parser, from_settings)
     parser.add_argument("--since", metavar="D", help="first date compacted (ISO date, UTC)")
     parser.add_argument(
         "--until",
@@ -119,7 +167,7 @@ def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         metavar="MB",
         help="size a compacted file aims at (default 128)",
     )
-    _add_spark_arguments(parser)
+    add_spark_arguments(parser)
 
 
 def replay_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> ReplayOptions:
@@ -184,10 +232,12 @@ def run_compact(options: CompactOptions, args: argparse.Namespace) -> str:
 
 
 def job_main(prog: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Run ``replay`` or ``compact`` from parsed CLI arguments; the exit status (0 done,
-    1 failed, 2 bad arguments, 130 interrupted)."""
+    """Run ``report``, ``replay`` or ``compact`` from parsed CLI arguments; the exit
+    status (0 done, 1 failed, 2 bad arguments, 130 interrupted)."""
     try:
-        if args.job == "replay":
+        if args.job == "report":
+            line = run_report(args)
+        elif args.job == "replay":
             replay = replay_options(args, redis_url=args.redis_url, prefix=args.prefix)
             print(replay.describe(), file=sys.stderr, flush=True)
             line = run_replay(replay, args)

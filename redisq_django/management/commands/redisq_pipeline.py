@@ -20,20 +20,20 @@ from redisq_django.core.errors import RedisqError
 try:
     from redisq_django.pipeline.cli import (
         add_archive_arguments,
-        add_report_arguments,
         archive_options,
         describe,
         preflight,
         run_archive,
-        run_report_args,
     )
     from redisq_django.pipeline.cli_jobs import (
         add_compact_arguments,
         add_replay_arguments,
+        add_report_arguments,
         compact_options,
         replay_options,
         run_compact,
         run_replay,
+        run_report,
     )
     from redisq_django.pipeline.options import (
         OptionsError,
@@ -110,7 +110,7 @@ class Command(BaseCommand):
     def _report(self, namespace: argparse.Namespace) -> str:
         """Run the report job (no Redis needed: it reads the archive); its summary line."""
         try:
-            return run_report_args(namespace)
+            return run_report(namespace)
         except OptionsError as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:  # the job's JobError, or Spark failing

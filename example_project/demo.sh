@@ -56,6 +56,8 @@ echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline 
 "$PY" manage.py redisq_pipeline archive --once --master 'local[2]'
 echo "== read back from the archive ($EXAMPLE_ARCHIVE) with Spark"
 "$PY" manage.py shop_demo history
+echo "== the history report (manage.py redisq_pipeline report)"
+"$PY" manage.py redisq_pipeline report --since "$(date -u +%Y-%m-%dT00:00:00)" --master 'local[2]'
 cat <<TXT
 
 == see and retry the dead letters in the admin
@@ -63,5 +65,7 @@ cat <<TXT
    ../.venv/bin/python manage.py runconsumer orders     # in one terminal
    ../.venv/bin/python manage.py runserver              # in another
    open http://127.0.0.1:8000/admin/redisq_django/deadletter/  (user admin, password admin)
+   The history report: example_project/.demo/archive/reports/latest/report.html (a file
+   any browser opens), also linked from the admin's "Overview (live)" page.
    The demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
 TXT

@@ -39,12 +39,25 @@ _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 _STYLES = {"p50": ":", "p95": "--", "p99": "-"}
 
 
-def svg(draw: Callable[[Axes], None], *, title: str, ylabel: str) -> str:
-    """A figure drawn by ``draw`` on one Axes, as an ``<svg>`` element (no XML prolog)."""
+Span = tuple[datetime, datetime]
+
+
+def _naive_utc(when: datetime) -> np.datetime64:
+    # numpy datetime64 (naive UTC): matplotlib's own date axis, no time zone guessing.
+    return np.datetime64(when.astimezone(UTC).replace(tzinfo=None), "ms")
+
+
+def svg(draw: Callable[[Axes], None], *, title: str, ylabel: str, span: Span) -> str:
+    """A figure drawn by ``draw`` on one Axes, as an ``<svg>`` element (no XML prolog).
+
+    The time axis always shows the report's range (``span``): left to itself matplotlib
+    widens a single bucket to years around it.
+    """
     with plt.rc_context(_RC):
         fig, ax = plt.subplots(figsize=(9, 3.2), layout="constrained")
         try:
             draw(ax)
+            ax.set_xlim(_naive_utc(span[0]), _naive_utc(span[1]))  # type: ignore[arg-type]
             ax.set_title(title, loc="left")
             ax.set_ylabel(ylabel)
             locator = AutoDateLocator()  # type: ignore[no-untyped-call]
@@ -83,12 +96,13 @@ def _consumer(row: Row) -> str:
 
 def _lines(ax: Axes, series: dict[str, tuple[list[datetime], list[float]]], **kw: Any) -> None:
     for label, (xs, ys) in sorted(series.items()):
-        # numpy datetime64 (naive UTC): matplotlib's own date axis, no time zone guessing.
-        times = np.array([x.astimezone(UTC).replace(tzinfo=None) for x in xs], "datetime64[ms]")
-        ax.plot(times, np.array(ys), marker=".", markersize=3, label=label, **kw)
+        times = np.array([_naive_utc(x) for x in xs], "datetime64[ms]")
+        # Bigger markers when a series has few points: a single bucket is a dot, not a line.
+        size = 6 if len(xs) < 3 else 3
+        ax.plot(times, np.array(ys), marker="o", markersize=size, label=label, **kw)
 
 
-def throughput_chart(counts: Sequence[Row], unit: str) -> str:
+def throughput_chart(counts: Sequence[Row], unit: str, span: Span) -> str:
     """Published per queue (dashed) and handled per consumer, per bucket."""
     per_queue = list({(r["queue"], r["bucket"]): r for r in counts}.values())
 
@@ -97,10 +111,10 @@ def throughput_chart(counts: Sequence[Row], unit: str) -> str:
         consumers = [r for r in counts if r.get("consumer")]
         _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} handled", "handled"))
 
-    return svg(draw, title="Throughput", ylabel=f"messages per {unit}")
+    return svg(draw, title="Throughput", ylabel=f"messages per {unit}", span=span)
 
 
-def failures_chart(counts: Sequence[Row], unit: str) -> str:
+def failures_chart(counts: Sequence[Row], unit: str, span: Span) -> str:
     """Retried and dead per consumer, per bucket."""
     consumers = [r for r in counts if r.get("consumer")]
 
@@ -108,31 +122,37 @@ def failures_chart(counts: Sequence[Row], unit: str) -> str:
         _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} retried", "retried"), ls="--")
         _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} dead", "dead"))
 
-    return svg(draw, title="Failures (retried, dead)", ylabel=f"events per {unit}")
+    return svg(draw, title="Failures (retried, dead)", ylabel=f"events per {unit}", span=span)
 
 
 def _labelled(suffix: str) -> Callable[[Row], str]:
     return lambda row: f"{_consumer(row)} {suffix}"
 
 
-def latency_chart(latency: Sequence[Row]) -> str:
+def latency_chart(latency: Sequence[Row], span: Span) -> str:
     """Publish → handled latency p50 (dotted), p95 (dashed), p99 per consumer."""
 
     def draw(ax: Axes) -> None:
+        values = []
         for p, style in _STYLES.items():
-            _lines(ax, _series(latency, _labelled(p), f"latency_{p}"), ls=style)
-        ax.set_yscale("symlog", linthresh=1.0)
-        # The log scale's own labels are mathtext ("10^3"), which parse_math=False would
-        # print raw: plain numbers instead.
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+            series = _series(latency, _labelled(p), f"latency_{p}")
+            _lines(ax, series, ls=style)
+            values += [v for _, ys in series.values() for v in ys]
+        # A log scale only when latencies span decades; within one decade it would show no
+        # tick at all.
+        if values and max(values) > 50 * max(min(values), 1.0):
+            ax.set_yscale("symlog", linthresh=1.0)
+            # The log scale's own labels are mathtext ("10^3"), which parse_math=False
+            # would print raw: plain numbers instead.
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
 
-    return svg(draw, title="Latency, publish to handled", ylabel="ms")
+    return svg(draw, title="Latency, publish to handled", ylabel="ms", span=span)
 
 
-def backlog_chart(backlog: Sequence[Row]) -> str:
+def backlog_chart(backlog: Sequence[Row], span: Span) -> str:
     """Published minus handled + dead, cumulated from the range's start, per consumer."""
 
     def draw(ax: Axes) -> None:
         _lines(ax, _series(backlog, _consumer, "backlog"), drawstyle="steps-post")
 
-    return svg(draw, title="Backlog since the range began", ylabel="messages")
+    return svg(draw, title="Backlog since the range began", ylabel="messages", span=span)

@@ -139,11 +139,12 @@ _ATTEMPTS = [
 def render(data: ReportData) -> str:
     """The whole page as a string."""
     queues = ", ".join(data.queue_names()) or "none found"
+    span = (data.since, data.until)
     charts = [
-        report_charts.throughput_chart(data.counts, data.bucket),
-        report_charts.failures_chart(data.counts, data.bucket),
-        report_charts.latency_chart(data.latency),
-        report_charts.backlog_chart(data.backlog),
+        report_charts.throughput_chart(data.counts, data.bucket, span),
+        report_charts.failures_chart(data.counts, data.bucket, span),
+        report_charts.latency_chart(data.latency, span),
+        report_charts.backlog_chart(data.backlog, span),
     ]
     names = ["throughput", "failures", "latency", "backlog"]
     figures = "".join(

@@ -1,4 +1,4 @@
-"""Cluster parity: the archive and replay jobs on a Spark standalone master + worker
+"""Cluster parity: the archive, report and replay jobs on a Spark standalone master + worker
 (started from the pyspark package, on loopback) give what local mode gives, with
 executors whose Python cannot import ``redisq_django`` except from the zip the job ships.
 """
@@ -21,6 +21,7 @@ from pyspark.testing import assertDataFrameEqual
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.options import ArchiveOptions
+from redisq_django.pipeline.report import ReportOptions, report
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 from tests.pipeline.archive_support import add_events, read_table
 from tests.support.spark_cluster import SparkCluster, isolated_python, spark_cluster
@@ -94,7 +95,7 @@ def fetch_all(broker: Broker, queue: str, group: str) -> list[object]:
         return out
 
 
-def test_archive_and_replay_on_a_standalone_cluster_match_local_mode(
+def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
     spark: SparkSession,
     cluster: SparkCluster,
     redis_client: redis.Redis,
@@ -126,6 +127,30 @@ def test_archive_and_replay_on_a_standalone_cluster_match_local_mode(
         local_rows = read_table(spark, local, table)
         assert cluster_rows.count() == rows
         assertDataFrameEqual(cluster_rows, local_rows)
+
+    # The report on the cluster aggregates the same counts as in local mode.
+    reports = {"cluster": tmp_path / "report-cluster", "local": tmp_path / "report-local"}
+    run_driver(
+        [
+            "-m",
+            "redisq_django.pipeline",
+            "report",
+            "--root",
+            str(on_cluster),
+            "--out",
+            str(reports["cluster"]),
+            "--master",
+            cluster.master_url,
+            "--conf",
+            "spark.executor.memory=512m",
+        ],
+        wrapper,
+    )
+    report(spark, ReportOptions(root=str(local), out=str(reports["local"])))
+    assert (reports["cluster"] / "report.html").stat().st_size > 0
+    counts = {k: spark.read.parquet(str(d / "counts.parquet")) for k, d in reports.items()}
+    assert counts["local"].count() > 0
+    assertDataFrameEqual(counts["cluster"], counts["local"])
 
     # The replay on the cluster publishes exactly the selected messages, to billing only.
     broker.ensure_consumer(queue_name, "billing")

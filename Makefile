@@ -145,11 +145,15 @@ type: $(VENV)
 bench: $(VENV)
 	$(VPY) bench/run.py
 
-# The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop.
+# The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop, then
+# report / replay / compact on a synthetic archive of BENCH_EVENTS events (~4 min at 10M
+# on 2 cores; make bench-pipeline BENCH_EVENTS=1000000 for a quick run).
+BENCH_EVENTS ?= 10000000
 bench-pipeline: $(VENV) redis java
 	@$(redis_env); \
 	$(spark_env); \
-	$(VPY) bench/pipeline.py
+	$(VPY) bench/pipeline.py; \
+	$(VPY) bench/pipeline_history.py --events $(BENCH_EVENTS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \

@@ -13,12 +13,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from redisq_django.connection import get_broker
 from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
-from redisq_django.core.envelope import CARRIED_FIELDS
+from redisq_django.core.envelope import CARRIED_FIELDS, describe_raw
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
@@ -51,40 +51,106 @@ def _row_values(d: RedisDeadLetter) -> dict[str, Any]:
     }
 
 
+#: Database errors about the connection rather than one row: the sink stops, and the
+#: dead letters wait in Redis for the next round.
+_DATABASE_DOWN = (OperationalError, InterfaceError)
+
+
 def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
     """Move up to ``batch`` dead letters of ``consumer`` from Redis into rows.
 
+    Each entry is stored in a savepoint of its own: one the database refuses is stored
+    as a bare record of its raw fields instead (or, if even that fails, logged and left
+    in Redis), and never keeps the others from their rows.
+
     Returns:
         How many were moved.
+
+    Raises:
+        OperationalError, InterfaceError: the database is unreachable; nothing was deleted
+            from Redis.
     """
     broker = get_broker()
     letters = broker.dead_letters(queue, consumer, count=batch)
     if not letters:
         return 0
     with transaction.atomic():
-        for d in letters:
-            DeadLetter.objects.update_or_create(
-                queue=queue, consumer=consumer, message_id=d.id[:64], defaults=_row_values(d)
-            )
+        stored = [d.entry_id for d in letters if _store(queue, consumer, d)]
     # Only after the rows are committed: a crash in between leaves them in Redis, and
     # the next round updates the same rows.
-    broker.delete_dead(queue, consumer, [d.entry_id for d in letters])
-    return len(letters)
+    broker.delete_dead(queue, consumer, stored)
+    return len(stored)
+
+
+def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
+    """Upsert ``d``'s row (or a bare record of it); False when neither could be stored."""
+    for values in (_row_values, _bare_values):
+        try:
+            with transaction.atomic():
+                DeadLetter.objects.update_or_create(
+                    queue=queue, consumer=consumer, message_id=d.id[:64], defaults=values(d)
+                )
+            return True
+        except _DATABASE_DOWN:
+            raise
+        except Exception:
+            logger.exception(
+                "Dead letter %r (entry %s of %s/%s) could not be stored%s",
+                d.id[:200],
+                d.entry_id,
+                queue,
+                consumer,
+                " with its details" if values is _row_values else "; it stays in Redis",
+            )
+    return False
+
+
+def _bare_values(d: RedisDeadLetter) -> dict[str, Any]:
+    """A row that keeps what the entry held as text, for one the database refused."""
+    return {
+        "payload": _text(describe_raw(d.fields)),
+        "headers": "{}",
+        "envelope": {},
+        "attempts": d.attempts,
+        "reason": d.reason[:32],
+        "error_class": d.error_class[:200],
+        "error_message": "The database refused this dead letter's details; the payload "
+        "field holds the entry's raw fields.",
+        "traceback": "",
+        "published_at": None,
+        "first_failed_at": None,
+        "last_failed_at": None,
+        "status": DeadLetter.Status.DEAD,
+    }
 
 
 def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
     """Run :func:`sink` for ``(queue, consumer)`` pairs (default: every consumer known to
-    Redis), until each is empty or has moved 10 batches. Returns how many were moved."""
+    Redis), until each is empty or has moved 10 batches. A consumer whose sink fails is
+    logged and the others still run; the first such error is raised at the end.
+
+    Returns:
+        How many were moved.
+    """
     broker = get_broker()
     if pairs is None:
         pairs = [(q, c) for q in broker.queues() for c in broker.consumers(q)]
     moved = 0
+    failed: Exception | None = None
     for queue, consumer in pairs:
-        for _ in range(10):
-            n = sink(queue, consumer)
-            moved += n
-            if n < SINK_BATCH:
-                break
+        try:
+            for _ in range(10):
+                n = sink(queue, consumer)
+                moved += n
+                if n < SINK_BATCH:
+                    break
+        except _DATABASE_DOWN:
+            raise  # every other consumer would fail the same way
+        except Exception as exc:
+            logger.exception("Dead letters of %s/%s could not be sunk", queue, consumer)
+            failed = failed or exc
+    if failed is not None:
+        raise failed
     return moved
 
 

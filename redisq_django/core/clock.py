@@ -11,9 +11,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: The last millisecond a ``datetime`` can hold (9999-12-31T23:59:59.999Z). Envelope
+#: times beyond it are refused at decode: they could be neither shown nor stored.
+MAX_TIME_MS = 253_402_300_799_999
+
+
 def ms_to_datetime(ms: int) -> dt.datetime:
-    """An aware UTC datetime from milliseconds since the epoch."""
-    return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
+    """An aware UTC datetime from milliseconds since the epoch.
+
+    Raises:
+        ValueError: ``ms`` is negative or after :data:`MAX_TIME_MS`.
+    """
+    if not 0 <= ms <= MAX_TIME_MS:
+        raise ValueError(f"{ms} ms since the epoch is not a time between 1970 and 9999")
+    return _EPOCH + dt.timedelta(milliseconds=ms)
 
 
 def datetime_to_ms(when: dt.datetime) -> int:

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core.clock import ms_to_datetime
+from redisq_django.core.clock import MAX_TIME_MS, ms_to_datetime
 
 #: Tracebacks and error messages stored with a dead letter are cut to this many characters.
 MAX_ERROR_TEXT = 32_000
@@ -144,7 +144,9 @@ class DeadLetter:
 
         def when(name: bytes) -> dt.datetime | None:
             raw = fields.get(name)
-            return ms_to_datetime(int(raw)) if raw and raw.isdigit() else None
+            if not (raw and raw.isdigit() and len(raw) <= 15 and int(raw) <= MAX_TIME_MS):
+                return None  # absent, or no time a datetime can hold: left empty
+            return ms_to_datetime(int(raw))
 
         raw_payload = fields.get(env.F_PAYLOAD, b"")
         try:
@@ -164,7 +166,7 @@ class DeadLetter:
             id=text(env.F_ID) or entry_id.decode("utf-8", "backslashreplace"),
             payload=payload,
             headers=headers,
-            attempts=int(attempts) if attempts.isdigit() else 0,
+            attempts=int(attempts) if attempts.isdigit() and len(attempts) < 10 else 0,
             reason=text(F_REASON),
             error_class=text(F_ERROR_CLASS),
             error_message=text(F_ERROR_MESSAGE),

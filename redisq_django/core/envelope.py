@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from redisq_django.core.clock import datetime_to_ms, ms_from_entry_id, now_ms
+from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
 from redisq_django.core.json import loads
 
 ENVELOPE_VERSION = 1
@@ -146,7 +146,7 @@ class Decoded(NamedTuple):
     due_at_ms: int | None
 
 
-def _int_field(fields: Mapping[bytes, bytes], name: bytes) -> int | None:
+def _int_field(fields: Mapping[bytes, bytes], name: bytes, *, time: bool = False) -> int | None:
     raw = fields.get(name)
     if raw is None:
         return None
@@ -156,6 +156,9 @@ def _int_field(fields: Mapping[bytes, bytes], name: bytes) -> int | None:
         raise UndecodableEntry(f"field {name.decode()!r} is not an integer") from None
     if value < 0:
         raise UndecodableEntry(f"field {name.decode()!r} is negative")
+    if time and value > MAX_TIME_MS:
+        # A time no datetime can hold would fail later, where it is shown or stored.
+        raise UndecodableEntry(f"field {name.decode()!r} is not a time before the year 10000")
     return value
 
 
@@ -192,15 +195,15 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
         message_id = (raw_id if raw_id is not None else entry_id).decode("utf-8")
     except UnicodeDecodeError:
         raise UndecodableEntry("field 'id' is not UTF-8") from None
-    published = _int_field(fields, F_PUBLISHED_AT)
+    published = _int_field(fields, F_PUBLISHED_AT, time=True)
     return Decoded(
         message_id,
         payload,
         headers,
         _int_field(fields, F_ATTEMPTS) or 0,
         published if published is not None else ms_from_entry_id(entry_id),
-        _int_field(fields, F_FIRST_FAILED_AT),
-        _int_field(fields, F_DUE_AT),
+        _int_field(fields, F_FIRST_FAILED_AT, time=True),
+        _int_field(fields, F_DUE_AT, time=True),
     )
 
 

@@ -1,0 +1,52 @@
+"""Entries other clients may write that our publish never would: each one becomes an
+undecodable dead letter saying why, never a crash, a merged id or a changed value."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from redisq_django.core import Broker, CoreConfig
+from tests.core.guarantee_helpers import drain, ids
+
+#: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
+FAR_FUTURE_MS = "100000000000000000"
+
+
+@pytest.fixture
+def broker(redis_client: redis.Redis) -> Broker:
+    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+
+
+def consume_all(broker: Broker, queue: str, expected: int) -> list[str]:
+    """Ids of the messages a fresh instance of "billing" receives (``expected`` of them)."""
+    with broker.subscribe(queue, "billing", "i1") as sub:
+        return ids(drain(sub, expected=expected, timeout_s=3))
+
+
+def dead_reasons(broker: Broker, queue: str) -> dict[str, str]:
+    """{dead letter id: error message} of "billing"'s undecodable dead letters."""
+    return {
+        d.id: d.error_message
+        for d in broker.dead_letters(queue, "billing")
+        if d.reason == "undecodable"
+    }
+
+
+@pytest.mark.parametrize("field", ["published_at", "first_failed_at", "due_at"])
+def test_a_time_beyond_the_year_9999_is_undecodable(
+    queue_name: str, broker: Broker, redis_client: redis.Redis, field: str
+) -> None:
+    # Given an entry whose time no datetime can hold, between two valid messages
+    broker.ensure_consumer(queue_name, "billing")
+    log = broker.keys(queue_name).log
+    before = broker.publish(queue_name, 1)
+    bad = redis_client.xadd(log, {"payload": "1", "id": "far", field: FAR_FUTURE_MS}).decode()
+    after = broker.publish(queue_name, 2)
+    # When the consumer fetches
+    got = consume_all(broker, queue_name, expected=2)
+    # Then the valid ones arrive and the bad one is a dead letter naming the field
+    assert got == [before, after]
+    assert dead_reasons(broker, queue_name) == {
+        bad: f"field '{field}' is not a time before the year 10000"
+    }

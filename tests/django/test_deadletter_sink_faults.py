@@ -1,0 +1,80 @@
+"""Dead letters that other clients (or older versions) left in odd shapes: one bad entry
+never blocks the sink, ids are never merged, undecodable ones are not re-driven."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from redisq_django import deadletters
+from redisq_django.connection import get_broker
+from redisq_django.models import DeadLetter
+
+pytestmark = pytest.mark.django_db
+
+#: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
+FAR_FUTURE_MS = b"100000000000000000"
+
+
+@pytest.fixture
+def broker(redisq_settings: Any) -> Any:
+    return get_broker()
+
+
+def dead_entry(broker: Any, queue: str, group: str, message_id: str, **extra: bytes) -> None:
+    """A dead letter written straight into ``group``'s dead stream, as a script or another
+    client may have left it."""
+    broker.ensure_consumer(queue, group)
+    fields: dict[bytes, bytes] = {
+        b"id": message_id.encode(),
+        b"payload": b'{"n":1}',
+        b"published_at": b"1700000000000",
+        b"reason": b"failed",
+        b"error_class": b"ValueError",
+        b"error_message": b"boom",
+        b"attempts": b"6",
+        b"last_failed_at": b"1700000000500",
+        b"group": group.encode(),
+    }
+    fields.update({k.encode(): v for k, v in extra.items()})
+    broker.client.xadd(broker.keys(queue).group(group).dead, fields)
+
+
+def test_a_dead_letter_with_an_out_of_range_time_blocks_no_other(
+    queue_name: str, broker: Any
+) -> None:
+    # Given consumer "a" with a dead letter dated in the year 3170843 between two good ones,
+    # and consumer "b" (sunk after "a") with a good one
+    dead_entry(broker, queue_name, "a", "good-1")
+    dead_entry(broker, queue_name, "a", "bad", published_at=FAR_FUTURE_MS)
+    dead_entry(broker, queue_name, "a", "good-2", last_failed_at=FAR_FUTURE_MS)
+    dead_entry(broker, queue_name, "b", "good-3")
+
+    # When the sink runs over both consumers
+    moved = deadletters.sink_all([(queue_name, "a"), (queue_name, "b")])
+
+    # Then every dead letter is a row (the odd times left empty) and Redis holds none
+    assert moved == 4
+    rows = {r.message_id: r for r in DeadLetter.objects.filter(queue=queue_name)}
+    assert set(rows) == {"good-1", "bad", "good-2", "good-3"}
+    assert rows["bad"].published_at is None and rows["bad"].last_failed_at is not None
+    assert rows["good-2"].last_failed_at is None and rows["good-2"].published_at is not None
+    assert broker.dead_letters(queue_name, "a") == []
+    assert broker.dead_letters(queue_name, "b") == []
+
+
+def test_a_consumer_whose_sink_fails_does_not_stop_the_others(queue_name: str, broker: Any) -> None:
+    # Given consumer "a" whose dead stream is not a stream (a broken key), and consumer "b"
+    broker.ensure_consumer(queue_name, "a")
+    dead_entry(broker, queue_name, "b", "good-b")
+    broker.client.set(broker.keys(queue_name).group("a").dead, b"not a stream")
+
+    # When the sink runs over both: "a" fails, and says so once all are done
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        deadletters.sink_all([(queue_name, "a"), (queue_name, "b")])
+
+    # Then "b"'s dead letter reached the database all the same
+    stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)
+    assert list(stored) == ["good-b"]
+    assert broker.dead_letters(queue_name, "b") == []

@@ -9,6 +9,7 @@ Redis and move on the next round; running the sink twice creates no duplicates.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -18,7 +19,7 @@ from django.utils import timezone
 
 from redisq_django.connection import get_broker
 from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
-from redisq_django.core.envelope import CARRIED_FIELDS, describe_raw
+from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
@@ -82,13 +83,27 @@ def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
     return len(stored)
 
 
+def row_message_id(message_id: str) -> str:
+    """The id a dead letter's row is stored under: the message id itself, or, for one
+    longer than the column (left by an older version or another client; undecodable
+    since), its first 47 characters, ``~`` and 16 hex digits of its SHA-256, so that two
+    ids never share a row. The full id stays in the row's ``envelope``."""
+    if len(message_id) <= MAX_ID_LENGTH:
+        return message_id
+    digest = hashlib.sha256(message_id.encode("utf-8", "backslashreplace")).hexdigest()
+    return f"{message_id[: MAX_ID_LENGTH - 17]}~{digest[:16]}"
+
+
 def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
     """Upsert ``d``'s row (or a bare record of it); False when neither could be stored."""
     for values in (_row_values, _bare_values):
         try:
             with transaction.atomic():
                 DeadLetter.objects.update_or_create(
-                    queue=queue, consumer=consumer, message_id=d.id[:64], defaults=values(d)
+                    queue=queue,
+                    consumer=consumer,
+                    message_id=row_message_id(d.id),
+                    defaults=values(d),
                 )
             return True
         except _DATABASE_DOWN:

@@ -24,6 +24,11 @@ from redisq_django.core.json import loads
 
 ENVELOPE_VERSION = 1
 
+#: Message ids are at most this many characters (ours are 32 hex, entry ids at most 41):
+#: dead-letter rows and outbox rows hold an id in a column of this size, under a unique
+#: constraint, so a longer one is refused at publish and undecodable on the wire.
+MAX_ID_LENGTH = 64
+
 # Field names (bytes, as redis-py returns them).
 F_VERSION = b"v"
 F_PAYLOAD = b"payload"
@@ -96,6 +101,8 @@ class Envelope:
     def __post_init__(self) -> None:
         if self.due_at_ms is not None and (self.id is None or self.published_at_ms is None):
             raise ValueError("A delayed envelope needs its own id and a publish time.")
+        if self.id is not None and len(self.id) > MAX_ID_LENGTH:
+            raise ValueError(f"A message id is at most {MAX_ID_LENGTH} characters.")
 
     def fields(self) -> list[bytes]:
         """The stream entry as a flat field/value list (for XADD)."""
@@ -195,6 +202,8 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
         message_id = (raw_id if raw_id is not None else entry_id).decode("utf-8")
     except UnicodeDecodeError:
         raise UndecodableEntry("field 'id' is not UTF-8") from None
+    if len(message_id) > MAX_ID_LENGTH:
+        raise UndecodableEntry(f"field 'id' is longer than {MAX_ID_LENGTH} characters")
     published = _int_field(fields, F_PUBLISHED_AT, time=True)
     return Decoded(
         message_id,

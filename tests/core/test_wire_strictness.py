@@ -50,3 +50,28 @@ def test_a_time_beyond_the_year_9999_is_undecodable(
     assert dead_reasons(broker, queue_name) == {
         bad: f"field '{field}' is not a time before the year 10000"
     }
+
+
+def test_an_id_over_64_characters_is_undecodable(
+    queue_name: str, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given two entries whose 65-character ids share their first 64 characters
+    broker.ensure_consumer(queue_name, "billing")
+    log = broker.keys(queue_name).log
+    fine = broker.publish(queue_name, 0)
+    bad = [redis_client.xadd(log, {"payload": "1", "id": "p" * 64 + end}).decode() for end in "12"]
+    # When the consumer fetches
+    got = consume_all(broker, queue_name, expected=1)
+    # Then each is a dead letter of its own, under its entry id, saying why
+    assert got == [fine]
+    assert dead_reasons(broker, queue_name) == dict.fromkeys(
+        bad, "field 'id' is longer than 64 characters"
+    )
+
+
+def test_publishing_with_an_id_over_64_characters_is_refused(
+    queue_name: str, broker: Broker
+) -> None:
+    with pytest.raises(ValueError, match="64 characters"):
+        broker.prepare(queue_name, 1, id="p" * 65)
+    assert broker.prepare(queue_name, 1, id="p" * 64).id == "p" * 64

@@ -78,3 +78,23 @@ def test_a_consumer_whose_sink_fails_does_not_stop_the_others(queue_name: str, b
     stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)
     assert list(stored) == ["good-b"]
     assert broker.dead_letters(queue_name, "b") == []
+
+
+def test_dead_letters_whose_ids_share_64_characters_stay_two_rows(
+    queue_name: str, broker: Any
+) -> None:
+    # Given two dead letters (left by an older version, or by another client) whose
+    # 65-character ids differ only in their last character
+    long_ids = ["p" * 64 + "1", "p" * 64 + "2"]
+    for message_id in long_ids:
+        dead_entry(broker, queue_name, "a", message_id)
+
+    # When the sink runs
+    assert deadletters.sink(queue_name, "a") == 2
+
+    # Then they are two rows, each keeping its full id for a retry
+    rows = DeadLetter.objects.filter(queue=queue_name)
+    assert sorted(r.envelope["id"] for r in rows) == long_ids
+    assert len({r.message_id for r in rows}) == 2
+    assert all(len(r.message_id) <= 64 for r in rows)
+    assert broker.dead_letters(queue_name, "a") == []

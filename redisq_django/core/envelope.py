@@ -38,6 +38,8 @@ F_PUBLISHED_AT = b"published_at"
 F_ATTEMPTS = b"attempts"
 F_FIRST_FAILED_AT = b"first_failed_at"
 F_DUE_AT = b"due_at"
+#: The one field of a delayed or retry member promoted as it was (not a valid envelope).
+F_RAW_MEMBER = b"raw"
 
 #: Fields that a retry or re-drive carries over from the entry it came from.
 CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT)
@@ -177,6 +179,8 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
     """
     raw_payload = fields.get(F_PAYLOAD)
     if raw_payload is None:
+        if fields.keys() == {F_RAW_MEMBER}:  # as promote.lua moves such a member
+            raise UndecodableEntry("a delayed or retry member that is not a JSON object of strings")
         raise UndecodableEntry("no 'payload' field")
     try:
         payload = loads(raw_payload)

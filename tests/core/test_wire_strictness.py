@@ -3,6 +3,8 @@ undecodable dead letter saying why, never a crash, a merged id or a changed valu
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
@@ -75,3 +77,30 @@ def test_publishing_with_an_id_over_64_characters_is_refused(
     with pytest.raises(ValueError, match="64 characters"):
         broker.prepare(queue_name, 1, id="p" * 65)
     assert broker.prepare(queue_name, 1, id="p" * 64).id == "p" * 64
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        '{"payload":"1","headers":{"n":12345678901234567}}',
+        '{"payload":"1","headers":{"tags":[]}}',
+        '{"payload":"1","published_at":1700000000123}',
+    ],
+    ids=["big-int", "empty-array", "number"],
+)
+def test_a_delayed_member_with_a_value_that_is_not_a_string_is_undecodable_unchanged(
+    queue_name: str, broker: Broker, redis_client: redis.Redis, member: str
+) -> None:
+    # Given a delayed member whose values are not all strings, and a valid delayed one
+    broker.ensure_consumer(queue_name, "billing")
+    redis_client.zadd(broker.keys(queue_name).delayed, {member: 1})
+    good = broker.publish(queue_name, "fine", delay=0.05)
+    # When consuming
+    got = consume_all(broker, queue_name, expected=1)
+    # Then the valid one arrives and the other is an undecodable dead letter that keeps
+    # the member exactly as it was written (no number or array re-encoded)
+    assert got == [good]
+    [dead] = broker.dead_letters(queue_name, "billing")
+    assert dead.reason == "undecodable"
+    assert dead.error_message == "a delayed or retry member that is not a JSON object of strings"
+    assert json.loads(dead.fields[b"raw"]) == {"raw": member}

@@ -9,8 +9,10 @@
 -- ARGV[2]  at most this many entries are moved from each zset (bounds the call)
 --
 -- Returns {moved_from_delayed, moved_from_retry, next_due_ms or -1}.
--- A member that is not a JSON object is still moved, as a single field "raw", so the
--- consumer dead-letters it as undecodable instead of it blocking the zset forever.
+-- A member that is not a JSON object whose values are all strings (null: no such field)
+-- is still moved, unchanged, as a single field "raw", so the consumer dead-letters it as
+-- undecodable instead of it blocking the zset forever. Values are never re-encoded: Lua's
+-- cjson would change them (12345678901234567 -> 1.2345678901235e+16, [] -> {}).
 
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -23,18 +25,11 @@ local function flatten(member)
   end
   local flat = {}
   for k, v in pairs(decoded) do
-    if v == cjson.null then
-      -- a JSON null means "no such field"
-    elseif type(v) == 'table' then
-      v = cjson.encode(v)
-    elseif type(v) == 'number' then
-      v = string.format('%.17g', v)
-    else
-      v = tostring(v)
-    end
-    if v ~= cjson.null then
-      flat[#flat + 1] = tostring(k)
+    if type(v) == 'string' then
+      flat[#flat + 1] = k
       flat[#flat + 1] = v
+    elseif v ~= cjson.null then
+      return {'raw', member}
     end
   end
   if #flat == 0 then return {'raw', member} end

@@ -93,7 +93,7 @@ class Broker:
 
         Raises:
             InvalidName: the queue name is not allowed.
-            PayloadTooLarge: the encoded payload is over ``max_payload_bytes``.
+            PayloadTooLarge: the encoded payload and headers are over ``max_payload_bytes``.
             PayloadNotSerializable: payload or headers hold a non-JSON value.
             ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
         """
@@ -108,10 +108,9 @@ class Broker:
         id: str | None = None,
     ) -> Envelope:
         self.keys(queue)
-        payload_json = self.codec.encode_payload(
-            payload, queue=queue, limit=self.config.max_payload_bytes
+        payload_json, headers_json = self.codec.encode_message(
+            payload, headers, queue=queue, limit=self.config.max_payload_bytes
         )
-        headers_json = self.codec.encode_headers(headers, queue=queue)
         if due is None:
             return Envelope(
                 queue=queue, id=id, payload_json=payload_json, headers_json=headers_json

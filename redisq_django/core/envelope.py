@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
 from redisq_django.core.json import loads
+from redisq_django.core.wire import to_str
 
 ENVELOPE_VERSION = 1
 
@@ -191,7 +192,7 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
         return Decoded(entry_id.decode(), payload, {}, 0, ms_from_entry_id(entry_id), None, None)
     version = fields.get(F_VERSION, b"1")
     if version != b"1":
-        raise UndecodableEntry(f"unsupported envelope version {version[:20]!r}")
+        raise UndecodableEntry(f"unsupported envelope version {to_str(version[:20])!r}")
     headers: dict[str, Any] = {}
     raw_headers = fields.get(F_HEADERS)
     if raw_headers is not None:

@@ -23,12 +23,13 @@ class PublishError(RedisqError):
 class PayloadTooLarge(PublishError):
     """The encoded payload is bigger than the configured limit."""
 
-    def __init__(self, queue: str, size: int, limit: int) -> None:
+    def __init__(self, queue: str, size: int, limit: int, *, headers: int = 0) -> None:
         self.queue = queue
         self.size = size
         self.limit = limit
+        what = f"Payload and headers ({headers} bytes of headers)" if headers else "Payload"
         super().__init__(
-            f"Payload for queue {queue!r} is {size} bytes once encoded as JSON, over the "
+            f"{what} for queue {queue!r} is {size} bytes once encoded as JSON, over the "
             f"limit of {limit} bytes. Publish a reference (a primary key, a storage path) "
             f"instead of the data, or raise REDISQ['MAX_PAYLOAD_BYTES']."
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 import re
 import uuid
 from collections.abc import Mapping
@@ -95,6 +96,22 @@ class JsonCodec:
             raise PayloadTooLarge(queue, len(data), limit)
         return data
 
+    def encode_message(
+        self, payload: Any, headers: Mapping[str, Any] | None, *, queue: str, limit: int
+    ) -> tuple[bytes, bytes | None]:
+        """Encode a payload and its headers, which together must fit in ``limit`` bytes.
+
+        Raises:
+            PayloadNotSerializable: a value JSON cannot represent.
+            PayloadTooLarge: payload and headers together are over ``limit`` bytes.
+        """
+        payload_json = self.encode_payload(payload, queue=queue, limit=limit)
+        headers_json = self.encode_headers(headers, queue=queue)
+        if headers_json is not None and len(payload_json) + len(headers_json) > limit:
+            size = len(payload_json) + len(headers_json)
+            raise PayloadTooLarge(queue, size, limit, headers=len(headers_json))
+        return payload_json, headers_json
+
     def encode_headers(self, headers: Mapping[str, Any] | None, *, queue: str) -> bytes | None:
         """Encode headers (None when there are none).
 
@@ -108,7 +125,20 @@ class JsonCodec:
         return self.dumps(dict(headers), queue=queue, what="headers")
 
 
-_DECODER = json.JSONDecoder()
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: JSON text, but no float holds it
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
+# NaN and ±Infinity are no JSON (and our encoder refuses them): another client's entry
+# holding one is undecodable rather than handed to a handler.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 _JSON_WHITESPACE = " \t\n\r"
 
 
@@ -123,7 +153,8 @@ def loads(raw: bytes) -> Any:
     try:
         value, end = _DECODER.raw_decode(text)
     except ValueError:
-        return json.loads(text)  # e.g. leading whitespace; else raises the precise error
+        # e.g. leading whitespace; else raises the precise error
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
         raise ValueError(f"Extra data after the JSON value at character {end}")
     return value

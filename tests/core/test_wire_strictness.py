@@ -8,7 +8,7 @@ import json
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker, CoreConfig, PayloadTooLarge
 from tests.core.guarantee_helpers import drain, ids
 
 #: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
@@ -104,3 +104,52 @@ def test_a_delayed_member_with_a_value_that_is_not_a_string_is_undecodable_uncha
     assert dead.reason == "undecodable"
     assert dead.error_message == "a delayed or retry member that is not a JSON object of strings"
     assert json.loads(dead.fields[b"raw"]) == {"raw": member}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"payload": "NaN"},
+        {"payload": '{"x":Infinity}'},
+        {"payload": "[-Infinity]"},
+        {"payload": "1e999"},
+        {"payload": "1", "headers": '{"x":NaN}'},
+    ],
+    ids=["nan", "infinity", "minus-infinity", "overflow", "headers"],
+)
+def test_nan_or_infinity_written_by_another_client_is_undecodable(
+    queue_name: str, broker: Broker, redis_client: redis.Redis, fields: dict[str, str]
+) -> None:
+    # Given an entry holding a number JSON has no place for (our publish refuses them)
+    broker.ensure_consumer(queue_name, "billing")
+    bad = redis_client.xadd(broker.keys(queue_name).log, fields).decode()
+    fine = broker.publish(queue_name, 1.5)
+    # When consuming, the handler never sees it: it is an undecodable dead letter
+    assert consume_all(broker, queue_name, expected=1) == [fine]
+    [(dead_id, message)] = dead_reasons(broker, queue_name).items()
+    assert dead_id == bad
+    assert "not valid JSON" in message and "not a finite number" in message
+
+
+def test_headers_count_toward_the_payload_size_limit(
+    queue_name: str, redis_client: redis.Redis
+) -> None:
+    broker = Broker(redis_client, CoreConfig(max_payload_bytes=1024))
+    # A small payload with 4 KiB of headers is refused, naming both sizes
+    with pytest.raises(PayloadTooLarge) as info:
+        broker.publish(queue_name, {"n": 1}, headers={"blob": "x" * 4096})
+    assert (info.value.size, info.value.limit) == (7 + 4107, 1024)
+    assert "Payload and headers (4107 bytes of headers)" in str(info.value)
+    # What fits together is accepted
+    broker.publish(queue_name, {"n": 1}, headers={"blob": "x" * 900})
+    assert redis_client.xlen(broker.keys(queue_name).log) == 1
+
+
+def test_an_unsupported_version_is_named_as_text(
+    queue_name: str, broker: Broker, redis_client: redis.Redis
+) -> None:
+    broker.ensure_consumer(queue_name, "billing")
+    bad = redis_client.xadd(broker.keys(queue_name).log, {"payload": "1", "v": "2"}).decode()
+    fine = broker.publish(queue_name, 1)
+    assert consume_all(broker, queue_name, expected=1) == [fine]
+    assert dead_reasons(broker, queue_name) == {bad: "unsupported envelope version '2'"}

@@ -1,6 +1,7 @@
-"""Consumers driven by tests/test_faults.py through real ``runconsumer`` processes.
+"""Consumers driven by the fault tests through real ``runconsumer`` processes.
 
-Their queues (``faults``, ``graceful``, ``chaos``) are used by no other test.
+Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``) are used by no
+other test (tests/test_faults.py, tests/test_liveness.py, tests/test_supervisor.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -95,3 +96,17 @@ def alpha(message: Message) -> None:
 @consumer("chaos", name="beta", visibility_timeout=2, max_retries=5, start="earliest")
 def beta(message: Message) -> None:
     _obey(message, "beta")
+
+
+# Liveness tests (tests/test_liveness.py): a long handler must keep its lease while the
+# database is locked (a short visibility timeout, so a missed extension shows at once)...
+@consumer("liveness", name="steady", visibility_timeout=3, max_retries=3, start="earliest")
+def steady(message: Message) -> None:
+    _obey(message, "steady")
+
+
+# ...and while Redis is frozen for less than the documented margin (leases are extended
+# every third of the visibility timeout, so this one tolerates a freeze of ~13 s).
+@consumer("frozen", name="steady", visibility_timeout=20, max_retries=3, start="earliest")
+def steady_frozen(message: Message) -> None:
+    _obey(message, "steady")

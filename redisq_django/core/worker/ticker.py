@@ -11,6 +11,9 @@ from redisq_django.core.errors import RedisUnavailable
 
 logger = logging.getLogger("redisq.worker")
 
+#: A job that runs longer than this (seconds) and than its interval is logged.
+SLOW_JOB_S = 5.0
+
 
 @dataclass
 class Every:
@@ -55,10 +58,22 @@ class Ticker:
         for job in self.jobs:
             if now < job.next_due:
                 continue
-            job.next_due = now + job.interval()
+            interval = job.interval()
+            job.next_due = now + interval
+            started = self.clock()
             try:
                 job.job()
             except RedisUnavailable as exc:  # the handler threads report outages
                 logger.debug("%s skipped: %s", job.name, exc)
             except Exception:
                 logger.exception("Worker housekeeping job %r failed", job.name)
+            took = self.clock() - started
+            if took > max(SLOW_JOB_S, interval):
+                # E.g. a database lock: the jobs that share this clock waited as long.
+                logger.warning("Worker housekeeping job %r took %.1f s", job.name, took)
+
+    def seconds_to_next(self) -> float:
+        """Seconds until the next job is due (0 when one is late; 1 with no jobs)."""
+        if not self.jobs:
+            return 1.0
+        return max(0.0, min(job.next_due for job in self.jobs) - self.clock())

@@ -2,10 +2,11 @@
 
 One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`).
-The main thread keeps everything alive from one :class:`Ticker`: heartbeats, lease
-extension for long handlers, configuration refresh, retention, a periodic summary and
-whatever jobs the caller adds. Django-free: the management command builds it and
-installs the signal handlers.
+A liveness thread heartbeats and extends the leases of long handlers
+(:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
+main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
+a periodic summary and whatever jobs the caller adds. Django-free: the management
+command builds it and installs the signal handlers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.worker.liveness import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TTL_S,
+    LivenessThread,
+    lease_renewal_interval,
+)
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
@@ -51,6 +58,8 @@ class WorkerOptions:
         grace_period: on a warm stop, how long in-flight handlers may take to finish.
         heartbeat_interval: how often instances announce they are alive.
         heartbeat_ttl: an instance silent this long is dead; others take its messages.
+            Also how long a stall of liveness (e.g. a frozen Redis) may last, minus one
+            interval, before live instances look dead (see ``liveness``).
         reclaim_interval: how often each thread looks for expired leases.
         trim_interval: how often retention runs on each queue.
         refresh_interval: how often ``refresh`` is asked for configuration changes.
@@ -62,8 +71,8 @@ class WorkerOptions:
     burst: bool = False
     max_messages: int | None = None
     grace_period: float = 30.0
-    heartbeat_interval: float = 1.0
-    heartbeat_ttl: float = 5.0
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_S
     reclaim_interval: float = 2.0
     trim_interval: float = 10.0
     refresh_interval: float = 2.0
@@ -112,6 +121,12 @@ class Worker:
         self._last_summary = (self.started_at, 0)
         opts = self.options
         self._pace = Pace(opts.prefetch, opts.block_ms, opts.burst, opts.reclaim_interval)
+        self.liveness = LivenessThread(
+            threads=self._all_threads,
+            heartbeat_interval=opts.heartbeat_interval,
+            heartbeat_ttl=opts.heartbeat_ttl,
+            renewal_interval=self._renewal_interval,
+        )
 
     # -- control -----------------------------------------------------------------------
 
@@ -147,9 +162,13 @@ class Worker:
         for spec in self.specs.values():
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
-        self.middleware.on_worker_start(self)
-        self._main_loop()
-        code = self._shutdown()
+        self.liveness.start()
+        try:
+            self.middleware.on_worker_start(self)
+            self._main_loop()
+            code = self._shutdown()
+        finally:
+            self.liveness.stop()  # last: after in-flight messages are settled
         self.middleware.on_worker_stop(self)
         self._log_summary(final=True)
         return code
@@ -189,8 +208,6 @@ class Worker:
         stats_every = opts.stats_interval or float("inf")
         ticker = Ticker(
             [
-                Every("heartbeat", opts.heartbeat_interval, self._heartbeat),
-                Every("extend", self._extend_interval, self._extend_leases),
                 Every("refresh", opts.refresh_interval, self._refresh, opts.refresh_interval),
                 Every("trim", opts.trim_interval, self._trim),
                 Every("stats", stats_every, self._log_summary, stats_every),
@@ -235,24 +252,8 @@ class Worker:
             and all(s.paused or not s.enabled for s in self.specs.values())
         )
 
-    def _extend_interval(self) -> float:
-        timeouts = [s.policy.visibility_timeout_ms for s in self.specs.values()] or [60_000]
-        return max(0.2, min(timeouts) / 3000.0)
-
-    def _heartbeat(self) -> None:
-        ttl_ms = int(self.options.heartbeat_ttl * 1000)
-        for t in self._all_threads():
-            if t.is_alive():
-                t.sub.heartbeat(ttl_ms)
-
-    def _extend_leases(self) -> None:
-        for t in self._all_threads():
-            held = list(t.held)
-            if held and t.is_alive():
-                for m in t.sub.extend(held):
-                    logger.warning(
-                        "Lease of %s lost to another instance; it will be handled again there", m.id
-                    )
+    def _renewal_interval(self) -> float:
+        return lease_renewal_interval([s.policy.visibility_timeout_ms for s in self.specs.values()])
 
     def _refresh(self) -> None:
         if self.refresh is None:
@@ -308,16 +309,10 @@ class Worker:
             self._mark_dead()
             return 1
         deadline = time.monotonic() + self.options.grace_period
-        liveness = Ticker(
-            [
-                Every("heartbeat", self.options.heartbeat_interval, self._heartbeat),
-                Every("extend", self._extend_interval, self._extend_leases),
-            ]
-        )
+        # The liveness thread keeps heartbeating and renewing leases meanwhile.
         while time.monotonic() < deadline and any(t.is_alive() for t in self._all_threads()):
             if self.cold:
                 break
-            liveness.run_due()
             for t in self._all_threads():
                 t.join(timeout=0.05)
         stuck = [t for t in self._all_threads() if t.is_alive()]
@@ -335,7 +330,9 @@ class Worker:
         return 0
 
     def _mark_dead(self, threads: Sequence[HandlerThread] | None = None) -> None:
-        # An expired heartbeat lets other instances take the messages over at once.
+        # An expired heartbeat lets other instances take the messages over at once; the
+        # liveness thread stops first so that no late heartbeat revives them.
+        self.liveness.stop()
         for t in threads if threads is not None else self._all_threads():
             try:
                 t.sub.heartbeat(-1)

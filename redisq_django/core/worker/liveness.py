@@ -1,0 +1,136 @@
+"""Liveness on a thread of its own: heartbeats and lease extension, never behind other work.
+
+The worker's main thread also refreshes configuration, sinks dead letters and relays the
+outbox, all database work that can wait seconds for a lock. Liveness must not wait with
+it: a lease that runs out while its handler still runs lets another instance start the
+message a second time. This thread only talks to Redis (through the subscriptions'
+connection pool), so a slow database cannot delay it.
+
+Margins (what a stall of everything, e.g. a frozen Redis, a paused VM, may last without
+another instance taking over messages that are still being handled):
+
+* leases are renewed every third of the shortest visibility timeout
+  (:data:`LEASE_RENEWAL_FRACTION`), so they tolerate a stall of about two thirds of it
+  (40 s for the default 60 s);
+* heartbeats go out every ``heartbeat_interval`` and live ``heartbeat_ttl``
+  (:data:`DEFAULT_HEARTBEAT_TTL_S`), so they tolerate a stall of ``ttl - interval``
+  (14 s by default). The TTL is also how long a SIGKILLed instance's messages wait
+  before others take them over when its visibility timeout is longer.
+
+After a stall the late jobs run at once (the clock does not wait a full interval).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.worker.ticker import Every, Ticker
+
+if TYPE_CHECKING:
+    from redisq_django.core.worker.threads import HandlerThread
+
+logger = logging.getLogger("redisq.worker")
+
+#: Seconds between two heartbeats of an instance.
+DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
+#: Seconds an instance's heartbeat lives: silent this long, it is dead and others take
+#: over its messages. Many intervals, so a Redis frozen for up to ``TTL - interval``
+#: seconds (the reclaimers are frozen with it) does not make live instances look dead.
+DEFAULT_HEARTBEAT_TTL_S = 15.0
+#: Leases are renewed each time this fraction of the shortest visibility timeout passed.
+LEASE_RENEWAL_FRACTION = 1 / 3
+#: Lease renewal never runs more often than this (seconds).
+MIN_LEASE_RENEWAL_S = 0.2
+#: How long stopping waits for a heartbeat or renewal in progress (seconds).
+STOP_WAIT_S = 2.0
+
+
+def lease_renewal_interval(visibility_timeouts_ms: Sequence[int]) -> float:
+    """Seconds between lease renewals for consumers with these visibility timeouts."""
+    shortest = min(visibility_timeouts_ms, default=60_000)
+    return max(MIN_LEASE_RENEWAL_S, shortest / 1000.0 * LEASE_RENEWAL_FRACTION)
+
+
+class LivenessThread(threading.Thread):
+    """Heartbeats the live handler threads and renews the leases of what they hold.
+
+    Args:
+        threads: the handler threads now (asked again at each round).
+        heartbeat_interval: seconds between heartbeats.
+        heartbeat_ttl: seconds each heartbeat lives.
+        renewal_interval: seconds between lease renewals (asked again each time, as the
+            visibility timeouts can change while running).
+    """
+
+    def __init__(
+        self,
+        *,
+        threads: Callable[[], Sequence[HandlerThread]],
+        heartbeat_interval: float,
+        heartbeat_ttl: float,
+        renewal_interval: Callable[[], float],
+    ) -> None:
+        super().__init__(name="redisq-liveness", daemon=True)
+        self._threads = threads
+        self._ttl_ms = int(heartbeat_ttl * 1000)
+        self._halt = threading.Event()
+        self._ticker = Ticker(
+            [
+                Every("heartbeat", heartbeat_interval, self.heartbeat),
+                Every("extend", renewal_interval, self.extend_leases),
+            ]
+        )
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self._ticker.run_due()
+            self._halt.wait(self._ticker.seconds_to_next())
+
+    def stop(self) -> None:
+        """Stop after the round in progress (waiting for it at most :data:`STOP_WAIT_S`).
+
+        The worker calls this last, once in-flight messages are settled, and before it
+        expires the heartbeats on a cold stop (so no late heartbeat revives them).
+        """
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(STOP_WAIT_S)
+
+    def heartbeat(self) -> None:
+        """Announce every live handler thread's instance alive for the TTL."""
+        for t in self._threads():
+            if self._halt.is_set():
+                return
+            if t.is_alive():
+                with _each(t, "heartbeat"):
+                    t.sub.heartbeat(self._ttl_ms)
+
+    def extend_leases(self) -> None:
+        """Renew the leases of the messages the handler threads hold."""
+        for t in self._threads():
+            if self._halt.is_set():
+                return
+            held = list(t.held)  # a copy: the handler thread changes its list meanwhile
+            if held and t.is_alive():
+                with _each(t, "lease renewal"):
+                    for m in t.sub.extend(held):
+                        logger.warning(
+                            "Lease of %s lost to another instance; it will be handled again there",
+                            m.id,
+                        )
+
+
+@contextlib.contextmanager
+def _each(thread: HandlerThread, what: str) -> Iterator[None]:
+    """One instance's failure never keeps the others' liveness from Redis."""
+    try:
+        yield
+    except RedisUnavailable as exc:  # the handler threads report outages
+        logger.debug("%s of %s skipped: %s", what, thread.sub.consumer, exc)
+    except Exception as exc:
+        logger.warning("%s of %s failed: %r", what.capitalize(), thread.sub.consumer, exc)

@@ -27,6 +27,7 @@ from redisq_django.core.errors import (
     PayloadTooLarge,
     PublishError,
     RedisqError,
+    RedisRefused,
     RedisUnavailable,
 )
 from redisq_django.core.groups import default_instance_name
@@ -56,6 +57,7 @@ __all__ = [
     "PayloadTooLarge",
     "PublishError",
     "QueueStats",
+    "RedisRefused",
     "RedisUnavailable",
     "RedisqError",
     "Reject",

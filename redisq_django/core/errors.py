@@ -79,6 +79,86 @@ class RedisUnavailable(RedisqError):
         )
 
 
+class RedisRefused(RedisUnavailable):
+    """Redis is reachable but refuses commands for now (full, read-only, loading...).
+
+    A :class:`RedisUnavailable`, so code that handles outages handles refusals too.
+    ``condition`` names it: ``"oom"``, ``"readonly"``, ``"loading"``, ``"masterdown"``,
+    ``"clusterdown"``, ``"busy"`` or ``"noreplicas"`` (see :data:`REFUSALS`). A refused
+    command was not executed, so sending again later is safe.
+    """
+
+    def __init__(self, address: str, condition: str, cause: BaseException) -> None:
+        self.address = address
+        self.condition = condition
+        what, todo = REFUSALS[condition]
+        RedisqError.__init__(
+            self,
+            f"Redis at {address} refused the command: {what} ({str(cause).rstrip('.')}). {todo}",
+        )
+
+
+#: Refusals by the first word of Redis's error reply: (condition, what, what to do).
+REFUSALS: dict[str, tuple[str, str]] = {
+    "oom": (
+        "it is out of memory (maxmemory reached with maxmemory-policy noeviction)",
+        "Let consumers drain their queues, shorten the replay window or raise maxmemory, "
+        "then retry.",
+    ),
+    "readonly": (
+        "it is a read-only replica (a failover may be under way)",
+        "Point REDISQ at the current master, or retry once the failover is over.",
+    ),
+    "loading": (
+        "it is loading its data set after a restart",
+        "Retry in a few seconds.",
+    ),
+    "masterdown": (
+        "it is a replica that lost the link to its master",
+        "Retry once the master is back, or point REDISQ at the current master.",
+    ),
+    "clusterdown": (
+        "the Redis Cluster does not serve this slot (cluster down or resharding)",
+        "Retry once every slot is served again (CLUSTER INFO: cluster_state:ok).",
+    ),
+    "busy": (
+        "it is busy running a long script or function",
+        "Retry later; SCRIPT KILL (or FUNCTION KILL) stops a script that never ends.",
+    ),
+    "noreplicas": (
+        "fewer replicas than min-replicas-to-write are connected",
+        "Retry once the replicas are back, or lower min-replicas-to-write.",
+    ),
+}
+
+
+def refusal_condition(exc: BaseException) -> str | None:
+    """The :data:`REFUSALS` condition of a redis-py error, or None when it is not one."""
+    if isinstance(exc, redis.exceptions.BusyLoadingError):  # a ConnectionError in redis-py
+        return "loading"
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return "readonly"
+    if isinstance(exc, redis.exceptions.MasterDownError):  # a ClusterDownError
+        return "masterdown"
+    if isinstance(exc, redis.exceptions.ClusterDownError):
+        return "clusterdown"
+    # redis-py strips the error code from some replies ("OOM ..." arrives as "command not
+    # allowed when used memory > 'maxmemory'"), and keeps it for those it does not know.
+    text = str(exc)
+    if "when used memory > 'maxmemory'" in text:
+        return "oom"
+    word = text.split(" ", 1)[0].lower()
+    return word if word in REFUSALS else None
+
+
+def _is_nogroup(exc: BaseException) -> bool:
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+
+
 def describe_client(client: Any) -> str:
     """``host:port/db`` of a redis-py client, never its password."""
     pool = getattr(client, "connection_pool", None)
@@ -94,15 +174,27 @@ def describe_client(client: Any) -> str:
 
 
 def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
-    """Turn redis-py connection failures of a method whose object has a ``client`` into
-    :class:`RedisUnavailable`."""
+    """Turn redis-py errors of a method whose object has a ``client`` into ours:
+    refusals into :class:`RedisRefused`, connection failures into
+    :class:`RedisUnavailable`, and NOGROUP into :class:`ConsumerNotFound` when the object
+    has a ``queue`` and a ``group`` (a subscription)."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except redis.RedisError as exc:
             owner = args[0]
-            raise RedisUnavailable(describe_client(getattr(owner, "client", None)), exc) from exc
+            condition = refusal_condition(exc)
+            if condition is not None:
+                address = describe_client(getattr(owner, "client", None))
+                raise RedisRefused(address, condition, exc) from exc
+            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+                address = describe_client(getattr(owner, "client", None))
+                raise RedisUnavailable(address, exc) from exc
+            queue, group = getattr(owner, "queue", None), getattr(owner, "group", None)
+            if _is_nogroup(exc) and isinstance(queue, str) and isinstance(group, str):
+                raise ConsumerNotFound(queue, group) from exc
+            raise
 
     return wrapper

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 
+from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -38,6 +39,31 @@ def group_names(client: Any, keys: QueueKeys) -> list[str]:
 def is_nogroup(exc: redis.ResponseError) -> bool:
     """Whether Redis refused a command because the consumer group does not exist."""
     return str(exc).startswith("NOGROUP")
+
+
+def read_group(
+    client: Any, scripts: Scripts, gkeys: GroupKeys, consumer: str, count: int, block: int | None
+) -> Any:
+    """XREADGROUP new entries of the log and the direct stream for ``consumer``.
+
+    Raises:
+        ConsumerNotFound: the group is missing on the log (a missing group on the direct
+            stream alone is repaired here).
+    """
+    log, group = gkeys.queue_keys.log, gkeys.group
+    args: list[Any] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
+    if block is not None:
+        args += ["BLOCK", block]
+    args += ["STREAMS", log, gkeys.direct, ">", ">"]
+    try:
+        return client.execute_command(*args)
+    except redis.ResponseError as exc:
+        if not is_nogroup(exc):
+            raise
+    if group not in group_names(client, gkeys.queue_keys):
+        raise ConsumerNotFound(gkeys.queue_keys.queue, group)
+    ensure_group(scripts, gkeys, StartPoint.parse("latest"))
+    return client.execute_command(*args)
 
 
 def recreate_group(client: Any, gkeys: GroupKeys) -> None:

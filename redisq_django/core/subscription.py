@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterable, Sequence
 from typing import Any
-
-import redis
 
 from redisq_django.core import envelope as env
 from redisq_django.core import events, settle
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
-from redisq_django.core.errors import ConsumerNotFound, translate_errors
+from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.events import EventName
-from redisq_django.core.groups import ensure_group, group_names, is_nogroup, leave_group
+from redisq_django.core.groups import leave_group, read_group
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
-from redisq_django.core.start import StartPoint
 from redisq_django.core.wire import to_str
+
+#: After a refused promotion (a full Redis), wait this long before the next (ms).
+PROMOTE_RETRY_MS = 1000
 
 
 class Subscription:
@@ -82,6 +83,7 @@ class Subscription:
             When the next delayed message or retry is due (ms), or None.
         """
         now = now_ms() if now is None else now
+        self.next_promote_ms = now + PROMOTE_RETRY_MS  # kept if Redis refuses
         _, _, next_due = self.scripts(
             "promote",
             [self.keys.delayed, self.keys.log, self.gkeys.retry, self.gkeys.direct],
@@ -109,30 +111,23 @@ class Subscription:
         while True:
             now = now_ms()
             if now >= self.next_promote_ms:
-                self.promote(now)
+                # A full Redis refuses promotions (writes) but still serves reads and
+                # acks: read what is there; the worker reports the refusal.
+                with contextlib.suppress(RedisRefused):
+                    self.promote(now)
                 now = now_ms()
             wait = min(deadline, self.next_promote_ms) - now
-            reply = self._xreadgroup(count, wait if wait > 0 else None)
+            reply = read_group(
+                self.client,
+                self.scripts,
+                self.gkeys,
+                self.consumer,
+                count,
+                wait if wait > 0 else None,
+            )
             messages = self._decode(reply)
             if messages or now_ms() >= deadline:
                 return messages
-
-    def _xreadgroup(self, count: int, block: int | None) -> Any:
-        args: list[Any] = ["XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", count]
-        if block is not None:
-            args += ["BLOCK", block]
-        args += ["STREAMS", self.keys.log, self.gkeys.direct, ">", ">"]
-        try:
-            return self.client.execute_command(*args)
-        except redis.ResponseError as exc:
-            if not is_nogroup(exc):
-                raise
-        # The group is missing on the log or the direct stream: repair the direct side
-        # when the consumer is registered on the log, else tell the caller.
-        if self.group not in group_names(self.client, self.keys):
-            raise ConsumerNotFound(self.queue, self.group)
-        ensure_group(self.scripts, self.gkeys, StartPoint.parse("latest"))
-        return self.client.execute_command(*args)
 
     def _decode(self, reply: Any) -> list[Message]:
         if not reply:

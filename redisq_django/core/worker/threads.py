@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
+
 from redisq_django.core.deadletter import Failure
-from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
+from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import ensure_group
 from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.message import Message
@@ -22,12 +24,11 @@ from redisq_django.core.outcome import Outcome
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.middleware import MiddlewareChain
+from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 
 logger = logging.getLogger("redisq.worker")
 
-#: Reconnection waits grow from the first to the last value (seconds).
-RECONNECT_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 #: A handler thread's first batch size; it adapts between 1 and ``prefetch``.
 INITIAL_BATCH = 10
 #: A full batch handled faster than this doubles the next one (seconds)...
@@ -109,7 +110,9 @@ class HandlerThread(threading.Thread):
                 logger.debug("Could not leave the consumer group cleanly", exc_info=True)
 
     def _loop(self) -> None:
-        failures = 0
+        # Redis refusing (down, full, read-only, loading, group gone...) is a condition
+        # to wait out, logged once: this thread keeps acking and fetching what it can.
+        redis_state = Condition(self.sub, logger)
         while not self.stopping:
             try:
                 self._flush_unsettled()
@@ -119,29 +122,32 @@ class HandlerThread(threading.Thread):
                     self.stop_signal.wait(0.2)
                     continue
                 batch = self._receive()
-                if failures:
-                    logger.warning("Redis is reachable again (%s)", self.sub)
-                    failures = 0
-            except RedisUnavailable as exc:
-                wait = RECONNECT_BACKOFF_S[min(failures, len(RECONNECT_BACKOFF_S) - 1)]
-                if failures == 0:
-                    logger.warning("%s; retrying in the background", exc)
-                failures += 1
+                redis_state.ok()
+            except TEMPORARY as exc:
+                wait = redis_state.failed(exc)
+                if isinstance(exc, ConsumerNotFound) and self._register_again(redis_state):
+                    continue
                 self.stop_signal.wait(wait)
-                continue
-            except ConsumerNotFound:
-                # The group vanished (e.g. Redis restarted without persistence).
-                logger.warning(
-                    "Consumer group %s/%s missing; registering it again",
-                    self.spec.queue,
-                    self.spec.name,
-                )
-                ensure_group(self.sub.scripts, self.sub.gkeys, StartPoint.parse(self.spec.start))
                 continue
             if batch:
                 self._process(batch)
             elif self.pace.burst and self._drained():
                 return
+
+    def _register_again(self, redis_state: Condition) -> bool:
+        """Re-create the missing consumer group; False when Redis refused (wait, retry).
+
+        The group is gone because Redis came back empty (a restart without persistence,
+        an evicting Redis) or someone removed it. It is created again at the start of
+        what the log holds now, whatever the consumer's start point: after data loss the
+        log is new, and at-least-once prefers a message delivered again to one skipped.
+        """
+        try:
+            ensure_group(self.sub.scripts, self.sub.gkeys, StartPoint.parse("earliest"))
+        except (redis.RedisError, *TEMPORARY) as exc:
+            redis_state.failed(exc)
+            return False
+        return True
 
     def _receive(self) -> list[Message]:
         now = time.monotonic()
@@ -224,11 +230,12 @@ class HandlerThread(threading.Thread):
         self._unsettled.append(action)
         try:
             self._flush_unsettled()
-        except RedisUnavailable as exc:
+        except TEMPORARY as exc:  # the loop waits it out, then settles first
+            if not self._settle_failed:
+                logger.warning(
+                    "%s; will settle %d message(s) when it is back", exc, len(self._unsettled)
+                )
             self._settle_failed = True
-            logger.warning(
-                "%s; will settle %d message(s) when it is back", exc, len(self._unsettled)
-            )
 
     def _flush_unsettled(self) -> None:
         settled = 0

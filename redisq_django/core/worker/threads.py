@@ -97,7 +97,7 @@ class HandlerThread(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
-        except Exception as exc:
+        except BaseException as exc:  # also a handler's sys.exit(): the thread is gone
             logger.exception(
                 "Handler thread %s crashed; its messages will be redelivered", self.name
             )

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
 
 logger = logging.getLogger("redisq.worker")
 
@@ -63,7 +63,7 @@ class Ticker:
             started = self.clock()
             try:
                 job.job()
-            except RedisUnavailable as exc:  # the handler threads report outages
+            except (RedisUnavailable, ConsumerNotFound) as exc:  # threads report these
                 logger.debug("%s skipped: %s", job.name, exc)
             except Exception:
                 logger.exception("Worker housekeeping job %r failed", job.name)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from redisq_django.core.clock import now_ms
-from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.outcome import Outcome
@@ -30,6 +30,7 @@ from redisq_django.core.worker.liveness import (
     lease_renewal_interval,
 )
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
+from redisq_django.core.worker.refusals import Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
 from redisq_django.core.worker.ticker import Every, Ticker
@@ -117,6 +118,7 @@ class Worker:
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
+        self._promotion = Condition("promotion of due delayed messages and retries", logger)
         self.started_at = time.monotonic()
         self._last_summary = (self.started_at, 0)
         opts = self.options
@@ -177,7 +179,16 @@ class Worker:
         return [t for group in self.threads.values() for t in group]
 
     def _on_crash(self, thread: HandlerThread, exc: BaseException) -> None:
+        # Nothing restarts a thread: stop the whole worker (warm, exit code 1) so that
+        # its supervisor restarts the process, instead of running on without a consumer.
         self.crashed = True
+        logger.error(
+            "Handler thread %s died of an unexpected error (%r): stopping this worker "
+            "(exit code 1) so that its supervisor starts it again",
+            thread.name,
+            exc,
+        )
+        self._stop.request()
 
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
         running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
@@ -238,6 +249,9 @@ class Worker:
             if now >= sub.next_promote_ms:
                 try:
                     sub.promote(now)
+                    self._promotion.ok()
+                except RedisRefused as exc:  # e.g. full: reads and acks still work
+                    self._promotion.failed(exc)
                 except RedisUnavailable:
                     continue  # the handler threads report it and reconnect
             soonest = min(soonest, sub.next_promote_ms)

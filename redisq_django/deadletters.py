@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from redisq_django.connection import get_broker
 from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
+from redisq_django.core.deadletter import DeadReason
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
@@ -169,10 +170,17 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
     return moved
 
 
+def redrivable(row: DeadLetter) -> bool:
+    """Whether a dead letter can be delivered again: not undecodable (it would only die
+    again), and stored with its envelope (a bare record, see :func:`sink`, has none)."""
+    return row.reason != DeadReason.UNDECODABLE and bool(row.envelope)
+
+
 def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
     """Deliver dead letters again, each to its own logical consumer only, with a fresh
-    retry budget; records who and when. Rows not in status ``dead`` are skipped; the
-    objects of those re-driven are updated in place (the admin's history relies on it).
+    retry budget; records who and when. Rows not in status ``dead``, and those not
+    :func:`redrivable` (logged), are skipped; the objects of those re-driven are updated
+    in place (the admin's history relies on it).
 
     Returns:
         How many were re-driven.
@@ -181,6 +189,15 @@ def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
     done: list[DeadLetter] = []
     for row in rows:
         if row.status != DeadLetter.Status.DEAD:
+            continue
+        if not redrivable(row):
+            logger.warning(
+                "Dead letter %s of %s/%s is %s; it cannot be sent again (discard it)",
+                row.message_id,
+                row.queue,
+                row.consumer,
+                row.reason if row.envelope else "a bare record",
+            )
             continue
         envelope = dict(row.envelope)
         envelope.setdefault("payload", row.payload)

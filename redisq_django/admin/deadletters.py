@@ -24,8 +24,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import operations
+from redisq_django import deadletters, operations
 from redisq_django.admin.common import BREADCRUMBS_OL
+from redisq_django.core.deadletter import DeadReason
 from redisq_django.models import DeadLetter
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"
@@ -157,6 +158,12 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if self._apply(request, [row], operations.retry_dead):
             text = gettext("Message %(id)s sent again to %(queue)s/%(consumer)s.")
             level = messages.SUCCESS
+        elif row.status == DeadLetter.Status.DEAD and not deadletters.redrivable(row):
+            text = gettext(
+                "Message %(id)s is undecodable (not a valid envelope) and would only die "
+                "again; not retried. Publish a corrected message and discard this one."
+            )
+            level = messages.WARNING
         else:
             text = gettext("Message %(id)s is %(status)s; not retried.")
             level = messages.WARNING
@@ -224,6 +231,14 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             n,
         )
         self.message_user(request, text % {"count": n}, messages.SUCCESS)
+        stuck = queryset.filter(status=DeadLetter.Status.DEAD, reason=DeadReason.UNDECODABLE)
+        if skipped := stuck.count():
+            text = ngettext(
+                "%(count)d undecodable dead letter was not retried: it would only die again.",
+                "%(count)d undecodable dead letters were not retried: they would only die again.",
+                skipped,
+            )
+            self.message_user(request, text % {"count": skipped}, messages.WARNING)
         return None
 
     @admin.action(description=_("Discard selected dead letters"), permissions=["retry"])

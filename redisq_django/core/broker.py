@@ -10,7 +10,6 @@ from typing import Any
 import redis
 
 from redisq_django.core import archive, replay, retention
-from redisq_django.core import envelope as env
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
@@ -343,6 +342,9 @@ class Broker:
 
         Returns:
             The new delivery's entry id, or None when the dead letter is gone.
+
+        Raises:
+            NotRedrivable: the dead letter is undecodable (it would only die again).
         """
         gkeys = self.keys(queue).group(group)
         entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
@@ -358,16 +360,14 @@ class Broker:
         """Deliver an envelope (e.g. a dead letter kept in a database) to ``group`` only.
 
         Args:
-            fields: envelope fields; ``payload`` is required, ``id``, ``headers`` and
-                ``published_at`` keep the message's identity.
+            fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
+                ``id``, ``headers`` and ``published_at`` keep the message's identity.
 
         Returns:
             The new delivery's entry id.
         """
         gkeys = self.keys(queue).group(group)
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
-        if env.F_PAYLOAD not in envelope:
-            raise ValueError("An envelope to re-drive needs a 'payload' field.")
         return to_str(replay.redrive(self.scripts, gkeys, "", envelope, self.config.history))
 
     # -- retention, purge, stats -------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import MAX_TIME_MS, ms_to_datetime
+from redisq_django.core.errors import NotRedrivable
 
 #: Tracebacks and error messages stored with a dead letter are cut to this many characters.
 MAX_ERROR_TEXT = 32_000
@@ -98,7 +99,20 @@ def undecodable_fields(
 
 
 def redrive_fields(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
-    """A fresh delivery (attempt count reset) of a dead letter's envelope."""
+    """A fresh delivery (attempt count reset) of a dead letter's envelope.
+
+    Raises:
+        NotRedrivable: an undecodable dead letter (it would only die again), or fields
+            without a payload.
+    """
+    if fields.get(F_REASON) == DeadReason.UNDECODABLE.encode():
+        raise NotRedrivable(
+            "An undecodable dead letter cannot be delivered again: its entry is not a valid "
+            "envelope (see its error message and raw fields). Publish a corrected message "
+            "and discard this one."
+        )
+    if env.F_PAYLOAD not in fields:
+        raise NotRedrivable("A dead letter to re-drive needs a 'payload' field.")
     return {k: v for k, v in fields.items() if k in env.CARRIED_FIELDS}
 
 

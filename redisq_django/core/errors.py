@@ -48,6 +48,10 @@ class PayloadNotSerializable(PublishError):
         )
 
 
+class NotRedrivable(RedisqError, ValueError):
+    """A dead letter cannot be delivered again: it is undecodable or has no payload."""
+
+
 class InvalidName(RedisqError, ValueError):
     """A queue or consumer name is not allowed."""
 

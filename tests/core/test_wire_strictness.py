@@ -8,7 +8,7 @@ import json
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, PayloadTooLarge
+from redisq_django.core import Broker, CoreConfig, NotRedrivable, PayloadTooLarge
 from tests.core.guarantee_helpers import drain, ids
 
 #: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
@@ -153,3 +153,25 @@ def test_an_unsupported_version_is_named_as_text(
     fine = broker.publish(queue_name, 1)
     assert consume_all(broker, queue_name, expected=1) == [fine]
     assert dead_reasons(broker, queue_name) == {bad: "unsupported envelope version '2'"}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"body": "no payload"}, {"payload": "1", "headers": "[1]"}],
+    ids=["without-payload", "with-payload"],
+)
+def test_an_undecodable_dead_letter_is_not_redriven(
+    queue_name: str, broker: Broker, redis_client: redis.Redis, fields: dict[str, str]
+) -> None:
+    # Given an undecodable dead letter (re-driven, it would only die again)
+    broker.ensure_consumer(queue_name, "billing")
+    redis_client.xadd(broker.keys(queue_name).log, fields)
+    fine = broker.publish(queue_name, 1)
+    assert consume_all(broker, queue_name, expected=1) == [fine]
+    [dead] = broker.dead_letters(queue_name, "billing")
+    # When re-driving it, the broker refuses and says why
+    with pytest.raises(NotRedrivable, match="undecodable"):
+        broker.redrive(queue_name, "billing", dead.entry_id)
+    # Then it is still a dead letter and nothing was delivered again
+    assert [d.entry_id for d in broker.dead_letters(queue_name, "billing")] == [dead.entry_id]
+    assert redis_client.xlen(broker.keys(queue_name).group("billing").direct) == 0

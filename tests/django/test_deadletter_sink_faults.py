@@ -3,9 +3,11 @@ never blocks the sink, ids are never merged, undecodable ones are not re-driven.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from redisq_django import deadletters
 from redisq_django.connection import get_broker
@@ -98,3 +100,38 @@ def test_dead_letters_whose_ids_share_64_characters_stay_two_rows(
     assert len({r.message_id for r in rows}) == 2
     assert all(len(r.message_id) <= 64 for r in rows)
     assert broker.dead_letters(queue_name, "a") == []
+
+
+def test_undecodable_dead_letters_are_not_retried_from_the_database(
+    queue_name: str, broker: Any
+) -> None:
+    # Given an undecodable dead letter stored as a row, beside a rejected one
+    dead_entry(broker, queue_name, "a", "rejected-1", reason=b"rejected")
+    dead_entry(broker, queue_name, "a", "garbage", reason=b"undecodable")
+    deadletters.sink(queue_name, "a")
+    rows = {r.message_id: r for r in DeadLetter.objects.filter(queue=queue_name)}
+
+    # When staff retry both
+    assert deadletters.retry(rows.values()) == 1
+
+    # Then only the rejected one is sent again; the undecodable one stays dead
+    for row in rows.values():
+        row.refresh_from_db()
+    assert rows["rejected-1"].status == DeadLetter.Status.RETRIED
+    assert rows["garbage"].status == DeadLetter.Status.DEAD
+    assert rows["garbage"].retry_count == 0
+    direct = broker.client.xrange(broker.keys(queue_name).group("a").direct)
+    assert [f[b"id"] for _, f in direct] == [b"rejected-1"]
+
+
+# The command sinks every queue in Redis first: no other test's (broken) keys, please.
+@pytest.mark.usefixtures("empty_redis")
+def test_the_command_says_why_undecodable_dead_letters_are_not_retried(
+    queue_name: str, broker: Any
+) -> None:
+    dead_entry(broker, queue_name, "a", "garbage", reason=b"undecodable")
+    out = io.StringIO()
+    call_command("redisq", "dead", "retry", "--all", "--queue", queue_name, stdout=out)
+    assert "Re-drove 0 dead letter(s)" in out.getvalue()
+    assert "1 undecodable dead letter(s) cannot be re-driven" in out.getvalue()
+    assert DeadLetter.objects.get(queue=queue_name).status == DeadLetter.Status.DEAD

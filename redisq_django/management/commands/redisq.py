@@ -12,9 +12,11 @@ from django.db import close_old_connections
 
 from redisq_django import operations
 from redisq_django.admin.stats import age
+from redisq_django.core.deadletter import DeadReason
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
 from redisq_django.management.arguments import positive_int
+from redisq_django.models import DeadLetter
 from redisq_django.publishing.outbox import pending_count, relay_once
 
 
@@ -202,6 +204,12 @@ class Command(BaseCommand):
         if action == "retry":
             n = operations.retry_dead(rows)
             self.stdout.write(f"Re-drove {n} dead letter(s), each to its own consumer.")
+            stuck = rows.filter(status=DeadLetter.Status.DEAD, reason=DeadReason.UNDECODABLE)
+            if stuck.exists():
+                self.stdout.write(
+                    f"{stuck.count()} undecodable dead letter(s) cannot be re-driven: publish "
+                    "corrected messages and discard these."
+                )
         else:
             n = operations.discard_dead(rows)
             self.stdout.write(f"Discarded {n} dead letter(s).")

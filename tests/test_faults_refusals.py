@@ -1,0 +1,96 @@
+"""A real ``runconsumer`` process outlives Redis coming back empty (issue 8, point 1).
+
+Redis restarted without persistence loses every key, consumer groups included: the
+worker must register its group again and consume what is published afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from redisq_django.core import Broker
+from redisq_django.core.errors import RedisUnavailable
+from tests.support.redis_server import RedisServer
+from tests.support.workers import Workers, wait_ids
+
+pytestmark = pytest.mark.slow
+
+FAULTS, RECORDER = "faults", "recorder"  # tests/faultapp/consumers.py
+
+
+@pytest.fixture
+def volatile_redis(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server without persistence: a restart empties it."""
+    server = RedisServer(redis_server_binary, tmp_path / "redis-volatile")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def workers(
+    volatile_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> Iterator[Workers]:
+    root = tmp_path_factory.mktemp("refusals-db")
+    template = root / "template.sqlite3"
+    Workers(volatile_redis.url, template, root / "logs").migrate()
+    db = tmp_path / "worker.sqlite3"
+    shutil.copyfile(template, db)
+    pool = Workers(volatile_redis.url, db, tmp_path / "logs")
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def _publish_retrying(broker: Broker, payloads: list[dict[str, int]]) -> list[str]:
+    deadline = time.monotonic() + 20
+    for _ in range(200):
+        try:
+            return broker.publish_many(FAULTS, payloads)
+        except RedisUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("publish kept failing")
+
+
+def test_worker_consumes_again_after_redis_restarts_empty(
+    volatile_redis: RedisServer, workers: Workers
+) -> None:
+    client = volatile_redis.client()
+    try:
+        # Given a worker consuming faults/recorder
+        broker = Broker(client)
+        worker = workers.start(FAULTS, "--prefetch", "20").wait_ready()
+        (first,) = _publish_retrying(broker, [{"n": 0}])
+        wait_ids(client, FAULTS, RECORDER, [first], timeout=20)
+
+        # When Redis is down for 3 s and comes back empty (no persistence)
+        volatile_redis.stop()
+        time.sleep(3)
+        volatile_redis.restart()
+        assert client.exists(broker.keys(FAULTS).log) == 0
+
+        # ... and 20 messages are published afterwards
+        ids = _publish_retrying(broker, [{"n": i} for i in range(1, 21)])
+
+        # Then the worker registers its group again and handles all 20, still running
+        wait_ids(client, FAULTS, RECORDER, ids, timeout=30)
+        assert worker.alive, worker.tail()
+        stderr = worker.stderr
+        assert "registering it again" in stderr, stderr[-3000:]
+        assert "died of an unexpected error" not in stderr, stderr[-3000:]
+        assert "crashed" not in stderr, stderr[-3000:]
+        worker.send(signal.SIGTERM)
+        assert worker.wait_exit(timeout=20) == 0
+    finally:
+        client.close()

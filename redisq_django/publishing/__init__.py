@@ -47,6 +47,8 @@ def publish(
         PayloadTooLarge: the payload is over ``REDISQ['MAX_PAYLOAD_BYTES']``.
         PayloadNotSerializable: the payload or headers hold a non-JSON value.
         RedisUnavailable: Redis cannot be reached.
+        RedisRefused: Redis refused the write for now; ``condition`` says why (``"oom"``,
+            ``"readonly"``, ``"loading"``...). A ``RedisUnavailable`` too.
     """
     check_queue_known(queue)
     return get_broker().publish(queue, payload, headers=headers, delay=delay, eta=eta)
@@ -88,8 +90,8 @@ def publish_on_commit(
     With the outbox enabled for ``queue`` (``REDISQ['OUTBOX']``), the message is stored
     as an ``OutboxMessage`` row in the same transaction and forwarded to Redis right
     after the commit, or later by the relay if Redis is unavailable: nothing is lost.
-    Without the outbox, a Redis outage at commit time loses the message; it is logged
-    as an error naming the message.
+    Without the outbox, a Redis outage or refusal at commit time loses the message; it
+    is logged as an error naming the message. Nothing raises after the commit.
 
     Args:
         queue, payload, headers, delay, eta: as :func:`publish`.

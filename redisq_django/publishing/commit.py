@@ -21,7 +21,7 @@ from django.db import transaction
 
 from redisq_django.connection import get_broker
 from redisq_django.core.envelope import Envelope
-from redisq_django.core.errors import RedisqError
+from redisq_django.core.errors import RedisRefused, RedisUnavailable
 
 logger = logging.getLogger("redisq.publish")
 
@@ -37,33 +37,48 @@ class CommitBatch:
     envelopes: list[Envelope] = field(default_factory=list)
     outbox_rows: list[int] = field(default_factory=list)
 
+    # The transaction is committed: nothing here may raise into the code that committed
+    # it (its data is saved), so every failure is logged instead.
     def __call__(self) -> None:
         by_queue: dict[str, list[Envelope]] = {}
         for envelope in self.envelopes:
             by_queue.setdefault(envelope.queue, []).append(envelope)
-        broker = get_broker()
         for queue, envelopes in by_queue.items():
             try:
-                broker.send(envelopes)
-            except RedisqError as exc:
+                get_broker().send(envelopes)
+            except Exception as exc:
                 _log_not_published(queue, envelopes, exc)
         if self.outbox_rows:
             from redisq_django.publishing.outbox import relay_rows
 
-            relay_rows(self.outbox_rows, using=self.using)
+            try:
+                relay_rows(self.outbox_rows, using=self.using)
+            except Exception:  # the rows wait in the outbox for the relay
+                logger.exception(
+                    "Sending %d outbox message(s) after the commit failed; the relay "
+                    "(runconsumer, or manage.py redisq relay) sends them later",
+                    len(self.outbox_rows),
+                )
 
 
 def _log_not_published(queue: str, envelopes: list[Envelope], exc: Exception) -> None:
+    # A refusal is certain: Redis executed nothing. Anything else (a timeout, a connection
+    # lost mid-command, an unexpected error) may have happened after Redis stored it.
+    outcome = (
+        "was NOT published" if isinstance(exc, RedisRefused) else "may not have been published"
+    )
     for e in envelopes:
         preview = e.payload_json.decode("utf-8", "replace")[:LOG_PREVIEW_CHARS]
         logger.error(
-            "Message %s for queue %r was NOT published after the commit: %s "
-            "Payload: %s. Publish it again by hand; to keep messages through Redis "
-            "outages, enable the outbox: REDISQ['OUTBOX'] = True (or a list of queues).",
+            "Message %s for queue %r %s after the commit: %s. Payload: %s. Check the "
+            "queue and publish it again by hand if it is missing; to keep messages through "
+            "Redis outages, enable the outbox: REDISQ['OUTBOX'] = True (or a list of queues).",
             e.id,
             queue,
-            exc,
+            outcome,
+            str(exc).rstrip("."),
             preview,
+            exc_info=not isinstance(exc, RedisUnavailable),  # unexpected: show where
         )
 
 

@@ -84,21 +84,29 @@ def _send(rows: list[OutboxMessage], using: str) -> int:
     if not rows:
         return 0
     pks = [row.pk for row in rows]
+    error: BaseException | None = None
     try:
         get_broker().send([envelope_of(row) for row in rows], once=True)
     except RedisqError as exc:
-        OutboxMessage.objects.using(using).filter(pk__in=pks).update(
-            attempts=F("attempts") + 1,
-            last_error=str(exc)[:2000],
-            claimed_at=None,
-            claimed_by="",
-        )
+        error = exc
         logger.warning("Outbox relay: %s; %d message(s) will be sent later", exc, len(rows))
-        return 0
-    OutboxMessage.objects.using(using).filter(pk__in=pks).update(
-        sent_at=timezone.now(), claimed_at=None, claimed_by=""
-    )
-    return len(rows)
+    except BaseException as exc:  # unexpected: the caller logs it
+        error = exc
+        raise
+    finally:
+        # Release the claims whatever happened, so the next relay need not wait for
+        # CLAIM_TIMEOUT_S; the rows stay unsent unless Redis took them.
+        unsent = OutboxMessage.objects.using(using).filter(pk__in=pks)
+        if error is None:
+            unsent.update(sent_at=timezone.now(), claimed_at=None, claimed_by="")
+        else:
+            unsent.update(
+                attempts=F("attempts") + 1,
+                last_error=str(error)[:2000] or type(error).__name__,
+                claimed_at=None,
+                claimed_by="",
+            )
+    return 0 if error is not None else len(rows)
 
 
 def relay_rows(

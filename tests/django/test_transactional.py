@@ -586,7 +586,8 @@ def test_redis_down_at_commit_without_outbox_logs_the_lost_message(
     mine = [r for r in records if message_id in r.getMessage()]
     assert len(mine) == 1, [r.getMessage() for r in records]
     text = mine[0].getMessage()
-    assert f"'{queue_name}'" in text and "NOT published" in text
+    # (a lost connection leaves the outcome unknown: the log does not claim either way)
+    assert f"'{queue_name}'" in text and "may not have been published" in text
     assert "REDISQ['OUTBOX'] = True" in text
     # The model event of the order was lost the same way, and said so too
     assert any(f"'{ORDER_EVENTS_QUEUE}'" in r.getMessage() for r in records)

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
 from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _each(thread: HandlerThread, what: str) -> Iterator[None]:
     """One instance's failure never keeps the others' liveness from Redis."""
     try:
         yield
-    except RedisUnavailable as exc:  # the handler threads report outages
+    except (RedisUnavailable, ConsumerNotFound) as exc:  # handler threads report these
         logger.debug("%s of %s skipped: %s", what, thread.sub.consumer, exc)
     except Exception as exc:
         logger.warning("%s of %s failed: %r", what.capitalize(), thread.sub.consumer, exc)

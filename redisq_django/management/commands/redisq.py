@@ -15,7 +15,7 @@ from redisq_django.admin.stats import age
 from redisq_django.core.deadletter import DeadReason
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
-from redisq_django.management.arguments import positive_int
+from redisq_django.management.arguments import django_common_options, positive_int
 from redisq_django.models import DeadLetter
 from redisq_django.publishing.outbox import pending_count, relay_once
 
@@ -32,11 +32,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        common = [django_common_options()]  # --settings etc. after a sub-command too
 
-        status = sub.add_parser("status", help="queues and consumers with live stats")
+        status = sub.add_parser(
+            "status", parents=common, help="queues and consumers with live stats"
+        )
         status.add_argument("queues", nargs="*", metavar="QUEUE", help="default: all")
 
-        replay = sub.add_parser("replay", help="move a consumer back (or forward) to receive again")
+        replay = sub.add_parser(
+            "replay", parents=common, help="move a consumer back (or forward) to receive again"
+        )
         replay.add_argument("queue")
         replay.add_argument("consumer")
         replay.add_argument(
@@ -47,11 +52,11 @@ class Command(BaseCommand):
             help="earliest, latest, an ISO 8601 time (UTC unless a zone is given) or a message id",
         )
 
-        dead = sub.add_parser("dead", help="dead letters (database rows)")
+        dead = sub.add_parser("dead", parents=common, help="dead letters (database rows)")
         dead_sub = dead.add_subparsers(
             dest="dead_action", required=True, metavar="list|retry|discard|sink"
         )
-        dl = dead_sub.add_parser("list", help="list dead letters")
+        dl = dead_sub.add_parser("list", parents=common, help="list dead letters")
         dl.add_argument("--queue")
         dl.add_argument("--consumer")
         dl.add_argument("--status", default="dead", choices=["dead", "retried", "discarded", "all"])
@@ -60,7 +65,7 @@ class Command(BaseCommand):
             ("retry", "deliver again, each to its own consumer only"),
             ("discard", "mark discarded"),
         ):
-            p = dead_sub.add_parser(name, help=text)
+            p = dead_sub.add_parser(name, parents=common, help=text)
             p.add_argument(
                 "ids", nargs="*", type=positive_int, metavar="ID", help="ids from 'dead list'"
             )
@@ -69,9 +74,11 @@ class Command(BaseCommand):
             )
             p.add_argument("--queue")
             p.add_argument("--consumer")
-        dead_sub.add_parser("sink", help="move dead letters from Redis into the database now")
+        dead_sub.add_parser(
+            "sink", parents=common, help="move dead letters from Redis into the database now"
+        )
 
-        relay = sub.add_parser("relay", help="forward outbox rows to Redis")
+        relay = sub.add_parser("relay", parents=common, help="forward outbox rows to Redis")
         relay.add_argument("--once", action="store_true", help="send what is waiting, then exit")
         relay.add_argument(
             "--interval", type=float, default=1.0, help="seconds between rounds (default 1)"
@@ -82,7 +89,7 @@ class Command(BaseCommand):
             "OutboxMessage); run one relay per database that publishes with using=",
         )
 
-        purge = sub.add_parser("purge", help="delete every message of a queue")
+        purge = sub.add_parser("purge", parents=common, help="delete every message of a queue")
         purge.add_argument("queue")
         purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 

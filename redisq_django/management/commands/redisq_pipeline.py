@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redisq_django.conf import get_settings
 from redisq_django.connection import get_redis_client
 from redisq_django.core.errors import RedisqError
+from redisq_django.management.arguments import django_common_options
 
 try:
     from redisq_django.pipeline.cli import (
@@ -85,25 +86,31 @@ class Command(BaseCommand):
             parser.add_argument("args", nargs=argparse.REMAINDER)
             return
         jobs = parser.add_subparsers(dest="job", required=True, metavar="JOB")
+        common = [django_common_options()]  # --settings etc. after the job too
         archive = jobs.add_parser(
             "archive",
+            parents=common,
             help="messages and lifecycle events to Parquet under REDISQ['ARCHIVE_ROOT']",
         )
         add_archive_arguments(archive, from_settings=True)
         report = jobs.add_parser(
             "report",
+            parents=common,
             help="aggregates of a time range (Parquet) and report.html under "
             "REDISQ['ARCHIVE_ROOT']/reports",
         )
         add_report_arguments(report, from_settings=True)
         replay = jobs.add_parser(
             "replay",
+            parents=common,
             help="archived messages (time range, SQL predicate) back to a queue or one "
             "consumer of REDISQ's Redis",
         )
         add_replay_arguments(replay, from_settings=True)
         compact = jobs.add_parser(
-            "compact", help="old date partitions of the archive into fewer, larger files"
+            "compact",
+            parents=common,
+            help="old date partitions of the archive into fewer, larger files",
         )
         add_compact_arguments(compact, from_settings=True)
 

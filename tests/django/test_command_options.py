@@ -1,0 +1,50 @@
+"""Django's common options (--settings, --pythonpath, --traceback, -v…) work after a
+``redisq`` sub-command, as after any other command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_django(redis_url: str, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m django ARGS`` with no DJANGO_SETTINGS_MODULE in the environment."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(REDISQ_TEST_URL=redis_url, REDISQ_TEST_DB=str(db), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "--settings", "tests.settings"),
+        ("status", "--settings=tests.settings", "--traceback", "-v", "2", "--no-color"),
+        ("status", "some-queue", "--pythonpath", ".", "--settings", "tests.settings"),
+        ("dead", "list", "--settings", "tests.settings", "--skip-checks"),
+    ],
+    ids=["settings", "several", "pythonpath", "nested"],
+)
+def test_common_options_after_a_sub_command_are_accepted(
+    redis_url: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    db = tmp_path / "db.sqlite3"
+    migrated = run_django(redis_url, db, "migrate", "-v", "0", "--settings", "tests.settings")
+    assert migrated.returncode == 0, migrated.stderr
+    done = run_django(redis_url, db, "redisq", *args)
+    assert done.returncode == 0, done.stderr
+    assert "unrecognized arguments" not in done.stderr
+    assert done.stdout.strip()

@@ -215,6 +215,35 @@ def test_worker_under_oom_keeps_acking_and_promotes_once_memory_is_freed(
 
 
 @pytest.mark.slow
+def test_a_worker_starts_on_a_full_redis_and_drains_it(
+    client: redis.Redis, queue_name: str
+) -> None:
+    # Given a registered consumer with messages waiting, and a full Redis (which refuses
+    # XGROUP CREATE and SADD even for a group and a queue that exist)
+    broker = Broker(client, CoreConfig(poll_interval_ms=50))
+    broker.ensure_consumer(queue_name, "billing", "earliest")
+    waiting = broker.publish_many(queue_name, [{"n": i} for i in range(20)])
+    make_full(client)
+
+    # When a worker (re)starts, as a supervisor would start it after a crash
+    handler = Recorder()
+    worker = Worker(
+        Broker(client, CoreConfig(poll_interval_ms=50)),
+        [spec(queue_name, "billing", handler)],
+        options(),
+    )
+    thread, codes = run_in_thread(worker)
+    try:
+        # Then it runs and handles (and acks) what is waiting
+        assert wait_for(lambda: set(waiting) <= set(handler.ids), timeout_s=10), codes
+        assert client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0
+    finally:
+        worker.stop()
+        thread.join(15)
+    assert codes == [0]
+
+
+@pytest.mark.slow
 def test_a_consumer_whose_group_is_removed_mid_handler_consumes_again(
     redis_client: redis.Redis, queue_name: str
 ) -> None:

@@ -160,7 +160,7 @@ class Worker:
             period (their messages are redelivered to other instances).
         """
         for spec in self.specs.values():
-            self.broker.ensure_consumer(spec.queue, spec.name, spec.start)
+            self._register(spec)
         for spec in self.specs.values():
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
@@ -174,6 +174,16 @@ class Worker:
         self.middleware.on_worker_stop(self)
         self._log_summary(final=True)
         return code
+
+    def _register(self, spec: ConsumerSpec) -> None:
+        try:
+            self.broker.ensure_consumer(spec.queue, spec.name, spec.start)
+        except RedisRefused:
+            # A full (or read-only) Redis refuses XGROUP CREATE even for a group that
+            # exists; a worker of an existing group can still drain it, so it starts.
+            if spec.name not in self.broker.consumers(spec.queue):
+                raise
+            logger.warning("Redis refuses writes; %s/%s starts anyway", spec.queue, spec.name)
 
     def _all_threads(self) -> list[HandlerThread]:
         return [t for group in self.threads.values() for t in group]

@@ -22,6 +22,7 @@ from tests.support.workers import Workers, wait_ids
 pytestmark = pytest.mark.slow
 
 FAULTS, RECORDER = "faults", "recorder"  # tests/faultapp/consumers.py
+CHAOS = "chaos"  # consumers alpha and beta
 
 
 @pytest.fixture
@@ -92,5 +93,31 @@ def test_worker_consumes_again_after_redis_restarts_empty(
         assert "crashed" not in stderr, stderr[-3000:]
         worker.send(signal.SIGTERM)
         assert worker.wait_exit(timeout=20) == 0
+    finally:
+        client.close()
+
+
+def test_a_handler_thread_dying_ends_its_process_with_exit_code_1(
+    volatile_redis: RedisServer, workers: Workers
+) -> None:
+    client = volatile_redis.client()
+    try:
+        # Given a worker running two logical consumers, chaos/alpha and chaos/beta
+        broker = Broker(client)
+        worker = workers.start(CHAOS).wait_ready()
+        (first,) = broker.publish_many(CHAOS, [{"n": 0}])
+        wait_ids(client, CHAOS, "alpha", [first], timeout=20)
+        wait_ids(client, CHAOS, "beta", [first], timeout=20)
+
+        # When alpha's handler thread meets an error nobody expects (its private input
+        # stream replaced by a string: WRONGTYPE on every fetch)
+        direct = broker.keys(CHAOS).group("alpha").direct
+        client.delete(direct)
+        client.set(direct, "not a stream")
+
+        # Then the process does not run on with beta only: it exits with code 1 (for its
+        # supervisor to start it again), saying why
+        assert worker.wait_exit(timeout=30) == 1, worker.tail()
+        assert "died of an unexpected error" in worker.stderr, worker.tail()
     finally:
         client.close()

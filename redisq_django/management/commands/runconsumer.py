@@ -12,12 +12,15 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.runner import build_worker
+from redisq_django.consuming.runner import build_worker, select
+from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import RedisqError, describe_client
 from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
 from redisq_django.management.arguments import (
     configure_logging,
     non_negative_float,
@@ -32,6 +35,15 @@ class Command(BaseCommand):
     help = (
         "Run the consumers declared (@consumer) for the given queues until stopped. "
         "SIGTERM/SIGINT: finish in-flight messages, then exit; a second signal exits now."
+    )
+    #: Options a supervised child gets as they were given (dest, flag).
+    CHILD_OPTIONS = (
+        ("concurrency", "--concurrency"),
+        ("max_messages", "--max-messages"),
+        ("prefetch", "--prefetch"),
+        ("grace_period", "--grace-period"),
+        ("stats_interval", "--stats-interval"),
+        ("verbosity", "--verbosity"),
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -75,9 +87,17 @@ class Command(BaseCommand):
             default=30.0,
             help="seconds between summary lines (0: none; default 30)",
         )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="run N worker processes (each with its threads) under a supervisor that "
+            "restarts any that die and forwards SIGTERM/SIGINT to them (default 1: this "
+            "process is the worker)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        configure_logging(opts["verbosity"])
+        configure_logging(opts["verbosity"], with_pid=opts["processes"] > 1 or is_supervised())
         try:
             get_broker().client.ping()
         except Exception as exc:  # RedisUnavailable or a redis-py connection error
@@ -85,11 +105,16 @@ class Command(BaseCommand):
                 f"Cannot reach Redis at {describe_client(get_broker().client)}: {exc}"
             ) from None
         grace = opts["grace_period"]
+        if grace is None:
+            grace = get_settings()["SHUTDOWN_GRACE_PERIOD"]
+        if opts["processes"] > 1:
+            self._supervise(opts, grace)
+            return
         options = WorkerOptions(
             prefetch=opts["prefetch"],
             burst=opts["burst"],
             max_messages=opts["max_messages"],
-            grace_period=get_settings()["SHUTDOWN_GRACE_PERIOD"] if grace is None else grace,
+            grace_period=grace,
             stats_interval=opts["stats_interval"],
         )
         try:
@@ -99,7 +124,7 @@ class Command(BaseCommand):
         except RedisqError as exc:
             raise CommandError(str(exc)) from None
         self._banner(worker, opts)
-        self._install_signals(worker)
+        self._install_signals(worker, grace)
         try:
             code = worker.run()
         except RedisqError as exc:
@@ -110,6 +135,43 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
+    def _supervise(self, opts: dict[str, Any], grace: float) -> None:
+        try:
+            select(opts["queues"], opts["consumer"])  # one clear line now, not N later
+            sync_declarations()  # once here, so the children start without writing rows
+        except RedisqError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            close_old_connections()
+        supervisor = Supervisor(
+            self._child_argv(opts),
+            opts["processes"],
+            grace_period=grace,
+            env=_child_env(),
+        )
+        self.stdout.write(
+            f"redisq supervisor {socket.gethostname()}:{os.getpid()}: "
+            f"{opts['processes']} worker processes of queue(s) {', '.join(opts['queues'])}, "
+            "restarted when they die; SIGTERM/SIGINT stops them all"
+        )
+        self.stdout.flush()
+        self._install_signals(supervisor, grace)
+        code = supervisor.run()
+        if code:
+            sys.exit(code)
+
+    def _child_argv(self, opts: dict[str, Any]) -> list[str]:
+        """A child's command line: this one with ``--processes 1``."""
+        argv = [sys.executable, "-m", "django", "runconsumer", *opts["queues"]]
+        for name in opts["consumer"]:
+            argv += ["--consumer", name]
+        if opts["burst"]:
+            argv.append("--burst")
+        for dest, flag in self.CHILD_OPTIONS:
+            if opts[dest] is not None:
+                argv += [flag, str(opts[dest])]
+        return [*argv, "--processes", "1"]
+
     def _banner(self, worker: Worker, opts: dict[str, Any]) -> None:
         config = get_core_config()
         broker = worker.broker
@@ -117,7 +179,8 @@ class Command(BaseCommand):
         if opts["max_messages"]:
             mode += f", at most {opts['max_messages']} messages"
         lines = [
-            f"redisq worker {socket.gethostname()}:{os.getpid()} ({mode}), Redis "
+            f"redisq worker {socket.gethostname()}:{os.getpid()} ({mode}"
+            f"{', supervised' if is_supervised() else ''}), Redis "
             f"{describe_client(broker.client)}, prefix {config.prefix!r}",
         ]
         rows = {
@@ -139,10 +202,17 @@ class Command(BaseCommand):
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
 
-    def _install_signals(self, worker: Worker) -> None:
+    def _install_signals(self, worker: Worker | Supervisor, grace: float) -> None:
+        supervised = is_supervised()
+
         def on_signal(signum: int, frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
-            if worker.stopping:
+            if supervised and signum != COLD_SIGNAL:
+                # A supervisor asks once; a service manager may signal us too.
+                if not worker.stopping:
+                    logger.warning("%s: finishing in-flight messages", name)
+                    worker.stop()
+            elif worker.stopping or signum == COLD_SIGNAL:
                 logger.warning(
                     "%s again: exiting now; in-flight messages will be redelivered", name
                 )
@@ -152,9 +222,28 @@ class Command(BaseCommand):
                     "%s: finishing in-flight messages (grace period %.0f s); "
                     "send it again to exit now",
                     name,
-                    worker.options.grace_period,
+                    grace,
                 )
                 worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if supervised:
+            signal.signal(COLD_SIGNAL, on_signal)
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, with the settings module and Python path a child needs."""
+    from django.conf import settings
+
+    module = settings.SETTINGS_MODULE
+    if not module:
+        raise CommandError(
+            "--processes needs DJANGO_SETTINGS_MODULE (or --settings): the worker "
+            "processes load the settings themselves"
+        )
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE=module)
+    # Whatever this process can import (e.g. the directory of manage.py, --pythonpath),
+    # the child can too.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env

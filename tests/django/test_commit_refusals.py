@@ -19,8 +19,9 @@ import redis
 from django.db import transaction
 
 from redisq_django.connection import get_broker
+from redisq_django.core import RedisRefused
 from redisq_django.models import OutboxMessage
-from redisq_django.publishing import publish_on_commit
+from redisq_django.publishing import publish, publish_many, publish_on_commit
 from redisq_django.publishing.outbox import relay_once
 from tests.support.redis_server import RedisServer, free_port
 
@@ -66,6 +67,24 @@ def errors_naming(caplog: pytest.LogCaptureFixture, message_id: str) -> list[str
         and r.levelno == logging.ERROR
         and message_id in r.getMessage()
     ]
+
+
+# -- publishing now ----------------------------------------------------------------------
+
+
+def test_publish_and_publish_many_raise_redis_refused_naming_the_condition(
+    queue_name: str, settings: Any, private_redis: RedisServer, client: redis.Redis
+) -> None:
+    settings.REDISQ = {"URL": private_redis.url}
+    make_read_only(client)
+    for call in (
+        lambda: publish(queue_name, {"n": 1}),
+        lambda: publish(queue_name, {"n": 2}, delay=10),
+        lambda: publish_many(queue_name, [{"n": 3}, {"n": 4}]),
+    ):
+        with pytest.raises(RedisRefused) as info:
+            call()
+        assert info.value.condition == "readonly"
 
 
 # -- without the outbox -----------------------------------------------------------------

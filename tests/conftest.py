@@ -162,6 +162,18 @@ def fresh_redis_server(redis_server_binary: str, tmp_path: Path) -> Iterator[Red
         server.stop()
 
 
+@pytest.fixture
+def volatile_redis_server(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server for this test only, without persistence (a restart empties it):
+    safe to fill up, make read-only, stop or restart."""
+    server = RedisServer(redis_server_binary, tmp_path / "redis-volatile")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(
     redis_server_binary: str,

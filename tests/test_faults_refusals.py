@@ -26,26 +26,15 @@ CHAOS = "chaos"  # consumers alpha and beta
 
 
 @pytest.fixture
-def volatile_redis(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
-    """A private server without persistence: a restart empties it."""
-    server = RedisServer(redis_server_binary, tmp_path / "redis-volatile")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def workers(
-    volatile_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    volatile_redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> Iterator[Workers]:
     root = tmp_path_factory.mktemp("refusals-db")
     template = root / "template.sqlite3"
-    Workers(volatile_redis.url, template, root / "logs").migrate()
+    Workers(volatile_redis_server.url, template, root / "logs").migrate()
     db = tmp_path / "worker.sqlite3"
     shutil.copyfile(template, db)
-    pool = Workers(volatile_redis.url, db, tmp_path / "logs")
+    pool = Workers(volatile_redis_server.url, db, tmp_path / "logs")
     try:
         yield pool
     finally:
@@ -65,9 +54,9 @@ def _publish_retrying(broker: Broker, payloads: list[dict[str, int]]) -> list[st
 
 
 def test_worker_consumes_again_after_redis_restarts_empty(
-    volatile_redis: RedisServer, workers: Workers
+    volatile_redis_server: RedisServer, workers: Workers
 ) -> None:
-    client = volatile_redis.client()
+    client = volatile_redis_server.client()
     try:
         # Given a worker consuming faults/recorder
         broker = Broker(client)
@@ -76,9 +65,9 @@ def test_worker_consumes_again_after_redis_restarts_empty(
         wait_ids(client, FAULTS, RECORDER, [first], timeout=20)
 
         # When Redis is down for 3 s and comes back empty (no persistence)
-        volatile_redis.stop()
+        volatile_redis_server.stop()
         time.sleep(3)
-        volatile_redis.restart()
+        volatile_redis_server.restart()
         assert client.exists(broker.keys(FAULTS).log) == 0
 
         # ... and 20 messages are published afterwards
@@ -98,9 +87,9 @@ def test_worker_consumes_again_after_redis_restarts_empty(
 
 
 def test_a_handler_thread_dying_ends_its_process_with_exit_code_1(
-    volatile_redis: RedisServer, workers: Workers
+    volatile_redis_server: RedisServer, workers: Workers
 ) -> None:
-    client = volatile_redis.client()
+    client = volatile_redis_server.client()
     try:
         # Given a worker running two logical consumers, chaos/alpha and chaos/beta
         broker = Broker(client)

@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -27,19 +26,8 @@ FILLER = "test:filler"
 
 
 @pytest.fixture
-def private_redis(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
-    """A server of this test only: it is made full or read-only."""
-    server = RedisServer(redis_server_binary, tmp_path / "redis-private")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def client(private_redis: RedisServer) -> Iterator[redis.Redis]:
-    conn = private_redis.client()
+def client(volatile_redis_server: RedisServer) -> Iterator[redis.Redis]:
+    conn = volatile_redis_server.client()
     try:
         yield conn
     finally:

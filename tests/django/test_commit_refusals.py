@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,18 +34,8 @@ on_both_databases = pytest.mark.parametrize("alias", [SQLITE, POSTGRES])
 
 
 @pytest.fixture
-def private_redis(redis_server_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(redis_server_binary, tmp_path / "redis-commit")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def client(private_redis: RedisServer) -> Iterator[redis.Redis]:
-    conn = private_redis.client()
+def client(volatile_redis_server: RedisServer) -> Iterator[redis.Redis]:
+    conn = volatile_redis_server.client()
     try:
         yield conn
     finally:
@@ -73,9 +62,9 @@ def errors_naming(caplog: pytest.LogCaptureFixture, message_id: str) -> list[str
 
 
 def test_publish_and_publish_many_raise_redis_refused_naming_the_condition(
-    queue_name: str, settings: Any, private_redis: RedisServer, client: redis.Redis
+    queue_name: str, settings: Any, volatile_redis_server: RedisServer, client: redis.Redis
 ) -> None:
-    settings.REDISQ = {"URL": private_redis.url}
+    settings.REDISQ = {"URL": volatile_redis_server.url}
     make_read_only(client)
     for call in (
         lambda: publish(queue_name, {"n": 1}),
@@ -95,12 +84,12 @@ def test_a_refused_write_after_commit_is_logged_and_never_raised(
     queue_name: str,
     alias: str,
     settings: Any,
-    private_redis: RedisServer,
+    volatile_redis_server: RedisServer,
     client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given no outbox, and a Redis that turns read-only before the commit
-    settings.REDISQ = {"URL": private_redis.url}
+    settings.REDISQ = {"URL": volatile_redis_server.url}
     caplog.set_level(logging.ERROR, logger="redisq.publish")
     with transaction.atomic(using=alias):
         message_id = publish_on_commit(queue_name, {"order": 1}, using=alias)
@@ -118,12 +107,12 @@ def test_any_redis_error_after_commit_is_logged_and_never_raised(
     queue_name: str,
     alias: str,
     settings: Any,
-    private_redis: RedisServer,
+    volatile_redis_server: RedisServer,
     client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given no outbox, and the queue's log key holding a string (WRONGTYPE on XADD)
-    settings.REDISQ = {"URL": private_redis.url}
+    settings.REDISQ = {"URL": volatile_redis_server.url}
     caplog.set_level(logging.ERROR, logger="redisq.publish")
     client.set(get_broker().keys(queue_name).log, "not a stream")
     with transaction.atomic(using=alias):
@@ -160,10 +149,10 @@ def _row(message_id: str) -> OutboxMessage:
 
 @pytest.mark.django_db(transaction=True)
 def test_outbox_send_refused_after_commit_leaves_the_row_unclaimed_for_the_relay(
-    queue_name: str, settings: Any, private_redis: RedisServer, client: redis.Redis
+    queue_name: str, settings: Any, volatile_redis_server: RedisServer, client: redis.Redis
 ) -> None:
     # Given the outbox on, and a Redis that turns read-only before the commit
-    settings.REDISQ = {"URL": private_redis.url, "OUTBOX": True}
+    settings.REDISQ = {"URL": volatile_redis_server.url, "OUTBOX": True}
     with transaction.atomic():
         message_id = publish_on_commit(queue_name, {"order": 4})
         make_read_only(client)
@@ -182,12 +171,12 @@ def test_outbox_send_refused_after_commit_leaves_the_row_unclaimed_for_the_relay
 def test_outbox_unexpected_redis_error_after_commit_releases_the_claim(
     queue_name: str,
     settings: Any,
-    private_redis: RedisServer,
+    volatile_redis_server: RedisServer,
     client: redis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given the outbox on, and the queue's log key holding a string (WRONGTYPE)
-    settings.REDISQ = {"URL": private_redis.url, "OUTBOX": True}
+    settings.REDISQ = {"URL": volatile_redis_server.url, "OUTBOX": True}
     caplog.set_level(logging.ERROR, logger="redisq.publish")
     log = get_broker().keys(queue_name).log
     client.set(log, "not a stream")

@@ -1,51 +1,133 @@
-"""Keeping ``Queue``/``Consumer`` rows in step with the ``@consumer`` declarations."""
+"""Keeping ``Queue``/``Consumer`` rows in step with the ``@consumer`` declarations.
+
+Every ``runconsumer`` start synchronises the rows, often several processes at the same
+moment. Rows are written only when they differ from the code (a restart writes nothing),
+and a write that meets another process's lock (SQLite's "database is locked", a
+PostgreSQL deadlock) or the row it was about to create is tried again, a bounded number
+of times; the next attempt usually finds the rows already written by the other process.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from redisq_django.consuming.registry import Declaration, declarations
+
+if TYPE_CHECKING:
+    from redisq_django.models import Consumer
+
+logger = logging.getLogger("redisq.sync")
+
+#: Attempts at writing the rows while other processes hold the database.
+SYNC_ATTEMPTS = 8
+#: Wait before the second attempt, seconds; doubled for each further one (at most
+#: :data:`SYNC_MAX_WAIT_S`), each wait between half and all of it.
+SYNC_FIRST_WAIT_S = 0.05
+SYNC_MAX_WAIT_S = 1.0
+
+#: Fragments of the database errors another process's transaction causes.
+_CONTENDED = ("database is locked", "database table is locked", "deadlock", "serializ")
 
 
 def _start_text(start: str | dt.datetime) -> str:
     return start.isoformat() if isinstance(start, dt.datetime) else str(start)
 
 
-@transaction.atomic
-def sync_declarations(decls: list[Declaration] | None = None) -> list[Any]:
+def _declared(d: Declaration) -> dict[str, Any]:
+    return {
+        "handler": d.handler_path,
+        "declared": True,
+        "start": _start_text(d.start),
+        "declared_max_retries": d.max_retries,
+        "declared_backoff": d.backoff,
+        "declared_max_backoff": d.max_backoff,
+        "declared_visibility_timeout": d.visibility_timeout,
+        "declared_concurrency": d.concurrency,
+    }
+
+
+def sync_declarations(decls: list[Declaration] | None = None) -> list[Consumer]:
     """Create or update a ``Consumer`` row (and its ``Queue``) per declaration.
 
     Declared values are written to the ``declared_*`` columns; admin overrides, pause
     and enable flags are left alone. Rows whose declaration disappeared are marked
-    ``declared=False`` (kept for their history and overrides, never run).
+    ``declared=False`` (kept for their history and overrides, never run). Nothing is
+    written when the rows already say what the code says.
 
     Returns:
-        The ``Consumer`` rows of the declarations.
+        The ``Consumer`` rows of the declarations, in their order.
+
+    Raises:
+        OperationalError, IntegrityError: the database stayed locked (or contended)
+            through :data:`SYNC_ATTEMPTS` attempts, or failed otherwise.
     """
+    decls = declarations() if decls is None else decls
+    # Inside someone else's transaction a failed statement cannot be retried.
+    attempts = 1 if connection.in_atomic_block else SYNC_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            rows = _rows(decls)
+            if _differs(decls, rows):
+                with transaction.atomic():
+                    rows = _write(decls)
+            return [rows[d.key] for d in decls]
+        except (OperationalError, IntegrityError) as exc:
+            if attempt == attempts or not _contended(exc):
+                raise
+            wait = min(SYNC_MAX_WAIT_S, SYNC_FIRST_WAIT_S * 2 ** (attempt - 1))
+            logger.info("Syncing consumer rows met %s; trying again (%d)", exc, attempt)
+            time.sleep(random.uniform(wait / 2, wait))
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _contended(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, IntegrityError) or any(f in text for f in _CONTENDED)
+
+
+def _rows(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:
+    from redisq_django.models import Consumer
+
+    rows = Consumer.objects.select_related("queue").filter(
+        queue__name__in={d.queue for d in decls}, name__in={d.name for d in decls}
+    )
+    return {(r.queue.name, r.name): r for r in rows}
+
+
+def _changed(row: Consumer, d: Declaration) -> dict[str, Any]:
+    return {k: v for k, v in _declared(d).items() if getattr(row, k) != v}
+
+
+def _differs(decls: list[Declaration], rows: dict[tuple[str, str], Consumer]) -> bool:
+    """Whether any row needs writing (reads only: takes no write lock)."""
+    from redisq_django.models import Consumer
+
+    if any(d.key not in rows or _changed(rows[d.key], d) for d in decls):
+        return True
+    wanted = [rows[d.key].pk for d in decls]
+    return Consumer.objects.exclude(pk__in=wanted).filter(declared=True).exists()
+
+
+def _write(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:
+    """Write what differs (in the caller's transaction); returns the rows."""
     from redisq_django.models import Consumer, Queue
 
-    decls = declarations() if decls is None else decls
-    rows = []
+    rows = _rows(decls)
     for d in decls:
-        queue, _ = Queue.objects.get_or_create(name=d.queue)
-        row, _ = Consumer.objects.update_or_create(
-            queue=queue,
-            name=d.name,
-            defaults={
-                "handler": d.handler_path,
-                "declared": True,
-                "start": _start_text(d.start),
-                "declared_max_retries": d.max_retries,
-                "declared_backoff": d.backoff,
-                "declared_max_backoff": d.max_backoff,
-                "declared_visibility_timeout": d.visibility_timeout,
-                "declared_concurrency": d.concurrency,
-            },
-        )
-        rows.append(row)
-    declared_ids = [r.pk for r in rows]
-    Consumer.objects.exclude(pk__in=declared_ids).filter(declared=True).update(declared=False)
+        row = rows.get(d.key)
+        if row is None:
+            queue, _ = Queue.objects.get_or_create(name=d.queue)
+            rows[d.key] = Consumer.objects.create(queue=queue, name=d.name, **_declared(d))
+        elif changed := _changed(row, d):
+            for field, value in changed.items():
+                setattr(row, field, value)
+            row.save(update_fields=[*changed, "updated_at"])
+    wanted = [rows[d.key].pk for d in decls]
+    Consumer.objects.exclude(pk__in=wanted).filter(declared=True).update(declared=False)
     return rows

@@ -15,6 +15,8 @@ import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from redisq_django import Message, Reject, consumer
 from redisq_django.conf import get_core_config
@@ -130,6 +132,18 @@ def test_sync_mirrors_code_and_keeps_admin_overrides(queue_name: str, declared: 
     assert row.effective("max_retries", config).value == 7
     assert row.effective("backoff", config).source == SOURCE_CODE
     assert row.effective("visibility_timeout", config).source == SOURCE_DEFAULT
+
+
+def test_a_second_sync_with_unchanged_code_writes_nothing(queue_name: str, declared: None) -> None:
+    # Given rows already in line with the code (a restart, or another worker started too)
+    sync_declarations()
+    # When synchronising again
+    with CaptureQueriesContext(connection) as queries:
+        rows = sync_declarations()
+    # Then it only read: no write, so no write lock for workers starting together
+    writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+    assert writes == []
+    assert {(r.queue.name, r.name) for r in rows} >= {(queue_name, "billing")}
 
 
 def test_consumers_no_longer_declared_are_marked_and_not_run(

@@ -1,7 +1,8 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
-Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``) are used by no
-other test (tests/test_faults.py, tests/test_liveness.py, tests/test_supervisor.py).
+Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``)
+are used by no other test (tests/test_faults.py, tests/test_liveness.py,
+tests/test_supervisor.py, tests/test_start_together.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -110,3 +111,15 @@ def steady(message: Message) -> None:
 @consumer("frozen", name="steady", visibility_timeout=20, max_retries=3, start="earliest")
 def steady_frozen(message: Message) -> None:
     _obey(message, "steady")
+
+
+# Workers started all at once (tests/test_start_together.py): two logical consumers with
+# the default start point ("latest"), so a group created late would miss messages.
+@consumer("together", name="first")
+def together_first(message: Message) -> None:
+    _obey(message, "first")
+
+
+@consumer("together", name="second")
+def together_second(message: Message) -> None:
+    _obey(message, "second")

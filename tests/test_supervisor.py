@@ -171,3 +171,16 @@ def test_a_second_sigterm_stops_every_child_cold(
     assert not [pid for pid in children.values() if _alive(pid)]
     assert [d.id for d in read_deliveries(redis_client, GRACEFUL, PATIENT)] == [mid]
     assert _pending(redis_client, GRACEFUL, PATIENT) == 1
+
+
+def test_an_unknown_queue_is_one_clear_line_before_any_process_starts(
+    workers: Workers,
+) -> None:
+    # When the supervisor is asked for a queue nobody consumes
+    result = workers.run("runconsumer", "nope", "--processes", "2")
+
+    # Then it exits 1 with one CommandError line and started no worker process
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("CommandError:")]
+    assert len(errors) == 1 and "'nope'" in errors[0], result.stderr
+    assert "Started worker process" not in result.stderr

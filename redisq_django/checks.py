@@ -90,3 +90,34 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
             )
         ]
     return []
+
+
+#: System check ids of the Redis server's shortcomings (``core.server.ServerProblem.code``).
+SERVER_CHECK_IDS = {
+    "eviction": "redisq_django.W010",
+    "no_aof": "redisq_django.W011",
+    "aof_fsync": "redisq_django.W012",
+    "old_version": "redisq_django.W013",
+    "config_unreadable": "redisq_django.I014",
+}
+
+
+@checks.register(deploy=True)
+def check_redis_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.W010-W013, I014 (``check --deploy``): the Redis server evicts keys,
+    runs without AOF (or with ``appendfsync no``), is older than 6.2, or refuses
+    ``CONFIG GET`` so that none of this can be checked."""
+    from redisq_django.connection import get_broker
+    from redisq_django.core.server import server_problems
+
+    try:
+        get_settings()
+        problems = server_problems(get_broker().client)
+    except Exception:
+        return []  # bad settings or Redis unreachable: reported by E001 / E004
+    out: list[checks.CheckMessage] = []
+    for p in problems:
+        check_id = SERVER_CHECK_IDS[p.code]
+        kind = checks.Info if check_id.split(".")[1].startswith("I") else checks.Warning
+        out.append(kind(p.message, hint=p.hint, id=check_id))
+    return out

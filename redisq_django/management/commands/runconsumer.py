@@ -19,6 +19,7 @@ from redisq_django.connection import get_broker
 from redisq_django.consuming.runner import build_worker, select
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import RedisqError, describe_client
+from redisq_django.core.server import warn_server_problems
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
 from redisq_django.management.arguments import (
@@ -104,6 +105,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Cannot reach Redis at {describe_client(get_broker().client)}: {exc}"
             ) from None
+        if not is_supervised():  # its supervisor warned already
+            warn_server_problems(get_broker().client)  # eviction, no AOF, Redis < 6.2
         grace = opts["grace_period"]
         if grace is None:
             grace = get_settings()["SHUTDOWN_GRACE_PERIOD"]

@@ -6,9 +6,11 @@ from typing import Any
 
 import redis
 
+from redisq_django.core.batch import run_batch
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.wire import to_str
 
 #: How long Redis remembers that a message id was published once (ms): 1 day.
 SENT_MARKER_TTL_MS = 24 * 3600 * 1000
@@ -20,6 +22,12 @@ def _queue_one(target: Any, keys: QueueKeys, e: Envelope) -> Any:
     return target.zadd(keys.delayed, {e.member(): e.due_at_ms})
 
 
+def _command(keys: QueueKeys, e: Envelope) -> tuple[Any, ...]:
+    if e.due_at_ms is None:
+        return ("XADD", keys.log, "*", *e.fields())
+    return ("ZADD", keys.delayed, e.due_at_ms, e.member())
+
+
 def send_all(client: Any, keys: QueueKeys, envelopes: list[Envelope]) -> list[Any]:
     """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI).
 
@@ -28,10 +36,7 @@ def send_all(client: Any, keys: QueueKeys, envelopes: list[Envelope]) -> list[An
     """
     if len(envelopes) == 1:  # the common publish: no MULTI around one command
         return [_queue_one(client, keys, envelopes[0])]
-    with client.pipeline(transaction=True) as pipe:
-        for e in envelopes:
-            _queue_one(pipe, keys, e)
-        return list(pipe.execute())
+    return run_batch(client, [_command(keys, e) for e in envelopes], transaction=True)
 
 
 def send_once(
@@ -68,10 +73,9 @@ def send_once(
 
     replies: list[Any] = []
     for _ in range(2):  # a second pass only after loading the script (NOSCRIPT)
-        with client.pipeline(transaction=False) as pipe:
-            for e in envelopes:
-                scripts.queue(pipe, "publish_once", *call(e))
-            replies = pipe.execute(raise_on_error=False)
+        sha = scripts.sha("publish_once")
+        commands = [("EVALSHA", sha, 3, *k, *a) for k, a in map(call, envelopes)]
+        replies = run_batch(client, commands, transaction=False, raise_on_error=False)
         if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
             break
         scripts.load("publish_once")
@@ -87,7 +91,5 @@ def send_direct(client: Any, gkeys: GroupKeys, envelopes: list[Envelope]) -> lis
     Returns:
         The new entry ids, in order.
     """
-    with client.pipeline(transaction=True) as pipe:
-        for e in envelopes:
-            pipe.execute_command("XADD", gkeys.direct, "*", *e.with_id().fields())
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in pipe.execute()]
+    commands = [("XADD", gkeys.direct, "*", *e.with_id().fields()) for e in envelopes]
+    return [to_str(r) for r in run_batch(client, commands, transaction=True)]

@@ -50,11 +50,9 @@ class Scripts:
         """Run script ``name``; with ``client`` (a pipeline), queue it there instead."""
         return self._scripts[name](keys=keys, args=args, client=client)
 
-    def queue(self, pipe: Any, name: ScriptName, keys: list[str], args: list[Any]) -> None:
-        """Queue script ``name`` on ``pipe`` by SHA only; the caller loads it with
-        :meth:`load` and runs the pipeline again when a reply is NOSCRIPT (redis-py's
-        own pipeline support costs an extra SCRIPT EXISTS round trip on every run)."""
-        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+    def sha(self, name: ScriptName) -> str:
+        """The SHA1 of script ``name``, for an ``EVALSHA`` sent by other means."""
+        return str(self._scripts[name].sha)
 
     def load(self, name: ScriptName) -> None:
         """Load script ``name`` into Redis (after a NOSCRIPT reply)."""

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
@@ -149,7 +149,6 @@ def replay(
     started = time.monotonic()
     frame = select_messages(spark, options)
     try:
-        selected = frame.count()
         if options.dry_run:
             sample = [
                 row.asDict()
@@ -158,10 +157,14 @@ def replay(
                 .limit(DRY_RUN_SAMPLE)
                 .collect()
             ]
-            return ReplaySummary(selected, 0, time.monotonic() - started, True, sample)
-        if selected:
-            with _progress_lines(spark, progress or _to_stderr, started):
-                _publish(spark, frame, options)
+            return ReplaySummary(frame.count(), 0, time.monotonic() - started, True, sample)
+        # Counted as the rows go by, in the publishing job itself: a separate count()
+        # would scan the selection a second time.
+        counted = Observation("redisq-replay")
+        frame = frame.observe(counted, F.count(F.lit(1)).alias("selected"))
+        with _progress_lines(spark, progress or _to_stderr, started):
+            _publish(spark, frame, options)
+        selected = int(counted.get["selected"])
     except ReplayError:
         raise
     except Exception as exc:

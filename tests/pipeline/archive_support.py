@@ -4,6 +4,7 @@ the archive back (with Spark, which sees only committed files)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +14,19 @@ from pyspark.sql import functions as F
 from redisq_django.core import Broker
 
 #: Messages per publish round trip.
-CHUNK = 500
+CHUNK = 100
 
 
 def publish(broker: Broker, queue: str, n: int, *, start: int = 0) -> list[str]:
-    """Publish ``n`` small messages to ``queue``; returns their ids (= entry ids)."""
+    """Publish ``n`` small messages to ``queue``; returns their ids (= entry ids).
+
+    The chunks are a few milliseconds apart: the source splits a stream into partitions
+    by time, and one batch can fit in a single millisecond."""
     ids: list[str] = []
     for lo in range(start, start + n, CHUNK):
         hi = min(lo + CHUNK, start + n)
         ids += broker.publish_many(queue, [{"n": i} for i in range(lo, hi)])
+        time.sleep(0.002)
     return ids
 
 

@@ -20,7 +20,9 @@ What is measured (see bench/RESULTS.md for the discussion):
 * drain: 20,000 no-op messages handled by one ``manage.py runconsumer bench --burst``
   subprocess (concurrency 1 and 8), timed from spawn to exit and, inside the handler,
   from the first handled message to the last; vs an in-process raw
-  ``XREADGROUP COUNT 100`` + ``XACK`` loop over the same entries.
+  ``XREADGROUP COUNT 100`` + ``XACK`` loop over the same entries; and with
+  ``--processes 2`` (two worker processes under the supervisor) vs 1, in the same rep,
+  also on 4,000 messages whose handler burns 0.5 ms of CPU each.
 * latency: a ``runconsumer bench_latency`` subprocess (not an in-process Worker) while
   this process publishes at 200 msg/s; the handler records ``time.time() -
   message.published_at``.
@@ -65,6 +67,8 @@ PAYLOAD = {
     "total": "59.90",
 }
 DRAIN_N = 20_000
+#: Messages of the CPU-bound drain (0.5 ms of CPU each: 2 s of handling in all).
+CPU_DRAIN_N = 4_000
 RATE = 200.0
 
 
@@ -354,12 +358,14 @@ def bench_commit(client: redis.Redis, reps: int, txns: int, outbox_txns: int) ->
 # ---------------------------------------------------------------------------------------
 
 
-def fill(client: redis.Redis, broker: Broker, n: int) -> None:
+def fill(
+    client: redis.Redis, broker: Broker, n: int, queue: str = "bench", name: str = "noop"
+) -> None:
     client.flushdb()
     broker._registered.clear()
-    broker.ensure_consumer("bench", "noop")  # registered before publishing: gets all
+    broker.ensure_consumer(queue, name)  # registered before publishing: gets all
     for i in range(0, n, 1000):
-        broker.publish_many("bench", [{"i": j} for j in range(i, min(n, i + 1000))])
+        broker.publish_many(queue, [{"i": j} for j in range(i, min(n, i + 1000))])
 
 
 def drain_runconsumer(
@@ -368,22 +374,31 @@ def drain_runconsumer(
     concurrency: int,
     prefetch: int | None = None,
     history: bool = False,
+    processes: int = 1,
+    queue: str = "bench",
 ) -> tuple[float, float | None, int]:
-    out = tmp / "drain.json"
-    out.unlink(missing_ok=True)
-    args = ["runconsumer", "bench", "--burst", "--concurrency", str(concurrency)]
+    for old in tmp.glob("drain-*.json"):
+        old.unlink()
+    args = ["runconsumer", queue, "--burst", "--concurrency", str(concurrency)]
     if prefetch:
         args += ["--prefetch", str(prefetch)]
+    if processes > 1:
+        args += ["--processes", str(processes)]
     t = time.perf_counter()
-    proc = denv.popen(*args, BENCH_DRAIN_OUT=str(out), BENCH_HISTORY="1" if history else "0")
+    proc = denv.popen(
+        *args,
+        BENCH_DRAIN_OUT=str(tmp / "drain-{pid}.json"),  # one file per worker process
+        BENCH_HISTORY="1" if history else "0",
+    )
     _, err = proc.communicate(timeout=300)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"runconsumer exited {proc.returncode}: {err.decode()[-2000:]}")
-    if not out.exists():
+    parts = [json.loads(f.read_text()) for f in tmp.glob("drain-*.json")]
+    if not parts:
         return wall, None, 0
-    data = json.loads(out.read_text())
-    return wall, data["last"] - data["first"], data["count"]
+    first, last = min(d["first"] for d in parts), max(d["last"] for d in parts)
+    return wall, last - first, sum(d["count"] for d in parts)
 
 
 def drain_raw(client: redis.Redis, broker: Broker, decode: bool = False) -> float:
@@ -453,6 +468,20 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         wall, span, count = drain_runconsumer(denv, tmp, 1)
         assert count == DRAIN_N, count
         add("c1off_span", span)
+        # Two worker processes (one thread each) under the supervisor vs one, no-op
+        # handlers and CPU-bound ones (bench_cpu/spin), each pair back to back.
+        for prefix, queue, name, n in (
+            ("", "bench", "noop", DRAIN_N),
+            ("cpu_", "bench_cpu", "spin", CPU_DRAIN_N),
+        ):
+            for processes in (2, 1):
+                fill(client, broker, n, queue, name)
+                wall, span, count = drain_runconsumer(
+                    denv, tmp, 1, processes=processes, queue=queue
+                )
+                assert count == n, count
+                add(f"{prefix}p{processes}_wall", wall)
+                add(f"{prefix}p{processes}_span", span)
         # Fixed cost: Django start-up, the burst exit's last empty fetch, shutdown.
         client.flushdb()
         broker._registered.clear()
@@ -710,6 +739,15 @@ def drain_rows(drain: dict) -> list[dict]:
                 0.9,
             )
         )
+    for label, key in (
+        ("drain 20k, c=1, --processes 2 vs 1 (raw column), wall", "p{}_wall"),
+        ("drain 20k, c=1, --processes 2 vs 1 (raw column), first->last", "p{}_span"),
+        ("drain 4k CPU-bound 0.5 ms, --processes 2 vs 1, wall", "cpu_p{}_wall"),
+        ("drain 4k CPU-bound 0.5 ms, --processes 2 vs 1, first->last", "cpu_p{}_span"),
+    ):
+        if key.format(2) in drain:
+            two, one = median(drain[key.format(2)]), median(drain[key.format(1)])
+            rows.append(_ratio_row(label, two, one, "s", None))
     if "raw_decode" in drain:
         rows.append(
             _ratio_row(

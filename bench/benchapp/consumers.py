@@ -1,8 +1,11 @@
 """Consumers of the benchmark.
 
 * ``bench/noop``: does nothing but note when it ran. The times of the first and the
-  last handled message and the count are written as JSON to ``$BENCH_DRAIN_OUT`` when
-  the process exits (``runconsumer --burst`` exits normally once drained).
+  last handled message and the count are written as JSON to ``$BENCH_DRAIN_OUT`` (where
+  ``{pid}`` becomes the process id) when the process exits (``runconsumer --burst``
+  exits normally once drained).
+* ``bench_cpu/spin``: the same, after burning :data:`SPIN_S` of CPU (a CPU-bound
+  handler, which more processes speed up and more threads do not).
 * ``bench_latency/latency``: records, for each message, handler start minus
   ``published_at`` / ``due_at`` (and minus the publisher's own ``time.time()`` carried
   in the payload as ``t0``) into the Redis list ``bench:latency``.
@@ -24,8 +27,24 @@ _lock = threading.Lock()
 _drain = {"first": None, "last": None, "count": 0}
 
 
+#: CPU time each ``bench_cpu/spin`` message burns in its handler (seconds).
+SPIN_S = 0.0005
+
+
 @consumer("bench", name="noop", concurrency=1)
 def noop(message: Message) -> None:
+    _note_drained()
+
+
+@consumer("bench_cpu", name="spin", concurrency=1)
+def spin(message: Message) -> None:
+    end = time.thread_time() + SPIN_S  # CPU time: the GIL makes threads no faster here
+    while time.thread_time() < end:
+        pass
+    _note_drained()
+
+
+def _note_drained() -> None:
     now = time.time()
     with _lock:
         if _drain["first"] is None:
@@ -35,7 +54,7 @@ def noop(message: Message) -> None:
 
 
 def _write_drain() -> None:
-    path = os.environ.get("BENCH_DRAIN_OUT")
+    path = os.environ.get("BENCH_DRAIN_OUT", "").replace("{pid}", str(os.getpid()))
     if path and _drain["count"]:
         with open(path, "w") as fh:
             json.dump(_drain, fh)

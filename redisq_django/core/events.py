@@ -53,6 +53,22 @@ def record(message_id: str, attempt: int, duration_ms: int | None = None) -> byt
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
+def records_array(records: list[tuple[str, int, int | None]]) -> bytes:
+    """The ``m`` field of many messages at once: a JSON array of
+    ``["<id>",<attempt>,<ms or null>]`` (as :func:`record` makes one)."""
+    if _PLAIN_ID.fullmatch(":".join(r[0] for r in records) or "-"):
+        # One check for the whole batch (":" is plain itself), then plain formatting:
+        # this runs on every acknowledged batch when history is on.
+        return (
+            "["
+            + ",".join(
+                f'["{i}",{int(a)},{"null" if ms is None else int(ms)}]' for i, a, ms in records
+            )
+            + "]"
+        ).encode()
+    return json.dumps([list(r) for r in records], separators=(",", ":")).encode()
+
+
 def fields(
     name: EventName,
     group: str,

@@ -38,13 +38,11 @@ def ack_call(
     for m in messages:
         (log if m.stream is Stream.LOG else direct).append(m)
     ordered = [*log, *direct] if direct else log
-    n_log = len(log)
-    record = events.record
-    records = [record(m.id, m.attempts, m.duration_ms) for m in ordered]
+    records = events.records_array([(m.id, m.attempts, m.duration_ms) for m in ordered])
     qkeys = gkeys.queue_keys
     return (
         [qkeys.log, gkeys.direct, qkeys.events],
-        [gkeys.group, n_log, instance, len(ordered), *(m.entry_id for m in ordered), *records],
+        [gkeys.group, len(log), instance, len(ordered), *(m.entry_id for m in ordered), records],
     )
 
 

@@ -180,3 +180,34 @@ def test_event_records_are_json_whatever_the_message_id(message_id: str, expecte
     assert record(message_id, 2, 15) == expected
     assert json.loads(record(message_id, 2, 15)) == [message_id, 2, 15]
     assert json.loads(record(message_id, 1)) == [message_id, 1, None]
+
+
+def test_a_batch_of_records_is_one_json_array_whatever_the_message_ids() -> None:
+    from redisq_django.core.events import records_array
+
+    plain = [("1700000000000-0", 1, 12), ("9f0c2e", 3, None)]
+    assert records_array(plain) == b'[["1700000000000-0",1,12],["9f0c2e",3,null]]'
+    odd = [('a"quote\\and\nnewline', 2, 15), ("caf\u00e9", 1, None), ("x:y", 1, 0)]
+    assert json.loads(records_array(odd)) == [list(r) for r in odd]
+    assert records_array([]) == b"[]"
+
+
+def test_a_partial_batch_ack_keeps_the_records_of_odd_ids_intact(
+    queue_name: str,
+    broker: Broker,
+) -> None:
+    # Given messages with ids that need JSON escaping, one of them settled elsewhere
+    broker.ensure_consumer(queue_name, "billing")
+    odd = ['a"quote\\and\nnewline', "caf\u00e9/slash", "x" * 40]
+    envelopes = [broker.prepare(queue_name, {"n": n}, id=i) for n, i in enumerate(odd)]
+    broker.send(envelopes)
+    sub = broker.subscribe(queue_name, "billing", "w1")
+    batch = sub.fetch(count=10, block_ms=500)
+    for n, m in enumerate(batch):
+        m.duration_ms = 10_000_000 + n  # a long handler: integers survive the round trip
+    broker.client.xack(broker.keys(queue_name).log, "billing", batch[1].entry_id)
+    # When the batch is acked, then the event lists the other two exactly
+    assert sub.ack(batch) == 2
+    assert summary(broker, queue_name) == [
+        ("handled", "billing", [[odd[0], 1, 10_000_000], [odd[2], 1, 10_000_002]])
+    ]

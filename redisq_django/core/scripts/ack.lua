@@ -15,10 +15,12 @@
 -- ARGV[2]  n: how many of the ids are log entries
 -- ARGV[3]  instance (consumer) name
 -- ARGV[4]  m: how many ids in all
--- ARGV[5 .. 4+m]        entry ids, the n log ids first, then the direct ids
--- ARGV[5+m .. 4+2m]     for each id, its event record as JSON: ["<message id>",<attempt>,<ms>]
+-- ARGV[5 .. 4+m]  entry ids, the n log ids first, then the direct ids
+-- ARGV[5+m]       the event records of those ids, in the same order, as one JSON array:
+--                 [["<message id>",<attempt>,<ms or null>], ...]
 -- One `handled` event lists the records of the entries this call acknowledged (ids no
 -- longer pending were settled elsewhere and are left out): no event without its ack.
+-- Each id is acknowledged on its own, as only that tells which ones were pending.
 --
 -- Returns the number of entries acknowledged (ids no longer pending are skipped).
 
@@ -28,19 +30,29 @@ local acked = 0
 
 if #KEYS >= 3 then
   local instance, m = ARGV[3], tonumber(ARGV[4])
-  local records = {}
+  local skipped = {}
   for i = 1, m do
     local id = ARGV[4 + i]
     local key = (i <= n) and KEYS[1] or KEYS[2]
     if redis.call('XACK', key, group, id) == 1 then
       acked = acked + 1
-      records[#records + 1] = ARGV[4 + m + i]
       if i > n then redis.call('XDEL', key, id) end
+    else
+      skipped[i] = true
     end
   end
-  if #records > 0 then
-    redis.call('XADD', KEYS[3], '*', 'e', 'handled', 'g', group, 'c', instance,
-      'm', '[' .. table.concat(records, ',') .. ']')
+  local records = ARGV[5 + m]
+  if acked > 0 and acked < m then
+    -- Rare (another instance settled some first): keep the acknowledged ones' records.
+    -- cjson turns them back into the same text: strings, and integers below 2^53.
+    local kept = {}
+    for i, record in ipairs(cjson.decode(records)) do
+      if not skipped[i] then kept[#kept + 1] = record end
+    end
+    records = cjson.encode(kept)
+  end
+  if acked > 0 then
+    redis.call('XADD', KEYS[3], '*', 'e', 'handled', 'g', group, 'c', instance, 'm', records)
   end
   return acked
 end

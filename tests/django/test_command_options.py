@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.redis_server import RedisServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,20 +33,22 @@ def run_django(redis_url: str, db: Path, *args: str) -> subprocess.CompletedProc
 @pytest.mark.parametrize(
     "args",
     [
-        ("status", "--settings", "tests.settings"),
-        ("status", "--settings=tests.settings", "--traceback", "-v", "2", "--no-color"),
-        ("status", "some-queue", "--pythonpath", ".", "--settings", "tests.settings"),
-        ("dead", "list", "--settings", "tests.settings", "--skip-checks"),
+        ("status", "{queue}", "--settings", "tests.settings"),
+        ("status", "{queue}", "--settings=tests.settings", "--traceback", "-v", "2", "--no-color"),
+        ("status", "{queue}", "--pythonpath", ".", "--settings", "tests.settings"),
+        ("dead", "list", "--queue", "{queue}", "--settings", "tests.settings", "--skip-checks"),
     ],
     ids=["settings", "several", "pythonpath", "nested"],
 )
 def test_common_options_after_a_sub_command_are_accepted(
-    redis_url: str, tmp_path: Path, args: tuple[str, ...]
+    volatile_redis_server: RedisServer, tmp_path: Path, queue_name: str, args: tuple[str, ...]
 ) -> None:
+    # A Redis of its own: other tests' queues (some broken on purpose) stay out of it
+    redis_url = volatile_redis_server.url
     db = tmp_path / "db.sqlite3"
     migrated = run_django(redis_url, db, "migrate", "-v", "0", "--settings", "tests.settings")
     assert migrated.returncode == 0, migrated.stderr
-    done = run_django(redis_url, db, "redisq", *args)
+    done = run_django(redis_url, db, "redisq", *(a.format(queue=queue_name) for a in args))
     assert done.returncode == 0, done.stderr
     assert "unrecognized arguments" not in done.stderr
     assert done.stdout.strip()

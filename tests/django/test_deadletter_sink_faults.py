@@ -70,11 +70,15 @@ def test_a_consumer_whose_sink_fails_does_not_stop_the_others(queue_name: str, b
     # Given consumer "a" whose dead stream is not a stream (a broken key), and consumer "b"
     broker.ensure_consumer(queue_name, "a")
     dead_entry(broker, queue_name, "b", "good-b")
-    broker.client.set(broker.keys(queue_name).group("a").dead, b"not a stream")
+    broken = broker.keys(queue_name).group("a").dead
+    broker.client.set(broken, b"not a stream")
 
     # When the sink runs over both: "a" fails, and says so once all are done
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        deadletters.sink_all([(queue_name, "a"), (queue_name, "b")])
+    try:
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            deadletters.sink_all([(queue_name, "a"), (queue_name, "b")])
+    finally:
+        broker.client.delete(broken)  # other tests list every queue of the server
 
     # Then "b"'s dead letter reached the database all the same
     stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)

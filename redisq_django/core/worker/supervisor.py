@@ -197,9 +197,7 @@ class Supervisor:
         assert child.proc is not None
         if self.clock() - child.started_at >= HEALTHY_AFTER_S:
             child.deaths = 0
-        wait = RESTART_BACKOFF_S[min(child.deaths, len(RESTART_BACKOFF_S) - 1)]
-        child.deaths += 1
-        child.restart_at = self.clock() + wait
+        wait = self._back_off(child)
         logger.warning(
             "Worker process %d (pid %d) died: %s; restarting it in %.1f s",
             child.number,
@@ -208,11 +206,27 @@ class Supervisor:
             wait,
         )
 
+    def _back_off(self, child: Child) -> float:
+        """Schedule ``child``'s next start after its backoff; the wait in seconds."""
+        wait = RESTART_BACKOFF_S[min(child.deaths, len(RESTART_BACKOFF_S) - 1)]
+        child.deaths += 1
+        child.restart_at = self.clock() + wait
+        return wait
+
     def _restart_due(self) -> None:
         now = self.clock()
         for child in self.children:
             if child.restart_at is not None and now >= child.restart_at:
-                self._start(child)
+                try:
+                    self._start(child)
+                except OSError as exc:  # e.g. out of processes or memory: try again later
+                    wait = self._back_off(child)
+                    logger.error(
+                        "Could not start worker process %d (%s); trying again in %.1f s",
+                        child.number,
+                        exc,
+                        wait,
+                    )
 
     # -- stopping ----------------------------------------------------------------------
 

@@ -102,7 +102,8 @@ class RedisRefused(RedisUnavailable):
         )
 
 
-#: Refusals by the first word of Redis's error reply: (condition, what, what to do).
+#: The conditions of :class:`RedisRefused`, named after the first word of Redis's error
+#: reply (lower case): what happened, and what to do.
 REFUSALS: dict[str, tuple[str, str]] = {
     "oom": (
         "it is out of memory (maxmemory reached with maxmemory-policy noeviction)",

@@ -2,7 +2,8 @@
 waits every refusal out (a full Redis, a removed consumer group) instead of dying, while
 a handler thread that dies of something unexpected stops its worker (exit code 1).
 
-Real redis-server processes: a private one per test where the test breaks it.
+Real redis-server processes: a private one per test (they break it, or leave keys that
+no other test should meet).
 """
 
 from __future__ import annotations
@@ -233,11 +234,11 @@ def test_a_worker_starts_on_a_full_redis_and_drains_it(
 
 @pytest.mark.slow
 def test_a_consumer_whose_group_is_removed_mid_handler_consumes_again(
-    redis_client: redis.Redis, queue_name: str
+    client: redis.Redis, queue_name: str
 ) -> None:
     # Given a worker running two logical consumers of one queue; billing's handler is
     # held on a message that fails
-    broker = Broker(redis_client, CoreConfig(poll_interval_ms=50))
+    broker = Broker(client, CoreConfig(poll_interval_ms=50))
     billing, email = Recorder(), Recorder()
     billing.fail_first = {"m1"}
     worker = Worker(
@@ -250,7 +251,7 @@ def test_a_consumer_whose_group_is_removed_mid_handler_consumes_again(
         assert wait_for(lambda: m1 in billing.started, timeout_s=10)
 
         # When billing's consumer group is removed while its handler runs
-        redis_client.execute_command("XGROUP", "DESTROY", broker.keys(queue_name).log, "billing")
+        client.execute_command("XGROUP", "DESTROY", broker.keys(queue_name).log, "billing")
         billing.gate.set()  # the handler fails: settling it meets NOGROUP
 
         # Then billing is registered again and consumes what comes next (and, from the
@@ -269,10 +270,10 @@ def test_a_consumer_whose_group_is_removed_mid_handler_consumes_again(
 
 @pytest.mark.slow
 def test_a_handler_thread_that_dies_stops_its_worker_with_exit_code_1(
-    redis_client: redis.Redis, queue_name: str, caplog: pytest.LogCaptureFixture
+    client: redis.Redis, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a worker running two logical consumers of one queue
-    broker = Broker(redis_client, CoreConfig(poll_interval_ms=50))
+    broker = Broker(client, CoreConfig(poll_interval_ms=50))
     billing, email = Recorder(), Recorder()
     worker = Worker(
         broker, [spec(queue_name, "billing", billing), spec(queue_name, "email", email)], options()
@@ -284,8 +285,8 @@ def test_a_handler_thread_that_dies_stops_its_worker_with_exit_code_1(
 
         # When billing's thread meets an error nobody expects (its input is not a stream)
         direct = broker.keys(queue_name).group("billing").direct
-        redis_client.delete(direct)
-        redis_client.set(direct, "not a stream")
+        client.delete(direct)
+        client.set(direct, "not a stream")
 
         # Then the whole worker stops, warm, with exit code 1 (for its supervisor)
         thread.join(15)

@@ -24,24 +24,31 @@ whose log entry is new, see below):
    added one would drop a micro-batch of the running archive).
 4. If the archive wrote its own log compaction meanwhile from the old version of the file
    (it reads the earlier files every 10th batch), the same replacement is applied to it.
-   Only then are the old data files deleted.
+5. The old data files are *retired*, not deleted: ``ROOT/<table>/_retired/<run>.json``
+   records them with the replacement and the newest batch id in the log at that moment.
+   A later run deletes them once the log holds a batch two ids past that one and no
+   current log file names them (re-applying the replacement where one does, which
+   starts the wait again). The archive runs one micro-batch at a time, so by then the
+   one that may have been running during the rewrite has finished, and any log
+   compaction it wrote from the old version is on disk to be seen and corrected.
 
-Limits. Step 4 covers a log compaction of the archive that is written before the check
-right after the rename; one that read the old version and is written after that check
-(a window of milliseconds, every 10th micro-batch) would name the deleted files again,
-and readers would then fail with "file not found" for them. For a guarantee, compact
-while the archive is stopped or between micro-batches (``archive --once`` runs, or a
-``--trigger`` much longer than a compaction). Tested: the archive run after a
-compaction continues on the same root with no row lost or doubled.
+So compaction is safe while the archive runs, on any dates: a reader lists either the
+old files or the new ones for a partition, never both, never neither, and never a file
+that is gone. Files the archive adds to a partition while it is being compacted are in
+newer log files and are left as they are. What this costs: old files stay on disk until
+a run after the archive has committed two more micro-batches (``--once`` runs count).
+The rule assumes one archive query per table and root, as the checkpoint does.
 
 Idempotent: a partition already made only of compacted files, no more of them than its
 size calls for, is left alone, so a second run changes nothing. A run that dies before
 step 3 leaves unreferenced files only (in ``_compaction`` or ``part-compacted-*``) that
-no reader sees; after step 3 only old files that no reader lists.
+no reader sees; after step 3 only old files that no reader lists, recorded for deletion
+(the record is written before the log is rewritten, so none is forgotten).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -73,6 +80,7 @@ DEDUP_KEYS = {
 }
 COMPACTED_PREFIX = "part-compacted-"
 STAGING_DIR = "_compaction"
+RETIRED_DIR = "_retired"
 _PARTITION = re.compile(r"/(queue=[^/]+)/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
 
 
@@ -90,6 +98,8 @@ class TableCompaction:
     rows_before: int = 0
     rows_after: int = 0
     skipped: list[str] = field(default_factory=list)
+    deleted: int = 0  # retired files of earlier runs deleted now
+    retired: int = 0  # old files waiting to be deleted by a later run
 
 
 @dataclass
@@ -108,6 +118,10 @@ class CompactSummary:
         ]
         waiting = sum(len(t.skipped) for t in self.tables.values())
         tail = f"; {waiting} partitions wait for the sink's log compaction" if waiting else ""
+        deleted = sum(t.deleted for t in self.tables.values())
+        retired = sum(t.retired for t in self.tables.values())
+        if deleted or retired:
+            tail += f"; old files deleted {deleted}, waiting {retired} (see compact.py, step 5)"
         return f"compacted {'; '.join(parts)} in {self.seconds:.1f} s{tail}"
 
 
@@ -187,8 +201,10 @@ def _compact_table(
 ) -> TableCompaction:
     table_path = join_path(options.root, table)
     result = TableCompaction()
+    result.deleted = _delete_retired(fs, table_path)
     groups, result.skipped = plan(fs, table_path, options)
     if not groups:
+        result.retired = _retired_count(fs, table_path)
         return result
     run = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = join_path(table_path, STAGING_DIR, run)
@@ -211,17 +227,69 @@ def _compact_table(
     for group in groups:
         added = new_entries.get(group.partition, [])
         removed = {e["path"] for e in group.entries}
+        record = _retire(fs, table_path, f"{run}-{result.partitions:05d}", removed, added)
         if not rewrite_entries(fs, group.log_file, removed, added):
+            fs.delete(record)
             raise CompactError(
                 f"the log of {table} changed while compacting {group.partition}; run again"
             )
         _follow_sink_compaction(fs, table_path, group.log_file, removed, added)
-        for path in removed:
-            fs.delete(path)
         result.partitions += 1
         result.files_before += len(removed)
         result.files_after += len(added)
+    result.retired = _retired_count(fs, table_path)
     return result
+
+
+def _newest_batch(fs: HadoopFs, table_path: str) -> int:
+    files = current_files(fs, table_path)
+    return files[-1].batch if files else -1
+
+
+def _retire(
+    fs: HadoopFs, table_path: str, name: str, removed: set[str], added: list[dict[str, Any]]
+) -> str:
+    """Record ``removed`` for deletion by a later run (step 5); returns the record's path."""
+    path = join_path(table_path, RETIRED_DIR, f"{name}.json")
+    record = {"removed": sorted(removed), "added": added, "batch": _newest_batch(fs, table_path)}
+    fs.replace_text(path, json.dumps(record))
+    return path
+
+
+def _records(fs: HadoopFs, table_path: str) -> list[str]:
+    statuses = fs.list_dir(join_path(table_path, RETIRED_DIR))
+    paths = [str(s.getPath().toString()) for s in statuses]
+    return [p for p in paths if p.endswith(".json")]
+
+
+def _retired_count(fs: HadoopFs, table_path: str) -> int:
+    return sum(len(json.loads(fs.read_text(p))["removed"]) for p in _records(fs, table_path))
+
+
+def _delete_retired(fs: HadoopFs, table_path: str) -> int:
+    """Delete the old files of earlier runs that no log compaction can name any more
+    (step 5); returns how many were deleted."""
+    deleted = 0
+    for path in _records(fs, table_path):
+        record = json.loads(fs.read_text(path))
+        removed = set(record["removed"])
+        named = [f for f in current_files(fs, table_path) if _names_any(fs, f, removed)]
+        for log_file in named:  # a stale log compaction named them again: correct it
+            rewrite_entries(fs, log_file, removed, record["added"])
+        newest = _newest_batch(fs, table_path)
+        if named:
+            record["batch"] = newest  # the correction is a rewrite too: wait again
+            fs.replace_text(path, json.dumps(record))
+        elif newest >= record["batch"] + 2:
+            for old in removed:
+                fs.delete(old)
+            fs.delete(path)
+            deleted += len(removed)
+    return deleted
+
+
+def _names_any(fs: HadoopFs, log_file: LogFile, paths: set[str]) -> bool:
+    return any(e["path"] in paths for e in read_entries(fs, log_file))
 
 
 def _move_into_place(

@@ -34,6 +34,20 @@ def parquet_files(root: Path, table: str) -> list[Path]:
     return sorted(p for p in (root / table).rglob("*.parquet") if "_compaction" not in p.parts)
 
 
+def named_files(spark: SparkSession, root: Path, table: str) -> list[Path]:
+    """The data files Spark readers see: those the sink log names now."""
+    from urllib.parse import urlparse
+
+    from redisq_django.pipeline.sink_log import HadoopFs, current_files, read_entries
+
+    fs = HadoopFs(spark, str(root))
+    return [
+        Path(urlparse(e["path"]).path)
+        for f in current_files(fs, str(root / table))
+        for e in read_entries(fs, f)
+    ]
+
+
 def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
@@ -64,14 +78,18 @@ def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     assert (messages.rows_before, messages.rows_after) == (800, 800)
     assert messages.files_before == files_before["messages"]
     assert messages.files_after == messages.partitions == 2
-    assert len(parquet_files(tmp_path, "messages")) == 2  # the old files are gone
+    assert len(named_files(spark, tmp_path, "messages")) == 2
+    # the old files are retired: on disk until the archive has moved on (step 5)
+    assert len(parquet_files(tmp_path, "messages")) == 2 + files_before["messages"]
+    assert messages.retired == files_before["messages"]
     assert summary.tables["events"].rows_after == n_events
     assert "compacted messages: 2 partitions" in summary.line()
 
     # And a second run changes nothing
     again = compact(spark, options)
     assert all(t.partitions == 0 for t in again.tables.values())
-    assert len(parquet_files(tmp_path, "messages")) == 2
+    assert len(named_files(spark, tmp_path, "messages")) == 2
+    assert again.tables["messages"].deleted == 0  # the archive has not moved on yet
 
     # And the archive goes on on the same root: new rows added, none lost or doubled
     more = publish(broker, queue_name, 50, start=600)
@@ -81,6 +99,16 @@ def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     assert rows.count() == 850
     assert rows.select("message_id").distinct().count() == 850
     assert set(more) <= {r.message_id for r in rows.select("message_id").collect()}
+
+    # And once it has committed two more micro-batches, the old files are deleted
+    publish(broker, queue_name, 10, start=650)
+    archive(spark, archive_options)
+    third = compact(spark, options)
+    assert third.tables["messages"].deleted == files_before["messages"]
+    assert third.tables["messages"].retired == 0
+    on_disk = {p.resolve() for p in parquet_files(tmp_path, "messages")}
+    assert on_disk == {p.resolve() for p in named_files(spark, tmp_path, "messages")}
+    assert read_table(spark, tmp_path, "messages").count() == 860
     for frame in before.values():
         frame.unpersist()
 
@@ -151,3 +179,77 @@ def test_rows_stored_twice_are_stored_once_after_compaction(
         300,
     )
     assert rows.count() == rows.select("message_id").distinct().count() == 300
+
+
+def test_compaction_while_the_archive_runs_never_shows_a_row_twice_or_loses_one(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    import threading
+    import time
+
+    from tests.pipeline.archive_support import count_and_distinct
+
+    # Given the archive running with a short trigger, its sink compacting its log every
+    # 3rd batch (10th by default: the race with our log rewrite comes round more often)
+    key = "spark.sql.streaming.fileSink.log.compactInterval"
+    spark.conf.set(key, "3")
+    stop = threading.Event()
+    options = ArchiveOptions(
+        redis_url=redis_url, root=str(tmp_path), queues=(queue_name,), trigger_seconds=0.3
+    )
+    failures: list[BaseException] = []
+
+    def run_archive() -> None:
+        try:
+            archive(spark, options, stop=stop)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    runner = threading.Thread(target=run_archive, name="archive-under-test")
+    runner.start()
+    published: list[str] = []
+    compactions = []
+    try:
+        # When messages keep coming while we compact (today included) again and again,
+        # reading the archive in between
+        deadline = time.monotonic() + 90
+        published += publish(broker, queue_name, 100)
+        while not (tmp_path / "messages" / "_spark_metadata" / "0").exists():
+            assert time.monotonic() < deadline and not failures  # the query's first batch
+            time.sleep(0.2)
+        for round_ in range(1, 9):
+            published += publish(broker, queue_name, 100, start=100 * round_)
+            time.sleep(0.4)
+            summary = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
+            compactions.append(summary.tables["messages"])
+            rows, distinct = count_and_distinct(
+                read_table(spark, tmp_path, "messages"), "message_id"
+            )
+            assert rows == distinct <= len(published)  # never a row twice, never a lost file
+            assert time.monotonic() < deadline and not failures
+        # Then, once the archive has caught up, every message is there exactly once
+        for _ in range(100):
+            rows, distinct = count_and_distinct(
+                read_table(spark, tmp_path, "messages"), "message_id"
+            )
+            if rows >= len(published) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+        spark.conf.unset(key)
+    assert not failures
+    assert not runner.is_alive()
+    assert (rows, distinct) == (len(published), len(published))
+    assert sum(c.partitions for c in compactions) >= 2  # it did compact, more than once
+    # And the retired files go once the log has moved on, leaving what readers list
+    publish(broker, queue_name, 10, start=1000)
+    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,)))
+    publish(broker, queue_name, 10, start=1010)
+    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,)))
+    compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
+    on_disk = {p.resolve() for p in parquet_files(tmp_path, "messages")}
+    assert on_disk == {p.resolve() for p in named_files(spark, tmp_path, "messages")}
+    final = read_table(spark, tmp_path, "messages")
+    assert count_and_distinct(final, "message_id") == (len(published) + 20,) * 2

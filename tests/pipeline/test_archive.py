@@ -277,3 +277,15 @@ def test_the_tally_counts_each_report_once_and_by_queue() -> None:
     assert line == (
         "archived messages=16 events=0 (mail: 3/0, orders: 9/0, new queues: 4/0) in 2.0 s, 8 rows/s"
     )
+
+
+def test_the_archive_reads_each_queue_in_the_cores_shared_among_the_queues(
+    spark: SparkSession,
+) -> None:
+    from redisq_django.pipeline.archive import read_partitions
+
+    cores = spark.sparkContext.defaultParallelism  # 2 on the tests' local[2]
+    assert read_partitions(spark, 1) == cores
+    assert read_partitions(spark, 2) == max(1, cores // 2)
+    assert read_partitions(spark, 50) == 1
+    assert read_partitions(spark, 0) == cores

@@ -51,14 +51,17 @@ def named_files(spark: SparkSession, root: Path, table: str) -> list[Path]:
 def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
-    # Given an archive of two queues whose partitions have several files each (the
-    # source reads each queue in 4 partitions: one file per task and partition)
+    # Given an archive of two queues whose partitions have several files each (each
+    # queue read in 4 ranges: one file per task and partition)
     other = f"{queue_name}.mail"
     ids = publish(broker, queue_name, 600)
     publish(broker, other, 200)
     n_events = add_events(broker, queue_name, ids)
     archive_options = ArchiveOptions(
-        redis_url=redis_url, root=str(tmp_path), queues=(queue_name, other)
+        redis_url=redis_url,
+        root=str(tmp_path),
+        queues=(queue_name, other),
+        extra={"partitions": "4"},
     )
     archive(spark, archive_options)
     before = {t: read_table(spark, tmp_path, t).cache() for t in ("messages", "events")}

@@ -105,8 +105,6 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Cannot reach Redis at {describe_client(get_broker().client)}: {exc}"
             ) from None
-        if not is_supervised():  # its supervisor warned already
-            warn_server_problems(get_broker().client)  # eviction, no AOF, Redis < 6.2
         grace = opts["grace_period"]
         if grace is None:
             grace = get_settings()["SHUTDOWN_GRACE_PERIOD"]
@@ -126,6 +124,8 @@ class Command(BaseCommand):
             )
         except RedisqError as exc:
             raise CommandError(str(exc)) from None
+        if not is_supervised():  # its supervisor warned already
+            warn_server_problems(get_broker().client)  # eviction, no AOF, Redis < 6.2
         self._banner(worker, opts)
         self._install_signals(worker, grace)
         try:
@@ -146,6 +146,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         finally:
             close_old_connections()
+        warn_server_problems(get_broker().client)  # once for all children
         supervisor = Supervisor(
             self._child_argv(opts),
             opts["processes"],

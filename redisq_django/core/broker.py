@@ -13,7 +13,7 @@ from redisq_django.core import archive, replay, retention
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
-from redisq_django.core.envelope import Delay, Envelope, due_at_ms, new_message_id
+from redisq_django.core.envelope import Delay, Due, Envelope, due_of, new_message_id
 from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
 from redisq_django.core.groups import (
     default_instance_name,
@@ -96,14 +96,14 @@ class Broker:
             PayloadNotSerializable: payload or headers hold a non-JSON value.
             ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
         """
-        return self._prepare(queue, payload, headers, due_at_ms(delay, eta), id)
+        return self._prepare(queue, payload, headers, due_of(delay, eta), id)
 
     def _prepare(
         self,
         queue: str,
         payload: Any,
         headers: Mapping[str, Any] | None,
-        due: int | None,
+        due: Due | None,
         id: str | None = None,
     ) -> Envelope:
         self.keys(queue)
@@ -120,7 +120,8 @@ class Broker:
             payload_json=payload_json,
             headers_json=headers_json,
             published_at_ms=now_ms(),
-            due_at_ms=due,
+            due_at_ms=due.at_ms,
+            delay_ms=due.delay_ms,
         )
 
     @translate_errors
@@ -151,7 +152,7 @@ class Broker:
             replies = (
                 send_once(self.client, self.scripts, keys, mine)
                 if once
-                else send_all(self.client, keys, mine)
+                else send_all(self.client, keys, mine, self.scripts)
             )
             for i, reply in zip(indexes, replies, strict=True):
                 if not ids[i]:
@@ -195,7 +196,7 @@ class Broker:
         Returns:
             The message ids, in the order of ``payloads``.
         """
-        due = due_at_ms(delay, eta)  # one due time for the whole batch
+        due = due_of(delay, eta)  # one due time for the whole batch
         return self.send([self._prepare(queue, p, headers, due) for p in payloads])
 
     @translate_errors

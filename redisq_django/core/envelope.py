@@ -57,6 +57,38 @@ def new_message_id() -> str:
     return os.urandom(16).hex()
 
 
+class Due(NamedTuple):
+    """When a delayed message is due.
+
+    Attributes:
+        at_ms: the due time by the publisher's clock (ms).
+        delay_ms: for ``delay=``, the delay itself (ms): Redis makes it a due time by
+            its own clock when it receives the message, so a publisher's skewed clock
+            never moves it. None for ``eta=``: an absolute time, compared with Redis's
+            clock as it is.
+    """
+
+    at_ms: int
+    delay_ms: int | None = None
+
+
+def due_of(delay: Delay, eta: dt.datetime | None) -> Due | None:
+    """When a message published now with ``delay`` or ``eta`` is due, or None when it
+    is due at once (as :func:`due_at_ms`, plus the delay for Redis to convert)."""
+    at = due_at_ms(delay, eta)
+    if at is None:
+        return None
+    return Due(at, _delay_ms(delay) if delay is not None else None)
+
+
+def _delay_ms(delay: float | int | dt.timedelta) -> int:
+    """A delay in whole ms, rounded up (a message is never due early)."""
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    if seconds < 0:
+        raise ValueError(f"delay must be >= 0 seconds, got {seconds}")
+    return math.ceil(seconds * 1000)
+
+
 def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) -> int | None:
     """The due time (ms) of a message published ``now`` with ``delay`` or ``eta``, or
     None when it is due at once. Rounded up: a message is never due early.
@@ -68,10 +100,8 @@ def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) 
         raise ValueError("Pass either delay= or eta=, not both.")
     now = now_ms() if now is None else now
     if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
-        if seconds < 0:
-            raise ValueError(f"delay must be >= 0 seconds, got {seconds}")
-        return now + math.ceil(seconds * 1000) if seconds > 0 else None
+        ms = _delay_ms(delay)
+        return now + ms if ms > 0 else None
     if eta is not None:
         if eta.tzinfo is None:
             raise ValueError(f"eta {eta!r} has no time zone; pass an aware datetime.")
@@ -92,6 +122,10 @@ class Envelope:
         headers_json: the headers as a UTF-8 JSON object, or None.
         published_at_ms: publish time (ms); None means "the log entry id's time".
         due_at_ms: when set, the message is delayed until then (ms).
+        delay_ms: when set (``delay=``), Redis sets the due time, this many ms after it
+            receives the message, by its own clock; ``due_at_ms`` is then only the
+            publisher's estimate (kept where a message waits before it is sent, as in
+            an outbox row) and the stream fields leave ``due_at`` to Redis.
     """
 
     queue: str
@@ -100,6 +134,7 @@ class Envelope:
     headers_json: bytes | None = None
     published_at_ms: int | None = None
     due_at_ms: int | None = None
+    delay_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.due_at_ms is not None and (self.id is None or self.published_at_ms is None):
@@ -116,7 +151,7 @@ class Envelope:
             out += [F_ID, self.id.encode()]
         if self.published_at_ms is not None:
             out += [F_PUBLISHED_AT, str(self.published_at_ms).encode()]
-        if self.due_at_ms is not None:
+        if self.due_at_ms is not None and self.delay_ms is None:
             out += [F_DUE_AT, str(self.due_at_ms).encode()]
         return out
 
@@ -137,6 +172,7 @@ class Envelope:
             headers_json=self.headers_json,
             published_at_ms=self.published_at_ms,
             due_at_ms=self.due_at_ms,
+            delay_ms=self.delay_ms,
         )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.groups import recreate_group
 from redisq_django.core.keys import QueueKeys
@@ -27,7 +26,7 @@ def trim(
         "trim",
         trimmed,
         [
-            now if now is not None else now_ms(),
+            now if now is not None else "",  # "": Redis's clock, the entry ids' clock
             config.replay_window_ms,
             config.replay_window_len,
             config.max_len,

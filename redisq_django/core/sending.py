@@ -28,12 +28,31 @@ def _command(keys: QueueKeys, e: Envelope) -> tuple[Any, ...]:
     return ("ZADD", keys.delayed, e.due_at_ms, e.member())
 
 
-def send_all(client: Any, keys: QueueKeys, envelopes: list[Envelope]) -> list[Any]:
+def _due_arg(e: Envelope) -> str | int:
+    """A script's due argument: "+<ms>" for a delay (Redis adds its own clock's now),
+    else the due time (an eta), or 0 for "now"."""
+    if e.delay_ms is not None:
+        return f"+{e.delay_ms}"
+    return e.due_at_ms or 0
+
+
+def send_all(
+    client: Any, keys: QueueKeys, envelopes: list[Envelope], scripts: Scripts
+) -> list[Any]:
     """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI).
+
+    A batch holding a ``delay=`` message goes through ``publish_delayed.lua`` instead
+    (still all or none), which makes delays due times by Redis's clock.
 
     Returns:
         The replies in order: entry ids for immediate messages.
     """
+    if any(e.delay_ms is not None for e in envelopes):
+        args: list[Any] = [len(envelopes)]
+        for e in envelopes:
+            fields = e.fields()
+            args += [_due_arg(e), len(fields) // 2, *fields]
+        return list(scripts("publish_delayed", [keys.delayed, keys.log], args))
     if len(envelopes) == 1:  # the common publish: no MULTI around one command
         return [_queue_one(client, keys, envelopes[0])]
     return run_batch(client, [_command(keys, e) for e in envelopes], transaction=True)
@@ -65,10 +84,11 @@ def send_once(
         if to is not None:  # the script only XADDs to its first key and keeps the marker
             target = [to.direct, keys.delayed, to.sent_marker(e.id)]
             return target, [SENT_MARKER_TTL_MS, 0, b"", *e.fields()]
-        due = e.due_at_ms or 0
+        due = _due_arg(e)  # with "+<ms>" the script makes the member itself
+        member = e.member() if due and e.delay_ms is None else b""
         return (
             [keys.log, keys.delayed, keys.sent_marker(e.id)],
-            [SENT_MARKER_TTL_MS, due, e.member() if due else b"", *e.fields()],
+            [SENT_MARKER_TTL_MS, due, member, *e.fields()],
         )
 
     replies: list[Any] = []

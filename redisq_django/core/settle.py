@@ -52,13 +52,14 @@ def settle_call(
     stream: Stream,
     entry_id: bytes,
     mode: str,
-    due: int,
+    due: int | str,
     fields: dict[bytes, bytes],
     event: list[bytes],
     history: bool,
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``fail.lua``: retry (``RETRY``, due at ``due`` ms) or dead-letter
-    (``DEAD``) one entry held by ``instance``, with its event when ``history`` is on."""
+    """KEYS and ARGV of ``fail.lua``: retry (``RETRY``, due at ``due`` ms, or ``"+<ms>"``
+    from now by Redis's clock) or dead-letter (``DEAD``) one entry held by ``instance``,
+    with its event when ``history`` is on."""
     source = gkeys.queue_keys.log if stream is Stream.LOG else gkeys.direct
     keys = [source, gkeys.retry, gkeys.dead]
     args: list[Any] = [

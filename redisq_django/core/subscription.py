@@ -79,19 +79,23 @@ class Subscription:
     def promote(self, now: int | None = None) -> int | None:
         """Move due delayed messages and retries into the streams.
 
+        Redis's clock decides what is due; ``now`` (this host's clock, ms) only times
+        the next call (``next_promote_ms``, on this host's clock).
+
         Returns:
-            When the next delayed message or retry is due (ms), or None.
+            When the next delayed message or retry is due (ms, Redis's clock), or None.
         """
         now = now_ms() if now is None else now
         self.next_promote_ms = now + PROMOTE_RETRY_MS  # kept if Redis refuses
-        _, _, next_due = self.scripts(
+        _, _, next_due, redis_now = self.scripts(
             "promote",
             [self.keys.delayed, self.keys.log, self.gkeys.retry, self.gkeys.direct],
-            [now, self.config.script_batch],
+            ["", self.config.script_batch],
         )
         next_due = int(next_due)
         poll = now + self.config.poll_interval_ms
-        self.next_promote_ms = min(poll, next_due) if next_due >= 0 else poll
+        wait = next_due - int(redis_now)  # by Redis's clock, whatever this host's says
+        self.next_promote_ms = min(poll, now + max(0, wait)) if next_due >= 0 else poll
         return next_due if next_due >= 0 else None
 
     @translate_errors
@@ -222,7 +226,7 @@ class Subscription:
         stream: Stream,
         entry_id: bytes,
         mode: str,
-        due: int,
+        due: int | str,
         fields: dict[bytes, bytes],
         event: list[bytes],
     ) -> bool:
@@ -246,15 +250,16 @@ class Subscription:
         if not self.policy.should_retry(message.attempts):
             return self.dead_letter(message, failure, DeadReason.FAILED)
         now = now_ms()
-        wait_s = self.policy.backoff(message.attempts, self._rng)
-        due = now + max(1, int(wait_s * 1000))
+        wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
         fields = settle.next_delivery(message, now, failed=True)
         event = self._event(
             EventName.RETRIED,
             [events.record(message.id, message.attempts, message.duration_ms)],
             failure=Failure.of(failure),
-            next_due_ms=due,
+            next_due_ms=now + wait_ms,  # fail.lua puts the due time by Redis's clock
         )
+        # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
+        due = f"+{wait_ms}"
         settled = self._settle(message.stream, message.entry_id, settle.RETRY, due, fields, event)
         return Outcome.RETRIED if settled else Outcome.LOST
 
@@ -335,7 +340,7 @@ class Subscription:
                 self.consumer,
                 self.policy.visibility_timeout_ms,
                 count,
-                now_ms(),
+                "",  # "now" is Redis's clock (the script reads TIME)
                 self._cursors[0],
                 self._cursors[1],
             ],
@@ -365,9 +370,9 @@ class Subscription:
 
     @translate_errors
     def heartbeat(self, ttl_ms: int) -> None:
-        """Announce this instance alive for ``ttl_ms``; once that passes without a new
-        heartbeat, other instances take over its messages at once."""
-        self.client.zadd(self.gkeys.instances, {self.consumer: now_ms() + ttl_ms})
+        """Announce this instance alive for ``ttl_ms`` by Redis's clock (``heartbeat.lua``);
+        once that passes without a new heartbeat, others take over its messages at once."""
+        self.scripts("heartbeat", [self.gkeys.instances], [self.consumer, ttl_ms])
 
     @translate_errors
     def waiting_retries(self) -> int:

@@ -178,7 +178,7 @@ def test_promote_moves_due_members_and_returns_next_due(
     result = broker.scripts("promote", promote_keys(qk, gk), [3000, 100])
     # Then 2 delayed went to the log (in due order), 1 retry to the direct stream,
     # and the next due time is 5000
-    assert result == [2, 1, 5000]
+    assert result == [2, 1, 5000, 3000]  # the last: the "now" it used
     log = redis_client.xrange(qk.log)
     assert [fields for _, fields in log] == [
         {b"payload": b"1", b"id": b"d1"},
@@ -199,16 +199,16 @@ def test_promote_next_due_is_the_earliest_of_both_zsets(
 ) -> None:
     redis_client.zadd(qk.delayed, {member(payload="1"): 8000})
     redis_client.zadd(gk.retry, {member(payload="1"): 7000})
-    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [0, 0, 7000]
+    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [0, 0, 7000, 3000]
     assert redis_client.exists(qk.log, gk.direct) == 0
 
 
 def test_promote_with_nothing_left_returns_minus_one(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
-    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [0, 0, -1]
+    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [0, 0, -1, 3000]
     redis_client.zadd(qk.delayed, {member(payload="1"): 3000})  # due exactly now
-    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [1, 0, -1]
+    assert broker.scripts("promote", promote_keys(qk, gk), [3000, 100]) == [1, 0, -1, 3000]
     assert redis_client.xlen(qk.log) == 1
     assert redis_client.exists(qk.delayed) == 0
 
@@ -222,14 +222,14 @@ def test_promote_limit_bounds_the_entries_moved_per_zset(
     # When promoted with a limit of 2
     result = broker.scripts("promote", promote_keys(qk, gk), [1000, 2])
     # Then 2 moved from each zset, the earliest ones, and the next due is already past
-    assert result == [2, 2, 102]
+    assert result == [2, 2, 102, 1000]
     assert [f[b"payload"] for _, f in redis_client.xrange(qk.log)] == [b"0", b"1"]
     assert [f[b"payload"] for _, f in redis_client.xrange(gk.direct)] == [b"r0", b"r1"]
     assert redis_client.zcard(qk.delayed) == 3
     assert redis_client.zcard(gk.retry) == 1
     # and further calls drain the rest
-    assert broker.scripts("promote", promote_keys(qk, gk), [1000, 2]) == [2, 1, 104]
-    assert broker.scripts("promote", promote_keys(qk, gk), [1000, 2]) == [1, 0, -1]
+    assert broker.scripts("promote", promote_keys(qk, gk), [1000, 2]) == [2, 1, 104, 1000]
+    assert broker.scripts("promote", promote_keys(qk, gk), [1000, 2]) == [1, 0, -1, 1000]
     assert [f[b"payload"] for _, f in redis_client.xrange(qk.log)] == [
         b"0",
         b"1",
@@ -243,7 +243,7 @@ def test_promote_without_group_keys_only_moves_delayed(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
     redis_client.zadd(qk.delayed, {member(payload="1"): 10, member(payload="2"): 50})
-    assert broker.scripts("promote", [qk.delayed, qk.log], [20, 10]) == [1, 0, 50]
+    assert broker.scripts("promote", [qk.delayed, qk.log], [20, 10]) == [1, 0, 50, 20]
     assert [f for _, f in redis_client.xrange(qk.log)] == [{b"payload": b"1"}]
 
 
@@ -256,7 +256,7 @@ def test_promote_moves_a_member_that_is_not_a_json_object_as_raw(
     # Given a delayed member that is not a JSON object (e.g. written by another client)
     redis_client.zadd(qk.delayed, {text: 10})
     # When promoted
-    assert broker.scripts("promote", promote_keys(qk, gk), [20, 10]) == [1, 0, -1]
+    assert broker.scripts("promote", promote_keys(qk, gk), [20, 10]) == [1, 0, -1, 20]
     # Then it is in the log as one field "raw" holding the member unchanged
     assert [f for _, f in redis_client.xrange(qk.log)] == [{b"raw": text.encode()}]
     assert redis_client.zcard(qk.delayed) == 0
@@ -275,7 +275,7 @@ def test_promote_moves_a_member_with_a_value_that_is_not_a_string_unchanged_as_r
     text = member(payload='{"a":1}', id="m-1", extra=value)
     redis_client.zadd(gk.retry, {text: 10})
     # When promoted
-    assert broker.scripts("promote", promote_keys(qk, gk), [20, 10]) == [0, 1, -1]
+    assert broker.scripts("promote", promote_keys(qk, gk), [20, 10]) == [0, 1, -1, 20]
     # Then it arrives as one field "raw" holding the member byte for byte (the consumer
     # makes it an undecodable dead letter), never re-encoded
     assert [f for _, f in redis_client.xrange(gk.direct)] == [{b"raw": text.encode()}]

@@ -9,7 +9,10 @@
 -- ARGV[3]  entry id
 -- ARGV[4]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
 -- ARGV[5]  "retry" or "dead"
--- ARGV[6]  retry due time, ms (ignored for "dead")
+-- ARGV[6]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
+--          that many ms after now by Redis's own clock (TIME), never the caller's; or
+--          a due time, ms since the epoch. With history on, a relative due time also
+--          becomes the value of the event's `next_due` field.
 -- Without KEYS[4]:
 -- ARGV[7 ..]  field, value pairs of the envelope to write (retry member or dead entry)
 -- With KEYS[4]:
@@ -26,11 +29,26 @@ local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
 if #pending == 0 then return 0 end
 if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
 
+local due = ARGV[6]
+if ARGV[5] == 'retry' and string.sub(due, 1, 1) == '+' then
+  -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+  redis.replicate_commands()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  due = tostring(now + tonumber(string.sub(due, 2)))
+end
+
 local first = 7
 if #KEYS >= 4 then
   local k = tonumber(ARGV[7])
   first = 8 + 2 * k
-  if k > 0 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 8, first - 1)) end
+  if k > 0 then
+    local event = {unpack(ARGV, 8, first - 1)}
+    for i = 1, #event, 2 do
+      if event[i] == 'next_due' and due ~= ARGV[6] then event[i + 1] = due end
+    end
+    redis.call('XADD', KEYS[4], '*', unpack(event))
+  end
 end
 
 redis.call('XACK', KEYS[1], group, id)
@@ -39,7 +57,7 @@ if ARGV[4] == '1' then redis.call('XDEL', KEYS[1], id) end
 if ARGV[5] == 'retry' then
   local envelope = {}
   for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
-  redis.call('ZADD', KEYS[2], ARGV[6], cjson.encode(envelope))
+  redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
 else
   redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
 end

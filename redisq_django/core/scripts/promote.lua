@@ -5,16 +5,25 @@
 -- KEYS[2]  stream  redisq:{q}:log
 -- KEYS[3]  zset    redisq:{q}:g:<g>:retry      (same member layout)
 -- KEYS[4]  stream  redisq:{q}:g:<g>:direct
--- ARGV[1]  now, milliseconds since the epoch
+-- ARGV[1]  "" (what our code sends): "now" is Redis's own clock (TIME), never the
+--          caller's; a number (ms since the epoch) fixes "now" instead (tests)
 -- ARGV[2]  at most this many entries are moved from each zset (bounds the call)
 --
--- Returns {moved_from_delayed, moved_from_retry, next_due_ms or -1}.
+-- Returns {moved_from_delayed, moved_from_retry, next_due_ms or -1, now_ms}: now_ms is
+-- the "now" the call used (Redis's clock), so a caller times its next call by the wait
+-- next_due_ms - now_ms on its own clock, whatever that clock says.
 -- A member that is not a JSON object whose values are all strings (null: no such field)
 -- is still moved, unchanged, as a single field "raw", so the consumer dead-letters it as
 -- undecodable instead of it blocking the zset forever. Values are never re-encoded: Lua's
 -- cjson would change them (12345678901234567 -> 1.2345678901235e+16, [] -> {}).
 
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
 local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local limit = tonumber(ARGV[2])
 
 local function flatten(member)
@@ -62,4 +71,4 @@ if #KEYS >= 4 then
   local nr = next_due(KEYS[3])
   if nr and (not nd or nr < nd) then nd = nr end
 end
-return {moved_delayed, moved_retry, nd and math.floor(nd) or -1}
+return {moved_delayed, moved_retry, nd and math.floor(nd) or -1, now}

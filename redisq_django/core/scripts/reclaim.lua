@@ -9,7 +9,8 @@
 -- ARGV[2]  consumer (instance) taking the entries over
 -- ARGV[3]  visibility timeout, ms: entries idle this long are claimed
 -- ARGV[4]  at most this many entries are claimed per stream
--- ARGV[5]  now, ms
+-- ARGV[5]  "" (what our code sends): heartbeat expiries are compared with Redis's own
+--          clock (TIME), never the caller's; a number (ms) fixes "now" instead (tests)
 -- ARGV[6]  XAUTOCLAIM cursor for the log ("0-0" to start)
 -- ARGV[7]  XAUTOCLAIM cursor for the direct stream
 --
@@ -26,7 +27,13 @@
 local group, me = ARGV[1], ARGV[2]
 local min_idle = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
 local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local streams = {KEYS[1], KEYS[2]}
 local out = {{}, {}}
 local records = {} -- event records of what was taken over (history on)

@@ -4,7 +4,8 @@
 -- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops; with history,
 --                  "archive:messages" / "archive:events" hold the archive's positions
 -- KEYS[3]  stream  redisq:{q}:events   (only when history is on)
--- ARGV[1]  now, ms
+-- ARGV[1]  "" (what our code sends): the age limits count from Redis's own clock
+--          (TIME), the clock of the entry ids; a number (ms) fixes "now" instead (tests)
 -- ARGV[2]  replay window by age, ms (0: none)
 -- ARGV[3]  replay window by length, entries (0: none)
 -- ARGV[4]  hard cap by length, entries (0: none)
@@ -25,7 +26,13 @@
 --
 -- Returns {removed_safely, dropped}.
 
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
 local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local window_ms, window_len = tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_len, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local batch = tonumber(ARGV[6])

@@ -1,0 +1,17 @@
+-- heartbeat.lua: announce an instance alive, by Redis's clock.
+--
+-- KEYS[1]  zset  redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
+-- ARGV[1]  instance (consumer) name
+-- ARGV[2]  how long the heartbeat lives, ms (negative: it has expired, the instance is
+--          dead and others take over its messages at once)
+--
+-- The expiry is TIME + ARGV[2] by Redis's own clock, the clock reclaim.lua compares it
+-- with, so hosts whose clocks disagree never see each other as dead (or alive) wrongly.
+-- Returns the expiry, ms since the epoch.
+
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], expiry, ARGV[1])
+return expiry

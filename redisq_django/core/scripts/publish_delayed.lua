@@ -1,0 +1,40 @@
+-- publish_delayed.lua: publish messages of one queue, the delayed ones due by Redis's clock.
+--
+-- KEYS[1]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
+-- KEYS[2]  stream  redisq:{q}:log
+-- ARGV[1]  n: how many messages follow; each is
+--            due   "0": append to the log now (XADD); "+<ms>": delayed, due that many ms
+--                  after now by Redis's own clock (TIME), never the publisher's; "<ms>":
+--                  delayed until that due time, ms since the epoch (an eta)
+--            k     how many field, value pairs follow
+--            the envelope's k field, value pairs (a delayed one needs `id`; its `due_at`
+--            is set here to the due time)
+--
+-- All of them or none (one script). Returns, in order, the log entry id of each message
+-- published now and the due time (ms) of each delayed one.
+
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local out = {}
+local i = 2
+for m = 1, tonumber(ARGV[1]) do
+  local due, k = ARGV[i], tonumber(ARGV[i + 1])
+  local first, last = i + 2, i + 1 + 2 * k
+  if due == '0' then
+    out[m] = redis.call('XADD', KEYS[2], '*', unpack(ARGV, first, last))
+  else
+    local at = tonumber(due)
+    if string.sub(due, 1, 1) == '+' then at = now + tonumber(string.sub(due, 2)) end
+    -- The member: the envelope's fields as one JSON object of strings, due_at included.
+    local envelope = {}
+    for j = first, last, 2 do envelope[ARGV[j]] = ARGV[j + 1] end
+    envelope['due_at'] = string.format('%d', at)
+    redis.call('ZADD', KEYS[1], at, cjson.encode(envelope))
+    out[m] = at
+  end
+  i = last + 1
+end
+return out

@@ -215,12 +215,19 @@ def write_sink_log(spark: Any, table: Path, slices: int) -> None:
     (table / "_SUCCESS").unlink(missing_ok=True)
 
 
-def file_count(table: Path, before: dt.date | None = None) -> int:
-    """Parquet files of ``table`` (in partitions dated before ``before``, if given)."""
+def file_count(spark: Any, table: Path, before: dt.date | None = None) -> int:
+    """Parquet files of ``table`` that readers see, i.e. that its sink log names (in
+    partitions dated before ``before``, if given). Files a compaction replaced stay on
+    disk, retired, until a later run deletes them."""
+    from redisq_django.pipeline.sink_log import HadoopFs, current_files, read_entries
+
+    fs = HadoopFs(spark, str(table.parent))
     n = 0
-    for f in table.glob("queue=*/date=*/*.parquet"):
-        if before is None or f.parent.name[len("date=") :] < before.isoformat():
-            n += 1
+    for log_file in current_files(fs, str(table)):
+        for entry in read_entries(fs, log_file):
+            date = entry["path"].rsplit("/date=", 1)[1][:10]
+            if before is None or date < before.isoformat():
+                n += 1
     return n
 
 
@@ -343,11 +350,11 @@ def main() -> int:
 
         compact_until = first_day + dt.timedelta(days=args.compact_days - 1)
         cut = compact_until + dt.timedelta(days=1)
-        before = {t: file_count(root / t, cut) for t in ("messages", "events")}
+        before = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
         log(f"compact {first_day}..{compact_until} ...")
         csum = compact(spark, CompactOptions(root=str(root), since=first_day, until=compact_until))
         log(f"  {csum.line()}")
-        after = {t: file_count(root / t, cut) for t in ("messages", "events")}
+        after = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
         check = spark.read.parquet((root / "events").as_uri()).count()
         spark.stop()
 

@@ -7,6 +7,7 @@ and writes ``bench/out/drain-<prefetch>-<concurrency>.pstats``.
 
     .venv/bin/python bench/profile_drain.py --prefetch 10
     .venv/bin/python bench/profile_drain.py --prefetch 100 --sort cumulative
+    .venv/bin/python bench/profile_drain.py --prefetch 100 --history   # what history adds
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main() -> int:
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--no-profile", action="store_true", help="time only")
+    ap.add_argument("--history", action="store_true", help="REDISQ['HISTORY'] on")
     args = ap.parse_args()
     if args.concurrency > 1 and not args.no_profile:
         # Python >= 3.12: one cProfile per process (sys.monitoring), not one per thread.
@@ -51,6 +53,7 @@ def main() -> int:
             os.environ["BENCH_REDIS_URL"] = server.url
             os.environ["BENCH_DB"] = str(tmp / "db.sqlite3")
             os.environ["DJANGO_SETTINGS_MODULE"] = "benchproject.settings"
+            os.environ["BENCH_HISTORY"] = "1" if args.history else "0"
             import django
 
             django.setup()
@@ -88,7 +91,8 @@ def main() -> int:
             server.stop()
 
     print(
-        f"prefetch={args.prefetch} concurrency={args.concurrency}: {handled} handled in "
+        f"prefetch={args.prefetch} concurrency={args.concurrency} history={args.history}: "
+        f"{handled} handled in "
         f"{elapsed:.2f} s (incl. the burst's final empty fetch){' under cProfile' * bool(profiles)}"
     )
     if profiles:

@@ -62,7 +62,7 @@ def records_array(records: list[tuple[str, int, int | None]]) -> bytes:
         return (
             "["
             + ",".join(
-                f'["{i}",{int(a)},{"null" if ms is None else int(ms)}]' for i, a, ms in records
+                [f'["{i}",{int(a)},{"null" if ms is None else int(ms)}]' for i, a, ms in records]
             )
             + "]"
         ).encode()

@@ -30,13 +30,20 @@ local acked = 0
 
 if #KEYS >= 3 then
   local instance, m = ARGV[3], tonumber(ARGV[4])
+  local call, log, direct = redis.call, KEYS[1], KEYS[2]
   local skipped = {}
-  for i = 1, m do
-    local id = ARGV[4 + i]
-    local key = (i <= n) and KEYS[1] or KEYS[2]
-    if redis.call('XACK', key, group, id) == 1 then
+  for i = 1, n do
+    if call('XACK', log, group, ARGV[4 + i]) == 1 then
       acked = acked + 1
-      if i > n then redis.call('XDEL', key, id) end
+    else
+      skipped[i] = true
+    end
+  end
+  for i = n + 1, m do
+    local id = ARGV[4 + i]
+    if call('XACK', direct, group, id) == 1 then
+      acked = acked + 1
+      call('XDEL', direct, id)
     else
       skipped[i] = true
     end

@@ -137,7 +137,8 @@ class Envelope:
     delay_ms: int | None = None
 
     def __post_init__(self) -> None:
-        if self.due_at_ms is not None and (self.id is None or self.published_at_ms is None):
+        delayed = self.due_at_ms is not None or self.delay_ms is not None
+        if delayed and (self.id is None or self.published_at_ms is None):
             raise ValueError("A delayed envelope needs its own id and a publish time.")
         if self.id is not None and len(self.id) > MAX_ID_LENGTH:
             raise ValueError(f"A message id is at most {MAX_ID_LENGTH} characters.")

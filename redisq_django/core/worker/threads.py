@@ -122,6 +122,12 @@ class HandlerThread(threading.Thread):
                     self.stop_signal.wait(0.2)
                     continue
                 batch = self._receive()
+                if not batch and self.pace.burst and self._drained():
+                    # A retry promoted between that fetch and the count in _drained() is
+                    # in the direct stream now: a burst ends only when a look finds none.
+                    batch = self.sub.fetch(count=self._batch_size, block_ms=0)
+                    if not batch:
+                        return
                 redis_state.ok()
             except TEMPORARY as exc:
                 wait = redis_state.failed(exc)
@@ -131,8 +137,6 @@ class HandlerThread(threading.Thread):
                 continue
             if batch:
                 self._process(batch)
-            elif self.pace.burst and self._drained():
-                return
 
     def _register_again(self, redis_state: Condition) -> bool:
         """Re-create the missing consumer group; False when Redis refused (wait, retry).

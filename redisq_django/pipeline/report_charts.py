@@ -9,6 +9,7 @@ parsed as mathtext (a ``$`` in a queue name is just a character).
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -41,6 +42,9 @@ _STYLES = {"p50": ":", "p95": "--", "p99": "-"}
 
 Span = tuple[datetime, datetime]
 
+#: Legend entries in one column before the legend gets a second one.
+LEGEND_ROWS = 12
+
 
 def _naive_utc(when: datetime) -> np.datetime64:
     # numpy datetime64 (naive UTC): matplotlib's own date axis, no time zone guessing.
@@ -63,8 +67,14 @@ def svg(draw: Callable[[Axes], None], *, title: str, ylabel: str, span: Span) ->
             locator = AutoDateLocator()  # type: ignore[no-untyped-call]
             ax.xaxis.set_major_locator(locator)
             ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            entries = len(ax.get_legend_handles_labels()[0])
+            if entries:
+                # Many series (a line per consumer and percentile): the legend gets columns
+                # and the figure the height it needs, or the plot would be squeezed to nothing.
+                columns = 1 if entries <= LEGEND_ROWS else 2
+                rows = math.ceil(entries / columns)
+                fig.set_size_inches(9 + 2 * (columns - 1), max(3.2, 0.9 + 0.19 * rows))
+                ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), ncols=columns)
             else:
                 ax.text(0.5, 0.5, "no data in the range", transform=ax.transAxes, ha="center")
             buffer = io.StringIO()

@@ -351,3 +351,21 @@ def test_a_remote_root_needs_a_local_out(spark: Any) -> None:
 
     with pytest.raises(JobError, match="pass --out with a local directory"):
         report(spark, ReportOptions(root="s3a://bucket/redisq", since=SINCE, until=UNTIL))
+
+
+def test_a_chart_with_many_series_keeps_its_plot() -> None:
+    # 9 consumers x 3 percentiles: the legend must not squeeze the plot away (matplotlib
+    # warns "constrained_layout not applied"; warnings are errors in this suite).
+    from datetime import UTC, datetime, timedelta
+
+    from redisq_django.pipeline.report_charts import svg
+
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    hours = [start + timedelta(hours=h) for h in range(24)]
+
+    def draw(ax: Any) -> None:
+        for i in range(27):
+            ax.plot(hours, [i + h for h in range(24)], label=f"queue-{i // 9} / consumer-{i} p99")
+
+    page = svg(draw, title="latency", ylabel="ms", span=(start, hours[-1]))
+    assert page.startswith("<svg") and page.count("consumer-") >= 27

@@ -159,10 +159,14 @@ class DjangoEnv:
             self.cmd(*args), env={**self.env, **env}, capture_output=True, check=True
         )
 
-    def popen(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    def popen(self, *args: str, cwd: Path | None = None, **env: str) -> subprocess.Popen[bytes]:
+        full = {**self.env, **env}
+        if cwd is not None:  # another tree's redisq_django (``-m`` puts the cwd first)
+            full["PYTHONPATH"] = os.pathsep.join([str(cwd), full["PYTHONPATH"]])
         return subprocess.Popen(
             self.cmd(*args),
-            env={**self.env, **env},
+            env=full,
+            cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -376,6 +380,7 @@ def drain_runconsumer(
     history: bool = False,
     processes: int = 1,
     queue: str = "bench",
+    tree: Path | None = None,
 ) -> tuple[float, float | None, int]:
     for old in tmp.glob("drain-*.json"):
         old.unlink()
@@ -389,6 +394,7 @@ def drain_runconsumer(
         *args,
         BENCH_DRAIN_OUT=str(tmp / "drain-{pid}.json"),  # one file per worker process
         BENCH_HISTORY="1" if history else "0",
+        cwd=tree,
     )
     _, err = proc.communicate(timeout=300)
     wall = time.perf_counter() - t
@@ -430,8 +436,30 @@ def drain_raw(client: redis.Redis, broker: Broker, decode: bool = False) -> floa
     return elapsed
 
 
+#: The last commit whose worker acknowledged once per batch (issue 8 changed it to one
+#: ack per message, written as each handler returns): the baseline of the ack rows.
+BATCH_ACK_REF = "bb01718"
+
+
+def batch_ack_tree(tmp: Path) -> Path | None:
+    """``redisq_django`` as of :data:`BATCH_ACK_REF`, extracted into ``tmp`` (None when
+    the repository's history is not at hand)."""
+    tree = tmp / "batch-ack"
+    tree.mkdir(exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", BATCH_ACK_REF, "redisq_django"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        return None
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
 def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path, reps: int):
     res: dict[str, list[float]] = {}
+    old_tree = batch_ack_tree(tmp)
 
     def add(name: str, value: float | None) -> None:
         if value is not None:
@@ -468,6 +496,15 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         wall, span, count = drain_runconsumer(denv, tmp, 1)
         assert count == DRAIN_N, count
         add("c1off_span", span)
+        # Ack per message (this tree) vs the old batch ack (BATCH_ACK_REF), history off
+        # and on, each pair back to back.
+        for hist in (False, True) if old_tree is not None else ():
+            suffix = "h" if hist else ""
+            for key, tree in ((f"ackmsg{suffix}", None), (f"ackbatch{suffix}", old_tree)):
+                fill(client, broker, DRAIN_N)
+                wall, span, count = drain_runconsumer(denv, tmp, 1, history=hist, tree=tree)
+                assert count == DRAIN_N, count
+                add(f"{key}_span", span)
         # Two worker processes (one thread each) under the supervisor vs one, no-op
         # handlers and CPU-bound ones (bench_cpu/spin), each pair back to back.
         for prefix, queue, name, n in (
@@ -739,6 +776,20 @@ def drain_rows(drain: dict) -> list[dict]:
                 0.9,
             )
         )
+    for label, ours, base in (
+        ("drain 20k, c=1, ack per message vs batch ack (raw column)", "ackmsg", "ackbatch"),
+        ("drain 20k, c=1, history on, ack per message vs batch ack", "ackmsgh", "ackbatchh"),
+    ):
+        if f"{ours}_span" in drain and f"{base}_span" in drain:
+            rows.append(
+                _ratio_row(
+                    f"{label}, first->last",
+                    median(drain[f"{ours}_span"]),
+                    median(drain[f"{base}_span"]),
+                    "s",
+                    None,
+                )
+            )
     for label, key in (
         ("drain 20k, c=1, --processes 2 vs 1 (raw column), wall", "p{}_wall"),
         ("drain 20k, c=1, --processes 2 vs 1 (raw column), first->last", "p{}_span"),

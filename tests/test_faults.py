@@ -368,6 +368,67 @@ def test_poison_message_dies_after_max_retries_plus_one_while_others_flow(
 
 
 # ---------------------------------------------------------------------------
+# C3 + C4: a message that kills its process takes nothing with it (issue 8, point 5)
+# ---------------------------------------------------------------------------
+
+PILLS, EATER = "pills", "eater"  # defaults (max_retries 5), visibility timeout 1 s
+EXIT_CODE = 17
+
+
+@pytest.mark.timeout(90)
+def test_a_message_that_kills_its_process_dies_alone(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given 600 messages and, among them, one whose handler ends its process (os._exit),
+    # consumed with the defaults: prefetch 100, max_retries 5
+    payloads: list[dict[str, int]] = [{"n": i} for i in range(600)]
+    payloads[250] = {"exit": EXIT_CODE}
+    ids = broker.publish_many(PILLS, payloads)
+    poison, good = ids[250], ids[:250] + ids[251:]
+
+    # When a worker runs them, started again each time it dies (bounded: 12 starts, 40 s)
+    def finished() -> bool:
+        done = {d.id for d in read_done(redis_client, PILLS, EATER)}
+        return bool(broker.dead_letters(PILLS, EATER)) and done >= set(good)
+
+    crashes, t0 = 0, time.monotonic()
+    worker = workers.start(PILLS)
+    for _ in range(12):
+        wait_for(
+            lambda w=worker: not w.alive or finished(),  # type: ignore[misc]
+            timeout=max(1.0, 40 - (time.monotonic() - t0)),
+            what="the worker to die or the work to be done",
+            describe=workers.report,
+        )
+        if worker.alive:
+            break
+        assert worker.proc.returncode == EXIT_CODE, worker.tail()
+        crashes += 1
+        worker = workers.start(PILLS)
+    took = time.monotonic() - t0
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit(timeout=20) == 0, worker.tail()
+
+    # Then the poison is a dead letter after exactly max_retries + 1 = 6 crashes...
+    deliveries = read_deliveries(redis_client, PILLS, EATER)
+    done = read_done(redis_client, PILLS, EATER)
+    dead = broker.dead_letters(PILLS, EATER)
+    print(
+        f"\n{crashes} crashes in {took:.1f}s; {len(dead)} dead letter(s); "
+        f"{duplicates(done)} good message(s) handled twice"
+    )
+    assert [d.attempts for d in deliveries if d.id == poison] == [1, 2, 3, 4, 5, 6]
+    assert crashes == 6
+    (letter,) = dead
+    assert (letter.id, letter.attempts, letter.reason) == (poison, 6, "lease_expired")
+    # ...every other message was handled once, as its first delivery: the crashes
+    # repeated nothing (each acked as its handler returned) and counted nothing for them
+    assert sorted(d.id for d in done) == sorted(good)
+    assert {d.attempts for d in deliveries if d.id != poison} == {1}
+    assert _pending(redis_client, PILLS, EATER) == 0
+
+
+# ---------------------------------------------------------------------------
 # Admin edits reach a running worker
 # ---------------------------------------------------------------------------
 

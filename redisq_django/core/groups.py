@@ -87,6 +87,7 @@ def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
     """Withdraw ``instance``'s heartbeat; if it holds no message, also remove it from the
     consumer group (what it still holds is reclaimed by other instances)."""
     client.zrem(gkeys.instances, instance)
+    client.hdel(gkeys.running, instance)
     log, group = gkeys.queue_keys.log, gkeys.group
     with client.pipeline(transaction=False) as pipe:
         pipe.xpending_range(log, group, "-", "+", 1, instance)
@@ -103,5 +104,5 @@ def remove_group(client: Any, gkeys: GroupKeys) -> None:
     """Destroy the consumer group and delete the consumer's private keys."""
     with client.pipeline(transaction=True) as pipe:
         pipe.execute_command("XGROUP", "DESTROY", gkeys.queue_keys.log, gkeys.group)
-        pipe.delete(gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances)
+        pipe.delete(gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances, gkeys.running)
         pipe.execute(raise_on_error=False)

@@ -16,6 +16,7 @@ key                               type    role
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
+``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ================================  ======  ====================================================
 
@@ -110,6 +111,11 @@ class GroupKeys:
     @property
     def instances(self) -> str:
         return f"{self._base}:instances"
+
+    @property
+    def running(self) -> str:
+        """Hash: instance -> the message its handler started last (``log:<id>``)."""
+        return f"{self._base}:running"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that ``message_id`` was delivered once to this consumer only."""

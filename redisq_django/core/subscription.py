@@ -324,12 +324,12 @@ class Subscription:
     def reclaim(self, count: int = 100) -> list[Message]:
         """Take over messages whose lease expired or whose instance is known dead.
 
-        Each takeover counts as a delivery. A message that has now been delivered more
-        than ``max_retries + 1`` times without ever being settled (instances keep
-        crashing on it) becomes a dead letter (reason ``lease_expired``) instead of
-        being returned.
+        A takeover counts a delivery only for a message whose handler started (see
+        ``reclaim.lua``). A message started more than ``max_retries + 1`` times without
+        ever being settled (instances keep crashing on it) becomes a dead letter (reason
+        ``lease_expired``) instead of being returned.
         """
-        keys = [self.keys.log, self.gkeys.direct, self.gkeys.instances]
+        keys = [self.keys.log, self.gkeys.direct, self.gkeys.instances, self.gkeys.running]
         if self.history:  # the script records a `reclaimed` event for what it takes
             keys.append(self.keys.events)
         cur_log, cur_direct, log_entries, direct_entries = self.scripts(

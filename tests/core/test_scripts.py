@@ -598,6 +598,45 @@ def test_reclaim_takes_everything_from_an_instance_whose_heartbeat_expired(
     assert redis_client.zrange(gk.instances, 0, -1) == [b"c2"]
 
 
+@pytest.mark.parametrize("dead", [False, True])
+def test_reclaim_counts_a_delivery_only_for_the_entry_its_instance_started(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys, dead: bool
+) -> None:
+    # Given c1 fetched L1, L2, L3 and D1 and recorded in `running` that it started L2
+    # (it then died: heartbeat expired, or its leases simply ran out), and c0 fetched
+    # L4 without ever recording anything (a client that writes no `running`)
+    create_group(redis_client, gk)
+    l1, l2, l3, l4 = add(redis_client, qk.log, 4)
+    [d1] = add(redis_client, gk.direct, 1)
+    read(redis_client, qk.log, "c1", count=3)
+    read(redis_client, gk.direct, "c1")
+    read(redis_client, qk.log, "c0")
+    redis_client.hset(gk.running, mapping={"c1": b"log:" + l2, "c9": "direct:1-1"})
+    now = now_ms()
+    if dead:
+        redis_client.zadd(gk.instances, {"c1": now - 1000, "c0": now - 1000})
+    else:
+        for stream in (qk.log, gk.direct):
+            age_pending(redis_client, stream, G, 200)
+    # When c2 reclaims, passing `running`
+    _, _, log, direct = broker.scripts(
+        "reclaim",
+        [qk.log, gk.direct, gk.instances, gk.running],
+        [G, "c2", 60_000 if dead else 150, 10, now, "0-0", "0-0"],
+    )
+    # Then only L2 (started) and L4 (c0 records nothing) count a delivery; L1, L3, D1
+    # were never started and keep their count
+    got = {e[0]: e[2] for e in [*log, *direct]}
+    assert got == {l1: 1, l2: 2, l3: 1, l4: 2, d1: 1}
+    assert {(i, n) for i, _, n in pending(redis_client, qk.log)} == {
+        (l1, 1), (l2, 2), (l3, 1), (l4, 2)
+    }  # fmt: skip
+    # and c1's record is used up: a second takeover of L2 before it starts again
+    # does not count again
+    assert redis_client.hget(gk.running, "c1") == (None if dead else b"")
+    assert redis_client.hget(gk.running, "c9") == b"direct:1-1"
+
+
 def test_reclaim_from_several_dead_instances_stays_within_the_limit(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:

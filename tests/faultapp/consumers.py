@@ -1,7 +1,7 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
-Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``)
-are used by no other test (tests/test_faults.py, tests/test_liveness.py,
+Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
+``pills``) are used by no other test (tests/test_faults.py, tests/test_liveness.py,
 tests/test_supervisor.py, tests/test_start_together.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
@@ -13,7 +13,9 @@ and, for a delivery that returns normally, one line to ``...:done`` just before 
 returns. The payload (a dict) says what to do:
 
 * ``{"sleep": s}``: sleep ``s`` seconds before returning;
-* ``{"fail": true}`` or ``{"poison": true}``: raise (every time).
+* ``{"fail": true}`` or ``{"poison": true}``: raise (every time);
+* ``{"exit": code}``: end the process at once with ``os._exit(code)`` (a message that
+  kills its process, every time).
 
 Recording uses a plain redis-py client built from ``settings.REDISQ["URL"]`` (the
 server the worker consumes from); when Redis is away the handler raises, which the
@@ -59,6 +61,8 @@ def _obey(message: Message, name: str) -> None:
     line = f"{message.id} {message.attempts} {os.getpid()}"
     _client().rpush(deliveries_key(message.queue, name), line)
     payload: Any = message.payload if isinstance(message.payload, dict) else {}
+    if payload.get("exit"):
+        os._exit(int(payload["exit"]))
     if payload.get("fail") or payload.get("poison"):
         raise PoisonError(f"told to fail on attempt {message.attempts}")
     if payload.get("sleep"):
@@ -123,3 +127,11 @@ def together_first(message: Message) -> None:
 @consumer("together", name="second")
 def together_second(message: Message) -> None:
     _obey(message, "second")
+
+
+# Crash isolation (tests/test_faults.py): the defaults (max_retries 5; runconsumer's
+# prefetch 100) with a short visibility timeout, so that each crash costs about one
+# worker start-up, and a message that kills its process among many good ones.
+@consumer("pills", name="eater", visibility_timeout=1, start="earliest")
+def eater(message: Message) -> None:
+    _obey(message, "eater")

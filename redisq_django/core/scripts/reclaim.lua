@@ -3,22 +3,36 @@
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  zset    redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
--- KEYS[4]  stream  redisq:{q}:events   (only when history is on: one `reclaimed` event per
---                  call, listing every entry taken over)
+-- KEYS[4]  hash    redisq:{q}:g:<g>:running     field = instance, value = the entry whose
+--                  handler it started last: "log:<entry id>" or "direct:<entry id>" ("":
+--                  none). Optional: without it every entry taken over counts a delivery.
+-- KEYS[5]  stream  redisq:{q}:events   (only when history is on, after KEYS[4]: one
+--                  `reclaimed` event per call, listing every entry taken over)
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) taking the entries over
 -- ARGV[3]  visibility timeout, ms: entries idle this long are claimed
 -- ARGV[4]  at most this many entries are claimed per stream
 -- ARGV[5]  "" (what our code sends): heartbeat expiries are compared with Redis's own
 --          clock (TIME), never the caller's; a number (ms) fixes "now" instead (tests)
--- ARGV[6]  XAUTOCLAIM cursor for the log ("0-0" to start)
--- ARGV[7]  XAUTOCLAIM cursor for the direct stream
+-- ARGV[6]  cursor for the log: the entry id the scan of idle entries goes on from
+--          ("0-0" to start; pass back what the last call replied)
+-- ARGV[7]  cursor for the direct stream
 --
 -- First, instances whose heartbeat expired lose their entries at once (no need to wait
--- for the visibility timeout); once they hold nothing they are removed from the group.
--- Then entries idle longer than the visibility timeout are claimed (XAUTOCLAIM).
--- Each claim counts as a delivery (XPENDING's delivery count), which the caller adds to
--- the attempt count.
+-- for the visibility timeout); once they hold nothing they are removed from the group
+-- (and from KEYS[3] and KEYS[4]). Then entries idle longer than the visibility timeout
+-- are claimed (XPENDING ... IDLE, then XCLAIM ... RETRYCOUNT).
+--
+-- Only started deliveries count (with KEYS[4]). An instance writes `HSET running
+-- <instance> <stream>:<entry id>` before each handler starts (in the same write as its
+-- previous ack, without waiting). A claimed entry counts a delivery (its delivery count
+-- + 1, which the caller adds to the attempt count) only when it is the one some instance
+-- recorded as started: that handler ran, and may have killed its process. Every other
+-- entry was fetched and never started (or handled, its ack not yet written) and keeps
+-- its count (RETRYCOUNT): a message that kills its process dies alone after
+-- max_retries + 1 crashes; the rest of its batch is not touched. A used record is
+-- emptied (""). Entries of a dead instance that never recorded anything (a client that
+-- does not write KEYS[4]) all count, as any of them may have run.
 --
 -- Returns {log_cursor, direct_cursor, log_entries, direct_entries} where each entry is
 -- {id, {field, value, ...}, delivery_count}. Entries deleted from the stream while
@@ -37,6 +51,7 @@ end
 local streams = {KEYS[1], KEYS[2]}
 local out = {{}, {}}
 local records = {} -- event records of what was taken over (history on)
+local history_key = KEYS[5]
 
 -- ["<message id>",<attempt>,null] of a claimed entry: the message id is the `id` field or
 -- the entry id; the attempt adds the deliveries already failed (`attempts`).
@@ -49,28 +64,46 @@ local function record(entry_id, fields, deliveries)
   return '[' .. cjson.encode(mid) .. ',' .. (done + deliveries) .. ',null]'
 end
 
-local function delivery_count(key, id)
-  local p = redis.call('XPENDING', key, group, id, id, 1)
-  if #p == 1 then return p[1][4] end
-  return 1
-end
-
--- ids: what was claimed; entries: the XCLAIM reply for them.
-local function take(s, ids, entries)
-  local found = {}
-  for _, e in ipairs(entries) do
-    if type(e) == 'table' and type(e[2]) == 'table' then
-      found[e[1]] = true
-      local list = out[s]
-      local deliveries = delivery_count(streams[s], e[1])
-      list[#list + 1] = {e[1], e[2], deliveries}
-      if #KEYS >= 4 then records[#records + 1] = record(e[1], e[2], deliveries) end
+-- Who started which entry: "log:<id>" / "direct:<id>" -> instance (read once, if needed).
+local running = KEYS[4]
+local tags = {'log:', 'direct:'}
+local started_by, writers = nil, nil
+local function starter(tag)
+  if not started_by then
+    started_by, writers = {}, {}
+    local all = redis.call('HGETALL', running)
+    for i = 1, #all, 2 do
+      writers[all[i]] = true
+      if all[i + 1] ~= '' then started_by[all[i + 1]] = all[i] end
     end
   end
-  -- An entry deleted while pending (hard cap) is missing from the reply: Redis 7 drops
-  -- it from the PEL, Redis 6.2 replies nil without its id and keeps it pending. Ack it.
-  for _, id in ipairs(ids) do
-    if not found[id] then redis.call('XACK', streams[s], group, id) end
+  return started_by[tag]
+end
+
+-- Claims entry `id` of stream s (delivery count so far: `count`) from `owner`; it counts
+-- a delivery when started, or when `owner` records nothing (any of its entries may have run).
+local function take(s, id, count, owner)
+  local counted = true
+  if running then
+    local tag = tags[s] .. id
+    local by = starter(tag)
+    if by then
+      redis.call('HSET', running, by, '')
+      started_by[tag] = nil
+    elseif writers[owner] then
+      counted = false
+    end
+  end
+  if counted then count = count + 1 end
+  local e = redis.call('XCLAIM', streams[s], group, me, 0, id, 'RETRYCOUNT', count)[1]
+  if type(e) == 'table' and type(e[2]) == 'table' then
+    local list = out[s]
+    list[#list + 1] = {e[1], e[2], count}
+    if history_key then records[#records + 1] = record(e[1], e[2], count) end
+  else
+    -- Deleted while pending (hard cap): Redis 7 drops it from the PEL, Redis 6.2 replies
+    -- nil and keeps it pending. Ack it.
+    redis.call('XACK', streams[s], group, id)
   end
 end
 
@@ -84,39 +117,35 @@ for _, name in ipairs(dead) do
       local room = limit - #out[s]
       if room > 0 then
         local p = redis.call('XPENDING', streams[s], group, '-', '+', room, name)
-        if #p > 0 then
-          local ids = {}
-          for i, row in ipairs(p) do ids[i] = row[1] end
-          take(s, ids, redis.call('XCLAIM', streams[s], group, me, 0, unpack(ids)))
-        end
+        for _, row in ipairs(p) do take(s, row[1], row[4], name) end
       end
       holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
     end
     if holds == 0 then
       for s = 1, 2 do redis.call('XGROUP', 'DELCONSUMER', streams[s], group, name) end
       redis.call('ZREM', KEYS[3], name)
+      if running then redis.call('HDEL', running, name) end
     end
   end
 end
 
--- 2. Entries idle past the visibility timeout, whoever holds them.
+-- 2. Entries idle past the visibility timeout, whoever holds them. XPENDING ... IDLE
+-- (not XAUTOCLAIM, which forgets the holder) tells who held each: whether it counts
+-- depends on that instance's record. One row more than there is room for gives the
+-- cursor of the next call ("0-0": the scan is complete), as XAUTOCLAIM's would.
 local cursors = {ARGV[6], ARGV[7]}
 for s = 1, 2 do
   local room = limit - #out[s]
   if room > 0 then
-    -- JUSTID: the ids even of deleted entries (6.2 replies nil for those otherwise);
-    -- it leaves the delivery count alone, the XCLAIM that fetches the fields counts it.
-    -- (Redis >= 7 lists deleted entries in a third element, already out of the PEL.)
-    local r = redis.call('XAUTOCLAIM', streams[s], group, me, min_idle, cursors[s],
-      'COUNT', room, 'JUSTID')
-    cursors[s] = r[1]
-    if #r[2] > 0 then
-      take(s, r[2], redis.call('XCLAIM', streams[s], group, me, 0, unpack(r[2])))
-    end
+    local p = redis.call('XPENDING', streams[s], group, 'IDLE', min_idle, cursors[s], '+',
+      room + 1)
+    cursors[s] = '0-0'
+    if #p > room then cursors[s] = p[room + 1][1] end
+    for i = 1, math.min(room, #p) do take(s, p[i][1], p[i][4], p[i][2]) end
   end
 end
 if #records > 0 then
-  redis.call('XADD', KEYS[4], '*', 'e', 'reclaimed', 'g', group, 'c', me,
+  redis.call('XADD', history_key, '*', 'e', 'reclaimed', 'g', group, 'c', me,
     'm', '[' .. table.concat(records, ',') .. ']')
 end
 return {cursors[1], cursors[2], out[1], out[2]}

@@ -23,6 +23,7 @@ from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.worker.acks import AckPipe
 from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
@@ -76,6 +77,7 @@ class HandlerThread(threading.Thread):
         self.tally = tally
         self.on_crash = on_crash
         self.held: list[Message] = []  # fetched and not yet settled (leases to extend)
+        self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
         self._unsettled: list[Callable[[], None]] = []
         self._settle_failed = False  # a settlement waits for Redis (to log its return)
@@ -105,9 +107,12 @@ class HandlerThread(threading.Thread):
         finally:
             try:
                 if not self.stop_signal.cold:
+                    self.acks.flush()  # warm: everything handled is acked before leaving
                     self.sub.leave()
             except Exception:  # Redis gone at shutdown: the heartbeat simply expires
                 logger.debug("Could not leave the consumer group cleanly", exc_info=True)
+            finally:
+                self.acks.close()
 
     def _loop(self) -> None:
         # Redis refusing (down, full, read-only, loading, group gone...) is a condition
@@ -169,24 +174,23 @@ class HandlerThread(threading.Thread):
         return self.sub.fetch(count=self._batch_size, block_ms=block)
 
     def _drained(self) -> bool:
-        return not self._unsettled and self.sub.waiting_retries() == 0
+        return not self._unsettled and not self.acks.pending and self.sub.waiting_retries() == 0
 
     def _process(self, batch: list[Message]) -> None:
         started = time.monotonic()
         self.held = list(batch)
         self.hooks.before_batch(batch)
-        acks: list[Message] = []
         for i, message in enumerate(batch):
             if self.stopping or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
+            self._send_acks(message)  # the last ack and "started", before the handler
             if self._run_handler(message):
-                acks.append(message)
+                self.acks.add(message)
             else:
                 self.held.remove(message)
         self.hooks.after_batch(batch)
-        if acks:
-            self._settle(functools.partial(self._ack, acks))
+        self._settle(self.acks.flush)  # the last ack; every reply read, hooks run
         self.held = []
         self._adapt_batch(len(batch), time.monotonic() - started)
 
@@ -241,7 +245,16 @@ class HandlerThread(threading.Thread):
                 )
             self._settle_failed = True
 
+    def _send_acks(self, starting: Message) -> None:
+        # One write, no waiting: the previous message's ack and the record that this one
+        # starts, which reclaim.lua needs to count only started deliveries.
+        try:
+            self.acks.send(mark=starting)
+        except TEMPORARY as exc:  # kept queued: the end of the batch sends them again
+            logger.debug("%s; acks wait for the end of the batch", exc)
+
     def _flush_unsettled(self) -> None:
+        self.acks.flush()
         settled = 0
         while self._unsettled:
             self._unsettled[0]()
@@ -253,8 +266,7 @@ class HandlerThread(threading.Thread):
                 "Redis is reachable again (%s); settled %d waiting message(s)", self.sub, settled
             )
 
-    def _ack(self, messages: list[Message]) -> None:
-        self.sub.ack(messages)
+    def _acked(self, messages: list[Message]) -> None:
         self._count("handled", len(messages))
         if self.hooks.per_message:
             for m in messages:

@@ -1,0 +1,192 @@
+"""Per-message acknowledgements, pipelined: a crash repeats at most what was running.
+
+A handler thread acknowledges each message as soon as its handler returns, without
+waiting for Redis: the acknowledgement is written to a connection of its own just before
+the next handler starts (or before the next fetch), and the replies are read at the end
+of the batch, when the handler thread settles anyway. Redis's work (the ``XACK``, or
+``ack.lua`` with its ``handled`` event when history is on) overlaps with the next
+handlers, so per-message acks cost one small write each, no round trip.
+
+Handled messages waiting when a write happens go in one call (one ``handled`` event with
+history on). Replies, and the ``after_settle`` hooks of the acknowledged messages, come
+in the handler's thread at :meth:`AckPipe.flush`. A write or a reply that fails (Redis
+away, refusing) leaves its messages queued: acknowledging again is harmless (ids no
+longer pending are skipped, and so are their records), so :meth:`flush` simply sends
+them again once Redis is back. A cold stop loses only acks not yet written; their
+messages are delivered again (at-least-once).
+
+The same write records which message the thread starts next (``mark``), so that
+``reclaim.lua`` counts a delivery only for a message whose handler actually started.
+
+Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from hiredis import pack_command
+
+from redisq_django.core import settle
+from redisq_django.core.errors import translate_errors
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.subscription import Subscription
+
+logger = logging.getLogger("redisq.worker")
+
+#: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
+MAX_UNREAD_WRITES = 256
+
+
+class AckPipe:
+    """The acknowledgements of one instance (subscription), written without waiting.
+
+    Args:
+        sub: the instance.
+        on_acked: called in the handler's thread with the messages Redis acknowledged
+            (or found settled already), in order, once their reply is read.
+    """
+
+    def __init__(self, sub: Subscription, on_acked: Callable[[list[Message]], None]) -> None:
+        self.sub = sub
+        self.client = sub.client
+        self.queue, self.group = sub.queue, sub.group  # for translate_errors
+        self._on_acked = on_acked
+        self._pool: Any = getattr(sub.client, "connection_pool", None)
+        self._conn: Any = None
+        self._queued: list[Message] = []  # handled; acknowledgement not written yet
+        #: Written, reply not read: (messages acknowledged by it, replies it expects).
+        self._unread: list[tuple[list[Message], int]] = []
+
+    @property
+    def pending(self) -> int:
+        """Handled messages whose acknowledgement Redis has not confirmed yet."""
+        return len(self._queued) + sum(len(ms) for ms, _ in self._unread)
+
+    def add(self, message: Message) -> None:
+        """``message``'s handler returned: acknowledge it with the next write."""
+        self._queued.append(message)
+
+    @translate_errors
+    def send(self, mark: Message | None = None) -> None:
+        """Write the queued acknowledgements (and ``mark``, the message about to start)
+        now, without waiting for the reply."""
+        commands: list[Sequence[Any]] = []
+        acked = self._queued
+        if acked:
+            commands.append(self._ack_command(acked))
+        if mark is not None:
+            commands.append(self._mark_command(mark))
+        if not commands:
+            return
+        if self._pool is None:  # no single connection to pipeline on: synchronous
+            self._run_now(mark)
+            return
+        if len(self._unread) >= MAX_UNREAD_WRITES:
+            self._read_replies()
+        if self._conn is None:
+            self._conn = self._pool.get_connection()
+        self._queued = []
+        self._unread.append((acked, len(commands)))
+        try:
+            self._conn.send_packed_command(
+                [b"".join(pack_command(tuple(c)) for c in commands)], check_health=False
+            )
+        except BaseException:
+            self._drop_connection()
+            raise
+
+    @translate_errors
+    def flush(self) -> None:
+        """Write what is queued and read every reply: when this returns, every handled
+        message is acknowledged (and its ``after_settle`` hooks ran)."""
+        self.send()
+        self._read_replies()
+        if self._conn is not None:
+            self._pool.release(self._conn)
+            self._conn = None
+
+    def close(self) -> None:
+        """Give the connection back (unread replies: it is closed instead)."""
+        if self._conn is not None:
+            self._drop_connection()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
+        sub = self.sub
+        if sub.history:
+            keys, args = settle.ack_call(sub.gkeys, sub.consumer, messages)
+            return ("EVALSHA", sub.scripts.sha("ack"), len(keys), *keys, *args)
+        if all(m.stream is Stream.LOG for m in messages):
+            return ("XACK", sub.keys.log, sub.group, *(m.entry_id for m in messages))
+        log = [m.entry_id for m in messages if m.stream is Stream.LOG]
+        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG]
+        keys = [sub.keys.log, sub.gkeys.direct]
+        return ("EVALSHA", sub.scripts.sha("ack"), 2, *keys, sub.group, len(log), *log, *direct)
+
+    def _mark_command(self, message: Message) -> tuple[Any, ...]:
+        return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
+
+    def _run_now(self, mark: Message | None) -> None:
+        acked = self._queued
+        if acked:
+            self.sub.ack(acked)
+            self._queued = []
+            self._on_acked(acked)
+        if mark is not None:
+            self.client.execute_command(*self._mark_command(mark))
+
+    def _read_replies(self) -> None:
+        conn = self._conn
+        failure: BaseException | None = None
+        while self._unread:
+            acked, replies = self._unread[0]
+            try:
+                answers = [_read(conn) for _ in range(replies)]
+            except BaseException:  # connection lost: whether they were applied is unknown
+                self._drop_connection()
+                raise
+            self._unread.pop(0)
+            error = answers[0] if acked else None
+            if isinstance(error, Exception):
+                self._queued[:0] = acked  # not acknowledged: send again
+                if isinstance(error, redis.exceptions.NoScriptError):
+                    self.sub.scripts.load("ack")  # Redis restarted: load it, send again
+                elif failure is None:
+                    failure = error
+                continue
+            for answer in answers[1 if acked else 0 :]:  # the start marker
+                if isinstance(answer, Exception):  # e.g. a full Redis: only less precise
+                    logger.debug("Start marker not written: %s", answer)
+            if acked:
+                self._on_acked(acked)
+        if failure is not None:
+            raise failure
+
+    def _drop_connection(self) -> None:
+        for acked, _ in reversed(self._unread):
+            self._queued[:0] = acked
+        self._unread = []
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+            self._conn = None
+
+
+_TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
+
+
+def started_tag(message: Message) -> bytes:
+    """What ``running`` records for a started message: ``log:<id>`` or ``direct:<id>``."""
+    return _TAGS[message.stream] + message.entry_id
+
+
+def _read(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except redis.ResponseError as exc:  # read and consumed: the next reply follows
+        return exc

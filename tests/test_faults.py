@@ -428,6 +428,40 @@ def test_a_message_that_kills_its_process_dies_alone(
     assert _pending(redis_client, PILLS, EATER) == 0
 
 
+def test_a_long_handler_does_not_keep_its_prefetched_batch_from_other_instances(
+    workers: Workers, broker: Broker, redis_client: redis.Redis
+) -> None:
+    # Given an instance that fetched one 10 s message and nine quick ones in one batch
+    # (visibility timeout 2 s), and is running the long one
+    long_id = broker.publish(FAULTS, {"sleep": 10})
+    quick = broker.publish_many(FAULTS, [{"n": i} for i in range(9)])
+    first = workers.start(FAULTS)
+    (started,) = wait_deliveries(redis_client, FAULTS, RECORDER, 1, timeout=30)
+    assert (started.id, started.pid) == (long_id, first.pid)
+    started_at = time.monotonic()
+
+    # When another instance starts
+    second = workers.start(FAULTS)
+
+    # Then it handles the nine quick ones while the long handler still runs, each once,
+    # as a first delivery (the first instance never started them)
+    wait_ids(redis_client, FAULTS, RECORDER, quick, timeout=30)
+    took = time.monotonic() - started_at
+    assert read_done(redis_client, FAULTS, RECORDER)[0].id != long_id, "waited for it"
+    print(f"\nthe other instance had the prefetched messages {took:.1f}s after the long start")
+    # and the long one keeps its lease: it runs once, and the first instance starts none
+    # of what it handed over
+    done = wait_deliveries(redis_client, FAULTS, RECORDER, 10, timeout=30, done=True)
+    assert done[-1].id == long_id
+    deliveries = read_deliveries(redis_client, FAULTS, RECORDER)
+    assert duplicates(deliveries) == 0, deliveries
+    assert {(d.id, d.attempts, d.pid) for d in deliveries if d.id in quick} == {
+        (mid, 1, second.pid) for mid in quick
+    }
+    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="acks")
+    assert broker.dead_letters(FAULTS, RECORDER) == []
+
+
 # ---------------------------------------------------------------------------
 # Admin edits reach a running worker
 # ---------------------------------------------------------------------------

@@ -23,8 +23,7 @@ Clients without one connection pool (a Redis Cluster client) acknowledge synchro
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -35,10 +34,11 @@ from redisq_django.core.errors import translate_errors
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.subscription import Subscription
 
-logger = logging.getLogger("redisq.worker")
-
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
 MAX_UNREAD_WRITES = 256
+#: Sent before each start marker: Redis sends no reply to it (nothing to read back).
+_NO_REPLY_COMMAND: Any = ("CLIENT", "REPLY", "SKIP")
+_NO_REPLY = pack_command(_NO_REPLY_COMMAND)
 
 
 class AckPipe:
@@ -58,13 +58,13 @@ class AckPipe:
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
-        #: Written, reply not read: (messages acknowledged by it, replies it expects).
-        self._unread: list[tuple[list[Message], int]] = []
+        #: Acknowledgements written whose reply is not read yet, in order.
+        self._unread: list[list[Message]] = []
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
-        return len(self._queued) + sum(len(ms) for ms, _ in self._unread)
+        return len(self._queued) + sum(len(ms) for ms in self._unread)
 
     def add(self, message: Message) -> None:
         """``message``'s handler returned: acknowledge it with the next write."""
@@ -74,13 +74,8 @@ class AckPipe:
     def send(self, mark: Message | None = None) -> None:
         """Write the queued acknowledgements (and ``mark``, the message about to start)
         now, without waiting for the reply."""
-        commands: list[Sequence[Any]] = []
         acked = self._queued
-        if acked:
-            commands.append(self._ack_command(acked))
-        if mark is not None:
-            commands.append(self._mark_command(mark))
-        if not commands:
+        if not acked and mark is None:
             return
         if self._pool is None:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
@@ -89,12 +84,14 @@ class AckPipe:
             self._read_replies()
         if self._conn is None:
             self._conn = self._pool.get_connection()
+        packed = pack_command(self._ack_command(acked)) if acked else b""
+        if mark is not None:  # its reply is skipped: only the ack's is read back
+            packed += _NO_REPLY + pack_command(self._mark_command(mark))
         self._queued = []
-        self._unread.append((acked, len(commands)))
+        if acked:
+            self._unread.append(acked)
         try:
-            self._conn.send_packed_command(
-                [b"".join(pack_command(tuple(c)) for c in commands)], check_health=False
-            )
+            self._conn.send_packed_command([packed], check_health=False)
         except BaseException:
             self._drop_connection()
             raise
@@ -144,31 +141,26 @@ class AckPipe:
         conn = self._conn
         failure: BaseException | None = None
         while self._unread:
-            acked, replies = self._unread[0]
+            acked = self._unread[0]
             try:
-                answers = [_read(conn) for _ in range(replies)]
+                answer = _read(conn)
             except BaseException:  # connection lost: whether they were applied is unknown
                 self._drop_connection()
                 raise
             self._unread.pop(0)
-            error = answers[0] if acked else None
-            if isinstance(error, Exception):
+            if isinstance(answer, Exception):
                 self._queued[:0] = acked  # not acknowledged: send again
-                if isinstance(error, redis.exceptions.NoScriptError):
+                if isinstance(answer, redis.exceptions.NoScriptError):
                     self.sub.scripts.load("ack")  # Redis restarted: load it, send again
                 elif failure is None:
-                    failure = error
+                    failure = answer
                 continue
-            for answer in answers[1 if acked else 0 :]:  # the start marker
-                if isinstance(answer, Exception):  # e.g. a full Redis: only less precise
-                    logger.debug("Start marker not written: %s", answer)
-            if acked:
-                self._on_acked(acked)
+            self._on_acked(acked)
         if failure is not None:
             raise failure
 
     def _drop_connection(self) -> None:
-        for acked, _ in reversed(self._unread):
+        for acked in reversed(self._unread):
             self._queued[:0] = acked
         self._unread = []
         if self._conn is not None:

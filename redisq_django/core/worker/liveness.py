@@ -9,9 +9,12 @@ connection pool), so a slow database cannot delay it.
 Margins (what a stall of everything, e.g. a frozen Redis, a paused VM, may last without
 another instance taking over messages that are still being handled):
 
-* leases are renewed every third of the shortest visibility timeout
-  (:data:`LEASE_RENEWAL_FRACTION`), so they tolerate a stall of about two thirds of it
-  (40 s for the default 60 s);
+* the lease of each thread's running message (only that one: what it prefetched and has
+  not started is left to expire, so that idle instances can take it over) is renewed
+  every third of the shortest visibility timeout (:data:`LEASE_RENEWAL_FRACTION`), so it
+  tolerates a stall of about two thirds of it (40 s for the default 60 s); a message
+  started late in its batch (a thread starts none from a batch older than a third of
+  the timeout) at least one third;
 * heartbeats go out every ``heartbeat_interval`` and live ``heartbeat_ttl``
   (:data:`DEFAULT_HEARTBEAT_TTL_S`), so they tolerate a stall of ``ttl - interval``
   (14 s by default). The TTL is also how long a SIGKILLed instance's messages wait
@@ -111,7 +114,7 @@ class LivenessThread(threading.Thread):
                     t.sub.heartbeat(self._ttl_ms)
 
     def extend_leases(self) -> None:
-        """Renew the leases of the messages the handler threads hold."""
+        """Renew the lease of the message each handler thread runs."""
         for t in self._threads():
             if self._halt.is_set():
                 return

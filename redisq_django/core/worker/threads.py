@@ -38,6 +38,11 @@ FAST_BATCH_S = 0.25
 SLOW_BATCH_S = 2.0
 #: In burst mode, how long a fetch waits before concluding the queue is drained (ms).
 BURST_BLOCK_MS = 100
+#: Only the running message's lease is renewed: a batch older than this fraction of the
+#: visibility timeout hands back what it has not started (other instances may be taking
+#: it over) instead of starting it. A third, as leases are renewed every third, so that a
+#: message started late in its batch still keeps a third of its timeout as a margin.
+STALE_BATCH_FRACTION = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class HandlerThread(threading.Thread):
         self.hooks = hooks
         self.tally = tally
         self.on_crash = on_crash
-        self.held: list[Message] = []  # fetched and not yet settled (leases to extend)
+        self.held: list[Message] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
         self._unsettled: list[Callable[[], None]] = []
@@ -126,6 +131,7 @@ class HandlerThread(threading.Thread):
                         return
                     self.stop_signal.wait(0.2)
                     continue
+                fetched_at = time.monotonic()  # the leases start later than this
                 batch = self._receive()
                 if not batch and self.pace.burst and self._drained():
                     # A retry promoted between that fetch and the count in _drained() is
@@ -141,7 +147,7 @@ class HandlerThread(threading.Thread):
                 self.stop_signal.wait(wait)
                 continue
             if batch:
-                self._process(batch)
+                self._process(batch, fetched_at)
 
     def _register_again(self, redis_state: Condition) -> bool:
         """Re-create the missing consumer group; False when Redis refused (wait, retry).
@@ -176,22 +182,25 @@ class HandlerThread(threading.Thread):
     def _drained(self) -> bool:
         return not self._unsettled and not self.acks.pending and self.sub.waiting_retries() == 0
 
-    def _process(self, batch: list[Message]) -> None:
+    def _process(self, batch: list[Message], fetched_at: float) -> None:
         started = time.monotonic()
-        self.held = list(batch)
+        # Leases of prefetched messages run out while a long handler runs (only the
+        # running one's is renewed), so that idle instances can take them over.
+        timeout_s = self.spec.policy.visibility_timeout_ms / 1000
+        stale_at = fetched_at + timeout_s * STALE_BATCH_FRACTION
         self.hooks.before_batch(batch)
         for i, message in enumerate(batch):
-            if self.stopping or not self.quota.take():
+            stale = time.monotonic() >= stale_at
+            if self.stopping or stale or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
             self._send_acks(message)  # the last ack and "started", before the handler
+            self.held = [message]
             if self._run_handler(message):
                 self.acks.add(message)
-            else:
-                self.held.remove(message)
+            self.held = []
         self.hooks.after_batch(batch)
         self._settle(self.acks.flush)  # the last ack; every reply read, hooks run
-        self.held = []
         self._adapt_batch(len(batch), time.monotonic() - started)
 
     def _adapt_batch(self, size: int, elapsed: float) -> None:

@@ -203,6 +203,9 @@ class Keys:
     def instances(self, g: str) -> str:
         return self._q(f"g:{g}:instances")
 
+    def running(self, g: str) -> str:
+        return self._q(f"g:{g}:running")
+
     def group_sent(self, g: str, message_id: str) -> str:
         return self._q(f"g:{g}:sent:{message_id}")
 
@@ -253,13 +256,18 @@ class ForeignConsumer:
             self.cli.script("heartbeat", [self.keys.instances(self.group)], [self.instance, ttl_ms])
         )
 
+    def start(self, stream: str, entry_id: str) -> None:
+        """Record the handler about to start (``running``), as PROTOCOL.md's *Consume*."""
+        tag = "direct" if stream == self.keys.direct(self.group) else "log"
+        self.cli("HSET", self.keys.running(self.group), self.instance, f"{tag}:{entry_id}")
+
     def reclaim(self, visibility_timeout_ms: int) -> list[Any]:
         """reclaim.lua by Redis's clock, from the start of both streams."""
         k, g = self.keys, self.group
         return list(
             self.cli.script(
                 "reclaim",
-                [k.log, k.direct(g), k.instances(g)],
+                [k.log, k.direct(g), k.instances(g), k.running(g)],
                 [g, self.instance, visibility_timeout_ms, 100, "", "0-0", "0-0"],
             )
         )
@@ -708,18 +716,19 @@ def test_python_dead_letters_have_the_fields_protocol_md_pins(
 def test_cli_extend_and_reclaim_of_a_dead_instance(
     cli: Cli, keys: Keys, broker: Broker, queue_name: str
 ) -> None:
-    # Given two foreign instances; node-1 holds two messages, then its heartbeat expires
+    # Given two foreign instances; node-1 fetched two messages and started the first
     node1, node2 = foreign(cli, keys, "node-1"), foreign(cli, keys, "node-2")
     node1.ensure()
     a = broker.publish(queue_name, {"n": "a"})
     b = broker.publish(queue_name, {"n": "b"})
     assert [e[1] for e in node1.fetch()] == [a, b]
+    node1.start(keys.log, a)
     expiry = node1.heartbeat(15_000)
     assert cli("ZSCORE", keys.instances("billing"), "node-1") == str(expiry)
     assert 0 < expiry - cli.now_ms() <= 15_000
     extend_keys = [keys.log, keys.direct("billing")]
 
-    # When the holder extends its lease: nothing is lost; another instance cannot
+    # When the holder extends the lease of the running one; another instance cannot
     assert cli.script("extend", extend_keys, ["billing", "node-1", 1, a]) == []
     assert cli.script("extend", extend_keys, ["billing", "node-2", 1, a]) == [a]
     # When node-1 is alive, reclaim with a long visibility timeout takes nothing
@@ -728,40 +737,49 @@ def test_cli_extend_and_reclaim_of_a_dead_instance(
     # When node-1's heartbeat expires (a stopping instance sends a negative ttl)
     node1.heartbeat(-1)
     reply = node2.reclaim(60_000)
-    # Then node-2 holds both, each with delivery count 2, and node-1 is gone
+    # Then node-2 holds both; only the started one counts a delivery (count 2), the
+    # other keeps its count (1), and node-1 is gone (instances, group, running)
     log_entries = reply[2]
-    assert [(e[0], e[2]) for e in log_entries] == [(a, 2), (b, 2)]
+    assert [(e[0], e[2]) for e in log_entries] == [(a, 2), (b, 1)]
     assert json.loads(pairs(log_entries[0][1])["payload"]) == {"n": "a"}
     assert cli("ZSCORE", keys.instances("billing"), "node-1") is None
+    assert cli("HGET", keys.running("billing"), "node-1") is None
     consumers = {pairs(c)["name"] for c in cli("XINFO", "CONSUMERS", keys.log, "billing")}
     assert consumers == {"node-2"}
     pending = cli("XPENDING", keys.log, "billing", "-", "+", 10)
-    assert [(p[0], p[1], p[3]) for p in pending] == [(a, "node-2", 2), (b, "node-2", 2)]
+    assert [(p[0], p[1], p[3]) for p in pending] == [(a, "node-2", 2), (b, "node-2", 1)]
 
-    # When node-2 settles one with ack and leaves the other to a short visibility timeout
+    # When node-2 acks a, starts b and outruns a short visibility timeout
     assert cli("XACK", keys.log, "billing", a) == 1
+    node2.start(keys.log, b)
     time.sleep(0.06)
     reply = foreign(cli, keys, "node-3").reclaim(50)
-    # Then the idle one goes to node-3 (delivery count 3), the acked one stays settled
-    assert [(e[0], e[2]) for e in reply[2]] == [(b, 3)]
+    # Then b goes to node-3 counting the started delivery; node-2's record is used up
+    assert [(e[0], e[2]) for e in reply[2]] == [(b, 2)]
     assert reply[0] == "0-0"
+    assert cli("HGET", keys.running("billing"), "node-2") == ""
 
 
 def test_cli_lease_expired_and_release(
     cli: Cli, keys: Keys, broker: Broker, queue_name: str
 ) -> None:
-    # Given a foreign consumer with max_retries 0; node-1 crashed holding message a
+    # Given a foreign consumer with max_retries 0; node-1 fetched a and c, started a and
+    # crashed (a killed its process)
     node1 = foreign(cli, keys, "node-1", max_retries=0)
     node2 = foreign(cli, keys, "node-2", max_retries=0)
     node1.ensure()
     a = broker.publish(queue_name, {"n": "a"})
-    [(_, got_a, _)] = node1.fetch()
-    assert got_a == a
+    c = broker.publish(queue_name, {"n": "c"})
+    assert [e[1] for e in node1.fetch()] == [a, c]
+    node1.start(keys.log, a)
     node1.heartbeat(-1)
 
-    # When node-2 reclaims it: deliveries already made = 0 + 2 - 1 = 1 >= max_retries + 1
+    # When node-2 reclaims: a was started (count 2): deliveries made = 0 + 2 - 1 = 1,
+    # not below max_retries + 1; c never started (count 1): a first delivery, handled
     reply = node2.reclaim(60_000)
-    [(entry_id, fields, count)] = reply[2]
+    [(entry_id, fields, count), (other, _, other_count)] = reply[2]
+    assert (entry_id, other, other_count) == (a, c, 1)
+    assert cli("XACK", keys.log, "billing", c) == 1
     fields = pairs(fields)
     made = int(fields.get("attempts", "0")) + count - 1
     assert made >= node2.max_retries + 1
@@ -802,13 +820,15 @@ def test_cli_leave_removes_an_idle_instance_only(
     node1, node2 = foreign(cli, keys, "node-1"), foreign(cli, keys, "node-2")
     node1.ensure()
     assert node1.fetch() == []
-    broker.publish(queue_name, {"n": 1})
-    assert len(node2.fetch()) == 1
+    held = broker.publish(queue_name, {"n": 1})
+    assert [e[1] for e in node2.fetch()] == [held]
+    node2.start(keys.log, held)
     node1.heartbeat(15_000)
     node2.heartbeat(15_000)
 
     def leave(instance: str) -> None:  # as PROTOCOL.md's *Leave*
         cli("ZREM", keys.instances("billing"), instance)
+        cli("HDEL", keys.running("billing"), instance)
         streams = (keys.log, keys.direct("billing"))
         if all(cli("XPENDING", s, "billing", "-", "+", 1, instance) == [] for s in streams):
             for s in streams:
@@ -821,6 +841,7 @@ def test_cli_leave_removes_an_idle_instance_only(
     consumers = {pairs(c)["name"] for c in cli("XINFO", "CONSUMERS", keys.log, "billing")}
     assert consumers == {"node-2"}
     assert cli("ZCARD", keys.instances("billing")) == 0
+    assert cli("HLEN", keys.running("billing")) == 0
     assert cli("XPENDING", keys.log, "billing")[0] == 1
 
 

@@ -381,12 +381,15 @@ def drain_runconsumer(
     processes: int = 1,
     queue: str = "bench",
     tree: Path | None = None,
+    batch_ack: bool = False,
 ) -> tuple[float, float | None, int]:
     for old in tmp.glob("drain-*.json"):
         old.unlink()
     args = ["runconsumer", queue, "--burst", "--concurrency", str(concurrency)]
     if prefetch:
         args += ["--prefetch", str(prefetch)]
+    if batch_ack:
+        args.append("--batch-ack")
     if processes > 1:
         args += ["--processes", str(processes)]
     t = time.perf_counter()
@@ -505,6 +508,12 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
                 wall, span, count = drain_runconsumer(denv, tmp, 1, history=hist, tree=tree)
                 assert count == DRAIN_N, count
                 add(f"{key}_span", span)
+        # runconsumer --batch-ack (this tree) vs the default ack per message, back to back.
+        for key, batch_ack in (("flagbatch", True), ("flagmsg", False)):
+            fill(client, broker, DRAIN_N)
+            wall, span, count = drain_runconsumer(denv, tmp, 1, batch_ack=batch_ack)
+            assert count == DRAIN_N, count
+            add(f"{key}_span", span)
         # Two worker processes (one thread each) under the supervisor vs one, no-op
         # handlers and CPU-bound ones (bench_cpu/spin), each pair back to back.
         for prefix, queue, name, n in (
@@ -779,6 +788,7 @@ def drain_rows(drain: dict) -> list[dict]:
     for label, ours, base in (
         ("drain 20k, c=1, ack per message vs batch ack (raw column)", "ackmsg", "ackbatch"),
         ("drain 20k, c=1, history on, ack per message vs batch ack", "ackmsgh", "ackbatchh"),
+        ("drain 20k, c=1, --batch-ack vs default (raw column)", "flagbatch", "flagmsg"),
     ):
         if f"{ours}_span" in drain and f"{base}_span" in drain:
             rows.append(

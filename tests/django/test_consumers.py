@@ -327,3 +327,31 @@ def test_deploy_check_reports_unreachable_redis(settings: Any, redis_url: str) -
     assert [
         e for e in run_checks(include_deployment_checks=True) if e.id == "redisq_django.E004"
     ] == []
+
+
+def test_runconsumer_batch_ack_acknowledges_per_batch_and_children_get_it(
+    queue_name: str, declared: None, redisq_settings: Any
+) -> None:
+    from redisq_django.management.commands.runconsumer import Command
+
+    broker = get_broker()
+    for name in ("billing", "email"):
+        broker.ensure_consumer(queue_name, name)
+    broker.publish_many(queue_name, [{"n": i} for i in range(40)])
+    out = io.StringIO()
+    call_command(
+        "runconsumer", queue_name, "--burst", "--batch-ack", "--stats-interval", "0", stdout=out
+    )
+    assert "acks per batch" in out.getvalue()
+    assert sorted(p["n"] for who, p, _ in received if who == "billing") == list(range(40))
+    log = broker.keys(queue_name).log
+    assert broker.client.xpending(log, "billing")["pending"] == 0
+    # A supervisor's children are started with the same choice
+    opts = {
+        "queues": [queue_name],
+        "consumer": [],
+        "burst": False,
+        "batch_ack": True,
+        **{dest: None for dest, _ in Command.CHILD_OPTIONS},
+    }
+    assert "--batch-ack" in Command()._child_argv(opts)

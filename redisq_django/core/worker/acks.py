@@ -66,6 +66,10 @@ class AckPipe:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
         return len(self._queued) + sum(len(ms) for ms in self._unread)
 
+    def unconfirmed(self) -> list[Message]:
+        """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
+        return [m for ms in self._unread for m in ms] + self._queued
+
     def add(self, message: Message) -> None:
         """``message``'s handler returned: acknowledge it with the next write."""
         self._queued.append(message)

@@ -53,6 +53,7 @@ class Pace:
     block_ms: int
     burst: bool
     reclaim_interval: float
+    batch_ack: bool = False
 
 
 class HandlerThread(threading.Thread):
@@ -194,8 +195,13 @@ class HandlerThread(threading.Thread):
             if self.stopping or stale or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
-            self._send_acks(message)  # the last ack and "started", before the handler
-            self.held = [message]
+            if self.pace.batch_ack:
+                # Acks go at the end of the batch: the handled ones' leases are renewed
+                # with the running one's until then.
+                self.held = [*self.acks.unconfirmed(), message]
+            else:
+                self._send_acks(message)  # the last ack and "started", before the handler
+                self.held = [message]
             if self._run_handler(message):
                 self.acks.add(message)
             self.held = []

@@ -65,6 +65,10 @@ class WorkerOptions:
         trim_interval: how often retention runs on each queue.
         refresh_interval: how often ``refresh`` is asked for configuration changes.
         stats_interval: how often a summary line is logged (0: never).
+        batch_ack: acknowledge once per batch instead of as each handler returns, and
+            record no starts: faster for tiny handlers, but a crash then repeats the
+            whole batch and counts a delivery for each of its messages (a message that
+            kills its process can take others to the dead letters with it).
     """
 
     prefetch: int = 100
@@ -78,6 +82,7 @@ class WorkerOptions:
     trim_interval: float = 10.0
     refresh_interval: float = 2.0
     stats_interval: float = 30.0
+    batch_ack: bool = False
 
 
 class Worker:
@@ -122,7 +127,9 @@ class Worker:
         self.started_at = time.monotonic()
         self._last_summary = (self.started_at, 0)
         opts = self.options
-        self._pace = Pace(opts.prefetch, opts.block_ms, opts.burst, opts.reclaim_interval)
+        self._pace = Pace(
+            opts.prefetch, opts.block_ms, opts.burst, opts.reclaim_interval, opts.batch_ack
+        )
         self.liveness = LivenessThread(
             threads=self._all_threads,
             heartbeat_interval=opts.heartbeat_interval,

@@ -89,6 +89,13 @@ class Command(BaseCommand):
             help="seconds between summary lines (0: none; default 30)",
         )
         parser.add_argument(
+            "--batch-ack",
+            action="store_true",
+            help="acknowledge once per batch, not as each handler returns: faster for "
+            "tiny handlers, but a crash repeats the whole batch and counts a delivery for "
+            "each of its messages",
+        )
+        parser.add_argument(
             "--processes",
             type=positive_int,
             default=1,
@@ -117,6 +124,7 @@ class Command(BaseCommand):
             max_messages=opts["max_messages"],
             grace_period=grace,
             stats_interval=opts["stats_interval"],
+            batch_ack=opts["batch_ack"],
         )
         try:
             worker = build_worker(
@@ -171,6 +179,8 @@ class Command(BaseCommand):
             argv += ["--consumer", name]
         if opts["burst"]:
             argv.append("--burst")
+        if opts["batch_ack"]:
+            argv.append("--batch-ack")
         for dest, flag in self.CHILD_OPTIONS:
             if opts[dest] is not None:
                 argv += [flag, str(opts[dest])]
@@ -180,6 +190,8 @@ class Command(BaseCommand):
         config = get_core_config()
         broker = worker.broker
         mode = "burst" if opts["burst"] else "continuous"
+        if opts["batch_ack"]:
+            mode += ", acks per batch"
         if opts["max_messages"]:
             mode += f", at most {opts['max_messages']} messages"
         lines = [

@@ -56,3 +56,26 @@ def test_every_message_is_acknowledged_once_either_way(
     else:
         # A write as each handler returns: (nearly) one message per call
         assert len(events) > N // 2
+
+
+@pytest.mark.parametrize("history", [False, True])
+@pytest.mark.parametrize("stream", ["log", "direct"])
+def test_a_single_acknowledgement_is_packed_as_hiredis_would(
+    redis_client: redis.Redis, queue_name: str, history: bool, stream: str
+) -> None:
+    from hiredis import pack_command
+
+    from redisq_django.core.message import Stream
+    from redisq_django.core.worker.acks import AckPipe, _bulk, started_tag
+
+    broker = Broker(redis_client, CoreConfig(history=history))
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, {"n": 1})
+    sub = broker.subscribe(queue_name, "billing", "w\u00e9-1")
+    (message,) = sub.fetch(count=1, block_ms=500)
+    message.stream = Stream(stream)
+    message.duration_ms = 12
+    pipe = AckPipe(sub, lambda acked: None)
+    assert pipe._packed_ack([message]) == pack_command(pipe._ack_command([message]))
+    mark = pipe._packed.mark + _bulk(started_tag(message))
+    assert mark == pack_command(pipe._mark_command(message))

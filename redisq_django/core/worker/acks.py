@@ -29,10 +29,11 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
-from redisq_django.core import settle
+from redisq_django.core import events, settle
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
 MAX_UNREAD_WRITES = 256
@@ -57,6 +58,7 @@ class AckPipe:
         self._on_acked = on_acked
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
+        self._packed = _Prepacked(sub)
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -88,9 +90,9 @@ class AckPipe:
             self._read_replies()
         if self._conn is None:
             self._conn = self._pool.get_connection()
-        packed = pack_command(self._ack_command(acked)) if acked else b""
+        packed = self._packed_ack(acked) if acked else b""
         if mark is not None:  # its reply is skipped: only the ack's is read back
-            packed += _NO_REPLY + pack_command(self._mark_command(mark))
+            packed += _NO_REPLY + self._packed.mark + _bulk(started_tag(mark))
         self._queued = []
         if acked:
             self._unread.append(acked)
@@ -116,6 +118,17 @@ class AckPipe:
             self._drop_connection()
 
     # -- internals ---------------------------------------------------------------------
+
+    def _packed_ack(self, messages: list[Message]) -> bytes:
+        if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
+            m = messages[0]
+            log = m.stream is Stream.LOG
+            if not self.sub.history:
+                return (self._packed.xack if log else self._packed.xack_direct) + _bulk(m.entry_id)
+            records = b"[" + events.record(m.id, m.attempts, m.duration_ms) + b"]"
+            head = self._packed.recorded if log else self._packed.recorded_direct
+            return head + _bulk(m.entry_id) + _bulk(records)
+        return bytes(pack_command(self._ack_command(messages)))
 
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
         sub = self.sub
@@ -171,6 +184,33 @@ class AckPipe:
             self._conn.disconnect()
             self._pool.release(self._conn)
             self._conn = None
+
+
+def _bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+def _head(count: int, *parts: Any) -> bytes:
+    """The start of a RESP command of ``count`` arguments: its header and ``parts``."""
+    return b"*%d\r\n" % count + b"".join(_bulk(to_bytes(p)) for p in parts)
+
+
+class _Prepacked:
+    """What one instance's single-message writes share, packed once: a write per message
+    is the worker's hot path, and hiredis would encode the same keys every time."""
+
+    def __init__(self, sub: Subscription) -> None:
+        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.group
+        self.xack = _head(4, "XACK", log, group)  # + the entry id
+        # ack.lua's history layout for one id: KEYS log, direct, events; ARGV group, n,
+        # instance, m = 1, the id, its records (see core/settle.py ack_call)
+        script = ("EVALSHA", sub.scripts.sha("ack"), 3, log, direct, sub.keys.events, group)
+        self.recorded = _head(12, *script, 1, sub.consumer, 1)
+        self.recorded_direct = _head(12, *script, 0, sub.consumer, 1)
+        # ack.lua without history, one direct id: ARGV group, n = 0, the id
+        self.xack_direct = _head(8, "EVALSHA", sub.scripts.sha("ack"), 2, log, direct, group, 0)
+        self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
 
 
 _TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}

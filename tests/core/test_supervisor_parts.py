@@ -12,15 +12,21 @@ import pytest
 from redisq_django.core.worker.supervisor import CHILD_ENV, Supervisor, describe_exit
 
 # A child that exits with the code its run number (1st, 2nd, ...) maps to, counting runs
-# in a file: argv[1] = the file, argv[2:] = exit codes of runs 1, 2, ... (then 0).
+# as lines appended to a file (appends of concurrent children never overwrite each
+# other): argv[1] = the file, argv[2:] = exit codes of runs 1, 2, ... (then 0).
 CHILD = f"""
 import os, sys
 path, codes = sys.argv[1], [int(c) for c in sys.argv[2:]]
-runs = int(open(path).read()) if os.path.exists(path) else 0
-open(path, "w").write(str(runs + 1))
+with open(path, "a") as f:
+    f.write("run\\n")
+runs = len(open(path).read().splitlines()) - 1
 assert os.environ["{CHILD_ENV}"]
 sys.exit(codes[runs] if runs < len(codes) else 0)
 """
+
+
+def runs(path: Path) -> int:
+    return len(path.read_text().splitlines())
 
 
 def test_exits_are_described_by_code_or_signal() -> None:
@@ -35,7 +41,7 @@ def test_children_that_finish_are_not_restarted(tmp_path: Path) -> None:
 
     # When supervised, Then the supervisor ends with 0 after exactly two runs
     assert sup.run() == 0
-    assert (tmp_path / "runs").read_text() == "2"
+    assert runs(tmp_path / "runs") == 2
 
 
 def test_a_child_that_dies_is_restarted_after_a_backoff(
@@ -52,7 +58,7 @@ def test_a_child_that_dies_is_restarted_after_a_backoff(
 
     # Then it was started three times, waiting 0.5 s then 1 s, and the run ends with 0
     assert code == 0
-    assert (tmp_path / "runs").read_text() == "3"
+    assert runs(tmp_path / "runs") == 3
     deaths = [r.getMessage() for r in caplog.records if "died" in r.getMessage()]
     assert [d.split(": ", 1)[1] for d in deaths] == [
         "exit code 3; restarting it in 0.5 s",

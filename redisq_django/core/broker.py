@@ -26,7 +26,7 @@ from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
-from redisq_django.core.sending import send_all, send_direct, send_once
+from redisq_django.core.sending import send_direct, send_once, send_queue
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
@@ -125,35 +125,35 @@ class Broker:
         )
 
     @translate_errors
-    def send(self, envelopes: Sequence[Envelope], *, once: bool = False) -> list[str]:
+    def send(
+        self, envelopes: Sequence[Envelope], *, once: bool = False, batch: str | None = None
+    ) -> list[str]:
         """Send prepared messages: one round trip per queue, all or none per queue.
 
         Immediate messages are appended to the queue's log, delayed ones to its delayed
         set. With ``once``, each message is published at most once per message id
         (envelopes without an id get one): a repeated id within a day is a no-op, so a
-        sender that is unsure whether a send went through can always send again.
+        sender that is unsure whether a send went through can always send again. With
+        ``batch`` (an id of your choosing), each queue's messages are published at most
+        once per batch id (for 10 minutes): the cheap way to send a batch again safely.
 
         Returns:
             The message ids, in the order of ``envelopes``.
 
         Raises:
-            RedisUnavailable: Redis cannot be reached (with ``once``, sending again is
-                safe; without, some queues' messages may have been published).
+            RedisUnavailable: Redis cannot be reached (with ``once`` or ``batch``, sending
+                again is safe; without, some queues' messages may have been published).
         """
-        batch = [e.with_id() for e in envelopes] if once else list(envelopes)
+        prepared = [e.with_id() for e in envelopes] if once or batch else list(envelopes)
         by_queue: dict[str, list[int]] = {}
-        for index, envelope in enumerate(batch):
+        for index, envelope in enumerate(prepared):
             by_queue.setdefault(envelope.queue, []).append(index)
-        ids = [e.id or "" for e in batch]
+        ids = [e.id or "" for e in prepared]
         for queue, indexes in by_queue.items():
             keys = self.keys(queue)
             self._register(queue)
-            mine = [batch[i] for i in indexes]
-            replies = (
-                send_once(self.client, self.scripts, keys, mine)
-                if once
-                else send_all(self.client, keys, mine, self.scripts)
-            )
+            mine = [prepared[i] for i in indexes]
+            replies = send_queue(self.client, self.scripts, keys, mine, once=once, batch=batch)
             for i, reply in zip(indexes, replies, strict=True):
                 if not ids[i]:
                     ids[i] = to_str(reply)

@@ -12,6 +12,7 @@ key                               type    role
 ``redisq:{q}:meta``               hash    queue counters (``dropped``), archive positions
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
+``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
@@ -79,6 +80,10 @@ class QueueKeys:
     def sent_marker(self, message_id: str) -> str:
         """Marker that the outbox relay published ``message_id`` (makes it idempotent)."""
         return f"{self.tag}:sent:{message_id}"
+
+    def batch_marker(self, batch_id: str) -> str:
+        """Marker that batch ``batch_id`` (a transaction's messages) was published."""
+        return f"{self.tag}:batch:{batch_id}"
 
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""

@@ -15,6 +15,11 @@ from redisq_django.core.wire import to_str
 #: How long Redis remembers that a message id was published once (ms): 1 day.
 SENT_MARKER_TTL_MS = 24 * 3600 * 1000
 
+#: How long Redis remembers that a batch id was published (ms): 10 minutes. A batch is
+#: sent again only within seconds (a retry after a timeout); one marker per committed
+#: transaction and queue must not pile up for a day.
+BATCH_MARKER_TTL_MS = 10 * 60 * 1000
+
 
 def _queue_one(target: Any, keys: QueueKeys, e: Envelope) -> Any:
     if e.due_at_ms is None:
@@ -56,6 +61,52 @@ def send_all(
     if len(envelopes) == 1:  # the common publish: no MULTI around one command
         return [_queue_one(client, keys, envelopes[0])]
     return run_batch(client, [_command(keys, e) for e in envelopes], transaction=True)
+
+
+def send_queue(
+    client: Any,
+    scripts: Scripts,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    *,
+    once: bool = False,
+    batch: str | None = None,
+) -> list[Any]:
+    """Send envelopes of one queue: at most once per batch id (``batch``), per message id
+    (``once``), or plainly (:func:`send_all`). Returns one reply per envelope."""
+    if batch is not None:
+        return send_batch_once(client, scripts, keys, envelopes, batch)
+    if once:
+        return send_once(client, scripts, keys, envelopes)
+    return send_all(client, keys, envelopes, scripts)
+
+
+def send_batch_once(
+    client: Any, scripts: Scripts, keys: QueueKeys, envelopes: list[Envelope], batch: str
+) -> list[Any]:
+    """Publish every envelope of one queue, all or none, at most once per ``batch`` id
+    (``publish_batch_once.lua``), in one round trip: sending the same batch again after
+    an unknown outcome (a timeout, a lost connection) is safe, a no-op if it went through.
+
+    Every envelope needs a message id of its own (the only way to know it afterwards).
+
+    Returns:
+        The message ids in order.
+    """
+    args: list[Any] = [BATCH_MARKER_TTL_MS, len(envelopes)]
+    for e in envelopes:
+        if e.id is None:
+            raise ValueError("Publishing a batch at most once needs message ids of your own.")
+        fields = e.fields()
+        args += [_due_arg(e), len(fields) // 2, *fields]
+    sha = scripts.sha("publish_batch_once")
+    command = ("EVALSHA", sha, 3, keys.log, keys.delayed, keys.batch_marker(batch), *args)
+    try:
+        run_batch(client, [command], transaction=False)
+    except redis.exceptions.NoScriptError:  # not loaded yet, or Redis restarted: load it
+        scripts.load("publish_batch_once")
+        run_batch(client, [command], transaction=False)
+    return [e.id for e in envelopes]
 
 
 def send_once(

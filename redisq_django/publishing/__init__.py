@@ -90,8 +90,10 @@ def publish_on_commit(
     With the outbox enabled for ``queue`` (``REDISQ['OUTBOX']``), the message is stored
     as an ``OutboxMessage`` row in the same transaction and forwarded to Redis right
     after the commit, or later by the relay if Redis is unavailable: nothing is lost.
-    Without the outbox, a Redis outage or refusal at commit time loses the message; it
-    is logged as an error naming the message. Nothing raises after the commit.
+    Without the outbox, a send whose outcome is unknown (a timeout) is sent again, safely
+    (Redis publishes each transaction's batch once), a few times within a second; a
+    Redis outage or refusal past that loses the message; it is logged as an error
+    naming the message. Nothing raises after the commit.
 
     Args:
         queue, payload, headers, delay, eta: as :func:`publish`.

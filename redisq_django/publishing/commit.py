@@ -2,7 +2,9 @@
 
 Every ``publish_on_commit``, model event and outbox row of a transaction joins one
 :class:`CommitBatch`, registered once with ``transaction.on_commit``; after the commit it
-sends the messages of each queue together and relays the outbox rows together.
+sends the messages of each queue together and relays the outbox rows together. Each
+queue's messages go as one batch with an id of its own, which Redis publishes once
+(``publish_batch_once.lua``): after a timeout the batch is sent again, safely.
 
 A batch is tied to a savepoint context, exactly as Django ties ``on_commit`` callbacks:
 a message published inside a savepoint that rolls back must not go out. So a message
@@ -15,18 +17,53 @@ a transaction without savepoints, that is one batch.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from django.db import transaction
 
 from redisq_django.connection import get_broker
-from redisq_django.core.envelope import Envelope
+from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 
 logger = logging.getLogger("redisq.publish")
 
 #: How much of a payload the "not published" error log shows.
 LOG_PREVIEW_CHARS = 500
+
+#: Seconds to wait before each new try of a batch whose outcome is unknown (a timeout, a
+#: lost connection): three tries in all. Short and bounded: the code that committed waits.
+RETRY_BACKOFF_S = (0.05, 0.25)
+
+
+def send_batch(queue: str, envelopes: list[Envelope]) -> None:
+    """Send one queue's messages of a transaction, all or none, under a batch id of
+    their own; after an unknown outcome the same batch is sent again (safe: Redis
+    publishes a batch id once), up to ``len(RETRY_BACKOFF_S)`` more times.
+
+    Raises:
+        RedisUnavailable: every try failed; the outcome is unknown.
+        RedisRefused: Redis refused the batch, so published none of it (not retried:
+            the refusal lasts longer than our short backoff).
+    """
+    batch_id = new_message_id()
+    for wait_s in (*RETRY_BACKOFF_S, None):
+        try:
+            get_broker().send(envelopes, batch=batch_id)
+            return
+        except RedisRefused:
+            raise  # certain: nothing was published, and sending again now is refused too
+        except RedisUnavailable:
+            if wait_s is None:
+                raise
+            logger.warning(
+                "Sending %d message(s) for queue %r after the commit: outcome unknown, "
+                "trying again in %.2f s (safe: the batch is published at most once)",
+                len(envelopes),
+                queue,
+                wait_s,
+            )
+            time.sleep(wait_s)
 
 
 @dataclass(eq=False)
@@ -45,7 +82,7 @@ class CommitBatch:
             by_queue.setdefault(envelope.queue, []).append(envelope)
         for queue, envelopes in by_queue.items():
             try:
-                get_broker().send(envelopes)
+                send_batch(queue, envelopes)
             except Exception as exc:
                 _log_not_published(queue, envelopes, exc)
         if self.outbox_rows:

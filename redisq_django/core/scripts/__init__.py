@@ -19,6 +19,7 @@ ScriptName = Literal[
     "fail",
     "heartbeat",
     "promote",
+    "publish_batch_once",
     "publish_delayed",
     "publish_once",
     "reclaim",

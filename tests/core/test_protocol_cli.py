@@ -191,6 +191,9 @@ class Keys:
     def sent(self, message_id: str) -> str:
         return self._q(f"sent:{message_id}")
 
+    def batch(self, batch_id: str) -> str:
+        return self._q(f"batch:{batch_id}")
+
     def direct(self, g: str) -> str:
         return self._q(f"g:{g}:direct")
 
@@ -539,6 +542,31 @@ def test_cli_publish_once_publishes_each_id_once(
     assert sorted(m.id for m in got) == sorted([mid, tid])
     # And mail receives only the published one
     assert [(e[1], e[2]["id"]) for e in mail.fetch()] == [(first[1], mid)]
+
+
+def test_cli_publish_batch_once_publishes_a_batch_once(
+    cli: Cli, keys: Keys, broker: Broker, queue_name: str
+) -> None:
+    # Given a registered consumer and a batch (an immediate and a delayed message)
+    foreign(cli, keys).ensure()
+    marker = keys.batch("0c4f9a2be17d4e0a9b8c7d6e5f4a3b2c")
+    args = [
+        600000, 2,
+        "0", 2, "payload", '{"order":47}', "id", "m-47",
+        "+100", 2, "payload", '{"order":48}', "id", "m-48",
+    ]  # fmt: skip
+    # When publish_batch_once.lua sends it twice (a retry after an unknown outcome)
+    first = cli.script("publish_batch_once", [keys.log, keys.delayed, marker], args)
+    second = cli.script("publish_batch_once", [keys.log, keys.delayed, marker], args)
+    # Then the first publishes both (entry id, due time), the second nothing
+    assert first[0] == 1 and first[1] == cli("XRANGE", keys.log, "-", "+")[0][0]
+    assert second == [0]
+    assert (cli("XLEN", keys.log), cli("ZCARD", keys.delayed)) == (1, 1)
+    assert json.loads(cli("ZRANGE", keys.delayed, 0, -1)[0])["due_at"] == str(first[2])
+    assert 0 < cli("PTTL", marker) <= 600000
+    # And a Python instance receives each message once, under its own id
+    got = drain(broker.subscribe(queue_name, "billing", "py-1"), expected=2, timeout_s=5)
+    assert [m.id for m in got] == ["m-47", "m-48"]
 
 
 # -- settling --------------------------------------------------------------------------------

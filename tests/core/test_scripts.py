@@ -415,6 +415,29 @@ def test_fail_dead_writes_the_dead_letter(
     assert redis_client.exists(gk.retry) == 0
 
 
+@pytest.mark.parametrize(
+    ("mode", "broken"), [("retry", "retry"), ("dead", "dead"), ("retry", "events")]
+)
+def test_fail_with_a_key_of_the_wrong_type_writes_nothing_and_keeps_the_entry_pending(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys, mode: str, broken: str
+) -> None:
+    # Given a delivered entry, and the retry set, dead stream or events stream taken by a
+    # string (an operator's mistake, another program)
+    create_group(redis_client, gk)
+    [entry] = add(redis_client, qk.log, 1)
+    read(redis_client, qk.log, "c1")
+    keys = [qk.log, gk.retry, gk.dead, qk.events]
+    redis_client.set(keys[("x", "retry", "dead", "events").index(broken)], "not mine")
+    args = [G, "c1", entry, "0", mode, 12345, 2, "e", "retried", "g", G, "payload", "1"]
+    # When c1 fails it, then the script refuses before writing anything
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        broker.scripts("fail", keys, args)
+    # And the entry is still pending for c1: retried later instead of lost
+    assert [p[0] for p in pending(redis_client, qk.log)] == [entry]
+    for key in keys[1:]:
+        assert redis_client.type(key) in (b"none", b"string")
+
+
 def test_fail_from_direct_deletes_the_entry(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:

@@ -22,12 +22,26 @@
 --
 -- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
 -- lease expired and another instance owns it now: that instance settles it instead).
+-- A key of the wrong type is refused (WRONGTYPE) before anything is written: Redis does
+-- not undo a script's earlier writes, and the entry must stay pending rather than be
+-- acknowledged without its retry or dead letter.
 
 local group, consumer, id = ARGV[1], ARGV[2], ARGV[3]
 
 local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
 if #pending == 0 then return 0 end
 if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
+
+local wanted = {{KEYS[2], 'zset'}, {KEYS[3], 'stream'}, {KEYS[4], 'stream'}}
+for _, key in ipairs(wanted) do
+  if key[1] then
+    local found = redis.call('TYPE', key[1])['ok']
+    if found ~= 'none' and found ~= key[2] then
+      return redis.error_reply('WRONGTYPE ' .. key[1] .. ' holds a ' .. found ..
+        ', not a ' .. key[2] .. '; nothing was settled')
+    end
+  end
+end
 
 local due = ARGV[6]
 if ARGV[5] == 'retry' and string.sub(due, 1, 1) == '+' then

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.wire import to_str
+
+logger = logging.getLogger("redisq.stats")
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,19 @@ def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueS
         length, delayed, dropped, first, groups, archived, events = pipe.execute(
             raise_on_error=False
         )
-    if isinstance(groups, Exception):
-        groups = []
+    # A key of the wrong type (an operator's mistake, another program) answers an error in
+    # place of its figure: it counts as empty here, and is logged, rather than failing the
+    # whole status page or command.
+    length, delayed, dropped, first, groups, archived, events = _usable(
+        keys.queue,
+        (length, 0),
+        (delayed, 0),
+        (dropped, None),
+        (first, []),
+        (groups, []),
+        (archived, None),
+        (events, 0),
+    )
     now = dt.datetime.now(dt.UTC)
     now_score = int(now.timestamp() * 1000)
     consumers = []
@@ -108,7 +122,19 @@ def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueS
             p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = pipe.execute(
                 raise_on_error=False
             )
-        p_direct = p_direct if isinstance(p_direct, dict) else {"pending": 0, "min": None}
+        none_pending: dict[str, Any] = {"pending": 0, "min": None}
+        p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = _usable(
+            f"{keys.queue}/{name}",
+            (p_log, none_pending),
+            (p_direct, none_pending),
+            (retry, 0),
+            (direct, 0),
+            (dead, 0),
+            (alive, 0),
+            (undelivered, []),
+            (first_direct, []),
+        )
+        p_direct = p_direct if isinstance(p_direct, dict) else none_pending
         lag = info.get("lag")
         if lag is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
             lag = _count_after(client, keys.log, last) if undelivered else 0
@@ -135,14 +161,25 @@ def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueS
         )
     return QueueStats(
         name=keys.queue,
-        length=int(length) if not isinstance(length, Exception) else 0,
+        length=int(length),
         delayed=int(delayed),
         dropped=int(dropped or 0),
-        oldest_id=to_str(first[0][0]) if first and not isinstance(first, Exception) else None,
+        oldest_id=to_str(first[0][0]) if first else None,
         consumers=sorted(consumers, key=lambda c: c.name),
         archive_lag=_count_after(client, keys.log, to_str(archived or b"0-0")) if history else None,
         events=int(events) if history else None,
     )
+
+
+def _usable(where: str, *replies: tuple[Any, Any]) -> list[Any]:
+    """Each ``(reply, default)``'s reply, or its default when Redis answered an error."""
+    out: list[Any] = []
+    for reply, default in replies:
+        if isinstance(reply, Exception):
+            logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)
+            reply = default
+        out.append(reply)
+    return out
 
 
 def _count_after(client: Any, log: str, last: str) -> int:

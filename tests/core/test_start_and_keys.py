@@ -8,6 +8,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from redisq_django.core import Broker
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import queue_keys, registry_key, validate_name
 from redisq_django.core.start import StartPoint
@@ -196,3 +197,21 @@ def test_invalid_name_is_a_value_error_and_non_strings_are_rejected() -> None:
         validate_name("queue", None)  # type: ignore[arg-type]
     with pytest.raises(InvalidName):
         validate_name("queue", 5)  # type: ignore[arg-type]
+
+
+def test_stats_count_a_key_of_the_wrong_type_as_empty(
+    redis_client: redis.Redis, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a queue with a consumer, and some of its keys taken by strings
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish_many(queue_name, [{"n": i} for i in range(3)])
+    keys = broker.keys(queue_name)
+    for key in (keys.delayed, keys.group("billing").retry, keys.group("billing").dead):
+        redis_client.set(key, "not a queue's")
+    # When the stats are read, then the rest is reported and the odd keys count as empty
+    stats = broker.stats(queue_name)
+    assert (stats.length, stats.delayed) == (3, 0)
+    (billing,) = stats.consumers
+    assert (billing.lag, billing.waiting_retry, billing.dead) == (3, 0, 0)
+    assert "WRONGTYPE" in caplog.text

@@ -21,6 +21,7 @@ from redisq_django.connection import get_broker
 from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
 from redisq_django.core.deadletter import DeadReason
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
+from redisq_django.core.errors import RedisUnavailable
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
@@ -160,8 +161,8 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
                 moved += n
                 if n < SINK_BATCH:
                     break
-        except _DATABASE_DOWN:
-            raise  # every other consumer would fail the same way
+        except (*_DATABASE_DOWN, RedisUnavailable):
+            raise  # every other consumer would fail the same way (the caller says it once)
         except Exception as exc:
             logger.exception("Dead letters of %s/%s could not be sunk", queue, consumer)
             failed = failed or exc

@@ -139,3 +139,22 @@ def test_the_command_says_why_undecodable_dead_letters_are_not_retried(
     assert "Re-drove 0 dead letter(s)" in out.getvalue()
     assert "1 undecodable dead letter(s) cannot be re-driven" in out.getvalue()
     assert DeadLetter.objects.get(queue=queue_name).status == DeadLetter.Status.DEAD
+
+
+def test_redis_down_stops_the_sink_at_once_with_one_error(
+    settings: Any, fresh_redis_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redisq_django.core.errors import RedisUnavailable
+
+    # Given dead letters known to be in a Redis that then goes away
+    settings.REDISQ = {"URL": fresh_redis_server.url}
+    broker = get_broker()
+    for queue in ("q1", "q2", "q3"):
+        broker.ensure_consumer(queue, "billing")
+    pairs = [(q, "billing") for q in ("q1", "q2", "q3")]
+    fresh_redis_server.stop()
+    # When the sink runs, then it raises RedisUnavailable once (the worker's ticker logs
+    # it quietly and tries again) instead of an ERROR with a traceback per consumer
+    with pytest.raises(RedisUnavailable):
+        deadletters.sink_all(pairs)
+    assert "could not be sunk" not in caplog.text

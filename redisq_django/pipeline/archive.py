@@ -37,14 +37,17 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
-from redisq_django.pipeline.preflight import commit_positions, queues_to_archive
-from redisq_django.pipeline.progress import ArchiveSummary, TableTally
+from redisq_django.pipeline.preflight import commit_positions, last_entry_ids, queues_to_archive
+from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
+from redisq_django.pipeline.redis_io import parse_id
+from redisq_django.pipeline.schemas import PARQUET_OPTIONS
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
 
 #: The event time of each table's rows, whose UTC day is the ``date`` partition.
 TIME_COLUMNS = {"messages": "published_at", "events": "time"}
 PARTITION_COLUMNS = ("queue", "date")
+
 #: How often the driver looks at the queries (progress, failure, stop requests), seconds.
 POLL_SECONDS = 0.25
 _MICROS_PER_DAY = 86_400_000_000
@@ -96,10 +99,13 @@ def archive(
     queues = queues_to_archive(options)
     stop = stop or threading.Event()
     started = time.monotonic()
+    tables = [
+        t for t in ARCHIVED_TABLES if not options.once or _has_news(spark, options, t, queues)
+    ]
     runs: list[_Run] = []
     with _stop_on_signals(stop) as hard_stop:
         try:
-            for table in ARCHIVED_TABLES:
+            for table in tables:
                 runs.append(_start(spark, options, table, queues))
             _watch(runs, options, stop, hard_stop)
         finally:
@@ -108,15 +114,35 @@ def archive(
                     run.query.stop()
     for run in runs:
         run.harvest()
-        _commit_last_batch(spark, options, run.table)
+    for table in ARCHIVED_TABLES:
+        _commit_last_batch(spark, options, table)
     failures = [f"{run.table}: {msg}" for run in runs if (msg := run.failure())]
     if failures:
         raise ArchiveError("archive query failed: " + "; ".join(failures))
-    tallies = {run.table: run.tally.summary() for run in runs}
+    tallies = {table: TableSummary() for table in ARCHIVED_TABLES}
+    tallies.update({run.table: run.tally.summary() for run in runs})
     return ArchiveSummary(
         messages=tallies["messages"],
         events=tallies["events"],
         seconds=time.monotonic() - started,
+    )
+
+
+def _has_news(
+    spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
+) -> bool:
+    """Whether a ``--once`` run has anything of ``table`` to archive: an entry after the
+    offset of the query's last committed batch in some queue (any entry, without a
+    checkpoint). A query with nothing to do still costs seconds to start and competes with
+    the other table's for the cores (with history off the events stream never exists), so
+    it is not started; the next run starts it from its checkpoint as usual."""
+    last = last_entry_ids(options, table, queues)
+    if not last:
+        return False
+    done = last_committed_offset(spark, options.checkpoint_path(table)) or {}
+    return any(
+        queue not in done or parse_id(entry_id) > parse_id(done[queue])
+        for queue, entry_id in last.items()
     )
 
 
@@ -187,6 +213,7 @@ def _start_query(
         .queryName(f"redisq-archive-{table}")
         .outputMode("append")
         .partitionBy(*PARTITION_COLUMNS)
+        .options(**PARQUET_OPTIONS[table])
         .option("path", options.table_path(table))
         .option("checkpointLocation", options.checkpoint_path(table))
     )

@@ -62,6 +62,7 @@ from pyspark.sql import functions as F
 
 from redisq_django.pipeline.job_options import CompactOptions
 from redisq_django.pipeline.options import ARCHIVED_TABLES, JobError, join_path, one_line
+from redisq_django.pipeline.schemas import PARQUET_OPTIONS
 from redisq_django.pipeline.sink_log import (
     HadoopFs,
     LogFile,
@@ -219,7 +220,8 @@ def _compact_table(
     out = deduped.withColumn("_bucket", bucket).repartition(
         sum(wanted.values()), "queue", "date", "_bucket"
     )
-    out.drop("_bucket").write.partitionBy("queue", "date").parquet(staging)
+    writer = out.drop("_bucket").write.partitionBy("queue", "date")
+    writer.options(**PARQUET_OPTIONS[table]).parquet(staging)
     result.rows_before = frame.count()
     result.rows_after = spark.read.parquet(staging).count()
     new_entries = _move_into_place(fs, staging, table_path, run)

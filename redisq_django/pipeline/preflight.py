@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.keys import queue_keys
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 
 
@@ -48,3 +49,20 @@ def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
             "that Redis runs."
         ) from exc
     return options.queues or tuple(existing)
+
+
+def last_entry_ids(options: ArchiveOptions, table: str, queues: tuple[str, ...]) -> dict[str, str]:
+    """The last entry id of ``table``'s stream (``messages``: the log, ``events``: the
+    events stream) of each of ``queues`` that has one; empty or missing streams are left
+    out. One round trip."""
+    with redis_client(options) as client:
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            keys = queue_keys(options.prefix, queue)
+            pipe.xrevrange(keys.log if table == "messages" else keys.events, count=1)
+        replies = pipe.execute()
+    return {
+        queue: entry[0][0].decode() if isinstance(entry[0][0], bytes) else str(entry[0][0])
+        for queue, entry in zip(queues, replies, strict=True)
+        if entry
+    }

@@ -102,3 +102,27 @@ def arrow_schema(table: Table) -> pa.Schema:
     """The Arrow schema of ``table``'s record batches (timestamps in UTC microseconds),
     built as the engine builds the schema it validates them against."""
     return to_arrow_schema(SCHEMAS[table], timezone="UTC")
+
+
+def _parquet_options(
+    no_dictionary: tuple[str, ...], no_statistics: tuple[str, ...]
+) -> dict[str, str]:
+    return {
+        **{f"parquet.enable.dictionary#{c}": "false" for c in no_dictionary},
+        **{f"parquet.column.statistics.enabled#{c}": "false" for c in no_statistics},
+    }
+
+
+#: parquet-mr settings of each table's files (options of the file sink, and of the
+#: ``compact`` job's rewrite). A profile of the archive's executors (Java Flight Recorder,
+#: bench/RESULTS.md) found about a third of their time in dictionary look-ups and min/max
+#: statistics of columns where neither pays off: ids are unique per row, so their
+#: dictionary only grows until parquet-mr drops it, and nobody prunes files by the
+#: lexicographic minimum of a JSON payload. Readers see the same values either way.
+PARQUET_OPTIONS: dict[str, dict[str, str]] = {
+    "messages": _parquet_options(
+        no_dictionary=("message_id", "entry_id", "payload"),
+        no_statistics=("payload", "headers"),
+    ),
+    "events": _parquet_options(no_dictionary=("message_id",), no_statistics=("error_message",)),
+}

@@ -118,6 +118,43 @@ def test_new_messages_after_a_run_are_archived_by_the_next_run(
     assert broker.archive_positions(f"{queue_name}.other") == {}
 
 
+def test_a_once_run_starts_no_query_for_a_table_with_nothing_new(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given a queue with messages and no events stream (history off)
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
+    first_ids = publish(broker, queue_name, 200)
+
+    # When archiving twice, then once more after new messages and events
+    first = archive(spark, options)
+    events_checkpoint = Path(options.checkpoint_path("events"))
+    messages_commits = Path(options.checkpoint_path("messages")) / "commits"
+    commits_after_first = sorted(p.name for p in messages_commits.iterdir())
+    second = archive(spark, options)
+    events_query_started = events_checkpoint.exists()
+    commits_after_second = sorted(p.name for p in messages_commits.iterdir())
+    later_ids = publish(broker, queue_name, 100, start=200)
+    n_events = add_events(broker, queue_name, later_ids)
+    third = archive(spark, options)
+
+    # Then the events query never started until there were events, the second run ran
+    # no micro-batch at all, and the third archived exactly what was new
+    assert (first.messages.rows, first.events.rows) == (200, 0)
+    assert not events_query_started
+    assert (second.messages.rows, second.events.rows, second.messages.batches) == (0, 0, 0)
+    assert commits_after_second == commits_after_first
+    assert (third.messages.rows, third.events.rows) == (100, n_events)
+    messages = read_table(spark, tmp_path, "messages")
+    assert count_and_distinct(messages, "message_id") == (300, 300)
+    assert {r[0] for r in messages.select("message_id").collect()} == set(first_ids + later_ids)
+    assert read_table(spark, tmp_path, "events").count() == n_events
+    # And the archive position covers everything archived, for both streams
+    assert broker.archive_positions(queue_name) == {
+        "messages": later_ids[-1],
+        "events": broker.client.xrevrange(broker.keys(queue_name).events, count=1)[0][0].decode(),
+    }
+
+
 class Publisher(threading.Thread):
     """Keeps publishing small batches to one queue, and samples the archive position."""
 

@@ -3,18 +3,20 @@
 Run with ``make bench-pipeline`` (or ``.venv/bin/python bench/pipeline.py``; needs the
 ``pipeline`` extra and Java 17+). On one private redis-server:
 
-1. publish ``--messages`` (300,000) messages to one queue (``Broker.publish_many``);
-2. **archive**: the ``archive`` job (``trigger(availableNow=True)``) on ``local[2]``
-   after a warm-up run on another queue (the first run of a JVM pays for starting the
-   Python workers and the JIT). Figures: messages/s over the micro-batches' own time as
+1. publish ``--messages`` (300,000) messages to each of ``--rounds`` (3) queues
+   (``Broker.publish_many``);
+2. **archive**: the ``archive`` job (``trigger(availableNow=True)``) on ``local[2]``,
+   once per queue, after a warm-up run on another queue (the first run of a JVM pays for
+   starting the Python workers and the JIT). Figures: messages/s over the micro-batches' own time as
    Spark's progress reports it (steady state), and over the run's wall time (query start
    and stop included);
 3. **loop**: the same messages read with ``XRANGE ... COUNT 10000`` pages in this
    process, each page turned into a pyarrow table of the archive's ``messages`` columns
-   and appended to one Parquet file (``pyarrow.parquet.ParquetWriter``).
+   and appended to one Parquet file (``pyarrow.parquet.ParquetWriter``), after each
+   archive run (interleaved, so that the machine's load hits both alike).
 
-Prints one table: messages/s of both and their ratio. Nothing is asserted; the figures
-vary with the machine (bench/RESULTS.md records them).
+Prints one table, the medians of the rounds' messages/s and their ratio, then each round.
+Nothing is asserted; the figures vary with the machine (bench/RESULTS.md records them).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +185,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=300_000, help="messages archived")
     ap.add_argument("--warmup", type=int, default=100_000, help="messages of the warm-up run")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="archive runs and loops, interleaved (median)"
+    )
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--page", type=int, default=10_000, help="XRANGE page of the loop")
     ap.add_argument(
@@ -207,10 +214,11 @@ def main() -> int:
         try:
             url = server.url
             broker = Broker(redis.Redis.from_url(url))
-            log(f"publishing {args.messages:,} + {args.warmup:,} (warm-up) messages ...")
-            seconds = publish(broker, QUEUE, args.messages)
+            queues = [f"{QUEUE}{i}" for i in range(args.rounds)]
+            log(f"publishing {args.rounds} x {args.messages:,} + {args.warmup:,} (warm-up) ...")
+            seconds = sum(publish(broker, queue, args.messages) for queue in queues)
             publish(broker, WARMUP_QUEUE, args.warmup)
-            log(f"  {args.messages / seconds:,.0f} msg/s published")
+            log(f"  {args.rounds * args.messages / seconds:,.0f} msg/s published")
 
             log(f"starting Spark ({args.master}) ...")
             conf = {"spark.sql.shuffle.partitions": "2", **parse_conf(args.conf)}
@@ -219,27 +227,32 @@ def main() -> int:
             log("warm-up archive run ...")
             warm = spark_archive(spark, url, tmp / "warmup", WARMUP_QUEUE, None)
             log(f"  {warm.line()}")
-            log("archive run ...")
-            summary = spark_archive(spark, url, tmp / "archive", QUEUE, args.max_per_trigger)
-            log(f"  {summary.line()}")
-            stored = spark.read.parquet(str(tmp / "archive" / "messages")).count()
+            rounds: list[Round] = []
+            for i, queue in enumerate(queues):
+                # Interleaved, so that a change in the machine's load hits both alike.
+                log(f"round {i + 1}: archive ...")
+                summary = spark_archive(
+                    spark, url, tmp / f"archive{i}", queue, args.max_per_trigger
+                )
+                log(f"  {summary.line()}")
+                stored = spark.read.parquet(str(tmp / f"archive{i}" / "messages")).count()
+                log(f"round {i + 1}: hand-written loop ...")
+                rows, loop_seconds = hand_loop(url, queue, tmp / "loop.parquet", args.page)
+                rounds.append(Round(summary, stored, rows, loop_seconds))
             spark.stop()
-
-            log("hand-written loop ...")
-            rows, loop_seconds = hand_loop(url, QUEUE, tmp / "loop.parquet", args.page)
         finally:
             server.stop()
 
-    messages = summary.messages
-    steady = messages.busy_rate
-    wall = messages.rows / summary.seconds if summary.seconds else 0.0
-    loop = rows / loop_seconds
+    steady = statistics.median(r.summary.messages.busy_rate for r in rounds)
+    wall = statistics.median(r.wall_rate for r in rounds)
+    loop = statistics.median(r.loop_rate for r in rounds)
     print()
     print(
-        f"archive benchmark: {args.messages:,} messages, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, PySpark {pyspark.__version__}, {java_version()}"
+        f"archive benchmark: {args.messages:,} messages x {args.rounds} rounds, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"PySpark {pyspark.__version__}, {java_version()}"
     )
-    print(f"{'measurement':<46} {'messages/s':>12} {'vs loop':>8}")
+    print(f"{'measurement (median of the rounds)':<46} {'messages/s':>12} {'vs loop':>8}")
     print(
         f"{'archive job, micro-batch time (' + args.master + ')':<46} {steady:>12,.0f} "
         f"{steady / loop:>7.2f}x"
@@ -248,15 +261,37 @@ def main() -> int:
         f"{'archive job, wall time incl. query start/stop':<46} {wall:>12,.0f} {wall / loop:>7.2f}x"
     )
     print(f"{'hand-written loop (XRANGE 10k -> pyarrow)':<46} {loop:>12,.0f} {1:>7.2f}x")
-    print(
-        f"archive: {messages.rows:,} rows in {messages.batches} micro-batch(es), "
-        f"{messages.busy_ms / 1000:.1f} s busy, {summary.seconds:.1f} s wall; "
-        f"{stored:,} rows read back; loop: {rows:,} rows in {loop_seconds:.1f} s"
-    )
-    if stored != args.messages or rows != args.messages:
+    for i, r in enumerate(rounds, 1):
+        m = r.summary.messages
+        print(
+            f"round {i}: archive {m.rows:,} rows in {m.batches} micro-batch(es), "
+            f"{m.busy_ms / 1000:.2f} s busy ({m.busy_rate:,.0f}/s, "
+            f"{m.busy_rate / r.loop_rate:.2f}x), {r.summary.seconds:.1f} s wall; "
+            f"{r.stored:,} rows read back; loop {r.rows:,} rows in {r.loop_seconds:.2f} s"
+        )
+    if any(r.stored != args.messages or r.rows != args.messages for r in rounds):
         print("WARNING: row counts differ from the messages published", file=sys.stderr)
         return 1
     return 0
+
+
+@dataclass
+class Round:
+    """One archive run and one loop over the same queue."""
+
+    summary: Any
+    stored: int
+    rows: int
+    loop_seconds: float
+
+    @property
+    def wall_rate(self) -> float:
+        seconds = self.summary.seconds
+        return self.summary.messages.rows / seconds if seconds else 0.0
+
+    @property
+    def loop_rate(self) -> float:
+        return self.rows / self.loop_seconds
 
 
 if __name__ == "__main__":

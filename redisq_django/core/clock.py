@@ -46,4 +46,19 @@ def ms_from_entry_id(entry_id: bytes | str) -> int:
     return int(text.split("-", 1)[0])
 
 
+#: The largest sequence number of a stream entry id: ``f"{ms}-{MAX_SEQ}"`` is the last
+#: possible id of millisecond ``ms``.
+MAX_SEQ = 2**64 - 1
+
+
+def first_id_of_ms(ms: int) -> str:
+    """The first possible stream entry id of millisecond ``ms`` (``0-0`` before the epoch)."""
+    return f"{max(ms, 0)}-0"
+
+
+def last_id_of_ms(ms: int) -> str:
+    """The last possible stream entry id of millisecond ``ms`` (``0-0`` before the epoch)."""
+    return f"{ms}-{MAX_SEQ}" if ms >= 0 else "0-0"
+
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -6,8 +6,9 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
+from redisq_django.core.clock import last_id_of_ms
+
 _ENTRY_ID = re.compile(r"^([0-9]+)(?:-([0-9]+))?\Z")  # ASCII digits; no final "\n"
-_MAX_SEQ = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,4 @@ def _id_before(ms: int, seq: int) -> str:
     """The largest stream id smaller than ``ms-seq``."""
     if seq > 0:
         return f"{ms}-{seq - 1}"
-    if ms > 0:
-        return f"{ms - 1}-{_MAX_SEQ}"
-    return "0-0"
+    return last_id_of_ms(ms - 1)

@@ -84,9 +84,11 @@ class RedisqReader(DataSourceReader):
 
     No ``pushFilters``: in PySpark 4.3 a DataFrame reuses the partitions planned for a
     filtered query derived from the same ``load()`` (``df.where(queue == "a").count()``
-    then ``df.count()`` counted queue ``a`` only), so narrowing the id ranges by the
-    pushed filters would make later queries silently miss rows. Filters apply after
-    the scan instead.
+    then ``df.count()`` counted queue ``a`` only; Spark does not even call
+    ``pushFilters`` for the unfiltered query, so the reader cannot undo it), and
+    narrowing the id ranges by pushed filters would make later queries silently miss
+    rows. Filters apply after the scan; options ``since`` and ``until`` narrow the
+    ranges read, explicitly, for the whole DataFrame.
     """
 
     def __init__(self, options: SourceOptions) -> None:
@@ -97,10 +99,14 @@ class RedisqReader(DataSourceReader):
         conn = redis_io.client(self.options)
         try:
             queues = redis_io.list_queues(conn, self.options)
+            lo = self.options.since or redis_io.ZERO_ID
+            hi = self.options.until or "+"
+            if hi != "+" and redis_io.parse_id(lo) > redis_io.parse_id(hi):
+                return []
             return [
                 partition
                 for stream in redis_io.streams(conn, self.options, queues)
-                for partition in plan_ranges(self.options, conn, stream, redis_io.ZERO_ID, "+")
+                for partition in plan_ranges(self.options, conn, stream, lo, hi)
             ]
         finally:
             conn.close()

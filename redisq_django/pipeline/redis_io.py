@@ -14,13 +14,12 @@ from typing import Any
 import redis
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import queue_keys, registry_key
 from redisq_django.pipeline.schemas import Table
 from redisq_django.pipeline.source_options import SourceOptions
 
-#: The largest sequence number of a stream id: ``f"{ms}-{MAX_SEQ}"`` ends millisecond ms.
-MAX_SEQ = 2**64 - 1
 #: "Nothing read yet": every real entry id is after it.
 ZERO_ID = "0-0"
 
@@ -65,16 +64,6 @@ def later(a: str, b: str) -> str:
 def earlier(a: str, b: str) -> str:
     """The earlier of two entry ids."""
     return a if parse_id(a) <= parse_id(b) else b
-
-
-def first_id_of_ms(ms: int) -> str:
-    """The first possible entry id of millisecond ``ms``."""
-    return f"{max(ms, 0)}-0"
-
-
-def last_id_of_ms(ms: int) -> str:
-    """The last possible entry id of millisecond ``ms`` (``0-0`` before the epoch)."""
-    return f"{ms}-{MAX_SEQ}" if ms >= 0 else ZERO_ID
 
 
 def text(value: Any) -> str:

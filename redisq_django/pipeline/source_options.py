@@ -8,9 +8,12 @@ executor needs to reach Redis (URL, prefix, cluster flag): never Django settings
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from redisq_django.core.clock import datetime_to_ms, first_id_of_ms, last_id_of_ms
 from redisq_django.core.keys import validate_name
 from redisq_django.pipeline.schemas import Table
 
@@ -21,6 +24,7 @@ DEFAULT_WRITE_BATCH = 500
 #: Entries per XRANGE page when reading.
 DEFAULT_PAGE_SIZE = 2000
 
+_ENTRY_ID = re.compile(r"^\d+-\d+$")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
@@ -58,6 +62,27 @@ def _queues(raw: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(validate_name("queue", q) for q in names))
 
 
+def _bound(options: Mapping[str, str], name: str, *, end: bool) -> str | None:
+    """Option ``since``/``until`` as an entry id: given as an id (``1700000000000-0``), or
+    an ISO 8601 time (naive: UTC) meaning the first (``since``) or last (``until``) id of
+    its millisecond."""
+    raw = str(options.get(name) or "").strip()
+    if not raw:
+        return None
+    if _ENTRY_ID.match(raw):
+        return raw
+    try:
+        when = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise OptionError(
+            f"Option {name!r} must be an ISO 8601 time or an entry id; got {raw!r}."
+        ) from None
+    ms = datetime_to_ms(when if when.tzinfo else when.replace(tzinfo=dt.UTC))  # rounds up
+    if not end:
+        return first_id_of_ms(ms)
+    return last_id_of_ms(ms - 1 if when.microsecond % 1000 else ms)
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Every option of the ``redisq`` data source, validated.
@@ -81,6 +106,8 @@ class SourceOptions:
         once: when writing, publish at most once per message id (column ``message_id``).
         write_batch: envelopes per send when writing.
         page_size: entries per XRANGE page when reading.
+        since: a batch read starts at this entry id (inclusive; None: the first entry).
+        until: a batch read ends at this entry id (inclusive; None: the last entry).
     """
 
     url: str
@@ -96,6 +123,8 @@ class SourceOptions:
     once: bool = False
     write_batch: int = DEFAULT_WRITE_BATCH
     page_size: int = DEFAULT_PAGE_SIZE
+    since: str | None = None
+    until: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -133,4 +162,6 @@ class SourceOptions:
             write_batch=_positive_int(options, "batchSize", DEFAULT_WRITE_BATCH)
             or DEFAULT_WRITE_BATCH,
             page_size=_positive_int(options, "pageSize", DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+            since=_bound(options, "since", end=False),
+            until=_bound(options, "until", end=True),
         )

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.clock import ms_from_entry_id, ms_to_datetime
+from redisq_django.core.clock import MAX_SEQ, ms_from_entry_id, ms_to_datetime
 from redisq_django.pipeline import schemas
-from redisq_django.pipeline.redis_io import MAX_SEQ, split
+from redisq_django.pipeline.redis_io import split
 from redisq_django.pipeline.streaming import shares, starting_offset
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 
@@ -189,6 +189,40 @@ def test_filters_on_a_loaded_dataframe_leave_it_whole(
     assert sorted(r.message_id for r in since.collect()) == sorted(late)
     # The unfiltered DataFrame still reads everything (Spark reuses a load()'s plan).
     assert df.count() == len(early) + len(late) + 1
+
+
+def test_since_and_until_narrow_what_a_batch_read_reads(
+    queue_name: str, spark: Any, broker: Broker, redis_url: str
+) -> None:
+    # Given three spells of messages a few milliseconds apart
+    early = publish_spread(broker, queue_name, 200)
+    time.sleep(0.02)
+    middle = publish_spread(broker, queue_name, 300)
+    time.sleep(0.02)
+    late = publish_spread(broker, queue_name, 100)
+    first_ms, last_ms = ms_from_entry_id(middle[0]), ms_from_entry_id(middle[-1])
+
+    # When reading with since/until as ISO times, and as entry ids
+    by_time = reader(
+        spark,
+        redis_url,
+        queue=queue_name,
+        since=utc(first_ms).isoformat(),
+        until=utc(last_ms).replace(tzinfo=None).isoformat(),  # naive: UTC
+    ).load()
+    by_id = reader(spark, redis_url, queue=queue_name, since=middle[1], until=late[0]).load()
+    none = reader(spark, redis_url, queue=queue_name, since=late[-1], until=early[0]).load()
+
+    # Then each reads exactly the entries in its range, and its count agrees afterwards
+    assert sorted(r.message_id for r in by_time.collect()) == sorted(middle)
+    assert by_time.count() == len(middle)
+    assert sorted(r.message_id for r in by_id.collect()) == sorted(middle[1:] + late[:1])
+    assert none.count() == 0
+
+
+def test_since_and_until_must_be_times_or_entry_ids(spark: Any, redis_url: str) -> None:
+    with pytest.raises(Exception, match="Option 'since' must be an ISO 8601 time or an entry id"):
+        reader(spark, redis_url, since="yesterday").load().count()
 
 
 def test_events_are_one_row_per_message(

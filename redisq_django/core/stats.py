@@ -240,7 +240,8 @@ def _usable(where: str, *replies: tuple[Any, Any]) -> list[Any]:
     out: list[Any] = []
     for reply, default in replies:
         if isinstance(reply, Exception):
-            logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)
+            if not str(reply).startswith("no such key"):  # XINFO of a queue not yet written
+                logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)
             reply = default
         out.append(reply)
     return out

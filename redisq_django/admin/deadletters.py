@@ -210,12 +210,12 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
         return format_html(
             '<span class="redisq-error-class">{}</span>{}',
             obj.error_class or "-",
-            Truncator(obj.error_message).chars(140),
+            Truncator(obj.error_message).chars(120),
         )
 
     @admin.display(description=_("payload"))
     def payload_preview(self, obj: DeadLetter) -> SafeString:
-        return format_html("<code>{}</code>", Truncator(obj.payload).chars(100))
+        return format_html("<code>{}</code>", Truncator(obj.payload).chars(60))
 
     @admin.display(description=_("payload"))
     def pretty_payload(self, obj: DeadLetter) -> SafeString:

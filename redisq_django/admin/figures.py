@@ -123,7 +123,8 @@ def instances(alive: int | None, stalled: bool) -> SafeString:
         return unknown()
     if stalled:
         return format_html(
-            '<span class="redisq-fig redisq-stalled" title="{}">{} ⚠ {}</span>',
+            '<span class="redisq-fig redisq-stalled" title="{}">{} ⚠'
+            '<span class="redisq-stalled-text"> {}</span></span>',
             STALLED_TITLE,
             alive,
             STALLED_TEXT,

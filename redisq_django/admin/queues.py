@@ -189,9 +189,9 @@ class QueueAdmin(PauseActions):
             return format_html("<p>{}</p>", _("No consumer declared in code yet."))
         head = format_html_join(
             "",
-            "<th>{}</th>",
+            '<th class="{}">{}</th>',
             (
-                (t,)
+                ("redisq-phone-hide" if t in (_("in flight"), _("retrying")) else "", t)
                 for t in (
                     _("consumer"),
                     _("state"),
@@ -205,7 +205,8 @@ class QueueAdmin(PauseActions):
         )
         body = format_html_join(
             "",
-            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td>'
+            '<td class="redisq-phone-hide">{}</td><td class="redisq-phone-hide">{}</td>'
             "<td>{}</td><td>{}</td></tr>",
             lines,
         )

@@ -196,9 +196,11 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
         if request.POST.get("post") == "yes":
             return None
         hidden = [("action", action), ("post", "yes"), ("index", "0")]
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
         if request.POST.get("select_across") == "1":
-            hidden.append(("select_across", "1"))
-        else:  # at most one page of ids (list_per_page)
-            selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+            # Every matching row: the filter (in the URL) selects them. Django still wants
+            # one ticked id to run an action; the rows come from the filter, not from it.
+            hidden += [("select_across", "1"), (ACTION_CHECKBOX_NAME, selected[0])]
+        else:  # the ticked rows: at most one page of ids (list_per_page)
             hidden += [(ACTION_CHECKBOX_NAME, pk) for pk in selected]
         return self.summary_page(request, queryset, op, hidden)

@@ -264,7 +264,7 @@ def test_archive_lag_is_shown_when_history_is_on(queue_name: str, redisq_setting
     assert cell(page.content, "archive_lag", queue_name) == ["3"]
     overview = client.get(reverse("admin:redisq_django_overview_changelist"))
     assert b"archive lag" in overview.content
-    assert re.search(rf'data-label="archive lag"><span [^>]*>3</span>', overview.content.decode())
+    assert re.search(r'data-label="archive lag"><span [^>]*>3</span>', overview.content.decode())
 
 
 def test_archive_lag_column_is_absent_when_history_is_off(queue_name: str, broker: Any) -> None:

@@ -1,0 +1,165 @@
+"""The operations console in a real browser: every page with a stopped or a hung Redis
+(answers within 2 s, a banner, unknown figures), every page at 1440x900 and 390x844
+without sideways scrolling (screenshots in test-artifacts/), and triage by group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+from playwright.sync_api import Page, expect
+
+from redisq_django.admin import live
+from redisq_django.connection import get_broker
+from redisq_django.models import Consumer, DeadLetter, Queue
+from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.console_data import Incident, incident
+from tests.support.hung_server import HungServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+#: Every admin page must answer within this, whatever Redis does (seconds).
+PAGE_DEADLINE_S = 2.0
+SIZES = {"1440": {"width": 1440, "height": 900}, "390": {"width": 390, "height": 844}}
+
+
+@pytest.fixture
+def made(redisq_settings: Any) -> Incident:
+    return incident(get_broker())
+
+
+@pytest.fixture
+def ops() -> User:
+    return User.objects.create_superuser("ops", password=PASSWORD)
+
+
+def pages(made: Incident) -> dict[str, str]:
+    """Every page of the console, by name."""
+    queue = Queue.objects.get(name=made.queue)
+    billing = Consumer.objects.get(queue=queue, name="billing")
+    long = made.row("long")
+    return {
+        "overview": reverse("admin:redisq_django_overview_changelist"),
+        "queues": reverse("admin:redisq_django_queue_changelist"),
+        "queue": reverse("admin:redisq_django_queue_change", args=[queue.pk]),
+        "consumers": reverse("admin:redisq_django_consumer_changelist"),
+        "consumer": reverse("admin:redisq_django_consumer_change", args=[billing.pk]),
+        "deadletters": reverse("admin:redisq_django_deadletter_changelist"),
+        "deadletter": reverse("admin:redisq_django_deadletter_change", args=[long.pk]),
+        "undecodable": reverse(
+            "admin:redisq_django_deadletter_change", args=[made.row("undecodable").pk]
+        ),
+        "groups": reverse("admin:redisq_django_deadletter_groups") + "?status__exact=dead",
+        "retry-matching": reverse("admin:redisq_django_deadletter_matching", args=["retry"])
+        + "?status__exact=dead",
+    }
+
+
+#: Pages that read Redis, hence show the banner when it is sick.
+READ_REDIS = ("overview", "queues", "queue", "consumers", "consumer")
+
+
+def fits(page: Page) -> dict[str, Any]:
+    """Whether the page and its tables fit the viewport without sideways scrolling."""
+    result: dict[str, Any] = page.evaluate(
+        """() => {
+        const tables = [...document.querySelectorAll(
+            '#result_list, #redisq-overview, #redisq-groups, table.redisq-consumers')];
+        return {
+            page: [document.documentElement.scrollWidth, window.innerWidth],
+            tables: tables.map(t => {
+                const box = t.closest('.results, .redisq-overview-box') || t.parentElement;
+                return [t.id || t.className, t.scrollWidth, box.clientWidth];
+            }),
+        };
+    }"""
+    )
+    return result
+
+
+def assert_fits(page: Page, name: str) -> None:
+    found = fits(page)
+    width, inner = found["page"]
+    assert width <= inner, f"{name}: the page is {width}px wide in a {inner}px viewport"
+    for table, scroll, box in found["tables"]:
+        assert scroll <= box + 1, f"{name}: table {table} is {scroll}px wide in {box}px"
+
+
+# -- Redis stopped or hung -------------------------------------------------------------
+
+
+@pytest.fixture
+def sick(
+    request: pytest.FixtureRequest, settings: Any, volatile_redis_server: Any
+) -> Iterator[tuple[str, Incident]]:
+    """An incident in a private Redis, which is then stopped, or replaced by a socket
+    that accepts and never answers."""
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    made = incident(get_broker())
+    if request.param == "stopped":
+        volatile_redis_server.stop()
+        yield "stopped", made
+        return
+    with HungServer() as hung:
+        settings.REDISQ = {"URL": hung.url}
+        yield "hung", made
+        assert hung.accepted >= 1  # the pages did try it
+
+
+@pytest.mark.parametrize("sick", ["stopped", "hung"], indirect=True)
+def test_every_page_answers_within_two_seconds_when_redis_is_sick(
+    page: Page, live_server: Any, ops: User, sick: tuple[str, Incident], artifacts: Path
+) -> None:
+    how, made = sick
+    log_in(page, live_server, ops)
+    for name, url in pages(made).items():
+        # Each page on its own: no outage remembered from the page before
+        live.clear()
+        started = time.monotonic()
+        response = page.goto(live_server.url + url)
+        took = time.monotonic() - started
+        # Then it answers, in time, and says what it cannot know
+        assert response is not None and response.status == 200, (name, response)
+        assert took < PAGE_DEADLINE_S, f"{name} took {took:.2f}s with Redis {how}"
+        if name in READ_REDIS:
+            expect(page.locator("#redisq-banner")).to_contain_text("Redis is unreachable")
+            expect(page.locator(".redisq-unknown").first).to_be_visible()
+        page.screenshot(path=str(artifacts / f"redis-{how}-{name}.png"), full_page=True)
+
+    # The database-only figures still show: the 6 dead letters of billing, "6+?"
+    page.goto(live_server.url + reverse("admin:redisq_django_consumer_changelist"))
+    billing = page.locator("#result_list tbody tr").filter(has_text=f"{made.queue}/billing")
+    expect(billing.locator("td.field-dead")).to_have_text("6+?")
+    expect(billing.locator("td.field-state")).to_have_text("Active")
+
+    # A Retry with Redis sick: an error message, and the row stays dead
+    live.clear()
+    page.goto(live_server.url + pages(made)["deadletter"])
+    started = time.monotonic()
+    page.locator("#redisq-top").get_by_role("button", name="Retry").click()
+    expect(page.locator("ul.messagelist li.error")).to_contain_text("was not retried")
+    assert time.monotonic() - started < PAGE_DEADLINE_S
+    assert made.row("long").status == DeadLetter.Status.DEAD
+
+
+# -- layout ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_every_page_fits_the_screen_without_sideways_scrolling(
+    page: Page, live_server: Any, ops: User, made: Incident, size: str, artifacts: Path
+) -> None:
+    # Given the pages of an incident, on a laptop and on a phone
+    log_in(page, live_server, ops)
+    page.set_viewport_size(SIZES[size])
+    for name, url in pages(made).items():
+        # When each is opened
+        page.goto(live_server.url + url)
+        page.screenshot(path=str(artifacts / f"console-{name}-{size}.png"), full_page=True)
+        # Then neither the page nor its tables scroll sideways
+        assert_fits(page, f"{name} at {size}px")

@@ -163,3 +163,98 @@ def test_every_page_fits_the_screen_without_sideways_scrolling(
         page.screenshot(path=str(artifacts / f"console-{name}-{size}.png"), full_page=True)
         # Then neither the page nor its tables scroll sideways
         assert_fits(page, f"{name} at {size}px")
+
+
+# -- triage ----------------------------------------------------------------------------
+
+
+def test_triage_by_group_from_the_list_to_a_retried_group(
+    page: Page, live_server: Any, ops: User, made: Incident, artifacts: Path
+) -> None:
+    broker = get_broker()
+    with broker.subscribe(made.queue, "billing") as sub:  # billing's backlog, out of the way
+        for _ in range(10):
+            if not (batch := sub.fetch(count=100, block_ms=50)):
+                break
+            sub.ack(batch)
+    log_in(page, live_server, ops)
+    page.set_viewport_size(SIZES["1440"])
+
+    # Given the dead letters of billing, filtered on that consumer
+    page.goto(live_server.url + reverse("admin:redisq_django_deadletter_changelist"))
+    page.locator('#changelist-filter details[data-filter-title="consumer"]').get_by_role(
+        "link", name="billing", exact=True
+    ).click()
+    expect(page.locator("#result_list tbody tr")).to_have_count(6)
+
+    # When staff group them by error, then the three card declines are one group
+    page.locator("#redisq-groups-link").click()
+    groups = page.locator("#redisq-groups tr.redisq-group")
+    expect(groups).to_have_count(4)
+    cards = groups.filter(has_text="card declined for order <n> (code <n>)")
+    expect(cards.locator("td.redisq-count")).to_have_text("3")
+    page.screenshot(path=str(artifacts / "triage-groups.png"), full_page=True)
+
+    # When they retry that group: a summary first, which can be left with the filter kept
+    cards.get_by_role("link", name="Retry group").click()
+    expect(page.locator("#redisq-confirm-question")).to_contain_text("Retry these 3 dead letters?")
+    expect(page.locator("#redisq-summary-sample li")).to_have_count(3)
+    page.screenshot(path=str(artifacts / "triage-confirm.png"), full_page=True)
+    page.get_by_role("link", name="No, take me back").click()
+    assert "error_key=" in page.url and "consumer=billing" in page.url
+    expect(page.locator("#result_list tbody tr")).to_have_count(3)
+    assert DeadLetter.objects.filter(status="dead").count() == 6
+
+    # ... and confirmed: the three are sent again, and the list says so
+    page.go_back()
+    page.get_by_role("button", name="Yes, I'm sure").click()
+    expect(page.locator("ul.messagelist li.success")).to_have_text(
+        "Sent 3 dead letters again, each to its own consumer."
+    )
+    assert DeadLetter.objects.filter(status="retried").count() == 3
+    with broker.subscribe(made.queue, "billing") as sub:
+        again = sub.fetch(count=10, block_ms=200)
+    assert sorted(m.id for m in again) == sorted(made.dead[f"card-{n}"] for n in range(3))
+
+
+def test_a_dead_letter_page_shows_the_error_first_and_folds_long_texts(
+    page: Page, live_server: Any, ops: User, made: Incident, artifacts: Path
+) -> None:
+    log_in(page, live_server, ops)
+    page.set_viewport_size(SIZES["1440"])
+    page.goto(live_server.url + pages(made)["deadletter"])
+
+    # The error and Retry come first, above the payload
+    top = page.locator("#redisq-top")
+    expect(top.locator("h3")).to_contain_text("ValueError: tax service answered 503")
+    expect(top.get_by_role("button", name="Retry")).to_be_visible()
+    payload = page.locator("details.redisq-fold").filter(has=page.locator("pre.redisq-json"))
+    assert top.bounding_box()["y"] < payload.bounding_box()["y"]  # type: ignore[index]
+
+    # The payload scrolls inside its box, and folds away
+    box = payload.locator("pre.redisq-json")
+    sizes = box.evaluate("el => [el.scrollHeight, el.clientHeight, el.scrollWidth, el.clientWidth]")
+    assert sizes[0] > sizes[1]  # taller than its box: it scrolls
+    payload.locator("summary").click()
+    expect(box).to_be_hidden()
+    traceback = page.locator("div.field-formatted_traceback pre.redisq-traceback")
+    expect(traceback).to_contain_text("Traceback (most recent call last)")
+    assert_fits(page, "dead letter page")
+
+    # Links lead to the consumer and the queue
+    top.locator("#redisq-consumer-link").click()
+    expect(page.get_by_role("heading", level=2, name=f"{made.queue}/billing")).to_be_visible()
+    page.go_back()
+    top.locator("#redisq-queue-link").click()
+    expect(page.get_by_role("heading", level=2, name=made.queue, exact=True)).to_be_visible()
+
+    # The undecodable one says why it cannot be retried, and is discarded instead
+    page.goto(live_server.url + pages(made)["undecodable"])
+    expect(page.locator("#redisq-not-redrivable")).to_contain_text("undecodable")
+    expect(page.locator("#redisq-top").get_by_role("button", name="Retry")).to_have_count(0)
+    with page.expect_download() as download:
+        page.locator("#redisq-raw-link").click()
+    assert download.value.suggested_filename.startswith("dead-letter-")
+    page.locator("#redisq-top").get_by_role("button", name="Discard").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text("discarded")
+    assert made.row("undecodable").status == DeadLetter.Status.DISCARDED

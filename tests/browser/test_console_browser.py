@@ -57,6 +57,7 @@ def pages(made: Incident) -> dict[str, str]:
         "groups": reverse("admin:redisq_django_deadletter_groups") + "?status__exact=dead",
         "retry-matching": reverse("admin:redisq_django_deadletter_matching", args=["retry"])
         + "?status__exact=dead",
+        "queue-delete": reverse("admin:redisq_django_queue_delete", args=[queue.pk]),
     }
 
 

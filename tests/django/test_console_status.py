@@ -335,3 +335,21 @@ def test_delete_says_what_it_deletes_and_what_it_does_not(
     )
     assert str(QUEUE_DELETE_NOTE).replace("'", "&#x27;") in confirm.content.decode()
     assert Queue.objects.filter(pk=queue.pk).exists()  # nothing deleted yet
+
+
+def test_the_admin_client_of_a_django_redis_cache_has_short_timeouts_and_no_retries(
+    settings: Any, redis_url: str, queue_name: str
+) -> None:
+    # Given REDISQ reusing a django-redis cache's connection (its own timeouts: none)
+    settings.CACHES = {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}
+    }
+    settings.REDISQ = {"CONNECTION": "default", "ADMIN_REDIS_TIMEOUT": 0.25}
+    client = live.admin_broker().client
+    kwargs = client.connection_pool.connection_kwargs
+    # Then the admin's client reaches the same server, with its own short timeouts
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.25, 0.25)
+    assert kwargs["retry"].get_retries() == 0
+    assert client.connection_pool is not get_broker().client.connection_pool
+    get_broker().ensure_consumer(queue_name, "billing")
+    assert live.live_stats([queue_name]).consumer(queue_name, "billing") is not None

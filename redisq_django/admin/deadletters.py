@@ -31,6 +31,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import operations, triage
+from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete
 from redisq_django.admin.detail import FailureInline, fold, pretty_json
 from redisq_django.admin.live import admin_broker
@@ -154,6 +155,9 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
             + (f"?{query}" if query else ""),
             "matching_query": query,
             "can_retry": self.has_retry_permission(request),
+            # Retry needs Redis: say so before anyone presses it (one PING, or none
+            # while an outage is remembered).
+            "redisq_error": live.status().error,
         }
         return super().changelist_view(request, context)
 
@@ -167,7 +171,7 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
         row = self.get_object(request, object_id) if object_id else None
         context = dict(extra_context or {})
         if row is not None:
-            context.update(self.detail_context(row))
+            context.update(self.detail_context(row), redisq_error=live.status().error)
         return super().changeform_view(request, object_id, form_url, context)
 
     def detail_context(self, row: DeadLetter) -> dict[str, Any]:

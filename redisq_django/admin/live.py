@@ -109,7 +109,10 @@ class Reading(Generic[T]):
 
 def _unreachable(exc: BaseException) -> str:
     text = str(exc).rstrip(".")
-    return f"Redis is unreachable ({text}). Figures from Redis are shown as “?”."
+    return (
+        f"Redis is unreachable ({text}). Figures from Redis are shown as “?”; retrying "
+        "dead letters waits until it is back."
+    )
 
 
 #: Errors that say Redis cannot serve us now (as opposed to one command's error reply).

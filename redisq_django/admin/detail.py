@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -20,7 +21,7 @@ class FailureInline(admin.TabularInline):  # type: ignore[type-arg]
     """Every death of the dead letter, newest first (read only)."""
 
     model = DeadLetterFailure
-    fields = ("failed_at", "reason", "attempts", "error_class", "error_message", "tb")
+    fields = ("failed_at", "reason", "attempts", "error_class", "message", "tb")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -34,6 +35,10 @@ class FailureInline(admin.TabularInline):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.has_perm("redisq_django.view_deadletter"))
+
+    @admin.display(description=_("error message"))
+    def message(self, obj: DeadLetterFailure) -> str:
+        return Truncator(obj.error_message).chars(300)
 
     @admin.display(description=_("traceback"))
     def tb(self, obj: DeadLetterFailure) -> SafeString:

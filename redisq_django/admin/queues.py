@@ -52,7 +52,7 @@ class QueueAdmin(PauseActions):
     list_filter = ("paused",)
     search_fields = ("name",)
     readonly_fields = ("name", "live_figures", "consumers_live", "created_at", "updated_at")
-    fields = ("name", "paused", "live_figures", "consumers_live", "created_at", "updated_at")
+    fields = ("live_figures", "consumers_live", "name", "paused", "created_at", "updated_at")
     actions = ("pause", "resume", "delete_selected")
     glossary = (
         "state",

@@ -107,11 +107,11 @@ class Reading(Generic[T]):
         return not self.error
 
 
-def _unreachable(exc: BaseException) -> str:
+def _unreachable(exc: BaseException, client: Any) -> str:
     text = str(exc).rstrip(".")
     return (
-        f"Redis is unreachable ({text}). Figures from Redis are shown as “?”; retrying "
-        "dead letters waits until it is back."
+        f"Redis at {describe_client(client)} is unreachable ({text}). Figures from Redis "
+        "are shown as “?”; retrying dead letters waits until it is back."
     )
 
 
@@ -130,10 +130,12 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
     with _lock:
         if now < _down["until"]:
             return Reading(None, _down["reason"])
+    broker = None
     try:
-        return Reading(read(admin_broker()))
+        broker = admin_broker()
+        return Reading(read(broker))
     except _OUTAGES as exc:
-        reason = _unreachable(exc)
+        reason = _unreachable(exc, broker.client if broker else None)
         logger.warning("Admin: %s", reason)
         with _lock:
             _down.update(until=time.monotonic() + DOWN_S, reason=reason)

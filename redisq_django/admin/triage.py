@@ -164,7 +164,8 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             text = ngettext(
                 "Discarded %(count)d dead letter.", "Discarded %(count)d dead letters.", result.done
             )
-        self.message_user(request, text % {"count": result.done}, messages.SUCCESS)
+        if result.done or not result.error:
+            self.message_user(request, text % {"count": result.done}, messages.SUCCESS)
         if result.skipped:
             text = ngettext(
                 "%(count)d undecodable dead letter was not retried: it would only die again. "

@@ -402,3 +402,20 @@ def test_the_command_lists_groups_and_retries_one_recording_the_user(
     assert DeadLetter.objects.filter(status="retried").count() == 4
     assert LogEntry.objects.filter(user__username="ops").count() == 4
     assert len(drain(broker, queue_name, "billing")) == 4
+
+
+def test_retry_all_matching_with_redis_down_says_so_and_changes_nothing(
+    settings: Any, volatile_redis_server: Any, queue_name: str, ops: Client
+) -> None:
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    many_dead(get_broker(), queue_name, "billing", 30)
+    volatile_redis_server.stop()
+    url = reverse("admin:redisq_django_deadletter_matching", args=["retry"])
+    done = ops.post(f"{url}?queue={queue_name}", follow=True)
+    (message,) = [str(m) for m in done.context["messages"]]
+    assert (
+        message.startswith("Stopped: Redis at ")
+        and "30 matching dead letters are still dead" in message
+    )
+    assert DeadLetter.objects.filter(status="dead").count() == 30
+    assert LogEntry.objects.count() == 0

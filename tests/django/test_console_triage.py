@@ -414,7 +414,7 @@ def test_retry_all_matching_with_redis_down_says_so_and_changes_nothing(
     done = ops.post(f"{url}?queue={queue_name}", follow=True)
     (message,) = [str(m) for m in done.context["messages"]]
     assert (
-        message.startswith("Stopped: Redis at ")
+        message.startswith("Stopped: Cannot reach Redis at ")
         and "30 matching dead letters are still dead" in message
     )
     assert DeadLetter.objects.filter(status="dead").count() == 30

@@ -53,6 +53,9 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY": False,
     # Where the archive writes its Parquet files: a path or a Hadoop URI (s3a://, hdfs://).
     "ARCHIVE_ROOT": None,
+    # Socket and connect timeout of the admin's Redis calls, seconds (no retries): an
+    # admin page answers promptly, with figures shown as unknown, when Redis is sick.
+    "ADMIN_REDIS_TIMEOUT": 0.5,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -66,7 +69,7 @@ _NON_NEGATIVE_SECONDS = (
     "SHUTDOWN_GRACE_PERIOD",
     "OUTBOX_RETENTION",
 )
-_POSITIVE_SECONDS = ("POLL_INTERVAL",)
+_POSITIVE_SECONDS = ("POLL_INTERVAL", "ADMIN_REDIS_TIMEOUT")
 
 
 def _is_name_list(value: Any) -> bool:

@@ -1,10 +1,14 @@
-"""Dead letters in the database: the sink from Redis, and retry / discard.
+"""Dead letters in the database: the sink from Redis (retry and discard live in
+:mod:`redisq_django.triage`, re-exported here).
 
 A logical consumer's dead letters first land in its Redis ``dead`` stream. The sink
 (run by every ``runconsumer`` and by ``manage.py redisq dead sink``) moves them into
 :class:`~redisq_django.models.DeadLetter` rows and only then deletes them from Redis,
-upserting on (queue, consumer, message id): if the database is down they stay in
-Redis and move on the next round; running the sink twice creates no duplicates.
+upserting on (queue, consumer, message id), and records each death as a
+:class:`~redisq_django.models.DeadLetterFailure` keyed by its dead-stream entry: a
+message that dies again adds a failure instead of overwriting the first; if the
+database is down they stay in Redis and move on the next round; running the sink twice
+creates no duplicates.
 """
 
 from __future__ import annotations
@@ -15,15 +19,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, transaction
-from django.utils import timezone
 
 from redisq_django.connection import get_broker
 from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
-from redisq_django.core.deadletter import DeadReason
+from redisq_django.core.deadletter import normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
-from redisq_django.models import DeadLetter
-from redisq_django.signals import dead_letters_discarded, dead_letters_retried
+from redisq_django.models import DeadLetter, DeadLetterFailure
+from redisq_django.triage import discard, redrivable, retry
+
+__all__ = ["SINK_BATCH", "discard", "redrivable", "retry", "row_message_id", "sink", "sink_all"]
 
 logger = logging.getLogger("redisq.deadletters")
 
@@ -46,6 +51,7 @@ def _row_values(d: RedisDeadLetter) -> dict[str, Any]:
         "reason": d.reason,
         "error_class": d.error_class[:200],
         "error_message": d.error_message,
+        "error_key": normalise_error(d.error_message),
         "traceback": d.traceback,
         "published_at": d.published_at,
         "first_failed_at": d.first_failed_at,
@@ -97,16 +103,12 @@ def row_message_id(message_id: str) -> str:
 
 
 def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
-    """Upsert ``d``'s row (or a bare record of it); False when neither could be stored."""
+    """Upsert ``d``'s row (or a bare record of it) and record this death; False when
+    neither could be stored."""
     for values in (_row_values, _bare_values):
         try:
             with transaction.atomic():
-                DeadLetter.objects.update_or_create(
-                    queue=queue,
-                    consumer=consumer,
-                    message_id=row_message_id(d.id),
-                    defaults=values(d),
-                )
+                _upsert(queue, consumer, d, values(d))
             return True
         except _DATABASE_DOWN:
             raise
@@ -122,6 +124,35 @@ def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
     return False
 
 
+def _upsert(queue: str, consumer: str, d: RedisDeadLetter, values: dict[str, Any]) -> None:
+    """The row shows the latest death (its first failure time is the earliest seen);
+    each death, keyed by its dead-stream entry, is added once to its failures."""
+    this_first = values["first_failed_at"]
+    row, created = DeadLetter.objects.get_or_create(
+        queue=queue, consumer=consumer, message_id=row_message_id(d.id), defaults=values
+    )
+    if not created:
+        if row.failures.filter(entry_id=d.entry_id).exists():
+            return  # stored before a crash kept it in Redis: this death is known
+        if row.first_failed_at and (this_first is None or row.first_failed_at < this_first):
+            values["first_failed_at"] = row.first_failed_at
+        for field, value in values.items():
+            setattr(row, field, value)
+        row.deaths += 1
+        row.save()
+    DeadLetterFailure.objects.create(
+        dead_letter=row,
+        entry_id=d.entry_id,
+        reason=values["reason"],
+        attempts=values["attempts"],
+        error_class=values["error_class"],
+        error_message=values["error_message"],
+        traceback=values["traceback"],
+        first_failed_at=this_first,
+        failed_at=values["last_failed_at"],
+    )
+
+
 def _bare_values(d: RedisDeadLetter) -> dict[str, Any]:
     """A row that keeps what the entry held as text, for one the database refused."""
     return {
@@ -133,6 +164,7 @@ def _bare_values(d: RedisDeadLetter) -> dict[str, Any]:
         "error_class": d.error_class[:200],
         "error_message": "The database refused this dead letter's details; the payload "
         "field holds the entry's raw fields.",
+        "error_key": "The database refused this dead letter's details",
         "traceback": "",
         "published_at": None,
         "first_failed_at": None,
@@ -169,73 +201,3 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
     if failed is not None:
         raise failed
     return moved
-
-
-def redrivable(row: DeadLetter) -> bool:
-    """Whether a dead letter can be delivered again: not undecodable (it would only die
-    again), and stored with its envelope (a bare record, see :func:`sink`, has none)."""
-    return row.reason != DeadReason.UNDECODABLE and bool(row.envelope)
-
-
-def retry(rows: Iterable[DeadLetter], user: Any = None) -> int:
-    """Deliver dead letters again, each to its own logical consumer only, with a fresh
-    retry budget; records who and when. Rows not in status ``dead``, and those not
-    :func:`redrivable` (logged), are skipped; the objects of those re-driven are updated
-    in place (the admin's history relies on it).
-
-    Returns:
-        How many were re-driven.
-    """
-    broker = get_broker()
-    done: list[DeadLetter] = []
-    for row in rows:
-        if row.status != DeadLetter.Status.DEAD:
-            continue
-        if not redrivable(row):
-            logger.warning(
-                "Dead letter %s of %s/%s is %s; it cannot be sent again (discard it)",
-                row.message_id,
-                row.queue,
-                row.consumer,
-                row.reason if row.envelope else "a bare record",
-            )
-            continue
-        envelope = dict(row.envelope)
-        envelope.setdefault("payload", row.payload)
-        envelope.setdefault("id", row.message_id)
-        broker.redrive_envelope(row.queue, row.consumer, envelope)
-        row.status = DeadLetter.Status.RETRIED
-        row.retry_count += 1
-        row.retried_at = timezone.now()
-        row.retried_by = user if getattr(user, "pk", None) else None
-        row.save(update_fields=["status", "retry_count", "retried_at", "retried_by", "updated_at"])
-        logger.info(
-            "Dead letter %s re-driven to %s/%s by %s",
-            row.message_id,
-            row.queue,
-            row.consumer,
-            getattr(user, "username", None) or "the shell",
-        )
-        done.append(row)
-    if done:
-        dead_letters_retried.send(sender=DeadLetter, rows=done, user=user)
-    return len(done)
-
-
-def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
-    """Mark dead letters discarded (kept for the record), updating the objects in place.
-    Returns how many changed."""
-    changed: list[DeadLetter] = []
-    for row in rows:
-        if row.status == DeadLetter.Status.DEAD:
-            row.status = DeadLetter.Status.DISCARDED
-            row.save(update_fields=["status", "updated_at"])
-            logger.info(
-                "Dead letter %s discarded by %s",
-                row.message_id,
-                getattr(user, "username", None) or "the shell",
-            )
-            changed.append(row)
-    if changed:
-        dead_letters_discarded.send(sender=DeadLetter, rows=changed, user=user)
-    return len(changed)

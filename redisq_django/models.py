@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -49,13 +50,38 @@ class Queue(models.Model):
 
 @dataclass(frozen=True)
 class Effective:
-    """An effective setting and where it comes from."""
+    """An effective setting, where it comes from, and why an override was ignored."""
 
     value: Any
     source: str
+    note: str = ""
 
     def __str__(self) -> str:
-        return f"{self.value} ({self.source})"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.value} ({self.source}{note})"
+
+
+def override_problem(field: str, value: Any) -> str:
+    """Why ``value`` is not a valid override of tunable ``field`` ("" when it is).
+
+    The admin form refuses such a value; a worker that finds one in the database anyway
+    (written before this check, or by other means) ignores it and says so.
+    """
+    if value is None:
+        return ""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{field} must be a number"
+    if number != number or number in (float("inf"), float("-inf")):
+        return f"{field} must be a finite number"
+    if field == "concurrency" and number < 1:
+        return "concurrency must be at least 1 (0 would run no handler at all)"
+    if field == "visibility_timeout" and number < 1:
+        return "visibility timeout must be at least 1 second"
+    if number < 0:
+        return f"{field.replace('_', ' ')} must not be negative"
+    return ""
 
 
 class Consumer(models.Model):
@@ -116,17 +142,72 @@ class Consumer(models.Model):
 
     def effective(self, field: str, config: CoreConfig) -> Effective:
         """The value of tunable ``field`` that applies, and its source."""
-        override = getattr(self, field)
-        if override is not None:
-            return Effective(override, SOURCE_OVERRIDE)
+        return self.effective_all(config)[field]
+
+    def _fallback(self, field: str, config: CoreConfig) -> Effective:
         declared = getattr(self, f"declared_{field}")
         if declared is not None:
             return Effective(declared, SOURCE_CODE)
         return Effective(config.retry.to_seconds()[field], SOURCE_DEFAULT)
 
+    def effective_all(self, config: CoreConfig) -> dict[str, Effective]:
+        """Every tunable's effective value: the override when it is valid, else the
+        code's value, else the ``REDISQ`` default. An invalid override (see
+        :func:`override_problem`, and a max backoff below the backoff) is ignored, and
+        its :attr:`Effective.note` says so."""
+        out: dict[str, Effective] = {}
+        for field in TUNABLES:
+            override = getattr(self, field)
+            problem = override_problem(field, override)
+            if override is None:
+                out[field] = self._fallback(field, config)
+            elif problem:
+                base = self._fallback(field, config)
+                out[field] = Effective(
+                    base.value, base.source, f"override {override} ignored: {problem}"
+                )
+            else:
+                out[field] = Effective(override, SOURCE_OVERRIDE)
+        for field in ("max_backoff", "backoff"):  # the cap first: it is the usual typo
+            low = out["max_backoff"].value < out["backoff"].value
+            if low and out[field].source == SOURCE_OVERRIDE:
+                base = self._fallback(field, config)
+                out[field] = Effective(
+                    base.value,
+                    base.source,
+                    f"override {getattr(self, field)} ignored: max backoff must be at least "
+                    "the backoff",
+                )
+        return out
+
+    def clean(self) -> None:
+        """Refuse invalid overrides (the admin form calls it): concurrency ≥ 1,
+        backoff ≥ 0, max backoff ≥ 0 and ≥ the backoff that applies, visibility
+        timeout ≥ 1 s, max retries ≥ 0."""
+        errors = {f: p for f in TUNABLES if (p := override_problem(f, getattr(self, f)))}
+        if not errors and (self.backoff is not None or self.max_backoff is not None):
+            from redisq_django.conf import get_core_config
+
+            config = get_core_config()
+            backoff = (
+                self.backoff
+                if self.backoff is not None
+                else self._fallback("backoff", config).value
+            )
+            cap = (
+                self.max_backoff
+                if self.max_backoff is not None
+                else self._fallback("max_backoff", config).value
+            )
+            if cap < backoff:
+                field = "max_backoff" if self.max_backoff is not None else "backoff"
+                errors[field] = f"max backoff ({cap} s) must be at least the backoff ({backoff} s)"
+        if errors:
+            raise ValidationError(errors)
+
     def to_spec(self, handler: Handler, config: CoreConfig) -> ConsumerSpec:
         """The runtime description the worker uses (effective values)."""
-        value = {f: self.effective(f, config).value for f in TUNABLES}
+        value = {f: e.value for f, e in self.effective_all(config).items()}
         return ConsumerSpec(
             queue=self.queue.name,
             name=self.name,
@@ -156,8 +237,9 @@ class Overview(Queue):
 class DeadLetter(models.Model):
     """A message a logical consumer gave up on, moved here from Redis by the sink.
 
-    One row per (queue, consumer, message id): a message that dies again after a retry
-    updates its row (``retry_count`` keeps the history).
+    One row per (queue, consumer, message id), showing its latest death; every death is
+    kept as a :class:`DeadLetterFailure` (a message that dies again after a retry adds
+    one, ``deaths`` counts them, ``retry_count`` counts the retries).
     """
 
     class Status(models.TextChoices):
@@ -186,6 +268,16 @@ class DeadLetter(models.Model):
     status = models.CharField(
         _("status"), max_length=16, choices=Status.choices, default=Status.DEAD, db_index=True
     )
+    error_key = models.CharField(
+        _("error (normalised)"),
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_("The error message with numbers, ids and times replaced: the grouping key."),
+    )
+    deaths = models.PositiveIntegerField(
+        _("deaths"), default=1, help_text=_("How many times this message died.")
+    )
     retry_count = models.PositiveIntegerField(_("times retried"), default=0)
     retried_at = models.DateTimeField(_("last retried"), null=True, blank=True)
     retried_by = models.ForeignKey(
@@ -206,12 +298,56 @@ class DeadLetter(models.Model):
                 fields=["queue", "consumer", "message_id"], name="redisq_deadletter_unique"
             )
         ]
+        indexes = [
+            models.Index(
+                fields=["status", "queue", "consumer", "error_class", "error_key"],
+                name="redisq_deadletter_group",
+            )
+        ]
         permissions = [("retry_deadletter", "Can retry or discard dead letters")]
         verbose_name = _("dead letter")
         verbose_name_plural = _("dead letters")
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.consumer} {self.message_id}"
+
+
+class DeadLetterFailure(models.Model):
+    """One death of a dead letter, as the sink found it: never overwritten, so a message
+    that died, was retried and died again keeps both failures."""
+
+    dead_letter = models.ForeignKey(
+        DeadLetter,
+        on_delete=models.CASCADE,
+        related_name="failures",
+        verbose_name=_("dead letter"),
+    )
+    entry_id = models.CharField(
+        _("dead entry id"),
+        max_length=64,
+        help_text=_("Its entry in the Redis dead stream (storing it twice is a no-op)."),
+    )
+    reason = models.CharField(_("reason"), max_length=32)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    error_class = models.CharField(_("error class"), max_length=200, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    traceback = models.TextField(_("traceback"), blank=True)
+    first_failed_at = models.DateTimeField(_("first failure"), null=True)
+    failed_at = models.DateTimeField(_("died"), null=True)
+    created_at = models.DateTimeField(_("stored"), auto_now_add=True)
+
+    class Meta:
+        ordering = ["-failed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dead_letter", "entry_id"], name="redisq_deadletterfailure_unique"
+            )
+        ]
+        verbose_name = _("failure")
+        verbose_name_plural = _("failures (every death)")
+
+    def __str__(self) -> str:
+        return f"{self.error_class} at {self.failed_at}"
 
 
 class OutboxMessage(models.Model):

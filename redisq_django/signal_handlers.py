@@ -22,9 +22,9 @@ def clear_caches(*, setting: str, **kwargs: Any) -> None:
     conf.clear_caches()
     connection.get_broker.cache_clear()
     # The admin's live figures came from the old broker; never import the admin for it.
-    admin_stats = sys.modules.get("redisq_django.admin.stats")
-    if admin_stats is not None:
-        admin_stats.clear()
+    admin_live = sys.modules.get("redisq_django.admin.live")
+    if admin_live is not None:
+        admin_live.clear()
 
 
 def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

@@ -1,19 +1,25 @@
-"""What the queue, consumer and overview admins share: pause/resume actions, live-stat
-columns, dead-letter count annotations and the breadcrumbs flag."""
+"""What the queue, consumer and overview admins share: pause/resume actions recorded in
+the history, live figures read once per page, dead-letter count annotations, honest
+delete wording and the breadcrumbs flag."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import django
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django.admin.stats import consumer_stats, queue_stats
+from redisq_django.admin import figures
+from redisq_django.admin.live import Live, live_stats
 from redisq_django.models import DeadLetter
 
 #: Django 6 styles the admin's breadcrumbs as ``<ol class="breadcrumbs">`` of ``<li>``,
@@ -23,6 +29,12 @@ BREADCRUMBS_OL = django.VERSION >= (6, 0)
 #: The change message recorded in the admin history (stored as is, read by anyone).
 PAUSED_LOG = "Paused"
 RESUMED_LOG = "Resumed"
+
+#: Attributes a changelist sets on each row it shows: its live stats (None: unknown or
+#: absent) and why they are unknown ("" when Redis answered).
+LIVE = "redisq_live"
+LIVE_ERROR = "redisq_live_error"
+_MISSING = object()
 
 
 def dead_letter_count(**match: str) -> Coalesce:
@@ -47,7 +59,100 @@ def dead_letter_count(**match: str) -> Coalesce:
     return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
 
 
-class PauseActions(admin.ModelAdmin):  # type: ignore[type-arg]
+class HonestDelete(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Delete that says what it does: the action's name and both confirmation pages
+    carry :attr:`delete_note` (what deleting these rows does, and what it does not)."""
+
+    #: What deleting these rows does and does not (shown before anything is deleted).
+    delete_note: Any = ""
+    delete_confirmation_template = "admin/redisq_django/delete_confirmation.html"
+    delete_selected_confirmation_template = "admin/redisq_django/delete_selected_confirmation.html"
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        context["redisq_delete_note"] = self.delete_note
+        return super().render_delete_form(request, context)
+
+    def noted_delete(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        """Django's *delete selected*, its confirmation page given :attr:`delete_note`.
+
+        Subclasses expose it as their own ``delete_selected`` action (which replaces
+        the site-wide one) with a name that says what is deleted.
+        """
+        response = delete_selected(self, request, queryset)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            response.context_data["redisq_delete_note"] = self.delete_note
+        return response
+
+
+class LiveAdmin(HonestDelete):
+    """A changelist whose rows show live figures from Redis, read for all rows of the
+    page at once (:func:`~redisq_django.admin.live.live_stats`: two round trips); a
+    banner says when Redis is unreachable, and every figure has its help text.
+
+    Subclasses say which queue a row belongs to and which stats it shows.
+    """
+
+    change_list_template = "admin/redisq_django/change_list.html"
+    #: The figures explained under the list (keys of :data:`figures.HELP`).
+    glossary: tuple[str, ...] = ()
+
+    def queue_of(self, obj: Any) -> str:
+        raise NotImplementedError
+
+    def stats_of(self, obj: Any, live: Live) -> Any:
+        raise NotImplementedError
+
+    def live_of(self, obj: Any) -> tuple[Any, str]:
+        """``obj``'s live stats and why they are unknown ("" when Redis answered)."""
+        stats = getattr(obj, LIVE, _MISSING)
+        if stats is _MISSING:  # shown outside a changelist: read (cached) on demand
+            live = live_stats([self.queue_of(obj)])
+            return self.stats_of(obj, live), live.error
+        return stats, getattr(obj, LIVE_ERROR, "")
+
+    def live_context(self, error: str) -> dict[str, Any]:
+        return {
+            "redisq_error": error,
+            "redisq_glossary": [(key, figures.HELP[key]) for key in self.glossary],
+        }
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        cl = getattr(response, "context_data", None) or {}
+        if isinstance(response, TemplateResponse) and "cl" in cl:
+            rows = list(cl["cl"].result_list)  # the page's rows, evaluated once
+            live = live_stats(self.queue_of(r) for r in rows)
+            for row in rows:
+                setattr(row, LIVE, self.stats_of(row, live))
+                setattr(row, LIVE_ERROR, live.error)
+            assert response.context_data is not None
+            response.context_data.update(self.live_context(live.error))
+        return response
+
+
+def live_column(key: str, value: Callable[[Any], Any], title: Any) -> Any:
+    """A column showing ``value(stats)`` of the row's live stats with the help text of
+    figure ``key``; unknown when Redis is unreachable, a dash when Redis has no such
+    consumer yet."""
+
+    @admin.display(description=title)
+    def column(self: LiveAdmin, obj: Any) -> SafeString:
+        stats, error = self.live_of(obj)
+        if stats is None:
+            return figures.unknown() if error else figures.absent()
+        return figures.figure(value(stats), key)
+
+    return column
+
+
+def dead_cell(rows: int, in_redis: int | None) -> SafeString:
+    """Dead letters: rows in the database plus those still in Redis (unknown: ``n+?``)."""
+    if in_redis is None:
+        return figures.figure(f"{rows}+?", "dead")
+    return figures.figure(rows + in_redis, "dead")
+
+
+class PauseActions(LiveAdmin):
     """*Pause selected* / *Resume selected* for models with a ``paused`` flag (queues,
     consumers); running workers apply the change within seconds.
 
@@ -84,42 +189,20 @@ class PauseActions(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.SUCCESS,
         )
 
-
-def _stat(value: object) -> str:
-    return "?" if value is None else str(value)  # "?": Redis unreachable
-
-
-# Live figures as list columns; each reads the (one-second cached) stats of its queue.
-
-
-def queue_column(field: str, title: Any) -> Any:
-    """A column showing the queue's live figure ``field``."""
-
-    @admin.display(description=title)
-    def column(self: Any, obj: Any) -> str:
-        stats = queue_stats(obj.name)
-        return _stat(getattr(stats, field) if stats else None)
-
-    return column
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        """What changed, with the old and new values of each field (``paused: False →
+        True``), so the history says what an override was before."""
+        if add or not form.changed_data:
+            return super().construct_change_message(request, form, formsets, add)
+        parts = [
+            f"{form.fields[name].label}: {_shown(form.initial.get(name))} → "
+            f"{_shown(form.cleaned_data.get(name))}"
+            for name in form.changed_data
+        ]
+        return "Changed " + "; ".join(parts) + "."
 
 
-def queue_total(field: str, title: Any) -> Any:
-    """A column: the sum of a per-consumer figure over the queue's consumers."""
-
-    @admin.display(description=title)
-    def column(self: Any, obj: Any) -> str:
-        stats = queue_stats(obj.name)
-        return _stat(sum(getattr(c, field) for c in stats.consumers) if stats else None)
-
-    return column
-
-
-def consumer_column(field: str, title: Any) -> Any:
-    """A column showing the consumer's live figure ``field``."""
-
-    @admin.display(description=title)
-    def column(self: Any, obj: Any) -> str:
-        stats = consumer_stats(obj.queue.name, obj.name)
-        return _stat(getattr(stats, field) if stats else None)
-
-    return column
+def _shown(value: Any) -> str:
+    return "empty" if value is None or value == "" else str(value)

@@ -1,39 +1,70 @@
-"""Admin for logical consumers: live stats, pause/resume, overrides and which value wins."""
+"""Admin for logical consumers: state, live figures, pause/resume, validated overrides
+and which value wins; every change in the admin history with old and new values."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
-from redisq_django.admin.common import PauseActions, consumer_column, dead_letter_count
-from redisq_django.admin.stats import age, consumer_stats
+from redisq_django.admin import figures
+from redisq_django.admin.common import PauseActions, dead_cell, dead_letter_count, live_column
+from redisq_django.admin.live import Live, live_stats
 from redisq_django.conf import get_core_config
+from redisq_django.core.stats import ConsumerStats
 from redisq_django.models import TUNABLES, Consumer
 
+CONSUMER_DELETE_NOTE = _(
+    "Deleting a consumer here deletes its row in the database (its pause flag and "
+    "overrides) — it stays registered in Redis with its messages, and a worker that "
+    "declares it writes the row again when it starts. Remove its @consumer declaration "
+    "to stop running it."
+)
 
-class ConsumerInline(admin.TabularInline):  # type: ignore[type-arg]
-    """A queue's consumers, on the queue's page."""
+#: The rule each override must follow, shown under its field.
+OVERRIDE_HELP = {
+    "max_retries": _("Retries after the first delivery, 0 or more."),
+    "backoff": _("Seconds, 0 or more: the k-th retry waits up to backoff x 2^(k-1)."),
+    "max_backoff": _("Seconds, at least the backoff: the longest wait between retries."),
+    "visibility_timeout": _(
+        "Seconds, at least 1: an unacknowledged delivery goes to another instance after it."
+    ),
+    "concurrency": _("Handler threads per worker process, at least 1."),
+}
 
-    model = Consumer
-    fields = ("name", "handler", "enabled", "paused", "declared")
-    readonly_fields = ("name", "handler", "declared")
-    extra = 0
-    can_delete = False
-    show_change_link = True
+
+class ConsumerForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The consumer's form: each override says its rule (``Consumer.clean`` enforces
+    them) and that an empty field means the code's value."""
+
+    class Meta:
+        model = Consumer
+        fields = ("enabled", "paused", *TUNABLES)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        empty = _("Empty: the value declared in code (or the REDISQ default) applies.")
+        for name, rule in OVERRIDE_HELP.items():
+            if name in self.fields:
+                self.fields[name].help_text = format_html("{} {}", rule, empty)
 
 
 @admin.register(Consumer)
 class ConsumerAdmin(PauseActions):
+    form = ConsumerForm
     list_display = (
         "__str__",
-        "enabled",
-        "paused",
-        "declared",
-        "lag",
+        "state",
+        "backlog",
         "in_flight",
         "retrying",
         "dead",
@@ -45,63 +76,178 @@ class ConsumerAdmin(PauseActions):
     list_filter = ("queue", "paused", "enabled", "declared")
     list_select_related = ("queue",)  # __str__ and every stats column read queue.name
     search_fields = ("name", "queue__name", "handler")
-    readonly_fields = ("queue", "name", "handler", "declared", "start", "effective_settings")
+    readonly_fields = (
+        "queue_link",
+        "name",
+        "handler",
+        "declared",
+        "start",
+        "live_figures",
+        "effective_settings",
+    )
     fieldsets = (
-        (None, {"fields": ("queue", "name", "handler", "declared", "start")}),
+        (None, {"fields": ("live_figures",)}),
+        (None, {"fields": ("queue_link", "name", "handler", "declared", "start")}),
         (_("State"), {"fields": ("enabled", "paused")}),
         (
             _("Overrides (empty: the code's value applies)"),
             {"fields": (*TUNABLES, "effective_settings")},
         ),
     )
-    actions = ("pause", "resume")
+    actions = ("pause", "resume", "delete_selected")
+    glossary = (
+        "state",
+        "backlog",
+        "in_flight",
+        "retrying",
+        "dead",
+        "oldest_unacked",
+        "instances",
+    )
+    delete_note = CONSUMER_DELETE_NOTE
     paused_message = ngettext_lazy(
         "Paused %(count)d consumer.", "Paused %(count)d consumers.", "count"
     )
     resumed_message = ngettext_lazy(
         "Resumed %(count)d consumer.", "Resumed %(count)d consumers.", "count"
     )
+    change_form_template = "admin/redisq_django/live_change_form.html"
+
+    @admin.action(
+        description=_("Delete selected consumers' rows (not their messages)"),
+        permissions=["delete"],
+    )
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        return self.noted_delete(request, queryset)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # consumers are declared in code (@consumer)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Consumer]:
         consumers: QuerySet[Consumer] = super().get_queryset(request)
-        return consumers.annotate(dead_rows=dead_letter_count(queue="queue__name", consumer="name"))
+        return consumers.select_related("queue").annotate(
+            dead_rows=dead_letter_count(queue="queue__name", consumer="name")
+        )
 
-    lag = consumer_column("lag", _("lag"))
-    in_flight = consumer_column("in_flight", _("in flight"))
-    retrying = consumer_column("waiting_retry", _("retrying"))
-    instances_alive = consumer_column("instances_alive", _("instances"))
+    def queue_of(self, obj: Consumer) -> str:
+        return obj.queue.name
+
+    def stats_of(self, obj: Consumer, live: Live) -> ConsumerStats | None:
+        return live.consumer(obj.queue.name, obj.name)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        consumer = self.get_object(request, object_id) if object_id else None
+        live = live_stats([consumer.queue.name] if consumer else [])
+        return super().changeform_view(
+            request, object_id, form_url, {**(extra_context or {}), **self.live_context(live.error)}
+        )
+
+    @admin.display(description=_("state"), ordering="paused")
+    def state(self, obj: Consumer) -> SafeString:
+        return figures.badge(figures.consumer_state(obj))
+
+    backlog = live_column("backlog", lambda c: c.backlog, _("backlog"))
+    in_flight = live_column("in_flight", lambda c: c.in_flight, _("in flight"))
+    retrying = live_column("retrying", lambda c: c.waiting_retry, _("retrying"))
+    oldest_unacked = live_column(
+        "oldest_unacked", lambda c: figures.age(c.oldest_unacked_age_s), _("oldest unacked")
+    )
+
+    @admin.display(description=_("instances"))
+    def instances_alive(self, obj: Consumer) -> SafeString:
+        stats, error = self.live_of(obj)
+        if stats is None:
+            return figures.unknown() if error else figures.absent()
+        return figures.instances(stats.instances_alive, stats.stalled)
 
     @admin.display(description=_("dead"), ordering="dead_rows")
-    def dead(self, obj: Consumer) -> str:
+    def dead(self, obj: Consumer) -> SafeString:
         """Dead letters in the database plus those still in Redis (not yet sunk)."""
-        s = consumer_stats(obj.queue.name, obj.name)
-        return str(getattr(obj, "dead_rows", 0) + (s.dead if s else 0))
-
-    @admin.display(description=_("oldest unacked"))
-    def oldest_unacked(self, obj: Consumer) -> str:
-        s = consumer_stats(obj.queue.name, obj.name)
-        return age(s.oldest_unacked_age_s if s else None)
+        stats, error = self.live_of(obj)
+        in_redis = stats.dead if stats else (None if error else 0)
+        return dead_cell(getattr(obj, "dead_rows", 0), in_redis)
 
     @admin.display(description=_("max retries"))
     def effective_max_retries(self, obj: Consumer) -> str:
-        return str(obj.effective("max_retries", get_core_config()))
+        return str(obj.effective("max_retries", get_core_config()).value)
 
     @admin.display(description=_("concurrency"))
     def effective_concurrency(self, obj: Consumer) -> str:
-        return str(obj.effective("concurrency", get_core_config()))
+        return str(obj.effective("concurrency", get_core_config()).value)
+
+    # -- the consumer's page -------------------------------------------------------------
+
+    @admin.display(description=_("queue"))
+    def queue_link(self, obj: Consumer) -> SafeString:
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:redisq_django_queue_change", args=[obj.queue_id]),
+            obj.queue.name,
+        )
+
+    @admin.display(description=_("live figures"))
+    def live_figures(self, obj: Consumer) -> SafeString:
+        stats, error = self.live_of(obj)
+        state = figures.badge(figures.consumer_state(obj))
+        dead_url = (
+            reverse("admin:redisq_django_deadletter_changelist")
+            + "?"
+            + urlencode({"queue": obj.queue.name, "consumer": obj.name, "status__exact": "dead"})
+        )
+        dead_link = format_html(
+            '<a href="{}">{}</a>',
+            dead_url,
+            dead_cell(getattr(obj, "dead_rows", 0), stats.dead if stats else None),
+        )
+        if stats is None:
+            missing = figures.unknown() if error else figures.absent()
+            table = figures.figure_table([("backlog", missing), ("dead", dead_link)])
+            return format_html('<p class="redisq-state">{}</p>{}', state, table)
+        warning = (
+            format_html('<p class="redisq-warning" role="alert">⚠ {}</p>', figures.STALLED_TITLE)
+            if stats.stalled
+            else ""
+        )
+        table = figures.figure_table(
+            [
+                ("backlog", stats.backlog),
+                ("in_flight", stats.in_flight),
+                ("retrying", stats.waiting_retry),
+                ("dead", dead_link),
+                ("oldest_unacked", figures.age(stats.oldest_unacked_age_s)),
+                ("instances", figures.instances(stats.instances_alive, stats.stalled)),
+            ]
+        )
+        return format_html('{}<p class="redisq-state">{}</p>{}', warning, state, table)
 
     @admin.display(description=_("effective settings (and which value wins)"))
     def effective_settings(self, obj: Consumer) -> str:
-        config = get_core_config()
-        rows = ((f, obj.effective(f, config)) for f in TUNABLES)
+        rows = obj.effective_all(get_core_config()).items()
         return format_html(
-            "<table>{}</table>",
+            '<table class="redisq-effective"><thead><tr><th>{}</th><th>{}</th><th>{}</th>'
+            "</tr></thead><tbody>{}</tbody></table>",
+            _("setting"),
+            _("value"),
+            _("from"),
             format_html_join(
                 "",
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                ((f, e.value, e.source) for f, e in rows),
+                "<tr><td>{}</td><td>{}</td><td>{}{}</td></tr>",
+                (
+                    (
+                        f,
+                        e.value,
+                        e.source,
+                        format_html(' <strong class="redisq-warning">({})</strong>', e.note)
+                        if e.note
+                        else "",
+                    )
+                    for f, e in rows
+                ),
             ),
         )

@@ -1,59 +1,73 @@
-"""Admin for dead letters: filters, search, escaped payload and traceback, Retry.
+"""Admin for dead letters: filters, search (payloads and headers too), the error and a
+payload preview in the list, a detail page with the error and Retry at the top, every
+death kept, and triage at any size (:mod:`redisq_django.admin.triage`).
 
 Retrying and discarding need the permission ``redisq_django.retry_deadletter``; every
-change is a POST with CSRF protection (``admin_view``), is reported through ``messages``
-and is recorded in the admin history of each row it changed.
+change is a POST with CSRF protection (``admin_view``), is reported through
+``messages`` and is recorded in the admin history of each row it changed.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.translation import gettext, ngettext
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import deadletters, operations
-from redisq_django.admin.common import BREADCRUMBS_OL
-from redisq_django.core.deadletter import DeadReason
-from redisq_django.models import DeadLetter
+from redisq_django import operations, triage
+from redisq_django.admin import live
+from redisq_django.admin.common import HonestDelete
+from redisq_django.admin.detail import FailureInline, fold, pretty_json
+from redisq_django.admin.live import admin_broker
+from redisq_django.admin.triage import TriageViews
+from redisq_django.core.errors import RedisUnavailable
+from redisq_django.models import Consumer, DeadLetter
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"
 
 #: The change messages recorded in the admin history (stored as is, read by anyone).
-DISCARDED_LOG = "Discarded"
+DISCARDED_LOG = triage.DISCARDED_LOG
+retried_log = triage.retried_log
 
-
-def retried_log(row: DeadLetter) -> str:
-    return f"Retried: sent again to {row.queue}/{row.consumer}"
+DELETE_NOTE = _(
+    "Delete removes these records from the database for good: nothing is sent, nothing "
+    "in Redis changes, and the history of what happened to these messages is gone. To "
+    "set a dead letter aside while keeping its record, use “Discard” instead."
+)
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DeadLetterAdmin(TriageViews, HonestDelete):
     list_display = (
         "message_id",
-        "queue",
-        "consumer",
-        "error_class",
+        "where",
+        "error_summary",
+        "payload_preview",
         "status",
         "attempts",
+        "deaths",
         "last_failed_at",
         "retry_count",
         "retry_button",
     )
     list_filter = ("queue", "consumer", "error_class", "status", "reason", "last_failed_at")
-    search_fields = ("message_id", "error_message", "payload")
+    search_fields = ("message_id", "error_class", "error_message", "payload", "headers")
     date_hierarchy = "last_failed_at"
     readonly_fields = (
         "queue",
@@ -62,6 +76,7 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "status",
         "reason",
         "attempts",
+        "deaths",
         "error_class",
         "error_message",
         "pretty_payload",
@@ -75,8 +90,6 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "retried_by",
     )
     fieldsets = (
-        (None, {"fields": ("queue", "consumer", "message_id", "status", "reason", "attempts")}),
-        (_("Message"), {"fields": ("pretty_payload", "pretty_headers", "published_at")}),
         (
             _("Failure"),
             {
@@ -89,10 +102,18 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             },
         ),
-        (_("Retries"), {"fields": ("retry_count", "retried_at", "retried_by")}),
+        (_("Message"), {"fields": ("pretty_payload", "pretty_headers", "published_at")}),
+        (
+            None,
+            {"fields": ("queue", "consumer", "message_id", "status", "reason", "attempts")},
+        ),
+        (_("Retries"), {"fields": ("deaths", "retry_count", "retried_at", "retried_by")}),
     )
-    actions = ("retry_selected", "discard_selected")
+    inlines = (FailureInline,)
+    actions = ("retry_selected", "discard_selected", "delete_selected")
     change_form_template = "admin/redisq_django/deadletter/change_form.html"
+    change_list_template = "admin/redisq_django/deadletter/change_list.html"
+    delete_note = DELETE_NOTE
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # dead letters come from the consumers
@@ -110,31 +131,118 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return shown
 
     def get_urls(self) -> list[URLPattern]:
-        retry = path(
-            "<path:object_id>/retry/",
-            self.admin_site.admin_view(self.retry_view),
-            name="redisq_django_deadletter_retry",
-        )
-        return [retry, *super().get_urls()]
+        view = self.admin_site.admin_view
+        mine = [
+            path(
+                "<path:object_id>/retry/",
+                view(self.retry_view),
+                name="redisq_django_deadletter_retry",
+            ),
+            path(
+                "<path:object_id>/discard/",
+                view(self.discard_view),
+                name="redisq_django_deadletter_discard",
+            ),
+            path("<path:object_id>/raw/", view(self.raw_view), name="redisq_django_deadletter_raw"),
+        ]
+        return [*self.triage_urls(), *mine, *super().get_urls()]
 
-    # -- display -------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        query = request.GET.urlencode()
+        context = {
+            **(extra_context or {}),
+            "groups_url": reverse("admin:redisq_django_deadletter_groups")
+            + (f"?{query}" if query else ""),
+            "matching_query": query,
+            "can_retry": self.has_retry_permission(request),
+            # Retry needs Redis: say so before anyone presses it (one PING, or none
+            # while an outage is remembered).
+            "redisq_error": live.status().error,
+        }
+        return super().changelist_view(request, context)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        row = self.get_object(request, object_id) if object_id else None
+        context = dict(extra_context or {})
+        if row is not None:
+            context.update(self.detail_context(row), redisq_error=live.status().error)
+        return super().changeform_view(request, object_id, form_url, context)
+
+    def detail_context(self, row: DeadLetter) -> dict[str, Any]:
+        """Links and what can be done, for the box at the top of a dead letter's page."""
+        consumer = (
+            Consumer.objects.filter(queue__name=row.queue, name=row.consumer)
+            .values_list("pk", "queue_id")
+            .first()
+        )
+        changelist = reverse("admin:redisq_django_deadletter_changelist")
+        group = {
+            "queue": row.queue,
+            "consumer": row.consumer,
+            "error_class": row.error_class,
+            "error_key": row.error_key,
+            "status__exact": "dead",
+        }
+        return {
+            "not_redrivable": triage.not_redrivable_reason(row),
+            "consumer_url": reverse("admin:redisq_django_consumer_change", args=[consumer[0]])
+            if consumer
+            else "",
+            "queue_url": reverse("admin:redisq_django_queue_change", args=[consumer[1]])
+            if consumer
+            else "",
+            "consumer_dead_url": changelist
+            + "?"
+            + urlencode({"queue": row.queue, "consumer": row.consumer, "status__exact": "dead"}),
+            "group_url": changelist + "?" + urlencode(group),
+        }
+
+    # -- display -------------------------------------------------------------------------
+
+    @admin.display(description=_("where"), ordering="consumer")
+    def where(self, obj: DeadLetter) -> str:
+        return f"{obj.queue}/{obj.consumer}"
+
+    @admin.display(description=_("error"), ordering="error_class")
+    def error_summary(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '<span class="redisq-error-class">{}</span>{}',
+            obj.error_class or "-",
+            Truncator(obj.error_message).chars(120),
+        )
 
     @admin.display(description=_("payload"))
-    def pretty_payload(self, obj: DeadLetter) -> str:
-        return format_html('<pre class="redisq-json">{}</pre>', _pretty_json(obj.payload))
+    def payload_preview(self, obj: DeadLetter) -> SafeString:
+        return format_html("<code>{}</code>", Truncator(obj.payload).chars(60))
+
+    @admin.display(description=_("payload"))
+    def pretty_payload(self, obj: DeadLetter) -> SafeString:
+        return fold(_("payload"), pretty_json(obj.payload), "redisq-json")
 
     @admin.display(description=_("headers"))
-    def pretty_headers(self, obj: DeadLetter) -> str:
-        return format_html('<pre class="redisq-json">{}</pre>', _pretty_json(obj.headers))
+    def pretty_headers(self, obj: DeadLetter) -> SafeString:
+        return format_html('<pre class="redisq-json">{}</pre>', pretty_json(obj.headers))
 
     @admin.display(description=_("traceback"))
-    def formatted_traceback(self, obj: DeadLetter) -> str:
-        return format_html('<pre class="redisq-traceback">{}</pre>', obj.traceback or "-")
+    def formatted_traceback(self, obj: DeadLetter) -> SafeString:
+        return fold(_("traceback"), obj.traceback, "redisq-traceback")
 
     @admin.display(description=_("retry"))
     def retry_button(self, obj: DeadLetter) -> str:
         if obj.status != DeadLetter.Status.DEAD:
             return "-"
+        if not triage.redrivable(obj):
+            return format_html(
+                '<span class="redisq-warning" title="{}">{}</span>',
+                triage.not_redrivable_reason(obj),
+                _("cannot retry"),
+            )
         url = reverse("admin:redisq_django_deadletter_retry", args=[obj.pk])
         # Inside the changelist form, which carries the CSRF token: formaction posts the
         # whole form (token included) to the retry view.
@@ -146,7 +254,16 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             _("Retry"),
         )
 
-    # -- mutations -------------------------------------------------------------------
+    # -- one dead letter -----------------------------------------------------------------
+
+    def _back(self, request: HttpRequest) -> HttpResponseRedirect:
+        """Back where the button was pressed (the filtered list, the detail page)."""
+        back = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
+        if not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            back = reverse("admin:redisq_django_deadletter_changelist")
+        return HttpResponseRedirect(back)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: re-drive one dead letter to its consumer (permission required)."""
@@ -155,107 +272,98 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_retry_permission(request):
             raise PermissionDenied
         row = get_object_or_404(DeadLetter, pk=object_id)
-        if self._apply(request, [row], operations.retry_dead):
-            text = gettext("Message %(id)s sent again to %(queue)s/%(consumer)s.")
-            level = messages.SUCCESS
-        elif row.status == DeadLetter.Status.DEAD and not deadletters.redrivable(row):
-            text = gettext(
-                "Message %(id)s is undecodable (not a valid envelope) and would only die "
-                "again; not retried. Publish a corrected message and discard this one."
-            )
-            level = messages.WARNING
-        else:
-            text = gettext("Message %(id)s is %(status)s; not retried.")
-            level = messages.WARNING
         values = {
             "id": row.message_id,
             "queue": row.queue,
             "consumer": row.consumer,
             "status": row.get_status_display(),
         }
+        try:
+            done = operations.retry_dead([row], request.user, broker=admin_broker())
+        except RedisUnavailable as exc:
+            text = gettext("Message %(id)s was not retried: %(error)s It is still dead.")
+            self.message_user(request, text % {**values, "error": exc}, messages.ERROR)
+            return self._back(request)
+        if done:
+            text = gettext("Message %(id)s sent again to %(queue)s/%(consumer)s.")
+            level = messages.SUCCESS
+        elif row.status == DeadLetter.Status.DEAD and not triage.redrivable(row):
+            text = gettext("Message %(id)s was not retried. %(why)s")
+            values["why"] = triage.not_redrivable_reason(row)
+            level = messages.WARNING
+        else:
+            text = gettext("Message %(id)s is %(status)s; not retried.")
+            level = messages.WARNING
         self.message_user(request, text % values, level)
-        # Back where the button was pressed (the filtered list, the detail page).
-        back = request.POST.get("next") or request.META.get("HTTP_REFERER", "")
-        if not url_has_allowed_host_and_scheme(
-            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-        ):
-            back = reverse("admin:redisq_django_deadletter_changelist")
-        return HttpResponseRedirect(back)
+        return self._back(request)
 
-    def _apply(
-        self,
-        request: HttpRequest,
-        rows: Iterable[DeadLetter],
-        act: Callable[[Iterable[DeadLetter], Any], int],
-    ) -> int:
-        """Retry or discard ``rows`` (the functions ``manage.py redisq`` calls too) and
-        record each row that changed in the admin history. Returns how many changed."""
-        dead = [row for row in rows if row.status == DeadLetter.Status.DEAD]
-        count = act(dead, request.user)
-        for row in dead:  # retry/discard update the rows they change in place
-            if row.status == DeadLetter.Status.RETRIED:
-                self.log_change(request, row, retried_log(row))
-            elif row.status == DeadLetter.Status.DISCARDED:
-                self.log_change(request, row, DISCARDED_LOG)
-        return count
+    def discard_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: discard one dead letter (kept for the record, never delivered)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        row = get_object_or_404(DeadLetter, pk=object_id)
+        if operations.discard_dead([row], request.user):
+            text = gettext("Message %(id)s discarded: its record is kept, it is not delivered.")
+            level = messages.SUCCESS
+        else:
+            text = gettext("Message %(id)s is %(status)s; not discarded.")
+            level = messages.WARNING
+        values = {"id": row.message_id, "status": row.get_status_display()}
+        self.message_user(request, text % values, level)
+        return self._back(request)
 
-    def _confirm(
-        self, request: HttpRequest, queryset: QuerySet[DeadLetter], action: str, verb: str
-    ) -> HttpResponse | None:
-        """The confirmation page, or None once confirmed."""
-        if request.POST.get("post") == "yes":
-            return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": _("Are you sure?"),
-            "verb": verb,
-            "action": action,
-            "rows": queryset,
-            "opts": self.model._meta,
-            "breadcrumbs_ol": BREADCRUMBS_OL,
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+    def raw_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: the dead letter as stored (raw fields of an undecodable one, envelope,
+        every failure), as a JSON download."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        row = get_object_or_404(DeadLetter, pk=object_id)
+        data = {
+            "queue": row.queue,
+            "consumer": row.consumer,
+            "message_id": row.message_id,
+            "reason": row.reason,
+            "payload_as_stored": row.payload,
+            "headers_as_stored": row.headers,
+            "envelope": row.envelope,
+            "failures": list(
+                row.failures.values(
+                    "entry_id", "failed_at", "reason", "attempts", "error_class", "error_message"
+                )
+            ),
         }
-        return TemplateResponse(request, "admin/redisq_django/deadletter/confirm.html", context)
+        response = JsonResponse(data, json_dumps_params={"indent": 2, "ensure_ascii": False})
+        response["Content-Disposition"] = f'attachment; filename="dead-letter-{row.pk}.json"'
+        return response
+
+    # -- actions -------------------------------------------------------------------------
 
     @admin.action(description=_("Retry selected dead letters"), permissions=["retry"])
     def retry_selected(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter]
     ) -> HttpResponse | None:
-        page = self._confirm(request, queryset, "retry_selected", "retry")
-        if page is not None:
-            return page
-        n = self._apply(request, queryset, operations.retry_dead)
-        text = ngettext(
-            "Sent %(count)d dead letter again, to its own consumer.",
-            "Sent %(count)d dead letters again, each to its own consumer.",
-            n,
-        )
-        self.message_user(request, text % {"count": n}, messages.SUCCESS)
-        stuck = queryset.filter(status=DeadLetter.Status.DEAD, reason=DeadReason.UNDECODABLE)
-        if skipped := stuck.count():
-            text = ngettext(
-                "%(count)d undecodable dead letter was not retried: it would only die again.",
-                "%(count)d undecodable dead letters were not retried: they would only die again.",
-                skipped,
-            )
-            self.message_user(request, text % {"count": skipped}, messages.WARNING)
-        return None
+        page = self.confirm_action(request, queryset, "retry_selected", "retry")
+        if page is None:
+            self.run_bulk(request, queryset, "retry")
+        return page
 
-    @admin.action(description=_("Discard selected dead letters"), permissions=["retry"])
+    @admin.action(
+        description=_("Discard selected dead letters (keep the record, never deliver)"),
+        permissions=["retry"],
+    )
     def discard_selected(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter]
     ) -> HttpResponse | None:
-        page = self._confirm(request, queryset, "discard_selected", "discard")
-        if page is not None:
-            return page
-        n = self._apply(request, queryset, operations.discard_dead)
-        text = ngettext("Discarded %(count)d dead letter.", "Discarded %(count)d dead letters.", n)
-        self.message_user(request, text % {"count": n}, messages.SUCCESS)
-        return None
+        page = self.confirm_action(request, queryset, "discard_selected", "discard")
+        if page is None:
+            self.run_bulk(request, queryset, "discard")
+        return page
 
-
-def _pretty_json(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        return text  # undecodable payloads are shown as stored (escaped by format_html)
+    @admin.action(
+        description=_("Delete selected records from the database (gone for good)"),
+        permissions=["delete"],
+    )
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> Any:
+        return self.noted_delete(request, queryset)

@@ -1,8 +1,10 @@
-"""The live overview: one auto-refreshing table of every queue and consumer."""
+"""The live overview: one auto-refreshing table of every queue and consumer, with their
+states, figures and warnings; it answers within a second when Redis is down or hung."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -16,10 +18,11 @@ from django.urls import URLPattern, path
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django.admin.common import BREADCRUMBS_OL
-from redisq_django.admin.stats import queue_stats
+from redisq_django.admin.figures import HELP, consumer_state
+from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.conf import get_settings
-from redisq_django.models import DeadLetter, Overview
-from redisq_django.operations import all_queue_names
+from redisq_django.core.stats import ConsumerStats, QueueStats
+from redisq_django.models import Consumer, DeadLetter, Overview, Queue
 from redisq_django.publishing.outbox import pending_count
 
 
@@ -109,18 +112,105 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        dead_rows = dead_rows_by_consumer()
-        queues = [
-            {"name": name, "stats": queue_stats(name), "dead_rows": dead_rows.get(name, {})}
-            for name in all_queue_names()
-        ]
         context = {
             **self.admin_site.each_context(request),
+            **overview_context(),
             "title": _("Queues overview"),
-            "queues": queues,
             "outbox_waiting": pending_count(),
             "refresh_seconds": self.refresh_seconds,
             "opts": self.model._meta,
             "breadcrumbs_ol": BREADCRUMBS_OL,
         }
         return TemplateResponse(request, "admin/redisq_django/overview.html", context)
+
+
+@dataclass(frozen=True)
+class ConsumerLine:
+    """One consumer's line of the overview: its row (None: only in Redis) and figures."""
+
+    name: str
+    row: Consumer | None
+    stats: ConsumerStats | None
+    dead_rows: int
+
+    @property
+    def state(self) -> str:
+        return consumer_state(self.row) if self.row else "undeclared"
+
+
+@dataclass(frozen=True)
+class QueueLine:
+    """One queue's lines of the overview."""
+
+    name: str
+    paused: bool
+    stats: QueueStats | None
+    consumers: list[ConsumerLine]
+
+    @property
+    def dead_rows(self) -> int:
+        return sum(c.dead_rows for c in self.consumers)
+
+    @property
+    def dead_in_redis(self) -> int | None:
+        return self.stats.total("dead") if self.stats else None
+
+    @property
+    def stalled(self) -> bool:
+        return any(c.stats.stalled for c in self.consumers if c.stats)
+
+
+def overview_context() -> dict[str, Any]:
+    """Every queue (in Redis or in the database) with its consumers' states and live
+    figures: three queries and three Redis round trips, whatever their number."""
+    names = queue_names()
+    rows = list(Consumer.objects.select_related("queue"))
+    queues = {q.name: q for q in Queue.objects.all()}
+    all_names = sorted(set(names.value or []) | set(queues))
+    live = live_stats(all_names)
+    dead_rows = dead_rows_by_consumer()
+    by_queue: dict[str, dict[str, Consumer]] = defaultdict(dict)
+    for row in rows:
+        by_queue[row.queue.name][row.name] = row
+    lines = []
+    for name in all_names:
+        stats = live.queue(name)
+        in_redis = {c.name for c in stats.consumers} if stats else set()
+        consumer_names = sorted(set(by_queue[name]) | in_redis)
+        lines.append(
+            QueueLine(
+                name=name,
+                paused=bool(queues.get(name) and queues[name].paused),
+                stats=stats,
+                consumers=[
+                    ConsumerLine(
+                        name=c,
+                        row=by_queue[name].get(c),
+                        stats=live.consumer(name, c),
+                        dead_rows=dead_rows.get(name, {}).get(c, 0),
+                    )
+                    for c in consumer_names
+                ],
+            )
+        )
+    return {
+        "queues": lines,
+        "redisq_error": names.error or live.error,
+        "redisq_glossary": [(k, HELP[k]) for k in GLOSSARY],
+    }
+
+
+#: The figures the overview explains under its table.
+GLOSSARY = (
+    "state",
+    "backlog",
+    "in_flight",
+    "retrying",
+    "delayed",
+    "dead",
+    "oldest_unacked",
+    "instances",
+    "length",
+    "dropped",
+    "archive_lag",
+)

@@ -1,4 +1,5 @@
-"""Admin for queues: live stats summed over their consumers, pause/resume."""
+"""Admin for queues: state, live figures summed over their consumers, pause/resume, and
+on each queue's page its consumers with their figures."""
 
 from __future__ import annotations
 
@@ -6,40 +7,76 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
-from redisq_django.admin.common import PauseActions, dead_letter_count, queue_column, queue_total
-from redisq_django.admin.consumers import ConsumerInline
-from redisq_django.admin.stats import age, queue_stats
+from redisq_django.admin import figures
+from redisq_django.admin.common import (
+    PauseActions,
+    dead_cell,
+    dead_letter_count,
+    live_column,
+)
+from redisq_django.admin.live import Live, live_stats
 from redisq_django.conf import get_core_config
-from redisq_django.models import Queue
+from redisq_django.core.stats import QueueStats
+from redisq_django.models import Consumer, Queue
+
+QUEUE_DELETE_NOTE = _(
+    "Deleting a queue here deletes its row and its consumers' rows in the database "
+    "(their pause flags and overrides) — not the queue: its messages stay in Redis and "
+    "its consumers stay registered there, and a worker that declares them writes the "
+    "rows again when it starts. To delete the messages, run "
+    "“manage.py redisq purge NAME”."
+)
 
 
 @admin.register(Queue)
 class QueueAdmin(PauseActions):
     list_display = (
         "name",
-        "paused",
-        "length",
-        "lag",
+        "state",
+        "backlog",
         "in_flight",
-        "delayed",
         "retrying",
+        "delayed",
         "dead",
         "oldest_unacked",
         "instances_alive",
+        "length",
     )
     list_filter = ("paused",)
     search_fields = ("name",)
-    readonly_fields = ("name", "created_at", "updated_at")
-    inlines = (ConsumerInline,)
-    actions = ("pause", "resume")
+    readonly_fields = ("name", "live_figures", "consumers_live", "created_at", "updated_at")
+    fields = ("live_figures", "consumers_live", "name", "paused", "created_at", "updated_at")
+    actions = ("pause", "resume", "delete_selected")
+    glossary = (
+        "state",
+        "backlog",
+        "in_flight",
+        "retrying",
+        "delayed",
+        "dead",
+        "oldest_unacked",
+        "instances",
+        "length",
+    )
+    delete_note = QUEUE_DELETE_NOTE
     paused_message = ngettext_lazy("Paused %(count)d queue.", "Paused %(count)d queues.", "count")
     resumed_message = ngettext_lazy(
         "Resumed %(count)d queue.", "Resumed %(count)d queues.", "count"
     )
+    change_form_template = "admin/redisq_django/live_change_form.html"
+
+    @admin.action(
+        description=_("Delete selected queues' rows (not their messages)"), permissions=["delete"]
+    )
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        return self.noted_delete(request, queryset)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # queues come from code and publishing
@@ -54,24 +91,127 @@ class QueueAdmin(PauseActions):
         queues: QuerySet[Queue] = super().get_queryset(request)
         return queues.annotate(dead_rows=dead_letter_count(queue="name"))
 
-    def _consumers(self, obj: Queue) -> list[Any]:
-        stats = queue_stats(obj.name)
-        return stats.consumers if stats else []
+    def queue_of(self, obj: Queue) -> str:
+        return obj.name
 
-    length = queue_column("length", _("length"))
-    lag = queue_column("lag", _("lag"))
-    delayed = queue_column("delayed", _("delayed"))
-    in_flight = queue_total("in_flight", _("in flight"))
-    retrying = queue_total("waiting_retry", _("retrying"))
-    instances_alive = queue_total("instances_alive", _("instances"))
-    archive_lag = queue_column("archive_lag", _("archive lag"))
+    def stats_of(self, obj: Queue, live: Live) -> QueueStats | None:
+        return live.queue(obj.name)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        queue = self.get_object(request, object_id) if object_id else None
+        live = live_stats([queue.name] if queue else [])
+        return super().changeform_view(
+            request, object_id, form_url, {**(extra_context or {}), **self.live_context(live.error)}
+        )
+
+    @admin.display(description=_("state"), ordering="paused")
+    def state(self, obj: Queue) -> SafeString:
+        return figures.badge("paused" if obj.paused else "active")
+
+    backlog = live_column("backlog", lambda q: q.total("backlog"), _("backlog"))
+    in_flight = live_column("in_flight", lambda q: q.total("in_flight"), _("in flight"))
+    retrying = live_column("retrying", lambda q: q.total("waiting_retry"), _("retrying"))
+    delayed = live_column("delayed", lambda q: q.delayed, _("delayed"))
+    oldest_unacked = live_column(
+        "oldest_unacked", lambda q: figures.age(q.oldest_unacked_age_s), _("oldest unacked")
+    )
+    length = live_column("length", lambda q: q.length, _("length (incl. replay window)"))
+    archive_lag = live_column("archive_lag", lambda q: q.archive_lag, _("archive lag"))
+
+    @admin.display(description=_("instances"))
+    def instances_alive(self, obj: Queue) -> SafeString:
+        stats, _error = self.live_of(obj)
+        if stats is None:
+            return figures.unknown()
+        stalled = any(c.stalled for c in stats.consumers)
+        return figures.instances(stats.total("instances_alive"), stalled)
 
     @admin.display(description=_("dead"), ordering="dead_rows")
-    def dead(self, obj: Queue) -> str:
-        """Dead letters in the database plus those still in Redis (not yet sunk)."""
-        return str(getattr(obj, "dead_rows", 0) + sum(c.dead for c in self._consumers(obj)))
+    def dead(self, obj: Queue) -> SafeString:
+        stats, _error = self.live_of(obj)
+        return dead_cell(getattr(obj, "dead_rows", 0), stats.total("dead") if stats else None)
 
-    @admin.display(description=_("oldest unacked"))
-    def oldest_unacked(self, obj: Queue) -> str:
-        ages = [c.oldest_unacked_age_s for c in self._consumers(obj) if c.oldest_unacked_age_s]
-        return age(max(ages) if ages else None)
+    # -- the queue's page ----------------------------------------------------------------
+
+    @admin.display(description=_("live figures"))
+    def live_figures(self, obj: Queue) -> SafeString:
+        stats, _error = self.live_of(obj)
+        if stats is None:
+            return figures.unknown()
+        cells = [
+            ("backlog", stats.total("backlog")),
+            ("in_flight", stats.total("in_flight")),
+            ("retrying", stats.total("waiting_retry")),
+            ("delayed", stats.delayed),
+            ("oldest_unacked", figures.age(stats.oldest_unacked_age_s)),
+            ("length", stats.length),
+            ("dropped", stats.dropped),
+        ]
+        if stats.archive_lag is not None:
+            cells.append(("archive_lag", stats.archive_lag))
+        return figures.figure_table(cells)
+
+    @admin.display(description=_("consumers"))
+    def consumers_live(self, obj: Queue) -> SafeString:
+        """Its consumers with state and figures, each linking to its own page (read
+        only: consumers are declared in code, never added here)."""
+        stats, error = self.live_of(obj)
+        rows = Consumer.objects.filter(queue=obj).select_related("queue").order_by("name")
+        dead_rows = dict(
+            Consumer.objects.filter(queue=obj)
+            .annotate(n=dead_letter_count(queue="queue__name", consumer="name"))
+            .values_list("name", "n")
+        )
+        live = {c.name: c for c in stats.consumers} if stats else {}
+        lines = []
+        for row in rows:
+            c = live.get(row.name)
+            missing = figures.unknown() if error else figures.absent()
+            lines.append(
+                (
+                    reverse("admin:redisq_django_consumer_change", args=[row.pk]),
+                    row.name,
+                    figures.badge(figures.consumer_state(row)),
+                    figures.figure(c.backlog, "backlog") if c else missing,
+                    figures.figure(c.in_flight, "in_flight") if c else missing,
+                    figures.figure(c.waiting_retry, "retrying") if c else missing,
+                    dead_cell(dead_rows.get(row.name, 0), c.dead if c else None),
+                    figures.instances(c.instances_alive, c.stalled) if c else missing,
+                )
+            )
+        if not lines:
+            return format_html("<p>{}</p>", _("No consumer declared in code yet."))
+        head = format_html_join(
+            "",
+            '<th class="{}">{}</th>',
+            (
+                ("redisq-phone-hide" if t in (_("in flight"), _("retrying")) else "", t)
+                for t in (
+                    _("consumer"),
+                    _("state"),
+                    _("backlog"),
+                    _("in flight"),
+                    _("retrying"),
+                    _("dead"),
+                    _("instances"),
+                )
+            ),
+        )
+        body = format_html_join(
+            "",
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td>'
+            '<td class="redisq-phone-hide">{}</td><td class="redisq-phone-hide">{}</td>'
+            "<td>{}</td><td>{}</td></tr>",
+            lines,
+        )
+        return format_html(
+            '<table class="redisq-consumers"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+            head,
+            body,
+        )

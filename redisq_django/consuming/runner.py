@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import close_old_connections
 
@@ -16,6 +18,11 @@ from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.worker import Every, Worker, WorkerOptions
 from redisq_django.deadletters import sink_all
 from redisq_django.publishing.outbox import relay_once
+
+logger = logging.getLogger("redisq.worker")
+
+#: Ignored overrides already reported by this process: (queue, consumer, note).
+_reported: set[tuple[str, str, str]] = set()
 
 #: How often a worker moves its consumers' dead letters into the database, seconds.
 SINK_INTERVAL_S = 2.0
@@ -71,11 +78,31 @@ def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) ->
     for row in rows:
         key = (row.queue.name, row.name)
         if key in handlers:
+            _report_ignored(row, config)
             spec = row.to_spec(handlers[key], config)
             if concurrency is not None:
                 spec = spec.evolve(concurrency=concurrency)
             specs.append(spec)
     return sorted(specs, key=lambda s: s.key)
+
+
+def _report_ignored(row: Any, config: Any) -> None:
+    """Log, once per process, each invalid override of ``row`` the worker ignores (the
+    admin refuses them; one may still be in the database from before, or from SQL)."""
+    for field, eff in row.effective_all(config).items():
+        seen = (row.queue.name, row.name, f"{field}: {eff.note}")
+        if eff.note and seen not in _reported:
+            _reported.add(seen)
+            logger.error(
+                "Consumer %s/%s: %s; %s=%s (%s) applies instead. Fix or clear the override "
+                "in the admin (Redis queues → Consumers).",
+                row.queue.name,
+                row.name,
+                eff.note,
+                field,
+                eff.value,
+                eff.source,
+            )
 
 
 def build_worker(

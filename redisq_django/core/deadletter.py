@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import traceback as tb
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,42 @@ F_TRACEBACK = b"traceback"
 F_LAST_FAILED_AT = b"last_failed_at"
 F_GROUP = b"group"
 F_RAW = b"raw"
+
+
+#: Normalised error messages (the grouping key of dead letters) are cut to this length.
+ERROR_KEY_LENGTH = 200
+
+#: What varies between occurrences of one error, replaced in this order (times before
+#: numbers, so a time is one placeholder).
+_VARYING: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(
+            r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+        ),
+        "<time>",
+    ),
+    (re.compile(r"\b[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\b"), "<uuid>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{16,}\b"), "<id>"),
+    (re.compile(r"\b\d+-\d+\b"), "<id>"),  # stream entry ids
+    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?\b"), "<n>"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def normalise_error(message: str) -> str:
+    """``message`` with what varies between occurrences of one error (numbers, ids,
+    UUIDs, times, hex addresses) replaced by placeholders and whitespace collapsed, cut
+    to :data:`ERROR_KEY_LENGTH`: dead letters with the same error class and normalised
+    message form one group in the admin.
+
+    >>> normalise_error("Order 1234 declined at 2024-05-01T12:00:00Z (card 0x7f3a)")
+    'Order <n> declined at <time> (card <hex>)'
+    """
+    text = message[: ERROR_KEY_LENGTH * 5]  # bounded work whatever the message's size
+    for pattern, placeholder in _VARYING:
+        text = pattern.sub(placeholder, text)
+    return text.strip()[:ERROR_KEY_LENGTH]
 
 
 class DeadReason(StrEnum):

@@ -32,14 +32,21 @@ def reset(client: Any, gkeys: GroupKeys, target: str, history: bool) -> None:
 
 
 def redrive(
-    scripts: Scripts, gkeys: GroupKeys, dead_id: str, envelope: dict[bytes, bytes], history: bool
+    scripts: Scripts,
+    gkeys: GroupKeys,
+    dead_id: str,
+    envelope: dict[bytes, bytes],
+    history: bool,
+    client: Any = None,
 ) -> Any:
     """Run ``redrive.lua``: deliver ``envelope`` to the consumer's private input, removing
     dead entry ``dead_id`` ("" when it lives elsewhere); with ``history``, its
-    ``redriven`` event in the same script.
+    ``redriven`` event in the same script. With ``client`` (a pipeline), the call is
+    queued there (many re-drives in one round trip).
 
     Returns:
-        The new entry id, or None when ``dead_id`` was already gone.
+        The new entry id, or None when ``dead_id`` was already gone (the pipeline itself
+        when queued).
     """
     keys: list[str] = [gkeys.dead, gkeys.direct]
     args: list[Any] = [dead_id]
@@ -48,4 +55,4 @@ def redrive(
         event = events.fields(EventName.REDRIVEN, gkeys.group, "", [events.record(message_id, 0)])
         keys.append(gkeys.queue_keys.events)
         args += [len(event) // 2, *event]
-    return scripts("redrive", keys, [*args, *flatten(envelope)])
+    return scripts("redrive", keys, [*args, *flatten(envelope)], client=client)

@@ -1,9 +1,11 @@
-"""Queue and consumer statistics, read with pipelined commands."""
+"""Queue and consumer statistics, read with pipelined commands: two round trips for any
+number of queues and consumers (:func:`read_many`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,19 @@ class ConsumerStats:
     instances_alive: int
     last_delivered_id: str
 
+    @property
+    def backlog(self) -> int:
+        """Messages waiting to be delivered to it now: not yet delivered from the log,
+        plus re-driven and due retries waiting in its private input (``lag + direct``).
+        Excludes what is in flight, retries still in their backoff, and delayed
+        messages not yet due."""
+        return self.lag + self.direct
+
+    @property
+    def stalled(self) -> bool:
+        """It has a backlog and no instance alive to work on it."""
+        return self.backlog > 0 and self.instances_alive == 0
+
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -46,7 +61,8 @@ class QueueStats:
 
     Attributes:
         name: the queue.
-        length: entries in the log (including acknowledged history kept for replay).
+        length: entries in the log, including acknowledged history kept for replay
+            (the replay window): not a backlog.
         delayed: delayed messages not yet due.
         dropped: messages removed by the hard cap before every consumer acked them.
         oldest_id: the oldest entry of the log (None when empty).
@@ -70,104 +86,152 @@ class QueueStats:
         """The largest lag of any consumer."""
         return max((c.lag for c in self.consumers), default=0)
 
+    def total(self, figure: str) -> int:
+        """The sum of per-consumer ``figure`` (e.g. ``"backlog"``) over its consumers:
+        deliveries owed, so a message two consumers still need counts twice."""
+        return sum(int(getattr(c, figure)) for c in self.consumers)
 
-#: Above this many undelivered entries, Redis < 7 lag figures are reported as this cap.
+    @property
+    def oldest_unacked_age_s(self) -> float | None:
+        """The oldest unacknowledged message of any of its consumers, seconds."""
+        ages = [c.oldest_unacked_age_s for c in self.consumers if c.oldest_unacked_age_s]
+        return max(ages, default=None)
+
+
+#: Above this many undelivered entries, lag figures Redis cannot give are this cap.
 LAG_COUNT_CAP = 10_000
+
+#: Per queue, the commands of the first round trip, in order.
+_QUEUE_REPLIES = 7
+#: Per consumer, the commands of the second round trip, in order (plus one for a lag
+#: Redis does not report).
+_GROUP_REPLIES = 8
+
+_NO_PENDING: dict[str, Any] = {"pending": 0, "min": None}
 
 
 def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueStats:
+    """The stats of one queue (see :func:`read_many`)."""
+    return read_many(client, [keys], history=history)[0]
+
+
+def read_many(
+    client: Any, keys_list: Sequence[QueueKeys], *, history: bool = False
+) -> list[QueueStats]:
     """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age of the
-    queue whose keys are ``keys`` (two round trips, plus one per consumer); with
-    ``history``, also the archive's lag and the events waiting for it."""
+    queues whose keys are ``keys_list``, in that order; with ``history``, also the
+    archive's lag and the events waiting for it.
+
+    Two pipelined round trips whatever the number of queues and consumers: the queues'
+    figures and consumer lists, then every consumer's figures.
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: Redis cannot be reached (a key of the
+            wrong type does not raise: it counts as empty and is logged).
+    """
+    if not keys_list:
+        return []
     with client.pipeline(transaction=False) as pipe:
-        pipe.xlen(keys.log)
-        pipe.zcard(keys.delayed)
-        pipe.hget(keys.meta, "dropped")
-        pipe.xrange(keys.log, "-", "+", count=1)
-        pipe.xinfo_groups(keys.log)
-        pipe.hget(keys.meta, "archive:messages")
-        pipe.xlen(keys.events)
-        length, delayed, dropped, first, groups, archived, events = pipe.execute(
-            raise_on_error=False
+        for keys in keys_list:
+            pipe.xlen(keys.log)
+            pipe.zcard(keys.delayed)
+            pipe.hget(keys.meta, "dropped")
+            pipe.xrange(keys.log, "-", "+", count=1)
+            pipe.xinfo_groups(keys.log)
+            pipe.hget(keys.meta, "archive:messages")
+            pipe.xlen(keys.events)
+        first_trip = pipe.execute(raise_on_error=False)
+    queues = []
+    for i, keys in enumerate(keys_list):
+        replies = first_trip[i * _QUEUE_REPLIES : (i + 1) * _QUEUE_REPLIES]
+        # A key of the wrong type (an operator's mistake, another program) answers an
+        # error in place of its figure: it counts as empty here, and is logged, rather
+        # than failing the whole status page or command.
+        queues.append(
+            _usable(
+                keys.queue,
+                *zip(replies, (0, 0, None, [], [], None, 0), strict=True),
+            )
         )
-    # A key of the wrong type (an operator's mistake, another program) answers an error in
-    # place of its figure: it counts as empty here, and is logged, rather than failing the
-    # whole status page or command.
-    length, delayed, dropped, first, groups, archived, events = _usable(
-        keys.queue,
-        (length, 0),
-        (delayed, 0),
-        (dropped, None),
-        (first, []),
-        (groups, []),
-        (archived, None),
-        (events, 0),
-    )
     now = dt.datetime.now(dt.UTC)
     now_score = int(now.timestamp() * 1000)
-    consumers = []
-    for info in groups:
-        name = to_str(info["name"])
-        gkeys = keys.group(name)
-        last = to_str(info["last-delivered-id"])
-        with client.pipeline(transaction=False) as pipe:
-            pipe.xpending(keys.log, name)
-            pipe.xpending(gkeys.direct, name)
-            pipe.zcard(gkeys.retry)
-            pipe.xlen(gkeys.direct)
-            pipe.xlen(gkeys.dead)
-            pipe.zcount(gkeys.instances, now_score, "+inf")
-            pipe.xrange(keys.log, f"({last}", "+", count=1)
-            pipe.xrange(gkeys.direct, "-", "+", count=1)
-            p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = pipe.execute(
-                raise_on_error=False
-            )
-        none_pending: dict[str, Any] = {"pending": 0, "min": None}
-        p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = _usable(
-            f"{keys.queue}/{name}",
-            (p_log, none_pending),
-            (p_direct, none_pending),
-            (retry, 0),
-            (direct, 0),
-            (dead, 0),
-            (alive, 0),
-            (undelivered, []),
-            (first_direct, []),
-        )
-        p_direct = p_direct if isinstance(p_direct, dict) else none_pending
-        lag = info.get("lag")
-        if lag is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
-            lag = _count_after(client, keys.log, last) if undelivered else 0
-        # The oldest of: pending in the log, first undelivered in the log, first
-        # entry of the direct stream (retries and re-drives waiting or in flight).
-        candidates = (
-            p_log.get("min"),
-            undelivered[0][0] if undelivered else None,
-            first_direct[0][0] if isinstance(first_direct, list) and first_direct else None,
-        )
-        oldest = [to_str(x) for x in candidates if x]
-        consumers.append(
-            ConsumerStats(
-                name=name,
-                lag=int(lag),
-                in_flight=int(p_log["pending"]) + int(p_direct["pending"]),
-                waiting_retry=int(retry),
-                direct=int(direct) - int(p_direct["pending"]),
-                dead=int(dead),
-                oldest_unacked_age_s=age_s(min(oldest, key=_id_key), now) if oldest else None,
-                instances_alive=int(alive),
-                last_delivered_id=last,
+    with client.pipeline(transaction=False) as pipe:
+        for keys, (_, _, _, _, groups, archived, _) in zip(keys_list, queues, strict=True):
+            for info in groups:
+                _queue_group(pipe, keys, info, now_score)
+            if history:
+                _queue_count_after(pipe, keys.log, to_str(archived or b"0-0"))
+        second_trip = iter(pipe.execute(raise_on_error=False))
+    out = []
+    for keys, (length, delayed, dropped, first, groups, _, events) in zip(
+        keys_list, queues, strict=True
+    ):
+        consumers = [_consumer(keys, info, second_trip, now) for info in groups]
+        archive_lag = _counted(next(second_trip), keys.queue) if history else None
+        out.append(
+            QueueStats(
+                name=keys.queue,
+                length=int(length),
+                delayed=int(delayed),
+                dropped=int(dropped or 0),
+                oldest_id=to_str(first[0][0]) if first else None,
+                consumers=sorted(consumers, key=lambda c: c.name),
+                archive_lag=archive_lag,
+                events=int(events) if history else None,
             )
         )
-    return QueueStats(
-        name=keys.queue,
-        length=int(length),
-        delayed=int(delayed),
-        dropped=int(dropped or 0),
-        oldest_id=to_str(first[0][0]) if first else None,
-        consumers=sorted(consumers, key=lambda c: c.name),
-        archive_lag=_count_after(client, keys.log, to_str(archived or b"0-0")) if history else None,
-        events=int(events) if history else None,
+    return out
+
+
+def _queue_group(pipe: Any, keys: QueueKeys, info: dict[str, Any], now_score: int) -> None:
+    """Queue the second round trip's commands of one consumer group."""
+    name = to_str(info["name"])
+    gkeys = keys.group(name)
+    last = to_str(info["last-delivered-id"])
+    pipe.xpending(keys.log, name)
+    pipe.xpending(gkeys.direct, name)
+    pipe.zcard(gkeys.retry)
+    pipe.xlen(gkeys.direct)
+    pipe.xlen(gkeys.dead)
+    pipe.zcount(gkeys.instances, now_score, "+inf")
+    pipe.xrange(keys.log, f"({last}", "+", count=1)
+    pipe.xrange(gkeys.direct, "-", "+", count=1)
+    if info.get("lag") is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
+        _queue_count_after(pipe, keys.log, last)
+
+
+def _consumer(
+    keys: QueueKeys, info: dict[str, Any], replies: Any, now: dt.datetime
+) -> ConsumerStats:
+    """One consumer's figures from its replies of the second round trip."""
+    name = to_str(info["name"])
+    got = [next(replies) for _ in range(_GROUP_REPLIES)]
+    p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = _usable(
+        f"{keys.queue}/{name}",
+        *zip(got, (_NO_PENDING, _NO_PENDING, 0, 0, 0, 0, [], []), strict=True),
+    )
+    p_direct = p_direct if isinstance(p_direct, dict) else _NO_PENDING
+    lag = info.get("lag")
+    if lag is None:
+        lag = _counted(next(replies), f"{keys.queue}/{name}")
+    # The oldest of: pending in the log, first undelivered in the log, first entry of
+    # the direct stream (retries and re-drives waiting or in flight).
+    candidates = (
+        p_log.get("min"),
+        undelivered[0][0] if undelivered else None,
+        first_direct[0][0] if isinstance(first_direct, list) and first_direct else None,
+    )
+    oldest = [to_str(x) for x in candidates if x]
+    return ConsumerStats(
+        name=name,
+        lag=int(lag),
+        in_flight=int(p_log["pending"]) + int(p_direct["pending"]),
+        waiting_retry=int(retry),
+        direct=int(direct) - int(p_direct["pending"]),
+        dead=int(dead),
+        oldest_unacked_age_s=age_s(min(oldest, key=_id_key), now) if oldest else None,
+        instances_alive=int(alive),
+        last_delivered_id=to_str(info["last-delivered-id"]),
     )
 
 
@@ -176,15 +240,21 @@ def _usable(where: str, *replies: tuple[Any, Any]) -> list[Any]:
     out: list[Any] = []
     for reply, default in replies:
         if isinstance(reply, Exception):
-            logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)
+            if not str(reply).startswith("no such key"):  # XINFO of a queue not yet written
+                logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)
             reply = default
         out.append(reply)
     return out
 
 
-def _count_after(client: Any, log: str, last: str) -> int:
-    ids = client.execute_command("XRANGE", log, f"({last}", "+", "COUNT", LAG_COUNT_CAP)
-    return len(ids)
+def _queue_count_after(pipe: Any, log: str, last: str) -> None:
+    pipe.execute_command("XRANGE", log, f"({last}", "+", "COUNT", LAG_COUNT_CAP)
+
+
+def _counted(reply: Any, where: str) -> int:
+    """How many entries an XRANGE of :func:`_queue_count_after` returned."""
+    (entries,) = _usable(where, (reply, []))
+    return len(entries)
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

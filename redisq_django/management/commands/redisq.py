@@ -11,13 +11,26 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
-from redisq_django.admin.stats import age
-from redisq_django.core.deadletter import DeadReason
+from redisq_django.admin.figures import age
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
 from redisq_django.management.arguments import django_common_options, positive_int
-from redisq_django.models import DeadLetter
 from redisq_django.publishing.outbox import pending_count, relay_once
+
+_HEAD = [
+    "QUEUE",
+    "CONSUMER",
+    "BACKLOG",
+    "IN FLIGHT",
+    "DELAYED",
+    "RETRYING",
+    "DEAD (REDIS)",
+    "OLDEST UNACKED",
+    "ALIVE",
+    "LENGTH",
+    "DROPPED",
+    "ARCHIVE LAG",
+]
 
 
 def table(rows: list[list[str]]) -> str:
@@ -54,26 +67,46 @@ class Command(BaseCommand):
 
         dead = sub.add_parser("dead", parents=common, help="dead letters (database rows)")
         dead_sub = dead.add_subparsers(
-            dest="dead_action", required=True, metavar="list|retry|discard|sink"
+            dest="dead_action", required=True, metavar="list|groups|retry|discard|sink"
         )
         dl = dead_sub.add_parser("list", parents=common, help="list dead letters")
         dl.add_argument("--queue")
         dl.add_argument("--consumer")
         dl.add_argument("--status", default="dead", choices=["dead", "retried", "discarded", "all"])
         dl.add_argument("--limit", type=positive_int, default=50)
+        dg = dead_sub.add_parser(
+            "groups", parents=common, help="dead letters grouped by consumer and error"
+        )
+        dg.add_argument("--queue")
+        dg.add_argument("--consumer")
+        dg.add_argument("--limit", type=positive_int, default=50)
         for name, text in (
             ("retry", "deliver again, each to its own consumer only"),
-            ("discard", "mark discarded"),
+            ("discard", "mark discarded (the record is kept; never delivered)"),
         ):
             p = dead_sub.add_parser(name, parents=common, help=text)
             p.add_argument(
                 "ids", nargs="*", type=positive_int, metavar="ID", help="ids from 'dead list'"
             )
             p.add_argument(
-                "--all", action="store_true", help="every dead letter (see --queue/--consumer)"
+                "--all",
+                action="store_true",
+                help="every dead letter matching --queue/--consumer/--error-class/--error "
+                "(in chunks, whatever their number)",
             )
             p.add_argument("--queue")
             p.add_argument("--consumer")
+            p.add_argument("--error-class", help="e.g. ValueError")
+            p.add_argument(
+                "--error",
+                dest="error_key",
+                metavar="NORMALISED",
+                help="the normalised error message, as 'dead groups' shows it",
+            )
+            p.add_argument(
+                "--user",
+                help="record the change in the admin history as this user (username)",
+            )
         dead_sub.add_parser(
             "sink", parents=common, help="move dead letters from Redis into the database now"
         )
@@ -104,35 +137,20 @@ class Command(BaseCommand):
         if not stats:
             self.stdout.write("No queues yet.")
             return
-        rows = [
-            [
-                "QUEUE",
-                "CONSUMER",
-                "LENGTH",
-                "LAG",
-                "IN FLIGHT",
-                "DELAYED",
-                "RETRYING",
-                "DEAD",
-                "OLDEST UNACKED",
-                "ALIVE",
-                "DROPPED",
-                "ARCHIVE LAG",
-            ]
-        ]
+        rows = [list(_HEAD)]
         for q in stats:
             rows.append(
                 [
                     q.name,
-                    "",
-                    str(q.length),
-                    str(q.lag),
-                    "",
+                    "(all)",
+                    str(q.total("backlog")),
+                    str(q.total("in_flight")),
                     str(q.delayed),
-                    "",
-                    "",
-                    "",
-                    "",
+                    str(q.total("waiting_retry")),
+                    str(q.total("dead")),
+                    age(q.oldest_unacked_age_s),
+                    str(q.total("instances_alive")),
+                    str(q.length),
                     str(q.dropped),
                     "-" if q.archive_lag is None else str(q.archive_lag),
                 ]
@@ -141,9 +159,8 @@ class Command(BaseCommand):
                 rows.append(
                     [
                         "",
-                        c.name,
-                        "",
-                        str(c.lag),
+                        c.name + (" (stalled)" if c.stalled else ""),
+                        str(c.backlog),
                         str(c.in_flight),
                         "",
                         str(c.waiting_retry),
@@ -152,9 +169,15 @@ class Command(BaseCommand):
                         str(c.instances_alive),
                         "",
                         "",
+                        "",
                     ]
                 )
         self.stdout.write(table(rows))
+        self.stdout.write(
+            "BACKLOG: waiting to be delivered; a queue line adds up its consumers. LENGTH "
+            "includes acknowledged messages kept for replay. (stalled): a backlog and no "
+            "instance alive."
+        )
 
     def do_replay(self, opts: dict[str, Any]) -> None:
         operations.replay(opts["queue"], opts["consumer"], opts["start"])
@@ -201,7 +224,16 @@ class Command(BaseCommand):
                 )
             self.stdout.write(table(table_rows))
             return
-        rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
+        if action == "groups":
+            self._groups(opts)
+            return
+        user = self._user(opts["user"])
+        rows = operations.dead_letter_rows(
+            opts["queue"],
+            opts["consumer"],
+            error_class=opts["error_class"],
+            error_key=opts["error_key"],
+        )
         if not opts["all"]:
             if not opts["ids"]:
                 raise CommandError(
@@ -209,17 +241,46 @@ class Command(BaseCommand):
                 )
             rows = rows.filter(pk__in=opts["ids"])
         if action == "retry":
-            n = operations.retry_dead(rows)
-            self.stdout.write(f"Re-drove {n} dead letter(s), each to its own consumer.")
-            stuck = rows.filter(status=DeadLetter.Status.DEAD, reason=DeadReason.UNDECODABLE)
-            if stuck.exists():
+            result = operations.retry_matching(rows, user)
+            self.stdout.write(f"Re-drove {result.done} dead letter(s), each to its own consumer.")
+            if result.skipped:
                 self.stdout.write(
-                    f"{stuck.count()} undecodable dead letter(s) cannot be re-driven: publish "
+                    f"{result.skipped} undecodable dead letter(s) cannot be re-driven: publish "
                     "corrected messages and discard these."
                 )
         else:
-            n = operations.discard_dead(rows)
-            self.stdout.write(f"Discarded {n} dead letter(s).")
+            result = operations.discard_matching(rows, user)
+            self.stdout.write(f"Discarded {result.done} dead letter(s).")
+        if result.error:
+            raise CommandError(f"{result.error} {result.remaining} are still dead.")
+
+    def _user(self, username: str | None) -> Any:
+        if not username:
+            return None
+        from django.contrib.auth import get_user_model
+
+        try:
+            return get_user_model()._default_manager.get_by_natural_key(username)
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"No user {username!r} (--user records the history).") from None
+
+    def _groups(self, opts: dict[str, Any]) -> None:
+        rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
+        found, total = operations.dead_letter_groups(rows, opts["limit"])
+        if not found:
+            self.stdout.write("No dead letters.")
+            return
+        lines = [["COUNT", "QUEUE", "CONSUMER", "ERROR CLASS", "ERROR (NORMALISED)", "LAST"]]
+        for g in found:
+            last = g.last_seen.isoformat(timespec="seconds") if g.last_seen else "-"
+            lines.append([str(g.count), g.queue, g.consumer, g.error_class, g.error_key[:60], last])
+        self.stdout.write(table(lines))
+        if total > len(found):
+            self.stdout.write(f"({total - len(found)} smaller group(s) not shown; see --limit.)")
+        self.stdout.write(
+            "Retry one: redisq dead retry --all --queue Q --consumer C --error-class E "
+            "--error 'NORMALISED'"
+        )
 
     def do_relay(self, opts: dict[str, Any]) -> None:
         using = opts["database"]

@@ -1,0 +1,163 @@
+"""How the admin shows live figures: what each one means (help text on every figure),
+unknown figures as unknown, state badges, and the warning for a stalled consumer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+#: What each figure means: the title of its cells and the glossary of every page.
+HELP: dict[str, Any] = {
+    "state": _(
+        "Paused: workers fetch nothing (messages wait in Redis; in-flight ones finish). "
+        "Disabled or not declared: no worker runs it."
+    ),
+    "backlog": _(
+        "Messages waiting to be delivered now: published and not yet delivered, plus "
+        "re-driven messages and due retries. On a queue: the sum over its consumers (a "
+        "message two consumers still need counts twice)."
+    ),
+    "in_flight": _(
+        "Delivered to an instance and not yet acknowledged. On a queue: the sum over its consumers."
+    ),
+    "retrying": _(
+        "Failed deliveries waiting for their backoff before the next attempt. On a queue: "
+        "the sum over its consumers."
+    ),
+    "delayed": _("Published with a delay or eta and not yet due (for the whole queue)."),
+    "dead": _(
+        "Dead letters still to deal with: rows in status dead plus those in Redis not yet "
+        "moved to the database. On a queue: the sum over its consumers."
+    ),
+    "oldest_unacked": _(
+        "Age of the oldest message a consumer has not acknowledged (waiting or in "
+        "flight). On a queue: the oldest of its consumers."
+    ),
+    "instances": _(
+        "Running instances with a live heartbeat. On a queue: the sum over its consumers."
+    ),
+    "length": _(
+        "Entries in the queue's log, including acknowledged messages kept for replay (the "
+        "replay window): not a backlog."
+    ),
+    "dropped": _(
+        "Messages the hard cap (MAX_LENGTH / MAX_AGE) removed before every consumer had "
+        "acknowledged them."
+    ),
+    "archive_lag": _("Log entries the Spark archive has not stored yet (history on)."),
+}
+
+#: The name of each figure where it stands alone (detail pages).
+LABELS: dict[str, Any] = {
+    "backlog": _("backlog"),
+    "in_flight": _("in flight"),
+    "retrying": _("retrying"),
+    "delayed": _("delayed"),
+    "dead": _("dead"),
+    "oldest_unacked": _("oldest unacked"),
+    "instances": _("instances alive"),
+    "length": _("length (incl. replay window)"),
+    "dropped": _("dropped by the hard cap"),
+    "archive_lag": _("archive lag"),
+}
+
+#: Shown in place of a figure Redis could not give.
+UNKNOWN_TITLE = _("Unknown: Redis is unreachable.")
+#: Shown in place of the figures of a consumer Redis does not know yet.
+ABSENT_TITLE = _("Not registered in Redis yet: no worker has started this consumer.")
+STALLED_TEXT = _("backlog, no instance alive")
+STALLED_TITLE = _(
+    "Messages are waiting and no instance of this consumer is alive: start a worker "
+    "(manage.py runconsumer) or check why its workers stopped."
+)
+
+
+def figure(value: Any, key: str) -> SafeString:
+    """A figure with its help text as title; ``None`` shows as unknown."""
+    if value is None:
+        return unknown()
+    return format_html('<span class="redisq-fig" title="{}">{}</span>', HELP[key], value)
+
+
+def figure_table(cells: list[tuple[str, Any]]) -> SafeString:
+    """Figures as a list of name, value and help text (a detail page's summary)."""
+    return format_html(
+        '<dl class="redisq-figures">{}</dl>',
+        format_html_join(
+            "",
+            '<div><dt>{}</dt><dd>{}</dd><dd class="redisq-help">{}</dd></div>',
+            ((LABELS[key], _shown(value, key), HELP[key]) for key, value in cells),
+        ),
+    )
+
+
+def _shown(value: Any, key: str) -> SafeString:
+    return value if isinstance(value, SafeString) else figure(value, key)
+
+
+def unknown(title: Any = UNKNOWN_TITLE) -> SafeString:
+    return format_html('<span class="redisq-unknown" title="{}">?</span>', title)
+
+
+def absent() -> SafeString:
+    return format_html('<span class="redisq-absent" title="{}">&ndash;</span>', ABSENT_TITLE)
+
+
+def age(seconds: float | None) -> str:
+    """A short human age: ``4.2s``, ``12m``, ``3.1h``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def instances(alive: int | None, stalled: bool) -> SafeString:
+    """Instances alive, with the stalled warning when there is a backlog and none."""
+    if alive is None:
+        return unknown()
+    if stalled:
+        return format_html(
+            '<span class="redisq-fig redisq-stalled" title="{}">{} ⚠'
+            '<span class="redisq-stalled-text"> {}</span></span>',
+            STALLED_TITLE,
+            alive,
+            STALLED_TEXT,
+        )
+    return figure(alive, "instances")
+
+
+#: (css class, label) of each state a queue or consumer can be in.
+STATES: dict[str, tuple[str, Any]] = {
+    "active": ("redisq-active", _("Active")),
+    "paused": ("redisq-paused", _("Paused")),
+    "queue_paused": ("redisq-paused", _("Paused (queue)")),
+    "disabled": ("redisq-off", _("Disabled")),
+    "undeclared": ("redisq-off", _("Not declared")),
+}
+
+
+def consumer_state(consumer: Any) -> str:
+    """The :data:`STATES` key of a ``Consumer`` row (its queue loaded)."""
+    if not consumer.declared:
+        return "undeclared"
+    if not consumer.enabled:
+        return "disabled"
+    if consumer.paused:
+        return "paused"
+    if consumer.queue.paused:
+        return "queue_paused"
+    return "active"
+
+
+def badge(state: str) -> SafeString:
+    """A state badge: the word itself (never an icon alone), coloured by kind."""
+    css, label = STATES[state]
+    return format_html(
+        '<span class="redisq-badge {}" title="{}">{}</span>', css, HELP["state"], label
+    )

@@ -1,0 +1,213 @@
+"""The admin's access to Redis: short timeouts, no retries, few round trips, and an
+outage remembered for a few seconds, so that no admin page waits on a sick Redis.
+
+Every admin page that shows figures from Redis, and every page added later (live
+consumer and queue pages, trends), reads Redis through this module:
+
+- :func:`admin_broker` is a :class:`~redisq_django.core.Broker` on a client of its own,
+  built from the same settings as the workers' but with ``REDISQ['ADMIN_REDIS_TIMEOUT']``
+  (default 0.5 s) as socket and connect timeout and no retries: a stopped Redis fails at
+  once, a hung one (accepts, never answers) after one timeout, never after redis-py's
+  default three retries.
+- :func:`guarded` runs one read (a function of that broker, ideally one pipeline) and
+  returns a :class:`Reading`: its value, or ``None`` and the reason Redis could not
+  answer. A failure marks Redis *down* for :data:`DOWN_S` seconds; meanwhile every
+  guarded read returns at once with the same reason, so a page with many reads, or many
+  pages at once, wait at most one timeout between them.
+- :func:`live_stats` reads the stats of many queues through :func:`guarded` in two round
+  trips (:func:`redisq_django.core.stats.read_many`), cached for :data:`STATS_TTL_S`.
+
+A page shows :attr:`Reading.error` in a banner ("Redis is unreachable …") and the
+figures it could not read as unknown ("?"), never a 500. Mutations from the admin
+(retry, discard) use :func:`admin_broker` too and report a failure through ``messages``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redisq_django.conf import get_core_config, get_settings
+from redisq_django.connection import get_redis_client
+from redisq_django.core import Broker
+from redisq_django.core.errors import RedisqError, RedisUnavailable, describe_client
+from redisq_django.core.keys import registry_key
+from redisq_django.core.stats import ConsumerStats, QueueStats, read_many
+from redisq_django.core.wire import to_str
+
+logger = logging.getLogger("redisq.admin")
+
+T = TypeVar("T")
+
+#: Figures older than this are read again, seconds.
+STATS_TTL_S = 1.0
+#: After a failed read, further reads give up at once for this long, seconds.
+DOWN_S = 5.0
+
+_lock = threading.Lock()
+_stats: dict[str, tuple[float, QueueStats]] = {}
+_down: dict[str, Any] = {"until": 0.0, "reason": ""}
+
+
+def _short(client: Any, timeout: float) -> Any:
+    """A client like ``client`` (same server, database, credentials, TLS) whose calls
+    time out after ``timeout`` seconds and are never retried; ``client`` itself when its
+    pool is not a plain redis-py pool (Sentinel, Cluster: they keep their timeouts)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        logger.warning(
+            "The admin reuses the Redis client %s as it is (its pool is not a plain "
+            "redis-py pool): admin pages wait as long as its own timeouts allow.",
+            describe_client(client),
+        )
+        return client
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.update(
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+    kwargs.pop("retry_on_error", None)
+    kwargs.pop("retry_on_timeout", None)
+    new_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=new_pool)
+
+
+@functools.cache
+def admin_broker() -> Broker:
+    """The broker of admin pages: the configured Redis, short timeouts, no retries.
+
+    Raises:
+        SettingsError: ``REDISQ`` names no usable connection.
+    """
+    timeout = float(get_settings()["ADMIN_REDIS_TIMEOUT"])
+    return Broker(_short(get_redis_client(), timeout), get_core_config())
+
+
+@dataclass(frozen=True)
+class Reading(Generic[T]):
+    """What a guarded read returned: ``value``, or ``None`` and ``error`` (why Redis
+    could not answer, in words for a banner)."""
+
+    value: T | None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def _unreachable(exc: BaseException, client: Any) -> str:
+    text = str(exc).rstrip(".")
+    return (
+        f"Redis at {describe_client(client)} is unreachable ({text}). Figures from Redis "
+        "are shown as “?”; retrying dead letters waits until it is back."
+    )
+
+
+#: Errors that say Redis cannot serve us now (as opposed to one command's error reply).
+_OUTAGES = (redis.ConnectionError, redis.TimeoutError, RedisUnavailable, OSError)
+
+
+def guarded(read: Callable[[Broker], T]) -> Reading[T]:
+    """``read(admin_broker())``, or the reason it failed; while Redis is known to be
+    down (see :data:`DOWN_S`), the reason at once, without trying.
+
+    An outage (connection refused, timeout, a refusal such as OOM or LOADING) marks Redis
+    down; an error reply to one command (or a settings error) fails this read only.
+    """
+    now = time.monotonic()
+    with _lock:
+        if now < _down["until"]:
+            return Reading(None, _down["reason"])
+    broker = None
+    try:
+        broker = admin_broker()
+        return Reading(read(broker))
+    except _OUTAGES as exc:
+        reason = _unreachable(exc, broker.client if broker else None)
+        logger.warning("Admin: %s", reason)
+        with _lock:
+            _down.update(until=time.monotonic() + DOWN_S, reason=reason)
+        return Reading(None, reason)
+    except (redis.RedisError, RedisqError) as exc:
+        logger.warning("Admin: a read from Redis failed: %s", exc)
+        return Reading(None, f"Redis could not answer ({str(exc).rstrip('.')}).")
+
+
+@dataclass(frozen=True)
+class Live:
+    """The live stats of the queues a page shows, or why they are unknown."""
+
+    queues: Mapping[str, QueueStats] = field(default_factory=dict)
+    error: str = ""
+
+    def queue(self, name: str) -> QueueStats | None:
+        """The stats of queue ``name`` (None: unknown, Redis unreachable)."""
+        return self.queues.get(name)
+
+    def consumer(self, queue: str, name: str) -> ConsumerStats | None:
+        """The stats of one logical consumer (None: unknown, or not in Redis yet)."""
+        stats = self.queues.get(queue)
+        if stats is None:
+            return None
+        return next((c for c in stats.consumers if c.name == name), None)
+
+
+def live_stats(queues: Iterable[str]) -> Live:
+    """The stats of ``queues``: fresh ones (read within :data:`STATS_TTL_S`) from the
+    cache, the others in one :func:`guarded` read of two round trips."""
+    names = sorted(set(queues))
+    now = time.monotonic()
+    with _lock:
+        fresh = {n: hit[1] for n in names if (hit := _stats.get(n)) and now - hit[0] < STATS_TTL_S}
+    missing = [n for n in names if n not in fresh]
+    if not missing:
+        return Live(fresh)
+
+    def read(broker: Broker) -> list[QueueStats]:
+        keys = [broker.keys(n) for n in missing]
+        return read_many(broker.client, keys, history=broker.config.history)
+
+    reading = guarded(read)
+    if reading.value is None:
+        return Live(fresh, reading.error)
+    read_at = time.monotonic()
+    with _lock:
+        for stats in reading.value:
+            _stats[stats.name] = (read_at, stats)
+    return Live({**fresh, **{s.name: s for s in reading.value}})
+
+
+def queue_names() -> Reading[list[str]]:
+    """Every queue name Redis knows (published to or consumed from), sorted."""
+
+    def read(broker: Broker) -> list[str]:
+        members = broker.client.smembers(registry_key(broker.config.prefix))
+        return sorted(to_str(m) for m in members)
+
+    return guarded(read)
+
+
+def status() -> Reading[bool]:
+    """Whether Redis answers (a PING), for pages that read nothing else from it."""
+    return guarded(lambda broker: bool(broker.client.ping()))
+
+
+def clear() -> None:
+    """Forget cached figures, the outage and the client (the settings, hence maybe the
+    Redis, changed)."""
+    with _lock:
+        _stats.clear()
+        _down.update(until=0.0, reason="")
+    admin_broker.cache_clear()

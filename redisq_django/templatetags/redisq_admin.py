@@ -1,0 +1,61 @@
+"""Template tags of the admin pages: figures with their help text, unknown figures as
+unknown, state badges (``{% load redisq_admin %}``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.safestring import SafeString
+
+from redisq_django.admin import figures
+from redisq_django.admin.common import dead_cell
+
+register = template.Library()
+
+
+@register.simple_tag(name="help")
+def help_text(key: str) -> str:
+    """The help text of figure ``key`` (for a ``title``)."""
+    return str(figures.HELP[key])
+
+
+@register.simple_tag
+def figure(value: Any, key: str) -> SafeString:
+    return figures.figure(value, key)
+
+
+@register.simple_tag
+def unknown() -> SafeString:
+    return figures.unknown()
+
+
+@register.simple_tag
+def absent() -> SafeString:
+    return figures.absent()
+
+
+@register.simple_tag
+def badge(state: str) -> SafeString:
+    return figures.badge(state)
+
+
+@register.simple_tag
+def age(seconds: float | None) -> SafeString:
+    return figures.figure(figures.age(seconds), "oldest_unacked")
+
+
+@register.simple_tag
+def instances(alive: int | None, stalled: bool) -> SafeString:
+    return figures.instances(alive, stalled)
+
+
+@register.simple_tag
+def dead(rows: int, in_redis: int | None) -> SafeString:
+    return dead_cell(rows, in_redis)
+
+
+@register.filter
+def total(stats: Any, figure_name: str) -> int:
+    """A queue's figure summed over its consumers (``QueueStats.total``)."""
+    return int(stats.total(figure_name))

@@ -1,0 +1,388 @@
+"""Dead-letter triage: retry or discard one dead letter, a selection, or every one
+matching a filter (server side, in chunks, at any size); groups by error; summaries
+for a confirmation page. The admin and ``manage.py redisq dead`` call these functions.
+
+Every retry and discard is recorded in the admin history (``LogEntry``, who and when)
+when a user is given, and sent as the ``dead_letters_retried`` /
+``dead_letters_discarded`` signals once per chunk.
+
+A chunk is one database transaction: its rows still dead are locked, re-driven to
+Redis in one pipelined round trip, then marked retried. If Redis cannot be reached the
+transaction is rolled back (the chunk stays dead, nothing is marked); what earlier
+chunks did stays done. Delivery is at least once: a database failure after Redis
+accepted a chunk leaves those rows dead though their messages were sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+from django.apps import apps
+from django.db import transaction
+from django.db.models import Count, F, Max, Min, QuerySet
+from django.utils import timezone
+
+from redisq_django.connection import get_broker
+from redisq_django.core import Broker
+from redisq_django.core.deadletter import DeadReason, redrive_fields
+from redisq_django.core.errors import RedisUnavailable, describe_client
+from redisq_django.core.replay import redrive
+from redisq_django.core.wire import to_bytes
+from redisq_django.models import DeadLetter
+from redisq_django.signals import dead_letters_discarded, dead_letters_retried
+
+logger = logging.getLogger("redisq.deadletters")
+
+#: Dead letters retried or discarded per transaction (and Redis round trip).
+CHUNK = 500
+#: The most groups a listing of groups returns (the largest first).
+GROUPS_LIMIT = 200
+
+DEAD = DeadLetter.Status.DEAD
+
+#: The change messages recorded in the admin history (stored as is, read by anyone).
+DISCARDED_LOG = "Discarded"
+
+
+def retried_log(row: DeadLetter) -> str:
+    return f"Retried: sent again to {row.queue}/{row.consumer}"
+
+
+def not_redrivable_reason(row: DeadLetter) -> str:
+    """Why a dead letter cannot be delivered again, or "" when it can."""
+    if row.reason == DeadReason.UNDECODABLE:
+        return (
+            "It is undecodable: its Redis entry was not a valid message, so a handler "
+            "would only get raw fields and fail again. Download its raw fields, publish a "
+            "corrected message, and discard this one."
+        )
+    if not row.envelope:
+        return (
+            "It is a bare record: the database refused its details when it was stored, "
+            "so its envelope is missing. Download its raw fields and discard it."
+        )
+    return ""
+
+
+def redrivable(row: DeadLetter) -> bool:
+    """Whether a dead letter can be delivered again: not undecodable (it would only die
+    again), and stored with its envelope (a bare record has none)."""
+    return not not_redrivable_reason(row)
+
+
+@dataclass
+class BulkResult:
+    """What a retry or discard of many dead letters did.
+
+    Attributes:
+        done: rows retried (or discarded).
+        skipped: dead rows that cannot be retried (undecodable, bare records): left dead.
+        remaining: rows still matching and dead that were not reached (time budget
+            spent, or Redis unreachable): run it again to continue.
+        error: why it stopped early ("" when it did not).
+    """
+
+    done: int = 0
+    skipped: int = 0
+    remaining: int = 0
+    error: str = ""
+
+
+def _user(user: Any) -> Any:
+    return user if getattr(user, "pk", None) else None
+
+
+def record(user: Any, rows: Iterable[DeadLetter], message: Callable[[DeadLetter], str]) -> None:
+    """Write one admin-history entry per row (bulk, per distinct message) for ``user``;
+    nothing without a user (the shell) or without ``django.contrib.admin``."""
+    if _user(user) is None or not apps.is_installed("django.contrib.admin"):
+        return
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    by_message: dict[str, list[DeadLetter]] = defaultdict(list)
+    for row in rows:
+        by_message[message(row)].append(row)
+    for text, group in by_message.items():
+        LogEntry.objects.log_actions(user.pk, group, CHANGE, text)
+
+
+def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[Any]:
+    """Deliver each row's envelope again to its own consumer only: one pipelined round
+    trip (one call per row on a Cluster client). Returns each row's reply (an exception
+    for one Redis refused).
+
+    Raises:
+        RedisUnavailable: Redis cannot be reached.
+    """
+    envelopes = []
+    for row in rows:
+        envelope = dict(row.envelope)
+        envelope.setdefault("payload", row.payload)
+        envelope.setdefault("id", row.message_id)
+        envelopes.append(redrive_fields({to_bytes(k): to_bytes(v) for k, v in envelope.items()}))
+    history = broker.config.history
+    try:
+        if not isinstance(broker.client, redis.Redis):  # Cluster: scripts one by one
+            return [
+                broker.redrive_envelope(r.queue, r.consumer, cast("dict[str | bytes, Any]", e))
+                for r, e in zip(rows, envelopes, strict=True)
+            ]
+        with broker.client.pipeline(transaction=False) as pipe:
+            for row, fields in zip(rows, envelopes, strict=True):
+                gkeys = broker.keys(row.queue).group(row.consumer)
+                redrive(broker.scripts, gkeys, "", fields, history, client=pipe)
+            return list(pipe.execute(raise_on_error=False))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisUnavailable(describe_client(broker.client), exc) from exc
+
+
+def _retry_chunk(
+    rows: list[DeadLetter], user: Any, broker: Broker
+) -> tuple[list[DeadLetter], list[DeadLetter]]:
+    """Retry ``rows`` (one chunk, one transaction); returns (retried, skipped)."""
+    dead = [r for r in rows if r.status == DEAD]
+    skipped = [r for r in dead if not redrivable(r)]
+    if skipped:
+        logger.warning(
+            "%d dead letter(s) cannot be sent again (undecodable or bare records), e.g. "
+            "%s of %s/%s; discard them",
+            len(skipped),
+            skipped[0].message_id,
+            skipped[0].queue,
+            skipped[0].consumer,
+        )
+    todo = [r for r in dead if redrivable(r)]
+    if not todo:
+        return [], skipped
+    with transaction.atomic():
+        # Only rows still dead: another operator may have retried some meanwhile.
+        still = set(
+            DeadLetter.objects.select_for_update()
+            .filter(pk__in=[r.pk for r in todo], status=DEAD)
+            .values_list("pk", flat=True)
+        )
+        todo = [r for r in todo if r.pk in still]
+        replies = _redrive_all(broker, todo) if todo else []
+        sent = []
+        for row, reply in zip(todo, replies, strict=True):
+            if isinstance(reply, Exception):
+                logger.error("Dead letter %s was not sent again: %s", row.message_id, reply)
+            else:
+                sent.append(row)
+        now = timezone.now()
+        who = _user(user)
+        DeadLetter.objects.filter(pk__in=[r.pk for r in sent]).update(
+            status=DeadLetter.Status.RETRIED,
+            retry_count=F("retry_count") + 1,
+            retried_at=now,
+            retried_by=who,
+            updated_at=now,
+        )
+        for row in sent:  # the objects say what the rows say (history, signal receivers)
+            row.status = DeadLetter.Status.RETRIED
+            row.retry_count += 1
+            row.retried_at, row.retried_by, row.updated_at = now, who, now
+        record(user, sent, retried_log)
+    if sent:
+        logger.info(
+            "%d dead letter(s) re-driven, each to its own consumer, by %s",
+            len(sent),
+            getattr(user, "username", None) or "the shell",
+        )
+        dead_letters_retried.send(sender=DeadLetter, rows=sent, user=user)
+    return sent, skipped
+
+
+def _discard_chunk(rows: list[DeadLetter], user: Any) -> tuple[list[DeadLetter], list[Any]]:
+    """Discard ``rows`` (one chunk, one transaction); returns (discarded, [])."""
+    dead = [r for r in rows if r.status == DEAD]
+    with transaction.atomic():
+        still = set(
+            DeadLetter.objects.select_for_update()
+            .filter(pk__in=[r.pk for r in dead], status=DEAD)
+            .values_list("pk", flat=True)
+        )
+        changed = [r for r in dead if r.pk in still]
+        now = timezone.now()
+        DeadLetter.objects.filter(pk__in=still).update(
+            status=DeadLetter.Status.DISCARDED, updated_at=now
+        )
+        for row in changed:
+            row.status, row.updated_at = DeadLetter.Status.DISCARDED, now
+        record(user, changed, lambda row: DISCARDED_LOG)
+    if changed:
+        logger.info(
+            "%d dead letter(s) discarded by %s",
+            len(changed),
+            getattr(user, "username", None) or "the shell",
+        )
+        dead_letters_discarded.send(sender=DeadLetter, rows=changed, user=user)
+    return changed, []
+
+
+def _chunks(rows: Iterable[DeadLetter], size: int) -> Iterable[list[DeadLetter]]:
+    batch: list[DeadLetter] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def retry(rows: Iterable[DeadLetter], user: Any = None, *, broker: Broker | None = None) -> int:
+    """Deliver dead letters again, each to its own logical consumer only, with a fresh
+    retry budget; records who and when. Rows not in status ``dead``, and those not
+    :func:`redrivable` (logged), are skipped; the objects of those re-driven are updated
+    in place.
+
+    Returns:
+        How many were re-driven.
+
+    Raises:
+        RedisUnavailable: Redis cannot be reached (the chunk it met stays dead).
+    """
+    broker = broker or get_broker()
+    return sum(len(_retry_chunk(b, user, broker)[0]) for b in _chunks(rows, CHUNK))
+
+
+def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
+    """Mark dead letters discarded (kept for the record, never delivered), updating the
+    objects in place. Returns how many changed."""
+    return sum(len(_discard_chunk(b, user)[0]) for b in _chunks(rows, CHUNK))
+
+
+def _matching(
+    rows: QuerySet[DeadLetter],
+    act: Callable[[list[DeadLetter]], tuple[list[Any], list[Any]]],
+    chunk: int,
+    budget_s: float | None,
+) -> BulkResult:
+    """``act`` on every dead row of ``rows``, ``chunk`` rows at a time in primary-key
+    order, until none is left or ``budget_s`` seconds are spent."""
+    base = rows.filter(status=DEAD).order_by("pk")
+    deadline = time.monotonic() + budget_s if budget_s is not None else None
+    result = BulkResult()
+    last = 0
+    while batch := list(base.filter(pk__gt=last)[:chunk]):
+        try:
+            done, skipped = act(batch)
+        except RedisUnavailable as exc:
+            result.error = str(exc)
+            result.remaining = base.filter(pk__gte=batch[0].pk).count()
+            return result
+        last = batch[-1].pk
+        result.done += len(done)
+        result.skipped += len(skipped)
+        if deadline is not None and time.monotonic() > deadline:
+            result.remaining = base.filter(pk__gt=last).count()
+            break
+    return result
+
+
+def retry_matching(
+    rows: QuerySet[DeadLetter],
+    user: Any = None,
+    *,
+    broker: Broker | None = None,
+    chunk: int = CHUNK,
+    budget_s: float | None = None,
+) -> BulkResult:
+    """Retry every dead letter in status ``dead`` among ``rows`` (a filtered queryset,
+    never loaded at once), ``chunk`` per transaction, for at most ``budget_s`` seconds
+    (None: until done)."""
+    broker = broker or get_broker()
+    return _matching(rows, lambda batch: _retry_chunk(batch, user, broker), chunk, budget_s)
+
+
+def discard_matching(
+    rows: QuerySet[DeadLetter],
+    user: Any = None,
+    *,
+    chunk: int = CHUNK,
+    budget_s: float | None = None,
+) -> BulkResult:
+    """Discard every dead letter in status ``dead`` among ``rows`` (see
+    :func:`retry_matching`)."""
+    return _matching(rows, lambda batch: _discard_chunk(batch, user), chunk, budget_s)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Dead letters of one consumer that failed with one error (class and normalised
+    message)."""
+
+    queue: str
+    consumer: str
+    error_class: str
+    error_key: str
+    count: int
+    first_seen: Any
+    last_seen: Any
+
+    @property
+    def lookup(self) -> dict[str, str]:
+        """The filter that selects exactly this group's rows."""
+        return {
+            "queue": self.queue,
+            "consumer": self.consumer,
+            "error_class": self.error_class,
+            "error_key": self.error_key,
+        }
+
+
+def groups(rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT) -> tuple[list[Group], int]:
+    """The groups of ``rows`` by consumer, error class and normalised message, the
+    largest first (at most ``limit``), with counts and first/last failure; and how
+    many groups there are. Two queries, whatever the number of rows."""
+    keys = ("queue", "consumer", "error_class", "error_key")
+    grouped = (
+        rows.order_by()
+        .values(*keys)
+        .annotate(
+            count=Count("pk"),
+            first_seen=Min("first_failed_at"),
+            last_seen=Max("last_failed_at"),
+        )
+    )
+    top = grouped.order_by("-count", *keys)[:limit]
+    return [Group(**g) for g in top], grouped.count()
+
+
+@dataclass
+class Summary:
+    """What a bulk action would act on: the dead letters in status ``dead``."""
+
+    count: int
+    undecodable: int
+    consumers: list[tuple[str, str, int]] = field(default_factory=list)
+    more_consumers: int = 0
+    error_classes: list[tuple[str, int]] = field(default_factory=list)
+    more_error_classes: int = 0
+    sample: list[DeadLetter] = field(default_factory=list)
+
+
+def summary(rows: QuerySet[DeadLetter], top: int = 10, sample: int = 10) -> Summary:
+    """Count, consumers and error classes (the ``top`` largest, with how many more) and
+    a sample of the dead rows among ``rows``, in a few aggregate queries."""
+    dead = rows.filter(status=DEAD).order_by()
+    by_consumer = dead.values("queue", "consumer").annotate(n=Count("pk")).order_by("-n", "queue")
+    by_class = dead.values("error_class").annotate(n=Count("pk")).order_by("-n", "error_class")
+    consumers = [(c["queue"], c["consumer"], c["n"]) for c in by_consumer[:top]]
+    classes = [(c["error_class"], c["n"]) for c in by_class[:top]]
+    return Summary(
+        count=dead.count(),
+        undecodable=dead.filter(reason=DeadReason.UNDECODABLE).count(),
+        consumers=consumers,
+        more_consumers=max(0, by_consumer.count() - len(consumers)),
+        error_classes=classes,
+        more_error_classes=max(0, by_class.count() - len(classes)),
+        sample=list(dead.order_by("-last_failed_at", "-pk")[:sample]),
+    )

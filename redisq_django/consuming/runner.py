@@ -16,6 +16,8 @@ from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.worker import Every, Worker, WorkerOptions
 from redisq_django.deadletters import sink_all
 from redisq_django.publishing.outbox import relay_once
+from redisq_django.schedules.job import schedule_job
+from redisq_django.schedules.sync import sync_schedules
 
 #: How often a worker moves its consumers' dead letters into the database, seconds.
 SINK_INTERVAL_S = 2.0
@@ -87,12 +89,14 @@ def build_worker(
 ) -> Worker:
     """A worker for the declared consumers of ``queues``, configuration from the DB.
 
-    The rows are synchronised with the code first; the worker re-reads them every
-    ``refresh_interval`` seconds (pause, retries, concurrency changed in the admin).
+    The rows (consumers and schedules) are synchronised with the code first; the worker
+    re-reads them every ``refresh_interval`` seconds (pause, retries, concurrency changed
+    in the admin) and evaluates the periodic schedules.
     ``concurrency`` (the ``--concurrency`` flag) wins over code and database.
     """
     chosen = select(queues, consumers)
     sync_declarations()
+    sync_schedules()
     specs = load_specs(chosen, concurrency)
 
     def refresh() -> list[ConsumerSpec]:
@@ -103,15 +107,19 @@ def build_worker(
             close_old_connections()
 
     pairs = [(d.queue, d.name) for d in chosen]
+    broker = get_broker()
     periodic = [
-        Every("dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs)))
+        Every(
+            "dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs))
+        ),
+        schedule_job(broker),  # every worker evaluates the schedules: no beat process
     ]
     if get_settings()["OUTBOX"]:
         periodic.append(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
         )
     return Worker(
-        get_broker(),
+        broker,
         specs,
         options,
         middleware=[DjangoDatabaseMiddleware()],

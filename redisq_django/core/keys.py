@@ -19,6 +19,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
 ``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
+``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
+``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
 ================================  ======  ====================================================
 
 PROTOCOL.md documents the same catalogue for clients in other languages.
@@ -135,3 +137,19 @@ def queue_keys(prefix: str, queue: str) -> QueueKeys:
 def registry_key(prefix: str) -> str:
     """The set of all queue names (a single-key structure, outside any hash tag)."""
     return f"{prefix}:queues"
+
+
+@dataclass(frozen=True)
+class ScheduleKeys:
+    """The two keys of periodic schedules (single-key structures outside any hash tag,
+    like :func:`registry_key`: each is written by one command, never by a script with
+    other keys)."""
+
+    claimed: str
+    sent: str
+
+
+def schedule_keys(prefix: str) -> ScheduleKeys:
+    """Where the workers record, per schedule name, the latest tick one of them claimed
+    (the right to publish it) and the latest tick published."""
+    return ScheduleKeys(f"{prefix}:schedules:claimed", f"{prefix}:schedules:sent")

@@ -1,10 +1,11 @@
 """The admin: queues and consumers with live stats, pause/resume and overrides; dead
-letters with filters, search and Retry; a live overview of every queue.
+letters with filters, search and Retry; a live overview of every queue; periodic
+schedules.
 
 Every mutation is POST-only, CSRF-protected, permission-checked, reported through
 ``messages`` and recorded in the admin history (``LogEntry``).
 """
 
-from redisq_django.admin import consumers, deadletters, overview, queues
+from redisq_django.admin import consumers, deadletters, overview, queues, schedules
 
-__all__ = ["consumers", "deadletters", "overview", "queues"]
+__all__ = ["consumers", "deadletters", "overview", "queues", "schedules"]

@@ -21,7 +21,8 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from redisq_django.conf import check_queue_known
 from redisq_django.consuming.sync import SYNC_ATTEMPTS, SYNC_FIRST_WAIT_S, SYNC_MAX_WAIT_S
 from redisq_django.schedules.declarations import Declaration, declarations
-from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, target_columns
+from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, target_columns, target_of
+from redisq_django.schedules.timing import Missed, ScheduleError, Timing
 
 if TYPE_CHECKING:
     from redisq_django.models import Schedule
@@ -123,3 +124,29 @@ def _write(specs: list[ScheduleSpec]) -> dict[str, Schedule]:
     vanished = Schedule.objects.filter(origin=Schedule.Origin.CODE, declared=True)
     vanished.exclude(name__in=[s.name for s in specs]).update(declared=False)
     return rows
+
+
+def spec_from_snapshot(name: str, declared: dict[str, Any]) -> ScheduleSpec:
+    """The spec a row's ``declaration`` describes (to reset the row to the code's values).
+
+    Raises:
+        ScheduleError: the stored declaration is not valid any more.
+    """
+    return ScheduleSpec(
+        name=name,
+        timing=Timing(declared["cron"], declared["every_ms"], declared["timezone"]),
+        target=target_of(declared["queue"], declared["task"], declared["payload"]),
+        missed=Missed(declared["missed"]),
+        catch_up_ms=int(declared["catch_up_ms"]),
+    )
+
+
+def differs_from_code(row: Schedule) -> bool:
+    """Whether staff changed a declared schedule in the admin (its columns no longer say
+    what the code's declaration says)."""
+    if row.origin != row.Origin.CODE or not row.declaration:
+        return False
+    try:
+        return bool(snapshot(row.to_spec()) != row.declaration)
+    except (ScheduleError, ValueError):
+        return True

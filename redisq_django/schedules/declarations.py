@@ -12,13 +12,13 @@ from typing import Any, TypeVar, overload
 
 from django.utils.module_loading import module_has_submodule
 
-from redisq_django.core.keys import validate_name
 from redisq_django.schedules.spec import (
     QueueTarget,
     ScheduleSpec,
     Target,
     TaskTarget,
     catch_up_to_ms,
+    check_name,
 )
 from redisq_django.schedules.timing import (
     DEFAULT_CATCH_UP_MS,
@@ -133,7 +133,7 @@ def periodic(
     Timing(cron, every_ms, timezone or "UTC")  # validate now, where it is written
 
     def declare(schedule_name: str, target: Target) -> Declaration:
-        validate_name("schedule", schedule_name)
+        check_name("schedule", schedule_name)
         declaration = Declaration(
             schedule_name, cron, every_ms, timezone, target, missed_value, catch_up_ms
         )

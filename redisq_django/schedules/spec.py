@@ -11,6 +11,7 @@ from typing import Any
 
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.envelope import MAX_ID_LENGTH
+from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 from redisq_django.schedules.timing import DEFAULT_CATCH_UP_MS, Missed, ScheduleError, Timing
 
@@ -33,6 +34,18 @@ def tick_id(name: str, tick_ms: int) -> str:
     return f"{name[:36]}~{digest}@{tick_ms}"
 
 
+def check_name(kind: str, name: str) -> str:
+    """``name`` when it is a valid schedule or queue name (as ``core.keys`` allows).
+
+    Raises:
+        ScheduleError: it is not.
+    """
+    try:
+        return validate_name(kind, name)
+    except InvalidName as exc:
+        raise ScheduleError(str(exc)) from None
+
+
 def _check_json(what: str, value: Any) -> None:
     try:
         json.dumps(value, allow_nan=False)
@@ -50,7 +63,7 @@ class QueueTarget:
     payload: Any = None
 
     def __post_init__(self) -> None:
-        validate_name("queue", self.queue)
+        check_name("queue", self.queue)
         _check_json("payload=", self.payload)
 
     def describe(self) -> str:
@@ -129,7 +142,7 @@ class ScheduleSpec:
     last_run_ms: int = 0
 
     def __post_init__(self) -> None:
-        validate_name("schedule", self.name)
+        check_name("schedule", self.name)
         object.__setattr__(self, "missed", Missed(self.missed))
         if self.catch_up_ms < 0:
             raise ScheduleError("catch_up= must not be negative.")

@@ -50,6 +50,17 @@ echo "== running the consumers of 'orders' until drained (runconsumer orders --b
 "$PY" manage.py runconsumer orders --burst --stats-interval 0
 echo "== what happened"
 "$PY" manage.py shop_demo report
+echo "== a periodic schedule (shop/schedules.py: every 2 s to queue 'stock'), no beat process:"
+echo "   three runconsumer processes evaluate it for 8 s; each tick is published once"
+pids=()
+for n in 1 2 3; do
+  "$PY" manage.py runconsumer stock --stats-interval 0 >"$demo/schedule-worker-$n.log" 2>&1 &
+  pids+=("$!")
+done
+sleep 8
+kill -TERM "${pids[@]}"  # a warm stop: each exits 0
+wait "${pids[@]}"
+"$PY" manage.py shop_demo schedule
 # History is on in this project: every settle above was recorded as a lifecycle event.
 export PYSPARK_PYTHON="$PY" SPARK_LOCAL_IP=127.0.0.1
 echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline archive --once)"

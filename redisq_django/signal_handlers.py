@@ -34,8 +34,8 @@ def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> No
         return
     from redisq_django.consuming.registry import DiscoveryError
     from redisq_django.consuming.sync import sync_declarations
+    from redisq_django.core.errors import ConfigurationError
     from redisq_django.schedules.sync import sync_schedules
-    from redisq_django.schedules.timing import ScheduleError
 
     try:
         sync_declarations()
@@ -45,7 +45,7 @@ def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> No
         logger.warning("Consumers not synchronised: %s", exc)
     try:
         sync_schedules()
-    except (DiscoveryError, ScheduleError) as exc:
+    except ConfigurationError as exc:  # a broken schedules.py, a queue not in QUEUES
         logger.warning("Schedules not synchronised: %s", exc)
 
 

@@ -68,7 +68,7 @@ def enqueue_tick(spec: ScheduleSpec, tick_ms: int) -> str:
         ) from None
     message_id = tick_id(spec.name, tick_ms)
     enqueue_once(
-        load_task(target.path), list(target.args), dict(target.kwargs), message_id=message_id
+        load_task(target.path), tuple(target.args), dict(target.kwargs), message_id=message_id
     )
     return message_id
 

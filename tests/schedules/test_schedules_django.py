@@ -215,7 +215,7 @@ def test_task_schedules_call_enqueue_once_once_per_tick_with_the_tick_id(
     from redisq_django.schedules.targets import firer
     from redisq_django.schedules.timing import Timing
 
-    calls: list[tuple[Any, list[Any], dict[str, Any], str]] = []
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = []
     stand_in = types.ModuleType("redisq_django.tasks")
     stand_in.enqueue_once = lambda task, args, kwargs, *, message_id: calls.append(  # type: ignore[attr-defined]
         (task, args, kwargs, message_id)
@@ -239,7 +239,7 @@ def test_task_schedules_call_enqueue_once_once_per_tick_with_the_tick_id(
         for worker in workers:
             worker.evaluate()
     assert [c[3] for c in calls] == [tick_id(queue_name, t0 + s * 1000) for s in range(1, 11)]
-    assert {(type(c[0]).__name__, tuple(c[1]), tuple(c[2].items())) for c in calls} == {
+    assert {(type(c[0]).__name__, c[1], tuple(c[2].items())) for c in calls} == {
         ("FakeTask", (1,), (("b", 2),))
     }
 
@@ -444,3 +444,23 @@ def test_an_admin_edit_reaches_a_running_worker_within_seconds(
     finally:
         worker.stop()
         thread.join(timeout=30)
+
+
+def test_migrate_reports_a_schedule_it_cannot_write_instead_of_failing(
+    queue_name: str, declarations: None, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.apps import apps
+
+    from redisq_django.signal_handlers import sync_after_migrate
+
+    # Given a schedule declared for a queue that REDISQ["QUEUES"] does not list
+    settings.REDISQ = {**settings.REDISQ, "QUEUES": ["orders"]}
+    periodic(queue_name, every=10, queue=queue_name)
+    # When migrate finishes (its post_migrate receiver syncs the rows)
+    sync_after_migrate(sender=apps.get_app_config("redisq_django"))
+    # Then it says why, and writes no row
+    assert any(
+        "Schedules not synchronised" in r.getMessage() and queue_name in r.getMessage()
+        for r in caplog.records
+    )
+    assert not Schedule.objects.filter(name=queue_name).exists()

@@ -181,6 +181,8 @@ class Subscription:
             stream=stream,
             entry_id=entry_id,
             fields=fields,
+            consumer=self.consumer,
+            policy=self.policy,
         )
 
     # -- settling ----------------------------------------------------------------------

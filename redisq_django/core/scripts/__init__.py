@@ -24,6 +24,10 @@ ScriptName = Literal[
     "publish_once",
     "reclaim",
     "redrive",
+    "task_enqueue",
+    "task_ready",
+    "task_settle",
+    "task_start",
     "trim",
 ]
 

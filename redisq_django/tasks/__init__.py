@@ -15,7 +15,7 @@ if django.VERSION < (6, 0):  # pragma: no cover - exercised on Django 5.2 only
         f"{django.get_version()}. Upgrade Django to use the tasks backend."
     )
 
-from redisq_django.tasks.backend import RedisqBackend, RedisqTask  # noqa: E402
-from redisq_django.tasks.once import enqueue_once  # noqa: E402
+from redisq_django.tasks.backend import RedisqBackend, RedisqTask
+from redisq_django.tasks.once import enqueue_once
 
 __all__ = ["RedisqBackend", "RedisqTask", "enqueue_once"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.tasks import Task, TaskResult, TaskResultStatus
@@ -31,9 +31,14 @@ from redisq_django.tasks.options import (
 )
 from redisq_django.tasks.results import TaskMessage, from_fields
 
+if TYPE_CHECKING:
+    _Task = Task[..., Any]
+else:
+    _Task = Task  # not subscriptable at run time
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RedisqTask(Task):
+class RedisqTask(_Task):
     """A ``@task`` of a redisq backend, with our retry options (``@task(max_retries=3)``).
 
     Attributes:
@@ -98,7 +103,7 @@ class RedisqBackend(BaseTaskBackend):
 
     # -- validation --------------------------------------------------------------------
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
         for name, integer, positive in _EXTRA:
             value = getattr(task, name, None)
@@ -111,8 +116,12 @@ class RedisqBackend(BaseTaskBackend):
         if problem:
             raise InvalidTask(f"Task queue {problem}.")
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        """System checks: invalid ``OPTIONS``, no or invalid ``QUEUES``."""
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """System checks: invalid ``OPTIONS`` (E020), no ``QUEUES`` (E021), a queue name
+        that makes no valid redisq queue name (E022)."""
+        return list(self._problems())
+
+    def _problems(self) -> Iterable[checks.CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
         for problem in option_problems(self.options):
             yield checks.Error(
@@ -129,29 +138,29 @@ class RedisqBackend(BaseTaskBackend):
         if option_problems(self.options):
             return
         for name in sorted(self.queues, key=str):
-            problem = queue_name_problem(self.task_options, name)
-            if problem:
+            bad_name = queue_name_problem(self.task_options, name)
+            if bad_name:
                 yield checks.Error(
-                    f"{where}['QUEUES']: {problem}.",
+                    f"{where}['QUEUES']: {bad_name}.",
                     hint="Use letters, digits, '_', '.' or '-' (and a short name).",
                     id="redisq_django.E022",
                 )
 
     # -- enqueueing --------------------------------------------------------------------
 
-    def level_queue(self, task: Task) -> str:
+    def level_queue(self, task: Task[..., Any]) -> str:
         """The redisq queue a task goes to (its queue name and priority level)."""
         return self.task_options.level_queue(task.queue_name, level_rank(task.priority))
 
-    def prepare(self, task: Task, args: Any, kwargs: Any, result_id: str | None = None) -> tuple[
-        TaskResult, Envelope, TaskMessage, int
-    ]:  # fmt: skip
+    def prepare(
+        self, task: Task[..., Any], args: Any, kwargs: Any, result_id: str | None = None
+    ) -> tuple[TaskResult[..., Any], Envelope, TaskMessage, int]:
         """Validate and encode a task: its READY result, its message and when its result
         expires (ms). Raises as ``enqueue``."""
         self.validate_task(task)
         result = TaskResult(
             task=task,
-            id=result_id or new_message_id(),
+            id=result_id if result_id is not None else new_message_id(),
             status=TaskResultStatus.READY,
             enqueued_at=timezone.now(),
             started_at=None,
@@ -183,7 +192,9 @@ class RedisqBackend(BaseTaskBackend):
             get_broker().ensure_consumer(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
             self._ensured.add(queue)
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(  # type: ignore[override]  # the stubs' ParamSpec ties args to the task
+        self, task: Task[..., Any], args: Any, kwargs: Any
+    ) -> TaskResult[..., Any]:
         """Enqueue ``task``: its READY result and its message in one script.
 
         Raises:
@@ -197,7 +208,9 @@ class RedisqBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    async def aenqueue(  # type: ignore[override]  # as enqueue
+        self, task: Task[..., Any], args: Any, kwargs: Any
+    ) -> TaskResult[..., Any]:
         """``enqueue`` with an asyncio Redis client (``redis.asyncio``): never blocks the
         event loop on Redis."""
         result, envelope, message, expire_at = self.prepare(task, args, kwargs)
@@ -217,7 +230,7 @@ class RedisqBackend(BaseTaskBackend):
         opts = self.task_options
         return [q for name in sorted(self.queues) for q in opts.level_queues(name)]
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The result ``result_id``, read from Redis (any process may ask).
 
         Raises:
@@ -228,7 +241,7 @@ class RedisqBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return from_fields(result_id, found[1], self.alias)
 
-    async def aget_result(self, result_id: str) -> TaskResult:
+    async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
         """``get_result`` with an asyncio Redis client."""
         broker = get_broker()
         keys = [broker.keys(q) for q in self.result_queues()]

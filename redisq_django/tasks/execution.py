@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 from traceback import format_exception
+from typing import Any
 
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
@@ -37,7 +38,7 @@ def _policy(message: Message, job: TaskMessage) -> RetryPolicy:
     """The consumer's policy (backend options, admin overrides) with the task's own
     ``@task`` options on top."""
     policy = message.policy or RetryPolicy()
-    changes = {}
+    changes: dict[str, Any] = {}
     if "max_retries" in job.retry:
         changes["max_retries"] = int(job.retry["max_retries"])
     if "backoff" in job.retry:
@@ -118,7 +119,7 @@ def _failed(
     message: Message,
     job: TaskMessage,
     backend: RedisqBackend,
-    result: TaskResult,
+    result: TaskResult[..., Any],
     exc: BaseException,
     started: int,
 ) -> None:
@@ -155,7 +156,7 @@ def task_missing(*args: object, **kwargs: object) -> None:
     """Stands for a task whose path no longer imports, in the result its failure gets."""
 
 
-def _task_or_placeholder(job: TaskMessage) -> Task:
+def _task_or_placeholder(job: TaskMessage) -> Task[..., Any]:
     """The task of ``job`` as it was enqueued; when it cannot be imported, the failure
     is the task's own (raised again when it runs), and a placeholder stands in."""
     try:

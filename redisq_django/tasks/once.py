@@ -13,9 +13,9 @@ from redisq_django.tasks.backend import RedisqBackend
 from redisq_django.tasks.results import from_fields
 
 
-def enqueue_once(task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], *, message_id: str) -> (
-    TaskResult
-):  # fmt: skip
+def enqueue_once(
+    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, message_id: str
+) -> TaskResult[..., Any]:
     """Enqueue ``task`` as message ``message_id`` at most once (publish-once: a second call
     with the same id enqueues nothing and returns the first call's result).
 

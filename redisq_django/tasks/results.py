@@ -119,7 +119,7 @@ class TaskMessage:
         }
 
     @classmethod
-    def of(cls, task: Task, result: TaskResult) -> TaskMessage:
+    def of(cls, task: Task[..., Any], result: TaskResult[..., Any]) -> TaskMessage:
         """The message of ``task`` enqueued as ``result`` (args already normalised)."""
         retry = {k: getattr(task, k, None) for k in RETRY_OPTIONS}
         assert result.enqueued_at is not None
@@ -137,7 +137,7 @@ class TaskMessage:
         )
 
 
-def load_task(path: str) -> Task:
+def load_task(path: str) -> Task[..., Any]:
     """The ``Task`` object at ``path`` (a module-level ``@task`` function).
 
     Raises:
@@ -152,7 +152,7 @@ def load_task(path: str) -> Task:
     return found
 
 
-def task_for(path: str, fields: Mapping[str, str]) -> Task:
+def task_for(path: str, fields: Mapping[str, str]) -> Task[..., Any]:
     """The task of a stored result, with the priority, queue and run_after it ran with."""
     task = load_task(path)
     run_after = to_datetime(fields.get("run_after"))
@@ -173,7 +173,7 @@ def errors_of(raw: list[dict[str, str]]) -> list[TaskError]:
     ]
 
 
-def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskResult:
+def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskResult[..., Any]:
     """The ``TaskResult`` a result hash describes.
 
     Raises:

@@ -28,7 +28,7 @@ def _record(key: str, value: str) -> None:
 
 
 @task()
-def noop() -> None:
+def noop(*args: Any, **kwargs: Any) -> None:
     """Does nothing (the benchmark's task)."""
 
 
@@ -44,8 +44,7 @@ def calculate(a: int, b: int, *, scale: int = 1) -> dict[str, Any]:
 
 
 @task()
-def failing(key: str, message: str = "boom") -> None:
-    _record(key, "ran")
+def failing(message: str = "boom") -> None:
     raise ValueError(message)
 
 
@@ -62,8 +61,8 @@ def flaky(key: str, fail_times: int) -> int:
 
 
 @task()
-def exits() -> None:
-    sys.exit(3)
+def exits(message: str = "bye") -> None:
+    sys.exit(message)
 
 
 @task()
@@ -89,3 +88,18 @@ def stamp(key: str) -> float:
     now = time.time()
     _record(key, repr(now))
     return now
+
+
+@task()
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task()
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+async def async_noop(*args: Any, **kwargs: Any) -> None:
+    await asyncio.sleep(0)

@@ -171,7 +171,8 @@ class Worker:
         """
         for spec in self.specs.values():
             self._register(spec)
-        for spec in self.specs.values():
+        # Higher priority levels first: each joins its gate before a lower one may fetch.
+        for spec in sorted(self.specs.values(), key=lambda s: s.priority or ("", 0)):
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
         self.liveness.start()

@@ -172,7 +172,7 @@ class RedisqBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        message = TaskMessage.of(task, result)
+        message = TaskMessage.of(task, result, self.task_options.max_retries)
         eta = None
         if task.run_after is not None:
             eta = task.run_after if timezone.is_aware(task.run_after) else (

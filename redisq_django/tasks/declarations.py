@@ -68,7 +68,9 @@ def task_declarations() -> list[Declaration]:
                         name=TASKS_CONSUMER,
                         handler=execute,
                         handler_path=HANDLER_PATH,
-                        max_retries=options.max_retries,
+                        # Crashes: the consumer's budget (REDISQ, admin); a task's own
+                        # failures: its max_retries (RedisqTask, OPTIONS), see execution.
+                        max_retries=None,
                         backoff=options.backoff,
                         max_backoff=options.max_backoff,
                         visibility_timeout=options.visibility_timeout,

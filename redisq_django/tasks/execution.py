@@ -34,18 +34,20 @@ from redisq_django.tasks.results import TaskMessage, load_task, task_for, to_dat
 logger = logging.getLogger("redisq.tasks")
 
 
-def _policy(message: Message, job: TaskMessage) -> RetryPolicy:
-    """The consumer's policy (backend options, admin overrides) with the task's own
-    ``@task`` options on top."""
+def _policy(message: Message, job: TaskMessage, default_retries: int) -> RetryPolicy:
+    """How a failed attempt is retried: the consumer's backoff (backend options, admin
+    overrides) with the task's own ``@task`` options on top. Its ``max_retries`` is the
+    task's (or the backend's ``OPTIONS["MAX_RETRIES"]``), never the consumer's: that one
+    is the budget for crashes (deliveries that never settled)."""
     policy = message.policy or RetryPolicy()
-    changes: dict[str, Any] = {}
-    if "max_retries" in job.retry:
-        changes["max_retries"] = int(job.retry["max_retries"])
+    changes: dict[str, Any] = {
+        "max_retries": int(job.retry.get("max_retries", default_retries)),
+    }
     if "backoff" in job.retry:
         changes["backoff_s"] = float(job.retry["backoff"])
     if "max_backoff" in job.retry:
         changes["max_backoff_s"] = float(job.retry["max_backoff"])
-    return policy.evolve(**changes) if changes else policy
+    return policy.evolve(**changes)
 
 
 def _error(exc: BaseException) -> TaskError:
@@ -130,7 +132,7 @@ def _failed(
     outcome = backend.results.fail(
         message,
         Failure(error.exception_class_path, str(exc), error.traceback),
-        _policy(message, job),
+        _policy(message, job, backend.task_options.max_retries),
         error=dataclasses.asdict(error),
         finished_at_ms=finished,
         expire_at_ms=finished + backend.task_options.result_ttl_ms,

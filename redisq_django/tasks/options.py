@@ -38,7 +38,9 @@ LEVELS = (("high", ".high"), ("normal", ""), ("low", ".low"))
 OPTION_DEFAULTS: dict[str, Any] = {
     "RESULT_TTL": DEFAULT_RESULT_TTL_S,
     "QUEUE_PREFIX": "tasks.",
-    # A failed task is retried this many times (Django's own backends never retry).
+    # A task that raises is retried this many times unless @task(max_retries=...) says
+    # otherwise (Django's own backends never retry). Crashes (a worker killed while it
+    # runs a task) count against the consumer's budget instead: REDISQ["MAX_RETRIES"].
     "MAX_RETRIES": 0,
     "BACKOFF": None,
     "MAX_BACKOFF": None,

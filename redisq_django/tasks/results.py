@@ -119,9 +119,14 @@ class TaskMessage:
         }
 
     @classmethod
-    def of(cls, task: Task[..., Any], result: TaskResult[..., Any]) -> TaskMessage:
-        """The message of ``task`` enqueued as ``result`` (args already normalised)."""
+    def of(
+        cls, task: Task[..., Any], result: TaskResult[..., Any], max_retries: int
+    ) -> TaskMessage:
+        """The message of ``task`` enqueued as ``result`` (args already normalised);
+        ``max_retries``: the backend's default, unless the task has its own."""
         retry = {k: getattr(task, k, None) for k in RETRY_OPTIONS}
+        if retry["max_retries"] is None:
+            retry["max_retries"] = max_retries
         assert result.enqueued_at is not None
         return cls(
             task=task.module_path,

@@ -103,3 +103,16 @@ def calculate_meaning_of_life() -> int:
 @task()
 async def async_noop(*args: Any, **kwargs: Any) -> None:
     await asyncio.sleep(0)
+
+
+@task()
+def slow_first_time(key: str, sleep_s: float) -> int:
+    """Records each start; the first attempt sleeps (long enough to be killed)."""
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        runs = client.rpush(key, "started")
+    finally:
+        client.close()
+    if runs == 1:
+        time.sleep(sleep_s)
+    return runs

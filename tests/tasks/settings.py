@@ -1,8 +1,10 @@
 """Settings of the processes the tasks tests start: tests.settings with TASKS on redisq
-(the test's queue from ``REDISQ_TEST_TASK_QUEUE``)."""
+(the test's queue from ``REDISQ_TEST_TASK_QUEUE``, its OPTIONS as JSON from
+``REDISQ_TEST_TASK_OPTIONS``)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 from tests.settings import *  # noqa: F403
@@ -11,5 +13,6 @@ TASKS = {
     "default": {
         "BACKEND": "redisq_django.tasks.RedisqBackend",
         "QUEUES": ["default", os.environ.get("REDISQ_TEST_TASK_QUEUE", "default")],
+        "OPTIONS": json.loads(os.environ.get("REDISQ_TEST_TASK_OPTIONS", "{}")),
     }
 }

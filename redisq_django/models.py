@@ -153,6 +153,16 @@ class Overview(Queue):
         verbose_name_plural = _("overview (live)")
 
 
+class TaskResults(Queue):
+    """Proxy that puts the results of Django tasks (``redisq_django.tasks``, kept in
+    Redis) on the admin index; the page reads them from Redis, never from this table."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("task result")
+        verbose_name_plural = _("task results")
+
+
 class DeadLetter(models.Model):
     """A message a logical consumer gave up on, moved here from Redis by the sink.
 

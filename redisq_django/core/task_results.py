@@ -243,6 +243,21 @@ class TaskResults:
         )
 
     @translate_errors
+    def lost(self, queue: str, result_id: str, *, error: Mapping[str, str], expire_at_ms: int) -> (
+        bool
+    ):  # fmt: skip
+        """A task whose message died without being settled (reason ``lease_expired``):
+        its unfinished result is FAILED with ``error`` (``task_lost.lua``)."""
+        keys = self.keys(queue)
+        return bool(
+            self.scripts(
+                "task_lost",
+                [keys.task_result(result_id), keys.task_results],
+                [expire_at_ms, result_id, json.dumps(dict(error)), now_ms()],
+            )
+        )
+
+    @translate_errors
     def read(self, queues: Sequence[str], result_id: str) -> tuple[str, dict[str, str]] | None:
         """The result ``result_id`` from whichever of ``queues`` holds it, in one round
         trip: ``(queue, fields)``, or None when none does (unknown or expired)."""

@@ -27,6 +27,13 @@ from django.utils.module_loading import import_string
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.task_results import READY
 
+
+class LeaseExpired(Exception):
+    """A task's workers kept dying while they ran it (or it outran the visibility
+    timeout each time): the error a result gets when its message becomes a dead letter
+    with reason ``lease_expired``."""
+
+
 #: The ``@task`` options a message carries in ``retry`` (when set on the task).
 RETRY_OPTIONS = ("max_retries", "backoff", "max_backoff")
 

@@ -199,3 +199,20 @@ def test_ready_turns_only_a_failed_result_ready(
     redis_client.hset(key, "status", "RUNNING")
     assert broker.scripts("task_ready", [key, qk.task_results], [now_ms() + 1000, RID]) == 0
     assert redis_client.hget(key, "status") == b"RUNNING"
+
+
+def test_lost_fails_only_an_unfinished_result(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys
+) -> None:
+    key = qk.task_result(RID)
+    error = json.dumps({"exception_class_path": "x.LeaseExpired", "traceback": "died"})
+    redis_client.hset(key, mapping={"status": "RUNNING", "errors": "[]"})
+    args = [now_ms() + 1000, RID, error, 1234]
+    assert broker.scripts("task_lost", [key, qk.task_results], args) == 1
+    stored = redis_client.hgetall(key)
+    assert stored[b"status"] == b"FAILED" and stored[b"finished_at"] == b"1234"
+    assert json.loads(stored[b"errors"]) == [{"exception_class_path": "x.LeaseExpired",
+                                              "traceback": "died"}]  # fmt: skip
+    redis_client.hset(key, "status", "SUCCESSFUL")
+    assert broker.scripts("task_lost", [key, qk.task_results], args) == 0
+    assert redis_client.hget(key, "status") == b"SUCCESSFUL"

@@ -116,3 +116,10 @@ def slow_first_time(key: str, sleep_s: float) -> int:
     if runs == 1:
         time.sleep(sleep_s)
     return runs
+
+
+@task()
+def kills_its_worker(key: str) -> None:
+    """Records its start, then kills the process running it (every time)."""
+    _record(key, "started")
+    os.kill(os.getpid(), 9)

@@ -16,3 +16,7 @@ TASKS = {
         "OPTIONS": json.loads(os.environ.get("REDISQ_TEST_TASK_OPTIONS", "{}")),
     }
 }
+
+# The fault tests' crash budget (REDISQ["MAX_RETRIES"]), when they set one.
+if os.environ.get("REDISQ_TEST_MAX_RETRIES"):
+    REDISQ = {**REDISQ, "MAX_RETRIES": int(os.environ["REDISQ_TEST_MAX_RETRIES"])}  # noqa: F405

@@ -97,3 +97,30 @@ def test_sigterm_lets_a_running_task_finish(tasks_env: TasksEnv, workers: TaskWo
     fetched = task_backends["default"].get_result(result.id)
     assert fetched.status == TaskResultStatus.SUCCESSFUL and fetched.return_value == 1
     assert _runs(tasks_env.redis_url, key) == [b"started"]
+
+
+def test_a_task_that_kills_every_worker_ends_failed(
+    tasks_env: TasksEnv, workers: TaskWorkers
+) -> None:
+    # Given a crash budget of 1 (REDISQ["MAX_RETRIES"]) and a task that SIGKILLs the
+    # process running it
+    workers.extra_env["REDISQ_TEST_MAX_RETRIES"] = "1"
+    key = f"runs:{tasks_env.queue}"
+    result = tasks_env.task("kills_its_worker").enqueue(key)
+    # When workers keep being started, as a supervisor would
+    backend = task_backends["default"]
+
+    def failed() -> bool:
+        if not any(w.alive for w in workers.started):
+            workers.start("--tasks", tasks_env.queue, "--stats-interval", "0")
+        return backend.get_result(result.id).status == TaskResultStatus.FAILED
+
+    wait_for(failed, timeout=90, what="the result to be FAILED", describe=workers.report)
+    # Then it ran twice (1 + 1 retry), its dead letter says lease_expired, and its
+    # result is FAILED with that error
+    result.refresh()
+    assert _runs(tasks_env.redis_url, key) == [b"started", b"started"]
+    assert [e.exception_class_path for e in result.errors] == [
+        "redisq_django.tasks.results.LeaseExpired"
+    ]
+    assert result.finished_at is not None and result.started_at <= result.finished_at

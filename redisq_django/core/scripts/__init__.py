@@ -25,6 +25,7 @@ ScriptName = Literal[
     "reclaim",
     "redrive",
     "task_enqueue",
+    "task_lost",
     "task_ready",
     "task_settle",
     "task_start",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,12 +61,14 @@ def _timed(argv: list[str], env: dict[str, str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=5000, help="tasks per measurement")
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks per measurement")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
         "--sqlite", action="store_true", help="SQLite even when PostgreSQL is available"
     )
     args = parser.parse_args()
+    # SIGTERM (a stopped make) still stops the servers started here (finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     binary = find_redis_server()
     if binary is None:
         sys.exit("no redis-server (run `make bench-tasks`)")

@@ -31,6 +31,10 @@ if os.environ.get("BENCH_PG_PORT"):  # django-tasks-db's production database: Po
         "USER": os.environ["BENCH_PG_USER"],
         "HOST": os.environ["BENCH_PG_HOST"],
         "PORT": os.environ["BENCH_PG_PORT"],
+        # Persistent connections: db_worker closes stale ones around each task, which
+        # with CONN_MAX_AGE = 0 means a new PostgreSQL connection (a forked backend)
+        # per task. Production would keep them.
+        "CONN_MAX_AGE": 600,
     }
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -24,7 +24,7 @@ from django.utils.json import normalize_json
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import Failure
 from redisq_django.core.handler import Reject, Settled
-from redisq_django.core.message import Message
+from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_results import SUCCESSFUL
@@ -76,12 +76,24 @@ def execute(message: Message) -> None:
     store = backend.results
     ttl = backend.task_options.result_ttl_ms
     worker_id = message.consumer or "unknown"
-    workers, errors, started = store.start(
-        message, worker_id=worker_id, expire_at_ms=now_ms() + ttl, rebuild=job.result_fields()
-    )
-    started = max(started, job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
+    task_object = _task_or_placeholder(job)
+    started = max(now_ms(), job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
+    expire, rebuild = started + ttl, job.result_fields()
+    pending = None
+    if message.stream is Stream.LOG and message.attempts == 1:
+        # A first delivery (retries and re-drives come through the direct stream): no
+        # attempt before it, so the task need not wait for the start's reply.
+        pending = store.start_nowait(
+            message, worker_id=worker_id, expire_at_ms=expire, rebuild=rebuild, now=started
+        )
+    if pending is not None:
+        workers, errors = [worker_id], list[dict[str, str]]()
+    else:
+        workers, errors, started = store.start(
+            message, worker_id=worker_id, expire_at_ms=expire, rebuild=rebuild, now=started
+        )
     result = TaskResult(
-        task=_task_or_placeholder(job),
+        task=task_object,
         id=message.id,
         status=TaskResultStatus.RUNNING,
         enqueued_at=to_datetime(job.enqueued_at_ms),
@@ -105,8 +117,12 @@ def execute(message: Message) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: Django records it as FAILED
+        if pending is not None:
+            pending.confirm()
         _failed(message, job, backend, result, exc, started)
         raise AssertionError("unreachable") from exc  # _failed always raises
+    if pending is not None:
+        pending.confirm()
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
     if not store.succeed(message, done, expire_at_ms=finished + ttl):

@@ -12,6 +12,7 @@ rebuilt from it::
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -166,12 +167,26 @@ def load_task(path: str) -> Task[..., Any]:
 
 def task_for(path: str, fields: Mapping[str, str]) -> Task[..., Any]:
     """The task of a stored result, with the priority, queue and run_after it ran with."""
+    return _task_using(
+        path,
+        int(fields.get("priority") or 0),
+        fields.get("queue_name") or "",
+        fields.get("run_after") or "",
+        settings.USE_TZ,
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _task_using(
+    path: str, priority: int, queue_name: str, run_after: str, use_tz: bool
+) -> Task[..., Any]:
+    # Cached: Task.using() validates the task again (signature inspection), a measurable
+    # share of a no-op task's cost in the worker. Tasks are immutable.
     task = load_task(path)
-    run_after = to_datetime(fields.get("run_after"))
     return task.using(
-        priority=int(fields.get("priority") or 0),
-        queue_name=fields.get("queue_name") or task.queue_name,
-        run_after=run_after,
+        priority=priority,
+        queue_name=queue_name or task.queue_name,
+        run_after=to_datetime(run_after),
     )
 
 

@@ -159,6 +159,16 @@ class Overview(Queue):
         verbose_name_plural = _("overview (live)")
 
 
+class TaskResults(Queue):
+    """Proxy that puts the results of Django tasks (``redisq_django.tasks``, kept in
+    Redis) on the admin index; the page reads them from Redis, never from this table."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("task result")
+        verbose_name_plural = _("task results")
+
+
 class DeadLetter(models.Model):
     """A message a logical consumer gave up on, moved here from Redis by the sink.
 
@@ -254,13 +264,8 @@ def default_timezone() -> str:
 
 
 class Schedule(models.Model):
-    """A periodic schedule: declared in code (``periodic``) or added in the admin.
-
-    Code writes its declaration into the columns when it differs from the one recorded
-    (``declaration``), so a deploy that changes a schedule applies, while a change made
-    in the admin (timing, time zone, enabled, missed ticks) stays until the code's
-    declaration of that schedule changes. Running workers read the rows every 2 s.
-    """
+    """A periodic schedule: declared in code (``periodic``) or added in the admin; how
+    both ways stay in step: ``redisq_django.schedules.sync``. Workers read it every 2 s."""
 
     class Origin(models.TextChoices):
         """Who created the row: the code's ``periodic`` or staff in the admin."""
@@ -305,7 +310,7 @@ class Schedule(models.Model):
         choices=[(m.value, m.value) for m in Missed],
         default=Missed.LATEST.value,
         help_text=_(
-            "After downtime: latest = the most recent missed tick once; skip = none later "
+            "After downtime: latest = the last missed tick once; skip = none later "
             "than the catch-up bound; all = each within the catch-up bound."
         ),
     )
@@ -370,12 +375,10 @@ class Schedule(models.Model):
     def compute_next_run(self, now: dt.datetime) -> dt.datetime | None:
         """The first tick after ``now`` it would fire (None: disabled or invalid)."""
         try:
-            timing = self.timing()
+            tick = self.timing().next_after(datetime_to_ms(max(now, self.since)))
         except ScheduleError:
             return None
-        floor = max(datetime_to_ms(now), datetime_to_ms(self.since))
-        tick = timing.next_after(floor) if self.enabled else None
-        return ms_to_datetime(tick) if tick is not None else None
+        return ms_to_datetime(tick) if tick is not None and self.enabled else None
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save; a new timing, time zone or re-enabling restarts the ticks from now (the

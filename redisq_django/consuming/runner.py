@@ -65,6 +65,7 @@ def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) ->
     from redisq_django.models import Consumer
 
     handlers: dict[tuple[str, str], Handler] = {d.key: d.handler for d in chosen}
+    priorities = {d.key: d.priority for d in chosen if d.priority is not None}
     config = get_core_config()
     rows = Consumer.objects.select_related("queue").filter(
         queue__name__in={d.queue for d in chosen}, name__in={d.name for d in chosen}
@@ -76,6 +77,8 @@ def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) ->
             spec = row.to_spec(handlers[key], config)
             if concurrency is not None:
                 spec = spec.evolve(concurrency=concurrency)
+            if key in priorities:
+                spec = spec.evolve(priority=priorities[key])
             specs.append(spec)
     return sorted(specs, key=lambda s: s.key)
 

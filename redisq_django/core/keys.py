@@ -13,6 +13,8 @@ key                               type    role
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
+``redisq:{q}:result:<id>``        hash    a Django task's result (task queues only; TTL)
+``redisq:{q}:results``            zset    result ids of the queue; score = their expiry (ms)
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
@@ -86,6 +88,15 @@ class QueueKeys:
     def batch_marker(self, batch_id: str) -> str:
         """Marker that batch ``batch_id`` (a transaction's messages) was published."""
         return f"{self.tag}:batch:{batch_id}"
+
+    def task_result(self, result_id: str) -> str:
+        """Hash: the result of Django task ``result_id`` enqueued to this queue."""
+        return f"{self.tag}:result:{result_id}"
+
+    @property
+    def task_results(self) -> str:
+        """Zset: the result ids of this queue's tasks, scored by their expiry time (ms)."""
+        return f"{self.tag}:results"
 
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+import django
 from django.utils.module_loading import module_has_submodule
 
 from redisq_django.schedules.spec import (
@@ -30,8 +31,10 @@ from redisq_django.schedules.timing import (
 
 T = TypeVar("T")
 
-#: The modules of each installed app imported to find ``periodic`` declarations.
-DISCOVERED_MODULES = ("schedules", "tasks")
+#: The modules of each installed app imported to find ``periodic`` declarations
+#: (``tasks.py`` from Django 6.0 on: before, it holds no Django task to schedule and
+#: may import ``django.tasks``, which does not exist then).
+DISCOVERED_MODULES = ("schedules", "tasks") if django.VERSION >= (6, 0) else ("schedules",)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import redisq_django.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("redisq_django", "0001_initial"),
+        ("redisq_django", "0002_tasks_taskresults"),
     ]
 
     operations = [
@@ -99,7 +99,7 @@ class Migration(migrations.Migration):
                     models.CharField(
                         choices=[("latest", "latest"), ("skip", "skip"), ("all", "all")],
                         default="latest",
-                        help_text="After downtime: latest = the most recent missed tick once; skip = none later than the catch-up bound; all = each within the catch-up bound.",
+                        help_text="After downtime: latest = the last missed tick once; skip = none later than the catch-up bound; all = each within the catch-up bound.",
                         max_length=8,
                         verbose_name="missed ticks",
                     ),

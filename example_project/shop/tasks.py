@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Sum
@@ -16,4 +17,4 @@ def order_summary(currency: str = "EUR") -> dict[str, Any]:
     figures = Order.objects.aggregate(
         orders=Count("pk"), total=Sum("total"), billed=Count("billed_at")
     )
-    return {**figures, "total": f"{figures['total'] or 0} {currency}"}
+    return {**figures, "total": f"{Decimal(figures['total'] or 0):.2f} {currency}"}

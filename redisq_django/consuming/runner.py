@@ -13,7 +13,7 @@ from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
-from redisq_django.core.worker import Every, Worker, WorkerOptions
+from redisq_django.core.worker import Every, Middleware, Worker, WorkerOptions
 from redisq_django.deadletters import sink_all
 from redisq_django.publishing.outbox import relay_once
 from redisq_django.schedules.job import schedule_job
@@ -125,10 +125,21 @@ def build_worker(
         broker,
         specs,
         options,
-        middleware=[DjangoDatabaseMiddleware()],
+        middleware=[DjangoDatabaseMiddleware(), *_handler_middleware(chosen)],
         refresh=refresh,
         periodic=periodic,
     )
+
+
+def _handler_middleware(chosen: Sequence[Declaration]) -> list[Middleware]:
+    """Worker middleware the handlers bring (``handler.worker_middleware``, as the tasks
+    backend's handler does), each once."""
+    found: dict[int, Middleware] = {}
+    for d in chosen:
+        mw = getattr(d.handler, "worker_middleware", None)
+        if isinstance(mw, Middleware):
+            found.setdefault(id(mw), mw)
+    return list(found.values())
 
 
 def _with_fresh_connections(task: Callable[[], object]) -> Callable[[], object]:

@@ -21,17 +21,14 @@ class Reject(Exception):
 
 
 class Settled(Exception):
-    """Raise from a handler that settled its failed delivery itself (for example in one
-    script with writes of its own, as the Django tasks backend records a task's result):
-    the worker then neither acknowledges nor retries it, and counts ``outcome``.
-
-    A handler that settled a *successful* delivery itself simply returns: the worker's
-    own acknowledgement then finds nothing pending and changes nothing.
+    """Raise from a handler that settled its delivery itself (for example in one script
+    with writes of its own, as the Django tasks backend records a task's result): the
+    worker then neither acknowledges nor retries it, and counts ``outcome``.
 
     Attributes:
-        outcome: ``RETRIED``, ``DEAD`` or ``LOST`` (another instance held the message).
-        error: what the handler caught, for logs and middleware (None for ``LOST`` after
-            a success).
+        outcome: ``ACKED`` (counted as handled), ``RETRIED``, ``DEAD`` or ``LOST``
+            (another instance held the message).
+        error: what the handler caught, for logs and middleware (None after a success).
     """
 
     def __init__(self, outcome: Outcome, error: BaseException | None = None) -> None:

@@ -23,8 +23,6 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis
-
 from redisq_django.core import settle
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
@@ -79,32 +77,6 @@ def enqueue_call(
 def _pairs(fields: Mapping[str, str] | Mapping[bytes, bytes]) -> list[Any]:
     """``{k: v, ...}`` as the flat ``[k, v, ...]`` list scripts take."""
     return [item for pair in fields.items() for item in pair]
-
-
-class PendingStart:
-    """A ``task_start.lua`` call written to a connection whose reply is not read yet."""
-
-    def __init__(
-        self, results: TaskResults, pool: Any, conn: Any, keys: list[str], args: list[Any]
-    ) -> None:
-        self.client = results.client  # for translate_errors
-        self._results = results
-        self._pool, self._conn = pool, conn
-        self._keys, self._args = keys, args
-
-    @translate_errors
-    def confirm(self) -> None:
-        """Read the start's reply (it arrived while the task ran) and give the connection
-        back; after a NOSCRIPT (Redis restarted), run the start now, before the settle."""
-        try:
-            self._conn.read_response()
-        except redis.exceptions.NoScriptError:
-            self._results.scripts("task_start", self._keys, self._args)
-        except BaseException:
-            self._conn.disconnect()
-            raise
-        finally:
-            self._pool.release(self._conn)
 
 
 def decode_hash(raw: Any) -> dict[str, str]:
@@ -174,11 +146,11 @@ class TaskResults:
             ``(worker_ids, errors, started_at_ms)`` after the change.
         """
         now = now_ms() if now is None else now
-        keys, args = self._start_call(message, worker_id, expire_at_ms, rebuild, now)
+        keys, args = self.start_call(message, worker_id, expire_at_ms, rebuild, now)
         workers, errors, started = self.scripts("task_start", keys, args)
         return json.loads(workers), json.loads(errors), int(started)
 
-    def _start_call(
+    def start_call(
         self,
         message: Message,
         worker_id: str,
@@ -191,34 +163,6 @@ class TaskResults:
             [keys.task_result(message.id), keys.task_results],
             [expire_at_ms, message.id, worker_id, now, *_pairs(rebuild)],
         )
-
-    @translate_errors
-    def start_nowait(
-        self,
-        message: Message,
-        *,
-        worker_id: str,
-        expire_at_ms: int,
-        rebuild: Mapping[str, str],
-        now: int,
-    ) -> PendingStart | None:
-        """:meth:`start`, written without waiting for the reply (read it with
-        :meth:`PendingStart.confirm` before settling): for a first attempt, whose
-        ``worker_ids`` and ``errors`` before it are known to be empty, the task runs while
-        Redis applies the start. None when the client has no single pool (Redis
-        Cluster): call :meth:`start` instead."""
-        pool = getattr(self.client, "connection_pool", None)
-        if pool is None:
-            return None
-        keys, args = self._start_call(message, worker_id, expire_at_ms, rebuild, now)
-        conn = pool.get_connection()
-        try:
-            conn.send_command("EVALSHA", self.scripts.sha("task_start"), 2, *keys, *args)
-        except BaseException:
-            conn.disconnect()
-            pool.release(conn)
-            raise
-        return PendingStart(self, pool, conn, keys, args)
 
     @translate_errors
     def succeed(self, message: Message, result: Mapping[str, str], *, expire_at_ms: int) -> bool:
@@ -278,6 +222,22 @@ class TaskResults:
         envelope: Mapping[bytes, bytes],
         expire_at_ms: int,
     ) -> bool:
+        keys, args = self.settle_call(
+            message, mode, due, result, error_json, envelope, expire_at_ms
+        )
+        return bool(self.scripts("task_settle", keys, args))
+
+    def settle_call(
+        self,
+        message: Message,
+        mode: str,
+        due: str,
+        result: Mapping[str, str],
+        error_json: bytes,
+        envelope: Mapping[bytes, bytes],
+        expire_at_ms: int,
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``)."""
         keys = self.keys(message.queue)
         gkeys = keys.group(message.group)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
@@ -295,13 +255,19 @@ class TaskResults:
             *_pairs(result),
             *_pairs(envelope),
         ]
-        return bool(
-            self.scripts(
-                "task_settle",
-                [source, gkeys.retry, gkeys.dead, keys.task_result(message.id), keys.task_results],
-                args,
-            )
-        )
+        return [
+            source,
+            gkeys.retry,
+            gkeys.dead,
+            keys.task_result(message.id),
+            keys.task_results,
+        ], args
+
+    def succeed_call(
+        self, message: Message, result: Mapping[str, str], *, expire_at_ms: int
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
+        return self.settle_call(message, "ack", "", result, b"", {}, expire_at_ms)
 
     @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:

@@ -83,6 +83,7 @@ class RedisqBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._ensured: set[str] = set()
+        self._results: TaskResults | None = None
 
     @functools.cached_property
     def task_options(self) -> TaskOptions:
@@ -98,8 +99,11 @@ class RedisqBackend(BaseTaskBackend):
 
     @property
     def results(self) -> TaskResults:
+        """The task results of the current broker (rebuilt when settings change it)."""
         broker = get_broker()
-        return TaskResults(broker.client, broker.scripts, broker.keys)
+        if self._results is None or self._results.client is not broker.client:
+            self._results = TaskResults(broker.client, broker.scripts, broker.keys)
+        return self._results
 
     # -- validation --------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
+from collections.abc import Sequence
 from traceback import format_exception
 from typing import Any
 
@@ -27,7 +29,9 @@ from redisq_django.core.handler import Reject, Settled
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.task_results import SUCCESSFUL
+from redisq_django.core.task_pipe import TaskPipe
+from redisq_django.core.task_results import SUCCESSFUL, TaskResults
+from redisq_django.core.worker.middleware import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask
 from redisq_django.tasks.results import TaskMessage, load_task, task_for, to_datetime
 
@@ -64,7 +68,9 @@ def execute(message: Message) -> None:
     Raises:
         Reject: the message is not a task message, or names a backend that is not ours
             (a dead letter at once: retrying cannot help).
-        Settled: the attempt failed and was settled here (retry or dead letter).
+        Settled: the attempt was settled here: ``ACKED`` with its result (written
+            without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
+            or ``DEAD``; ``LOST`` when another instance holds the message.
     """
     try:
         job = TaskMessage.from_payload(message.payload)
@@ -74,19 +80,17 @@ def execute(message: Message) -> None:
     if not isinstance(backend, RedisqBackend):
         raise Reject(f"TASKS[{job.backend!r}] is not a redisq backend")
     store = backend.results
+    pipe = _pipe(store)
+    pipe.read_all()  # the previous task's settle (its reply arrived meanwhile)
     ttl = backend.task_options.result_ttl_ms
     worker_id = message.consumer or "unknown"
     task_object = _task_or_placeholder(job)
     started = max(now_ms(), job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
     expire, rebuild = started + ttl, job.result_fields()
-    pending = None
-    if message.stream is Stream.LOG and message.attempts == 1:
+    if pipe.available and message.stream is Stream.LOG and message.attempts == 1:
         # A first delivery (retries and re-drives come through the direct stream): no
         # attempt before it, so the task need not wait for the start's reply.
-        pending = store.start_nowait(
-            message, worker_id=worker_id, expire_at_ms=expire, rebuild=rebuild, now=started
-        )
-    if pending is not None:
+        pipe.write("task_start", *store.start_call(message, worker_id, expire, rebuild, started))
         workers, errors = [worker_id], list[dict[str, str]]()
     else:
         workers, errors, started = store.start(
@@ -117,20 +121,50 @@ def execute(message: Message) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: Django records it as FAILED
-        if pending is not None:
-            pending.confirm()
+        pipe.read_all()  # the start is applied before the failure is settled
         _failed(message, job, backend, result, exc, started)
         raise AssertionError("unreachable") from exc  # _failed always raises
-    if pending is not None:
-        pending.confirm()
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
-    if not store.succeed(message, done, expire_at_ms=finished + ttl):
-        raise Settled(Outcome.LOST)
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", to_datetime(finished))
     object.__setattr__(result, "_return_value", json.loads(value_json))
+    if pipe.available:
+        # Acknowledged with its result by this write (the worker must not ack it too:
+        # its own ack could reach Redis first); the reply is read with the next write.
+        pipe.write("task_settle", *store.succeed_call(message, done, expire_at_ms=finished + ttl))
+        task_finished.send(sender=type(backend), task_result=result)
+        raise Settled(Outcome.ACKED)
+    if not store.succeed(message, done, expire_at_ms=finished + ttl):
+        raise Settled(Outcome.LOST)
     task_finished.send(sender=type(backend), task_result=result)
+
+
+_local = threading.local()
+
+
+def _pipe(store: TaskResults) -> TaskPipe:
+    """This thread's pipe of task writes (a new one when the broker changed)."""
+    pipe: TaskPipe | None = getattr(_local, "pipe", None)
+    if pipe is None or pipe.client is not store.client:
+        if pipe is not None:
+            pipe.close()
+        pipe = _local.pipe = TaskPipe(store.client, store.scripts)
+    return pipe
+
+
+class TaskPipeMiddleware(Middleware):
+    """Reads the replies of a handler thread's task writes at the end of each batch and
+    gives its connection back (``TaskPipe``)."""
+
+    def after_batch(self, messages: Sequence[Message]) -> None:
+        pipe: TaskPipe | None = getattr(_local, "pipe", None)
+        if pipe is not None:
+            pipe.close()
+
+
+#: The worker runs it with the task queues' handler (``consuming.runner``).
+execute.worker_middleware = TaskPipeMiddleware()  # type: ignore[attr-defined]
 
 
 def _failed(

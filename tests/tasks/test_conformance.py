@@ -4,7 +4,6 @@ ported to redisq: each enqueue is followed by a burst worker (``runconsumer --ta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -16,7 +15,7 @@ from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
 from redisq_django.tasks import RedisqBackend
-from tests.tasks.conftest import TasksEnv
+from tests.tasks.conftest import TasksEnv, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,9 +60,9 @@ def test_enqueue_then_worker_runs_it(tasks_env: TasksEnv, name: str) -> None:
 @pytest.mark.parametrize("name", ["noop", "async_noop"])
 def test_aenqueue_then_worker_runs_it(tasks_env: TasksEnv, name: str) -> None:
     task = tasks_env.task(name)
-    result = asyncio.run(task.aenqueue())
+    result = run_async(task.aenqueue())
     tasks_env.run_worker()
-    asyncio.run(result.arefresh())
+    run_async(result.arefresh())
     assert result.status == TaskResultStatus.SUCCESSFUL
     _assert_finished_in_order(result)
     assert result.return_value is None
@@ -140,9 +139,9 @@ def test_result_async(tasks_env: TasksEnv) -> None:
     async def enqueue() -> Any:
         return await backend.aenqueue(tasks_env.task("calculate_meaning_of_life"), [], {})
 
-    result = asyncio.run(enqueue())
+    result = run_async(enqueue())
     tasks_env.run_worker()
-    fetched = asyncio.run(backend.aget_result(result.id))
+    fetched = run_async(backend.aget_result(result.id))
     assert fetched.status == TaskResultStatus.SUCCESSFUL
     assert fetched.return_value == 42
     assert fetched.id == result.id
@@ -153,7 +152,7 @@ def test_unknown_result_does_not_exist(tasks_env: TasksEnv) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         backend.get_result("0123456789abcdef")
     with pytest.raises(TaskResultDoesNotExist):
-        asyncio.run(backend.aget_result("0123456789abcdef"))
+        run_async(backend.aget_result("0123456789abcdef"))
     with pytest.raises(TaskResultDoesNotExist):
         tasks_env.task("noop").get_result("0123456789abcdef")
 
@@ -193,6 +192,6 @@ def test_validate_on_enqueue_and_aenqueue(tasks_env: TasksEnv) -> None:
     with pytest.raises(InvalidTask, match="Queue 'unknown_queue' is not valid for backend"):
         task.using(queue_name="unknown_queue").enqueue()
     with pytest.raises(InvalidTask, match="Queue 'unknown_queue' is not valid for backend"):
-        asyncio.run(task.using(queue_name="unknown_queue").aenqueue())
+        run_async(task.using(queue_name="unknown_queue").aenqueue())
     with pytest.raises(TypeError, match="Unsupported type"):
         task.enqueue(object())

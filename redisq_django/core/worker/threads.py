@@ -233,15 +233,16 @@ class HandlerThread(threading.Thread):
         if hooks:
             self.hooks.before_process(message)
         error: BaseException | None = None
+        settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         try:
             self.spec.handler(message)
         except Settled as exc:  # the handler settled the delivery itself
             message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
-            error = exc.error or exc
-            if exc.error is not None:
+            error, settled = exc.error, True
+            if error is not None:
                 self._count("failed")
-            self._count(exc.outcome.value)
+            self._count("handled" if exc.outcome is Outcome.ACKED else exc.outcome.value)
             self.hooks.after_settle(message, exc.outcome)
         except Reject as exc:
             message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
@@ -264,7 +265,7 @@ class HandlerThread(threading.Thread):
             message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
         if hooks:
             self.hooks.after_process(message, error=error)
-        return error is None
+        return error is None and not settled
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
     # anything new is fetched (the messages stay pending meanwhile, so nothing is lost).

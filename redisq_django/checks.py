@@ -64,7 +64,8 @@ def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks
             id="redisq_django.E003",
         )
         for d in decls
-        if d.queue not in known
+        # Task queues (declared from TASKS, with a priority level) are not listed there.
+        if d.queue not in known and d.priority is None
     ]
 
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from redisq_django.core.clock import ms_to_datetime
+from redisq_django.core.retry import RetryPolicy
 
 
 class Stream(StrEnum):
@@ -53,6 +54,10 @@ class Message:
     stream: Stream = field(default=Stream.LOG, repr=False)
     entry_id: bytes = field(default=b"", repr=False)
     fields: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    #: The instance it was delivered to (for a handler that settles it itself).
+    consumer: str = field(default="", repr=False)
+    #: The retry policy of its logical consumer when it was delivered.
+    policy: RetryPolicy | None = field(default=None, repr=False)
 
     # Datetimes are built on demand: most handlers never look at them, and building
     # three per message is a measurable share of a consumer's per-message cost.

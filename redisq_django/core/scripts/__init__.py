@@ -24,6 +24,11 @@ ScriptName = Literal[
     "publish_once",
     "reclaim",
     "redrive",
+    "task_enqueue",
+    "task_lost",
+    "task_ready",
+    "task_settle",
+    "task_start",
     "trim",
 ]
 

@@ -30,6 +30,7 @@ from redisq_django.core.worker.liveness import (
     lease_renewal_interval,
 )
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
+from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
@@ -121,6 +122,8 @@ class Worker:
         self.quota = Quota(self.options.max_messages)
         self.tally = Tally()
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
+        #: One gate per priority group (its levels are read highest first).
+        self.gates: dict[str, PriorityGate] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
         self._promotion = Condition("promotion of due delayed messages and retries", logger)
@@ -168,7 +171,8 @@ class Worker:
         """
         for spec in self.specs.values():
             self._register(spec)
-        for spec in self.specs.values():
+        # Higher priority levels first: each joins its gate before a lower one may fetch.
+        for spec in sorted(self.specs.values(), key=lambda s: s.priority or ("", 0)):
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
         self.liveness.start()
@@ -227,9 +231,16 @@ class Worker:
                 hooks=self.middleware,
                 tally=self.tally,
                 on_crash=self._on_crash,
+                gate=self._gate_slot(spec),
             )
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
+
+    def _gate_slot(self, spec: ConsumerSpec) -> GateSlot | None:
+        if spec.priority is None:
+            return None
+        group, rank = spec.priority
+        return GateSlot(self.gates.setdefault(group, PriorityGate()), rank)
 
     def _main_loop(self) -> None:
         opts = self.options

@@ -48,7 +48,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("queues", nargs="+", metavar="QUEUE", help="queues to consume")
+        parser.add_argument(
+            "queues",
+            nargs="*",
+            metavar="QUEUE",
+            help="queues to consume (with --tasks: Django task queues; default all)",
+        )
+        parser.add_argument(
+            "--tasks",
+            action="store_true",
+            help="run the Django tasks of the TASKS backends that use redisq (every task "
+            "queue, or the task queues named)",
+        )
         parser.add_argument(
             "--consumer",
             action="append",
@@ -106,6 +117,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         configure_logging(opts["verbosity"], with_pid=opts["processes"] > 1 or is_supervised())
+        if opts["tasks"]:
+            opts["queues"] = _task_queues(opts["queues"])
+        elif not opts["queues"]:
+            raise CommandError("Name at least one QUEUE to consume (or use --tasks).")
         try:
             get_broker().client.ping()
         except Exception as exc:  # RedisUnavailable or a redis-py connection error
@@ -246,6 +261,22 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
         if supervised:
             signal.signal(COLD_SIGNAL, on_signal)
+
+
+def _task_queues(names: list[str]) -> list[str]:
+    """The redisq queues (every priority level) of Django task queues ``names``."""
+    import django
+
+    if django.VERSION < (6, 0):
+        raise CommandError(
+            f"--tasks needs Django 6.0 or newer (django.tasks); this is {django.get_version()}."
+        )
+    from redisq_django.tasks.declarations import task_queues
+
+    try:
+        return task_queues(names)
+    except RedisqError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _child_env() -> dict[str, str]:

@@ -48,6 +48,8 @@ class Message:
     first_failed_at_ms: int | None = None
     #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
     duration_ms: int | None = field(default=None, repr=False)
+    #: The same in nanoseconds (monotonic clock), for metrics finer than a millisecond.
+    duration_ns: int | None = field(default=None, repr=False)
     # Transport details: which stream entry this delivery is, and its raw fields
     # (kept so a retry or dead letter carries the exact original envelope).
     stream: Stream = field(default=Stream.LOG, repr=False)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.worker.state import Tally
 
 logger = logging.getLogger("redisq.worker")
 
@@ -27,6 +28,12 @@ class RunningWorker(Protocol):
 
     @property
     def specs(self) -> Mapping[tuple[str, str], ConsumerSpec]: ...
+
+    @property
+    def tally(self) -> Tally:
+        """Its counts per (queue, consumer, what): ``handled``, ``failed``, ``retried``,
+        ``dead``, ``lost``, ``reclaimed`` (what metrics export)."""
+        ...
 
     def stop(self, *, cold: bool = False) -> None: ...
 

@@ -171,6 +171,7 @@ class HandlerThread(threading.Thread):
             self._last_reclaim = now
             reclaimed = self.sub.reclaim(self._batch_size)
             if reclaimed:
+                self._count("reclaimed", len(reclaimed))
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
                     self.sub.consumer,
@@ -225,11 +226,11 @@ class HandlerThread(threading.Thread):
         try:
             self.spec.handler(message)
         except Reject as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
             error = exc
             self._count("failed")
             logger.info(
@@ -242,7 +243,7 @@ class HandlerThread(threading.Thread):
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
         if hooks:
             self.hooks.after_process(message, error=error)
         return error is None
@@ -306,3 +307,10 @@ class HandlerThread(threading.Thread):
         released = self.sub.release(messages)
         if released:
             logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+
+
+def _stop_watch(message: Message, started_ns: int) -> None:
+    """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
+    elapsed = time.perf_counter_ns() - started_ns
+    message.duration_ns = elapsed
+    message.duration_ms = elapsed // 1_000_000

@@ -1,4 +1,5 @@
-"""Worker middleware for Django: database-connection hygiene around each batch."""
+"""Worker middleware for Django: database-connection hygiene around each batch, and the
+middleware a ``runconsumer`` runs (metrics and tracing when asked for)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 
 from django.db import close_old_connections
 
+from redisq_django.conf import get_settings
 from redisq_django.core.message import Message
 from redisq_django.core.worker import Middleware
 
@@ -19,3 +21,23 @@ class DjangoDatabaseMiddleware(Middleware):
 
     def after_batch(self, messages: Sequence[Message]) -> None:
         close_old_connections()
+
+
+def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
+    """The middleware of a worker: database hygiene; OpenTelemetry tracing when
+    ``REDISQ['TRACING']`` is on; Prometheus counters with ``metrics``
+    (``runconsumer --metrics-port``).
+
+    Raises:
+        MissingExtra: a library asked for is not installed (the message names the extra).
+    """
+    out: list[Middleware] = [DjangoDatabaseMiddleware()]
+    if get_settings()["TRACING"]:
+        from redisq_django.connection import get_tracing
+
+        out.append(get_tracing())
+    if metrics:
+        from redisq_django.metrics.worker import PrometheusMiddleware
+
+        out.append(PrometheusMiddleware())
+    return out

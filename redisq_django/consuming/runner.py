@@ -8,7 +8,7 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+from redisq_django.consuming.middleware import worker_middleware
 from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
@@ -84,12 +84,15 @@ def build_worker(
     *,
     concurrency: int | None = None,
     options: WorkerOptions | None = None,
+    metrics: bool = False,
 ) -> Worker:
     """A worker for the declared consumers of ``queues``, configuration from the DB.
 
     The rows are synchronised with the code first; the worker re-reads them every
     ``refresh_interval`` seconds (pause, retries, concurrency changed in the admin).
-    ``concurrency`` (the ``--concurrency`` flag) wins over code and database.
+    ``concurrency`` (the ``--concurrency`` flag) wins over code and database. With
+    ``metrics``, it counts into Prometheus metrics (``--metrics-port``); with
+    ``REDISQ['TRACING']``, it traces each handler.
     """
     chosen = select(queues, consumers)
     sync_declarations()
@@ -114,7 +117,7 @@ def build_worker(
         get_broker(),
         specs,
         options,
-        middleware=[DjangoDatabaseMiddleware()],
+        middleware=worker_middleware(metrics=metrics),
         refresh=refresh,
         periodic=periodic,
     )

@@ -26,7 +26,8 @@ What is measured (see bench/RESULTS.md for the discussion):
 * observe: the same drain (c=1, first->last) with ``--metrics-port 0`` vs without, and
   with ``REDISQ["TRACING"]`` on vs off, once with no OpenTelemetry SDK configured (no-op
   spans) and once with the SDK recording every span (a batch processor, an exporter that
-  drops them); each "on" run back to back with its "off" run.
+  drops them); each "on" run back to back with its "off" run. The same three again in
+  this process (an in-process ``Worker``), as CPU seconds: less sensitive to other jobs.
 * latency: a ``runconsumer bench_latency`` subprocess (not an in-process Worker) while
   this process publishes at 200 msg/s; the handler records ``time.time() -
   message.published_at``.
@@ -572,6 +573,55 @@ def bench_observe(
     return res
 
 
+def drain_in_process(client: redis.Redis, queue: str, middleware: list[Any]) -> float:
+    """CPU seconds this process spends draining DRAIN_N no-op messages with an in-process
+    Worker (c=1) and ``middleware``: less sensitive than wall time to other jobs on the
+    machine's shared cores."""
+    from redisq_django.core import ConsumerSpec
+    from redisq_django.core.worker import Worker, WorkerOptions
+
+    broker = Broker(client)
+    fill(client, broker, DRAIN_N, queue, "noop")
+    spec = ConsumerSpec(queue, "noop", lambda m: None, start="earliest")
+    options = WorkerOptions(burst=True, stats_interval=0, block_ms=50)
+    worker = Worker(broker, [spec], options, middleware=middleware)
+    cpu = time.process_time()
+    assert worker.run() == 0
+    cpu = time.process_time() - cpu
+    assert worker.totals()["handled"] == DRAIN_N, worker.totals()
+    return cpu
+
+
+def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[float]]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from prometheus_client import CollectorRegistry
+
+    from redisq_django.metrics.tracing import Tracing
+    from redisq_django.metrics.worker import PrometheusMiddleware
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    sdk = TracerProvider()
+    sdk.add_span_processor(BatchSpanProcessor(Drop()))
+    variants = {
+        "metrics": lambda: [PrometheusMiddleware(CollectorRegistry())],
+        "tracing_noop": lambda: [Tracing()],  # no global SDK in this process: no-op spans
+        "tracing_sdk": lambda: [Tracing(tracer_provider=sdk)],
+    }
+    res: dict[str, list[float]] = {}
+    for rep in range(reps):
+        log(f"  in-process rep {rep + 1}/{reps}")
+        for name, make in variants.items():
+            pair = [(f"ip_{name}_on", make), (f"ip_{name}_off", list)]
+            for key, mw in pair if rep % 2 == 0 else reversed(pair):
+                res.setdefault(key, []).append(drain_in_process(client, "bench", mw()))
+    sdk.shutdown()
+    return res
+
+
 def observe_rows(obs: dict) -> list[dict]:
     rows = []
     for label, name, target in (
@@ -585,6 +635,14 @@ def observe_rows(obs: dict) -> list[dict]:
     ):
         if f"{name}_on" in obs and f"{name}_off" in obs:
             on, off = median(obs[f"{name}_on"]), median(obs[f"{name}_off"])
+            rows.append(_ratio_row(label, on, off, "s", target))
+    for label, name, target in (
+        ("in-process drain 20k, c=1, CPU, PrometheusMiddleware vs none", "metrics", 0.95),
+        ("in-process drain 20k, c=1, CPU, Tracing (no SDK) vs none", "tracing_noop", 0.95),
+        ("in-process drain 20k, c=1, CPU, Tracing (SDK) vs none", "tracing_sdk", 0.95),
+    ):
+        if f"ip_{name}_on" in obs and f"ip_{name}_off" in obs:
+            on, off = median(obs[f"ip_{name}_on"]), median(obs[f"ip_{name}_off"])
             rows.append(_ratio_row(label, on, off, "s", target))
     return rows
 
@@ -982,6 +1040,7 @@ def main() -> int:
             if "observe" in only:
                 log("drain with metrics / tracing on and off ...")
                 obs = bench_observe(client, broker, denv, tmp, args.reps)
+                obs.update(bench_observe_in_process(client, args.reps))
             if "latency" in only:
                 log("latency ...")
                 raws = [raw_latency(client, 2.0) for _ in range(args.reps)]

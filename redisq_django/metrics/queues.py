@@ -53,8 +53,8 @@ class QueueCollector:
         return []  # no describe-time Redis read when the collector is registered
 
     def collect(self) -> Iterator[Any]:
-        prom = extras.prometheus()
-        up = _family(prom, families.REDIS_UP)
+        extras.prometheus()  # names the extra when it is missing
+        up = _family(families.REDIS_UP)
         try:
             stats, added = self._read()
         except (RedisqError, redis.RedisError, OSError) as exc:
@@ -64,8 +64,8 @@ class QueueCollector:
             return
         up.add_metric([], 1)
         yield up
-        yield from self._queue_families(prom, stats, added)
-        yield from self._consumer_families(prom, stats)
+        yield from self._queue_families(stats, added)
+        yield from self._consumer_families(stats)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -78,14 +78,12 @@ class QueueCollector:
 
     # -- families ------------------------------------------------------------------------
 
-    def _queue_families(
-        self, prom: Any, stats: list[QueueStats], added: dict[str, int]
-    ) -> Iterator[Any]:
-        length = _family(prom, families.QUEUE_LENGTH)
-        delayed = _family(prom, families.DELAYED)
-        published = _family(prom, families.PUBLISHED)
-        dropped = _family(prom, families.DROPPED)
-        archive_lag = _family(prom, families.ARCHIVE_LAG)
+    def _queue_families(self, stats: list[QueueStats], added: dict[str, int]) -> Iterator[Any]:
+        length = _family(families.QUEUE_LENGTH)
+        delayed = _family(families.DELAYED)
+        published = _family(families.PUBLISHED)
+        dropped = _family(families.DROPPED)
+        archive_lag = _family(families.ARCHIVE_LAG)
         for q in stats:
             length.add_metric([q.name], q.length)
             delayed.add_metric([q.name], q.delayed)
@@ -96,11 +94,11 @@ class QueueCollector:
                 archive_lag.add_metric([q.name], q.archive_lag)
         yield from (length, delayed, published, dropped, archive_lag)
 
-    def _consumer_families(self, prom: Any, stats: list[QueueStats]) -> Iterator[Any]:
+    def _consumer_families(self, stats: list[QueueStats]) -> Iterator[Any]:
         dead_elsewhere = self.dead_letters()
         paused = self.paused()
         out = {
-            fam: _family(prom, fam)
+            fam: _family(fam)
             for fam in (
                 families.BACKLOG,
                 families.PENDING,
@@ -136,7 +134,7 @@ class QueueCollector:
         yield from out.values()
 
 
-def _family(prom: Any, fam: families.Family) -> Any:
+def _family(fam: families.Family) -> Any:
     from prometheus_client import core
 
     cls = {

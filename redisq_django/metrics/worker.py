@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -35,14 +36,28 @@ FLUSH_INTERVAL_S = 1.0
 
 
 class _Series:
-    """Cumulative observations of one histogram series, written by one thread only (the
-    flusher reads them and exports the difference since its last read)."""
+    """Cumulative observations of one histogram series in whole units (ns or ms: integer
+    arithmetic is the cheapest on the hot path), written by one thread only; the flusher
+    reads them and exports the difference since its last read."""
 
     __slots__ = ("counts", "total")
 
     def __init__(self, buckets: int) -> None:
         self.counts = [0] * buckets
-        self.total = 0.0
+        self.total = 0
+
+
+def _bounds(buckets: Sequence[float], per_second: int) -> tuple[int, ...]:
+    """Bucket bounds in whole units (``math.inf`` becomes a bound nothing reaches)."""
+    return tuple(round(b * per_second) if b != math.inf else 1 << 62 for b in buckets)
+
+
+_NS, _MS = 1_000_000_000, 1000
+#: Bucket bounds of durations in ns and latencies in ms (what the hot path compares).
+_DURATION_BOUNDS = _bounds(families.DURATION_BUCKETS, _NS)
+_LATENCY_BOUNDS = _bounds(families.LATENCY_BUCKETS, _MS)
+_bisect = bisect.bisect_left
+_now_ns = time.time_ns
 
 
 class WorkerMetrics:
@@ -132,12 +147,10 @@ class PrometheusMiddleware(Middleware):
         # What each cumulative figure was at the last flush: the tally's counts (of the
         # worker running) and each series' counts and sum.
         self._tally_exported: dict[tuple[str, str, str], int] = {}
-        self._series_exported: dict[int, tuple[list[int], float]] = {}
+        self._series_exported: dict[int, tuple[list[int], int]] = {}
         self._worker: RunningWorker | None = None
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
-        self._duration_bounds = families.DURATION_BUCKETS
-        self._latency_bounds = families.LATENCY_BUCKETS
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -160,28 +173,40 @@ class PrometheusMiddleware(Middleware):
         self.flush()
 
     def after_process(self, message: Message, *, error: BaseException | None) -> None:
-        # The hot path: no lock, no prometheus-client call (see the module docstring).
+        # The hot path (~0.5 µs): no lock, no prometheus-client call, no allocation. A
+        # handler thread serves one consumer, so its series are found by identity.
+        local = self._local
         try:
-            mine = self._local.series
-        except AttributeError:
-            mine = self._local.series = self._new_buffer()
+            if message.group is local.group and message.queue is local.queue:
+                duration, latency = local.series
+            else:
+                duration, latency = self._series_of(message)
+        except AttributeError:  # this thread's first message
+            duration, latency = self._series_of(message)
+        took = message.duration_ns or 0
+        duration.counts[_bisect(_DURATION_BOUNDS, took)] += 1
+        duration.total += took
+        if error is None:
+            waited = _now_ns() // 1_000_000 - (message.due_at_ms or message.published_at_ms)
+            if waited < 0:  # clocks of publisher and worker may disagree by a little
+                waited = 0
+            latency.counts[_bisect(_LATENCY_BOUNDS, waited)] += 1
+            latency.total += waited
+
+    def _series_of(self, message: Message) -> tuple[_Series, _Series]:
+        local = self._local
+        mine = getattr(local, "buffer", None)
+        if mine is None:
+            mine = local.buffer = self._new_buffer()
         key = (message.queue, message.group)
         series = mine.get(key)
         if series is None:
             series = mine[key] = (
-                _Series(len(self._duration_bounds)),
-                _Series(len(self._latency_bounds)),
+                _Series(len(_DURATION_BOUNDS)),
+                _Series(len(_LATENCY_BOUNDS)),
             )
-        duration, latency = series
-        took = (message.duration_ns or 0) / 1e9
-        duration.counts[bisect.bisect_left(self._duration_bounds, took)] += 1
-        duration.total += took
-        if error is None:
-            since_ms = message.due_at_ms or message.published_at_ms
-            # Clocks of publisher and worker may disagree by a little: never below 0.
-            waited = max(0.0, time.time() - since_ms / 1000)
-            latency.counts[bisect.bisect_left(self._latency_bounds, waited)] += 1
-            latency.total += waited
+        local.queue, local.group, local.series = message.queue, message.group, series
+        return series
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -212,15 +237,18 @@ class PrometheusMiddleware(Middleware):
                 buffers = list(self._buffers)
             for buffer in buffers:
                 for (queue, consumer), (duration, latency) in list(buffer.items()):
-                    self._export(self.metrics.duration, queue, consumer, duration)
-                    self._export(self.metrics.latency, queue, consumer, latency)
+                    self._export(self.metrics.duration, queue, consumer, duration, _NS)
+                    self._export(self.metrics.latency, queue, consumer, latency, _MS)
 
-    def _export(self, histogram: Any, queue: str, consumer: str, series: _Series) -> None:
+    def _export(
+        self, histogram: Any, queue: str, consumer: str, series: _Series, per_second: int
+    ) -> None:
         # Read once: the handler thread may add more meanwhile; the next flush gets it.
         counts, total = list(series.counts), series.total
         # Series live as long as this middleware (its buffers keep them): ids stay theirs.
-        then_counts, then_total = self._series_exported.get(id(series), ([0] * len(counts), 0.0))
+        then_counts, then_total = self._series_exported.get(id(series), ([0] * len(counts), 0))
         delta = [now - then for now, then in zip(counts, then_counts, strict=True)]
         if any(delta):
-            _add_observations(histogram.labels(queue, consumer), delta, total - then_total)
+            seconds = (total - then_total) / per_second
+            _add_observations(histogram.labels(queue, consumer), delta, seconds)
             self._series_exported[id(series)] = (counts, total)

@@ -218,9 +218,9 @@ class HandlerThread(threading.Thread):
 
     def _run_handler(self, message: Message) -> bool:
         """Run the handler; True when the message is to be acked."""
-        hooks = self.hooks.per_message
-        if hooks:
-            self.hooks.before_process(message)
+        hooks = self.hooks
+        if hooks.wants_before_process:
+            hooks.before_process(message)
         error: BaseException | None = None
         started = time.perf_counter_ns()
         try:
@@ -244,8 +244,8 @@ class HandlerThread(threading.Thread):
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
             _stop_watch(message, started)
-        if hooks:
-            self.hooks.after_process(message, error=error)
+        if hooks.wants_after_process:
+            hooks.after_process(message, error=error)
         return error is None
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
@@ -284,7 +284,7 @@ class HandlerThread(threading.Thread):
 
     def _acked(self, messages: list[Message]) -> None:
         self._count("handled", len(messages))
-        if self.hooks.per_message:
+        if self.hooks.wants_after_settle:
             for m in messages:
                 self.hooks.after_settle(m, Outcome.ACKED)
 

@@ -84,7 +84,7 @@ LATENCY = Family(
     Kind.HISTOGRAM,
     QC,
     "From publish (for delayed messages: from their due time) until the handler "
-    "returned, retries included; handled messages only.",
+    "returned, retries included; handled messages only (whole milliseconds).",
     "worker",
 )
 

@@ -68,12 +68,34 @@ class Tracing(Middleware, PublishHook):
         self._context = context
         self._propagate = propagate
         self._tracer = trace.get_tracer("redisq_django", tracer_provider=tracer_provider)
+        self._provider = tracer_provider
+        self._live = False
         self._local = threading.local()
+
+    def live(self) -> bool:
+        """Whether spans are recorded: an SDK's tracer provider is in place (explicitly, or
+        set globally, possibly after this object was built).
+
+        Without one every span would be a no-op, yet extracting the context and opening
+        a span per message costs several microseconds: the hooks then skip it all (and
+        publishing only passes on a context that is current, as the API would).
+        """
+        if self._live:
+            return True
+        trace = self._trace
+        provider = self._provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return False
+        self._live = True  # a global provider is set once and for all
+        return True
 
     # -- publishing ----------------------------------------------------------------------
 
     @contextlib.contextmanager
     def sending(self, queue: str, count: int) -> Iterator[None]:
+        if not self.live():
+            yield
+            return
         attributes: dict[str, Any] = _attributes("send", queue)
         if count != 1:
             attributes["messaging.batch.message_count"] = count
@@ -95,7 +117,8 @@ class Tracing(Middleware, PublishHook):
             return headers
         carrier = dict(headers or {})
         try:
-            if _sending.get() is not None:  # inside publish(): the send span is current
+            if _sending.get() is not None or not self.live():
+                # inside publish(): the send span is current; no SDK: whatever is current
                 self._propagate.inject(carrier)
             else:
                 with self._tracer.start_as_current_span(
@@ -112,6 +135,8 @@ class Tracing(Middleware, PublishHook):
     # -- handling ------------------------------------------------------------------------
 
     def before_process(self, message: Message) -> None:
+        if not self.live():
+            return
         trace = self._trace
         links = None
         if message.headers:

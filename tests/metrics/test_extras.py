@@ -83,7 +83,13 @@ PROGRAM = textwrap.dedent(
     assert response.status_code == 501, response.status_code
     assert b"redisq-django[metrics]" in response.content
 
-    # TRACING on without the API: publishing says which extra is missing
+    # TRACING on without the API: manage.py check reports it...
+    from django.core import checks
+    with override_settings(REDISQ={"URL": url, "TRACING": True}):
+        ids = [m.id for m in checks.run_checks()]
+    assert "redisq_django.E020" in ids, ids
+
+    # ...and publishing says which extra is missing
     from redisq_django.metrics.extras import MissingExtra
     with override_settings(REDISQ={"URL": url, "TRACING": True}):
         try:

@@ -267,3 +267,32 @@ def test_publish_on_commit_and_the_outbox_carry_the_context(
     assert handled.headers["traceparent"] == traceparent_of(create)
     (process,) = spans(global_exporter, f"process {queue_name}")
     assert process.links[0].context.span_id == create.context.span_id
+
+
+def test_without_an_sdk_nothing_is_traced_but_a_current_context_passes_on(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given tracing with no SDK behind it (every span would be a no-op)
+    noop = Tracing(tracer_provider=trace.NoOpTracerProvider())
+    assert not noop.live()
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[noop])
+    broker.ensure_consumer(queue_name, GROUP, "earliest")
+
+    # When one message is published with no context, one inside a remote one
+    broker.publish(queue_name, {"n": 1})
+    remote = trace.SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(1),
+    )
+    with trace.use_span(trace.NonRecordingSpan(remote)):
+        broker.publish(queue_name, {"n": 2})
+    handled = sorted(drain(broker, queue_name, noop), key=lambda m: m.payload["n"])
+
+    # Then the first carries no trace header, the second the context it was given, and
+    # both were handled (the worker side does nothing)
+    assert "traceparent" not in handled[0].headers
+    assert handled[1].headers["traceparent"] == (
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    )

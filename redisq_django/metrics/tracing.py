@@ -30,6 +30,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -44,6 +45,9 @@ logger = logging.getLogger("redisq.tracing")
 SYSTEM = "redisq"
 #: The headers W3C trace context uses.
 TRACE_HEADERS = ("traceparent", "tracestate")
+
+#: Without an SDK, how often :meth:`Tracing.live` looks again for one (seconds).
+LIVE_RECHECK_S = 1.0
 
 # The span of a publish()/publish_many() in progress in this context, if any: messages
 # prepared inside it carry its context rather than a create span of their own.
@@ -70,6 +74,7 @@ class Tracing(Middleware, PublishHook):
         self._tracer = trace.get_tracer("redisq_django", tracer_provider=tracer_provider)
         self._provider = tracer_provider
         self._live = False
+        self._recheck_at = 0.0
         self._local = threading.local()
 
     def live(self) -> bool:
@@ -78,10 +83,15 @@ class Tracing(Middleware, PublishHook):
 
         Without one every span would be a no-op, yet extracting the context and opening
         a span per message costs several microseconds: the hooks then skip it all (and
-        publishing only passes on a context that is current, as the API would).
+        publishing only passes on a context that is current, as the API would). A
+        provider set later is noticed within :data:`LIVE_RECHECK_S`.
         """
         if self._live:
             return True
+        now = time.monotonic()
+        if now < self._recheck_at:  # looking up the provider costs a microsecond or two
+            return False
+        self._recheck_at = now + LIVE_RECHECK_S
         trace = self._trace
         provider = self._provider or trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):

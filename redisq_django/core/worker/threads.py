@@ -227,10 +227,12 @@ class HandlerThread(threading.Thread):
             self.spec.handler(message)
         except Reject as exc:
             _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
             _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._count("failed")
             logger.info(
@@ -311,6 +313,6 @@ class HandlerThread(threading.Thread):
 
 def _stop_watch(message: Message, started_ns: int) -> None:
     """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
-    elapsed = time.perf_counter_ns() - started_ns
-    message.duration_ns = elapsed
+    message.ended_ns = ended = time.perf_counter_ns()
+    message.duration_ns = elapsed = ended - started_ns
     message.duration_ms = elapsed // 1_000_000

@@ -604,12 +604,17 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
     sdk = TracerProvider()
     sdk.add_span_processor(BatchSpanProcessor(Drop()))
+    sampled = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)))
+    sampled.add_span_processor(BatchSpanProcessor(Drop()))
     variants = {
         "metrics": lambda: [PrometheusMiddleware(CollectorRegistry())],
         "tracing_noop": lambda: [Tracing()],  # no global SDK in this process: no-op spans
         "tracing_sdk": lambda: [Tracing(tracer_provider=sdk)],
+        "tracing_sampled": lambda: [Tracing(tracer_provider=sampled)],  # 1 % of traces
     }
     res: dict[str, list[float]] = {}
     for rep in range(reps):
@@ -619,6 +624,7 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
             for key, mw in pair if rep % 2 == 0 else reversed(pair):
                 res.setdefault(key, []).append(drain_in_process(client, "bench", mw()))
     sdk.shutdown()
+    sampled.shutdown()
     return res
 
 
@@ -638,8 +644,17 @@ def observe_rows(obs: dict) -> list[dict]:
             rows.append(_ratio_row(label, on, off, "s", target))
     for label, name, target in (
         ("in-process drain 20k, c=1, CPU, PrometheusMiddleware vs none", "metrics", 0.95),
-        ("in-process drain 20k, c=1, CPU, Tracing (no SDK) vs none", "tracing_noop", 0.95),
+        (
+            "in-process drain 20k, c=1, CPU, Tracing used without an SDK vs none",
+            "tracing_noop",
+            None,
+        ),
         ("in-process drain 20k, c=1, CPU, Tracing (SDK) vs none", "tracing_sdk", 0.95),
+        (
+            "in-process drain 20k, c=1, CPU, Tracing (SDK, 1% sampled) vs none",
+            "tracing_sampled",
+            None,
+        ),
     ):
         if f"ip_{name}_on" in obs and f"ip_{name}_off" in obs:
             on, off = median(obs[f"ip_{name}_on"]), median(obs[f"ip_{name}_off"])

@@ -3,6 +3,7 @@ middleware a ``runconsumer`` runs (metrics and tracing when asked for)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from django.db import close_old_connections
@@ -10,6 +11,8 @@ from django.db import close_old_connections
 from redisq_django.conf import get_settings
 from redisq_django.core.message import Message
 from redisq_django.core.worker import Middleware
+
+logger = logging.getLogger("redisq.worker")
 
 
 class DjangoDatabaseMiddleware(Middleware):
@@ -35,7 +38,15 @@ def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
     if get_settings()["TRACING"]:
         from redisq_django.connection import get_tracing
 
-        out.append(get_tracing())
+        tracing = get_tracing()
+        if tracing.live():
+            out.append(tracing)
+        else:  # every span would be a no-op: cost nothing per message instead
+            logger.warning(
+                "REDISQ['TRACING'] is on, but this process has no OpenTelemetry SDK "
+                "(no TracerProvider is set): handlers are not traced. Configure the SDK in "
+                "your settings or an AppConfig.ready()."
+            )
     if metrics:
         from redisq_django.metrics.worker import PrometheusMiddleware
 

@@ -296,3 +296,28 @@ def test_without_an_sdk_nothing_is_traced_but_a_current_context_passes_on(
     assert handled[1].headers["traceparent"] == (
         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     )
+
+
+def test_a_worker_without_an_sdk_runs_no_tracing_middleware(
+    settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redisq_django import connection
+    from redisq_django.consuming.middleware import DjangoDatabaseMiddleware, worker_middleware
+
+    # Given TRACING on in a process whose OpenTelemetry has no SDK
+    settings.REDISQ = {"URL": redis_url, "TRACING": True}
+    noop = Tracing(tracer_provider=trace.NoOpTracerProvider())
+    monkeypatch.setattr(connection, "get_tracing", lambda: noop)
+
+    # When a worker's middleware is put together
+    middleware = worker_middleware()
+
+    # Then tracing is left out (it would cost per message and record nothing), and the
+    # log says why and what to do
+    assert [type(m) for m in middleware] == [DjangoDatabaseMiddleware]
+    assert "no OpenTelemetry SDK" in caplog.text
+
+    # ...while with an SDK it is there
+    provider = TracerProvider()
+    monkeypatch.setattr(connection, "get_tracing", lambda: Tracing(tracer_provider=provider))
+    assert [type(m) for m in worker_middleware()] == [DjangoDatabaseMiddleware, Tracing]

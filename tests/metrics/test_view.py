@@ -237,3 +237,21 @@ def test_the_short_timeout_client_talks_to_the_same_redis(redis_client: redis.Re
     assert kwargs["socket_timeout"] == REDIS_TIMEOUT_S
     assert kwargs["port"] == redis_client.connection_pool.connection_kwargs["port"]
     assert short.ping() is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"METRICS_TOKEN": "short"}, "METRICS_TOKEN must be None or a string of at least 16"),
+        ({"METRICS_TOKEN": 12345678901234567}, "METRICS_TOKEN must be None or a string"),
+        ({"TRACING": "yes"}, "TRACING must be True or False"),
+    ],
+)
+def test_bad_metrics_settings_are_refused_by_name(
+    settings: Any, redis_url: str, extra: dict[str, Any], says: str
+) -> None:
+    from redisq_django.conf import SettingsError, get_settings
+
+    settings.REDISQ = {"URL": redis_url, **extra}
+    with pytest.raises(SettingsError, match=says):
+        get_settings()

@@ -148,15 +148,20 @@ def test_the_supervisor_serves_the_sum_of_its_processes_across_a_restart(
         describe=supervisor.tail,
     )
     first = _children(supervisor)
+    found = re.search(r"\(files in (\S+)\)", supervisor.stdout)
+    assert found is not None, supervisor.stdout
+    directory = found.group(1)
 
     # When 60 messages are handled by the two processes
     ids = broker.publish_many(QUEUE, [{"n": i} for i in range(60)])
     wait_ids(redis_client, QUEUE, GROUP, ids, timeout=60)
 
-    # Then the endpoint reports their sum: 60 handled
+    # Then the endpoint reports their sum: 60 handled, from each process's own files
     wait_counts(url, handled=60)
     pids = {d.pid for d in read_deliveries(redis_client, QUEUE, GROUP)}
     assert pids <= set(first.values())
+    files = os.listdir(directory)
+    assert {f"counter_{pid}.db" for pid in first.values()} <= set(files), files
 
     # When one child is killed (SIGKILL: no chance to flush), restarted, and 10 more
     # messages are handled
@@ -183,8 +188,7 @@ def test_the_supervisor_serves_the_sum_of_its_processes_across_a_restart(
     supervisor.send(signal.SIGTERM)
     assert supervisor.wait_exit(90) == 0, supervisor.tail(60)
     # ...and the run's multiprocess directory is gone with the supervisor
-    directory = re.search(r"/tmp/\S*redisq-metrics-\w+", supervisor.stdout + supervisor.stderr)
-    assert directory is None or not os.path.exists(directory.group(0))
+    assert not os.path.exists(directory)
 
 
 def _free_port() -> int:

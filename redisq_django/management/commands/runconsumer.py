@@ -214,7 +214,11 @@ class Command(BaseCommand):
             f"redisq supervisor {socket.gethostname()}:{os.getpid()}: "
             f"{opts['processes']} worker processes of queue(s) {', '.join(opts['queues'])}, "
             "restarted when they die; SIGTERM/SIGINT stops them all"
-            + (f"\n  metrics (all processes): {server.url}" if server is not None else "")
+            + (
+                f"\n  metrics (all processes): {server.url} (files in {server.directory})"
+                if server is not None
+                else ""
+            )
         )
         self.stdout.flush()
         self._install_signals(supervisor, grace)

@@ -255,3 +255,35 @@ def test_bad_metrics_settings_are_refused_by_name(
     settings.REDISQ = {"URL": redis_url, **extra}
     with pytest.raises(SettingsError, match=says):
         get_settings()
+
+
+@pytest.mark.cluster
+def test_the_collector_reads_a_redis_cluster(redis_cluster: Any) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from redisq_django.core import Broker
+    from redisq_django.metrics.queues import QueueCollector
+
+    # Given two queues (in different slots) on a 3-master cluster
+    redis_cluster.flushall()
+    client = redis_cluster.client()
+    broker = Broker(client)
+    for q in ("alpha", "omega"):
+        broker.ensure_consumer(q, "billing", "earliest")
+        broker.publish_many(q, [{"n": i} for i in range(3)])
+
+    # When collected
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(client=client, prefix="redisq"))
+    text = generate_latest(registry).decode()
+
+    # Then every figure is there, per queue
+    s = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for f in text_string_to_metric_families(text)
+        for x in f.samples
+    }
+    assert sample(s, "redisq_redis_up") == 1
+    for q in ("alpha", "omega"):
+        assert sample(s, "redisq_published_messages_total", queue=q) == 3
+        assert sample(s, "redisq_backlog_messages", queue=q, consumer="billing") == 3

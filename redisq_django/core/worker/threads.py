@@ -183,6 +183,7 @@ class HandlerThread(threading.Thread):
             self._last_reclaim = now
             reclaimed = self.sub.reclaim(self._batch_size)
             if reclaimed:
+                self._count("reclaimed", len(reclaimed))
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
                     self.sub.consumer,
@@ -229,27 +230,30 @@ class HandlerThread(threading.Thread):
 
     def _run_handler(self, message: Message) -> bool:
         """Run the handler; True when the message is to be acked."""
-        hooks = self.hooks.per_message
-        if hooks:
-            self.hooks.before_process(message)
+        hooks = self.hooks
+        if hooks.wants_before_process:
+            hooks.before_process(message)
         error: BaseException | None = None
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         try:
             self.spec.handler(message)
         except Settled as exc:  # the handler settled the delivery itself
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
             error, settled = exc.error, True
+            message.failed = error is not None
             if error is not None:
                 self._count("failed")
             self._count("handled" if exc.outcome is Outcome.ACKED else exc.outcome.value)
             self.hooks.after_settle(message, exc.outcome)
         except Reject as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._count("failed")
             logger.info(
@@ -262,9 +266,9 @@ class HandlerThread(threading.Thread):
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
-        if hooks:
-            self.hooks.after_process(message, error=error)
+            _stop_watch(message, started)
+        if hooks.wants_after_process:
+            hooks.after_process(message, error=error)
         return error is None and not settled
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
@@ -303,7 +307,7 @@ class HandlerThread(threading.Thread):
 
     def _acked(self, messages: list[Message]) -> None:
         self._count("handled", len(messages))
-        if self.hooks.per_message:
+        if self.hooks.wants_after_settle:
             for m in messages:
                 self.hooks.after_settle(m, Outcome.ACKED)
 
@@ -326,3 +330,10 @@ class HandlerThread(threading.Thread):
         released = self.sub.release(messages)
         if released:
             logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+
+
+def _stop_watch(message: Message, started_ns: int) -> None:
+    """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
+    message.ended_ns = ended = time.perf_counter_ns()
+    message.duration_ns = elapsed = ended - started_ns
+    message.duration_ms = elapsed // 1_000_000

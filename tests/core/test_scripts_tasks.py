@@ -12,25 +12,15 @@ import redis
 from redis.cluster import key_slot
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 
 G = "tasks"
 RID = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
-
-
-@pytest.fixture
-def qk(queue_name: str) -> QueueKeys:
-    return queue_keys("redisq", queue_name)
-
-
-@pytest.fixture
-def gk(qk: QueueKeys) -> GroupKeys:
-    return qk.group(G)
+def group_name() -> str:
+    return G
 
 
 def now_ms() -> int:

@@ -21,6 +21,7 @@ from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_results import PUBLISH, TaskResults
 from redisq_django.tasks import aio
+from redisq_django.tasks.declarations import shared_queues
 from redisq_django.tasks.options import (
     TASKS_CONSUMER,
     TaskOptions,
@@ -121,8 +122,10 @@ class RedisqBackend(BaseTaskBackend):
             raise InvalidTask(f"Task queue {problem}.")
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """System checks: invalid ``OPTIONS`` (E020), no ``QUEUES`` (E021), a queue name
-        that makes no valid redisq queue name (E022)."""
+        """System checks: invalid ``OPTIONS`` (E030), no ``QUEUES`` (E031), a queue name
+        that makes no valid redisq queue name (E032), a redisq queue shared with another
+        task queue of this or another backend (E033, reported by the first backend in
+        ``TASKS`` involved)."""
         return list(self._problems())
 
     def _problems(self) -> Iterable[checks.CheckMessage]:
@@ -131,13 +134,13 @@ class RedisqBackend(BaseTaskBackend):
             yield checks.Error(
                 f"{where}['OPTIONS'] is invalid: {problem}.",
                 hint="See README.md, 'Django Tasks', for the options and their defaults.",
-                id="redisq_django.E020",
+                id="redisq_django.E030",
             )
         if not self.queues:
             yield checks.Error(
                 f"{where}['QUEUES'] is empty: redisq needs the task queue names.",
                 hint='List them, e.g. "QUEUES": ["default"].',
-                id="redisq_django.E021",
+                id="redisq_django.E031",
             )
         if option_problems(self.options):
             return
@@ -147,8 +150,17 @@ class RedisqBackend(BaseTaskBackend):
                 yield checks.Error(
                     f"{where}['QUEUES']: {bad_name}.",
                     hint="Use letters, digits, '_', '.' or '-' (and a short name).",
-                    id="redisq_django.E022",
+                    id="redisq_django.E032",
                 )
+        for shared in shared_queues(first_alias=self.alias):
+            yield checks.Error(
+                f"{where}['QUEUES']: {shared.describe()}: their tasks, results and workers "
+                "would mix.",
+                hint="Give one of the backends another OPTIONS['QUEUE_PREFIX'], or rename "
+                "one of the queues (a task queue q is the redisq queues <prefix>q, "
+                "<prefix>q.high and <prefix>q.low).",
+                id="redisq_django.E033",
+            )
 
     # -- enqueueing --------------------------------------------------------------------
 

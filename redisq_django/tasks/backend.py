@@ -47,10 +47,13 @@ class RedisqTask(_Task):
             letter); default the backend's ``OPTIONS["MAX_RETRIES"]`` (0).
         backoff: base of the exponential backoff between attempts, seconds.
         max_backoff: cap of one backoff wait, seconds.
-        visibility_timeout: seconds an attempt may go without a sign of life from its
-            worker before another worker runs it; the worker extends it while the task
-            runs. Leases belong to a queue's consumer: a queue's workers use the largest
-            visibility timeout of its backend options and of the tasks they import.
+        visibility_timeout: the lease of each started attempt, seconds (at least
+            :data:`MIN_VISIBILITY_TIMEOUT_S`): its worker renews it every third of that
+            while the task runs, and when the worker dies (or stalls) another worker runs
+            the task again once the lease has gone that long without renewal, and not
+            before, whatever the worker's heartbeat and the queue's
+            ``OPTIONS["VISIBILITY_TIMEOUT"]`` say (``core/leases.py``). Default: the
+            queue's consumer's rules apply.
     """
 
     max_retries: int | None = None
@@ -58,6 +61,10 @@ class RedisqTask(_Task):
     max_backoff: float | None = None
     visibility_timeout: float | None = None
 
+
+#: The shortest ``@task(visibility_timeout=…)``, seconds: its lease is renewed every
+#: third of it, with Redis round trips in between.
+MIN_VISIBILITY_TIMEOUT_S = 1.0
 
 #: Names and rules of the extra ``@task`` options.
 _EXTRA = (
@@ -103,7 +110,9 @@ class RedisqBackend(BaseTaskBackend):
         """The task results of the current broker (rebuilt when settings change it)."""
         broker = get_broker()
         if self._results is None or self._results.client is not broker.client:
-            self._results = TaskResults(broker.client, broker.scripts, broker.keys)
+            self._results = TaskResults(
+                broker.client, broker.scripts, broker.keys, history=broker.config.history
+            )
         return self._results
 
     # -- validation --------------------------------------------------------------------
@@ -117,6 +126,12 @@ class RedisqBackend(BaseTaskBackend):
             )  # fmt: skip
             if problem:
                 raise InvalidTask(f"@task {problem}.")
+        timeout = getattr(task, "visibility_timeout", None)
+        if timeout is not None and timeout < MIN_VISIBILITY_TIMEOUT_S:
+            raise InvalidTask(
+                f"@task visibility_timeout must be at least {MIN_VISIBILITY_TIMEOUT_S:g} "
+                f"second (its lease is renewed every third of it), got {timeout!r}."
+            )
         problem = queue_name_problem(self.task_options, task.queue_name)
         if problem:
             raise InvalidTask(f"Task queue {problem}.")

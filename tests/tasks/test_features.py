@@ -253,9 +253,7 @@ def test_checks_report_bad_options_and_queue_names(settings: Any, redis_url: str
     assert bad_name.id == "redisq_django.E032" and "has space" in bad_name.msg
 
 
-def test_checks_report_task_queues_that_share_a_redisq_queue(
-    settings: Any, redis_url: str
-) -> None:
+def test_checks_report_task_queues_that_share_a_redisq_queue(settings: Any, redis_url: str) -> None:
     # Given two backends with the default prefix and a queue name in common, and a
     # backend whose queues "x" and "x.high" both make "tasks.x.high"
     settings.REDISQ = {"URL": redis_url}

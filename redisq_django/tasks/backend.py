@@ -242,8 +242,9 @@ class RedisqBackend(BaseTaskBackend):
     async def aenqueue(  # type: ignore[override]  # as enqueue
         self, task: Task[..., Any], args: Any, kwargs: Any
     ) -> TaskResult[..., Any]:
-        """``enqueue`` with an asyncio Redis client (``redis.asyncio``): never blocks the
-        event loop on Redis."""
+        """``enqueue`` with the event loop's native asyncio Redis client (``redis.asyncio``,
+        one per loop, standalone or Cluster; see ``tasks/aio.py``): never blocks the event
+        loop on Redis."""
         result, envelope, message, expire_at = self.prepare(task, args, kwargs)
         keys = get_broker().keys(envelope.queue)
         async with aio.client() as client:
@@ -273,7 +274,7 @@ class RedisqBackend(BaseTaskBackend):
         return from_fields(result_id, found[1], self.alias)
 
     async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
-        """``get_result`` with an asyncio Redis client."""
+        """``get_result`` with the event loop's asyncio Redis client (as ``aenqueue``)."""
         broker = get_broker()
         keys = [broker.keys(q) for q in self.result_queues()]
         async with aio.client() as client:

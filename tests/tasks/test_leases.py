@@ -113,3 +113,32 @@ def test_a_killed_worker_s_tasks_run_again_when_their_own_lease_ends_and_not_bef
         result.refresh()
         assert result.attempts == 2 and len(set(result.worker_ids)) == 2
         assert result.errors == [] and result.return_value == 2
+
+
+def test_a_worker_stopped_cold_hands_its_leased_task_over_at_once(
+    tasks_env: TasksEnv, workers: TaskWorkers
+) -> None:
+    env = tasks_env
+    key = f"long:{env.queue}"
+    # Given a worker running a task with visibility_timeout=24, and an idle worker
+    long = env.task("long_lease").enqueue(key, 60)
+    first = workers.start("--tasks", env.queue, "--stats-interval", "0")
+    wait_for(lambda: _starts(env.redis_url, key), timeout=60, what="the task to start")
+    workers.start("--tasks", env.queue, "--stats-interval", "0").wait_ready()
+    # When the first one is stopped cold (SIGTERM twice: it abandons the running task)
+    first.send(signal.SIGTERM)
+    first.wait_log("SIGTERM: finishing in-flight", timeout=10)
+    first.send(signal.SIGTERM)
+    assert first.wait_exit(20) == 1, workers.report()
+    stopped_at = time.time()
+    # Then the other worker runs the task again at once, not when its lease would end
+    backend = task_backends["default"]
+    wait_for(
+        lambda: backend.get_result(long.id).status == TaskResultStatus.SUCCESSFUL,
+        timeout=60,
+        what="the task to succeed",
+        describe=workers.report,
+    )
+    starts = _starts(env.redis_url, key)
+    assert len(starts) == 2
+    assert starts[1] - stopped_at < TAKEOVER_SLACK_S  # its lease would hold it >= 16 s

@@ -21,7 +21,7 @@ from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_results import PUBLISH, TaskResults
 from redisq_django.tasks import aio
-from redisq_django.tasks.declarations import shared_queues
+from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.options import (
     TASKS_CONSUMER,
     TaskOptions,

@@ -20,6 +20,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
 ``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
+``redisq:{q}:g:<g>:leases``       zset    started deliveries with a lease of their own
+                                          (``log:<id>``); score = when it ends (ms)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
 ``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
@@ -134,6 +136,12 @@ class GroupKeys:
     def running(self) -> str:
         """Hash: instance -> the message its handler started last (``log:<id>``)."""
         return f"{self._base}:running"
+
+    @property
+    def leases(self) -> str:
+        """Zset: started deliveries with a visibility timeout of their own (a task's),
+        ``log:<id>`` / ``direct:<id>``, scored by when their lease ends (ms)."""
+        return f"{self._base}:leases"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that ``message_id`` was delivered once to this consumer only."""

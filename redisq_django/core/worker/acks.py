@@ -31,6 +31,7 @@ from hiredis import pack_command
 
 from redisq_django.core import events, settle
 from redisq_django.core.errors import translate_errors
+from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import to_bytes
@@ -211,14 +212,6 @@ class _Prepacked:
         # ack.lua without history, one direct id: ARGV group, n = 0, the id
         self.xack_direct = _head(8, "EVALSHA", sub.scripts.sha("ack"), 2, log, direct, group, 0)
         self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
-
-
-_TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
-
-
-def started_tag(message: Message) -> bytes:
-    """What ``running`` records for a started message: ``log:<id>`` or ``direct:<id>``."""
-    return _TAGS[message.stream] + message.entry_id
 
 
 def _read(conn: Any) -> Any:

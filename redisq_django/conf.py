@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     # Socket and connect timeout of the admin's Redis calls, seconds (no retries): an
     # admin page answers promptly, with figures shown as unknown, when Redis is sick.
     "ADMIN_REDIS_TIMEOUT": 0.5,
+    # Per-minute counters (published, handled, failed, retried, dead, handler time) and
+    # samples (backlog...) kept in Redis for 48 h: the admin's charts.
+    "TRENDS": True,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -111,8 +114,9 @@ def _validate(user: Any) -> dict[str, Any]:
     outbox = merged["OUTBOX"]
     if not isinstance(outbox, bool) and not _is_name_list(outbox):
         problems.append("OUTBOX must be True, False or a list of queue names")
-    if not isinstance(merged["HISTORY"], bool):
-        problems.append("HISTORY must be True or False")
+    for flag in ("HISTORY", "TRENDS"):
+        if not isinstance(merged[flag], bool):
+            problems.append(f"{flag} must be True or False")
     root = merged["ARCHIVE_ROOT"]
     if root is not None and (not isinstance(root, str) or not root):
         problems.append("ARCHIVE_ROOT must be None or a path or URI (a non-empty string)")
@@ -163,6 +167,7 @@ def get_core_config() -> CoreConfig:
         poll_interval_ms=max(1, int(s["POLL_INTERVAL"] * 1000)),
         json_encoder=encoder,
         history=s["HISTORY"],
+        trends=s["TRENDS"],
     )
 
 

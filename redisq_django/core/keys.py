@@ -13,12 +13,14 @@ key                               type    role
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
+``redisq:{q}:trend:<minute>``     hash    counters and samples of one minute (48 h, trends)
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
 ``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
+``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ================================  ======  ====================================================
 
 PROTOCOL.md documents the same catalogue for clients in other languages.
@@ -85,6 +87,10 @@ class QueueKeys:
         """Marker that batch ``batch_id`` (a transaction's messages) was published."""
         return f"{self.tag}:batch:{batch_id}"
 
+    def trend(self, minute: int) -> str:
+        """Counters and samples of minute ``minute`` (ms since the epoch // 60000)."""
+        return f"{self.tag}:trend:{minute}"
+
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""
         return GroupKeys(self, validate_name("consumer", group))
@@ -121,6 +127,10 @@ class GroupKeys:
     def running(self) -> str:
         """Hash: instance -> the message its handler started last (``log:<id>``)."""
         return f"{self._base}:running"
+
+    def instance(self, instance: str) -> str:
+        """What instance ``instance`` reports with its heartbeat (JSON; expires with it)."""
+        return f"{self._base}:instance:{instance}"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that ``message_id`` was delivered once to this consumer only."""

@@ -16,7 +16,9 @@ them again once Redis is back. A cold stop loses only acks not yet written; thei
 messages are delivered again (at-least-once).
 
 The same write records which message the thread starts next (``mark``), so that
-``reclaim.lua`` counts a delivery only for a message whose handler actually started.
+``reclaim.lua`` counts a delivery only for a message whose handler actually started,
+and (trends on) counts the handled messages and their handler time in the queue's
+per-minute trends (``core/trends.py``), both with their replies skipped.
 
 Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
 """
@@ -29,7 +31,7 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
-from redisq_django.core import events, settle
+from redisq_django.core import events, settle, trends
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.subscription import Subscription
@@ -59,6 +61,10 @@ class AckPipe:
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
         self._packed = _Prepacked(sub)
+        self._counter = trends.counter(sub.keys) if sub.config.trends else None
+        #: Entries whose counters went with a write Redis answered with an error (e.g.
+        #: NOSCRIPT after a restart): sent again, they are not counted again.
+        self._counted: set[bytes] = set()
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -120,6 +126,9 @@ class AckPipe:
     # -- internals ---------------------------------------------------------------------
 
     def _packed_ack(self, messages: list[Message]) -> bytes:
+        return self._packed_command(messages) + self._packed_counts(messages)
+
+    def _packed_command(self, messages: list[Message]) -> bytes:
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
@@ -130,17 +139,23 @@ class AckPipe:
             return head + _bulk(m.entry_id) + _bulk(records)
         return bytes(pack_command(self._ack_command(messages)))
 
+    def _packed_counts(self, messages: list[Message]) -> bytes:
+        """The trend counters of ``messages``, each after a ``CLIENT REPLY SKIP``."""
+        if self._counter is None:
+            return b""
+        if self._counted:
+            fresh = [m for m in messages if m.entry_id not in self._counted]
+            self._counted.difference_update(m.entry_id for m in messages)
+            messages = fresh
+        counts = trends.handled_counts(self.sub.group, (m.duration_ms for m in messages))
+        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in self._counter.commands(counts))
+
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
         sub = self.sub
-        if sub.history:
-            keys, args = settle.ack_call(sub.gkeys, sub.consumer, messages)
-            return ("EVALSHA", sub.scripts.sha("ack"), len(keys), *keys, *args)
-        if all(m.stream is Stream.LOG for m in messages):
-            return ("XACK", sub.keys.log, sub.group, *(m.entry_id for m in messages))
-        log = [m.entry_id for m in messages if m.stream is Stream.LOG]
-        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG]
-        keys = [sub.keys.log, sub.gkeys.direct]
-        return ("EVALSHA", sub.scripts.sha("ack"), 2, *keys, sub.group, len(log), *log, *direct)
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.consumer, messages, sub.history)
+        if name is None:
+            return ("XACK", *keys, *args)
+        return ("EVALSHA", sub.scripts.sha(name), len(keys), *keys, *args)
 
     def _mark_command(self, message: Message) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
@@ -167,16 +182,21 @@ class AckPipe:
             self._unread.pop(0)
             if isinstance(answer, Exception):
                 self._queued[:0] = acked  # not acknowledged: send again
+                if self._counter is not None:  # ... but counted: its counters went through
+                    self._counted.update(m.entry_id for m in acked)
                 if isinstance(answer, redis.exceptions.NoScriptError):
                     self.sub.scripts.load("ack")  # Redis restarted: load it, send again
                 elif failure is None:
                     failure = answer
                 continue
+            self.sub.report.handled += len(acked)
             self._on_acked(acked)
         if failure is not None:
             raise failure
 
     def _drop_connection(self) -> None:
+        if self._counter is not None:
+            self._counter.forget()
         for acked in reversed(self._unread):
             self._queued[:0] = acked
         self._unread = []

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
@@ -65,6 +66,8 @@ class WorkerOptions:
         trim_interval: how often retention runs on each queue.
         refresh_interval: how often ``refresh`` is asked for configuration changes.
         stats_interval: how often a summary line is logged (0: never).
+        trend_interval: how often the backlog, in-flight, retrying and delayed figures of
+            its queues are sampled into the per-minute trends (trends on).
         batch_ack: acknowledge once per batch instead of as each handler returns, and
             record no starts: faster for tiny handlers, but a crash then repeats the
             whole batch and counts a delivery for each of its messages (a message that
@@ -83,6 +86,7 @@ class WorkerOptions:
     refresh_interval: float = 2.0
     stats_interval: float = 30.0
     batch_ack: bool = False
+    trend_interval: float = 15.0
 
 
 class Worker:
@@ -239,6 +243,7 @@ class Worker:
                 Every("refresh", opts.refresh_interval, self._refresh, opts.refresh_interval),
                 Every("trim", opts.trim_interval, self._trim),
                 Every("stats", stats_every, self._log_summary, stats_every),
+                *self._trend_jobs(),
                 *self.periodic,
             ]
         )
@@ -314,6 +319,16 @@ class Worker:
                     )
                 if removed + dropped < batch:
                     break
+
+    def _trend_jobs(self) -> list[Every]:
+        if not self.broker.config.trends:
+            return []
+        return [Every("trends", self.options.trend_interval, self._sample_trends)]
+
+    def _sample_trends(self) -> None:
+        """The backlog and friends of this worker's queues, into this minute's trends."""
+        queues = sorted({s.queue for s in self.specs.values()})
+        trends.sample(self.broker.client, [self.broker.keys(q) for q in queues])
 
     def _log_summary(self, final: bool = False) -> None:
         t = self.totals()

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 import redis
 
-from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, Reject, RetryPolicy
-from redisq_django.core import trends
+from redisq_django.core import (
+    Broker,
+    ConsumerSpec,
+    CoreConfig,
+    Message,
+    Reject,
+    RetryPolicy,
+    trends,
+)
 from redisq_django.core.instances import read_instances
 from redisq_django.core.scripts import SCRIPT_NAMES
 from redisq_django.core.worker import Worker, WorkerOptions

@@ -19,6 +19,7 @@ from django.utils.translation import ngettext_lazy
 from redisq_django.admin import figures
 from redisq_django.admin.common import PauseActions, dead_cell, dead_letter_count, live_column
 from redisq_django.admin.live import Live, live_stats
+from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import ConsumerStats
 from redisq_django.models import TUNABLES, Consumer
@@ -59,7 +60,8 @@ class ConsumerForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(PauseActions):
+class ConsumerAdmin(LivePages, PauseActions):
+    live_kind = "consumer"
     form = ConsumerForm
     list_display = (
         "__str__",

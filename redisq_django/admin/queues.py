@@ -22,6 +22,7 @@ from redisq_django.admin.common import (
     live_column,
 )
 from redisq_django.admin.live import Live, live_stats
+from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import QueueStats
 from redisq_django.models import Consumer, Queue
@@ -36,7 +37,8 @@ QUEUE_DELETE_NOTE = _(
 
 
 @admin.register(Queue)
-class QueueAdmin(PauseActions):
+class QueueAdmin(LivePages, PauseActions):
+    live_kind = "queue"
     list_display = (
         "name",
         "state",

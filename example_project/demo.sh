@@ -3,7 +3,8 @@
 # demo (free loopback port, data in example_project/.demo/), creates a staff user and
 # orders, runs the consumers until the queue is drained, prints what happened, archives
 # the history to Parquet with Spark and reads it back, and leaves Redis running so you
-# can look at the dead letters in the admin.
+# can look at the dead letters in the admin. Also enqueues a Django task, runs it with
+# `runconsumer --tasks --burst` and prints its result.
 set -euo pipefail
 cd "$(dirname "$0")/.."  # the repository root
 PY="$PWD/.venv/bin/python"
@@ -50,6 +51,26 @@ echo "== running the consumers of 'orders' until drained (runconsumer orders --b
 "$PY" manage.py runconsumer orders --burst --stats-interval 0
 echo "== what happened"
 "$PY" manage.py shop_demo report
+echo "== a Django task: enqueue shop.tasks.order_summary, run it (runconsumer --tasks --burst)"
+task_id="$("$PY" manage.py shell --verbosity 0 -c "
+from shop.tasks import order_summary
+print(order_summary.enqueue(currency='EUR').id)")"
+"$PY" manage.py runconsumer --tasks --burst --stats-interval 0
+"$PY" manage.py shell --verbosity 0 -c "
+from shop.tasks import order_summary
+result = order_summary.get_result('$task_id')
+print(f'task {result.id}: {result.status}, attempts {result.attempts}, returned {result.return_value}')"
+echo "== a periodic schedule (shop/schedules.py: every 2 s to queue 'stock'), no beat process:"
+echo "   three runconsumer processes evaluate it for 8 s; each tick is published once"
+pids=()
+for n in 1 2 3; do
+  "$PY" manage.py runconsumer stock --stats-interval 0 >"$demo/schedule-worker-$n.log" 2>&1 &
+  pids+=("$!")
+done
+sleep 8
+kill -TERM "${pids[@]}"  # a warm stop: each exits 0
+wait "${pids[@]}"
+"$PY" manage.py shop_demo schedule
 # History is on in this project: every settle above was recorded as a lifecycle event.
 export PYSPARK_PYTHON="$PY" SPARK_LOCAL_IP=127.0.0.1
 echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline archive --once)"

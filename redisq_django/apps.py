@@ -16,3 +16,9 @@ class RedisqConfig(AppConfig):
         from redisq_django import checks, signal_handlers  # noqa: F401  (registrations)
 
         signal_handlers.connect()
+        import django
+
+        if django.VERSION >= (6, 0):  # django.tasks: the tasks backend's task queues
+            from redisq_django.tasks import signal_handlers as task_signal_handlers
+
+            task_signal_handlers.connect()

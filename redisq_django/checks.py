@@ -64,8 +64,31 @@ def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks
             id="redisq_django.E003",
         )
         for d in decls
-        if d.queue not in known
+        # Task queues (declared from TASKS, with a priority level) are not listed there.
+        if d.queue not in known and d.priority is None
     ]
+
+
+@checks.register()
+def check_tracing_extra(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.E020: ``REDISQ['TRACING']`` is on, but opentelemetry-api is missing."""
+    from redisq_django.metrics.extras import MissingExtra, opentelemetry_trace
+
+    try:
+        if not get_settings()["TRACING"]:
+            return []
+        opentelemetry_trace()
+    except SettingsError:
+        return []  # reported by E001
+    except MissingExtra as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Install the extra, or set REDISQ['TRACING'] to False.",
+                id="redisq_django.E020",
+            )
+        ]
+    return []
 
 
 @checks.register(deploy=True)

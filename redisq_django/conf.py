@@ -56,6 +56,12 @@ DEFAULTS: dict[str, Any] = {
     # Socket and connect timeout of the admin's Redis calls, seconds (no retries): an
     # admin page answers promptly, with figures shown as unknown, when Redis is sick.
     "ADMIN_REDIS_TIMEOUT": 0.5,
+    # The bearer token that lets a scraper read the /metrics view (redisq_django.urls);
+    # None: only signed-in users with the redisq_django.view_queue permission may.
+    "METRICS_TOKEN": None,
+    # OpenTelemetry tracing of publish and handle (the otel extra): trace context in the
+    # headers, send/create and process spans.
+    "TRACING": False,
     # Per-minute counters (published, handled, failed, retried, dead, handler time) and
     # samples (backlog...) kept in Redis for 48 h: the admin's charts.
     "TRENDS": True,
@@ -114,9 +120,12 @@ def _validate(user: Any) -> dict[str, Any]:
     outbox = merged["OUTBOX"]
     if not isinstance(outbox, bool) and not _is_name_list(outbox):
         problems.append("OUTBOX must be True, False or a list of queue names")
-    for flag in ("HISTORY", "TRENDS"):
+    for flag in ("HISTORY", "TRACING", "TRENDS"):
         if not isinstance(merged[flag], bool):
             problems.append(f"{flag} must be True or False")
+    token = merged["METRICS_TOKEN"]
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        problems.append("METRICS_TOKEN must be None or a string of at least 16 characters")
     root = merged["ARCHIVE_ROOT"]
     if root is not None and (not isinstance(root, str) or not root):
         problems.append("ARCHIVE_ROOT must be None or a path or URI (a non-empty string)")

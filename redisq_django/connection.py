@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.core import Broker
+
+if TYPE_CHECKING:
+    from redisq_django.metrics.tracing import Tracing
 
 
 def get_redis_client() -> Any:
@@ -41,5 +44,25 @@ def get_redis_client() -> Any:
 
 @functools.cache
 def get_broker() -> Broker:
-    """The shared broker of this process (thread-safe), rebuilt after settings change."""
-    return Broker(get_redis_client(), get_core_config())
+    """The shared broker of this process (thread-safe), rebuilt after settings change.
+
+    With ``REDISQ['TRACING']``, its publishing is traced (see ``metrics/tracing.py``).
+
+    Raises:
+        MissingExtra: ``TRACING`` is on but opentelemetry-api is not installed.
+    """
+    hooks = [get_tracing()] if get_settings()["TRACING"] else []
+    return Broker(get_redis_client(), get_core_config(), hooks)
+
+
+@functools.cache
+def get_tracing() -> Tracing:
+    """The process's :class:`~redisq_django.metrics.tracing.Tracing` (publish hook and
+    worker middleware), on OpenTelemetry's global tracer provider.
+
+    Raises:
+        MissingExtra: opentelemetry-api is not installed.
+    """
+    from redisq_django.metrics.tracing import Tracing
+
+    return Tracing()

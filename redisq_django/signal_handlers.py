@@ -28,12 +28,14 @@ def clear_caches(*, setting: str, **kwargs: Any) -> None:
 
 
 def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
-    """Write the ``@consumer`` declarations into ``Queue``/``Consumer`` rows after our
-    app's migrations ran."""
+    """Write the ``@consumer`` and ``periodic`` declarations into ``Queue``/``Consumer``
+    and ``Schedule`` rows after our app's migrations ran."""
     if getattr(sender, "name", None) != "redisq_django":
         return
     from redisq_django.consuming.registry import DiscoveryError
     from redisq_django.consuming.sync import sync_declarations
+    from redisq_django.core.errors import ConfigurationError
+    from redisq_django.schedules.sync import sync_schedules
 
     try:
         sync_declarations()
@@ -41,6 +43,10 @@ def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> No
         # migrate must not fail because an app's consumers.py is broken; the system
         # check and runconsumer report it.
         logger.warning("Consumers not synchronised: %s", exc)
+    try:
+        sync_schedules()
+    except ConfigurationError as exc:  # a broken schedules.py, a queue not in QUEUES
+        logger.warning("Schedules not synchronised: %s", exc)
 
 
 def connect() -> None:

@@ -90,4 +90,6 @@ REDISQ = {
     "URL": os.environ.get("REDISQ_TEST_URL", "redis://127.0.0.1:6379/0"),
     # Worker processes of the history fault test record lifecycle events.
     "HISTORY": os.environ.get("REDISQ_TEST_HISTORY") == "1",
+    # The /redisq/metrics view's bearer token (tests/metrics/test_endpoints.py).
+    "METRICS_TOKEN": os.environ.get("REDISQ_TEST_METRICS_TOKEN"),
 }

@@ -36,6 +36,8 @@ REDISQ = {
     "POLL_INTERVAL": float(os.environ.get("BENCH_POLL_INTERVAL", "0.05")),
     # Lifecycle events on (the "history on" drain row).
     "HISTORY": os.environ.get("BENCH_HISTORY") == "1",
+    # OpenTelemetry tracing of each handler (the "tracing on" drain rows).
+    "TRACING": os.environ.get("BENCH_TRACING") == "1",
 }
 
 LOGGING = {"version": 1, "disable_existing_loggers": False}

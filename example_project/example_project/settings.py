@@ -67,6 +67,15 @@ CACHES = {
         "LOCATION": REDIS_URL,
     }
 }
+# Django Tasks (Django >= 6.0): the @task functions of shop/tasks.py run through redisq
+# queues, by `manage.py runconsumer --tasks`; results are kept in Redis for a day.
+TASKS = {
+    "default": {
+        "BACKEND": "redisq_django.tasks.RedisqBackend",
+        "QUEUES": ["default"],
+    }
+}
+
 REDISQ = {
     "CONNECTION": "default",  # reuse the django-redis client of CACHES["default"]
     "MAX_RETRIES": 3,

@@ -54,3 +54,9 @@ def fraud_check(message: Message) -> None:
     if order.total > FRAUD_LIMIT:
         raise SuspiciousOrder(f"order {order.pk} totals {order.total}, over {FRAUD_LIMIT}")
     Order.objects.filter(pk=order.pk, fraud_checked_at=None).update(fraud_checked_at=timezone.now())
+
+
+@consumer("stock", name="restock", start="earliest")
+def restock(message: Message) -> None:
+    """Each tick of the "stock-check" schedule (shop/schedules.py)."""
+    logger.info("stock check for %s (message %s)", message.headers["scheduled_for"], message.id)

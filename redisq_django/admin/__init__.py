@@ -2,12 +2,19 @@
 (read through :mod:`~redisq_django.admin.live`, so pages stay up when Redis is sick),
 pause/resume and validated overrides; dead letters with filters, search, groups by
 error and retry/discard of everything matching a filter (:mod:`.triage`); a live
-overview of every queue.
+overview of every queue; Django task results; periodic schedules.
 
 Every mutation is POST-only, CSRF-protected, permission-checked, reported through
 ``messages`` and recorded in the admin history (``LogEntry``).
 """
 
-from redisq_django.admin import consumers, deadletters, overview, queues
+import django
 
-__all__ = ["consumers", "deadletters", "overview", "queues"]
+from redisq_django.admin import consumers, deadletters, overview, queues, schedules
+
+__all__ = ["consumers", "deadletters", "overview", "queues", "schedules"]
+
+if django.VERSION >= (6, 0):  # the results of Django tasks (django.tasks)
+    from redisq_django.admin import task_results
+
+    __all__ += ["task_results"]

@@ -37,6 +37,9 @@ class Declaration:
     visibility_timeout: float | None = None
     concurrency: int = 1
     start: str | dt.datetime = "latest"
+    #: ``(group, rank)``: one priority level of a group read highest first (rank 0);
+    #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
+    priority: tuple[str, int] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -125,8 +128,16 @@ class ConsumerRegistry:
 
     def __init__(self) -> None:
         self._declarations: dict[tuple[str, str], Declaration] = {}
+        self._providers: dict[str, Callable[[], list[Declaration]]] = {}
         self._lock = threading.Lock()
         self._discovered = False
+
+    def add_provider(self, name: str, provider: Callable[[], list[Declaration]]) -> None:
+        """Add declarations computed on demand (from settings), e.g. the task queues of
+        the ``TASKS`` setting; ``name`` makes it idempotent. Each call of
+        :meth:`declarations` asks every provider again, so settings changes apply."""
+        with self._lock:
+            self._providers[name] = provider
 
     def add(self, declaration: Declaration) -> None:
         """Record a declaration (the same handler declared again replaces itself).
@@ -173,7 +184,12 @@ class ConsumerRegistry:
         """Every declared logical consumer (after :meth:`autodiscover`), sorted."""
         self.autodiscover()
         with self._lock:
-            return sorted(self._declarations.values(), key=lambda d: d.key)
+            found = dict(self._declarations)
+            providers = list(self._providers.values())
+        for provider in providers:
+            for d in provider():
+                found.setdefault(d.key, d)  # a @consumer of the same name wins
+        return sorted(found.values(), key=lambda d: d.key)
 
     def clear(self) -> None:
         """Forget all declarations (for tests)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,14 +11,17 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+from redisq_django.consuming.middleware import worker_middleware
 from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
+from redisq_django.core import trends
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
-from redisq_django.core.worker import Every, Worker, WorkerOptions
+from redisq_django.core.worker import Every, Middleware, Worker, WorkerOptions
 from redisq_django.deadletters import sink_all
 from redisq_django.publishing.outbox import relay_once
+from redisq_django.schedules.job import schedule_job
+from redisq_django.schedules.sync import sync_schedules
 
 logger = logging.getLogger("redisq.worker")
 
@@ -70,6 +74,7 @@ def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) ->
     from redisq_django.models import Consumer
 
     handlers: dict[tuple[str, str], Handler] = {d.key: d.handler for d in chosen}
+    priorities = {d.key: d.priority for d in chosen if d.priority is not None}
     config = get_core_config()
     rows = Consumer.objects.select_related("queue").filter(
         queue__name__in={d.queue for d in chosen}, name__in={d.name for d in chosen}
@@ -82,6 +87,8 @@ def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) ->
             spec = row.to_spec(handlers[key], config)
             if concurrency is not None:
                 spec = spec.evolve(concurrency=concurrency)
+            if key in priorities:
+                spec = spec.evolve(priority=priorities[key])
             specs.append(spec)
     return sorted(specs, key=lambda s: s.key)
 
@@ -111,15 +118,20 @@ def build_worker(
     *,
     concurrency: int | None = None,
     options: WorkerOptions | None = None,
+    metrics: bool = False,
 ) -> Worker:
     """A worker for the declared consumers of ``queues``, configuration from the DB.
 
-    The rows are synchronised with the code first; the worker re-reads them every
-    ``refresh_interval`` seconds (pause, retries, concurrency changed in the admin).
-    ``concurrency`` (the ``--concurrency`` flag) wins over code and database.
+    The rows (consumers and schedules) are synchronised with the code first; the worker
+    re-reads them every ``refresh_interval`` seconds (pause, retries, concurrency changed
+    in the admin) and evaluates the periodic schedules.
+    ``concurrency`` (the ``--concurrency`` flag) wins over code and database. With
+    ``metrics``, it counts into Prometheus metrics (``--metrics-port``); with
+    ``REDISQ['TRACING']``, it traces each handler.
     """
     chosen = select(queues, consumers)
     sync_declarations()
+    sync_schedules()
     specs = load_specs(chosen, concurrency)
 
     def refresh() -> list[ConsumerSpec]:
@@ -130,21 +142,40 @@ def build_worker(
             close_old_connections()
 
     pairs = [(d.queue, d.name) for d in chosen]
+    broker = get_broker()
     periodic = [
-        Every("dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs)))
+        Every(
+            "dead-letter sink", SINK_INTERVAL_S, _with_fresh_connections(lambda: sink_all(pairs))
+        ),
+        schedule_job(broker),  # every worker evaluates the schedules: no beat process
     ]
     if get_settings()["OUTBOX"]:
         periodic.append(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
         )
+    if broker.config.trends:  # the backlog samples of the admin's charts
+        sampled = [broker.keys(q) for q in sorted({d.queue for d in chosen})]
+        job = functools.partial(trends.sample, broker.client, sampled)
+        periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, job))
     return Worker(
-        get_broker(),
+        broker,
         specs,
         options,
-        middleware=[DjangoDatabaseMiddleware()],
+        middleware=[*worker_middleware(metrics=metrics), *_handler_middleware(chosen)],
         refresh=refresh,
         periodic=periodic,
     )
+
+
+def _handler_middleware(chosen: Sequence[Declaration]) -> list[Middleware]:
+    """Worker middleware the handlers bring (``handler.worker_middleware``, as the tasks
+    backend's handler does), each once."""
+    found: dict[int, Middleware] = {}
+    for d in chosen:
+        mw = getattr(d.handler, "worker_middleware", None)
+        if isinstance(mw, Middleware):
+            found.setdefault(id(mw), mw)
+    return list(found.values())
 
 
 def _with_fresh_connections(task: Callable[[], object]) -> Callable[[], object]:

@@ -10,10 +10,9 @@ from typing import Any
 import redis
 
 from redisq_django.core import archive, replay, retention
-from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
-from redisq_django.core.envelope import Delay, Due, Envelope, due_of, new_message_id
+from redisq_django.core.envelope import Delay, Due, Envelope, due_of
 from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
 from redisq_django.core.groups import (
     default_instance_name,
@@ -22,6 +21,7 @@ from redisq_django.core.groups import (
     is_nogroup,
     remove_group,
 )
+from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.retry import RetryPolicy
@@ -40,11 +40,15 @@ class Broker:
         client: a redis-py ``Redis`` or ``RedisCluster`` client (bytes responses, i.e.
             ``decode_responses=False``, the default).
         config: settings; defaults when omitted.
+        hooks: called around publishing (e.g. tracing), in this order.
     """
 
-    def __init__(self, client: Any, config: CoreConfig | None = None) -> None:
+    def __init__(
+        self, client: Any, config: CoreConfig | None = None, hooks: Sequence[PublishHook] = ()
+    ) -> None:
         self.client = client
         self.config = config or CoreConfig()
+        self.hooks = list(hooks)
         self.codec = JsonCodec(self.config.json_encoder)
         self.scripts = Scripts(client)
         self._keys: dict[str, QueueKeys] = {}
@@ -107,22 +111,12 @@ class Broker:
         id: str | None = None,
     ) -> Envelope:
         self.keys(queue)
+        for hook in self.hooks:
+            headers = hook.before_prepare(queue, headers)
         payload_json, headers_json = self.codec.encode_message(
             payload, headers, queue=queue, limit=self.config.max_payload_bytes
         )
-        if due is None:
-            return Envelope(
-                queue=queue, id=id, payload_json=payload_json, headers_json=headers_json
-            )
-        return Envelope(
-            queue=queue,
-            id=id or new_message_id(),
-            payload_json=payload_json,
-            headers_json=headers_json,
-            published_at_ms=now_ms(),
-            due_at_ms=due.at_ms,
-            delay_ms=due.delay_ms,
-        )
+        return Envelope.build(queue, id, payload_json, headers_json, due)
 
     @translate_errors
     def send(
@@ -178,7 +172,9 @@ class Broker:
             The message id. Immediate messages get their log entry id
             (``"1700000000000-0"``); delayed ones a 32-character hex id.
         """
-        return self.send([self.prepare(queue, payload, headers=headers, delay=delay, eta=eta)])[0]
+        with sending(self.hooks, queue, 1):
+            envelope = self.prepare(queue, payload, headers=headers, delay=delay, eta=eta)
+            return self.send([envelope])[0]
 
     def publish_many(
         self,
@@ -199,7 +195,9 @@ class Broker:
             The message ids, in the order of ``payloads``.
         """
         due = due_of(delay, eta)  # one due time for the whole batch
-        return self.send([self._prepare(queue, p, headers, due) for p in payloads])
+        payloads = list(payloads)
+        with sending(self.hooks, queue, len(payloads)):
+            return self.send([self._prepare(queue, p, headers, due) for p in payloads])
 
     @translate_errors
     def send_to_consumer(

@@ -147,6 +147,29 @@ class Envelope:
         if self.id is not None and len(self.id) > MAX_ID_LENGTH:
             raise ValueError(f"A message id is at most {MAX_ID_LENGTH} characters.")
 
+    @classmethod
+    def build(
+        cls,
+        queue: str,
+        id: str | None,
+        payload_json: bytes,
+        headers_json: bytes | None,
+        due: Due | None,
+    ) -> Envelope:
+        """An immediate envelope, or, with ``due``, a delayed one published now (with an id
+        of its own: ``id`` or a new one)."""
+        if due is None:
+            return cls(queue=queue, id=id, payload_json=payload_json, headers_json=headers_json)
+        return cls(
+            queue=queue,
+            id=id or new_message_id(),
+            payload_json=payload_json,
+            headers_json=headers_json,
+            published_at_ms=now_ms(),
+            due_at_ms=due.at_ms,
+            delay_ms=due.delay_ms,
+        )
+
     def fields(self) -> list[bytes]:
         """The stream entry as a flat field/value list (for XADD)."""
         out = [F_PAYLOAD, self.payload_json]

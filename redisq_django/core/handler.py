@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redisq_django.core.message import Message
+from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 
 
@@ -17,6 +18,23 @@ class Reject(Exception):
     Use it for messages that can never succeed (bad data, a deleted object): retrying
     them would only delay the dead letter. The exception's message is stored with it.
     """
+
+
+class Settled(Exception):
+    """Raise from a handler that settled its delivery itself (for example in one script
+    with writes of its own, as the Django tasks backend records a task's result): the
+    worker then neither acknowledges nor retries it, and counts ``outcome``.
+
+    Attributes:
+        outcome: ``ACKED`` (counted as handled), ``RETRIED``, ``DEAD`` or ``LOST``
+            (another instance held the message).
+        error: what the handler caught, for logs and middleware (None after a success).
+    """
+
+    def __init__(self, outcome: Outcome, error: BaseException | None = None) -> None:
+        super().__init__(f"{outcome.value}: {error!r}" if error is not None else outcome.value)
+        self.outcome = outcome
+        self.error = error
 
 
 Handler = Callable[[Message], Any]
@@ -36,6 +54,9 @@ class ConsumerSpec:
         start: where a newly registered consumer starts (see ``Broker.ensure_consumer``).
         paused: when true, the worker fetches nothing for it (in-flight work finishes).
         enabled: when false, the worker does not run it at all.
+        priority: ``(group, rank)`` when this consumer is one priority level of a group
+            whose levels a worker reads highest first (rank 0 is the highest): its
+            threads fetch only while every higher level's last fetch came back empty.
     """
 
     queue: str
@@ -46,6 +67,7 @@ class ConsumerSpec:
     start: str | dt.datetime = "latest"
     paused: bool = False
     enabled: bool = True
+    priority: tuple[str, int] | None = None
 
     @property
     def key(self) -> tuple[str, str]:

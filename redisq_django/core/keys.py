@@ -13,6 +13,8 @@ key                               type    role
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
+``redisq:{q}:result:<id>``        hash    a Django task's result (task queues only; TTL)
+``redisq:{q}:results``            zset    result ids of the queue; score = their expiry (ms)
 ``redisq:{q}:trend:<minute>``     hash    counters and samples of one minute (48 h, trends)
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
@@ -21,6 +23,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
+``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
+``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
 ================================  ======  ====================================================
 
 PROTOCOL.md documents the same catalogue for clients in other languages.
@@ -91,6 +95,15 @@ class QueueKeys:
         """Counters and samples of minute ``minute`` (ms since the epoch // 60000)."""
         return f"{self.tag}:trend:{minute}"
 
+    def task_result(self, result_id: str) -> str:
+        """Hash: the result of Django task ``result_id`` enqueued to this queue."""
+        return f"{self.tag}:result:{result_id}"
+
+    @property
+    def task_results(self) -> str:
+        """Zset: the result ids of this queue's tasks, scored by their expiry time (ms)."""
+        return f"{self.tag}:results"
+
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""
         return GroupKeys(self, validate_name("consumer", group))
@@ -145,3 +158,19 @@ def queue_keys(prefix: str, queue: str) -> QueueKeys:
 def registry_key(prefix: str) -> str:
     """The set of all queue names (a single-key structure, outside any hash tag)."""
     return f"{prefix}:queues"
+
+
+@dataclass(frozen=True)
+class ScheduleKeys:
+    """The two keys of periodic schedules (single-key structures outside any hash tag,
+    like :func:`registry_key`: each is written by one command, never by a script with
+    other keys)."""
+
+    claimed: str
+    sent: str
+
+
+def schedule_keys(prefix: str) -> ScheduleKeys:
+    """Where the workers record, per schedule name, the latest tick one of them claimed
+    (the right to publish it) and the latest tick published."""
+    return ScheduleKeys(f"{prefix}:schedules:claimed", f"{prefix}:schedules:sent")

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from redisq_django.core.clock import ms_to_datetime
+from redisq_django.core.retry import RetryPolicy
 
 
 class Stream(StrEnum):
@@ -48,11 +49,21 @@ class Message:
     first_failed_at_ms: int | None = None
     #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
     duration_ms: int | None = field(default=None, repr=False)
+    #: The same in nanoseconds, and when it ended (``time.perf_counter_ns()``), for
+    #: metrics: middleware may look at a whole batch at once (``after_batch``).
+    duration_ns: int | None = field(default=None, repr=False)
+    ended_ns: int | None = field(default=None, repr=False)
+    #: Whether its handler raised (``Reject`` included), once it ran.
+    failed: bool = field(default=False, repr=False)
     # Transport details: which stream entry this delivery is, and its raw fields
     # (kept so a retry or dead letter carries the exact original envelope).
     stream: Stream = field(default=Stream.LOG, repr=False)
     entry_id: bytes = field(default=b"", repr=False)
     fields: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    #: The instance it was delivered to (for a handler that settles it itself).
+    consumer: str = field(default="", repr=False)
+    #: The retry policy of its logical consumer when it was delivered.
+    policy: RetryPolicy | None = field(default=None, repr=False)
 
     # Datetimes are built on demand: most handlers never look at them, and building
     # three per message is a measurable share of a consumer's per-message cost.

@@ -29,6 +29,11 @@ class ConsumerStats:
         oldest_unacked_age_s: age of the oldest message it has not acknowledged, seconds.
         instances_alive: instances with a live heartbeat.
         last_delivered_id: its position in the log.
+        oldest_pending_age_s: age of the oldest delivery not yet acknowledged, by its
+            entry id (publish time in the log, retry or re-drive time in its private
+            input), seconds; None when nothing is in flight.
+        oldest_undelivered_age_s: age of the oldest log entry not yet delivered to it
+            (by publish time), seconds; None when it has read the whole log.
     """
 
     name: str
@@ -40,6 +45,8 @@ class ConsumerStats:
     oldest_unacked_age_s: float | None
     instances_alive: int
     last_delivered_id: str
+    oldest_pending_age_s: float | None = None
+    oldest_undelivered_age_s: float | None = None
 
     @property
     def backlog(self) -> int:
@@ -222,6 +229,8 @@ def _consumer(
         first_direct[0][0] if isinstance(first_direct, list) and first_direct else None,
     )
     oldest = [to_str(x) for x in candidates if x]
+    pending = [to_str(x) for x in (p_log.get("min"), p_direct.get("min")) if x]
+    first_new = to_str(undelivered[0][0]) if undelivered else None
     return ConsumerStats(
         name=name,
         lag=int(lag),
@@ -232,6 +241,8 @@ def _consumer(
         oldest_unacked_age_s=age_s(min(oldest, key=_id_key), now) if oldest else None,
         instances_alive=int(alive),
         last_delivered_id=to_str(info["last-delivered-id"]),
+        oldest_pending_age_s=age_s(min(pending, key=_id_key), now) if pending else None,
+        oldest_undelivered_age_s=age_s(first_new, now),
     )
 
 

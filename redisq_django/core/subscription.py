@@ -56,8 +56,7 @@ class Subscription:
         self.group = group
         self.consumer = consumer
         self.policy = policy
-        #: History on: every settle also records its lifecycle event (same script).
-        self.history = config.history
+        self.history = config.history  # on: each settle records its event (same script)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
         #: When (ms) due delayed messages and retries should next be promoted: the next
         #: known due time, or one poll interval after the last check.
@@ -119,8 +118,7 @@ class Subscription:
         while True:
             now = now_ms()
             if now >= self.next_promote_ms:
-                # A full Redis refuses promotions (writes) but still serves reads and
-                # acks: read what is there; the worker reports the refusal.
+                # A full Redis refuses promotions but serves reads and acks (reported).
                 with contextlib.suppress(RedisRefused):
                     self.promote(now)
                 now = now_ms()
@@ -174,6 +172,8 @@ class Subscription:
             stream=stream,
             entry_id=entry_id,
             fields=fields,
+            consumer=self.consumer,  # for a handler that settles it itself (tasks)
+            policy=self.policy,
         )
 
     # -- settling ----------------------------------------------------------------------
@@ -372,7 +372,7 @@ class Subscription:
 
     @translate_errors
     def leave(self) -> None:
-        """Withdraw this instance (see :func:`~redisq_django.core.groups.leave_group`)."""
+        """Withdraw this instance (``groups.leave_group``)."""
         leave_group(self.client, self.gkeys, self.consumer)
 
     @translate_errors

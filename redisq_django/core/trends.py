@@ -15,6 +15,7 @@ field                  what
 ``ms:<g>``             handler time of the handled and failed deliveries, whole ms
 ``backlog:<g>`` …      samples (``backlog``, ``in_flight``, ``retrying`` per
                        consumer, ``delayed`` per queue), the last one of the minute
+                       (every ``runconsumer`` samples its queues every 15 s)
 =====================  =========================================================
 
 Counters go in the same round trip as what they count: the ``HINCRBY`` rides in the
@@ -48,6 +49,8 @@ TTL_S = 48 * 3600
 #: Minutes in :data:`TTL_S`: the longest range a chart can show.
 KEPT_MINUTES = TTL_S // 60
 MINUTE_MS = 60_000
+#: How often each ``runconsumer`` samples the backlogs of its queues, seconds.
+SAMPLE_INTERVAL_S = 15.0
 
 PUBLISHED = "published"
 HANDLED, FAILED, RETRIED, DEAD, HANDLER_MS = "handled", "failed", "retried", "dead", "ms"

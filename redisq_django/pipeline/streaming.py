@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from redisq_django.core.clock import datetime_to_ms
+from redisq_django.core.clock import datetime_to_ms, last_id_of_ms
 from redisq_django.core.keys import queue_keys
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.columns import Batch
@@ -73,7 +73,7 @@ def starting_offset(value: str, names: Sequence[str], last: dict[str, str]) -> O
     when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
     # Exclusive start: the last possible id of the millisecond before, so entries of
     # that very millisecond are read.
-    return dict.fromkeys(names, redis_io.last_id_of_ms(datetime_to_ms(when) - 1))
+    return dict.fromkeys(names, last_id_of_ms(datetime_to_ms(when) - 1))
 
 
 def stream_of(options: SourceOptions, name: str) -> StreamRef:

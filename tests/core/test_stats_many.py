@@ -14,7 +14,12 @@ from redisq_django.core.stats import QueueStats, read_many, read_stats
 
 def ageless(stats: QueueStats) -> QueueStats:
     """``stats`` without the ages (they grow between two reads)."""
-    consumers = [replace(c, oldest_unacked_age_s=None) for c in stats.consumers]
+    consumers = [
+        replace(
+            c, oldest_unacked_age_s=None, oldest_pending_age_s=None, oldest_undelivered_age_s=None
+        )
+        for c in stats.consumers
+    ]
     return replace(stats, consumers=consumers)
 
 

@@ -65,3 +65,22 @@ def test_a_child_that_dies_is_restarted_after_a_backoff(
         "exit code 3; restarting it in 1.0 s",
     ]
     assert sum("Restarted worker process 1/1" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_on_exit_hears_the_pid_of_every_child_that_exited(tmp_path: Path) -> None:
+    # Given one child that dies once (exit 3), then finishes (exit 0), and an on_exit hook
+    exited: list[int] = []
+    sup = Supervisor(
+        [sys.executable, "-c", CHILD, str(tmp_path / "runs"), "3"],
+        1,
+        grace_period=1.0,
+        on_exit=exited.append,
+    )
+
+    # When supervised
+    assert sup.run() == 0
+
+    # Then the hook got both processes' pids, each once, the last one being the final child
+    assert runs(tmp_path / "runs") == 2
+    assert len(exited) == 2 and len(set(exited)) == 2
+    assert sup.children[0].proc is not None and exited[-1] == sup.children[0].proc.pid

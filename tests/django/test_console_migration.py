@@ -3,6 +3,8 @@ its deaths, and gets its grouping key."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -19,6 +21,15 @@ def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
     executor.loader.build_graph()
     executor.migrate(targets)
     return MigrationExecutor(connection)
+
+
+@pytest.fixture(autouse=True)
+def back_to_the_latest_migrations() -> Iterator[None]:
+    """Later tests need every table: migrate forward to the leaves again afterwards."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_existing_dead_letters_keep_their_failure_and_get_a_group() -> None:

@@ -1,8 +1,9 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
-``pills``) are used by no other test (tests/test_faults.py, tests/test_liveness.py,
-tests/test_supervisor.py, tests/test_start_together.py).
+``pills``, ``metered``) are used by no other test (tests/test_faults.py,
+tests/test_liveness.py, tests/test_supervisor.py, tests/test_start_together.py,
+tests/metrics/test_endpoints.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -135,3 +136,12 @@ def together_second(message: Message) -> None:
 @consumer("pills", name="eater", visibility_timeout=1, start="earliest")
 def eater(message: Message) -> None:
     _obey(message, "eater")
+
+
+# Metrics tests (tests/metrics/test_endpoints.py): a poison message is retried once, then
+# dead (outcomes retried 1, dead 1, failures 2), quickly.
+@consumer(
+    "metered", name="counted", max_retries=1, backoff=0.01, max_backoff=0.05, start="earliest"
+)
+def counted(message: Message) -> None:
+    _obey(message, "counted")

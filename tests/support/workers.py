@@ -309,7 +309,11 @@ class Workers:
 
     def start(self, *args: str) -> WorkerProcess:
         """Start ``runconsumer *args`` in the background (not waiting for it)."""
-        argv = ["runconsumer", *args]
+        return self.start_command("runconsumer", *args)
+
+    def start_command(self, *argv: str) -> WorkerProcess:
+        """Start any management command (``runserver ...``) in the background."""
+        argv = list(argv)
         n = len(self.started)
         out_path = self.log_dir / f"worker-{n}.out"
         err_path = self.log_dir / f"worker-{n}.err"

@@ -26,6 +26,11 @@ ScriptName = Literal[
     "purge_consumer",
     "reclaim",
     "redrive",
+    "task_enqueue",
+    "task_lost",
+    "task_ready",
+    "task_settle",
+    "task_start",
     "trim",
 ]
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.worker.state import Tally
 
 logger = logging.getLogger("redisq.worker")
 
@@ -27,6 +28,12 @@ class RunningWorker(Protocol):
 
     @property
     def specs(self) -> Mapping[tuple[str, str], ConsumerSpec]: ...
+
+    @property
+    def tally(self) -> Tally:
+        """Its counts per (queue, consumer, what): ``handled``, ``failed``, ``retried``,
+        ``dead``, ``lost``, ``reclaimed`` (what metrics export)."""
+        ...
 
     def stop(self, *, cold: bool = False) -> None: ...
 
@@ -78,9 +85,17 @@ class MiddlewareChain:
             for h in ("on_worker_stop", "after_batch", "after_process", "after_settle")
         }
         self._hooks = {**forward, **backward}
+        # The per-message hooks run on the hot path: each has its own list, and the
+        # handler threads skip the ones nobody implements (see the wants_* flags).
+        self._before_process = self._hooks["before_process"]
+        self._after_process = self._hooks["after_process"]
+        self._after_settle = self._hooks["after_settle"]
+        self.wants_before_process = bool(self._before_process)
+        self.wants_after_process = bool(self._after_process)
+        self.wants_after_settle = bool(self._after_settle)
         #: Whether any per-message hook is implemented (the hot path skips them if not).
-        self.per_message = any(
-            self._hooks[h] for h in ("before_process", "after_process", "after_settle")
+        self.per_message = (
+            self.wants_before_process or self.wants_after_process or self.wants_after_settle
         )
 
     def _call(self, hook: str, *args: Any, **kwargs: Any) -> None:
@@ -88,7 +103,7 @@ class MiddlewareChain:
             try:
                 fn(*args, **kwargs)
             except Exception:
-                logger.exception("Middleware hook %s failed; continuing", fn.__qualname__)
+                _failed(fn)
 
     def on_worker_start(self, worker: RunningWorker) -> None:
         self._call("on_worker_start", worker)
@@ -103,10 +118,26 @@ class MiddlewareChain:
         self._call("after_batch", messages)
 
     def before_process(self, message: Message) -> None:
-        self._call("before_process", message)
+        for fn in self._before_process:
+            try:
+                fn(message)
+            except Exception:
+                _failed(fn)
 
     def after_process(self, message: Message, *, error: BaseException | None) -> None:
-        self._call("after_process", message, error=error)
+        for fn in self._after_process:
+            try:
+                fn(message, error=error)
+            except Exception:
+                _failed(fn)
 
     def after_settle(self, message: Message, outcome: Outcome) -> None:
-        self._call("after_settle", message, outcome)
+        for fn in self._after_settle:
+            try:
+                fn(message, outcome)
+            except Exception:
+                _failed(fn)
+
+
+def _failed(fn: Callable[..., None]) -> None:
+    logger.exception("Middleware hook %s failed; continuing", fn.__qualname__)

@@ -51,7 +51,8 @@ class Quota:
 
 
 class Tally:
-    """Thread-safe counts per (queue, consumer, what): handled, failed, retried, dead..."""
+    """Thread-safe counts per (queue, consumer, what): handled, failed, retried, dead, lost,
+    reclaimed."""
 
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str, str]] = Counter()

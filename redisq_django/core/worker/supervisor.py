@@ -89,6 +89,8 @@ class Supervisor:
         grace_period: the children's grace period (seconds), to know when a warm stop
             is overdue.
         env: the children's environment (default: this one), :data:`CHILD_ENV` added.
+        on_exit: called with the pid of each child that exited (e.g. to drop the live
+            gauges of its metrics); its failures are logged.
         clock: monotonic seconds (tests).
     """
 
@@ -99,6 +101,7 @@ class Supervisor:
         *,
         grace_period: float,
         env: Mapping[str, str] | None = None,
+        on_exit: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.argv = list(argv)
@@ -106,6 +109,7 @@ class Supervisor:
         self.grace_period = grace_period
         self.env = dict(os.environ if env is None else env, **{CHILD_ENV: str(os.getpid())})
         self.clock = clock
+        self.on_exit = on_exit
         self._warm_requested = False
         self._cold_requested = False
         self._sent: set[signal.Signals] = set()
@@ -174,6 +178,7 @@ class Supervisor:
             code = child.proc.poll()
             if code is None:
                 continue
+            self._exited(child.proc.pid)
             if self._warm_requested:
                 self.stop_codes.append(code)
                 logger.info(
@@ -192,6 +197,14 @@ class Supervisor:
                 child.done = True
             else:
                 self._schedule_restart(child, code)
+
+    def _exited(self, pid: int) -> None:
+        if self.on_exit is None:
+            return
+        try:
+            self.on_exit(pid)
+        except Exception:
+            logger.exception("on_exit(%d) failed; continuing", pid)
 
     def _schedule_restart(self, child: Child, code: int) -> None:
         assert child.proc is not None

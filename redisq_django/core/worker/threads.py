@@ -18,13 +18,14 @@ import redis
 from redisq_django.core.deadletter import Failure
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import ensure_group
-from redisq_django.core.handler import ConsumerSpec, Reject
+from redisq_django.core.handler import ConsumerSpec, Reject, Settled
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.acks import AckPipe
 from redisq_django.core.worker.middleware import MiddlewareChain
+from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 
@@ -71,6 +72,7 @@ class HandlerThread(threading.Thread):
         hooks: MiddlewareChain,
         tally: Tally,
         on_crash: Callable[[HandlerThread, BaseException], None],
+        gate: GateSlot | None = None,
     ) -> None:
         super().__init__(name=f"redisq-{spec.queue}-{spec.name}-{index}", daemon=True)
         self.sub = sub
@@ -82,6 +84,7 @@ class HandlerThread(threading.Thread):
         self.hooks = hooks
         self.tally = tally
         self.on_crash = on_crash
+        self.gate = gate  # a priority level: fetch only when higher levels hold no work
         self.held: list[Message] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
@@ -111,6 +114,8 @@ class HandlerThread(threading.Thread):
             )
             self.on_crash(self, exc)
         finally:
+            if self.gate is not None:
+                self.gate.report(busy=False)  # a stopped level holds back no other
             try:
                 if not self.stop_signal.cold:
                     self.acks.flush()  # warm: everything handled is acked before leaving
@@ -130,10 +135,17 @@ class HandlerThread(threading.Thread):
                 if self.spec.paused or self.quota.exhausted:
                     if self.quota.exhausted:
                         return
+                    if self.gate is not None:
+                        self.gate.report(busy=False)  # a paused level holds back no other
                     self.stop_signal.wait(0.2)
+                    continue
+                if self.gate is not None and not self.gate.may_fetch():
+                    self.stop_signal.wait(GATE_POLL_S)
                     continue
                 fetched_at = time.monotonic()  # the leases start later than this
                 batch = self._receive()
+                if self.gate is not None:
+                    self.gate.report(busy=bool(batch))
                 if not batch and self.pace.burst and self._drained():
                     # A retry promoted between that fetch and the count in _drained() is
                     # in the direct stream now: a burst ends only when a look finds none.
@@ -171,6 +183,7 @@ class HandlerThread(threading.Thread):
             self._last_reclaim = now
             reclaimed = self.sub.reclaim(self._batch_size)
             if reclaimed:
+                self._count("reclaimed", len(reclaimed))
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
                     self.sub.consumer,
@@ -217,19 +230,30 @@ class HandlerThread(threading.Thread):
 
     def _run_handler(self, message: Message) -> bool:
         """Run the handler; True when the message is to be acked."""
-        hooks = self.hooks.per_message
-        if hooks:
-            self.hooks.before_process(message)
+        hooks = self.hooks
+        if hooks.wants_before_process:
+            hooks.before_process(message)
         error: BaseException | None = None
+        settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         try:
             self.spec.handler(message)
+        except Settled as exc:  # the handler settled the delivery itself
+            _stop_watch(message, started)
+            error, settled = exc.error, True
+            message.failed = error is not None
+            if error is not None:
+                self._count("failed")
+            self._count("handled" if exc.outcome is Outcome.ACKED else exc.outcome.value)
+            self.hooks.after_settle(message, exc.outcome)
         except Reject as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
         except Exception as exc:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
+            _stop_watch(message, started)
+            message.failed = True
             error = exc
             self._count("failed")
             logger.info(
@@ -242,10 +266,10 @@ class HandlerThread(threading.Thread):
             )
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
-            message.duration_ms = (time.perf_counter_ns() - started) // 1_000_000
-        if hooks:
-            self.hooks.after_process(message, error=error)
-        return error is None
+            _stop_watch(message, started)
+        if hooks.wants_after_process:
+            hooks.after_process(message, error=error)
+        return error is None and not settled
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
     # anything new is fetched (the messages stay pending meanwhile, so nothing is lost).
@@ -283,7 +307,7 @@ class HandlerThread(threading.Thread):
 
     def _acked(self, messages: list[Message]) -> None:
         self._count("handled", len(messages))
-        if self.hooks.per_message:
+        if self.hooks.wants_after_settle:
             for m in messages:
                 self.hooks.after_settle(m, Outcome.ACKED)
 
@@ -306,3 +330,10 @@ class HandlerThread(threading.Thread):
         released = self.sub.release(messages)
         if released:
             logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+
+
+def _stop_watch(message: Message, started_ns: int) -> None:
+    """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
+    message.ended_ns = ended = time.perf_counter_ns()
+    message.duration_ns = elapsed = ended - started_ns
+    message.duration_ms = elapsed // 1_000_000

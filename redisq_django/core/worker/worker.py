@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
@@ -31,6 +30,7 @@ from redisq_django.core.worker.liveness import (
     lease_renewal_interval,
 )
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
+from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
@@ -66,8 +66,6 @@ class WorkerOptions:
         trim_interval: how often retention runs on each queue.
         refresh_interval: how often ``refresh`` is asked for configuration changes.
         stats_interval: how often a summary line is logged (0: never).
-        trend_interval: how often the backlog, in-flight, retrying and delayed figures of
-            its queues are sampled into the per-minute trends (trends on).
         batch_ack: acknowledge once per batch instead of as each handler returns, and
             record no starts: faster for tiny handlers, but a crash then repeats the
             whole batch and counts a delivery for each of its messages (a message that
@@ -86,7 +84,6 @@ class WorkerOptions:
     refresh_interval: float = 2.0
     stats_interval: float = 30.0
     batch_ack: bool = False
-    trend_interval: float = 15.0
 
 
 class Worker:
@@ -125,6 +122,8 @@ class Worker:
         self.quota = Quota(self.options.max_messages)
         self.tally = Tally()
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
+        #: One gate per priority group (its levels are read highest first).
+        self.gates: dict[str, PriorityGate] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
         self._promotion = Condition("promotion of due delayed messages and retries", logger)
@@ -172,7 +171,8 @@ class Worker:
         """
         for spec in self.specs.values():
             self._register(spec)
-        for spec in self.specs.values():
+        # Higher priority levels first: each joins its gate before a lower one may fetch.
+        for spec in sorted(self.specs.values(), key=lambda s: s.priority or ("", 0)):
             if spec.enabled:
                 self._scale(spec, spec.concurrency)
         self.liveness.start()
@@ -231,9 +231,16 @@ class Worker:
                 hooks=self.middleware,
                 tally=self.tally,
                 on_crash=self._on_crash,
+                gate=self._gate_slot(spec),
             )
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
+
+    def _gate_slot(self, spec: ConsumerSpec) -> GateSlot | None:
+        if spec.priority is None:
+            return None
+        group, rank = spec.priority
+        return GateSlot(self.gates.setdefault(group, PriorityGate()), rank)
 
     def _main_loop(self) -> None:
         opts = self.options
@@ -243,7 +250,6 @@ class Worker:
                 Every("refresh", opts.refresh_interval, self._refresh, opts.refresh_interval),
                 Every("trim", opts.trim_interval, self._trim),
                 Every("stats", stats_every, self._log_summary, stats_every),
-                *self._trend_jobs(),
                 *self.periodic,
             ]
         )
@@ -319,16 +325,6 @@ class Worker:
                     )
                 if removed + dropped < batch:
                     break
-
-    def _trend_jobs(self) -> list[Every]:
-        if not self.broker.config.trends:
-            return []
-        return [Every("trends", self.options.trend_interval, self._sample_trends)]
-
-    def _sample_trends(self) -> None:
-        """The backlog and friends of this worker's queues, into this minute's trends."""
-        queues = sorted({s.queue for s in self.specs.values()})
-        trends.sample(self.broker.client, [self.broker.keys(q) for q in queues])
 
     def _log_summary(self, final: bool = False) -> None:
         t = self.totals()

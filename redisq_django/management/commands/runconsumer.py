@@ -25,8 +25,10 @@ from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_sup
 from redisq_django.management.arguments import (
     configure_logging,
     non_negative_float,
+    port_number,
     positive_int,
 )
+from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
 
 logger = logging.getLogger("redisq.worker")
@@ -45,10 +47,23 @@ class Command(BaseCommand):
         ("grace_period", "--grace-period"),
         ("stats_interval", "--stats-interval"),
         ("verbosity", "--verbosity"),
+        ("metrics_port", "--metrics-port"),
+        ("metrics_host", "--metrics-host"),
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("queues", nargs="+", metavar="QUEUE", help="queues to consume")
+        parser.add_argument(
+            "queues",
+            nargs="*",
+            metavar="QUEUE",
+            help="queues to consume (with --tasks: Django task queues; default all)",
+        )
+        parser.add_argument(
+            "--tasks",
+            action="store_true",
+            help="run the Django tasks of the TASKS backends that use redisq (every task "
+            "queue, or the task queues named)",
+        )
         parser.add_argument(
             "--consumer",
             action="append",
@@ -103,9 +118,28 @@ class Command(BaseCommand):
             "restarts any that die and forwards SIGTERM/SIGINT to them (default 1: this "
             "process is the worker)",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            metavar="PORT",
+            help="serve Prometheus metrics (messages handled, failed, retried, dead, "
+            "reclaimed; handler duration; latency) on this port at /metrics (0: any free "
+            "port, printed at start); with --processes N the supervisor serves the sum "
+            "of its processes (needs the metrics extra)",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            metavar="HOST",
+            help=f"address the metrics endpoint listens on (default {DEFAULT_HOST}, this "
+            "host only; 0.0.0.0 for every interface)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         configure_logging(opts["verbosity"], with_pid=opts["processes"] > 1 or is_supervised())
+        if opts["tasks"]:
+            opts["queues"] = _task_queues(opts["queues"])
+        elif not opts["queues"]:
+            raise CommandError("Name at least one QUEUE to consume (or use --tasks).")
         try:
             get_broker().client.ping()
         except Exception as exc:  # RedisUnavailable or a redis-py connection error
@@ -126,20 +160,34 @@ class Command(BaseCommand):
             stats_interval=opts["stats_interval"],
             batch_ack=opts["batch_ack"],
         )
+        metrics = opts["metrics_port"] is not None
         try:
             worker = build_worker(
-                opts["queues"], opts["consumer"], concurrency=opts["concurrency"], options=options
+                opts["queues"],
+                opts["consumer"],
+                concurrency=opts["concurrency"],
+                options=options,
+                metrics=metrics,
             )
+            # A supervised child only counts (into the supervisor's multiprocess
+            # directory); the supervisor serves.
+            server = _serve(opts, supervisor=False) if metrics and not is_supervised() else None
         except RedisqError as exc:
             raise CommandError(str(exc)) from None
         if not is_supervised():  # its supervisor warned already
             warn_server_problems(get_broker().client)  # eviction, no AOF, Redis < 6.2
         self._banner(worker, opts)
+        if server is not None:
+            self.stdout.write(f"  metrics: {server.url}")
+            self.stdout.flush()
         self._install_signals(worker, grace)
         try:
             code = worker.run()
         except RedisqError as exc:
             raise CommandError(str(exc)) from None
+        finally:
+            if server is not None:
+                server.close()
         if worker.cold:
             sys.stderr.flush()
             os._exit(code)  # handler threads may still run: leave without waiting
@@ -155,20 +203,45 @@ class Command(BaseCommand):
         finally:
             close_old_connections()
         warn_server_problems(get_broker().client)  # once for all children
+        env = _child_env()
+        server = on_exit = None
+        if opts["metrics_port"] is not None:
+            try:
+                server = _serve(opts, supervisor=True)
+            except RedisqError as exc:
+                raise CommandError(str(exc)) from None
+            assert server.directory is not None
+            env[MULTIPROC_ENV] = directory = server.directory
+
+            def on_exit(pid: int) -> None:
+                from redisq_django.metrics.exporter import child_exited
+
+                child_exited(directory, pid)
+
         supervisor = Supervisor(
             self._child_argv(opts),
             opts["processes"],
             grace_period=grace,
-            env=_child_env(),
+            env=env,
+            on_exit=on_exit,
         )
         self.stdout.write(
             f"redisq supervisor {socket.gethostname()}:{os.getpid()}: "
             f"{opts['processes']} worker processes of queue(s) {', '.join(opts['queues'])}, "
             "restarted when they die; SIGTERM/SIGINT stops them all"
+            + (
+                f"\n  metrics (all processes): {server.url} (files in {server.directory})"
+                if server is not None
+                else ""
+            )
         )
         self.stdout.flush()
         self._install_signals(supervisor, grace)
-        code = supervisor.run()
+        try:
+            code = supervisor.run()
+        finally:
+            if server is not None:
+                server.close()
         if code:
             sys.exit(code)
 
@@ -246,6 +319,31 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
         if supervised:
             signal.signal(COLD_SIGNAL, on_signal)
+
+
+def _task_queues(names: list[str]) -> list[str]:
+    """The redisq queues (every priority level) of Django task queues ``names``."""
+    import django
+
+    if django.VERSION < (6, 0):
+        raise CommandError(
+            f"--tasks needs Django 6.0 or newer (django.tasks); this is {django.get_version()}."
+        )
+    from redisq_django.tasks.declarations import task_queues
+
+    try:
+        return task_queues(names)
+    except RedisqError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _serve(opts: dict[str, Any], *, supervisor: bool) -> MetricsServer:
+    """Start the metrics endpoint of ``--metrics-port`` / ``--metrics-host``."""
+    from redisq_django.metrics import exporter
+
+    host = opts["metrics_host"] or DEFAULT_HOST
+    serve = exporter.serve_supervisor if supervisor else exporter.serve_worker
+    return serve(opts["metrics_port"], host)
 
 
 def _child_env() -> dict[str, str]:

@@ -20,11 +20,12 @@ TOTALS = ["19.90", "250.00", "1499.00", "42.00", "2300.00", "75.50"]
 class Command(BaseCommand):
     help = (
         "Create the demo's staff user and orders (setup), print what happened (report), "
-        "or read it back from the Parquet archive with Spark (history)."
+        "read it back from the Parquet archive with Spark (history), or show what the "
+        "periodic schedule published (schedule)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("step", choices=["setup", "report", "history"])
+        parser.add_argument("step", choices=["setup", "report", "history", "schedule"])
 
     def handle(self, *args: Any, step: str, **options: Any) -> None:
         getattr(self, step)()
@@ -65,6 +66,25 @@ class Command(BaseCommand):
                 f"  #{d.pk} {d.queue}/{d.consumer} message {d.message_id} after "
                 f"{d.attempts} attempts: {d.error_class}: {d.error_message}"
             )
+
+    def schedule(self) -> None:
+        """The ticks of "stock-check" that the workers published: each exactly once."""
+        from collections import Counter
+
+        from redisq_django.connection import get_broker
+        from redisq_django.models import Schedule
+
+        broker = get_broker()
+        entries = broker.client.xrange(broker.keys("stock").log)
+        ids = [fields[b"id"].decode() for _, fields in entries]
+        twice = [i for i, n in Counter(ids).items() if n > 1]
+        row = Schedule.objects.get(name="stock-check")
+        self.stdout.write(
+            f"schedule {row.name} ({row.timing().describe()} -> queue {row.queue}): "
+            f"{len(ids)} ticks published, {len(twice)} twice; last run {row.last_run_at:%H:%M:%S}"
+        )
+        for message_id in ids:
+            self.stdout.write(f"  {message_id}")
 
     def history(self) -> None:
         """What each consumer did, aggregated by Spark from the archive (the events)."""

@@ -1,0 +1,193 @@
+"""Admin for periodic schedules: add and edit them (cron or interval, time zone, target),
+enable or disable them, reset a declared one to what the code says. Running workers
+apply every change within seconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from redisq_django.conf import check_queue_known
+from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.keys import validate_name
+from redisq_django.models import Schedule
+from redisq_django.schedules.spec import QueueTarget, target_of
+from redisq_django.schedules.sync import differs_from_code, spec_from_snapshot
+from redisq_django.schedules.targets import load_task
+from redisq_django.schedules.timing import ScheduleError, Timing, every_to_ms
+
+#: The change messages recorded in the admin history (stored as is, read by anyone).
+ENABLED_LOG = "Enabled"
+DISABLED_LOG = "Disabled"
+RESET_LOG = "Reset to the code's declaration"
+
+#: Columns of a declared schedule that only the code changes.
+CODE_OWNED = ("name", "queue", "task", "payload")
+
+
+class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Checks a schedule as workers will read it: one of cron and interval, a valid cron
+    and time zone, one of queue and task, a task that imports."""
+
+    class Meta:
+        model = Schedule
+        fields = "__all__"
+
+    def _value(self, data: dict[str, Any], field: str) -> Any:
+        # Read-only fields (a declared schedule's target) are not in the form.
+        return data[field] if field in data else getattr(self.instance, field)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        cron, every = self._value(data, "cron"), self._value(data, "every")
+        try:
+            if "name" in data:
+                validate_name("schedule", data["name"])
+            Timing(cron or None, every_to_ms(every) if every else None, data.get("timezone", ""))
+        except ConfigurationError as exc:  # ScheduleError, InvalidName
+            raise ValidationError(str(exc)) from None
+        queue, task = self._value(data, "queue"), self._value(data, "task")
+        try:
+            target = target_of(queue, task, self._value(data, "payload"))
+            if isinstance(target, QueueTarget):
+                check_queue_known(target.queue)
+            elif "task" in data:  # only when staff typed it: the code's own is trusted
+                load_task(target.path)
+        except ConfigurationError as exc:
+            raise ValidationError(str(exc)) from None
+        catch_up = data.get("catch_up")
+        if catch_up is not None and catch_up.total_seconds() < 0:
+            self.add_error("catch_up", gettext("The catch-up bound must not be negative."))
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ScheduleForm
+    list_display = (
+        "name",
+        "timing_display",
+        "target_display",
+        "enabled",
+        "last_run_at",
+        "next_run_at",
+        "origin",
+        "changed_in_admin",
+    )
+    list_filter = ("enabled", "origin", "declared", "missed")
+    search_fields = ("name", "queue", "task", "cron")
+    actions = ("enable", "disable", "reset_to_code")
+    fieldsets = (
+        (None, {"fields": ("name", "enabled")}),
+        (_("When (a cron or an interval)"), {"fields": ("cron", "every", "timezone")}),
+        (_("What (a queue and its message, or a task)"), {"fields": ("queue", "task", "payload")}),
+        (_("After downtime"), {"fields": ("missed", "catch_up")}),
+        (
+            _("State"),
+            {
+                "fields": (
+                    "origin",
+                    "declared",
+                    "declaration",
+                    "since",
+                    "last_run_at",
+                    "next_run_at",
+                    "last_message_id",
+                )
+            },
+        ),
+    )
+    readonly_fields = (
+        "origin",
+        "declared",
+        "declaration",
+        "since",
+        "last_run_at",
+        "next_run_at",
+        "last_message_id",
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            # The name identifies its ticks; a declared schedule's target is the code's.
+            fields += CODE_OWNED if obj.origin == Schedule.Origin.CODE else ("name",)
+        return fields
+
+    @admin.display(description=_("when"))
+    def timing_display(self, obj: Schedule) -> str:
+        try:
+            return obj.timing().describe()
+        except ScheduleError as exc:
+            return gettext("invalid: %(error)s") % {"error": exc}
+
+    @admin.display(description=_("target"))
+    def target_display(self, obj: Schedule) -> str:
+        return f"task {obj.task}" if obj.task else f"queue {obj.queue}"
+
+    @admin.display(description=_("changed in admin"), boolean=True)
+    def changed_in_admin(self, obj: Schedule) -> bool | None:
+        return differs_from_code(obj) if obj.origin == Schedule.Origin.CODE else None
+
+    @admin.action(description=_("Enable selected"), permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self._set_enabled(request, queryset, True)
+
+    @admin.action(description=_("Disable selected"), permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self._set_enabled(request, queryset, False)
+
+    def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Schedule], on: bool) -> None:
+        changed = 0
+        for row in queryset:  # save(): a schedule enabled again ticks from now on
+            if row.enabled != on:
+                row.enabled = on
+                row.save(update_fields=["enabled", "updated_at"])
+                self.log_change(request, row, ENABLED_LOG if on else DISABLED_LOG)
+                changed += 1
+        text = (
+            ngettext("Enabled %(count)d schedule.", "Enabled %(count)d schedules.", changed)
+            if on
+            else ngettext("Disabled %(count)d schedule.", "Disabled %(count)d schedules.", changed)
+        )
+        self.message_user(
+            request,
+            "{} {}".format(
+                text % {"count": changed}, gettext("Running workers apply it within seconds.")
+            ),
+            messages.SUCCESS,
+        )
+
+    @admin.action(description=_("Reset selected to the code's declaration"), permissions=["change"])
+    def reset_to_code(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        reset = skipped = 0
+        for row in queryset:
+            if row.origin != Schedule.Origin.CODE or not row.declaration:
+                skipped += 1
+                continue
+            if not differs_from_code(row):
+                continue
+            row.from_spec(spec_from_snapshot(row.name, row.declaration))
+            row.save()
+            self.log_change(request, row, RESET_LOG)
+            reset += 1
+        text = ngettext(
+            "Reset %(count)d schedule to its declaration in code.",
+            "Reset %(count)d schedules to their declarations in code.",
+            reset,
+        )
+        self.message_user(request, text % {"count": reset}, messages.SUCCESS)
+        if skipped:
+            text = ngettext(
+                "%(count)d schedule was made in the admin and has no declaration in code.",
+                "%(count)d schedules were made in the admin and have no declaration in code.",
+                skipped,
+            )
+            self.message_user(request, text % {"count": skipped}, messages.WARNING)

@@ -1,0 +1,98 @@
+"""One handler thread's task-result writes, pipelined: a task never waits for Redis.
+
+A worker thread writes a task's start (``task_start.lua``) before running it and its
+settle (``task_settle.lua``) after, on a connection of its own, without waiting for the
+replies; they are read when the thread writes next, or at the end of its batch
+(:meth:`TaskPipe.read_all`). Each script is atomic on its own, so what a reply says
+changes nothing but the log: a settle Redis refused (or that found the message taken
+over) leaves the message pending, and it is delivered again (at-least-once). After a
+NOSCRIPT (Redis restarted and lost its scripts) the failed calls run again, in order.
+
+Only a client with one connection pool can pipeline; with Redis Cluster
+(:attr:`TaskPipe.available` is False) the caller writes synchronously instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+from redisq_django.core.errors import describe_client
+from redisq_django.core.scripts import ScriptName, Scripts
+
+logger = logging.getLogger("redisq.tasks")
+
+
+class TaskPipe:
+    """Unread script calls of one thread, on one connection (not thread-safe)."""
+
+    def __init__(self, client: Any, scripts: Scripts) -> None:
+        self.client = client
+        self.scripts = scripts
+        self._pool: Any = getattr(client, "connection_pool", None)
+        self._conn: Any = None
+        self._unread: list[tuple[ScriptName, list[str], list[Any]]] = []
+
+    @property
+    def available(self) -> bool:
+        """Whether calls can be pipelined (a client with one connection pool)."""
+        return self._pool is not None
+
+    def write(self, name: ScriptName, keys: list[str], args: list[Any]) -> None:
+        """Send script ``name`` now; its reply is read by a later :meth:`read_all`.
+
+        Raises:
+            redis.ConnectionError: the write failed (nothing is pending then).
+        """
+        if self._conn is None:
+            self._conn = self._pool.get_connection()
+        try:
+            self._conn.send_command("EVALSHA", self.scripts.sha(name), len(keys), *keys, *args)
+        except BaseException:
+            self._drop()
+            raise
+        self._unread.append((name, keys, args))
+
+    def read_all(self) -> None:
+        """Read every unread reply (they arrived while the tasks ran): calls refused for
+        NOSCRIPT run again in order, other errors are logged (their messages are
+        delivered again)."""
+        rerun: list[tuple[ScriptName, list[str], list[Any]]] = []
+        while self._unread:
+            call = self._unread.pop(0)
+            try:
+                self._conn.read_response()
+            except redis.exceptions.NoScriptError:
+                rerun.append(call)
+            except redis.ResponseError as exc:
+                logger.warning("Redis refused %s for a task (%s); it will run again", call[0], exc)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                logger.warning(
+                    "Lost the connection to %s with %d task write(s) unconfirmed (%s); "
+                    "their tasks run again unless Redis applied them",
+                    describe_client(self.client),
+                    len(self._unread) + 1,
+                    exc,
+                )
+                self._drop()
+                return
+        for name, keys, args in rerun:
+            self.scripts(name, keys, args)
+
+    def close(self) -> None:
+        """Read what is unread and give the connection back."""
+        try:
+            self.read_all()
+        finally:
+            if self._conn is not None:
+                self._pool.release(self._conn)
+                self._conn = None
+
+    def _drop(self) -> None:
+        self._unread = []
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+            self._conn = None

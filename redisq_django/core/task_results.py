@@ -1,0 +1,325 @@
+"""Task results in Redis (Django-free): a task queue's messages and their results.
+
+The Django tasks backend (``redisq_django.tasks``) stores each task's result in a hash
+of the task's queue, ``redisq:{q}:result:<id>`` (the id is the message id), listed in
+the queue's ``results`` zset scored by its expiry. Every change of a result happens in
+the same script as the change of its message (``task_enqueue.lua``, ``task_start.lua``,
+``task_settle.lua``, ``task_ready.lua``), so the two never disagree: no result says
+SUCCESSFUL or FAILED for a message still to be handled, and a message acknowledged or
+dead-lettered never leaves its result RUNNING (PROTOCOL.md, "Task results").
+
+Fields of a result hash (strings; times in ms since the epoch; absent when unknown):
+``task`` (module path), ``backend``, ``queue_name``, ``priority``, ``run_after``,
+``takes_context`` (``1``/``0``), ``args`` and ``kwargs`` (JSON), ``status`` (one of
+:data:`STATUSES`), ``enqueued_at``, ``started_at``, ``last_attempted_at``,
+``finished_at``, ``errors`` (JSON array of ``{"exception_class_path", "traceback"}``),
+``worker_ids`` (JSON array) and ``return_value`` (JSON, once SUCCESSFUL).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redisq_django.core import settle
+from redisq_django.core.clock import now_ms
+from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
+from redisq_django.core.envelope import Envelope
+from redisq_django.core.errors import translate_errors
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.retry import RetryPolicy
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.wire import to_str
+
+READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
+STATUSES = (READY, RUNNING, SUCCESSFUL, FAILED)
+
+#: What ``task_enqueue.lua`` does: publish with the result, or write the result once.
+PUBLISH, ONCE = "publish", "once"
+
+
+def enqueue_call(
+    keys: QueueKeys,
+    envelope: Envelope,
+    result: Mapping[str, str],
+    *,
+    expire_at_ms: int,
+    mode: str = PUBLISH,
+    now: int | None = None,
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of ``task_enqueue.lua`` for ``envelope`` (its id is the result id)
+    and the result's fields: built once, run by a sync or an asyncio client."""
+    if envelope.id is None:
+        raise ValueError("A task's envelope needs its id (the result id).")
+    if envelope.delay_ms is not None:
+        raise ValueError("A task is deferred by an absolute time (eta), not a delay.")
+    due = envelope.due_at_ms or 0
+    member = envelope.member() if due else b""
+    args: list[Any] = [
+        expire_at_ms,
+        envelope.id,
+        mode,
+        due,
+        member,
+        now_ms() if now is None else now,
+        len(result),
+        *_pairs(result),
+    ]
+    if mode == PUBLISH and not due:
+        args += envelope.fields()
+    return [keys.task_result(envelope.id), keys.task_results, keys.log, keys.delayed], args
+
+
+def _pairs(fields: Mapping[str, str] | Mapping[bytes, bytes]) -> list[Any]:
+    """``{k: v, ...}`` as the flat ``[k, v, ...]`` list scripts take."""
+    return [item for pair in fields.items() for item in pair]
+
+
+def decode_hash(raw: Any) -> dict[str, str]:
+    """A result hash as redis-py returns it (a dict or a flat list, bytes) as text."""
+    if isinstance(raw, dict):
+        return {to_str(k): to_str(v) for k, v in raw.items()}
+    items = list(raw or [])
+    return {to_str(items[i]): to_str(items[i + 1]) for i in range(0, len(items), 2)}
+
+
+class TaskResults:
+    """The results of task queues on one Redis (the broker's client and scripts).
+
+    Args:
+        client: the broker's redis-py client.
+        scripts: its registered scripts.
+        keys: builds a queue's keys (``Broker.keys``).
+    """
+
+    def __init__(self, client: Any, scripts: Scripts, keys: Any) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.keys = keys
+        self._rng = random.Random()
+
+    @translate_errors
+    def enqueue(
+        self,
+        envelope: Envelope,
+        result: Mapping[str, str],
+        *,
+        expire_at_ms: int,
+        mode: str = PUBLISH,
+    ) -> dict[str, str] | None:
+        """Write a READY result and publish its message in one script (``PUBLISH``), or
+        write the result only if there is none (``ONCE``).
+
+        Returns:
+            With ``ONCE``, the result already there (nothing written), else None.
+        """
+        keys, args = enqueue_call(
+            self.keys(envelope.queue), envelope, result, expire_at_ms=expire_at_ms, mode=mode
+        )
+        reply = self.scripts("task_enqueue", keys, args)
+        if mode == ONCE and reply:
+            return decode_hash(reply)
+        return None
+
+    @translate_errors
+    def start(
+        self,
+        message: Message,
+        *,
+        worker_id: str,
+        expire_at_ms: int,
+        rebuild: Mapping[str, str],
+        now: int | None = None,
+    ) -> tuple[list[str], list[dict[str, str]], int]:
+        """Record that ``worker_id`` starts an attempt (``task_start.lua``): RUNNING.
+
+        Args:
+            rebuild: the result as enqueued, written when the hash is gone (it expired
+                while the task waited).
+            now: the start time (ms; default this host's clock).
+
+        Returns:
+            ``(worker_ids, errors, started_at_ms)`` after the change.
+        """
+        now = now_ms() if now is None else now
+        keys, args = self.start_call(message, worker_id, expire_at_ms, rebuild, now)
+        workers, errors, started = self.scripts("task_start", keys, args)
+        return json.loads(workers), json.loads(errors), int(started)
+
+    def start_call(
+        self,
+        message: Message,
+        worker_id: str,
+        expire_at_ms: int,
+        rebuild: Mapping[str, str],
+        now: int,
+    ) -> tuple[list[str], list[Any]]:
+        keys = self.keys(message.queue)
+        return (
+            [keys.task_result(message.id), keys.task_results],
+            [expire_at_ms, message.id, worker_id, now, *_pairs(rebuild)],
+        )
+
+    @translate_errors
+    def succeed(self, message: Message, result: Mapping[str, str], *, expire_at_ms: int) -> bool:
+        """Acknowledge ``message`` and write its SUCCESSFUL ``result`` fields together.
+
+        Returns:
+            False when this instance no longer holds the message (nothing written).
+        """
+        return self._settle(message, "ack", "", result, b"", {}, expire_at_ms)
+
+    @translate_errors
+    def fail(
+        self,
+        message: Message,
+        failure: Failure,
+        policy: RetryPolicy,
+        *,
+        error: Mapping[str, str],
+        finished_at_ms: int,
+        expire_at_ms: int,
+    ) -> Outcome:
+        """Settle a failed attempt with its result: a retry after the policy's backoff
+        (status READY) while attempts remain, else a dead letter (status FAILED).
+        ``error`` is appended to the result's ``errors``.
+
+        Returns:
+            ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds it.
+        """
+        now = now_ms()
+        error_json = json.dumps(dict(error)).encode()
+        retry_fields = settle.next_delivery(message, now, failed=True)
+        if policy.should_retry(message.attempts):
+            wait_ms = max(1, int(policy.backoff(message.attempts, self._rng) * 1000))
+            settled = self._settle(
+                message, "retry", f"+{wait_ms}", {"status": READY}, error_json, retry_fields,
+                expire_at_ms,
+            )  # fmt: skip
+            return Outcome.RETRIED if settled else Outcome.LOST
+        dead = dead_fields(
+            retry_fields,
+            group=message.group,
+            reason=DeadReason.FAILED,
+            failure=failure,
+            failed_at_ms=now,
+        )
+        result = {"status": FAILED, "finished_at": str(finished_at_ms)}
+        settled = self._settle(message, "dead", "", result, error_json, dead, expire_at_ms)
+        return Outcome.DEAD if settled else Outcome.LOST
+
+    def _settle(
+        self,
+        message: Message,
+        mode: str,
+        due: str,
+        result: Mapping[str, str],
+        error_json: bytes,
+        envelope: Mapping[bytes, bytes],
+        expire_at_ms: int,
+    ) -> bool:
+        keys, args = self.settle_call(
+            message, mode, due, result, error_json, envelope, expire_at_ms
+        )
+        return bool(self.scripts("task_settle", keys, args))
+
+    def settle_call(
+        self,
+        message: Message,
+        mode: str,
+        due: str,
+        result: Mapping[str, str],
+        error_json: bytes,
+        envelope: Mapping[bytes, bytes],
+        expire_at_ms: int,
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``)."""
+        keys = self.keys(message.queue)
+        gkeys = keys.group(message.group)
+        source = keys.log if message.stream is Stream.LOG else gkeys.direct
+        args: list[Any] = [
+            message.group,
+            message.consumer,
+            message.entry_id,
+            "1" if message.stream is Stream.DIRECT else "0",
+            mode,
+            due,
+            expire_at_ms,
+            message.id,
+            error_json,
+            len(result),
+            *_pairs(result),
+            *_pairs(envelope),
+        ]
+        return [
+            source,
+            gkeys.retry,
+            gkeys.dead,
+            keys.task_result(message.id),
+            keys.task_results,
+        ], args
+
+    def succeed_call(
+        self, message: Message, result: Mapping[str, str], *, expire_at_ms: int
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
+        return self.settle_call(message, "ack", "", result, b"", {}, expire_at_ms)
+
+    @translate_errors
+    def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:
+        """A FAILED result whose dead letter was sent again is READY (``task_ready.lua``).
+        Returns False when it was not FAILED (or is gone)."""
+        keys = self.keys(queue)
+        return bool(
+            self.scripts(
+                "task_ready",
+                [keys.task_result(result_id), keys.task_results],
+                [expire_at_ms, result_id],
+            )
+        )
+
+    @translate_errors
+    def lost(self, queue: str, result_id: str, *, error: Mapping[str, str], expire_at_ms: int) -> (
+        bool
+    ):  # fmt: skip
+        """A task whose message died without being settled (reason ``lease_expired``):
+        its unfinished result is FAILED with ``error`` (``task_lost.lua``)."""
+        keys = self.keys(queue)
+        return bool(
+            self.scripts(
+                "task_lost",
+                [keys.task_result(result_id), keys.task_results],
+                [expire_at_ms, result_id, json.dumps(dict(error)), now_ms()],
+            )
+        )
+
+    @translate_errors
+    def read(self, queues: Sequence[str], result_id: str) -> tuple[str, dict[str, str]] | None:
+        """The result ``result_id`` from whichever of ``queues`` holds it, in one round
+        trip: ``(queue, fields)``, or None when none does (unknown or expired)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.hgetall(self.keys(queue).task_result(result_id))
+            replies = pipe.execute()
+        for queue, raw in zip(queues, replies, strict=True):
+            if raw:
+                return queue, decode_hash(raw)
+        return None
+
+    @translate_errors
+    def latest(self, queue: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        """Up to ``count`` results of ``queue``, the latest to expire (most recently
+        changed) first, in two round trips."""
+        keys = self.keys(queue)
+        ids = [to_str(i) for i in self.client.zrevrange(keys.task_results, 0, count - 1)]
+        if not ids:
+            return []
+        with self.client.pipeline(transaction=False) as pipe:
+            for result_id in ids:
+                pipe.hgetall(keys.task_result(result_id))
+            replies = pipe.execute()
+        return [(i, decode_hash(raw)) for i, raw in zip(ids, replies, strict=True) if raw]

@@ -1,0 +1,191 @@
+"""OpenTelemetry tracing of publishing and handling, by the messaging conventions.
+
+:class:`Tracing` is both a publish hook (the broker's) and a worker middleware:
+
+* ``publish`` / ``publish_many`` run in a ``send {queue}`` span (kind PRODUCER) that
+  covers encoding and the Redis round trip; every message it sends carries that span's
+  context in its headers (``traceparent``, ``tracestate``: W3C trace context, or whatever
+  propagators the application configured).
+* A message prepared now and sent later (``publish_on_commit``, model events, the outbox,
+  anything calling ``Broker.prepare``) gets a ``create {queue}`` span (PRODUCER) at that
+  moment, in the caller's trace, and carries its context: the send happens after the
+  commit, outside the caller's code, as the conventions' "create" operation describes.
+* The worker runs each handler in a ``process {queue}`` span (kind CONSUMER) linked to the
+  context the message carries. A link, not a parent: a message may be handled long after,
+  several times (retries, re-drives, replays) and by several logical consumers, and each
+  handling is a trace of its own. The span is current while the handler runs, so the
+  handler's own spans (database, HTTP...) are its children.
+
+Headers that already carry a ``traceparent`` keep it: the caller's context wins. Tracing
+never makes a publish or a handler fail: its own errors are logged.
+
+The API only is needed (the ``otel`` extra); the application installs and configures the
+SDK (a ``TracerProvider`` with its exporters, in settings or ``AppConfig.ready``). Without
+one, the spans are no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from redisq_django.core.hooks import PublishHook
+from redisq_django.core.message import Message
+from redisq_django.core.worker import Middleware
+from redisq_django.metrics import extras
+
+logger = logging.getLogger("redisq.tracing")
+
+#: ``messaging.system``: not one of the conventions' well-known values, so our own name.
+SYSTEM = "redisq"
+#: The headers W3C trace context uses.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+#: Without an SDK, how often :meth:`Tracing.live` looks again for one (seconds).
+LIVE_RECHECK_S = 1.0
+
+# The span of a publish()/publish_many() in progress in this context, if any: messages
+# prepared inside it carry its context rather than a create span of their own.
+_sending: contextvars.ContextVar[Any] = contextvars.ContextVar("redisq_sending", default=None)
+
+
+class Tracing(Middleware, PublishHook):
+    """Traces publishing (a broker hook) and handling (a worker middleware).
+
+    Args:
+        tracer_provider: where spans go (default: OpenTelemetry's global provider).
+
+    Raises:
+        MissingExtra: opentelemetry-api is not installed.
+    """
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        trace = extras.opentelemetry_trace()
+        from opentelemetry import context, propagate
+
+        self._trace = trace
+        self._context = context
+        self._propagate = propagate
+        self._tracer = trace.get_tracer("redisq_django", tracer_provider=tracer_provider)
+        self._provider = tracer_provider
+        self._live = False
+        self._recheck_at = 0.0
+        self._local = threading.local()
+
+    def live(self) -> bool:
+        """Whether spans are recorded: an SDK's tracer provider is in place (explicitly, or
+        set globally, possibly after this object was built).
+
+        Without one every span would be a no-op, yet extracting the context and opening
+        a span per message costs several microseconds: the hooks then skip it all (and
+        publishing only passes on a context that is current, as the API would). A
+        provider set later is noticed within :data:`LIVE_RECHECK_S`.
+        """
+        if self._live:
+            return True
+        now = time.monotonic()
+        if now < self._recheck_at:  # looking up the provider costs a microsecond or two
+            return False
+        self._recheck_at = now + LIVE_RECHECK_S
+        trace = self._trace
+        provider = self._provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return False
+        self._live = True  # a global provider is set once and for all
+        return True
+
+    # -- publishing ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def sending(self, queue: str, count: int) -> Iterator[None]:
+        if not self.live():
+            yield
+            return
+        attributes: dict[str, Any] = _attributes("send", queue)
+        if count != 1:
+            attributes["messaging.batch.message_count"] = count
+        with self._tracer.start_as_current_span(
+            f"send {queue}", kind=self._trace.SpanKind.PRODUCER, attributes=attributes
+        ) as span:
+            token = _sending.set(span)
+            try:
+                yield
+            finally:
+                _sending.reset(token)
+
+    def before_prepare(
+        self, queue: str, headers: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        if headers is not None and not isinstance(headers, Mapping):
+            return headers  # the codec refuses it, with its own message
+        if headers and "traceparent" in headers:
+            return headers
+        carrier = dict(headers or {})
+        try:
+            if _sending.get() is not None or not self.live():
+                # inside publish(): the send span is current; no SDK: whatever is current
+                self._propagate.inject(carrier)
+            else:
+                with self._tracer.start_as_current_span(
+                    f"create {queue}",
+                    kind=self._trace.SpanKind.PRODUCER,
+                    attributes=_attributes("create", queue),
+                ):
+                    self._propagate.inject(carrier)
+        except Exception:
+            logger.exception("Could not add the trace context to a message of %s", queue)
+            return headers
+        return carrier or headers
+
+    # -- handling ------------------------------------------------------------------------
+
+    def before_process(self, message: Message) -> None:
+        if not self.live():
+            return
+        trace = self._trace
+        attributes = _attributes("process", message.queue)
+        attributes["messaging.consumer.group.name"] = message.group
+        attributes["messaging.message.id"] = message.id
+        attributes["messaging.redisq.message.attempt"] = message.attempts
+        span = self._tracer.start_span(
+            f"process {message.queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes
+        )
+        # The link after the start: a span the sampler dropped skips extracting it (a
+        # few microseconds per message).
+        if message.headers and span.is_recording():
+            sent = trace.get_current_span(self._propagate.extract(message.headers))
+            span_context = sent.get_span_context()
+            if span_context.is_valid:
+                span.add_link(span_context)
+        token = self._context.attach(trace.set_span_in_context(span))
+        self._local.running = (span, token)
+
+    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+        running = getattr(self._local, "running", None)
+        if running is None:  # before_process failed (and was logged)
+            return
+        self._local.running = None
+        span, token = running
+        try:
+            if error is not None:
+                kind = type(error)
+                span.set_attribute("error.type", f"{kind.__module__}.{kind.__qualname__}")
+                span.record_exception(error)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, repr(error)))
+        finally:
+            self._context.detach(token)
+            span.end()
+
+
+def _attributes(operation: str, queue: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": queue,
+    }

@@ -1,0 +1,267 @@
+"""Evaluating the schedules in every worker, each tick published exactly once.
+
+There is no beat process: every ``runconsumer`` runs a :class:`Scheduler` as one of its
+housekeeping jobs. Two records in Redis, per schedule name, make each tick go out once
+however many workers evaluate it (``core.keys.schedule_keys``):
+
+1. **claim** — ``ZADD claimed GT CH name tick`` raises the schedule's latest claimed
+   tick; it answers 1 to exactly one worker (Redis runs commands one at a time), and a
+   worker whose clock lags cannot claim a tick older than one already claimed, so after
+   downtime two workers never fire two different "latest" ticks;
+2. **publish** the tick's message with an id derived from (schedule, tick) at most once
+   per id (``Broker.send(once=True)``, or the Tasks backend's ``enqueue_once``);
+3. **sent** — ``ZADD sent GT name tick`` records that it went out.
+
+A worker that dies between 1 and 3 leaves a claimed tick not marked sent: any worker
+that sees that publishes the same tick again :data:`REPAIR_AFTER_MS` after it was due,
+which the publish-once id turns into a no-op when the first send did go through. So a
+tick is published at least once (claims and repairs) and at most once (ids).
+
+"Now" is Redis's clock (:class:`RedisClock`), like every other due time of redisq, so
+a worker whose own clock runs ahead does not fire early.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redisq_django.core.clock import now_ms
+from redisq_django.core.errors import RedisUnavailable, translate_errors
+from redisq_django.core.keys import schedule_keys
+from redisq_django.schedules.spec import ScheduleSpec
+from redisq_django.schedules.timing import Missed
+
+logger = logging.getLogger("redisq.schedules")
+
+#: A tick claimed but not marked sent this long after it fell due is published again by
+#: whichever worker sees it (its claimer died mid-send, or its send failed), ms.
+REPAIR_AFTER_MS = 2000
+#: Attempts of one process at publishing one tick before it gives up on that tick.
+MAX_FIRE_ATTEMPTS = 5
+#: How often the schedules are read again (admin edits reach workers this fast), s.
+RELOAD_INTERVAL_S = 2.0
+#: How often the offset between this host's clock and Redis's is measured again, s.
+CLOCK_SYNC_INTERVAL_S = 10.0
+#: Longest and shortest pause between two evaluations, s.
+MAX_PAUSE_S = 1.0
+MIN_PAUSE_S = 0.05
+
+
+class RedisClock:
+    """Redis's time in ms, read as this host's clock plus an offset measured with
+    ``TIME`` every :data:`CLOCK_SYNC_INTERVAL_S` (no round trip per reading)."""
+
+    def __init__(self, client: Any, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
+        self.client = client
+        self.resync_s = resync_s
+        self._offset_ms = 0
+        self._synced_at = float("-inf")
+
+    @translate_errors
+    def _sync(self) -> None:
+        before = now_ms()
+        reply = self.client.time()
+        after = now_ms()
+        if isinstance(reply, dict):  # RedisCluster answers per node: any one will do
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
+        redis_ms = int(seconds) * 1000 + int(micros) // 1000
+        self._offset_ms = redis_ms - (before + after) // 2
+        self._synced_at = time.monotonic()
+
+    def __call__(self) -> int:
+        if time.monotonic() - self._synced_at >= self.resync_s:
+            self._sync()
+        return now_ms() + self._offset_ms
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A tick this worker published (``repaired``: one another worker had claimed)."""
+
+    name: str
+    tick_ms: int
+    message_id: str
+    repaired: bool = False
+
+
+#: Publishes the message of one tick (at most once per id); returns its message id.
+Fire = Callable[[ScheduleSpec, int], str]
+#: Told of each tick this worker published (e.g. to write the schedule's last run).
+Record = Callable[[ScheduleSpec, Fired], None]
+
+
+class Scheduler:
+    """Fires the due ticks of the schedules ``load`` returns (see the module docstring).
+
+    Args:
+        client: a redis-py client (bytes responses).
+        prefix: the keys' prefix (``REDISQ["PREFIX"]``).
+        load: the current schedules; asked every ``reload_s`` seconds (its failures are
+            logged, the schedules known last stay in force).
+        fire: publishes a tick (queue message or task); see ``schedules.targets``.
+        record: told of each tick published here; its failures are logged.
+        clock: "now" in ms since the epoch (default: :class:`RedisClock`).
+        reload_s: seconds between two calls of ``load``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        load: Callable[[], Sequence[ScheduleSpec]],
+        fire: Fire,
+        *,
+        record: Record | None = None,
+        clock: Callable[[], int] | None = None,
+        reload_s: float = RELOAD_INTERVAL_S,
+    ) -> None:
+        self.client = client
+        self.keys = schedule_keys(prefix)
+        self.load = load
+        self.fire = fire
+        self.record = record
+        self.clock: Callable[[], int] = clock or RedisClock(client)
+        self.reload_s = reload_s
+        self.specs: dict[str, ScheduleSpec] = {}
+        self._loaded_at = float("-inf")
+        #: name -> (the spec it was computed for, when to look at it next in ms).
+        self._next: dict[str, tuple[ScheduleSpec, int]] = {}
+        self._failures: dict[tuple[str, int], int] = {}
+
+    # -- configuration -----------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the schedules again now (logging what changed)."""
+        self._loaded_at = time.monotonic()
+        try:
+            fresh = {s.name: s for s in self.load()}
+        except Exception:
+            logger.exception("Could not read the schedules; keeping the %d known", len(self.specs))
+            return
+        for name, spec in fresh.items():
+            old = self.specs.get(name)
+            if old is None or _shown(old) != _shown(spec):
+                state = "enabled" if spec.enabled else "disabled"
+                logger.info("Schedule %s [%s]", spec.describe(), state)
+        for name in self.specs.keys() - fresh.keys():
+            logger.info("Schedule %s removed", name)
+        self.specs = fresh
+
+    def _reload_if_due(self) -> None:
+        if time.monotonic() - self._loaded_at >= self.reload_s:
+            self.reload()
+
+    # -- evaluation --------------------------------------------------------------------
+
+    def seconds_to_next(self) -> float:
+        """Seconds until a schedule may need firing (between 0.05 and 1)."""
+        if not self._next:
+            return MAX_PAUSE_S
+        try:
+            wait_ms = min(at for _, at in self._next.values()) - self.clock()
+        except Exception:  # Redis away (its clock): evaluate() reports it, not this
+            return MAX_PAUSE_S
+        return min(MAX_PAUSE_S, max(MIN_PAUSE_S, wait_ms / 1000))
+
+    @translate_errors
+    def evaluate(self) -> list[Fired]:
+        """Fire every due tick of every enabled schedule that no worker claimed yet.
+
+        Returns:
+            The ticks this worker published, in order.
+
+        Raises:
+            RedisUnavailable: Redis cannot be reached (nothing was claimed then).
+        """
+        self._reload_if_due()
+        now = self.clock()
+        self._next = {n: v for n, v in self._next.items() if n in self.specs}
+        candidates = []
+        for spec in self.specs.values():
+            if not spec.enabled:
+                self._next.pop(spec.name, None)
+                continue
+            hint = self._next.get(spec.name)
+            if hint is None or hint[0] != spec or hint[1] <= now:
+                candidates.append(spec)
+        if not candidates:
+            return []
+        names = [s.name for s in candidates]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zmscore(self.keys.claimed, names)
+        pipe.zmscore(self.keys.sent, names)
+        claimed, sent = pipe.execute()
+        fired: list[Fired] = []
+        for spec, c, s in zip(candidates, claimed, sent, strict=True):
+            fired += self._evaluate_one(spec, now, int(c or 0), int(s or 0))
+        return fired
+
+    def _evaluate_one(self, spec: ScheduleSpec, now: int, claimed: int, sent: int) -> list[Fired]:
+        fired: list[Fired] = []
+        pending = False
+        if claimed > sent and claimed > spec.floor_ms:
+            # Claimed by a worker that has not (yet) said it published it.
+            if now - claimed >= REPAIR_AFTER_MS:
+                done = self._fire(spec, claimed, repaired=True)
+                fired += done
+                pending = not done and self._attempts_left(spec.name, claimed)
+            else:
+                pending = True
+        last = max(claimed, spec.floor_ms)
+        for tick in spec.timing.due(last, now, spec.missed, spec.catch_up_ms):
+            if self.client.zadd(self.keys.claimed, {spec.name: tick}, gt=True, ch=True):
+                done = self._fire(spec, tick)
+                fired += done
+                pending = pending or (not done and self._attempts_left(spec.name, tick))
+            last = max(last, tick)
+        # When to look again: at the next tick (or at once while a tick is unsent). Ticks
+        # "latest" and "skip" passed over are never due again; "all" may have more.
+        horizon = now - spec.catch_up_ms - 1 if spec.missed is Missed.ALL else now
+        upcoming = spec.timing.next_after(max(last, horizon))
+        at = now if pending else (upcoming if upcoming is not None else now + 3_600_000)
+        self._next[spec.name] = (spec, at)
+        return fired
+
+    def _attempts_left(self, name: str, tick: int) -> bool:
+        return self._failures.get((name, tick), 0) < MAX_FIRE_ATTEMPTS
+
+    def _fire(self, spec: ScheduleSpec, tick: int, *, repaired: bool = False) -> list[Fired]:
+        """Publish one tick and mark it sent; ``[]`` when it failed (logged)."""
+        key = (spec.name, tick)
+        if not self._attempts_left(*key):
+            return []
+        try:
+            message_id = self.fire(spec, tick)
+        except RedisUnavailable:
+            raise
+        except Exception:
+            self._failures[key] = attempts = self._failures.get(key, 0) + 1
+            give_up = "; giving up on this tick" if attempts >= MAX_FIRE_ATTEMPTS else ""
+            logger.exception(
+                "Schedule %s: publishing the tick of %d failed (attempt %d)%s",
+                spec.describe(),
+                tick,
+                attempts,
+                give_up,
+            )
+            return []
+        self._failures.pop(key, None)
+        self.client.zadd(self.keys.sent, {spec.name: tick}, gt=True)
+        result = Fired(spec.name, tick, message_id, repaired)
+        logger.info("Schedule %s fired: %s", spec.name, message_id)
+        if self.record is not None:
+            try:
+                self.record(spec, result)
+            except Exception:
+                logger.exception("Schedule %s: recording its last run failed", spec.name)
+        return [result]
+
+
+def _shown(spec: ScheduleSpec) -> tuple[Any, ...]:
+    """What a change of is worth a log line (not the last run this worker recorded)."""
+    return (spec.timing, spec.target, spec.enabled, spec.missed, spec.catch_up_ms)

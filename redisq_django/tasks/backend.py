@@ -1,0 +1,256 @@
+"""``RedisqBackend``: Django's Tasks framework on redisq queues, and its ``Task`` class."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.core import checks
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from redisq_django.connection import get_broker
+from redisq_django.core.clock import now_ms
+from redisq_django.core.config import number_problem
+from redisq_django.core.envelope import Envelope, new_message_id
+from redisq_django.core.start import StartPoint
+from redisq_django.core.task_results import PUBLISH, TaskResults
+from redisq_django.tasks import aio
+from redisq_django.tasks.options import (
+    TASKS_CONSUMER,
+    TaskOptions,
+    level_rank,
+    option_problems,
+    parse_options,
+    queue_name_problem,
+)
+from redisq_django.tasks.results import TaskMessage, from_fields
+
+if TYPE_CHECKING:
+    _Task = Task[..., Any]
+else:
+    _Task = Task  # not subscriptable at run time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisqTask(_Task):
+    """A ``@task`` of a redisq backend, with our retry options (``@task(max_retries=3)``).
+
+    Attributes:
+        max_retries: retries after a failed attempt before the task is FAILED (a dead
+            letter); default the backend's ``OPTIONS["MAX_RETRIES"]`` (0).
+        backoff: base of the exponential backoff between attempts, seconds.
+        max_backoff: cap of one backoff wait, seconds.
+        visibility_timeout: seconds an attempt may go without a sign of life from its
+            worker before another worker runs it; the worker extends it while the task
+            runs. Leases belong to a queue's consumer: a queue's workers use the largest
+            visibility timeout of its backend options and of the tasks they import.
+    """
+
+    max_retries: int | None = None
+    backoff: float | None = None
+    max_backoff: float | None = None
+    visibility_timeout: float | None = None
+
+
+#: Names and rules of the extra ``@task`` options.
+_EXTRA = (
+    ("max_retries", True, False),
+    ("backoff", False, False),
+    ("max_backoff", False, False),
+    ("visibility_timeout", False, True),
+)
+
+
+class RedisqBackend(BaseTaskBackend):
+    """Runs tasks through redisq: ``TASKS = {"default": {"BACKEND":
+    "redisq_django.tasks.RedisqBackend", "QUEUES": ["default"], "OPTIONS": {...}}}``.
+
+    Workers: ``manage.py runconsumer --tasks``. See README.md, "Django Tasks".
+    """
+
+    task_class = RedisqTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._ensured: set[str] = set()
+        self._results: TaskResults | None = None
+
+    @functools.cached_property
+    def task_options(self) -> TaskOptions:
+        """The validated ``OPTIONS``.
+
+        Raises:
+            InvalidTask: they are invalid (``manage.py check`` says so too).
+        """
+        try:
+            return parse_options(self.options)
+        except ValueError as exc:
+            raise InvalidTask(f"TASKS[{self.alias!r}]['OPTIONS'] is invalid: {exc}") from None
+
+    @property
+    def results(self) -> TaskResults:
+        """The task results of the current broker (rebuilt when settings change it)."""
+        broker = get_broker()
+        if self._results is None or self._results.client is not broker.client:
+            self._results = TaskResults(broker.client, broker.scripts, broker.keys)
+        return self._results
+
+    # -- validation --------------------------------------------------------------------
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        super().validate_task(task)
+        for name, integer, positive in _EXTRA:
+            value = getattr(task, name, None)
+            problem = None if value is None else number_problem(
+                name, value, integer=integer, positive=positive
+            )  # fmt: skip
+            if problem:
+                raise InvalidTask(f"@task {problem}.")
+        problem = queue_name_problem(self.task_options, task.queue_name)
+        if problem:
+            raise InvalidTask(f"Task queue {problem}.")
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """System checks: invalid ``OPTIONS`` (E020), no ``QUEUES`` (E021), a queue name
+        that makes no valid redisq queue name (E022)."""
+        return list(self._problems())
+
+    def _problems(self) -> Iterable[checks.CheckMessage]:
+        where = f"TASKS[{self.alias!r}]"
+        for problem in option_problems(self.options):
+            yield checks.Error(
+                f"{where}['OPTIONS'] is invalid: {problem}.",
+                hint="See README.md, 'Django Tasks', for the options and their defaults.",
+                id="redisq_django.E020",
+            )
+        if not self.queues:
+            yield checks.Error(
+                f"{where}['QUEUES'] is empty: redisq needs the task queue names.",
+                hint='List them, e.g. "QUEUES": ["default"].',
+                id="redisq_django.E021",
+            )
+        if option_problems(self.options):
+            return
+        for name in sorted(self.queues, key=str):
+            bad_name = queue_name_problem(self.task_options, name)
+            if bad_name:
+                yield checks.Error(
+                    f"{where}['QUEUES']: {bad_name}.",
+                    hint="Use letters, digits, '_', '.' or '-' (and a short name).",
+                    id="redisq_django.E022",
+                )
+
+    # -- enqueueing --------------------------------------------------------------------
+
+    def level_queue(self, task: Task[..., Any]) -> str:
+        """The redisq queue a task goes to (its queue name and priority level)."""
+        return self.task_options.level_queue(task.queue_name, level_rank(task.priority))
+
+    def prepare(
+        self, task: Task[..., Any], args: Any, kwargs: Any, result_id: str | None = None
+    ) -> tuple[TaskResult[..., Any], Envelope, TaskMessage, int]:
+        """Validate and encode a task: its READY result, its message and when its result
+        expires (ms). Raises as ``enqueue``."""
+        self.validate_task(task)
+        result = TaskResult(
+            task=task,
+            id=result_id if result_id is not None else new_message_id(),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        message = TaskMessage.of(task, result, self.task_options.max_retries)
+        eta = None
+        if task.run_after is not None:
+            eta = task.run_after if timezone.is_aware(task.run_after) else (
+                timezone.make_aware(task.run_after)
+            )  # fmt: skip
+        envelope = get_broker().prepare(
+            self.level_queue(task), message.payload(), eta=eta, id=result.id
+        )
+        due = envelope.due_at_ms or 0
+        expire_at = max(now_ms(), due) + self.task_options.result_ttl_ms
+        return result, envelope, message, expire_at
+
+    def ensure_queue(self, queue: str) -> None:
+        """Register the ``tasks`` consumer of ``queue`` from its start (once a process),
+        so that tasks enqueued before any worker ran are not skipped."""
+        if queue not in self._ensured:
+            get_broker().ensure_consumer(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
+            self._ensured.add(queue)
+
+    def enqueue(  # type: ignore[override]  # the stubs' ParamSpec ties args to the task
+        self, task: Task[..., Any], args: Any, kwargs: Any
+    ) -> TaskResult[..., Any]:
+        """Enqueue ``task``: its READY result and its message in one script.
+
+        Raises:
+            InvalidTask: the task is not valid for this backend.
+            TypeError: args or kwargs are not JSON-serialisable.
+            PayloadTooLarge, RedisUnavailable: as ``publish``.
+        """
+        result, envelope, message, expire_at = self.prepare(task, args, kwargs)
+        self.ensure_queue(envelope.queue)
+        self.results.enqueue(envelope, message.result_fields(), expire_at_ms=expire_at)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    async def aenqueue(  # type: ignore[override]  # as enqueue
+        self, task: Task[..., Any], args: Any, kwargs: Any
+    ) -> TaskResult[..., Any]:
+        """``enqueue`` with an asyncio Redis client (``redis.asyncio``): never blocks the
+        event loop on Redis."""
+        result, envelope, message, expire_at = self.prepare(task, args, kwargs)
+        keys = get_broker().keys(envelope.queue)
+        async with aio.client() as client:
+            if envelope.queue not in self._ensured:
+                await aio.ensure_consumer(client, keys, TASKS_CONSUMER)
+                self._ensured.add(envelope.queue)
+            await aio.enqueue(client, keys, envelope, message.result_fields(), expire_at, PUBLISH)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results -----------------------------------------------------------------------
+
+    def result_queues(self) -> list[str]:
+        """Every redisq queue whose results this backend reads."""
+        opts = self.task_options
+        return [q for name in sorted(self.queues) for q in opts.level_queues(name)]
+
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The result ``result_id``, read from Redis (any process may ask).
+
+        Raises:
+            TaskResultDoesNotExist: unknown, or expired (``OPTIONS["RESULT_TTL"]``).
+        """
+        found = self.results.read(self.result_queues(), result_id)
+        if found is None:
+            raise TaskResultDoesNotExist(result_id)
+        return from_fields(result_id, found[1], self.alias)
+
+    async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
+        """``get_result`` with an asyncio Redis client."""
+        broker = get_broker()
+        keys = [broker.keys(q) for q in self.result_queues()]
+        async with aio.client() as client:
+            found = await aio.read(client, keys, result_id)
+        if found is None:
+            raise TaskResultDoesNotExist(result_id)
+        return from_fields(result_id, found, self.alias)

@@ -1,0 +1,222 @@
+"""The handler of the ``tasks`` consumer: runs one task message and records its result.
+
+A worker (``runconsumer --tasks``) calls :func:`execute` for each task message, in a
+handler thread. The result goes RUNNING when the attempt starts (``task_start.lua``);
+then one script settles the message with the result (``task_settle.lua``): the ack with
+SUCCESSFUL, a retry with READY, or a dead letter with FAILED. Django's ``task_started``
+and ``task_finished`` signals are sent here, as Django's own backends send them (the
+handler holds the ``TaskResult`` they carry; a middleware would have to rebuild it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from traceback import format_exception
+from typing import Any
+
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks.base import TaskError
+from django.tasks.signals import task_finished, task_started
+from django.utils.json import normalize_json
+
+from redisq_django.core.clock import now_ms
+from redisq_django.core.deadletter import Failure
+from redisq_django.core.handler import Reject, Settled
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
+from redisq_django.core.retry import RetryPolicy
+from redisq_django.core.task_pipe import TaskPipe
+from redisq_django.core.task_results import SUCCESSFUL, TaskResults
+from redisq_django.core.worker.middleware import Middleware
+from redisq_django.tasks.backend import RedisqBackend, RedisqTask
+from redisq_django.tasks.results import TaskMessage, load_task, task_for, to_datetime
+
+logger = logging.getLogger("redisq.tasks")
+
+
+def _policy(message: Message, job: TaskMessage, default_retries: int) -> RetryPolicy:
+    """How a failed attempt is retried: the consumer's backoff (backend options, admin
+    overrides) with the task's own ``@task`` options on top. Its ``max_retries`` is the
+    task's (or the backend's ``OPTIONS["MAX_RETRIES"]``), never the consumer's: that one
+    is the budget for crashes (deliveries that never settled)."""
+    policy = message.policy or RetryPolicy()
+    changes: dict[str, Any] = {
+        "max_retries": int(job.retry.get("max_retries", default_retries)),
+    }
+    if "backoff" in job.retry:
+        changes["backoff_s"] = float(job.retry["backoff"])
+    if "max_backoff" in job.retry:
+        changes["max_backoff_s"] = float(job.retry["max_backoff"])
+    return policy.evolve(**changes)
+
+
+def _error(exc: BaseException) -> TaskError:
+    kind = type(exc)
+    return TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback="".join(format_exception(exc)),
+    )
+
+
+def execute(message: Message) -> None:
+    """Run the task of ``message`` and settle it with its result.
+
+    Raises:
+        Reject: the message is not a task message, or names a backend that is not ours
+            (a dead letter at once: retrying cannot help).
+        Settled: the attempt was settled here: ``ACKED`` with its result (written
+            without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
+            or ``DEAD``; ``LOST`` when another instance holds the message.
+    """
+    try:
+        job = TaskMessage.from_payload(message.payload)
+    except ValueError as exc:
+        raise Reject(str(exc)) from None
+    backend = task_backends[job.backend]
+    if not isinstance(backend, RedisqBackend):
+        raise Reject(f"TASKS[{job.backend!r}] is not a redisq backend")
+    store = backend.results
+    pipe = _pipe(store)
+    pipe.read_all()  # the previous task's settle (its reply arrived meanwhile)
+    ttl = backend.task_options.result_ttl_ms
+    worker_id = message.consumer or "unknown"
+    task_object = _task_or_placeholder(job)
+    started = max(now_ms(), job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
+    expire, rebuild = started + ttl, job.result_fields()
+    if pipe.available and message.stream is Stream.LOG and message.attempts == 1:
+        # A first delivery (retries and re-drives come through the direct stream): no
+        # attempt before it, so the task need not wait for the start's reply.
+        pipe.write("task_start", *store.start_call(message, worker_id, expire, rebuild, started))
+        workers, errors = [worker_id], list[dict[str, str]]()
+    else:
+        workers, errors, started = store.start(
+            message, worker_id=worker_id, expire_at_ms=expire, rebuild=rebuild, now=started
+        )
+    result = TaskResult(
+        task=task_object,
+        id=message.id,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=to_datetime(job.enqueued_at_ms),
+        started_at=to_datetime(started),
+        finished_at=None,
+        last_attempted_at=to_datetime(max(now_ms(), started)),
+        args=job.args,
+        kwargs=job.kwargs,
+        backend=job.backend,
+        errors=[TaskError(**e) for e in errors],
+        worker_ids=workers,
+    )
+    task_started.send(sender=type(backend), task_result=result)
+    try:
+        task = load_task(job.task)
+        if job.takes_context:
+            raw = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+        else:
+            raw = task.call(*job.args, **job.kwargs)
+        value_json = json.dumps(normalize_json(raw))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: Django records it as FAILED
+        pipe.read_all()  # the start is applied before the failure is settled
+        _failed(message, job, backend, result, exc, started)
+        raise AssertionError("unreachable") from exc  # _failed always raises
+    finished = max(now_ms(), started)
+    done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", to_datetime(finished))
+    object.__setattr__(result, "_return_value", json.loads(value_json))
+    if pipe.available:
+        # Acknowledged with its result by this write (the worker must not ack it too:
+        # its own ack could reach Redis first); the reply is read with the next write.
+        pipe.write("task_settle", *store.succeed_call(message, done, expire_at_ms=finished + ttl))
+        task_finished.send(sender=type(backend), task_result=result)
+        raise Settled(Outcome.ACKED)
+    if not store.succeed(message, done, expire_at_ms=finished + ttl):
+        raise Settled(Outcome.LOST)
+    task_finished.send(sender=type(backend), task_result=result)
+
+
+_local = threading.local()
+
+
+def _pipe(store: TaskResults) -> TaskPipe:
+    """This thread's pipe of task writes (a new one when the broker changed)."""
+    pipe: TaskPipe | None = getattr(_local, "pipe", None)
+    if pipe is None or pipe.client is not store.client:
+        if pipe is not None:
+            pipe.close()
+        pipe = _local.pipe = TaskPipe(store.client, store.scripts)
+    return pipe
+
+
+class TaskPipeMiddleware(Middleware):
+    """Reads the replies of a handler thread's task writes at the end of each batch and
+    gives its connection back (``TaskPipe``)."""
+
+    def after_batch(self, messages: Sequence[Message]) -> None:
+        pipe: TaskPipe | None = getattr(_local, "pipe", None)
+        if pipe is not None:
+            pipe.close()
+
+
+#: The worker runs it with the task queues' handler (``consuming.runner``).
+execute.worker_middleware = TaskPipeMiddleware()  # type: ignore[attr-defined]
+
+
+def _failed(
+    message: Message,
+    job: TaskMessage,
+    backend: RedisqBackend,
+    result: TaskResult[..., Any],
+    exc: BaseException,
+    started: int,
+) -> None:
+    """Settle a failed attempt (retry or dead letter) and send ``task_finished``; called
+    inside the ``except`` block, so that Django's log line carries the traceback."""
+    error = _error(exc)
+    finished = max(now_ms(), started)
+    outcome = backend.results.fail(
+        message,
+        Failure(error.exception_class_path, str(exc), error.traceback),
+        _policy(message, job, backend.task_options.max_retries),
+        error=dataclasses.asdict(error),
+        finished_at_ms=finished,
+        expire_at_ms=finished + backend.task_options.result_ttl_ms,
+    )
+    result.errors.append(error)
+    if outcome is Outcome.DEAD:
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", to_datetime(finished))
+        task_finished.send(sender=type(backend), task_result=result)
+    elif outcome is Outcome.RETRIED:
+        object.__setattr__(result, "status", TaskResultStatus.READY)
+        logger.info(
+            "Task id=%s path=%s attempt %d failed (%s); retrying",
+            result.id,
+            job.task,
+            message.attempts,
+            error.exception_class_path,
+        )
+    raise Settled(outcome, exc) from exc
+
+
+def task_missing(*args: object, **kwargs: object) -> None:
+    """Stands for a task whose path no longer imports, in the result its failure gets."""
+
+
+def _task_or_placeholder(job: TaskMessage) -> Task[..., Any]:
+    """The task of ``job`` as it was enqueued; when it cannot be imported, the failure
+    is the task's own (raised again when it runs), and a placeholder stands in."""
+    try:
+        return task_for(job.task, job.result_fields())
+    except ImportError:
+        return RedisqTask(
+            func=task_missing,
+            backend=job.backend,
+            queue_name=job.queue_name,
+            priority=job.priority,
+        )

@@ -1,0 +1,74 @@
+"""Receivers of the tasks backend, connected from ``AppConfig.ready()`` (Django >= 6.0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models.signals import post_save
+
+from redisq_django.consuming.registry import registry
+from redisq_django.core.clock import now_ms
+from redisq_django.core.deadletter import DeadReason
+from redisq_django.models import DeadLetter
+from redisq_django.signals import dead_letters_retried
+from redisq_django.tasks.options import TASKS_CONSUMER
+
+
+def _task_queue_ttls() -> dict[str, int]:
+    """redisq queue of each task queue -> its results' TTL (ms)."""
+    from redisq_django.tasks.declarations import redisq_backends
+
+    return {
+        q: options.result_ttl_ms
+        for options, names in redisq_backends().values()
+        for name in names
+        for q in options.level_queues(name)
+    }
+
+
+def _results() -> Any:
+    from redisq_django.connection import get_broker
+    from redisq_django.core.task_results import TaskResults
+
+    broker = get_broker()
+    return TaskResults(broker.client, broker.scripts, broker.keys)
+
+
+def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:
+    """Dead letters of task queues sent again (the admin's Retry): their FAILED results
+    are READY again, until a worker starts them."""
+    ttl = _task_queue_ttls()
+    results = _results()
+    for row in rows:
+        if row.consumer == TASKS_CONSUMER and row.queue in ttl:
+            results.ready(row.queue, row.message_id, expire_at_ms=now_ms() + ttl[row.queue])
+
+
+def results_of_lost_tasks(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A task's dead letter stored with reason ``lease_expired`` (its workers kept
+    dying, so none settled it): its result, left READY or RUNNING, is FAILED."""
+    if instance.consumer != TASKS_CONSUMER or instance.reason != DeadReason.LEASE_EXPIRED:
+        return
+    ttl = _task_queue_ttls().get(instance.queue)
+    if ttl is None:
+        return
+    error = {
+        "exception_class_path": "redisq_django.tasks.results.LeaseExpired",
+        "traceback": instance.error_message,
+    }
+    _results().lost(instance.queue, instance.message_id, error=error, expire_at_ms=now_ms() + ttl)
+
+
+def task_declarations() -> list[Any]:
+    from redisq_django.tasks.declarations import task_declarations as declared
+
+    return declared()
+
+
+def connect() -> None:
+    """Connect the receivers and declare the task queues (idempotent)."""
+    dead_letters_retried.connect(results_ready_again, dispatch_uid="redisq_tasks_ready_again")
+    post_save.connect(
+        results_of_lost_tasks, sender=DeadLetter, dispatch_uid="redisq_tasks_lost_results"
+    )
+    registry.add_provider("tasks", task_declarations)

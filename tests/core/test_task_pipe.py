@@ -1,0 +1,47 @@
+"""The task pipe: a thread's task writes sent without waiting, replies read later; after
+a NOSCRIPT (Redis lost its scripts) the refused calls run again, in order."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from redisq_django.core.broker import Broker
+from redisq_django.core.message import Message, Stream
+from redisq_django.core.task_pipe import TaskPipe
+from redisq_django.core.task_results import TaskResults
+
+G = "tasks"
+
+
+def _delivered(broker: Broker, queue: str) -> Message:
+    broker.ensure_consumer(queue, G, "earliest")
+    broker.client.xadd(broker.keys(queue).log, {"payload": "{}", "id": "r1"})
+    with broker.subscribe(queue, G, "c1") as sub:
+        [message] = sub.fetch(count=1, block_ms=100)
+        return message
+
+
+@pytest.mark.parametrize("flush_scripts", [False, True])
+def test_start_and_settle_are_applied_in_order(
+    redis_client: redis.Redis, queue_name: str, flush_scripts: bool
+) -> None:
+    # Given a delivered task message and a pipe (with Redis's scripts flushed or not)
+    broker = Broker(redis_client)
+    message = _delivered(broker, queue_name)
+    results = TaskResults(broker.client, broker.scripts, broker.keys)
+    pipe = TaskPipe(broker.client, broker.scripts)
+    if flush_scripts:
+        redis_client.script_flush()
+    # When its start and its settle are written without waiting, then read
+    pipe.write("task_start", *results.start_call(message, "w1", 2**41, {"task": "t"}, 100))
+    pipe.write("task_settle", *results.succeed_call(message, {"status": "SUCCESSFUL"},
+                                                     expire_at_ms=2**41))  # fmt: skip
+    pipe.close()
+    # Then the message is acknowledged and its result SUCCESSFUL, started by w1
+    keys = broker.keys(queue_name)
+    assert redis_client.xpending(keys.log, G)["pending"] == 0
+    stored = redis_client.hgetall(keys.task_result("r1"))
+    assert stored[b"status"] == b"SUCCESSFUL"
+    assert stored[b"worker_ids"] == b'["w1"]' and stored[b"started_at"] == b"100"
+    assert message.stream is Stream.LOG

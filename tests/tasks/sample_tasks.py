@@ -1,0 +1,125 @@
+"""Task functions of the tasks backend tests (imported while TASKS uses redisq).
+
+Most record what they did in a Redis list named by their first argument, so that a test
+in another thread or process sees every run (``RUNS_URL`` points at the test Redis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import redis
+from django.tasks import TaskContext, task
+
+#: Set by the tests: the Redis where runs are recorded.
+RUNS_URL_ENV = "REDISQ_TEST_RUNS_URL"
+
+
+def _record(key: str, value: str) -> None:
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        client.rpush(key, value)
+    finally:
+        client.close()
+
+
+@task()
+def noop(*args: Any, **kwargs: Any) -> None:
+    """Does nothing (the benchmark's task)."""
+
+
+@task()
+def record(key: str, value: str) -> str:
+    _record(key, value)
+    return value
+
+
+@task()
+def calculate(a: int, b: int, *, scale: int = 1) -> dict[str, Any]:
+    return {"sum": (a + b) * scale, "items": [a, b]}
+
+
+@task()
+def failing(message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+@task(max_retries=2, backoff=0.05, max_backoff=0.1)
+def flaky(key: str, fail_times: int) -> int:
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        runs = client.rpush(key, "ran")
+    finally:
+        client.close()
+    if runs <= fail_times:
+        raise RuntimeError(f"attempt {runs} fails")
+    return runs
+
+
+@task()
+def exits(message: str = "bye") -> None:
+    sys.exit(message)
+
+
+@task()
+def returns_non_json() -> object:
+    return object()
+
+
+@task(takes_context=True)
+def with_context(context: TaskContext, key: str) -> dict[str, Any]:
+    _record(key, f"{context.attempt}:{context.task_result.id}")
+    return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task()
+async def async_record(key: str, value: str) -> str:
+    await asyncio.sleep(0)
+    _record(key, value)
+    return value
+
+
+@task()
+def stamp(key: str) -> float:
+    now = time.time()
+    _record(key, repr(now))
+    return now
+
+
+@task()
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task()
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+async def async_noop(*args: Any, **kwargs: Any) -> None:
+    await asyncio.sleep(0)
+
+
+@task()
+def slow_first_time(key: str, sleep_s: float) -> int:
+    """Records each start; the first attempt sleeps (long enough to be killed)."""
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        runs = client.rpush(key, "started")
+    finally:
+        client.close()
+    if runs == 1:
+        time.sleep(sleep_s)
+    return runs
+
+
+@task()
+def kills_its_worker(key: str) -> None:
+    """Records its start, then kills the process running it (every time)."""
+    _record(key, "started")
+    os.kill(os.getpid(), 9)

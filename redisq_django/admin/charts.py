@@ -84,9 +84,15 @@ def _time(ms: int) -> str:
 
 
 def chart(
-    chart_id: str, title: str, unit: str, series: Sequence[Series], starts_ms: Sequence[int]
+    chart_id: str,
+    title: str,
+    unit: str,
+    series: Sequence[Series],
+    starts_ms: Sequence[int],
+    empty_text: str = "",
 ) -> SafeString:
-    """One chart of ``series`` over the points starting at ``starts_ms``."""
+    """One chart of ``series`` over the points starting at ``starts_ms``; ``empty_text``
+    is shown over it when it has nothing but gaps (and zeros, for counted series)."""
     n = len(starts_ms)
     peak = max((v for s in series for v in s.values if v is not None), default=0.0)
     top = _ceiling(peak)
@@ -157,11 +163,16 @@ def chart(
             if s.total is not None
         ),
     )
+    empty = (
+        format_html('<span class="redisq-chart-empty">{}</span>', empty_text)
+        if all(v is None or (v == 0 and s.total is not None) for s in series for v in s.values)
+        else ""
+    )
     first = _time(starts_ms[0]) if starts_ms else ""
     last = _time(starts_ms[-1]) if starts_ms else ""
     return format_html(
         '<figure class="redisq-chart" id="{}"{}><figcaption><strong>{}</strong> {}</figcaption>'
-        '<div class="redisq-chart-plot"><span class="redisq-chart-top">{} {}</span>{}</div>'
+        '<div class="redisq-chart-plot"><span class="redisq-chart-top">{} {}</span>{}{}</div>'
         '<div class="redisq-chart-x"><span>{}</span><span>{}</span></div></figure>',
         chart_id,
         totals,
@@ -170,6 +181,7 @@ def chart(
         _number(top),
         unit,
         svg,
+        empty,
         first,
         last,
     )
@@ -250,17 +262,19 @@ def trend_charts(
         Series(_("dead"), "redisq-s-dead", per_minute(DEAD, names), total(DEAD, names)),
     ]
     per_min = _("/min")
+    nothing = _("nothing in this range")
     return format_html(
         '<div class="redisq-charts" data-minutes="{}">{}{}{}{}</div>',
         minutes,
-        chart("redisq-chart-throughput", _("Throughput"), per_min, throughput, starts),
-        chart("redisq-chart-failures", _("Failures"), per_min, failures, starts),
+        chart("redisq-chart-throughput", _("Throughput"), per_min, throughput, starts, nothing),
+        chart("redisq-chart-failures", _("Failures"), per_min, failures, starts, nothing),
         chart(
             "redisq-chart-backlog",
             _("Backlog"),
             "",
             [Series(_("backlog"), "redisq-s-backlog", backlog())],
             starts,
+            _("no samples: running workers sample it every 15 s"),
         ),
         chart(
             "redisq-chart-duration",
@@ -268,5 +282,6 @@ def trend_charts(
             "ms",
             [Series(_("average"), "redisq-s-duration", handler_ms())],
             starts,
+            _("no handler ran in this range"),
         ),
     )

@@ -285,7 +285,7 @@ class LivePages(LiveActions):
             if key in ("stalled",):
                 continue
             if key == "paused":
-                html = figures.badge("paused" if value else "active")
+                html = figures.badge("paused") if value else format_html("{}", _("no"))
             elif key == "oldest_unacked":
                 html = figures.figure(figures.age(value), key) if known else missing
             elif key == "instances":

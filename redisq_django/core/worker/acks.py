@@ -16,9 +16,13 @@ them again once Redis is back. A cold stop loses only acks not yet written; thei
 messages are delivered again (at-least-once).
 
 The same write records which message the thread starts next (``mark``), so that
-``reclaim.lua`` counts a delivery only for a message whose handler actually started,
-and (trends on) counts the handled messages and their handler time in the queue's
-per-minute trends (``core/trends.py``), both with their replies skipped.
+``reclaim.lua`` counts a delivery only for a message whose handler actually started.
+
+With trends on, the batch's handled messages and their handler time are counted in the
+queue's per-minute trends (``core/trends.py``) by the batch's last write (:meth:`flush`),
+with their replies skipped: the counters ride in the same pipeline as the batch's
+acknowledgements, at one small command per batch instead of one per message. A worker
+killed in the middle of a batch leaves that batch uncounted.
 
 Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
 """
@@ -62,9 +66,8 @@ class AckPipe:
         self._conn: Any = None
         self._packed = _Prepacked(sub)
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
-        #: Entries whose counters went with a write Redis answered with an error (e.g.
-        #: NOSCRIPT after a restart): sent again, they are not counted again.
-        self._counted: set[bytes] = set()
+        #: Handled messages and their handler ms, not yet counted in the trends.
+        self._handled = self._handled_ms = 0
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -79,15 +82,20 @@ class AckPipe:
         return [m for ms in self._unread for m in ms] + self._queued
 
     def add(self, message: Message) -> None:
-        """``message``'s handler returned: acknowledge it with the next write."""
+        """``message``'s handler returned: acknowledge it with the next write (and count
+        it with the batch's last)."""
         self._queued.append(message)
+        self._handled += 1
+        self._handled_ms += message.duration_ms or 0
 
     @translate_errors
-    def send(self, mark: Message | None = None) -> None:
-        """Write the queued acknowledgements (and ``mark``, the message about to start)
-        now, without waiting for the reply."""
+    def send(self, mark: Message | None = None, *, counts: bool = False) -> None:
+        """Write the queued acknowledgements (and ``mark``, the message about to start;
+        with ``counts``, the trend counters of what was handled) now, without waiting
+        for the reply."""
         acked = self._queued
-        if not acked and mark is None:
+        counted = counts and self._counter is not None and self._handled > 0
+        if not acked and mark is None and not counted:
             return
         if self._pool is None:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
@@ -96,7 +104,9 @@ class AckPipe:
             self._read_replies()
         if self._conn is None:
             self._conn = self._pool.get_connection()
-        packed = self._packed_ack(acked) if acked else b""
+        packed = self._packed_command(acked) if acked else b""
+        if counted:  # their replies are skipped too
+            packed += self._packed_counts()
         if mark is not None:  # its reply is skipped: only the ack's is read back
             packed += _NO_REPLY + self._packed.mark + _bulk(started_tag(mark))
         self._queued = []
@@ -107,12 +117,15 @@ class AckPipe:
         except BaseException:
             self._drop_connection()
             raise
+        if counted:
+            self._handled = self._handled_ms = 0
 
     @translate_errors
     def flush(self) -> None:
-        """Write what is queued and read every reply: when this returns, every handled
-        message is acknowledged (and its ``after_settle`` hooks ran)."""
-        self.send()
+        """Write what is queued, with the batch's trend counters, and read every reply:
+        when this returns, every handled message is acknowledged (and its
+        ``after_settle`` hooks ran)."""
+        self.send(counts=True)
         self._read_replies()
         if self._conn is not None:
             self._pool.release(self._conn)
@@ -125,9 +138,6 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_ack(self, messages: list[Message]) -> bytes:
-        return self._packed_command(messages) + self._packed_counts(messages)
-
     def _packed_command(self, messages: list[Message]) -> bytes:
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
@@ -139,15 +149,14 @@ class AckPipe:
             return head + _bulk(m.entry_id) + _bulk(records)
         return bytes(pack_command(self._ack_command(messages)))
 
-    def _packed_counts(self, messages: list[Message]) -> bytes:
-        """The trend counters of ``messages``, each after a ``CLIENT REPLY SKIP``."""
-        if self._counter is None:
-            return b""
-        if self._counted:
-            fresh = [m for m in messages if m.entry_id not in self._counted]
-            self._counted.difference_update(m.entry_id for m in messages)
-            messages = fresh
-        counts = trends.handled_counts(self.sub.group, (m.duration_ms for m in messages))
+    def _packed_counts(self) -> bytes:
+        """The trend counters of what was handled, each after a ``CLIENT REPLY SKIP``."""
+        assert self._counter is not None
+        group = self.sub.group
+        counts = {
+            trends.per_consumer(trends.HANDLED, group): self._handled,
+            trends.per_consumer(trends.HANDLER_MS, group): self._handled_ms,
+        }
         return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in self._counter.commands(counts))
 
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
@@ -161,6 +170,7 @@ class AckPipe:
         return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
 
     def _run_now(self, mark: Message | None) -> None:
+        self._handled = self._handled_ms = 0  # Subscription.ack counts them itself
         acked = self._queued
         if acked:
             self.sub.ack(acked)
@@ -181,9 +191,7 @@ class AckPipe:
                 raise
             self._unread.pop(0)
             if isinstance(answer, Exception):
-                self._queued[:0] = acked  # not acknowledged: send again
-                if self._counter is not None:  # ... but counted: its counters went through
-                    self._counted.update(m.entry_id for m in acked)
+                self._queued[:0] = acked  # not acknowledged: send again (counted already)
                 if isinstance(answer, redis.exceptions.NoScriptError):
                     self.sub.scripts.load("ack")  # Redis restarted: load it, send again
                 elif failure is None:
@@ -196,7 +204,7 @@ class AckPipe:
 
     def _drop_connection(self) -> None:
         if self._counter is not None:
-            self._counter.forget()
+            self._counter.forget()  # a write with an EXPIRE may be lost
         for acked in reversed(self._unread):
             self._queued[:0] = acked
         self._unread = []

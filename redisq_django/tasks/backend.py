@@ -102,7 +102,9 @@ class RedisqBackend(BaseTaskBackend):
         """The task results of the current broker (rebuilt when settings change it)."""
         broker = get_broker()
         if self._results is None or self._results.client is not broker.client:
-            self._results = TaskResults(broker.client, broker.scripts, broker.keys)
+            self._results = TaskResults(
+                broker.client, broker.scripts, broker.keys, trends_on=broker.config.trends
+            )
         return self._results
 
     # -- validation --------------------------------------------------------------------

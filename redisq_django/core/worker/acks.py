@@ -36,8 +36,10 @@ import redis
 from hiredis import pack_command
 
 from redisq_django.core import events, settle, trends
+from redisq_django.core.batch import run_batch
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import to_bytes
 
@@ -66,8 +68,10 @@ class AckPipe:
         self._conn: Any = None
         self._packed = _Prepacked(sub)
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
-        #: Handled messages and their handler ms, not yet counted in the trends.
-        self._handled = self._handled_ms = 0
+        #: Trend counts of this batch not written yet (handled, their handler ms, ...).
+        self._counts: dict[str, int] = {}
+        self._handled_field = trends.per_consumer(trends.HANDLED, sub.group)
+        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.group)
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -85,8 +89,25 @@ class AckPipe:
         """``message``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(message)
-        self._handled += 1
-        self._handled_ms += message.duration_ms or 0
+        if self._pool is None:  # acknowledged (and counted) by Subscription.ack
+            return
+        counts = self._counts
+        counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
+        counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
+
+    def count_settled(self, message: Message, outcome: Outcome, failed: bool) -> None:
+        """``message``'s handler settled it itself (a Django task): count it in the trends
+        with the batch's last write, as if it went through :meth:`add` or a failure."""
+        if outcome is Outcome.ACKED:
+            counts = trends.handled_counts(self.sub.group, [message.duration_ms])
+        elif outcome in (Outcome.RETRIED, Outcome.DEAD):
+            counts = trends.settle_counts(
+                self.sub.group, failed, outcome.value, message.duration_ms
+            )
+        else:
+            return
+        for name, n in counts.items():
+            self._counts[name] = self._counts.get(name, 0) + n
 
     @translate_errors
     def send(self, mark: Message | None = None, *, counts: bool = False) -> None:
@@ -94,7 +115,7 @@ class AckPipe:
         with ``counts``, the trend counters of what was handled) now, without waiting
         for the reply."""
         acked = self._queued
-        counted = counts and self._counter is not None and self._handled > 0
+        counted = counts and self._counter is not None and bool(self._counts)
         if not acked and mark is None and not counted:
             return
         if self._pool is None:  # no single connection to pipeline on: synchronous
@@ -118,7 +139,7 @@ class AckPipe:
             self._drop_connection()
             raise
         if counted:
-            self._handled = self._handled_ms = 0
+            self._counts = {}
 
     @translate_errors
     def flush(self) -> None:
@@ -150,14 +171,10 @@ class AckPipe:
         return bytes(pack_command(self._ack_command(messages)))
 
     def _packed_counts(self) -> bytes:
-        """The trend counters of what was handled, each after a ``CLIENT REPLY SKIP``."""
+        """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
         assert self._counter is not None
-        group = self.sub.group
-        counts = {
-            trends.per_consumer(trends.HANDLED, group): self._handled,
-            trends.per_consumer(trends.HANDLER_MS, group): self._handled_ms,
-        }
-        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in self._counter.commands(counts))
+        commands = self._counter.commands(self._counts)
+        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
 
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
         sub = self.sub
@@ -170,7 +187,6 @@ class AckPipe:
         return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
 
     def _run_now(self, mark: Message | None) -> None:
-        self._handled = self._handled_ms = 0  # Subscription.ack counts them itself
         acked = self._queued
         if acked:
             self.sub.ack(acked)
@@ -178,6 +194,11 @@ class AckPipe:
             self._on_acked(acked)
         if mark is not None:
             self.client.execute_command(*self._mark_command(mark))
+        if self._counts and self._counter is not None:  # what handlers settled themselves
+            run_batch(
+                self.client, [], transaction=False, quiet=self._counter.commands(self._counts)
+            )
+            self._counts = {}
 
     def _read_replies(self) -> None:
         conn = self._conn

@@ -291,7 +291,8 @@ class LivePages(LiveActions):
             elif key == "instances":
                 html = figures.instances(value, numbers["stalled"]) if known else missing
             elif key == "dead":
-                html = figures.figure(value if known else f"{dead_rows}+?", key)
+                rows_only = f"{dead_rows}+?" if snapshot.error else dead_rows
+                html = figures.figure(value if known else rows_only, key)
                 html = format_html('<a href="{}">{}</a>', dead_url, html)
             else:
                 html = figures.figure(value, key) if value is not None else missing

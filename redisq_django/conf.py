@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "CONNECTION": "default",
     # ...unless a redis:// or rediss:// URL is given, which then wins.
     "URL": None,
+    # True: URL names a node of a Redis Cluster (the client is a redis.cluster.RedisCluster).
+    "CLUSTER": False,
     "PREFIX": "redisq",
     "MAX_PAYLOAD_BYTES": core_defaults.DEFAULT_MAX_PAYLOAD_BYTES,
     # The default retry policy of consumers, in seconds (RetryPolicy's own defaults).
@@ -112,6 +114,10 @@ def _validate(user: Any) -> dict[str, Any]:
         not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))
     ):
         problems.append("URL must be a redis://, rediss:// or unix:// URL")
+    if not isinstance(merged["CLUSTER"], bool):
+        problems.append("CLUSTER must be True or False")
+    elif merged["CLUSTER"] and (not isinstance(url, str) or not url.startswith("redis")):
+        problems.append("CLUSTER needs URL: the redis:// or rediss:// URL of a cluster node")
     if not isinstance(merged["CONNECTION"], str) or not merged["CONNECTION"]:
         problems.append("CONNECTION must be the alias of a django-redis cache in CACHES")
     prefix = merged["PREFIX"]

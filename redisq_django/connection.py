@@ -6,6 +6,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.cluster
 
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.core import Broker
@@ -15,12 +16,15 @@ if TYPE_CHECKING:
 
 
 def get_redis_client() -> Any:
-    """The redis-py client named by ``REDISQ['URL']`` or ``REDISQ['CONNECTION']``.
+    """The redis-py client named by ``REDISQ['URL']`` (a ``RedisCluster`` with
+    ``REDISQ['CLUSTER']``) or ``REDISQ['CONNECTION']``.
 
     Raises:
         SettingsError: the alias is not a django-redis cache.
     """
     s = get_settings()
+    if s["CLUSTER"]:
+        return redis.cluster.RedisCluster.from_url(s["URL"])
     if s["URL"]:
         return redis.Redis.from_url(s["URL"])
     alias = s["CONNECTION"]

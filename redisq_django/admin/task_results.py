@@ -27,7 +27,7 @@ from redisq_django.core.errors import RedisqError
 from redisq_django.core.task_results import STATUSES, TaskResults
 from redisq_django.models import DeadLetter
 from redisq_django.models import TaskResults as TaskResultsProxy
-from redisq_django.tasks.declarations import redisq_backends
+from redisq_django.tasks.configured import redisq_backends
 
 logger = logging.getLogger("redisq.admin")
 

@@ -120,6 +120,27 @@ class DiscoveryError(ConfigurationError):
     """An app's ``consumers.py`` failed to import."""
 
 
+def import_app_modules(module_names: tuple[str, ...], error: type[Exception]) -> None:
+    """Import the modules ``module_names`` (e.g. ``("consumers",)``) of every installed
+    app that has them: Django's ``autodiscover_modules`` done app by app, so that a module
+    that fails to import is named in the error.
+
+    Raises:
+        error: naming the module and its exception, when one fails to import.
+    """
+    from django.apps import apps
+
+    for app_config in apps.get_app_configs():
+        for module_name in module_names:
+            if not module_has_submodule(app_config.module, module_name):
+                continue
+            module = f"{app_config.name}.{module_name}"
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                raise error(f"Could not import {module}: {type(exc).__name__}: {exc}") from exc
+
+
 class ConsumerRegistry:
     """The ``@consumer`` declarations of a process, found in every app's ``consumers.py``.
 
@@ -166,18 +187,7 @@ class ConsumerRegistry:
         """
         if self._discovered:
             return
-        from django.apps import apps
-
-        for app_config in apps.get_app_configs():
-            if not module_has_submodule(app_config.module, "consumers"):
-                continue
-            module = f"{app_config.name}.consumers"
-            try:
-                importlib.import_module(module)
-            except Exception as exc:
-                raise DiscoveryError(
-                    f"Could not import {module}: {type(exc).__name__}: {exc}"
-                ) from exc
+        import_app_modules(("consumers",), DiscoveryError)
         self._discovered = True
 
     def declarations(self) -> list[Declaration]:

@@ -118,5 +118,7 @@ def remove_group(client: Any, gkeys: GroupKeys) -> None:
     """Destroy the consumer group and delete the consumer's private keys."""
     with client.pipeline(transaction=True) as pipe:
         pipe.execute_command("XGROUP", "DESTROY", gkeys.queue_keys.log, gkeys.group)
-        pipe.delete(gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances, gkeys.running)
+        pipe.delete(
+            gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances, gkeys.running, gkeys.leases
+        )
         pipe.execute(raise_on_error=False)

@@ -21,6 +21,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
 ``redisq:{q}:g:<g>:instances``    zset    live instances of ``g``; score = heartbeat expiry (ms)
 ``redisq:{q}:g:<g>:running``      hash    instance -> message it started last (``log:<id>``)
+``redisq:{q}:g:<g>:leases``       zset    started deliveries with a lease of their own
+                                          (``log:<id>``); score = when it ends (ms)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
@@ -144,6 +146,12 @@ class GroupKeys:
     def instance(self, instance: str) -> str:
         """What instance ``instance`` reports with its heartbeat (JSON; expires with it)."""
         return f"{self._base}:instance:{instance}"
+
+    @property
+    def leases(self) -> str:
+        """Zset: started deliveries with a visibility timeout of their own (a task's),
+        ``log:<id>`` / ``direct:<id>``, scored by when their lease ends (ms)."""
+        return f"{self._base}:leases"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that ``message_id`` was delivered once to this consumer only."""

@@ -64,6 +64,9 @@ class Message:
     consumer: str = field(default="", repr=False)
     #: The retry policy of its logical consumer when it was delivered.
     policy: RetryPolicy | None = field(default=None, repr=False)
+    #: A visibility timeout of its own (ms), set by a handler that recorded one when it
+    #: started (a task's): the worker renews that lease instead (``core/leases.py``).
+    lease_ms: int | None = field(default=None, repr=False)
 
     # Datetimes are built on demand: most handlers never look at them, and building
     # three per message is a measurable share of a consumer's per-message cost.

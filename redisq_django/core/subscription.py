@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import events, settle, trends
+from redisq_django.core import events, leases, settle, trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
@@ -286,29 +286,24 @@ class Subscription:
 
     @translate_errors
     def extend(self, messages: Sequence[Message]) -> list[Message]:
-        """Renew the lease (visibility timeout) of messages still being handled.
+        """Renew the lease (visibility timeout) of messages still being handled: the
+        consumer's, or a message's own (``lease_ms``, ``core/leases.py``).
 
         Returns:
             The messages another instance holds now (it took them over after the lease
             expired) and will settle. Messages settled meanwhile are not reported.
         """
-        if not messages:
-            return []
-        log = [m for m in messages if m.stream is Stream.LOG]
-        direct = [m for m in messages if m.stream is not Stream.LOG]
-        lost = self.scripts(
-            "extend",
-            [self.keys.log, self.gkeys.direct],
-            [
-                self.group,
-                self.consumer,
-                len(log),
-                *(m.entry_id for m in log),
-                *(m.entry_id for m in direct),
-            ],
-        )
-        lost_ids = set(lost)
-        return [m for m in messages if m.entry_id in lost_ids]
+        own = [m for m in messages if m.lease_ms]
+        lost: set[bytes] = set()
+        if own:
+            lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.consumer, own)))
+        log = [m.entry_id for m in messages if m.stream is Stream.LOG and not m.lease_ms]
+        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG and not m.lease_ms]
+        if log or direct:
+            keys = [self.keys.log, self.gkeys.direct]
+            args = [self.group, self.consumer, len(log), *log, *direct]
+            lost.update(self.scripts("extend", keys, args))
+        return [m for m in messages if m.entry_id in lost]
 
     @translate_errors
     def reclaim(self, count: int = 100) -> list[Message]:
@@ -319,7 +314,8 @@ class Subscription:
         ever being settled (instances keep crashing on it) becomes a dead letter (reason
         ``lease_expired``) instead of being returned.
         """
-        keys = [self.keys.log, self.gkeys.direct, self.gkeys.instances, self.gkeys.running]
+        gkeys = self.gkeys
+        keys = [self.keys.log, gkeys.direct, gkeys.instances, gkeys.running, gkeys.leases]
         if self.history:  # the script records a `reclaimed` event for what it takes
             keys.append(self.keys.events)
         cur_log, cur_direct, log_entries, direct_entries = self.scripts(

@@ -24,6 +24,9 @@ from redisq_django.core.scripts import ScriptName, Scripts
 
 logger = logging.getLogger("redisq.tasks")
 
+#: The scripts a pipe writes.
+PIPED_SCRIPTS: tuple[ScriptName, ...] = ("task_start", "task_settle")
+
 
 class TaskPipe:
     """Unread script calls of one thread, on one connection (not thread-safe)."""
@@ -34,6 +37,7 @@ class TaskPipe:
         self._pool: Any = getattr(client, "connection_pool", None)
         self._conn: Any = None
         self._unread: list[tuple[ScriptName, list[str], list[Any]]] = []
+        self._loaded = False
 
     @property
     def available(self) -> bool:
@@ -46,6 +50,13 @@ class TaskPipe:
         Raises:
             redis.ConnectionError: the write failed (nothing is pending then).
         """
+        if not self._loaded:
+            # Loaded before the first write, so that a fresh Redis does not refuse a task's
+            # start (NOSCRIPT) until its reply is read, after the task ran. Both at once:
+            # after a NOSCRIPT every later call must fail too, to run again in order.
+            for piped in PIPED_SCRIPTS:
+                self.scripts.load(piped)
+            self._loaded = True
         if self._conn is None:
             self._conn = self._pool.get_connection()
         try:

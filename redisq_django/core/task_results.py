@@ -23,13 +23,15 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import settle, trends
+from redisq_django.core import events, settle, trends
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import translate_errors
+from redisq_django.core.events import EventName
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
@@ -95,15 +97,25 @@ class TaskResults:
         client: the broker's redis-py client.
         scripts: its registered scripts.
         keys: builds a queue's keys (``Broker.keys``).
+        history: record each settle's lifecycle event (``REDISQ["HISTORY"]``).
         trends_on: count published tasks in the queue's trends (same write as the
             enqueue; see ``core/trends.py``).
     """
 
-    def __init__(self, client: Any, scripts: Scripts, keys: Any, trends_on: bool = False) -> None:
+    def __init__(
+        self,
+        client: Any,
+        scripts: Scripts,
+        keys: Any,
+        *,
+        history: bool = False,
+        trends_on: bool = False,
+    ) -> None:
         self.trends_on = trends_on
         self.client = client
         self.scripts = scripts
         self.keys = keys
+        self.history = history
         self._rng = random.Random()
 
     @translate_errors
@@ -149,6 +161,7 @@ class TaskResults:
         expire_at_ms: int,
         rebuild: Mapping[str, str],
         now: int | None = None,
+        lease_ms: int = 0,
     ) -> tuple[list[str], list[dict[str, str]], int]:
         """Record that ``worker_id`` starts an attempt (``task_start.lua``): RUNNING.
 
@@ -156,12 +169,14 @@ class TaskResults:
             rebuild: the result as enqueued, written when the hash is gone (it expired
                 while the task waited).
             now: the start time (ms; default this host's clock).
+            lease_ms: the task's own visibility timeout; the attempt's lease starts now
+                (``core/leases.py``). 0: the consumer's applies.
 
         Returns:
             ``(worker_ids, errors, started_at_ms)`` after the change.
         """
         now = now_ms() if now is None else now
-        keys, args = self.start_call(message, worker_id, expire_at_ms, rebuild, now)
+        keys, args = self.start_call(message, worker_id, expire_at_ms, rebuild, now, lease_ms)
         workers, errors, started = self.scripts("task_start", keys, args)
         return json.loads(workers), json.loads(errors), int(started)
 
@@ -172,21 +187,58 @@ class TaskResults:
         expire_at_ms: int,
         rebuild: Mapping[str, str],
         now: int,
+        lease_ms: int = 0,
     ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of :meth:`start`, to send through a ``TaskPipe``."""
         keys = self.keys(message.queue)
+        gkeys = keys.group(message.group)
+        source = keys.log if message.stream is Stream.LOG else gkeys.direct
         return (
-            [keys.task_result(message.id), keys.task_results],
-            [expire_at_ms, message.id, worker_id, now, *_pairs(rebuild)],
+            [keys.task_result(message.id), keys.task_results, source, gkeys.leases],
+            [
+                expire_at_ms,
+                message.id,
+                worker_id,
+                now,
+                message.group,
+                message.entry_id,
+                started_tag(message),
+                lease_ms,
+                *_pairs(rebuild),
+            ],
         )
 
     @translate_errors
-    def succeed(self, message: Message, result: Mapping[str, str], *, expire_at_ms: int) -> bool:
-        """Acknowledge ``message`` and write its SUCCESSFUL ``result`` fields together.
+    def succeed(
+        self,
+        message: Message,
+        result: Mapping[str, str],
+        *,
+        expire_at_ms: int,
+        duration_ms: int | None = None,
+    ) -> bool:
+        """Acknowledge ``message`` and write its SUCCESSFUL ``result`` fields together
+        (with its ``handled`` event, history on: ``duration_ms`` is the task's run time).
 
         Returns:
             False when this instance no longer holds the message (nothing written).
         """
-        return self._settle(message, "ack", "", result, b"", {}, expire_at_ms)
+        keys, args = self.succeed_call(
+            message, result, expire_at_ms=expire_at_ms, duration_ms=duration_ms
+        )
+        return bool(self.scripts("task_settle", keys, args))
+
+    def succeed_call(
+        self,
+        message: Message,
+        result: Mapping[str, str],
+        *,
+        expire_at_ms: int,
+        duration_ms: int | None = None,
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
+        event = self._event(EventName.HANDLED, message, duration_ms)
+        return self.settle_call(message, "ack", "", result, b"", {}, expire_at_ms, event)
 
     @translate_errors
     def fail(
@@ -198,10 +250,12 @@ class TaskResults:
         error: Mapping[str, str],
         finished_at_ms: int,
         expire_at_ms: int,
+        duration_ms: int | None = None,
     ) -> Outcome:
         """Settle a failed attempt with its result: a retry after the policy's backoff
-        (status READY) while attempts remain, else a dead letter (status FAILED).
-        ``error`` is appended to the result's ``errors``.
+        (status READY) while attempts remain, else a dead letter (status FAILED), with
+        its ``retried`` or ``dead`` event (history on). ``error`` is appended to the
+        result's ``errors``.
 
         Returns:
             ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds it.
@@ -211,11 +265,14 @@ class TaskResults:
         retry_fields = settle.next_delivery(message, now, failed=True)
         if policy.should_retry(message.attempts):
             wait_ms = max(1, int(policy.backoff(message.attempts, self._rng) * 1000))
-            settled = self._settle(
+            event = self._event(  # task_settle.lua puts the due time by Redis's clock
+                EventName.RETRIED, message, duration_ms, failure=failure, next_due_ms=now + wait_ms
+            )
+            keys, args = self.settle_call(
                 message, "retry", f"+{wait_ms}", {"status": READY}, error_json, retry_fields,
-                expire_at_ms,
+                expire_at_ms, event,
             )  # fmt: skip
-            return Outcome.RETRIED if settled else Outcome.LOST
+            return Outcome.RETRIED if self.scripts("task_settle", keys, args) else Outcome.LOST
         dead = dead_fields(
             retry_fields,
             group=message.group,
@@ -224,23 +281,22 @@ class TaskResults:
             failed_at_ms=now,
         )
         result = {"status": FAILED, "finished_at": str(finished_at_ms)}
-        settled = self._settle(message, "dead", "", result, error_json, dead, expire_at_ms)
-        return Outcome.DEAD if settled else Outcome.LOST
-
-    def _settle(
-        self,
-        message: Message,
-        mode: str,
-        due: str,
-        result: Mapping[str, str],
-        error_json: bytes,
-        envelope: Mapping[bytes, bytes],
-        expire_at_ms: int,
-    ) -> bool:
-        keys, args = self.settle_call(
-            message, mode, due, result, error_json, envelope, expire_at_ms
+        event = self._event(
+            EventName.DEAD, message, duration_ms, failure=failure, reason=DeadReason.FAILED
         )
-        return bool(self.scripts("task_settle", keys, args))
+        keys, args = self.settle_call(
+            message, "dead", "", result, error_json, dead, expire_at_ms, event
+        )
+        return Outcome.DEAD if self.scripts("task_settle", keys, args) else Outcome.LOST
+
+    def _event(
+        self, name: EventName, message: Message, duration_ms: int | None, **details: Any
+    ) -> list[bytes]:
+        """The lifecycle event of a settle (history on), else nothing."""
+        if not self.history:
+            return []
+        record = events.record(message.id, message.attempts, duration_ms)
+        return events.fields(name, message.group, message.consumer, [record], **details)
 
     def settle_call(
         self,
@@ -251,11 +307,21 @@ class TaskResults:
         error_json: bytes,
         envelope: Mapping[bytes, bytes],
         expire_at_ms: int,
+        event: Sequence[bytes] = (),
     ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``)."""
+        """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``); with history
+        on, its layout with the settle's ``event``."""
         keys = self.keys(message.queue)
         gkeys = keys.group(message.group)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
+        script_keys = [
+            source,
+            gkeys.retry,
+            gkeys.dead,
+            keys.task_result(message.id),
+            keys.task_results,
+            gkeys.leases,
+        ]
         args: list[Any] = [
             message.group,
             message.consumer,
@@ -268,21 +334,11 @@ class TaskResults:
             error_json,
             len(result),
             *_pairs(result),
-            *_pairs(envelope),
         ]
-        return [
-            source,
-            gkeys.retry,
-            gkeys.dead,
-            keys.task_result(message.id),
-            keys.task_results,
-        ], args
-
-    def succeed_call(
-        self, message: Message, result: Mapping[str, str], *, expire_at_ms: int
-    ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
-        return self.settle_call(message, "ack", "", result, b"", {}, expire_at_ms)
+        if self.history:  # the event goes in the same script as the settle
+            script_keys.append(keys.events)
+            args += [len(event) // 2, *event]
+        return script_keys, [*args, *_pairs(envelope)]
 
     @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import django
-from django.utils.module_loading import module_has_submodule
 
 from redisq_django.schedules.spec import (
     QueueTarget,
@@ -210,22 +208,11 @@ class ScheduleRegistry:
         """
         if self._discovered:
             return
-        from django.apps import apps
-
         from redisq_django.consuming.registry import autodiscover as consumers_autodiscover
+        from redisq_django.consuming.registry import import_app_modules
 
         consumers_autodiscover()
-        for app_config in apps.get_app_configs():
-            for module_name in DISCOVERED_MODULES:
-                if not module_has_submodule(app_config.module, module_name):
-                    continue
-                module = f"{app_config.name}.{module_name}"
-                try:
-                    importlib.import_module(module)
-                except Exception as exc:
-                    raise ScheduleDiscoveryError(
-                        f"Could not import {module}: {type(exc).__name__}: {exc}"
-                    ) from exc
+        import_app_modules(DISCOVERED_MODULES, ScheduleDiscoveryError)
         self._discovered = True
 
     def declarations(self) -> list[Declaration]:

@@ -1,27 +1,35 @@
 """The asyncio side of the tasks backend: ``aenqueue`` and ``aget_result`` talk to Redis
 with ``redis.asyncio``, never through a thread.
 
-Each call opens a client with the connection settings of the broker's own client and
-closes it when done: an asyncio client belongs to the event loop it first ran on, and a
-process may run many loops (``asyncio.run`` per request, tests), so nothing is shared
-between calls. A Redis Cluster client has no single connection pool to copy: with one,
-these calls raise ``NotImplementedError`` (use ``enqueue`` / ``get_result``).
+One native client per event loop: an asyncio client belongs to the loop it runs on, and
+a process may run several loops (one per thread, ``asyncio.run`` per call, tests), so
+each loop gets its own, built with the connection settings of the broker's client —
+``redis.asyncio.Redis``, or ``redis.asyncio.cluster.RedisCluster`` when the broker's
+client is a Redis Cluster one — and reused by every call on that loop. It is closed when
+the loop shuts down (``loop.shutdown_asyncgens()``, which ``asyncio.run``, asgiref's
+``async_to_sync`` and ASGI servers call), or at once when the broker's client changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from redisq_django.connection import get_broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.keys import QueueKeys, registry_key
-from redisq_django.core.scripts import script_source
+from redisq_django.core.scripts import ScriptName, script_source
 from redisq_django.core.task_results import decode_hash, enqueue_call
 
 #: Connection settings copied from the broker's client.
@@ -35,20 +43,13 @@ _COPIED = (
     "socket_connect_timeout",
     "client_name",
 )
+#: Those that also apply to every node of a cluster (the nodes' addresses come from it).
+_COPIED_CLUSTER = ("username", "password", "socket_timeout", "socket_connect_timeout")
 
 
-def client_kwargs() -> dict[str, Any]:
-    """The broker's client's connection settings, for ``redis.asyncio.Redis``.
-
-    Raises:
-        NotImplementedError: the broker's client has no single pool (Redis Cluster).
-    """
-    pool = getattr(get_broker().client, "connection_pool", None)
-    if pool is None:
-        raise NotImplementedError(
-            "aenqueue/aget_result need a standalone Redis client; with Redis Cluster, "
-            "call enqueue/get_result instead."
-        )
+def client_kwargs(sync: Any) -> dict[str, Any]:
+    """The connection settings of a standalone redis-py client, for ``redis.asyncio``."""
+    pool = sync.connection_pool
     given = pool.connection_kwargs
     out = {k: given[k] for k in _COPIED if k in given}
     if "path" in given:  # a unix socket
@@ -59,34 +60,91 @@ def client_kwargs() -> dict[str, Any]:
     return out
 
 
-@contextlib.asynccontextmanager
-async def client() -> AsyncIterator[Any]:
-    """An asyncio client for one call, closed afterwards; connection errors become
-    ``RedisUnavailable`` as in the synchronous API."""
-    conn = redis.asyncio.Redis(**client_kwargs())
+def new_client(sync: Any) -> Any:
+    """An asyncio client with the connection settings of redis-py client ``sync``."""
+    if isinstance(sync, redis.cluster.RedisCluster):
+        node = sync.get_default_node()  # type: ignore[no-untyped-call]
+        given = sync.nodes_manager.connection_kwargs
+        kwargs = {k: given[k] for k in _COPIED_CLUSTER if k in given}
+        if issubclass(given.get("connection_class", redis.Connection), redis.SSLConnection):
+            kwargs["ssl"] = True
+        return redis.asyncio.cluster.RedisCluster(host=node.host, port=node.port, **kwargs)
+    return redis.asyncio.Redis(**client_kwargs(sync))
+
+
+@dataclass
+class _LoopClient:
+    """The client of one event loop."""
+
+    source: Any  # the broker's client it was built from
+    conn: Any
+    closer: Any  # the async generator that closes it at the loop's shutdown
+    scripts: dict[str, Any] = field(default_factory=dict)
+
+
+_lock = threading.Lock()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _closed_at_shutdown(conn: Any) -> AsyncIterator[None]:
+    # Started once, it stays suspended at its yield; the loop's shutdown_asyncgens()
+    # closes every unfinished async generator started on the loop, running this finally.
     try:
-        yield conn
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisUnavailable(describe_client(get_broker().client), exc) from exc
+        yield
     finally:
         await conn.aclose()
 
 
-async def _script(conn: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    # AsyncScript sends EVALSHA and loads the script on NOSCRIPT.
-    return await conn.register_script(script_source(name))(keys=list(keys), args=list(args))
+async def _loop_client() -> _LoopClient:
+    """This event loop's client (built on first use, or when the broker changed)."""
+    loop = asyncio.get_running_loop()
+    sync = get_broker().client
+    with _lock:
+        entry = _clients.get(loop)
+        if entry is not None and entry.source is sync:
+            return entry
+        stale, conn = entry, new_client(sync)
+        entry = _clients[loop] = _LoopClient(sync, conn, _closed_at_shutdown(conn))
+    # Its first step registers the generator with the loop (its asyncgen hooks); the
+    # entry keeps it referenced, as the loop holds its generators weakly.
+    await anext(entry.closer)
+    if stale is not None:
+        await stale.closer.aclose()
+    return entry
 
 
-async def ensure_consumer(conn: Any, keys: QueueKeys, group: str) -> None:
+@contextlib.asynccontextmanager
+async def client() -> AsyncIterator[_LoopClient]:
+    """This event loop's client; connection errors become ``RedisUnavailable`` as in the
+    synchronous API."""
+    entry = await _loop_client()
+    try:
+        yield entry
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisUnavailable(describe_client(get_broker().client), exc) from exc
+
+
+async def _script(
+    entry: _LoopClient, name: ScriptName, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    script = entry.scripts.get(name)
+    if script is None:  # AsyncScript sends EVALSHA and loads the script on NOSCRIPT
+        script = entry.scripts[name] = entry.conn.register_script(script_source(name))
+    return await script(keys=list(keys), args=list(args))
+
+
+async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, group: str) -> None:
     """Register ``group`` on the queue from its start unless it exists (as
     ``Broker.ensure_consumer(..., "earliest")``), and record the queue's name."""
     gkeys = keys.group(group)
-    await _script(conn, "ensure_consumer", [keys.log, gkeys.direct], [group, "0-0"])
-    await conn.sadd(registry_key(get_broker().config.prefix), keys.queue)
+    await _script(entry, "ensure_consumer", [keys.log, gkeys.direct], [group, "0-0"])
+    await entry.conn.sadd(registry_key(get_broker().config.prefix), keys.queue)
 
 
 async def enqueue(
-    conn: Any,
+    entry: _LoopClient,
     keys: QueueKeys,
     envelope: Envelope,
     result: Mapping[str, str],
@@ -95,12 +153,15 @@ async def enqueue(
 ) -> Any:
     """Run ``task_enqueue.lua`` (see ``TaskResults.enqueue``)."""
     script_keys, args = enqueue_call(keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode)
-    return await _script(conn, "task_enqueue", script_keys, args)
+    return await _script(entry, "task_enqueue", script_keys, args)
 
 
-async def read(conn: Any, queues: Sequence[QueueKeys], result_id: str) -> dict[str, str] | None:
-    """The result ``result_id`` from whichever queue holds it (one round trip)."""
-    async with conn.pipeline(transaction=False) as pipe:
+async def read(
+    entry: _LoopClient, queues: Sequence[QueueKeys], result_id: str
+) -> dict[str, str] | None:
+    """The result ``result_id`` from whichever queue holds it (one round trip; on a
+    cluster, one per node holding some of those queues)."""
+    async with entry.conn.pipeline(transaction=False) as pipe:
         for keys in queues:
             pipe.hgetall(keys.task_result(result_id))
         replies = await pipe.execute()

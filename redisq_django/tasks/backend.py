@@ -21,6 +21,7 @@ from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_results import PUBLISH, TaskResults
 from redisq_django.tasks import aio
+from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.options import (
     TASKS_CONSUMER,
     TaskOptions,
@@ -46,10 +47,13 @@ class RedisqTask(_Task):
             letter); default the backend's ``OPTIONS["MAX_RETRIES"]`` (0).
         backoff: base of the exponential backoff between attempts, seconds.
         max_backoff: cap of one backoff wait, seconds.
-        visibility_timeout: seconds an attempt may go without a sign of life from its
-            worker before another worker runs it; the worker extends it while the task
-            runs. Leases belong to a queue's consumer: a queue's workers use the largest
-            visibility timeout of its backend options and of the tasks they import.
+        visibility_timeout: the lease of each started attempt, seconds (at least
+            :data:`MIN_VISIBILITY_TIMEOUT_S`): its worker renews it every third of that
+            while the task runs, and when the worker dies (or stalls) another worker runs
+            the task again once the lease has gone that long without renewal, and not
+            before, whatever the worker's heartbeat and the queue's
+            ``OPTIONS["VISIBILITY_TIMEOUT"]`` say (``core/leases.py``). Default: the
+            queue's consumer's rules apply.
     """
 
     max_retries: int | None = None
@@ -57,6 +61,10 @@ class RedisqTask(_Task):
     max_backoff: float | None = None
     visibility_timeout: float | None = None
 
+
+#: The shortest ``@task(visibility_timeout=…)``, seconds: its lease is renewed every
+#: third of it, with Redis round trips in between.
+MIN_VISIBILITY_TIMEOUT_S = 1.0
 
 #: Names and rules of the extra ``@task`` options.
 _EXTRA = (
@@ -103,7 +111,11 @@ class RedisqBackend(BaseTaskBackend):
         broker = get_broker()
         if self._results is None or self._results.client is not broker.client:
             self._results = TaskResults(
-                broker.client, broker.scripts, broker.keys, trends_on=broker.config.trends
+                broker.client,
+                broker.scripts,
+                broker.keys,
+                history=broker.config.history,
+                trends_on=broker.config.trends,
             )
         return self._results
 
@@ -118,13 +130,21 @@ class RedisqBackend(BaseTaskBackend):
             )  # fmt: skip
             if problem:
                 raise InvalidTask(f"@task {problem}.")
+        timeout = getattr(task, "visibility_timeout", None)
+        if timeout is not None and timeout < MIN_VISIBILITY_TIMEOUT_S:
+            raise InvalidTask(
+                f"@task visibility_timeout must be at least {MIN_VISIBILITY_TIMEOUT_S:g} "
+                f"second (its lease is renewed every third of it), got {timeout!r}."
+            )
         problem = queue_name_problem(self.task_options, task.queue_name)
         if problem:
             raise InvalidTask(f"Task queue {problem}.")
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """System checks: invalid ``OPTIONS`` (E020), no ``QUEUES`` (E021), a queue name
-        that makes no valid redisq queue name (E022)."""
+        """System checks: invalid ``OPTIONS`` (E030), no ``QUEUES`` (E031), a queue name
+        that makes no valid redisq queue name (E032), a redisq queue shared with another
+        task queue of this or another backend (E033, reported by the first backend in
+        ``TASKS`` involved)."""
         return list(self._problems())
 
     def _problems(self) -> Iterable[checks.CheckMessage]:
@@ -133,13 +153,13 @@ class RedisqBackend(BaseTaskBackend):
             yield checks.Error(
                 f"{where}['OPTIONS'] is invalid: {problem}.",
                 hint="See README.md, 'Django Tasks', for the options and their defaults.",
-                id="redisq_django.E020",
+                id="redisq_django.E030",
             )
         if not self.queues:
             yield checks.Error(
                 f"{where}['QUEUES'] is empty: redisq needs the task queue names.",
                 hint='List them, e.g. "QUEUES": ["default"].',
-                id="redisq_django.E021",
+                id="redisq_django.E031",
             )
         if option_problems(self.options):
             return
@@ -149,8 +169,17 @@ class RedisqBackend(BaseTaskBackend):
                 yield checks.Error(
                     f"{where}['QUEUES']: {bad_name}.",
                     hint="Use letters, digits, '_', '.' or '-' (and a short name).",
-                    id="redisq_django.E022",
+                    id="redisq_django.E032",
                 )
+        for shared in shared_queues(first_alias=self.alias):
+            yield checks.Error(
+                f"{where}['QUEUES']: {shared.describe()}: their tasks, results and workers "
+                "would mix.",
+                hint="Give one of the backends another OPTIONS['QUEUE_PREFIX'], or rename "
+                "one of the queues (a task queue q is the redisq queues <prefix>q, "
+                "<prefix>q.high and <prefix>q.low).",
+                id="redisq_django.E033",
+            )
 
     # -- enqueueing --------------------------------------------------------------------
 
@@ -217,8 +246,9 @@ class RedisqBackend(BaseTaskBackend):
     async def aenqueue(  # type: ignore[override]  # as enqueue
         self, task: Task[..., Any], args: Any, kwargs: Any
     ) -> TaskResult[..., Any]:
-        """``enqueue`` with an asyncio Redis client (``redis.asyncio``): never blocks the
-        event loop on Redis."""
+        """``enqueue`` with the event loop's native asyncio Redis client (``redis.asyncio``,
+        one per loop, standalone or Cluster; see ``tasks/aio.py``): never blocks the event
+        loop on Redis."""
         result, envelope, message, expire_at = self.prepare(task, args, kwargs)
         keys = get_broker().keys(envelope.queue)
         async with aio.client() as client:
@@ -248,7 +278,7 @@ class RedisqBackend(BaseTaskBackend):
         return from_fields(result_id, found[1], self.alias)
 
     async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
-        """``get_result`` with an asyncio Redis client."""
+        """``get_result`` with the event loop's asyncio Redis client (as ``aenqueue``)."""
         broker = get_broker()
         keys = [broker.keys(q) for q in self.result_queues()]
         async with aio.client() as client:

@@ -12,45 +12,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from django.conf import settings
-
 from redisq_django.consuming.registry import Declaration
 from redisq_django.core.errors import ConfigurationError
-from redisq_django.tasks.options import (
-    LEVELS,
-    TASKS_CONSUMER,
-    TaskOptions,
-    parse_options,
-    queue_name_problem,
-)
+from redisq_django.tasks.configured import BACKEND_PATH, redisq_backends
+from redisq_django.tasks.options import LEVELS, TASKS_CONSUMER
 
 logger = logging.getLogger("redisq.tasks")
 
 #: The handler of every task queue (by path: the declaration's ``handler_path``).
 HANDLER_PATH = "redisq_django.tasks.execution.execute"
-BACKEND_PATH = "redisq_django.tasks.RedisqBackend"
-_BACKEND_PATHS = (BACKEND_PATH, "redisq_django.tasks.backend.RedisqBackend")
 
 
 class UnknownTaskQueue(ConfigurationError):
     """``runconsumer --tasks`` was given a queue no redisq backend has."""
-
-
-def redisq_backends() -> dict[str, tuple[TaskOptions, list[str]]]:
-    """alias -> (options, queue names) of every ``TASKS`` backend that is ours and valid
-    (invalid ones are left to the system checks)."""
-    found: dict[str, tuple[TaskOptions, list[str]]] = {}
-    tasks = getattr(settings, "TASKS", {}) or {}
-    for alias, params in tasks.items():
-        if not isinstance(params, dict) or params.get("BACKEND") not in _BACKEND_PATHS:
-            continue
-        try:
-            options = parse_options(params.get("OPTIONS", {}))
-        except ValueError:
-            continue
-        names = [n for n in params.get("QUEUES", ["default"]) if not queue_name_problem(options, n)]
-        found[alias] = (options, sorted(set(names)))
-    return found
 
 
 def task_declarations() -> list[Declaration]:

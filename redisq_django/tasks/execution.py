@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from traceback import format_exception
 from typing import Any
@@ -90,12 +91,20 @@ def execute(message: Message) -> None:
     if pipe.available and message.stream is Stream.LOG and message.attempts == 1:
         # A first delivery (retries and re-drives come through the direct stream): no
         # attempt before it, so the task need not wait for the start's reply.
-        pipe.write("task_start", *store.start_call(message, worker_id, expire, rebuild, started))
+        call = store.start_call(message, worker_id, expire, rebuild, started, job.lease_ms)
+        pipe.write("task_start", *call)
         workers, errors = [worker_id], list[dict[str, str]]()
     else:
         workers, errors, started = store.start(
-            message, worker_id=worker_id, expire_at_ms=expire, rebuild=rebuild, now=started
+            message,
+            worker_id=worker_id,
+            expire_at_ms=expire,
+            rebuild=rebuild,
+            now=started,
+            lease_ms=job.lease_ms,
         )
+    if job.lease_ms:  # the start began the attempt's own lease: the worker renews that one
+        message.lease_ms = job.lease_ms
     result = TaskResult(
         task=task_object,
         id=message.id,
@@ -111,6 +120,7 @@ def execute(message: Message) -> None:
         worker_ids=workers,
     )
     task_started.send(sender=type(backend), task_result=result)
+    began = time.perf_counter_ns()
     try:
         task = load_task(job.task)
         if job.takes_context:
@@ -122,8 +132,9 @@ def execute(message: Message) -> None:
         raise
     except BaseException as exc:  # SystemExit too: Django records it as FAILED
         pipe.read_all()  # the start is applied before the failure is settled
-        _failed(message, job, backend, result, exc, started)
+        _failed(message, job, backend, result, exc, started, _ms_since(began))
         raise AssertionError("unreachable") from exc  # _failed always raises
+    duration = _ms_since(began)
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
@@ -132,12 +143,19 @@ def execute(message: Message) -> None:
     if pipe.available:
         # Acknowledged with its result by this write (the worker must not ack it too:
         # its own ack could reach Redis first); the reply is read with the next write.
-        pipe.write("task_settle", *store.succeed_call(message, done, expire_at_ms=finished + ttl))
+        call = store.succeed_call(message, done, expire_at_ms=finished + ttl, duration_ms=duration)
+        pipe.write("task_settle", *call)
         task_finished.send(sender=type(backend), task_result=result)
         raise Settled(Outcome.ACKED)
-    if not store.succeed(message, done, expire_at_ms=finished + ttl):
+    if not store.succeed(message, done, expire_at_ms=finished + ttl, duration_ms=duration):
         raise Settled(Outcome.LOST)
     task_finished.send(sender=type(backend), task_result=result)
+
+
+def _ms_since(began_ns: int) -> int:
+    """Milliseconds since ``time.perf_counter_ns()`` said ``began_ns`` (the task's run
+    time, in its lifecycle event)."""
+    return (time.perf_counter_ns() - began_ns) // 1_000_000
 
 
 _local = threading.local()
@@ -174,6 +192,7 @@ def _failed(
     result: TaskResult[..., Any],
     exc: BaseException,
     started: int,
+    duration_ms: int,
 ) -> None:
     """Settle a failed attempt (retry or dead letter) and send ``task_finished``; called
     inside the ``except`` block, so that Django's log line carries the traceback."""
@@ -186,6 +205,7 @@ def _failed(
         error=dataclasses.asdict(error),
         finished_at_ms=finished,
         expire_at_ms=finished + backend.task_options.result_ttl_ms,
+        duration_ms=duration_ms,
     )
     result.errors.append(error)
     if outcome is Outcome.DEAD:

@@ -6,7 +6,9 @@ rebuilt from it::
 
     {"task": "shop.tasks.send_receipt", "args": [42], "kwargs": {}, "backend": "default",
      "queue_name": "default", "priority": 0, "run_after": null, "takes_context": false,
-     "enqueued_at": 1700000000000, "retry": {"max_retries": 3}}
+     "enqueued_at": 1700000000000, "retry": {"max_retries": 3}, "visibility_timeout": 30.0}
+
+(``visibility_timeout``: the task's own, in seconds, or null.)
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ class TaskMessage:
     takes_context: bool
     enqueued_at_ms: int
     retry: dict[str, Any] = field(default_factory=dict)
+    #: The task's own visibility timeout, seconds (None: its consumer's).
+    visibility_timeout: float | None = None
+
+    @property
+    def lease_ms(self) -> int:
+        """The task's own visibility timeout in ms (0: none)."""
+        return 0 if self.visibility_timeout is None else int(self.visibility_timeout * 1000)
 
     @classmethod
     def from_payload(cls, payload: Any) -> TaskMessage:
@@ -91,6 +100,7 @@ class TaskMessage:
                 takes_context=bool(payload.get("takes_context")),
                 enqueued_at_ms=int(payload["enqueued_at"]),
                 retry=dict(payload.get("retry") or {}),
+                visibility_timeout=_seconds(payload.get("visibility_timeout")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a valid task message: {exc!r}") from None
@@ -107,6 +117,7 @@ class TaskMessage:
             "takes_context": self.takes_context,
             "enqueued_at": self.enqueued_at_ms,
             "retry": self.retry,
+            "visibility_timeout": self.visibility_timeout,
         }
 
     def result_fields(self) -> dict[str, str]:
@@ -147,7 +158,13 @@ class TaskMessage:
             takes_context=task.takes_context,
             enqueued_at_ms=to_ms(result.enqueued_at),
             retry={k: v for k, v in retry.items() if v is not None},
+            visibility_timeout=_seconds(getattr(task, "visibility_timeout", None)),
         )
+
+
+def _seconds(value: Any) -> float | None:
+    """A duration in seconds from a payload (None stays None)."""
+    return None if value is None else float(value)
 
 
 def load_task(path: str) -> Task[..., Any]:

@@ -16,7 +16,7 @@ from redisq_django.tasks.options import TASKS_CONSUMER
 
 def _task_queue_ttls() -> dict[str, int]:
     """redisq queue of each task queue -> its results' TTL (ms)."""
-    from redisq_django.tasks.declarations import redisq_backends
+    from redisq_django.tasks.configured import redisq_backends
 
     return {
         q: options.result_ttl_ms

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.message import Message
 from redisq_django.core.worker import Every, Ticker
 from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_interval
 
@@ -24,16 +25,23 @@ class FakeSub:
             raise RedisUnavailable("gone")
         self.calls.append(("heartbeat", ttl_ms))
 
-    def extend(self, held: list[str]) -> list[str]:
+    def extend(self, held: list[Message]) -> list[Message]:
         if self.broken:
             raise RuntimeError("NOGROUP")
-        self.calls.append(("extend", tuple(held)))
+        self.calls.append(("extend", tuple(m.id for m in held)))
         return []
+
+
+def msg(message_id: str, lease_ms: int | None = None) -> Message:
+    m = Message(id=message_id, queue="q", payload=None, headers={}, attempts=1, group="g",
+                published_at_ms=0, entry_id=message_id.encode())  # fmt: skip
+    m.lease_ms = lease_ms
+    return m
 
 
 class FakeThread:
     def __init__(self, sub: FakeSub, held: list[str]) -> None:
-        self.sub, self.held = sub, held
+        self.sub, self.held = sub, [msg(m) for m in held]
 
     def is_alive(self) -> bool:
         return True
@@ -81,3 +89,31 @@ def test_liveness_runs_while_the_caller_is_blocked_and_one_failure_spares_the_ot
     sent = len(fine.calls)
     time.sleep(0.15)
     assert len(fine.calls) == sent
+
+
+def test_a_lease_of_its_own_is_renewed_every_third_of_it_whatever_the_consumer_s() -> None:
+    # Given an instance running a message with a lease of its own of 0.9 s, and another
+    # running a plain one, with consumers' visibility timeouts renewed every 10 s
+    own, plain = FakeSub("a"), FakeSub("b")
+    threads = [FakeThread(own, []), FakeThread(plain, ["p1"])]
+    threads[0].held = [msg("t1", lease_ms=900)]
+    liveness = LivenessThread(
+        threads=lambda: threads,  # type: ignore[arg-type,return-value]
+        heartbeat_interval=10.0,
+        heartbeat_ttl=15.0,
+        renewal_interval=lambda: 10.0,
+    )
+    # When the liveness thread runs for 1.2 s
+    liveness.start()
+    try:
+        started = time.monotonic()
+        threading.Event().wait(1.2)
+        elapsed = time.monotonic() - started
+    finally:
+        liveness.stop()
+    # Then the own lease was renewed about every 0.3 s (its first renewal a third of it
+    # after it was seen: its start began it), and never by the consumers' schedule
+    renewals = own.calls.count(("extend", ("t1",)))
+    assert 2 <= renewals <= elapsed / 0.3 + 1
+    # And the plain message was renewed once, at the start, on the consumers' schedule
+    assert plain.calls.count(("extend", ("p1",))) == 1

@@ -1,6 +1,6 @@
 """Contract tests of the task scripts (``task_enqueue``, ``task_start``, ``task_settle``,
-``task_ready``), called directly with keys from ``core/keys.py``, state checked with raw
-commands."""
+``task_ready``, ``task_lost``), called directly with keys from ``core/keys.py``, state
+checked with raw commands."""
 
 from __future__ import annotations
 
@@ -12,25 +12,16 @@ import redis
 from redis.cluster import key_slot
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
+from redisq_django.core.keys import GroupKeys, QueueKeys
+from tests.core.guarantee_helpers import age_pending
 
 G = "tasks"
 RID = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
-
-
-@pytest.fixture
-def qk(queue_name: str) -> QueueKeys:
-    return queue_keys("redisq", queue_name)
-
-
-@pytest.fixture
-def gk(qk: QueueKeys) -> GroupKeys:
-    return qk.group(G)
+def group_name() -> str:
+    return G
 
 
 def now_ms() -> int:
@@ -100,29 +91,62 @@ def test_enqueue_removes_expired_ids_from_the_index(
     assert sorted(redis_client.zrange(qk.task_results, 0, -1)) == [RID.encode(), b"fresh"]
 
 
+def start_keys(qk: QueueKeys, gk: GroupKeys) -> list[str]:
+    return [qk.task_result(RID), qk.task_results, qk.log, gk.leases]
+
+
+def start_args(worker: str, now: int, *rebuild: str, entry: bytes = b"1-1", lease: int = 0) -> (
+    list[object]
+):  # fmt: skip
+    return [now_ms() + 1000, RID, worker, now, G, entry, b"log:" + entry, lease, *rebuild]
+
+
 def test_start_appends_the_worker_and_keeps_the_first_start(
-    broker: Broker, redis_client: redis.Redis, qk: QueueKeys
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
     key = qk.task_result(RID)
     redis_client.hset(key, mapping=dict(zip(*[iter(result_fields())] * 2, strict=True)))
     redis_client.hset(key, "finished_at", "5")
-    first = broker.scripts("task_start", [key, qk.task_results], [now_ms() + 1000, RID, "w1", 100])
-    second = broker.scripts("task_start", [key, qk.task_results], [now_ms() + 1000, RID, "w2", 200])
+    first = broker.scripts("task_start", start_keys(qk, gk), start_args("w1", 100))
+    second = broker.scripts("task_start", start_keys(qk, gk), start_args("w2", 200))
     assert json.loads(first[0]) == ["w1"] and first[2] == b"100"
     assert json.loads(second[0]) == ["w1", "w2"] and second[2] == b"100"
     stored = redis_client.hgetall(key)
     assert stored[b"status"] == b"RUNNING" and stored[b"last_attempted_at"] == b"200"
     assert b"finished_at" not in stored
+    assert redis_client.exists(gk.leases) == 0  # no lease of its own asked for
 
 
 def test_start_rebuilds_an_expired_result(
-    broker: Broker, redis_client: redis.Redis, qk: QueueKeys
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
-    key = qk.task_result(RID)
-    broker.scripts("task_start", [key, qk.task_results], [now_ms() + 1000, RID, "w1", 100,
-                                                           *result_fields()])  # fmt: skip
-    stored = redis_client.hgetall(key)
+    broker.scripts("task_start", start_keys(qk, gk), start_args("w1", 100, *result_fields()))
+    stored = redis_client.hgetall(qk.task_result(RID))
     assert stored[b"task"] == b"app.tasks.t" and stored[b"status"] == b"RUNNING"
+
+
+def test_start_with_a_lease_starts_it_for_the_holder_only(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
+) -> None:
+    # Given an entry delivered to c1 a while ago (its idle time runs since then)
+    entry = _delivered(redis_client, qk, gk)
+    age_pending(redis_client, qk.log, G, 5_000)
+    # When another instance "starts" it with a lease of 3 s, nothing is leased
+    broker.scripts("task_start", start_keys(qk, gk), start_args("c9", 1, entry=entry, lease=3000))
+    assert redis_client.exists(gk.leases) == 0
+    # When c1 starts it with a lease of 3 s
+    before = redis_time_ms(redis_client)
+    broker.scripts("task_start", start_keys(qk, gk), start_args("c1", 1, entry=entry, lease=3000))
+    # Then its lease ends 3 s after Redis's now, and its idle time starts again
+    ends = redis_client.zscore(gk.leases, b"log:" + entry)
+    assert ends is not None and before + 3000 <= ends <= redis_time_ms(redis_client) + 3000
+    [row] = redis_client.xpending_range(qk.log, G, entry, entry, 1)
+    assert row["time_since_delivered"] < 1000 and row["times_delivered"] == 1
+
+
+def redis_time_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return seconds * 1000 + micros // 1000
 
 
 def _delivered(r: redis.Redis, qk: QueueKeys, gk: GroupKeys) -> bytes:
@@ -140,7 +164,7 @@ def settle_args(entry: bytes, mode: str, result: list[str], envelope: list[str],
 
 
 def settle_keys(qk: QueueKeys, gk: GroupKeys) -> list[str]:
-    return [qk.log, gk.retry, gk.dead, qk.task_result(RID), qk.task_results]
+    return [qk.log, gk.retry, gk.dead, qk.task_result(RID), qk.task_results, gk.leases]
 
 
 def test_settle_ack_writes_successful_with_the_ack(
@@ -187,6 +211,59 @@ def test_settle_by_an_instance_that_lost_the_entry_writes_nothing(
     assert broker.scripts("task_settle", settle_keys(qk, gk), args) == 0
     assert redis_client.xpending(qk.log, G)["pending"] == 1
     assert redis_client.hget(qk.task_result(RID), "status") == b"RUNNING"
+
+
+def test_settle_ends_the_delivery_s_own_lease(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
+) -> None:
+    # Given a started delivery with a lease of its own, and another delivery's lease
+    entry = _delivered(redis_client, qk, gk)
+    redis_client.zadd(gk.leases, {b"log:" + entry: now_ms() + 60_000, "log:9-9": 1})
+    # When it is settled
+    args = settle_args(entry, "ack", ["status", "SUCCESSFUL"], [])
+    assert broker.scripts("task_settle", settle_keys(qk, gk), args) == 1
+    # Then its lease is gone, the other one kept
+    assert redis_client.zrange(gk.leases, 0, -1) == [b"log:9-9"]
+
+
+def history_args(args: list[object], event: list[str]) -> list[object]:
+    """``settle_args`` in the history layout: the event after the result's pairs."""
+    k = int(str(args[9]))
+    head, envelope = args[: 10 + 2 * k], args[10 + 2 * k :]
+    return [*head, len(event) // 2, *event, *envelope]
+
+
+@pytest.mark.parametrize("mode", ["ack", "retry", "dead"])
+def test_settle_with_history_writes_its_event_with_the_settle(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys, mode: str
+) -> None:
+    # Given a delivered task, and its settle's event (history layout)
+    entry = _delivered(redis_client, qk, gk)
+    name = {"ack": "handled", "retry": "retried", "dead": "dead"}[mode]
+    event = ["e", name, "g", G, "c", "c1", "m", f'[["{RID}",1,7]]']
+    if mode != "ack":
+        event += ["error_class", "builtins.ValueError", "error_message", "no"]
+    event += {"ack": [], "retry": ["next_due", "1"], "dead": ["reason", "failed"]}[mode]
+    keys = [*settle_keys(qk, gk), qk.events]
+    # When another instance tries to settle it, nothing is written, no event either
+    lost = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"], consumer="c9")
+    assert broker.scripts("task_settle", keys, history_args(lost, event)) == 0
+    assert redis_client.xlen(qk.events) == 0
+    # When its instance settles it
+    before = redis_time_ms(redis_client)
+    args = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"])
+    assert broker.scripts("task_settle", keys, history_args(args, event)) == 1
+    # Then the settle happened and its one event says so
+    assert redis_client.xpending(qk.log, G)["pending"] == 0
+    [(_, fields)] = redis_client.xrange(qk.events)
+    got = {k.decode(): v.decode() for k, v in fields.items()}
+    expected = dict(zip(event[::2], event[1::2], strict=True))
+    if mode == "retry":  # the retry's due time, by Redis's clock (+50 ms)
+        [(_, due)] = redis_client.zrange(gk.retry, 0, -1, withscores=True)
+        assert int(got["next_due"]) == int(due) >= before + 50
+        expected["next_due"] = got["next_due"]
+    assert got == expected
+    assert redis_client.xlen(gk.dead) == (1 if mode == "dead" else 0)
 
 
 def test_ready_turns_only_a_failed_result_ready(

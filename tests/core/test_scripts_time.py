@@ -14,24 +14,9 @@ import pytest
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 
 G = "billing"
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
-
-
-@pytest.fixture
-def qk(queue_name: str) -> QueueKeys:
-    return queue_keys("redisq", queue_name)
-
-
-@pytest.fixture
-def gk(qk: QueueKeys) -> GroupKeys:
-    return qk.group(G)
 
 
 def redis_ms(r: redis.Redis) -> int:

@@ -16,7 +16,10 @@ def ageless(stats: QueueStats) -> QueueStats:
     """``stats`` without the ages (they grow between two reads)."""
     consumers = [
         replace(
-            c, oldest_unacked_age_s=None, oldest_pending_age_s=None, oldest_undelivered_age_s=None
+            c,
+            oldest_unacked_age_s=None,
+            oldest_pending_age_s=None,
+            oldest_undelivered_age_s=None,
         )
         for c in stats.consumers
     ]

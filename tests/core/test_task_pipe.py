@@ -3,6 +3,8 @@ a NOSCRIPT (Redis lost its scripts) the refused calls run again, in order."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -31,7 +33,9 @@ def test_start_and_settle_are_applied_in_order(
     message = _delivered(broker, queue_name)
     results = TaskResults(broker.client, broker.scripts, broker.keys)
     pipe = TaskPipe(broker.client, broker.scripts)
-    if flush_scripts:
+    if flush_scripts:  # after the pipe loaded its scripts: Redis restarted meanwhile
+        pipe.write("task_start", *results.start_call(message, "w0", 2**41, {}, 50))
+        pipe.close()
         redis_client.script_flush()
     # When its start and its settle are written without waiting, then read
     pipe.write("task_start", *results.start_call(message, "w1", 2**41, {"task": "t"}, 100))
@@ -43,5 +47,29 @@ def test_start_and_settle_are_applied_in_order(
     assert redis_client.xpending(keys.log, G)["pending"] == 0
     stored = redis_client.hgetall(keys.task_result("r1"))
     assert stored[b"status"] == b"SUCCESSFUL"
-    assert stored[b"worker_ids"] == b'["w1"]' and stored[b"started_at"] == b"100"
+    workers = b'["w0","w1"]' if flush_scripts else b'["w1"]'
+    assert stored[b"worker_ids"] == workers
     assert message.stream is Stream.LOG
+
+
+def test_a_start_is_applied_before_its_reply_is_read_on_a_fresh_redis(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a Redis that has none of our scripts yet (a fresh or restarted server)
+    broker = Broker(redis_client)
+    message = _delivered(broker, queue_name)
+    redis_client.script_flush()
+    results = TaskResults(broker.client, broker.scripts, broker.keys)
+    pipe = TaskPipe(broker.client, broker.scripts)
+    try:
+        # When a task's start is written without waiting (the task then runs)
+        pipe.write("task_start", *results.start_call(message, "w1", 2**41, {"task": "t"}, 100))
+        # Then Redis applies it at once, without waiting for the reply to be read
+        key = broker.keys(queue_name).task_result("r1")
+        for _ in range(200):  # bounded: 2 s
+            if redis_client.hget(key, "status") == b"RUNNING":
+                break
+            time.sleep(0.01)
+        assert redis_client.hget(key, "status") == b"RUNNING"
+    finally:
+        pipe.close()

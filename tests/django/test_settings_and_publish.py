@@ -130,6 +130,8 @@ def test_unserialisable_payload_names_the_type(queue_name: str, redisq_settings:
         ({"MAX_RETRIES": -1}, "MAX_RETRIES must be an integer >= 0"),
         ({"VISIBILITY_TIMEOUT": "60"}, "VISIBILITY_TIMEOUT must be a number of seconds"),
         ({"URL": "http://localhost"}, "URL must be a redis://"),
+        ({"CLUSTER": True}, "CLUSTER needs URL"),
+        ({"CLUSTER": "yes", "URL": "redis://x"}, "CLUSTER must be True or False"),
         ({"PREFIX": "a{b}"}, "PREFIX must be a non-empty string"),
         ({"JSON_ENCODER": "nowhere.Encoder"}, "JSON_ENCODER"),
         ("redis://localhost", "must be a dict"),

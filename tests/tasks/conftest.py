@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import pytest
 from django.core.management import call_command
 
+from tests.support.workers import Workers
+
 BACKEND = "redisq_django.tasks.RedisqBackend"
 T = TypeVar("T")
 
@@ -62,3 +64,10 @@ def tasks_env(settings: Any, redis_url: str, queue_name: str, monkeypatch: Any) 
     monkeypatch.setenv("REDISQ_TEST_RUNS_URL", redis_url)
     module = importlib.import_module("tests.tasks.sample_tasks")
     return TasksEnv(queue=queue_name, tasks=module, redis_url=redis_url, settings=settings)
+
+
+class TaskWorkers(Workers):
+    """``runconsumer`` processes with TASKS on redisq (tests/tasks/settings.py)."""
+
+    def _argv(self, args: Any) -> list[str]:
+        return [*super()._argv(args)[:-1], "tests.tasks.settings"]

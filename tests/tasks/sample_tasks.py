@@ -123,3 +123,28 @@ def kills_its_worker(key: str) -> None:
     """Records its start, then kills the process running it (every time)."""
     _record(key, "started")
     os.kill(os.getpid(), 9)
+
+
+def _timed_run(key: str, sleep_s: float) -> int:
+    """Records the time of each start (this host's clock, s); the first run sleeps."""
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        runs = client.rpush(key, repr(time.time()))
+    finally:
+        client.close()
+    if runs == 1:
+        time.sleep(sleep_s)
+    return runs
+
+
+@task(visibility_timeout=3)
+def short_lease(key: str, sleep_s: float) -> int:
+    """A task with a visibility timeout of its own shorter than the heartbeat's 15 s."""
+    return _timed_run(key, sleep_s)
+
+
+@task(visibility_timeout=24)
+def long_lease(key: str, sleep_s: float) -> int:
+    """A task whose own visibility timeout outlasts the heartbeat's 15 s (renewed every
+    8 s, it ends at least 16 s after the worker's death)."""
+    return _timed_run(key, sleep_s)

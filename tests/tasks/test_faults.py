@@ -15,17 +15,10 @@ pytest.importorskip("django.tasks", reason="the tasks backend needs Django >= 6.
 
 from django.tasks import TaskResultStatus, task_backends
 
-from tests.support.workers import Workers, wait_for
-from tests.tasks.conftest import TasksEnv, tasks_setting
+from tests.support.workers import wait_for
+from tests.tasks.conftest import TasksEnv, TaskWorkers, tasks_setting
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-class TaskWorkers(Workers):
-    """Worker processes with TASKS on redisq (tests/tasks/settings.py)."""
-
-    def _argv(self, args: Any) -> list[str]:
-        return [*super()._argv(args)[:-1], "tests.tasks.settings"]
 
 
 @pytest.fixture

@@ -246,8 +246,40 @@ def test_checks_report_bad_options_and_queue_names(settings: Any, redis_url: str
     }
     ids = {alias: [m.id for m in task_backends[alias].check()] for alias in ("default", "empty")}
     assert ids == {
-        "default": ["redisq_django.E020", "redisq_django.E020"],
-        "empty": ["redisq_django.E021"],
+        "default": ["redisq_django.E030", "redisq_django.E030"],
+        "empty": ["redisq_django.E031"],
     }
     [bad_name] = task_backends["names"].check()
-    assert bad_name.id == "redisq_django.E022" and "has space" in bad_name.msg
+    assert bad_name.id == "redisq_django.E032" and "has space" in bad_name.msg
+
+
+def test_checks_report_task_queues_that_share_a_redisq_queue(settings: Any, redis_url: str) -> None:
+    # Given two backends with the default prefix and a queue name in common, and a
+    # backend whose queues "x" and "x.high" both make "tasks.x.high"
+    settings.REDISQ = {"URL": redis_url}
+    backend = "redisq_django.tasks.RedisqBackend"
+    settings.TASKS = {
+        "default": {"BACKEND": backend, "QUEUES": ["default", "emails"]},
+        "other": {"BACKEND": backend, "QUEUES": ["emails", "reports"]},
+        "levels": {"BACKEND": backend, "QUEUES": ["x", "x.high"]},
+        "apart": {"BACKEND": backend, "QUEUES": ["emails"], "OPTIONS": {"QUEUE_PREFIX": "b."}},
+    }
+    # When each backend is checked
+    found = {alias: task_backends[alias].check() for alias in settings.TASKS}
+    # Then each shared redisq queue is reported once, by the first backend involved,
+    # naming both task queues; the backend with its own prefix shares nothing
+    assert {alias: [m.id for m in msgs] for alias, msgs in found.items()} == {
+        "default": ["redisq_django.E033"],
+        "other": [],
+        "levels": ["redisq_django.E033"],
+        "apart": [],
+    }
+    [emails] = found["default"]
+    assert emails.msg.startswith(
+        "TASKS['default']['QUEUES']: TASKS['default'] queue 'emails' and TASKS['other'] "
+        "queue 'emails' use the same redisq queues 'tasks.emails.high', 'tasks.emails', "
+        "'tasks.emails.low'"
+    )
+    [levels] = found["levels"]
+    assert "queue 'x' and TASKS['levels'] queue 'x.high'" in levels.msg
+    assert "'tasks.x.high'" in levels.msg and "QUEUE_PREFIX" in (levels.hint or "")

@@ -19,6 +19,7 @@ ScriptName = Literal[
     "extend",
     "fail",
     "heartbeat",
+    "lease",
     "promote",
     "publish_batch_once",
     "publish_delayed",

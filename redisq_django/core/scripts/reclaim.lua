@@ -6,7 +6,11 @@
 -- KEYS[4]  hash    redisq:{q}:g:<g>:running     field = instance, value = the entry whose
 --                  handler it started last: "log:<entry id>" or "direct:<entry id>" ("":
 --                  none). Optional: without it every entry taken over counts a delivery.
--- KEYS[5]  stream  redisq:{q}:events   (only when history is on, after KEYS[4]: one
+-- KEYS[5]  zset    redisq:{q}:g:<g>:leases      member = "log:<entry id>" or
+--                  "direct:<entry id>" of a started delivery with a lease of its own (a
+--                  Django task's visibility timeout, lease.lua), score = when it ends, ms.
+--                  Optional (after KEYS[4]): without it no delivery has a lease of its own.
+-- KEYS[6]  stream  redisq:{q}:events   (only when history is on, after KEYS[5]: one
 --                  `reclaimed` event per call, listing every entry taken over)
 -- ARGV[1]  group name
 -- ARGV[2]  consumer (instance) taking the entries over
@@ -18,10 +22,16 @@
 --          ("0-0" to start; pass back what the last call replied)
 -- ARGV[7]  cursor for the direct stream
 --
--- First, instances whose heartbeat expired lose their entries at once (no need to wait
+-- First, deliveries with a lease of their own (KEYS[5]) whose lease has ended are taken
+-- over, whoever holds them; each counts a delivery (it was started). Such a delivery is
+-- taken over then and only then: neither an expired heartbeat of its instance nor the
+-- visibility timeout of ARGV[3] applies to it.
+-- Then, instances whose heartbeat expired lose their entries at once (no need to wait
 -- for the visibility timeout); once they hold nothing they are removed from the group
--- (and from KEYS[3] and KEYS[4]). Then entries idle longer than the visibility timeout
--- are claimed (XPENDING ... IDLE, then XCLAIM ... RETRYCOUNT).
+-- (and from KEYS[3] and KEYS[4]); once they hold nothing but deliveries with a running
+-- lease they are removed from KEYS[3] only, and from the group when the last of those
+-- is taken over. Then entries idle longer than the visibility timeout are claimed
+-- (XPENDING ... IDLE, then XCLAIM ... RETRYCOUNT).
 --
 -- Only started deliveries count (with KEYS[4]). An instance writes `HSET running
 -- <instance> <stream>:<entry id>` before each handler starts (in the same write as its
@@ -51,7 +61,8 @@ end
 local streams = {KEYS[1], KEYS[2]}
 local out = {{}, {}}
 local records = {} -- event records of what was taken over (history on)
-local history_key = KEYS[5]
+local history_key = KEYS[6]
+local leases = KEYS[5]
 
 -- ["<message id>",<attempt>,null] of a claimed entry: the message id is the `id` field or
 -- the entry id; the attempt adds the deliveries already failed (`attempts`).
@@ -81,8 +92,9 @@ local function starter(tag)
 end
 
 -- Claims entry `id` of stream s (delivery count so far: `count`) from `owner`; it counts
--- a delivery when started, or when `owner` records nothing (any of its entries may have run).
-local function take(s, id, count, owner)
+-- a delivery when started (recorded, or `leased`: it had a lease of its own), or when
+-- `owner` records nothing (any of its entries may have run).
+local function take(s, id, count, owner, leased)
   local counted = true
   if running then
     local tag = tags[s] .. id
@@ -90,7 +102,7 @@ local function take(s, id, count, owner)
     if by then
       redis.call('HSET', running, by, '')
       started_by[tag] = nil
-    elseif writers[owner] then
+    elseif writers[owner] and not leased then
       counted = false
     end
   end
@@ -107,24 +119,71 @@ local function take(s, id, count, owner)
   end
 end
 
+-- A delivery with a lease of its own is left to step 0 until that lease ends.
+local function has_lease(s, id)
+  return leases and redis.call('ZSCORE', leases, tags[s] .. id)
+end
+
+-- Removes instance `name` from the group and from `running` if it holds nothing.
+local function forget_if_empty(name)
+  for s = 1, 2 do
+    if #redis.call('XPENDING', streams[s], group, '-', '+', 1, name) > 0 then return end
+  end
+  for s = 1, 2 do redis.call('XGROUP', 'DELCONSUMER', streams[s], group, name) end
+  if running then redis.call('HDEL', running, name) end
+end
+
+-- 0. Deliveries whose own lease ended, whoever holds them (bounded: `limit` per call).
+if leases then
+  local ended = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)
+  for _, tag in ipairs(ended) do
+    local s = (string.sub(tag, 1, 4) == 'log:') and 1 or 2
+    local id = string.sub(tag, #tags[s] + 1)
+    if #out[s] < limit then
+      redis.call('ZREM', leases, tag)
+      local p = redis.call('XPENDING', streams[s], group, id, id, 1)
+      if #p == 1 then
+        local owner = p[1][2]
+        take(s, id, p[1][4], owner, true)
+        -- An instance step 1 found dead is forgotten with its last leased delivery.
+        if owner ~= me and not redis.call('ZSCORE', KEYS[3], owner) then
+          forget_if_empty(owner)
+        end
+      end
+    end
+  end
+end
+
 -- 1. Instances known dead: claim everything they hold, then forget them.
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now, 'LIMIT', 0, 10)
 for _, name in ipairs(dead) do
   if name ~= me then
-    local holds = 0
+    local holds, kept = 0, 0
     for s = 1, 2 do
       -- Bounded: never more than `limit` entries per stream in one call.
       local room = limit - #out[s]
+      local leased = 0
       if room > 0 then
         local p = redis.call('XPENDING', streams[s], group, '-', '+', room, name)
-        for _, row in ipairs(p) do take(s, row[1], row[4], name) end
+        for _, row in ipairs(p) do
+          if has_lease(s, row[1]) then
+            leased = leased + 1
+          else
+            take(s, row[1], row[4], name)
+          end
+        end
       end
-      holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', 1, name)
+      holds = holds + #redis.call('XPENDING', streams[s], group, '-', '+', leased + 1, name)
+      kept = kept + leased
     end
     if holds == 0 then
       for s = 1, 2 do redis.call('XGROUP', 'DELCONSUMER', streams[s], group, name) end
       redis.call('ZREM', KEYS[3], name)
       if running then redis.call('HDEL', running, name) end
+    elseif holds == kept then
+      -- Only deliveries within their own lease are left: step 0 takes them when it
+      -- ends (and then forgets the instance); other dead instances come first meanwhile.
+      redis.call('ZREM', KEYS[3], name)
     end
   end
 end
@@ -141,7 +200,9 @@ for s = 1, 2 do
       room + 1)
     cursors[s] = '0-0'
     if #p > room then cursors[s] = p[room + 1][1] end
-    for i = 1, math.min(room, #p) do take(s, p[i][1], p[i][4], p[i][2]) end
+    for i = 1, math.min(room, #p) do
+      if not has_lease(s, p[i][1]) then take(s, p[i][1], p[i][4], p[i][2]) end
+    end
   end
 end
 if #records > 0 then

@@ -38,6 +38,7 @@ from hiredis import pack_command
 from redisq_django.core import events, settle, trends
 from redisq_django.core.batch import run_batch
 from redisq_django.core.errors import translate_errors
+from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
@@ -260,14 +261,6 @@ class _Prepacked:
         # ack.lua without history, one direct id: ARGV group, n = 0, the id
         self.xack_direct = _head(8, "EVALSHA", sub.scripts.sha("ack"), 2, log, direct, group, 0)
         self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
-
-
-_TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
-
-
-def started_tag(message: Message) -> bytes:
-    """What ``running`` records for a started message: ``log:<id>`` or ``direct:<id>``."""
-    return _TAGS[message.stream] + message.entry_id
 
 
 def _read(conn: Any) -> Any:

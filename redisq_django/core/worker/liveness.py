@@ -15,6 +15,10 @@ another instance taking over messages that are still being handled):
   tolerates a stall of about two thirds of it (40 s for the default 60 s); a message
   started late in its batch (a thread starts none from a batch older than a third of
   the timeout) at least one third;
+* a running message with a lease of its own (``Message.lease_ms``, a task's visibility
+  timeout, ``core/leases.py``) has it renewed every third of its length, looked for
+  every :data:`OWN_LEASE_POLL_S`: its handler started the lease, so the first renewal
+  is due a third of it later, whatever the consumers' timeouts;
 * heartbeats go out every ``heartbeat_interval`` and live ``heartbeat_ttl``
   (:data:`DEFAULT_HEARTBEAT_TTL_S`), so they tolerate a stall of ``ttl - interval``
   (14 s by default). The TTL is also how long a SIGKILLed instance's messages wait
@@ -28,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +40,7 @@ from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
 from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
+    from redisq_django.core.message import Message
     from redisq_django.core.worker.threads import HandlerThread
 
 logger = logging.getLogger("redisq.worker")
@@ -49,6 +55,8 @@ DEFAULT_HEARTBEAT_TTL_S = 15.0
 LEASE_RENEWAL_FRACTION = 1 / 3
 #: Lease renewal never runs more often than this (seconds).
 MIN_LEASE_RENEWAL_S = 0.2
+#: How often the liveness thread looks for leases of their own due for renewal (seconds).
+OWN_LEASE_POLL_S = MIN_LEASE_RENEWAL_S
 #: How long stopping waits for a heartbeat or renewal in progress (seconds).
 STOP_WAIT_S = 2.0
 
@@ -86,8 +94,11 @@ class LivenessThread(threading.Thread):
             [
                 Every("heartbeat", heartbeat_interval, self.heartbeat),
                 Every("extend", renewal_interval, self.extend_leases),
+                Every("own leases", OWN_LEASE_POLL_S, self.renew_own_leases),
             ]
         )
+        #: (instance, entry id) -> when (monotonic) its own lease was last renewed.
+        self._renewed: dict[tuple[str, bytes], float] = {}
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -116,18 +127,43 @@ class LivenessThread(threading.Thread):
                     t.sub.heartbeat(self._ttl_ms, held[-1] if held else None)
 
     def extend_leases(self) -> None:
-        """Renew the lease of the message each handler thread runs."""
+        """Renew the lease of the message each handler thread runs (unless it has a lease
+        of its own: :meth:`renew_own_leases`)."""
         for t in self._threads():
             if self._halt.is_set():
                 return
-            held = list(t.held)  # a copy: the handler thread changes its list meanwhile
+            # A copy: the handler thread changes its list meanwhile.
+            held = [m for m in list(t.held) if not m.lease_ms]
             if held and t.is_alive():
-                with _each(t, "lease renewal"):
-                    for m in t.sub.extend(held):
-                        logger.warning(
-                            "Lease of %s lost to another instance; it will be handled again there",
-                            m.id,
-                        )
+                self._extend(t, held)
+
+    def renew_own_leases(self) -> None:
+        """Renew each running message's lease of its own once a third of it has passed
+        since it was started or last renewed."""
+        now = time.monotonic()
+        renewed: dict[tuple[str, bytes], float] = {}
+        for t in self._threads():
+            if self._halt.is_set():
+                return
+            due = []
+            for m in list(t.held):
+                if not m.lease_ms:
+                    continue
+                key = (t.sub.consumer, m.entry_id)
+                last = renewed[key] = self._renewed.get(key, now)  # new: its start renewed it
+                if now - last >= lease_renewal_interval([m.lease_ms]):
+                    due.append(m)
+                    renewed[key] = now
+            if due and t.is_alive():
+                self._extend(t, due)
+        self._renewed = renewed
+
+    def _extend(self, thread: HandlerThread, messages: list[Message]) -> None:
+        with _each(thread, "lease renewal"):
+            for m in thread.sub.extend(messages):
+                logger.warning(
+                    "Lease of %s lost to another instance; it will be handled again there", m.id
+                )
 
 
 @contextlib.contextmanager

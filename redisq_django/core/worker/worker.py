@@ -21,6 +21,7 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
+from redisq_django.core.leases import end_own_leases
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.liveness import (
@@ -378,6 +379,8 @@ class Worker:
         for t in threads if threads is not None else self._all_threads():
             try:
                 t.sub.heartbeat(-1)
+                # Leases of their own would hold tasks back that this process stops running.
+                end_own_leases(t.sub.client, t.sub.gkeys, list(t.held))
             except Exception:
                 logger.debug("Could not expire the heartbeat of %s", t.sub.consumer, exc_info=True)
 

@@ -28,6 +28,9 @@ What is measured (see bench/RESULTS.md for the discussion):
   spans) and once with the SDK recording every span (a batch processor, an exporter that
   drops them); each "on" run back to back with its "off" run. The same three again in
   this process (an in-process ``Worker``), as CPU seconds: less sensitive to other jobs.
+* trends: the same drain with the per-minute trend counters on (the default) vs off
+  (``REDISQ["TRENDS"]``), back to back; the same in this process as CPU seconds; and
+  ``Broker.publish`` with them on vs off (the counter rides in the publish's write).
 * latency: a ``runconsumer bench_latency`` subprocess (not an in-process Worker) while
   this process publishes at 200 msg/s; the handler records ``time.time() -
   message.published_at``.
@@ -389,6 +392,7 @@ def drain_runconsumer(
     batch_ack: bool = False,
     metrics: bool = False,
     tracing: str = "",
+    trends: bool = True,
 ) -> tuple[float, float | None, int]:
     for old in tmp.glob("drain-*.json"):
         old.unlink()
@@ -408,6 +412,7 @@ def drain_runconsumer(
         BENCH_HISTORY="1" if history else "0",
         BENCH_TRACING="1" if tracing else "0",
         BENCH_OTEL_SDK="1" if tracing == "sdk" else "0",
+        BENCH_TRENDS="1" if trends else "0",
         cwd=tree,
     )
     _, err = proc.communicate(timeout=300)
@@ -573,14 +578,64 @@ def bench_observe(
     return res
 
 
-def drain_in_process(client: redis.Redis, queue: str, middleware: list[Any]) -> float:
+def bench_trends(
+    client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path, reps: int
+) -> dict[str, list[float]]:
+    """Trend counters on (the default) vs off: the same drain of 20k no-op messages (c=1,
+    first->last handled) back to back, the order alternating between repetitions; the
+    same in this process (CPU seconds of an in-process Worker); and publishing."""
+    from redisq_django.core import CoreConfig
+
+    res: dict[str, list[float]] = {}
+    for rep in range(reps):
+        log(f"  trends rep {rep + 1}/{reps}")
+        pair = [("trends_on", True), ("trends_off", False)]
+        for key, on in pair if rep % 2 == 0 else reversed(pair):
+            fill(client, broker, DRAIN_N)
+            _, span, count = drain_runconsumer(denv, tmp, 1, trends=on)
+            assert count == DRAIN_N, count
+            assert counted_handled(client) == (DRAIN_N if on else 0)  # counted exactly
+            if span is not None:
+                res.setdefault(key, []).append(span)
+            config = CoreConfig(trends=on)
+            res.setdefault(f"ip_{key}", []).append(drain_in_process(client, "bench", [], config))
+            publisher = Broker(client, config)
+            t = time.perf_counter()
+            for _ in range(2000):
+                publisher.publish("pub", PAYLOAD)
+            res.setdefault(f"pub_{key}", []).append(2000 / (time.perf_counter() - t))
+    return res
+
+
+def counted_handled(client: redis.Redis) -> int:
+    """The ``handled:noop`` trend counters of queue ``bench``, summed over its minutes."""
+    keys = list(client.scan_iter(match="redisq:{bench}:trend:*"))
+    return sum(int(client.hget(k, "handled:noop") or 0) for k in keys)
+
+
+def trends_rows(res: dict) -> list[dict]:
+    rows = []
+    for label, name, unit, target in (
+        ("drain 20k, c=1, trends on vs off (raw column), first->last", "", "s", 0.95),
+        ("in-process drain 20k, c=1, CPU, trends on vs off", "ip_", "s", 0.95),
+        ("publish, 1 msg/call, trends on vs off (raw column)", "pub_", "msg/s", None),
+    ):
+        if f"{name}trends_on" in res and f"{name}trends_off" in res:
+            on, off = median(res[f"{name}trends_on"]), median(res[f"{name}trends_off"])
+            rows.append(_ratio_row(label, on, off, unit, target))
+    return rows
+
+
+def drain_in_process(
+    client: redis.Redis, queue: str, middleware: list[Any], config: Any = None
+) -> float:
     """CPU seconds this process spends draining DRAIN_N no-op messages with an in-process
     Worker (c=1) and ``middleware``: less sensitive than wall time to other jobs on the
     machine's shared cores."""
     from redisq_django.core import ConsumerSpec
     from redisq_django.core.worker import Worker, WorkerOptions
 
-    broker = Broker(client)
+    broker = Broker(client, config)
     fill(client, broker, DRAIN_N, queue, "noop")
     spec = ConsumerSpec(queue, "noop", lambda m: None, start="earliest")
     options = WorkerOptions(burst=True, stats_interval=0, block_ms=50)
@@ -1013,7 +1068,7 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,latency",
+        default="publish,commit,drain,observe,trends,latency",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1040,6 +1095,7 @@ def main() -> int:
             com: dict = {}
             drain: dict = {}
             obs: dict = {}
+            trn: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -1056,6 +1112,9 @@ def main() -> int:
                 log("drain with metrics / tracing on and off ...")
                 obs = bench_observe(client, broker, denv, tmp, args.reps)
                 obs.update(bench_observe_in_process(client, args.reps))
+            if "trends" in only:
+                log("drain with the trend counters on and off ...")
+                trn = bench_trends(client, broker, denv, tmp, args.reps)
             if "latency" in only:
                 log("latency ...")
                 raws = [raw_latency(client, 2.0) for _ in range(args.reps)]
@@ -1084,6 +1143,7 @@ def main() -> int:
     rows = (publish_rows(pub) if pub else []) + (commit_rows(com) if com else [])
     rows += drain_rows(drain) if drain else []
     rows += observe_rows(obs) if obs else []
+    rows += trends_rows(trn) if trn else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -1095,6 +1155,7 @@ def main() -> int:
     print(f"date: {info['date']}; reps: {args.reps} (median); run took {elapsed:.0f} s")
     raw_data = {"machine": info, "publish": pub, "commit": com, "drain": drain, "latency": lat}
     raw_data["observe"] = obs
+    raw_data["trends"] = trn
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

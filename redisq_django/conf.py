@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry tracing of publish and handle (the otel extra): trace context in the
     # headers, send/create and process spans.
     "TRACING": False,
+    # Per-minute counters (published, handled, failed, retried, dead, handler time) and
+    # samples (backlog...) kept in Redis for 48 h: the admin's charts.
+    "TRENDS": True,
 }
 
 _NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
@@ -123,7 +126,7 @@ def _validate(user: Any) -> dict[str, Any]:
     outbox = merged["OUTBOX"]
     if not isinstance(outbox, bool) and not _is_name_list(outbox):
         problems.append("OUTBOX must be True, False or a list of queue names")
-    for flag in ("HISTORY", "TRACING"):
+    for flag in ("HISTORY", "TRACING", "TRENDS"):
         if not isinstance(merged[flag], bool):
             problems.append(f"{flag} must be True or False")
     token = merged["METRICS_TOKEN"]
@@ -179,6 +182,7 @@ def get_core_config() -> CoreConfig:
         poll_interval_ms=max(1, int(s["POLL_INTERVAL"] * 1000)),
         json_encoder=encoder,
         history=s["HISTORY"],
+        trends=s["TRENDS"],
     )
 
 

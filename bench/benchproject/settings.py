@@ -38,6 +38,8 @@ REDISQ = {
     "HISTORY": os.environ.get("BENCH_HISTORY") == "1",
     # OpenTelemetry tracing of each handler (the "tracing on" drain rows).
     "TRACING": os.environ.get("BENCH_TRACING") == "1",
+    # Per-minute trend counters, on by default (the "trends off" drain rows turn them off).
+    "TRENDS": os.environ.get("BENCH_TRENDS", "1") == "1",
 }
 
 LOGGING = {"version": 1, "disable_existing_loggers": False}

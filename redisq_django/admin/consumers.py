@@ -19,6 +19,7 @@ from django.utils.translation import ngettext_lazy
 from redisq_django.admin import figures
 from redisq_django.admin.common import PauseActions, dead_cell, dead_letter_count, live_column
 from redisq_django.admin.live import Live, live_stats
+from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import ConsumerStats
 from redisq_django.models import TUNABLES, Consumer
@@ -59,10 +60,12 @@ class ConsumerForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(PauseActions):
+class ConsumerAdmin(LivePages, PauseActions):
+    live_kind = "consumer"
     form = ConsumerForm
     list_display = (
         "__str__",
+        "live_link",
         "state",
         "backlog",
         "in_flight",
@@ -191,6 +194,11 @@ class ConsumerAdmin(PauseActions):
             obj.queue.name,
         )
 
+    @admin.display(description=_("live page"))
+    def live_link(self, obj: Consumer) -> SafeString:
+        url = reverse("admin:redisq_django_consumer_live", args=[obj.queue.name, obj.name])
+        return format_html('<a href="{}" class="redisq-live-link">{} &rsaquo;</a>', url, _("live"))
+
     @admin.display(description=_("live figures"))
     def live_figures(self, obj: Consumer) -> SafeString:
         stats, error = self.live_of(obj)
@@ -205,10 +213,18 @@ class ConsumerAdmin(PauseActions):
             dead_url,
             dead_cell(getattr(obj, "dead_rows", 0), stats.dead if stats else None),
         )
+        live = format_html(
+            '<p><a href="{}" id="redisq-live-page-link">{}</a></p>',
+            reverse("admin:redisq_django_consumer_live", args=[obj.queue.name, obj.name]),
+            _(
+                "Open its live page: every message waiting, delayed, retrying, in flight; its "
+                "instances, trends and actions"
+            ),
+        )
         if stats is None:
             missing = figures.unknown() if error else figures.absent()
             table = figures.figure_table([("backlog", missing), ("dead", dead_link)])
-            return format_html('<p class="redisq-state">{}</p>{}', state, table)
+            return format_html('{}<p class="redisq-state">{}</p>{}', live, state, table)
         warning = (
             format_html('<p class="redisq-warning" role="alert">⚠ {}</p>', figures.STALLED_TITLE)
             if stats.stalled
@@ -224,7 +240,7 @@ class ConsumerAdmin(PauseActions):
                 ("instances", figures.instances(stats.instances_alive, stats.stalled)),
             ]
         )
-        return format_html('{}<p class="redisq-state">{}</p>{}', warning, state, table)
+        return format_html('{}{}<p class="redisq-state">{}</p>{}', live, warning, state, table)
 
     @admin.display(description=_("effective settings (and which value wins)"))
     def effective_settings(self, obj: Consumer) -> str:

@@ -3,8 +3,11 @@ unknown figures as unknown, state badges, and the warning for a stalled consumer
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import Any
 
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -48,6 +51,7 @@ HELP: dict[str, Any] = {
         "acknowledged them."
     ),
     "archive_lag": _("Log entries the Spark archive has not stored yet (history on)."),
+    "paused": _("Paused: its workers fetch nothing new (messages wait in Redis)."),
 }
 
 #: The name of each figure where it stands alone (detail pages).
@@ -110,6 +114,7 @@ def age(seconds: float | None) -> str:
     """A short human age: ``4.2s``, ``12m``, ``3.1h``; ``-`` for none."""
     if seconds is None:
         return "-"
+    seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
@@ -160,4 +165,25 @@ def badge(state: str) -> SafeString:
     css, label = STATES[state]
     return format_html(
         '<span class="redisq-badge {}" title="{}">{}</span>', css, HELP["state"], label
+    )
+
+
+def moment(ms: int | None, *, now_ms: int | None = None) -> SafeString:
+    """A time as ``12s ago`` / ``in 4.0m`` with the date and time (local) as its title;
+    ``-`` for none."""
+    if ms is None:
+        return format_html("{}", "-")
+    now = time.time() * 1000 if now_ms is None else now_ms
+    when = timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+    delta = (ms - now) / 1000
+    text = (
+        _("in %(age)s") % {"age": age(delta)}
+        if delta > 0.5
+        else _("%(age)s ago") % {"age": age(-delta)}
+    )
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        when.isoformat(),
+        when.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        text,
     )

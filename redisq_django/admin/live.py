@@ -204,6 +204,13 @@ def status() -> Reading[bool]:
     return guarded(lambda broker: bool(broker.client.ping()))
 
 
+def forget_figures() -> None:
+    """Forget the cached figures (an action changed them), keeping the client and any
+    outage remembered."""
+    with _lock:
+        _stats.clear()
+
+
 def clear() -> None:
     """Forget cached figures, the outage and the client (the settings, hence maybe the
     Redis, changed)."""

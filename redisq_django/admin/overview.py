@@ -1,5 +1,6 @@
-"""The live overview: one auto-refreshing table of every queue and consumer, with their
-states, figures and warnings; it answers within a second when Redis is down or hung."""
+"""The live overview: one table of every queue and consumer, with their states, figures
+and warnings, and the trends of all queues; refreshed in place from a small JSON
+endpoint, it answers within a second when Redis is down or hung."""
 
 from __future__ import annotations
 
@@ -12,15 +13,20 @@ from urllib.parse import unquote, urlsplit
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
+from django.http import HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
+from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
 from redisq_django.admin.common import BREADCRUMBS_OL
 from redisq_django.admin.figures import HELP, consumer_state
 from redisq_django.admin.live import live_stats, queue_names
+from redisq_django.admin.livedata import overview_trends
 from redisq_django.conf import get_settings
+from redisq_django.core.clock import now_ms
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.models import Consumer, DeadLetter, Overview, Queue
 from redisq_django.publishing.outbox import pending_count
@@ -72,10 +78,12 @@ def latest_report() -> tuple[Path | None, str]:
 
 @admin.register(Overview)
 class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """One auto-refreshing table of every queue and consumer (linked from the index)."""
+    """One live table of every queue and consumer (linked from the index)."""
 
     #: Seconds between refreshes of the overview page.
     refresh_seconds = 5
+    #: Seconds between refreshes of its charts.
+    chart_refresh_seconds = 30
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -96,7 +104,47 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.admin_site.admin_view(self.report_view),
             name="{}_{}_report".format(*info),
         )
-        return [report, *super().get_urls()]
+        data = path(
+            "data/", self.admin_site.admin_view(self.data_view), name="{}_{}_data".format(*info)
+        )
+        return [report, data, *super().get_urls()]
+
+    def data_view(self, request: HttpRequest) -> JsonResponse:
+        """The overview's regions as JSON (the page polls it instead of reloading)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        charts = request.GET.get("charts") == "1"
+        context = self.overview_page_context(request, charts=charts)
+        regions = {"banner": "banner", "table": "overview_table"}
+        if charts:
+            regions["charts"] = "live/charts"
+        html = {
+            region: render_to_string(f"admin/redisq_django/{name}.html", context, request)
+            for region, name in regions.items()
+        }
+        return JsonResponse(
+            {"updated": context["read_at_ms"], "error": context["redisq_error"], "html": html}
+        )
+
+    def overview_page_context(self, request: HttpRequest, *, charts: bool) -> dict[str, Any]:
+        """The overview's table and (``charts``) the trends of every queue."""
+        context = overview_context()
+        range_name = range_of(request.GET.get("range"))[0]
+        context.update(
+            read_at_ms=now_ms(),
+            refresh_seconds=self.refresh_seconds,
+            chart_refresh_seconds=self.chart_refresh_seconds,
+            range_name=range_name,
+            ranges=[(r, "?" + urlencode({"range": r})) for r in RANGES],
+        )
+        if charts:
+            found, error = overview_trends([q.name for q in context["queues"]], range_name)
+            context["charts"] = (
+                trend_charts(found, None, range_name)
+                if found is not None
+                else unknown_charts(error)
+            )
+        return context
 
     def report_view(self, request: HttpRequest) -> HttpResponse:
         """The latest history report, as the self-contained page the job wrote."""
@@ -114,10 +162,10 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
         context = {
             **self.admin_site.each_context(request),
-            **overview_context(),
+            **self.overview_page_context(request, charts=True),
             "title": _("Queues overview"),
             "outbox_waiting": pending_count(),
-            "refresh_seconds": self.refresh_seconds,
+            "data_url": reverse("admin:redisq_django_overview_data"),
             "opts": self.model._meta,
             "breadcrumbs_ol": BREADCRUMBS_OL,
         }

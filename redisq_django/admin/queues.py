@@ -22,6 +22,7 @@ from redisq_django.admin.common import (
     live_column,
 )
 from redisq_django.admin.live import Live, live_stats
+from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import QueueStats
 from redisq_django.models import Consumer, Queue
@@ -36,9 +37,11 @@ QUEUE_DELETE_NOTE = _(
 
 
 @admin.register(Queue)
-class QueueAdmin(PauseActions):
+class QueueAdmin(LivePages, PauseActions):
+    live_kind = "queue"
     list_display = (
         "name",
+        "live_link",
         "state",
         "backlog",
         "in_flight",
@@ -139,11 +142,21 @@ class QueueAdmin(PauseActions):
 
     # -- the queue's page ----------------------------------------------------------------
 
+    @admin.display(description=_("live page"))
+    def live_link(self, obj: Queue) -> SafeString:
+        url = reverse("admin:redisq_django_queue_live", args=[obj.name])
+        return format_html('<a href="{}" class="redisq-live-link">{} &rsaquo;</a>', url, _("live"))
+
     @admin.display(description=_("live figures"))
     def live_figures(self, obj: Queue) -> SafeString:
         stats, _error = self.live_of(obj)
+        live = format_html(
+            '<p><a href="{}" id="redisq-live-page-link">{}</a></p>',
+            reverse("admin:redisq_django_queue_live", args=[obj.name]),
+            _("Open its live page: delayed messages, its log, its consumers, trends, actions"),
+        )
         if stats is None:
-            return figures.unknown()
+            return format_html("{}{}", live, figures.unknown())
         cells = [
             ("backlog", stats.total("backlog")),
             ("in_flight", stats.total("in_flight")),
@@ -155,7 +168,7 @@ class QueueAdmin(PauseActions):
         ]
         if stats.archive_lag is not None:
             cells.append(("archive_lag", stats.archive_lag))
-        return figures.figure_table(cells)
+        return format_html("{}{}", live, figures.figure_table(cells))
 
     @admin.display(description=_("consumers"))
     def consumers_live(self, obj: Queue) -> SafeString:

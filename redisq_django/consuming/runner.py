@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from redisq_django.connection import get_broker
 from redisq_django.consuming.middleware import worker_middleware
 from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
+from redisq_django.core import trends
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.worker import Every, Middleware, Worker, WorkerOptions
@@ -151,6 +153,10 @@ def build_worker(
         periodic.append(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
         )
+    if broker.config.trends:  # the backlog samples of the admin's charts
+        sampled = [broker.keys(q) for q in sorted({d.queue for d in chosen})]
+        job = functools.partial(trends.sample, broker.client, sampled)
+        periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, job))
     return Worker(
         broker,
         specs,

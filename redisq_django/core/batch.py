@@ -11,6 +11,10 @@ one hash tag, so one batch touches one node either way.
 
 Nothing is retried here: after a lost connection the outcome of the batch is unknown, and
 only the caller knows whether sending again is safe (publish-once batches are).
+
+Commands whose replies nobody needs (the trend counters, ``core/trends.py``) ride along
+as ``quiet`` commands: inside the ``MULTI`` of a transaction, else each after a
+``CLIENT REPLY SKIP``, so the batch still costs one write and its own replies only.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
+from redisq_django.core.scripts import ScriptName, Scripts
+
 Command = Sequence[Any]
 
 _MULTI = pack_command(("MULTI",))
 _EXEC = pack_command(("EXEC",))
+_SKIP_COMMAND: Any = ("CLIENT", "REPLY", "SKIP")
+_SKIP = pack_command(_SKIP_COMMAND)
 
 
 def run_batch(
@@ -33,6 +41,7 @@ def run_batch(
     *,
     transaction: bool,
     raise_on_error: bool = True,
+    quiet: Sequence[Command] = (),
 ) -> list[Any]:
     """Send ``commands`` in one write and return their replies, in order.
 
@@ -42,6 +51,8 @@ def run_batch(
         transaction: wrap them in ``MULTI``/``EXEC`` (all or none).
         raise_on_error: raise the first error reply; otherwise error replies are
             returned in place, as exception objects.
+        quiet: more commands for the same write, after ``commands``, whose replies
+            (errors included) are not wanted: they are never returned nor raised.
 
     Raises:
         redis.ResponseError: a command was refused (the first error, with
@@ -53,18 +64,23 @@ def run_batch(
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         with client.pipeline(transaction=transaction) as pipe:
-            for command in commands:
+            for command in (*commands, *quiet):
                 pipe.execute_command(*command)
-            return list(pipe.execute(raise_on_error=raise_on_error))
+            replies = list(pipe.execute(raise_on_error=False))
+        return _checked(replies[: len(commands)], raise_on_error)
     connection = pool.get_connection()
     complete = False  # every reply read: the connection may be reused
     try:
         packed = b"".join(pack_command(tuple(c)) for c in commands)
         if transaction:
+            packed += b"".join(pack_command(tuple(c)) for c in quiet)
             packed = _MULTI + packed + _EXEC
+        else:
+            packed += b"".join(_SKIP + pack_command(tuple(c)) for c in quiet)
         connection.send_packed_command([packed])
+        outcome: list[Any] | Exception
         if transaction:
-            outcome = _read_transaction(connection, len(commands))
+            outcome = _read_transaction(connection, len(commands) + len(quiet))
         else:
             outcome = [_read_one(connection) for _ in commands]
         complete = True
@@ -74,7 +90,10 @@ def run_batch(
         pool.release(connection)
     if isinstance(outcome, Exception):
         raise outcome
-    replies = outcome
+    return _checked(outcome[: len(commands)], raise_on_error)
+
+
+def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
     if raise_on_error:
         for reply in replies:
             if isinstance(reply, Exception):
@@ -102,3 +121,26 @@ def _read_transaction(connection: Any, count: int) -> list[Any] | Exception:
     if reply is None or len(reply) != count:  # WATCH is never used here
         return redis.ResponseError(f"EXEC answered {reply!r} to {count} commands")
     return list(reply)
+
+
+def run_script(
+    client: Any,
+    scripts: Scripts,
+    name: ScriptName,
+    keys: Sequence[Any],
+    args: Sequence[Any],
+    *,
+    quiet: Sequence[Command] = (),
+) -> Any:
+    """Script ``name`` and ``quiet`` commands in one write (see :func:`run_batch`); the
+    script's reply, raised when it is an error.
+
+    After a NOSCRIPT reply (not loaded yet, or Redis restarted) the script is loaded and
+    called again, alone: the quiet commands went through the first time.
+    """
+    command = ("EVALSHA", scripts.sha(name), len(keys), *keys, *args)
+    try:
+        return run_batch(client, [command], transaction=False, quiet=quiet)[0]
+    except redis.exceptions.NoScriptError:
+        scripts.load(name)
+        return run_batch(client, [command], transaction=False)[0]

@@ -147,10 +147,12 @@ class Broker:
             keys = self.keys(queue)
             self._register(queue)
             mine = [prepared[i] for i in indexes]
-            replies = send_queue(self.client, self.scripts, keys, mine, once=once, batch=batch)
+            counted = self.config.trends  # the queue's `published` trend, same write
+            replies = send_queue(
+                self.client, self.scripts, keys, mine, once=once, batch=batch, trends_on=counted
+            )
             for i, reply in zip(indexes, replies, strict=True):
-                if not ids[i]:
-                    ids[i] = to_str(reply)
+                ids[i] = ids[i] or to_str(reply)
         return ids
 
     def publish(
@@ -380,8 +382,7 @@ class Broker:
         (``max_len`` / ``max_age_ms``) is set, in which case the drops are counted.
 
         Returns:
-            ``(removed, dropped)``: entries removed safely and unacknowledged entries
-            removed by the hard cap.
+            ``(removed, dropped)``: removed safely, and unacknowledged ones dropped by a cap.
         """
         return retention.trim(self.scripts, self.keys(queue), self.config, now=now)
 
@@ -393,6 +394,5 @@ class Broker:
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:
-        """Length, delayed, drops, archive lag, and per-consumer lag, in-flight, retries,
-        dead, age."""
+        """Length, delayed, drops, archive lag, and per-consumer figures of ``queue``."""
         return read_stats(self.client, self.keys(queue), history=self.config.history)

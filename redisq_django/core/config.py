@@ -40,6 +40,8 @@ class CoreConfig:
         json_encoder: encoder class for payloads and headers.
         history: record lifecycle events (``core/events.py``) with every settle, and
             keep the log and events until the archive has stored them.
+        trends: keep per-minute counters (``core/trends.py``), each written in the same
+            round trip as the publish, acknowledgement or settle it counts.
     """
 
     prefix: str = "redisq"
@@ -53,6 +55,7 @@ class CoreConfig:
     script_batch: int = DEFAULT_SCRIPT_BATCH
     json_encoder: type[json.JSONEncoder] = field(default=PayloadEncoder)
     history: bool = False
+    trends: bool = True
 
     def __post_init__(self) -> None:
         problems = list(self.retry.problems())

@@ -41,6 +41,10 @@ F_FIRST_FAILED_AT = b"first_failed_at"
 F_DUE_AT = b"due_at"
 #: The one field of a delayed or retry member promoted as it was (not a valid envelope).
 F_RAW_MEMBER = b"raw"
+#: On a retry: the error of the failed delivery (``Class: message``), for operators.
+F_LAST_ERROR = b"last_error"
+#: :data:`F_LAST_ERROR` is cut to this many characters.
+MAX_LAST_ERROR = 500
 
 #: Fields that a retry or re-drive carries over from the entry it came from.
 CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT)

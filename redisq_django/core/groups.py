@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -66,6 +67,18 @@ def read_group(
     return client.execute_command(*args)
 
 
+def entries_of(reply: Any) -> Iterator[tuple[bytes, bytes, Any]]:
+    """``(stream key, entry id, fields)`` of each entry of an ``XREADGROUP`` reply (RESP2:
+    ``[[key, entries], …]``; RESP3: ``{key: [entries]}``), in order."""
+    if not reply:
+        return
+    resp3 = isinstance(reply, dict)
+    for stream_key, value in reply.items() if resp3 else reply:
+        key = stream_key if isinstance(stream_key, bytes) else stream_key.encode()
+        for entry_id, fields in value[0] if resp3 else value:
+            yield key, entry_id, fields
+
+
 def recreate_group(client: Any, gkeys: GroupKeys) -> None:
     """Destroy and re-create the group at the end of the log and the direct stream,
     forgetting its pending entries (after a purge deleted what they point at)."""
@@ -88,6 +101,7 @@ def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
     consumer group (what it still holds is reclaimed by other instances)."""
     client.zrem(gkeys.instances, instance)
     client.hdel(gkeys.running, instance)
+    client.delete(gkeys.instance(instance))  # its report: gone with it
     log, group = gkeys.queue_keys.log, gkeys.group
     with client.pipeline(transaction=False) as pipe:
         pipe.xpending_range(log, group, "-", "+", 1, instance)

@@ -15,6 +15,7 @@ key                               type    role
 ``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
 ``redisq:{q}:result:<id>``        hash    a Django task's result (task queues only; TTL)
 ``redisq:{q}:results``            zset    result ids of the queue; score = their expiry (ms)
+``redisq:{q}:trend:<minute>``     hash    counters and samples of one minute (48 h, trends)
 ``redisq:{q}:g:<g>:direct``       stream  input private to consumer ``g``: retries, re-drives
 ``redisq:{q}:g:<g>:retry``        zset    retries of ``g`` waiting for their backoff; score = due
 ``redisq:{q}:g:<g>:dead``         stream  dead letters of ``g``, awaiting the database sink
@@ -23,6 +24,7 @@ key                               type    role
 ``redisq:{q}:g:<g>:leases``       zset    started deliveries with a lease of their own
                                           (``log:<id>``); score = when it ends (ms)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
+``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
 ``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
 ================================  ======  ====================================================
@@ -91,6 +93,10 @@ class QueueKeys:
         """Marker that batch ``batch_id`` (a transaction's messages) was published."""
         return f"{self.tag}:batch:{batch_id}"
 
+    def trend(self, minute: int) -> str:
+        """Counters and samples of minute ``minute`` (ms since the epoch // 60000)."""
+        return f"{self.tag}:trend:{minute}"
+
     def task_result(self, result_id: str) -> str:
         """Hash: the result of Django task ``result_id`` enqueued to this queue."""
         return f"{self.tag}:result:{result_id}"
@@ -136,6 +142,10 @@ class GroupKeys:
     def running(self) -> str:
         """Hash: instance -> the message its handler started last (``log:<id>``)."""
         return f"{self._base}:running"
+
+    def instance(self, instance: str) -> str:
+        """What instance ``instance`` reports with its heartbeat (JSON; expires with it)."""
+        return f"{self._base}:instance:{instance}"
 
     @property
     def leases(self) -> str:

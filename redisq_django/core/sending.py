@@ -1,4 +1,5 @@
-"""Sending prepared envelopes to one queue in one round trip (``Broker.send``)."""
+"""Sending prepared envelopes to one queue in one round trip (``Broker.send``), with the
+queue's ``published`` trend counter in the same write (``core/trends.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 import redis
 
-from redisq_django.core.batch import run_batch
+from redisq_django.core import trends
+from redisq_django.core.batch import Command, run_batch, run_script
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
@@ -19,12 +21,6 @@ SENT_MARKER_TTL_MS = 24 * 3600 * 1000
 #: sent again only within seconds (a retry after a timeout); one marker per committed
 #: transaction and queue must not pile up for a day.
 BATCH_MARKER_TTL_MS = 10 * 60 * 1000
-
-
-def _queue_one(target: Any, keys: QueueKeys, e: Envelope) -> Any:
-    if e.due_at_ms is None:
-        return target.execute_command("XADD", keys.log, "*", *e.fields())
-    return target.zadd(keys.delayed, {e.member(): e.due_at_ms})
 
 
 def _command(keys: QueueKeys, e: Envelope) -> tuple[Any, ...]:
@@ -41,10 +37,21 @@ def _due_arg(e: Envelope) -> str | int:
     return e.due_at_ms or 0
 
 
+def _published(keys: QueueKeys, n: int, trends_on: bool) -> list[Command]:
+    """The trend counter of ``n`` messages published to the queue (none when off)."""
+    return trends.counter(keys).commands({trends.PUBLISHED: n}) if trends_on else []
+
+
 def send_all(
-    client: Any, keys: QueueKeys, envelopes: list[Envelope], scripts: Scripts
+    client: Any,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    scripts: Scripts,
+    *,
+    trends_on: bool = False,
 ) -> list[Any]:
-    """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI).
+    """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI),
+    with the ``published`` trend counter in the same write.
 
     A batch holding a ``delay=`` message goes through ``publish_delayed.lua`` instead
     (still all or none), which makes delays due times by Redis's clock.
@@ -52,15 +59,22 @@ def send_all(
     Returns:
         The replies in order: entry ids for immediate messages.
     """
-    if any(e.delay_ms is not None for e in envelopes):
-        args: list[Any] = [len(envelopes)]
-        for e in envelopes:
-            fields = e.fields()
-            args += [_due_arg(e), len(fields) // 2, *fields]
-        return list(scripts("publish_delayed", [keys.delayed, keys.log], args))
-    if len(envelopes) == 1:  # the common publish: no MULTI around one command
-        return [_queue_one(client, keys, envelopes[0])]
-    return run_batch(client, [_command(keys, e) for e in envelopes], transaction=True)
+    counted = _published(keys, len(envelopes), trends_on)
+    try:
+        if any(e.delay_ms is not None for e in envelopes):
+            args: list[Any] = [len(envelopes)]
+            for e in envelopes:
+                fields = e.fields()
+                args += [_due_arg(e), len(fields) // 2, *fields]
+            to = [keys.delayed, keys.log]
+            return list(run_script(client, scripts, "publish_delayed", to, args, quiet=counted))
+        commands = [_command(keys, e) for e in envelopes]
+        # The common publish, one message: no MULTI around one command (and its counter)
+        return run_batch(client, commands, transaction=len(commands) > 1, quiet=counted)
+    except BaseException:
+        if counted:
+            trends.counter(keys).forget()
+        raise
 
 
 def send_queue(
@@ -71,18 +85,26 @@ def send_queue(
     *,
     once: bool = False,
     batch: str | None = None,
+    trends_on: bool = False,
 ) -> list[Any]:
     """Send envelopes of one queue: at most once per batch id (``batch``), per message id
-    (``once``), or plainly (:func:`send_all`). Returns one reply per envelope."""
+    (``once``), or plainly (:func:`send_all`); with ``trends_on``, count them in the same
+    write. Returns one reply per envelope."""
     if batch is not None:
-        return send_batch_once(client, scripts, keys, envelopes, batch)
+        return send_batch_once(client, scripts, keys, envelopes, batch, trends_on=trends_on)
     if once:
-        return send_once(client, scripts, keys, envelopes)
-    return send_all(client, keys, envelopes, scripts)
+        return send_once(client, scripts, keys, envelopes, trends_on=trends_on)
+    return send_all(client, keys, envelopes, scripts, trends_on=trends_on)
 
 
 def send_batch_once(
-    client: Any, scripts: Scripts, keys: QueueKeys, envelopes: list[Envelope], batch: str
+    client: Any,
+    scripts: Scripts,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    batch: str,
+    *,
+    trends_on: bool = False,
 ) -> list[Any]:
     """Publish every envelope of one queue, all or none, at most once per ``batch`` id
     (``publish_batch_once.lua``), in one round trip: sending the same batch again after
@@ -99,13 +121,14 @@ def send_batch_once(
             raise ValueError("Publishing a batch at most once needs message ids of your own.")
         fields = e.fields()
         args += [_due_arg(e), len(fields) // 2, *fields]
-    sha = scripts.sha("publish_batch_once")
-    command = ("EVALSHA", sha, 3, keys.log, keys.delayed, keys.batch_marker(batch), *args)
+    script_keys = [keys.log, keys.delayed, keys.batch_marker(batch)]
+    counted = _published(keys, len(envelopes), trends_on)
     try:
-        run_batch(client, [command], transaction=False)
-    except redis.exceptions.NoScriptError:  # not loaded yet, or Redis restarted: load it
-        scripts.load("publish_batch_once")
-        run_batch(client, [command], transaction=False)
+        run_script(client, scripts, "publish_batch_once", script_keys, args, quiet=counted)
+    except BaseException:
+        if counted:
+            trends.counter(keys).forget()
+        raise
     return [e.id for e in envelopes]
 
 
@@ -116,6 +139,7 @@ def send_once(
     envelopes: list[Envelope],
     *,
     to: GroupKeys | None = None,
+    trends_on: bool = False,
 ) -> list[Any]:
     """Publish every envelope of one queue at most once per message id
     (``publish_once.lua``), in one round trip: to the queue's log (or delayed set), or
@@ -143,10 +167,20 @@ def send_once(
         )
 
     replies: list[Any] = []
+    # Counted as published (to the queue, not to one consumer) with the first pass.
+    counted = _published(keys, len(envelopes), trends_on and to is None)
     for _ in range(2):  # a second pass only after loading the script (NOSCRIPT)
         sha = scripts.sha("publish_once")
         commands = [("EVALSHA", sha, 3, *k, *a) for k, a in map(call, envelopes)]
-        replies = run_batch(client, commands, transaction=False, raise_on_error=False)
+        try:
+            replies = run_batch(
+                client, commands, transaction=False, raise_on_error=False, quiet=counted
+            )
+        except BaseException:
+            if counted:
+                trends.counter(keys).forget()
+            raise
+        counted = []
         if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
             break
         scripts.load("publish_once")

@@ -8,25 +8,50 @@ from typing import Any
 
 from redisq_django.core import envelope as env
 from redisq_django.core import events
+from redisq_django.core.deadletter import Failure
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.message import Message, Stream
+from redisq_django.core.scripts import ScriptName
 from redisq_django.core.wire import flatten
 
 #: What ``fail.lua`` writes: a retry member, or a dead-letter entry.
 RETRY, DEAD = "retry", "dead"
 
 
-def next_delivery(message: Message, now: int, *, failed: bool) -> dict[bytes, bytes]:
+def next_delivery(
+    message: Message, now: int, *, failed: bool, error: Failure | None = None
+) -> dict[bytes, bytes]:
     """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
-    counts, its failure time is the first one if none was recorded) or a hand-back."""
+    counts, its failure time is the first one if none was recorded; ``error``: what the
+    operators' pages show as its last error) or a hand-back."""
     first = message.first_failed_at_ms
-    return env.next_delivery_fields(
+    fields = env.next_delivery_fields(
         message.fields,
         message_id=message.id,
         published_at_ms=message.published_at_ms,
         attempts=message.attempts - (0 if failed else 1),
         first_failed_at_ms=first if first is not None or not failed else now,
     )
+    if error is not None:
+        text = f"{error.error_class}: {error.message}"[: env.MAX_LAST_ERROR]
+        fields[env.F_LAST_ERROR] = text.encode("utf-8", "backslashreplace")
+    return fields
+
+
+def ack_parts(
+    gkeys: GroupKeys, instance: str, messages: Sequence[Message], history: bool
+) -> tuple[ScriptName | None, list[str], list[Any]]:
+    """What acknowledges ``messages``: ``(None, KEYS, ARGV)`` of a plain ``XACK`` (log
+    entries, history off: ``XACK log group ids…``), else ``("ack", KEYS, ARGV)`` of
+    ``ack.lua`` (direct entries are deleted; with history, its ``handled`` event)."""
+    if history:
+        return ("ack", *ack_call(gkeys, instance, messages))
+    qkeys = gkeys.queue_keys
+    if all(m.stream is Stream.LOG for m in messages):
+        return None, [qkeys.log], [gkeys.group, *(m.entry_id for m in messages)]
+    log = [m.entry_id for m in messages if m.stream is Stream.LOG]
+    direct = [m.entry_id for m in messages if m.stream is not Stream.LOG]
+    return "ack", [qkeys.log, gkeys.direct], [gkeys.group, len(log), *log, *direct]
 
 
 def ack_call(

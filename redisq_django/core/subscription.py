@@ -8,13 +8,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import events, leases, settle
+from redisq_django.core import events, leases, settle, trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
 from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.events import EventName
-from redisq_django.core.groups import leave_group, read_group
+from redisq_django.core.groups import entries_of, leave_group, read_group
+from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
@@ -62,6 +63,9 @@ class Subscription:
         self.next_promote_ms = 0
         self._cursors = ["0-0", "0-0"]
         self._rng = random.Random()
+        #: What it reports with each heartbeat (its handled and failed counts among it).
+        self.report = Report(self.gkeys, consumer)
+        self._call = trends.CountedCalls(client, scripts, keys, config.trends)
 
     def __repr__(self) -> str:
         return f"<Subscription {self.queue}/{self.group} as {self.consumer}>"
@@ -132,20 +136,8 @@ class Subscription:
                 return messages
 
     def _decode(self, reply: Any) -> list[Message]:
-        if not reply:
-            return []
-        # RESP2: [[key, entries], ...]; RESP3: {key: [entries]}.
-        items = reply.items() if isinstance(reply, dict) else reply
-        messages: list[Message] = []
-        for stream_key, value in items:
-            key = stream_key if isinstance(stream_key, bytes) else stream_key.encode()
-            stream = self._streams[key]
-            entries = value[0] if isinstance(reply, dict) else value
-            for entry_id, fields in entries:
-                message = self._message(stream, entry_id, fields, 1)
-                if message is not None:
-                    messages.append(message)
-        return messages
+        found = (self._message(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
+        return [m for m in found if m is not None]
 
     def _message(
         self, stream: Stream, entry_id: bytes, fields: Any, delivery_count: int
@@ -164,7 +156,8 @@ class Subscription:
                 failure=Failure("UndecodableEntry", str(exc)),
                 reason=DeadReason.UNDECODABLE,
             )
-            self._settle(stream, entry_id, settle.DEAD, 0, dead, event)
+            counts = trends.settle_counts(self.group, False, trends.DEAD, None)
+            self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts)
             return None
         return Message(
             id=parts.id,
@@ -187,33 +180,19 @@ class Subscription:
 
     @translate_errors
     def ack(self, messages: Iterable[Message]) -> int:
-        """Acknowledge handled messages (one round trip for the batch).
+        """Acknowledge handled messages (one round trip for the batch, with their trend
+        counters and, history on, their ``handled`` event).
 
         Returns:
             How many were still pending (the rest were acknowledged already).
         """
-        if self.history:
-            return self._ack_recorded(list(messages))
-        log_ids: list[bytes] = []
-        direct_ids: list[bytes] = []
-        for m in messages:
-            (log_ids if m.stream is Stream.LOG else direct_ids).append(m.entry_id)
-        if not direct_ids:
-            if not log_ids:
-                return 0
-            # The usual batch: one plain command, no script (cheaper for Redis too).
-            return int(self.client.execute_command("XACK", self.keys.log, self.group, *log_ids))
-        return int(
-            self.scripts(
-                "ack",
-                [self.keys.log, self.gkeys.direct],
-                [self.group, len(log_ids), *log_ids, *direct_ids],
-            )
-        )
-
-    def _ack_recorded(self, messages: list[Message]) -> int:
-        # One script acks each entry and records the acked ones in one `handled` event.
-        return int(self.scripts("ack", *settle.ack_call(self.gkeys, self.consumer, messages)))
+        batch = list(messages)
+        if not batch:
+            return 0
+        name, keys, args = settle.ack_parts(self.gkeys, self.consumer, batch, self.history)
+        self.report.handled += len(batch)
+        counts = trends.handled_counts(self.group, (m.duration_ms for m in batch))
+        return int(self._call(name, keys, args, counts))
 
     def _event(self, name: EventName, records: list[bytes], **details: Any) -> list[bytes]:
         """The event entry of a settle, or nothing when history is off."""
@@ -229,11 +208,12 @@ class Subscription:
         due: int | str,
         fields: dict[bytes, bytes],
         event: list[bytes],
+        counts: dict[str, int],
     ) -> bool:
         keys, args = settle.settle_call(
             self.gkeys, self.consumer, stream, entry_id, mode, due, fields, event, self.history
         )
-        return bool(self.scripts("fail", keys, args))
+        return bool(self._call("fail", keys, args, counts))
 
     @translate_errors
     def fail(self, message: Message, failure: Failure | BaseException) -> Outcome:
@@ -251,16 +231,21 @@ class Subscription:
             return self.dead_letter(message, failure, DeadReason.FAILED)
         now = now_ms()
         wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
-        fields = settle.next_delivery(message, now, failed=True)
+        failure = Failure.of(failure)
+        fields = settle.next_delivery(message, now, failed=True, error=failure)
         event = self._event(
             EventName.RETRIED,
             [events.record(message.id, message.attempts, message.duration_ms)],
-            failure=Failure.of(failure),
+            failure=failure,
             next_due_ms=now + wait_ms,  # fail.lua puts the due time by Redis's clock
         )
+        self.report.failed += 1
+        counts = trends.settle_counts(self.group, True, trends.RETRIED, message.duration_ms)
         # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
         due = f"+{wait_ms}"
-        settled = self._settle(message.stream, message.entry_id, settle.RETRY, due, fields, event)
+        settled = self._settle(
+            message.stream, message.entry_id, settle.RETRY, due, fields, event, counts
+        )
         return Outcome.RETRIED if settled else Outcome.LOST
 
     @translate_errors
@@ -287,7 +272,12 @@ class Subscription:
             failure=failure,
             reason=reason,
         )
-        settled = self._settle(message.stream, message.entry_id, settle.DEAD, 0, dead, event)
+        ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
+        self.report.failed += ran
+        counts = trends.settle_counts(self.group, ran, trends.DEAD, message.duration_ms)
+        settled = self._settle(
+            message.stream, message.entry_id, settle.DEAD, 0, dead, event, counts
+        )
         return Outcome.DEAD if settled else Outcome.LOST
 
     def reject(self, message: Message, failure: Failure | BaseException) -> Outcome:
@@ -365,10 +355,11 @@ class Subscription:
     # -- liveness ----------------------------------------------------------------------
 
     @translate_errors
-    def heartbeat(self, ttl_ms: int) -> None:
-        """Announce this instance alive for ``ttl_ms`` by Redis's clock (``heartbeat.lua``);
-        once that passes without a new heartbeat, others take over its messages at once."""
-        self.scripts("heartbeat", [self.gkeys.instances], [self.consumer, ttl_ms])
+    def heartbeat(self, ttl_ms: int, running: Message | None = None) -> None:
+        """Announce this instance alive for ``ttl_ms`` by Redis's clock (``heartbeat.lua``),
+        with its report (``running``: the message its handler runs); once that passes
+        without a new heartbeat, others take over its messages at once."""
+        self.scripts("heartbeat", *self.report.heartbeat_call(ttl_ms, running))
 
     @translate_errors
     def waiting_retries(self) -> int:
@@ -392,5 +383,5 @@ class Subscription:
         for m in messages:
             fields = settle.next_delivery(m, now_ms(), failed=False)
             event = self._event(EventName.RELEASED, [events.record(m.id, m.attempts - 1)])
-            released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event)
+            released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event, {})
         return released

@@ -23,7 +23,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import events, settle
+from redisq_django.core import events, settle, trends
+from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
 from redisq_django.core.envelope import Envelope
@@ -97,9 +98,20 @@ class TaskResults:
         scripts: its registered scripts.
         keys: builds a queue's keys (``Broker.keys``).
         history: record each settle's lifecycle event (``REDISQ["HISTORY"]``).
+        trends_on: count published tasks in the queue's trends (same write as the
+            enqueue; see ``core/trends.py``).
     """
 
-    def __init__(self, client: Any, scripts: Scripts, keys: Any, *, history: bool = False) -> None:
+    def __init__(
+        self,
+        client: Any,
+        scripts: Scripts,
+        keys: Any,
+        *,
+        history: bool = False,
+        trends_on: bool = False,
+    ) -> None:
+        self.trends_on = trends_on
         self.client = client
         self.scripts = scripts
         self.keys = keys
@@ -124,7 +136,18 @@ class TaskResults:
         keys, args = enqueue_call(
             self.keys(envelope.queue), envelope, result, expire_at_ms=expire_at_ms, mode=mode
         )
-        reply = self.scripts("task_enqueue", keys, args)
+        if self.trends_on and mode == PUBLISH:
+            counter = trends.counter(self.keys(envelope.queue))
+            try:
+                quiet = counter.commands({trends.PUBLISHED: 1})
+                reply = run_script(
+                    self.client, self.scripts, "task_enqueue", keys, args, quiet=quiet
+                )
+            except BaseException:
+                counter.forget()
+                raise
+        else:
+            reply = self.scripts("task_enqueue", keys, args)
         if mode == ONCE and reply:
             return decode_hash(reply)
         return None

@@ -111,7 +111,11 @@ class RedisqBackend(BaseTaskBackend):
         broker = get_broker()
         if self._results is None or self._results.client is not broker.client:
             self._results = TaskResults(
-                broker.client, broker.scripts, broker.keys, history=broker.config.history
+                broker.client,
+                broker.scripts,
+                broker.keys,
+                history=broker.config.history,
+                trends_on=broker.config.trends,
             )
         return self._results
 

@@ -59,3 +59,9 @@ def dead(rows: int, in_redis: int | None) -> SafeString:
 def total(stats: Any, figure_name: str) -> int:
     """A queue's figure summed over its consumers (``QueueStats.total``)."""
     return int(stats.total(figure_name))
+
+
+@register.simple_tag
+def moment(ms: int | None) -> SafeString:
+    """A time as ``12s ago`` / ``in 4.0m``, its date and time as the title."""
+    return figures.moment(ms)

@@ -58,13 +58,51 @@ def pages(made: Incident) -> dict[str, str]:
         "retry-matching": reverse("admin:redisq_django_deadletter_matching", args=["retry"])
         + "?status__exact=dead",
         "queue-delete": reverse("admin:redisq_django_queue_delete", args=[queue.pk]),
+        # The live pages (issue 11, part 2): every list of a consumer, a queue, a message
+        **{
+            f"live-{name}": reverse(
+                "admin:redisq_django_consumer_live", args=[made.queue, "billing"]
+            )
+            + f"?list={name}"
+            for name in ("waiting", "delayed", "retrying", "in_flight", "instances", "dead")
+        },
+        "live-queue": reverse("admin:redisq_django_queue_live", args=[made.queue]),
+        "live-queue-log": reverse("admin:redisq_django_queue_live", args=[made.queue])
+        + "?list=log",
+        "live-message": reverse(
+            "admin:redisq_django_consumer_live_message", args=[made.queue, "billing"]
+        )
+        + "?ref=delayed:1:nothing",
+        "live-purge": reverse(
+            "admin:redisq_django_consumer_live_action", args=[made.queue, "billing", "purge"]
+        ),
     }
 
 
+LIVE = (
+    "live-waiting",
+    "live-delayed",
+    "live-retrying",
+    "live-in_flight",
+    "live-instances",
+    "live-dead",
+    "live-queue",
+    "live-queue-log",
+)
 #: Pages that read Redis (or need it to act), hence show the banner when it is sick.
-READ_REDIS = ("overview", "queues", "queue", "consumers", "consumer", "deadletters", "deadletter")
+READ_REDIS = (
+    "overview",
+    "queues",
+    "queue",
+    "consumers",
+    "consumer",
+    "deadletters",
+    "deadletter",
+    *LIVE,
+    "live-message",
+)
 #: Pages that show figures from Redis, unknown when it is sick.
-FIGURES = ("overview", "queues", "queue", "consumers", "consumer")
+FIGURES = ("overview", "queues", "queue", "consumers", "consumer", *LIVE)
 
 
 def fits(page: Page) -> dict[str, Any]:
@@ -72,11 +110,13 @@ def fits(page: Page) -> dict[str, Any]:
     result: dict[str, Any] = page.evaluate(
         """() => {
         const tables = [...document.querySelectorAll(
-            '#result_list, #redisq-overview, #redisq-groups, table.redisq-consumers')];
+            '#result_list, #redisq-overview, #redisq-groups, table.redisq-consumers, ' +
+            '#redisq-list, .redisq-charts')];
         return {
             page: [document.documentElement.scrollWidth, window.innerWidth],
             tables: tables.map(t => {
-                const box = t.closest('.results, .redisq-overview-box') || t.parentElement;
+                const box = t.closest('.results, .redisq-overview-box, .redisq-list-box')
+                    || t.parentElement;
                 return [t.id || t.className, t.scrollWidth, box.clientWidth];
             }),
         };

@@ -20,7 +20,7 @@ class FakeSub:
     calls: list[tuple[str, object]] = field(default_factory=list)
     broken: bool = False
 
-    def heartbeat(self, ttl_ms: int) -> None:
+    def heartbeat(self, ttl_ms: int, running: object = None) -> None:
         if self.broken:
             raise RedisUnavailable("gone")
         self.calls.append(("heartbeat", ttl_ms))

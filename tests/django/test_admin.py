@@ -242,7 +242,11 @@ def test_queue_stats_columns_and_overview(queue_name: str, broker: Any) -> None:
     assert cell(page.content, "backlog", queue_name) == ["3"]
     overview = client.get(reverse("admin:redisq_django_overview_changelist"))
     assert overview.status_code == 200
-    assert b'http-equiv="refresh"' in overview.content and b"billing" in overview.content
+    # ... refreshed in place from its JSON endpoint, not by reloading the page
+    data_url = reverse("admin:redisq_django_overview_data")
+    assert b'http-equiv="refresh"' not in overview.content and b"billing" in overview.content
+    assert f'data-url="{data_url}"'.encode() in overview.content
+    assert "billing" in client.get(data_url).json()["html"]["table"]
     index = client.get(reverse("admin:index"))
     assert reverse("admin:redisq_django_overview_changelist").encode() in index.content
 

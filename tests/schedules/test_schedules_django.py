@@ -384,7 +384,7 @@ def test_build_worker_syncs_schedules_and_runs_the_schedule_job(
 ) -> None:
     periodic(queue_name, every=1, queue=queue_name)
     worker = build_worker([a_consumer], options=WorkerOptions(stats_interval=0))
-    assert [j.name for j in worker.periodic] == ["dead-letter sink", "schedules"]
+    assert [j.name for j in worker.periodic] == ["dead-letter sink", "schedules", "trend samples"]
     assert Schedule.objects.get(name=queue_name).origin == "code"
 
 

@@ -14,6 +14,7 @@ from redis.commands.core import Script
 ScriptName = Literal[
     "ack",
     "archive_commit",
+    "deliver_now",
     "ensure_consumer",
     "extend",
     "fail",
@@ -23,6 +24,7 @@ ScriptName = Literal[
     "publish_batch_once",
     "publish_delayed",
     "publish_once",
+    "purge_consumer",
     "reclaim",
     "redrive",
     "task_enqueue",

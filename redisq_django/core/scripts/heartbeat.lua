@@ -1,9 +1,13 @@
 -- heartbeat.lua: announce an instance alive, by Redis's clock.
 --
--- KEYS[1]  zset  redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
+-- KEYS[1]  zset    redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
+-- KEYS[2]  string  redisq:{q}:g:<g>:instance:<instance>   (optional) its report to the
+--                  operators: JSON text (host, pid, start, counts, what it runs)
 -- ARGV[1]  instance (consumer) name
 -- ARGV[2]  how long the heartbeat lives, ms (negative: it has expired, the instance is
 --          dead and others take over its messages at once)
+-- ARGV[3]  with KEYS[2]: the report (stored as given)
+-- ARGV[4]  with KEYS[2]: how long the report is kept, ms
 --
 -- The expiry is TIME + ARGV[2] by Redis's own clock, the clock reclaim.lua compares it
 -- with, so hosts whose clocks disagree never see each other as dead (or alive) wrongly.
@@ -14,4 +18,7 @@ redis.replicate_commands()
 local t = redis.call('TIME')
 local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], expiry, ARGV[1])
+if KEYS[2] then
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+end
 return expiry

@@ -18,6 +18,12 @@ messages are delivered again (at-least-once).
 The same write records which message the thread starts next (``mark``), so that
 ``reclaim.lua`` counts a delivery only for a message whose handler actually started.
 
+With trends on, the batch's handled messages and their handler time are counted in the
+queue's per-minute trends (``core/trends.py``) by the batch's last write (:meth:`flush`),
+with their replies skipped: the counters ride in the same pipeline as the batch's
+acknowledgements, at one small command per batch instead of one per message. A worker
+killed in the middle of a batch leaves that batch uncounted.
+
 Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
 """
 
@@ -29,10 +35,12 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
-from redisq_django.core import events, settle
+from redisq_django.core import events, settle, trends
+from redisq_django.core.batch import run_batch
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
+from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import to_bytes
 
@@ -60,6 +68,11 @@ class AckPipe:
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
         self._packed = _Prepacked(sub)
+        self._counter = trends.counter(sub.keys) if sub.config.trends else None
+        #: Trend counts of this batch not written yet (handled, their handler ms, ...).
+        self._counts: dict[str, int] = {}
+        self._handled_field = trends.per_consumer(trends.HANDLED, sub.group)
+        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.group)
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -74,15 +87,37 @@ class AckPipe:
         return [m for ms in self._unread for m in ms] + self._queued
 
     def add(self, message: Message) -> None:
-        """``message``'s handler returned: acknowledge it with the next write."""
+        """``message``'s handler returned: acknowledge it with the next write (and count
+        it with the batch's last)."""
         self._queued.append(message)
+        if self._pool is None:  # acknowledged (and counted) by Subscription.ack
+            return
+        counts = self._counts
+        counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
+        counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
+
+    def count_settled(self, message: Message, outcome: Outcome, failed: bool) -> None:
+        """``message``'s handler settled it itself (a Django task): count it in the trends
+        with the batch's last write, as if it went through :meth:`add` or a failure."""
+        if outcome is Outcome.ACKED:
+            counts = trends.handled_counts(self.sub.group, [message.duration_ms])
+        elif outcome in (Outcome.RETRIED, Outcome.DEAD):
+            counts = trends.settle_counts(
+                self.sub.group, failed, outcome.value, message.duration_ms
+            )
+        else:
+            return
+        for name, n in counts.items():
+            self._counts[name] = self._counts.get(name, 0) + n
 
     @translate_errors
-    def send(self, mark: Message | None = None) -> None:
-        """Write the queued acknowledgements (and ``mark``, the message about to start)
-        now, without waiting for the reply."""
+    def send(self, mark: Message | None = None, *, counts: bool = False) -> None:
+        """Write the queued acknowledgements (and ``mark``, the message about to start;
+        with ``counts``, the trend counters of what was handled) now, without waiting
+        for the reply."""
         acked = self._queued
-        if not acked and mark is None:
+        counted = counts and self._counter is not None and bool(self._counts)
+        if not acked and mark is None and not counted:
             return
         if self._pool is None:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
@@ -91,7 +126,9 @@ class AckPipe:
             self._read_replies()
         if self._conn is None:
             self._conn = self._pool.get_connection()
-        packed = self._packed_ack(acked) if acked else b""
+        packed = self._packed_command(acked) if acked else b""
+        if counted:  # their replies are skipped too
+            packed += self._packed_counts()
         if mark is not None:  # its reply is skipped: only the ack's is read back
             packed += _NO_REPLY + self._packed.mark + _bulk(started_tag(mark))
         self._queued = []
@@ -102,12 +139,15 @@ class AckPipe:
         except BaseException:
             self._drop_connection()
             raise
+        if counted:
+            self._counts = {}
 
     @translate_errors
     def flush(self) -> None:
-        """Write what is queued and read every reply: when this returns, every handled
-        message is acknowledged (and its ``after_settle`` hooks ran)."""
-        self.send()
+        """Write what is queued, with the batch's trend counters, and read every reply:
+        when this returns, every handled message is acknowledged (and its
+        ``after_settle`` hooks ran)."""
+        self.send(counts=True)
         self._read_replies()
         if self._conn is not None:
             self._pool.release(self._conn)
@@ -120,7 +160,7 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_ack(self, messages: list[Message]) -> bytes:
+    def _packed_command(self, messages: list[Message]) -> bytes:
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
@@ -131,17 +171,18 @@ class AckPipe:
             return head + _bulk(m.entry_id) + _bulk(records)
         return bytes(pack_command(self._ack_command(messages)))
 
+    def _packed_counts(self) -> bytes:
+        """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
+        assert self._counter is not None
+        commands = self._counter.commands(self._counts)
+        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
+
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
         sub = self.sub
-        if sub.history:
-            keys, args = settle.ack_call(sub.gkeys, sub.consumer, messages)
-            return ("EVALSHA", sub.scripts.sha("ack"), len(keys), *keys, *args)
-        if all(m.stream is Stream.LOG for m in messages):
-            return ("XACK", sub.keys.log, sub.group, *(m.entry_id for m in messages))
-        log = [m.entry_id for m in messages if m.stream is Stream.LOG]
-        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG]
-        keys = [sub.keys.log, sub.gkeys.direct]
-        return ("EVALSHA", sub.scripts.sha("ack"), 2, *keys, sub.group, len(log), *log, *direct)
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.consumer, messages, sub.history)
+        if name is None:
+            return ("XACK", *keys, *args)
+        return ("EVALSHA", sub.scripts.sha(name), len(keys), *keys, *args)
 
     def _mark_command(self, message: Message) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
@@ -154,6 +195,11 @@ class AckPipe:
             self._on_acked(acked)
         if mark is not None:
             self.client.execute_command(*self._mark_command(mark))
+        if self._counts and self._counter is not None:  # what handlers settled themselves
+            run_batch(
+                self.client, [], transaction=False, quiet=self._counter.commands(self._counts)
+            )
+            self._counts = {}
 
     def _read_replies(self) -> None:
         conn = self._conn
@@ -167,17 +213,20 @@ class AckPipe:
                 raise
             self._unread.pop(0)
             if isinstance(answer, Exception):
-                self._queued[:0] = acked  # not acknowledged: send again
+                self._queued[:0] = acked  # not acknowledged: send again (counted already)
                 if isinstance(answer, redis.exceptions.NoScriptError):
                     self.sub.scripts.load("ack")  # Redis restarted: load it, send again
                 elif failure is None:
                     failure = answer
                 continue
+            self.sub.report.handled += len(acked)
             self._on_acked(acked)
         if failure is not None:
             raise failure
 
     def _drop_connection(self) -> None:
+        if self._counter is not None:
+            self._counter.forget()  # a write with an EXPIRE may be lost
         for acked in reversed(self._unread):
             self._queued[:0] = acked
         self._unread = []

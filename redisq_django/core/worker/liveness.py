@@ -116,13 +116,15 @@ class LivenessThread(threading.Thread):
             self.join(STOP_WAIT_S)
 
     def heartbeat(self) -> None:
-        """Announce every live handler thread's instance alive for the TTL."""
+        """Announce every live handler thread's instance alive for the TTL, with its
+        report (what its handler runs now among it)."""
         for t in self._threads():
             if self._halt.is_set():
                 return
             if t.is_alive():
+                held = t.held  # replaced, never changed, by the handler thread
                 with _each(t, "heartbeat"):
-                    t.sub.heartbeat(self._ttl_ms)
+                    t.sub.heartbeat(self._ttl_ms, held[-1] if held else None)
 
     def extend_leases(self) -> None:
         """Renew the lease of the message each handler thread runs (unless it has a lease

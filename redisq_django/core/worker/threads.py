@@ -245,6 +245,7 @@ class HandlerThread(threading.Thread):
             if error is not None:
                 self._count("failed")
             self._count("handled" if exc.outcome is Outcome.ACKED else exc.outcome.value)
+            self.acks.count_settled(message, exc.outcome, error is not None)  # the trends
             self.hooks.after_settle(message, exc.outcome)
         except Reject as exc:
             _stop_watch(message, started)

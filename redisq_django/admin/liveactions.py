@@ -1,0 +1,324 @@
+"""What staff do from a live page: pause and resume, deliver a delayed message or a retry
+now, replay a consumer from a point (earliest, a time, an id), purge (typed
+confirmation).
+
+Every change is a POST with CSRF protection (the admin's views), needs the model's
+change permission, is reported through ``messages`` and written to the admin history
+(``LogEntry``) of the consumer's or queue's row. Replay and purge first show a
+confirmation page (a GET that changes nothing). Redis is reached through the admin's
+broker (short timeouts, no retries): a sick Redis gives an error message, not a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.translation import gettext as _
+
+from redisq_django import operations
+from redisq_django.admin.common import BREADCRUMBS_OL, PAUSED_LOG, RESUMED_LOG
+from redisq_django.admin.live import admin_broker, forget_figures
+from redisq_django.core import Broker, actions, browse
+from redisq_django.core.errors import InvalidName, RedisqError
+from redisq_django.core.keys import validate_name
+from redisq_django.models import Consumer, Queue
+
+CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "purge")
+QUEUE_ACTIONS = ("pause", "resume", "deliver", "purge")
+#: Actions that show a confirmation page first.
+CONFIRMED = ("replay", "purge")
+#: Start points a replay offers.
+STARTS = ("earliest", "time", "id")
+
+_FAILED = object()
+
+
+class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The actions of the live pages (the base of :class:`~.livepages.LivePages`)."""
+
+    live_kind: str
+    #: The figures explained under the page (keys of ``figures.HELP``).
+    glossary: tuple[str, ...] = ()
+
+    def live_action_view(
+        self, request: HttpRequest, queue: str, name: str | None = None, action: str = ""
+    ) -> HttpResponse:
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        self._check(request, queue, name)
+        if action not in (CONSUMER_ACTIONS if name is not None else QUEUE_ACTIONS):
+            raise Http404(_("No such action: %(action)s") % {"action": action})
+        if request.method == "GET" and action in CONFIRMED:
+            return self._confirm_page(request, queue, name, action)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        row = self._row(queue, name)
+        if action in ("pause", "resume"):
+            self._pause(request, row, action == "pause")
+        elif action == "deliver":
+            self._deliver(request, queue, name, row, request.POST.get("ref", ""))
+        elif action == "replay":
+            self._replay(request, queue, name or "", row)
+        elif action == "purge":
+            if request.POST.get("confirm_name") != (name or queue):
+                self.message_user(
+                    request,
+                    _("Nothing was purged: type the name %(name)s exactly to confirm.")
+                    % {"name": name or queue},
+                    messages.ERROR,
+                )
+                return self._confirm_page(request, queue, name, action)
+            self._purge(request, queue, name, row)
+        return HttpResponseRedirect(self._back(request, queue, name))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _check(self, request: HttpRequest, queue: str, name: str | None) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            validate_name("queue", queue)
+            if name is not None:
+                validate_name("consumer", name)
+        except InvalidName as exc:
+            raise Http404(str(exc)) from None
+
+    def _urls(self, queue: str, name: str | None) -> dict[str, str]:
+        base = f"admin:redisq_django_{self.live_kind}_live"
+        args = [queue, name] if name is not None else [queue]
+        return {
+            "page_url": reverse(base, args=args),
+            "data_url": reverse(f"{base}_data", args=args),
+            "message_url": reverse(f"{base}_message", args=args),
+            "queue_url": reverse("admin:redisq_django_queue_live", args=[queue]),
+            "overview_url": reverse("admin:redisq_django_overview_changelist"),
+            "dead_url": reverse("admin:redisq_django_deadletter_changelist")
+            + "?"
+            + urlencode(
+                {"queue": queue, **({"consumer": name} if name else {}), "status__exact": "dead"}
+            ),
+        }
+
+    def _base_context(self, request: HttpRequest, queue: str, name: str | None) -> dict[str, Any]:
+        return {
+            **self._urls(queue, name),
+            "queue": queue,
+            "consumer": name,
+            "kind": self.live_kind,
+            "opts": self.model._meta,
+            "breadcrumbs_ol": BREADCRUMBS_OL,
+            "can_change": self.has_change_permission(request),
+        }
+
+    def _row(self, queue: str, name: str | None) -> Any:
+        if name is not None:
+            return (
+                Consumer.objects.select_related("queue")
+                .filter(queue__name=queue, name=name)
+                .first()
+            )
+        return Queue.objects.filter(name=queue).first()
+
+    def _back(self, request: HttpRequest, queue: str, name: str | None) -> str:
+        target = request.POST.get("next") or request.GET.get("next") or ""
+        if target and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            return target
+        args = [queue, name] if name is not None else [queue]
+        return reverse(f"admin:redisq_django_{self.live_kind}_live", args=args)
+
+    def _record(self, request: HttpRequest, row: Any, queue: str, text: str) -> None:
+        """Write ``text`` to the admin history of ``row`` (a consumer without a row: its
+        queue's row; neither: nothing to write it to, and the message says so)."""
+        target = row if row is not None else Queue.objects.filter(name=queue).first()
+        if target is None:
+            self.message_user(
+                request,
+                _("Not recorded in the admin history: there is no database row for %(q)s.")
+                % {"q": queue},
+                messages.WARNING,
+            )
+            return
+        self.log_change(request, target, text)
+
+    def _redis(self, request: HttpRequest, what: str, work: Callable[[Broker], Any]) -> Any:
+        """``work(admin_broker())``; on failure an error message, and ``_FAILED``."""
+        try:
+            result = work(admin_broker())
+        except (RedisqError, redis.RedisError, OSError) as exc:
+            self.message_user(
+                request,
+                _("%(what)s failed: %(error)s. Try again once Redis answers.")
+                % {"what": what, "error": str(exc).rstrip(".")},
+                messages.ERROR,
+            )
+            return _FAILED
+        forget_figures()  # the page shows the change's effect at once
+        return result
+
+    # -- the actions --------------------------------------------------------------------
+
+    def _pause(self, request: HttpRequest, row: Any, paused: bool) -> None:
+        if row is None:
+            self.message_user(
+                request,
+                _(
+                    "Only a consumer or queue with a database row can be paused: start a worker "
+                    "that declares it first."
+                ),
+                messages.ERROR,
+            )
+            return
+        if row.paused != paused:
+            row.paused = paused
+            row.save(update_fields=["paused", "updated_at"])
+            self._record(request, row, "", PAUSED_LOG if paused else RESUMED_LOG)
+        text = _("Paused %(what)s.") if paused else _("Resumed %(what)s.")
+        self.message_user(
+            request,
+            "{} {}".format(
+                text % {"what": str(row)}, _("Running workers apply the change within seconds.")
+            ),
+            messages.SUCCESS,
+        )
+
+    def _deliver(
+        self, request: HttpRequest, queue: str, name: str | None, row: Any, ref: str
+    ) -> None:
+        where = ref.partition(":")[0]
+        if where not in (browse.S_DELAYED, browse.S_RETRY) or (
+            where == browse.S_RETRY and not name
+        ):
+            self.message_user(
+                request,
+                _("Only a delayed message or a retry can be delivered now."),
+                messages.ERROR,
+            )
+            return
+
+        def work(broker: Broker) -> str | None:
+            return actions.deliver_now(broker.client, broker.scripts, broker.keys(queue), name, ref)
+
+        new_id = self._redis(request, _("Delivering it now"), work)
+        if new_id is _FAILED:
+            return
+        message_id = ref.split(":", 2)[-1]
+        if new_id is None:
+            self.message_user(
+                request,
+                _(
+                    "Message %(id)s was not delivered now: it is no longer waiting (it came due, "
+                    "or someone delivered it first)."
+                )
+                % {"id": message_id},
+                messages.WARNING,
+            )
+            return
+        what = _("delayed message") if where == browse.S_DELAYED else _("retry")
+        self._record(request, row, queue, f"Delivered now: {what} {message_id}")
+        self.message_user(
+            request,
+            _("Delivered %(what)s %(id)s now.") % {"what": what, "id": message_id},
+            messages.SUCCESS,
+        )
+
+    def _start(self, request: HttpRequest) -> str:
+        kind = request.POST.get("start") or request.GET.get("start") or "earliest"
+        value = (request.POST.get("value") or request.GET.get("value") or "").strip()
+        return "earliest" if kind == "earliest" else value
+
+    def _replay(self, request: HttpRequest, queue: str, name: str, row: Any) -> None:
+        try:
+            start = operations.parse_start(self._start(request))
+        except ValueError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        done = self._redis(request, _("Replay"), lambda b: b.reset(queue, name, start))
+        if done is _FAILED:
+            return
+        shown = self._start(request)
+        self._record(request, row, queue, f"Replayed from {shown}")
+        self.message_user(
+            request,
+            _("%(c)s receives again every message from %(start)s that is still in the log.")
+            % {"c": f"{queue}/{name}", "start": shown},
+            messages.SUCCESS,
+        )
+
+    def _purge(self, request: HttpRequest, queue: str, name: str | None, row: Any) -> None:
+        if name is None:
+            done = self._redis(request, _("Purge"), lambda b: b.purge(queue))
+            if done is _FAILED:
+                return
+            self._record(request, row, queue, "Purged the queue's messages in Redis")
+            self.message_user(
+                request,
+                _(
+                    "Purged %(q)s: its log, delayed messages, retries and dead letters in Redis "
+                    "are gone; its consumers stay registered."
+                )
+                % {"q": queue},
+                messages.SUCCESS,
+            )
+            return
+
+        def work(broker: Broker) -> tuple[int, int]:
+            keys = broker.keys(queue)
+            history = broker.config.history
+            return actions.purge_consumer(
+                broker.client, broker.scripts, keys, name, history=history
+            )
+
+        removed = self._redis(request, _("Purge"), work)
+        if removed is _FAILED:
+            return
+        retries, direct = removed
+        self._record(
+            request,
+            row,
+            queue,
+            f"Purged: skipped its backlog, discarded {retries} retries and {direct} re-driven",
+        )
+        self.message_user(
+            request,
+            _(
+                "Purged %(c)s: its backlog is skipped, %(r)d retries and %(d)d messages of its "
+                "private input are discarded; in-flight messages finish as usual."
+            )
+            % {"c": f"{queue}/{name}", "r": retries, "d": direct},
+            messages.SUCCESS,
+        )
+
+    def _confirm_page(
+        self, request: HttpRequest, queue: str, name: str | None, action: str
+    ) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            **self._base_context(request, queue, name),
+            "action": action,
+            "action_url": request.path,
+            "back_url": self._back(request, queue, name),
+            "confirm_name": name or queue,
+            "start": request.GET.get("start") or request.POST.get("start") or "earliest",
+            "value": request.GET.get("value") or request.POST.get("value") or "",
+            "starts": STARTS,
+            "title": _("Replay %(what)s?") % {"what": f"{queue}/{name}"}
+            if action == "replay"
+            else _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
+        }
+        return TemplateResponse(request, "admin/redisq_django/live/confirm.html", context)

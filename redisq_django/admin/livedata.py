@@ -1,0 +1,139 @@
+"""What a live page reads from Redis, through the admin's guarded access
+(:mod:`~redisq_django.admin.live`: short timeouts, no retries, an outage remembered):
+the figures, one page of one list, the instances, and the trends.
+
+A :class:`Snapshot` holds what was read, or why it could not be: a page shows the
+reason in its banner and the figures it lacks as unknown, never a 500 or a hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redisq_django.admin.charts import range_of
+from redisq_django.admin.live import guarded, live_stats
+from redisq_django.core import Broker, browse
+from redisq_django.core.browse import Page
+from redisq_django.core.clock import now_ms
+from redisq_django.core.instances import Instance, read_instances
+from redisq_django.core.stats import ConsumerStats, QueueStats
+from redisq_django.core.trends import Trend, read_trends
+
+#: The lists of a consumer's page, in the order of its tabs.
+CONSUMER_LISTS = (
+    browse.WAITING,
+    browse.DELAYED,
+    browse.RETRYING,
+    browse.IN_FLIGHT,
+    "instances",
+    "dead",
+)
+#: The lists of a queue's page.
+QUEUE_LISTS = ("consumers", browse.DELAYED, browse.LOG)
+#: The overview's charts show at most this many queues (summed).
+MAX_CHARTED_QUEUES = 100
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One live page's reading of Redis.
+
+    Attributes:
+        stats: the queue's figures (None: unknown).
+        consumer: the consumer's figures (None: unknown, or not registered in Redis).
+        page: the page of the list shown (None: unknown, or a list that is no page).
+        instances: the consumer's instances (the instances list only).
+        trends: the trends read for the charts (None: not asked for, or unknown).
+        error: why something is unknown ("" when Redis answered).
+        read_at_ms: when it was read (this host's clock).
+    """
+
+    stats: QueueStats | None = None
+    consumer: ConsumerStats | None = None
+    page: Page | None = None
+    instances: list[Instance] | None = None
+    trends: list[Trend] | None = None
+    error: str = ""
+    read_at_ms: int = field(default_factory=now_ms)
+
+
+def chosen(name: str | None, lists: tuple[str, ...]) -> str:
+    """The list ``name`` when the page has it, else its first list."""
+    return name if name in lists else lists[0]
+
+
+def consumer_snapshot(
+    queue: str,
+    name: str,
+    list_name: str,
+    cursor: str | None,
+    n: int | None,
+    range_name: str | None,
+) -> Snapshot:
+    """What the live page of consumer ``queue``/``name`` shows. ``range_name`` None:
+    no trends (a refresh between two chart updates)."""
+    live = live_stats([queue])
+
+    def read(broker: Broker) -> tuple[Any, Any, Any]:
+        client, keys = broker.client, broker.keys(queue)
+        gkeys = keys.group(name)
+        page: Page | None = None
+        instances = None
+        if list_name == browse.WAITING:
+            page = browse.waiting(client, gkeys, cursor, n)
+        elif list_name == browse.DELAYED:
+            page = browse.delayed(client, keys, cursor, n)
+        elif list_name == browse.RETRYING:
+            page = browse.retrying(client, gkeys, cursor, n)
+        elif list_name == browse.IN_FLIGHT:
+            page = browse.in_flight(client, gkeys, cursor, n)
+        elif list_name == "instances":
+            instances = read_instances(client, gkeys)
+        return page, instances, _trends(broker, [queue], range_name)
+
+    reading = guarded(read)
+    page, instances, trends = reading.value or (None, None, None)
+    return Snapshot(
+        stats=live.queue(queue),
+        consumer=live.consumer(queue, name),
+        page=page,
+        instances=instances,
+        trends=trends,
+        error=live.error or reading.error,
+    )
+
+
+def queue_snapshot(
+    queue: str, list_name: str, cursor: str | None, n: int | None, range_name: str | None
+) -> Snapshot:
+    """What the live page of queue ``queue`` shows."""
+    live = live_stats([queue])
+
+    def read(broker: Broker) -> tuple[Any, Any]:
+        client, keys = broker.client, broker.keys(queue)
+        page: Page | None = None
+        if list_name == browse.DELAYED:
+            page = browse.delayed(client, keys, cursor, n)
+        elif list_name == browse.LOG:
+            page = browse.log(client, keys, cursor, n)
+        return page, _trends(broker, [queue], range_name)
+
+    reading = guarded(read)
+    page, trends = reading.value or (None, None)
+    return Snapshot(
+        stats=live.queue(queue), page=page, trends=trends, error=live.error or reading.error
+    )
+
+
+def overview_trends(queues: list[str], range_name: str | None) -> tuple[list[Trend] | None, str]:
+    """The trends of ``queues`` (at most :data:`MAX_CHARTED_QUEUES`), or why unknown."""
+    reading = guarded(lambda broker: _trends(broker, queues[:MAX_CHARTED_QUEUES], range_name))
+    return reading.value, reading.error
+
+
+def _trends(broker: Broker, queues: list[str], range_name: str | None) -> list[Trend] | None:
+    if range_name is None or not broker.config.trends:
+        return None
+    _name, minutes, _size = range_of(range_name)
+    return read_trends(broker.client, [broker.keys(q) for q in queues], minutes)

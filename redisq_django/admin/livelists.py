@@ -1,0 +1,232 @@
+"""The rows of a live page's lists: what waits, is delayed, retrying or in flight, the
+queue's log, the instances and the consumers, each row with a payload preview and a link
+to the message's page; delayed and retrying rows with a *Deliver now* button.
+
+Rows are built here as cells of escaped HTML (one template shows every list, and on a
+phone shows each row as a card, each cell with its label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django.utils.translation import gettext as _
+
+from redisq_django.admin import figures
+from redisq_django.admin.common import dead_cell
+from redisq_django.core import browse
+from redisq_django.core.browse import Entry
+from redisq_django.core.instances import Instance
+
+
+@dataclass(frozen=True)
+class Cell:
+    label: str
+    html: SafeString
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    ref: str
+    cells: list[Cell] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Links:
+    """What rows link to and post to."""
+
+    message_url: str
+    action_url: str
+    csrf_token: str
+    next_url: str
+    can_change: bool
+
+
+def _link(links: Links, entry: Entry) -> SafeString:
+    return format_html(
+        '<a class="redisq-msg" href="{}?{}">{}</a>',
+        links.message_url,
+        urlencode({"ref": entry.ref}),
+        entry.message_id,
+    )
+
+
+def _preview(entry: Entry) -> SafeString:
+    return format_html('<code class="redisq-preview">{}</code>', entry.preview)
+
+
+def _deliver(links: Links, entry: Entry) -> SafeString:
+    if not links.can_change:
+        return format_html("")
+    return format_html(
+        '<form method="post" action="{}" class="redisq-deliver-form">'
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
+        '<input type="hidden" name="ref" value="{}"><input type="hidden" name="next" value="{}">'
+        '<button type="submit" class="button redisq-deliver" title="{}">{}</button></form>',
+        links.action_url,
+        links.csrf_token,
+        entry.ref,
+        links.next_url,
+        _("Deliver it now, ahead of its due time."),
+        _("Deliver now"),
+    )
+
+
+def _number(value: Any) -> SafeString:
+    return format_html("{}", "-" if value is None else value)
+
+
+def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[Row]:
+    """The rows of a list of messages."""
+    out = []
+    for e in entries:
+        message = Cell(_("message"), _link(links, e), "redisq-col-message")
+        payload = Cell(_("payload"), _preview(e), "redisq-col-payload")
+        if list_name == browse.WAITING:
+            where = _("private input") if e.where == browse.S_DIRECT else _("log")
+            cells = [
+                message,
+                Cell(_("from"), format_html("{}", where)),
+                Cell(_("published"), figures.moment(e.published_at_ms)),
+                Cell(_("attempt"), _number(e.attempts + 1)),
+                payload,
+            ]
+        elif list_name == browse.DELAYED:
+            cells = [
+                message,
+                Cell(_("due"), figures.moment(e.due_ms)),
+                Cell(_("published"), figures.moment(e.published_at_ms)),
+                payload,
+                Cell(_("action"), _deliver(links, e), "redisq-col-action"),
+            ]
+        elif list_name == browse.RETRYING:
+            error = Truncator(e.last_error or "-").chars(160)
+            cells = [
+                message,
+                Cell(_("next attempt"), figures.moment(e.due_ms)),
+                Cell(_("attempt"), _number(e.attempts + 1)),
+                Cell(_("last error"), format_html("{}", error), "redisq-col-error"),
+                payload,
+                Cell(_("action"), _deliver(links, e), "redisq-col-action"),
+            ]
+        elif list_name == browse.IN_FLIGHT:
+            if e.since_ms is not None:
+                since = format_html("{} {}", _("running since"), figures.moment(e.since_ms))
+            else:
+                delivered = figures.age((e.idle_ms or 0) / 1000)
+                since = format_html("{}", _("delivered %(age)s ago, waiting") % {"age": delivered})
+            cells = [
+                message,
+                Cell(_("instance"), format_html("{}", e.owner), "redisq-col-instance"),
+                Cell(_("since"), since),
+                Cell(_("deliveries"), _number(e.deliveries)),
+                Cell(_("attempt"), _number(e.attempts + (e.deliveries or 0))),
+                payload,
+            ]
+        else:  # the queue's log
+            cells = [message, Cell(_("published"), figures.moment(e.published_at_ms)), payload]
+        out.append(Row(e.ref, cells))
+    return out
+
+
+def instance_rows(instances: Sequence[Instance], message_url: str) -> list[Row]:
+    """The rows of the instances list."""
+    out = []
+    for i in instances:
+        r = i.report
+        state = "active" if i.alive else "disabled"
+        label = _("alive") if i.alive else _("heartbeat expired")
+        if i.busy and i.running:
+            running = format_html(
+                '<a href="{}?{}">{}</a> {} {}',
+                message_url,
+                urlencode({"ref": i.running}),
+                i.running.partition(":")[2],
+                _("since"),
+                figures.moment(r.get("since")),
+            )
+        else:
+            running = format_html("{}", _("idle") if r else "-")
+        out.append(
+            Row(
+                i.name,
+                [
+                    Cell(_("instance"), format_html("{}", i.name), "redisq-col-instance"),
+                    Cell(
+                        _("state"),
+                        format_html(
+                            '<span class="redisq-badge {}">{}</span>',
+                            figures.STATES[state][0],
+                            label,
+                        ),
+                    ),
+                    Cell(_("host"), _number(r.get("host"))),
+                    Cell(_("pid"), _number(r.get("pid"))),
+                    Cell(_("started"), figures.moment(r.get("started"))),
+                    Cell(_("last heartbeat"), figures.moment(i.last_heartbeat_ms)),
+                    Cell(_("handled"), _number(r.get("handled"))),
+                    Cell(_("failed"), _number(r.get("failed"))),
+                    Cell(_("in flight"), _number(i.in_flight)),
+                    Cell(_("running now"), running),
+                ],
+            )
+        )
+    return out
+
+
+def heads(rows: Sequence[Row]) -> list[str]:
+    """The column labels of ``rows`` (those of the first row)."""
+    return [c.label for c in rows[0].cells] if rows else []
+
+
+def consumer_rows(
+    queue: str, stats: Any, rows: dict[str, Any], dead_rows: dict[str, int], error: str
+) -> list[Row]:
+    """The rows of a queue's consumers (in Redis or in the database), each linking to its
+    live page. ``stats``: the queue's ``QueueStats`` (None: unknown)."""
+    live = {c.name: c for c in stats.consumers} if stats else {}
+    missing = figures.unknown() if error else figures.absent()
+    out = []
+    for name in sorted(set(live) | set(rows)):
+        c, row = live.get(name), rows.get(name)
+        url = reverse("admin:redisq_django_consumer_live", args=[queue, name])
+        in_redis = c.dead if c else None
+        out.append(
+            Row(
+                name,
+                [
+                    Cell(
+                        _("consumer"),
+                        format_html('<a href="{}" class="redisq-msg">{}</a>', url, name),
+                        "redisq-col-instance",
+                    ),
+                    Cell(
+                        _("state"),
+                        figures.badge(figures.consumer_state(row) if row else "undeclared"),
+                    ),
+                    Cell(_("backlog"), figures.figure(c.backlog, "backlog") if c else missing),
+                    Cell(
+                        _("in flight"), figures.figure(c.in_flight, "in_flight") if c else missing
+                    ),
+                    Cell(
+                        _("retrying"), figures.figure(c.waiting_retry, "retrying") if c else missing
+                    ),
+                    Cell(
+                        _("dead"), dead_cell(dead_rows.get(name, 0), in_redis if c or error else 0)
+                    ),
+                    Cell(
+                        _("instances"),
+                        figures.instances(c.instances_alive, c.stalled) if c else missing,
+                    ),
+                ],
+            )
+        )
+    return out

@@ -1,0 +1,354 @@
+"""The live pages of a logical consumer and of a queue: figures, charts and every list,
+refreshed in place from a small JSON endpoint; a message's own page.
+
+:class:`LivePages` adds them to the consumer and queue admins (``get_urls``):
+
+- ``consumer/live/<queue>/<name>/`` (``admin:redisq_django_consumer_live``) and
+  ``queue/live/<queue>/`` (``admin:redisq_django_queue_live``): the page;
+- ``…/data/``: the same regions as JSON (``{"updated", "error", "figures", "html"}``),
+  which the page polls every :attr:`LivePages.refresh_seconds` instead of reloading;
+- ``…/message/?ref=…``: one message (payload, headers, every field);
+- ``…/do/<action>/``: the actions (:mod:`~redisq_django.admin.liveactions`).
+
+Viewing needs the model's view permission, acting its change permission. Everything
+read from Redis goes through :mod:`~redisq_django.admin.livedata` (short timeouts, no
+retries): a sick Redis gives a banner and unknown figures within a second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.translation import gettext as _
+
+from redisq_django.admin import figures, livedata
+from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
+from redisq_django.admin.detail import pretty_json
+from redisq_django.admin.live import guarded
+from redisq_django.admin.liveactions import LiveActions
+from redisq_django.admin.livelists import (
+    Links,
+    consumer_rows,
+    entry_rows,
+    heads,
+    instance_rows,
+)
+from redisq_django.core import browse
+from redisq_django.models import Consumer, DeadLetter, Queue
+
+#: The regions of a live page that its JSON endpoint renders again.
+REGIONS = ("banner", "figures", "list")
+#: Query parameters of a page that its regions and links keep.
+KEPT = ("list", "after", "n", "range")
+
+
+class LivePages(LiveActions):
+    """Live pages on the consumer or queue admin (a mixin before ``ModelAdmin``)."""
+
+    #: ``consumer`` or ``queue``: whose pages these are.
+    live_kind = "consumer"
+    #: Seconds between two refreshes of a live page (and of the overview).
+    refresh_seconds = 5
+    #: Seconds between two refreshes of the charts (a point is a minute).
+    chart_refresh_seconds = 30
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        name = f"redisq_django_{self.live_kind}_live"
+        base = (
+            "live/<str:queue>/<str:name>/" if self.live_kind == "consumer" else "live/<str:queue>/"
+        )
+        mine = [
+            path(base, view(self.live_view), name=name),
+            path(base + "data/", view(self.live_data_view), name=f"{name}_data"),
+            path(base + "message/", view(self.live_message_view), name=f"{name}_message"),
+            path(base + "do/<str:action>/", view(self.live_action_view), name=f"{name}_action"),
+        ]
+        return [*mine, *super().get_urls()]
+
+    # -- views --------------------------------------------------------------------------
+
+    def live_view(self, request: HttpRequest, queue: str, name: str | None = None) -> HttpResponse:
+        context = self.live_page_context(request, queue, name, charts=True)
+        context.update(self.admin_site.each_context(request))
+        return TemplateResponse(request, "admin/redisq_django/live/page.html", context)
+
+    def live_data_view(
+        self, request: HttpRequest, queue: str, name: str | None = None
+    ) -> JsonResponse:
+        charts = request.GET.get("charts") == "1"
+        context = self.live_page_context(request, queue, name, charts=charts)
+        regions = [*REGIONS, "charts"] if charts else list(REGIONS)
+        html = {
+            region: render_to_string(f"admin/redisq_django/live/{region}.html", context, request)
+            for region in regions
+        }
+        snapshot = context["snapshot"]
+        return JsonResponse(
+            {
+                "updated": snapshot.read_at_ms,
+                "error": snapshot.error,
+                "figures": context["numbers"],
+                "html": html,
+            }
+        )
+
+    def live_message_view(
+        self, request: HttpRequest, queue: str, name: str | None = None
+    ) -> HttpResponse:
+        self._check(request, queue, name)
+        ref = request.GET.get("ref", "")
+        try:
+            reading = guarded(lambda b: browse.find(b.client, b.keys(queue), name, ref))
+        except ValueError as exc:
+            raise Http404(str(exc)) from None
+        context = {
+            **self.admin_site.each_context(request),
+            **self._base_context(request, queue, name),
+            "title": _("Message %(id)s") % {"id": ref.split(":")[-1]},
+            "ref": ref,
+            "entry": reading.value,
+            "redisq_error": reading.error,
+            "payload": pretty_json(reading.value.payload_text) if reading.value else "",
+            "headers": pretty_json(reading.value.headers_text) if reading.value else "",
+            "fields": sorted(
+                (k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
+                for k, v in (reading.value.fields.items() if reading.value else ())
+            ),
+            "deliverable": ref.partition(":")[0] in (browse.S_DELAYED, browse.S_RETRY),
+        }
+        return TemplateResponse(request, "admin/redisq_django/live/message.html", context)
+
+    # -- context ------------------------------------------------------------------------
+
+    def live_page_context(
+        self, request: HttpRequest, queue: str, name: str | None, *, charts: bool
+    ) -> dict[str, Any]:
+        """Everything a live page and its JSON show (read once)."""
+        self._check(request, queue, name)
+        lists = livedata.CONSUMER_LISTS if name is not None else livedata.QUEUE_LISTS
+        list_name = livedata.chosen(request.GET.get("list"), lists)
+        cursor = request.GET.get("after") or None
+        try:
+            n = int(request.GET.get("n", browse.PAGE_SIZE))
+        except ValueError:
+            n = browse.PAGE_SIZE
+        range_name = range_of(request.GET.get("range"))[0]
+        wanted = range_name if charts else None
+        row: Consumer | Queue | None
+        if name is not None:
+            snapshot = livedata.consumer_snapshot(queue, name, list_name, cursor, n, wanted)
+            row = (
+                Consumer.objects.select_related("queue")
+                .filter(queue__name=queue, name=name)
+                .first()
+            )
+        else:
+            snapshot = livedata.queue_snapshot(queue, list_name, cursor, n, wanted)
+            row = Queue.objects.filter(name=queue).first()
+        if row is None and snapshot.error == "" and not self._in_redis(snapshot, name):
+            raise Http404(_("Redis and the database know no such queue or consumer."))
+        context = self._base_context(request, queue, name)
+        dead = DeadLetter.objects.filter(queue=queue, status=DeadLetter.Status.DEAD)
+        dead_rows = (dead.filter(consumer=name) if name else dead).count()
+        params = {k: request.GET[k] for k in KEPT if request.GET.get(k)}
+        links = Links(
+            context["message_url"],
+            self._action_url(queue, name, "deliver"),
+            get_token(request),
+            f"{context['page_url']}?{urlencode(params)}",
+            context["can_change"],
+        )
+        context.update(
+            snapshot=snapshot,
+            row=row,
+            title=f"{queue}/{name}" if name else queue,
+            redisq_error=snapshot.error,
+            list_name=list_name,
+            lists=self._tabs(lists, snapshot, dead_rows, context["page_url"], params),
+            refresh_seconds=self.refresh_seconds,
+            chart_refresh_seconds=self.chart_refresh_seconds,
+            range_name=range_name,
+            ranges=[
+                (r, f"{context['page_url']}?{urlencode({**params, 'range': r})}") for r in RANGES
+            ],
+            next_url=links.next_url,
+            dead_rows=dead_rows,
+            redisq_glossary=[(k, figures.HELP[k]) for k in self.glossary],
+            **self._figures(snapshot, row, dead_rows, name, context["dead_url"]),
+            **self._list(list_name, snapshot, links, params, context["page_url"], queue),
+        )
+        if charts:
+            context["charts"] = self._charts(snapshot, name, range_name)
+        return context
+
+    def _in_redis(self, snapshot: livedata.Snapshot, name: str | None) -> bool:
+        if snapshot.stats is None:
+            return False
+        return name is None or snapshot.consumer is not None
+
+    def _action_url(self, queue: str, name: str | None, action: str) -> str:
+        args = [queue, name, action] if name is not None else [queue, action]
+        return reverse(f"admin:redisq_django_{self.live_kind}_live_action", args=args)
+
+    def _tabs(
+        self,
+        lists: tuple[str, ...],
+        snapshot: livedata.Snapshot,
+        dead_rows: int,
+        page_url: str,
+        params: dict[str, str],
+    ) -> list[dict[str, Any]]:
+        c, s = snapshot.consumer, snapshot.stats
+        counts: dict[str, Any] = {
+            browse.WAITING: c.backlog if c else None,
+            browse.DELAYED: s.delayed if s else None,
+            browse.RETRYING: c.waiting_retry if c else None,
+            browse.IN_FLIGHT: c.in_flight if c else None,
+            "instances": c.instances_alive if c else None,
+            "dead": dead_rows + (c.dead if c else 0) if c or not snapshot.error else None,
+            "consumers": len(s.consumers) if s else None,
+            browse.LOG: s.length if s else None,
+        }
+        labels = {
+            browse.WAITING: _("Waiting"),
+            browse.DELAYED: _("Delayed"),
+            browse.RETRYING: _("Retrying"),
+            browse.IN_FLIGHT: _("In flight"),
+            "instances": _("Instances"),
+            "dead": _("Dead"),
+            "consumers": _("Consumers"),
+            browse.LOG: _("Log (newest first)"),
+        }
+        keep = {k: v for k, v in params.items() if k in ("n", "range")}
+        return [
+            {
+                "key": key,
+                "label": labels[key],
+                "count": "?" if counts[key] is None else counts[key],
+                "url": f"{page_url}?{urlencode({**keep, 'list': key})}",
+            }
+            for key in lists
+        ]
+
+    def _figures(
+        self,
+        snapshot: livedata.Snapshot,
+        row: Any,
+        dead_rows: int,
+        name: str | None,
+        dead_url: str,
+    ) -> dict[str, Any]:
+        """The figures at the top, and the same as numbers for the JSON."""
+        s, c = snapshot.stats, snapshot.consumer
+        if name is not None:
+            state = figures.consumer_state(row) if row else "undeclared"
+            paused = bool(row and (row.paused or row.queue.paused))
+            known = c is not None
+            numbers: dict[str, Any] = {
+                "backlog": c.backlog if c else None,
+                "in_flight": c.in_flight if c else None,
+                "delayed": s.delayed if s else None,
+                "retrying": c.waiting_retry if c else None,
+                "dead": dead_rows + c.dead if c else None,
+                "oldest_unacked": c.oldest_unacked_age_s if c else None,
+                "instances": c.instances_alive if c else None,
+                "paused": paused,
+                "stalled": bool(c and c.stalled),
+            }
+        else:
+            state = "paused" if row and row.paused else "active"
+            known = s is not None
+            numbers = {
+                "backlog": s.total("backlog") if s else None,
+                "in_flight": s.total("in_flight") if s else None,
+                "delayed": s.delayed if s else None,
+                "retrying": s.total("waiting_retry") if s else None,
+                "dead": dead_rows + s.total("dead") if s else None,
+                "oldest_unacked": s.oldest_unacked_age_s if s else None,
+                "instances": s.total("instances_alive") if s else None,
+                "paused": bool(row and row.paused),
+                "stalled": bool(s and any(x.stalled for x in s.consumers)),
+                "length": s.length if s else None,
+            }
+        missing = figures.unknown() if snapshot.error else figures.absent()
+        shown = []
+        for key, value in numbers.items():
+            if key in ("stalled",):
+                continue
+            if key == "paused":
+                html = figures.badge("paused") if value else format_html("{}", _("no"))
+            elif key == "oldest_unacked":
+                html = figures.figure(figures.age(value), key) if known else missing
+            elif key == "instances":
+                html = figures.instances(value, numbers["stalled"]) if known else missing
+            elif key == "dead":
+                rows_only = f"{dead_rows}+?" if snapshot.error else dead_rows
+                html = figures.figure(value if known else rows_only, key)
+                html = format_html('<a href="{}">{}</a>', dead_url, html)
+            else:
+                html = figures.figure(value, key) if value is not None else missing
+            shown.append({"key": key, "label": figures.LABELS.get(key, key), "html": html,
+                          "help": figures.HELP[key]})  # fmt: skip
+        return {"figures_shown": shown, "numbers": numbers, "state": state}
+
+    def _list(
+        self,
+        list_name: str,
+        snapshot: livedata.Snapshot,
+        links: Links,
+        params: dict[str, str],
+        page_url: str,
+        queue: str,
+    ) -> dict[str, Any]:
+        rows = []
+        known = snapshot.page is not None or snapshot.instances is not None
+        if snapshot.page is not None:
+            rows = entry_rows(list_name, snapshot.page.entries, links)
+        elif snapshot.instances is not None:
+            rows = instance_rows(snapshot.instances, links.message_url)
+        elif list_name == "consumers":
+            rows = self._consumer_rows(queue, snapshot)
+            known = bool(rows) or snapshot.stats is not None
+        next_page = None
+        if snapshot.page is not None and snapshot.page.next:
+            after = {**params, "list": list_name, "after": snapshot.page.next}
+            next_page = f"{page_url}?{urlencode(after)}"
+        first_page = None
+        if params.get("after"):
+            rest = {k: v for k, v in params.items() if k != "after"}
+            first_page = f"{page_url}?{urlencode({**rest, 'list': list_name})}"
+        return {
+            "rows": rows,
+            "heads": heads(rows),
+            "next_page": next_page,
+            "first_page": first_page,
+            "list_known": known,
+        }
+
+    def _consumer_rows(self, queue: str, snapshot: livedata.Snapshot) -> list[Any]:
+        """The queue's consumers: two queries (rows, dead counts) whatever their number."""
+        rows = {
+            c.name: c for c in Consumer.objects.select_related("queue").filter(queue__name=queue)
+        }
+        dead = dict(
+            DeadLetter.objects.filter(queue=queue, status=DeadLetter.Status.DEAD)
+            .order_by()
+            .values_list("consumer")
+            .annotate(n=Count("pk"))
+            .values_list("consumer", "n")
+        )
+        return consumer_rows(queue, snapshot.stats, rows, dead, snapshot.error)
+
+    def _charts(self, snapshot: livedata.Snapshot, name: str | None, range_name: str) -> Any:
+        if snapshot.trends is None:
+            return unknown_charts(snapshot.error) if snapshot.error else ""
+        return trend_charts(snapshot.trends, [name] if name else None, range_name)

@@ -1,0 +1,213 @@
+"""The live pages in a real browser: every list of a consumer and of a queue at 1440x900
+and 390x844 (screenshots in test-artifacts/, no sideways scrolling), the page updating
+itself from its JSON endpoint without a reload and pausing on demand, deliver now and a
+typed purge, and charts whose totals are what was published, handled and failed."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.urls import reverse
+from playwright.sync_api import Page, expect
+
+from redisq_django.admin import live
+from redisq_django.connection import get_broker
+from redisq_django.core import ConsumerSpec, Message, Reject, RetryPolicy
+from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.models import Consumer, Queue
+from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.browser.test_console_browser import SIZES, assert_fits
+from tests.support.live_data import Live, live_consumer
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def ops() -> User:
+    return User.objects.create_superuser("ops", password=PASSWORD)
+
+
+@pytest.fixture
+def made(redisq_settings: Any) -> Live:
+    live.clear()
+    return live_consumer(get_broker(), "shop")
+
+
+def consumer_page(made: Live, name: str = "billing") -> str:
+    return reverse("admin:redisq_django_consumer_live", args=[made.queue, name])
+
+
+def queue_page(made: Live) -> str:
+    return reverse("admin:redisq_django_queue_live", args=[made.queue])
+
+
+def rows(page: Page) -> Any:
+    return page.locator("#redisq-list tbody tr")
+
+
+def ids(page: Page) -> list[str]:
+    return [
+        r.rsplit(":", 1)[-1] for r in rows(page).evaluate_all("rs => rs.map(r => r.dataset.ref)")
+    ]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_every_list_fits_the_screen_and_shows_what_it_should(
+    page: Page, live_server: Any, ops: User, made: Live, size: str, artifacts: Path
+) -> None:
+    log_in(page, live_server, ops)
+    page.set_viewport_size(SIZES[size])
+    expected = {
+        "waiting": made.waiting,
+        "delayed": made.delayed,
+        "retrying": sorted(made.retrying),
+        "in_flight": made.in_flight,
+        "instances": ["worker-1"],
+    }
+    for name in ("waiting", "delayed", "retrying", "in_flight", "instances", "dead"):
+        page.goto(f"{live_server.url}{consumer_page(made)}?list={name}")
+        page.screenshot(path=str(artifacts / f"live-consumer-{name}-{size}.png"), full_page=True)
+        assert_fits(page, f"consumer {name} at {size}px")
+        expect(page.locator(f"#redisq-tab-{name}")).to_have_attribute("aria-current", "page")
+        if name in expected:
+            got = ids(page)
+            assert (sorted(got) if name == "retrying" else got) == expected[name], name
+    expect(page.locator("#redisq-dead-link")).to_be_visible()
+    for name in ("consumers", "delayed", "log"):
+        page.goto(f"{live_server.url}{queue_page(made)}?list={name}")
+        page.screenshot(path=str(artifacts / f"live-queue-{name}-{size}.png"), full_page=True)
+        assert_fits(page, f"queue {name} at {size}px")
+    published = made.retrying + made.dead + made.in_flight + made.waiting  # in that order
+    assert ids(page) == published[::-1]  # the log, newest first
+    # A message's own page, and the purge confirmation
+    page.goto(f"{live_server.url}{consumer_page(made)}?list=retrying")
+    rows(page).first.locator("a.redisq-msg").click()
+    expect(page.locator("#redisq-last-error")).to_contain_text("Error")
+    page.screenshot(path=str(artifacts / f"live-message-{size}.png"), full_page=True)
+    assert_fits(page, f"message at {size}px")
+    page.goto(f"{live_server.url}{consumer_page(made)}")
+    page.locator("#redisq-purge").click()
+    expect(page.locator("#redisq-confirm-question")).to_contain_text("Purge shop/billing")
+    page.screenshot(path=str(artifacts / f"live-purge-{size}.png"), full_page=True)
+    assert_fits(page, f"purge confirmation at {size}px")
+
+
+def test_the_page_updates_itself_without_reloading_and_pauses_on_demand(
+    page: Page, live_server: Any, ops: User, made: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the live page of billing, refreshing every second
+    monkeypatch.setattr(admin.site._registry[Consumer], "refresh_seconds", 1)
+    broker = get_broker()
+    log_in(page, live_server, ops)
+    page.goto(f"{live_server.url}{consumer_page(made)}")
+    backlog = page.locator("#redisq-fig-backlog .redisq-value")
+    expect(backlog).to_have_text("6")
+    page.evaluate("window.redisqMarker = 'the same page'")
+
+    # When more messages arrive, the figures and the list follow, without a reload
+    broker.publish_many(made.queue, [{"order": 300 + n} for n in range(3)])
+    expect(backlog).to_have_text("9", timeout=8_000)
+    expect(rows(page)).to_have_count(9)
+    assert page.evaluate("window.redisqMarker") == "the same page"
+    assert int(page.locator("#redisq-live").get_attribute("data-polls") or 0) >= 1
+    expect(page.locator("#redisq-live-status")).to_have_text(re.compile(r"Updated \d+ s ago"))
+
+    # When staff pause the updates, nothing changes until they resume
+    page.locator("#redisq-live-toggle").click()
+    expect(page.locator("#redisq-live-status")).to_contain_text("Updates paused")
+    expect(page.locator("#redisq-live-toggle")).to_have_attribute("aria-pressed", "true")
+    broker.publish_many(made.queue, [{"order": 400 + n} for n in range(2)])
+    time.sleep(2.5)
+    expect(backlog).to_have_text("9")
+    page.locator("#redisq-live-toggle").click()
+    expect(backlog).to_have_text("11", timeout=8_000)
+    expect(page.locator("#redisq-live-toggle")).to_have_text("Pause updates")
+
+
+def test_deliver_now_and_a_typed_purge_from_the_page(
+    page: Page, live_server: Any, ops: User, made: Live
+) -> None:
+    broker = get_broker()
+    with broker.subscribe(made.queue, "email") as sub:  # email with nothing left to do
+        sub.ack(sub.fetch(count=100, block_ms=100))
+    log_in(page, live_server, ops)
+    page.goto(f"{live_server.url}{consumer_page(made)}?list=delayed")
+
+    # Deliver the second delayed message now: it is the next one email receives
+    rows(page).nth(1).get_by_role("button", name="Deliver now").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        f"Delivered delayed message {made.delayed[1]} now."
+    )
+    assert ids(page) == [made.delayed[0]]
+    with broker.subscribe(made.queue, "email") as sub:
+        got = sub.fetch(count=10, block_ms=200)
+        sub.ack(got)
+    assert [m.id for m in got] == [made.delayed[1]]
+
+    # Purge billing: the wrong name purges nothing, the right one discards its backlog
+    page.locator("#redisq-purge").click()
+    page.locator("#redisq-confirm-name").fill("billin")
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.error")).to_contain_text("Nothing was purged")
+    page.locator("#redisq-confirm-name").fill("billing")
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text("Purged shop/billing")
+    expect(page.locator("#redisq-fig-backlog .redisq-value")).to_have_text("0")
+    expect(page.locator("#redisq-fig-retrying .redisq-value")).to_have_text("0")
+    expect(page.locator("#redisq-fig-in_flight .redisq-value")).to_have_text("3")
+
+
+def test_the_charts_add_up_to_what_was_published_handled_and_failed(
+    page: Page, live_server: Any, ops: User, redisq_settings: Any, artifacts: Path
+) -> None:
+    # Given 30 messages handled by a worker that fails 4 of them once and rejects 2
+    broker = get_broker()
+    q = Queue.objects.create(name="trend")
+    Consumer.objects.create(queue=q, name="billing", handler="shop.consumers.billing")
+    broker.ensure_consumer("trend", "billing")
+    broker.publish_many("trend", [{"n": n} for n in range(30)])
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def handler(message: Message) -> None:
+        n = message.payload["n"]
+        with lock:
+            first = n not in seen
+            seen.add(n)
+        if n in (3, 13, 23, 27) and first:
+            raise ValueError("once")
+        if n in (9, 19):
+            raise Reject("never")
+
+    spec = ConsumerSpec(
+        "trend", "billing", handler, policy=RetryPolicy(backoff_s=0.01, max_backoff_s=0.02)
+    )
+    assert (
+        Worker(broker, [spec], WorkerOptions(block_ms=50, burst=True, stats_interval=0)).run() == 0
+    )
+
+    # When staff look at its live page
+    log_in(page, live_server, ops)
+    trend_page = reverse("admin:redisq_django_consumer_live", args=["trend", "billing"])
+    page.goto(f"{live_server.url}{trend_page}")
+    page.screenshot(path=str(artifacts / "live-trends-1440.png"), full_page=True)
+
+    # Then the charts' totals are what happened
+    throughput = page.locator("#redisq-chart-throughput")
+    expect(throughput).to_have_attribute("data-total-published", "30")
+    expect(throughput).to_have_attribute("data-total-handled", "28")
+    failures = page.locator("#redisq-chart-failures")
+    expect(failures).to_have_attribute("data-total-failed", "6")
+    expect(failures).to_have_attribute("data-total-retried", "4")
+    expect(failures).to_have_attribute("data-total-dead", "2")
+    # ... and the overview shows the same, for every queue
+    page.goto(f"{live_server.url}{reverse('admin:redisq_django_overview_changelist')}")
+    expect(page.locator("#redisq-chart-throughput")).to_have_attribute("data-total-handled", "28")
+    page.screenshot(path=str(artifacts / "live-overview-1440.png"), full_page=True)

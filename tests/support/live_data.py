@@ -1,0 +1,55 @@
+"""A consumer with every kind of message before it dies, built through the real broker:
+waiting (in the log and in its private input), delayed, retrying with an error, in flight
+on an instance that reports what it runs, and dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redisq_django.core import Message
+from redisq_django.deadletters import sink
+from redisq_django.models import Consumer, Queue
+
+
+@dataclass
+class Live:
+    """What :func:`live_consumer` built (message ids by state)."""
+
+    queue: str
+    waiting: list[str] = field(default_factory=list)  # in delivery order
+    delayed: list[str] = field(default_factory=list)
+    retrying: list[str] = field(default_factory=list)
+    in_flight: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+    running: Message | None = None
+    instance: Any = None  # the Subscription that holds the in-flight ones
+
+
+def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = True) -> Live:
+    """Queue ``queue`` with consumers billing (the one to look at) and email; billing has
+    2 retries (with errors), 3 messages in flight on instance ``worker-1`` (running the
+    first), ``waiting`` messages waiting and one dead letter; the queue has 2 delayed."""
+    if rows:
+        q = Queue.objects.create(name=queue)
+        for name in ("billing", "email"):
+            Consumer.objects.create(queue=q, name=name, handler=f"shop.consumers.{name}")
+    for name in ("billing", "email"):
+        broker.ensure_consumer(queue, name)
+    made = Live(queue)
+    first = broker.publish_many(queue, [{"order": 100 + n} for n in range(6)])
+    sub = broker.subscribe(queue, "billing", "worker-1")
+    got = sub.fetch(count=6, block_ms=500)
+    assert [m.id for m in got] == first
+    sub.fail(got[0], ValueError("card declined for order 100"))
+    sub.fail(got[1], TimeoutError("tax service timed out"))
+    sub.reject(got[2], KeyError("customer"))
+    sink(queue, "billing")
+    made.retrying, made.dead, made.in_flight = first[:2], [first[2]], first[3:]
+    made.running = got[3]
+    sub.heartbeat(60_000, running=got[3])
+    broker.client.hset(sub.gkeys.running, sub.consumer, f"log:{got[3].entry_id.decode()}")
+    made.instance = sub
+    made.waiting = broker.publish_many(queue, [{"order": 200 + n} for n in range(waiting)])
+    made.delayed = [broker.publish(queue, {"later": n}, delay=3600 + n) for n in range(2)]
+    return made

@@ -59,6 +59,20 @@ def dead_letter_count(**match: str) -> Coalesce:
     return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
 
 
+class ReadOnlyPages(admin.ModelAdmin):  # type: ignore[type-arg]
+    """An admin entry whose pages only show what Redis holds (the overview, the task
+    results): nothing to add, change or delete through Django's forms."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class HonestDelete(admin.ModelAdmin):  # type: ignore[type-arg]
     """Delete that says what it does: the action's name and both confirmation pages
     carry :attr:`delete_note` (what deleting these rows does, and what it does not)."""

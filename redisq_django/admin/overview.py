@@ -21,7 +21,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
-from redisq_django.admin.common import BREADCRUMBS_OL
+from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.admin.figures import HELP, consumer_state
 from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.admin.livedata import overview_trends
@@ -77,22 +77,13 @@ def latest_report() -> tuple[Path | None, str]:
 
 
 @admin.register(Overview)
-class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class OverviewAdmin(ReadOnlyPages):
     """One live table of every queue and consumer (linked from the index)."""
 
     #: Seconds between refreshes of the overview page.
     refresh_seconds = 5
     #: Seconds between refreshes of its charts.
     chart_refresh_seconds = 30
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("redisq_django.view_queue")

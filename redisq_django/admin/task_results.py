@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django.admin.common import BREADCRUMBS_OL
+from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.connection import get_broker
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisqError
@@ -88,17 +88,8 @@ def _filter_url(wanted: dict[str, str], name: str, value: str) -> str:
 
 
 @admin.register(TaskResultsProxy)
-class TaskResultsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TaskResultsAdmin(ReadOnlyPages):
     """The results of Django tasks, read from Redis."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         info = (self.model._meta.app_label, self.model._meta.model_name)

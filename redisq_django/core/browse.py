@@ -22,7 +22,7 @@ from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
 from redisq_django.core.deadletter import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.wire import to_str
+from redisq_django.core.wire import json_object, to_str
 
 #: Entries per page: the default and the most a caller may ask for.
 PAGE_SIZE = 25
@@ -289,7 +289,7 @@ def in_flight(client: Any, gkeys: GroupKeys, cursor: str | None, n: int | None =
         for owner in owners:
             pipe.get(gkeys.instance(owner))
         got = pipe.execute(raise_on_error=False)
-    reports = {o: _json(r) for o, r in zip(owners, got[len(shown) + 1 :], strict=True)}
+    reports = {o: json_object(r) for o, r in zip(owners, got[len(shown) + 1 :], strict=True)}
     entries = []
     for (stream, row), found in zip(shown, got, strict=False):
         eid, owner = to_str(row["message_id"]), to_str(row["consumer"])
@@ -313,16 +313,6 @@ def in_flight(client: Any, gkeys: GroupKeys, cursor: str | None, n: int | None =
 
 def _rows(reply: Any) -> list[dict[str, Any]]:
     return reply if isinstance(reply, list) else []
-
-
-def _json(reply: Any) -> dict[str, Any]:
-    if not isinstance(reply, bytes):
-        return {}
-    try:
-        value = json.loads(reply)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # -- one entry --------------------------------------------------------------------------

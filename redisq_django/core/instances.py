@@ -22,7 +22,7 @@ from typing import Any
 from redisq_django.core.clock import now_ms
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.message import Message
-from redisq_django.core.wire import to_str
+from redisq_django.core.wire import json_object, to_str
 
 #: A report outlives its instance's last heartbeat by this much, ms.
 REPORT_GRACE_MS = 60_000
@@ -150,7 +150,7 @@ def read_instances(client: Any, gkeys: GroupKeys) -> list[Instance]:
             expiry_ms=expiry[name],
             in_flight=held.get(name, 0),
             running=running.get(name, ""),
-            report=_report(reply),
+            report=json_object(reply),
         )
         for name, reply in zip(names, reports, strict=True)
     ]
@@ -162,13 +162,3 @@ def _held(summary: Any) -> dict[str, int]:
     if not isinstance(summary, dict):
         return {}
     return {to_str(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
-
-
-def _report(reply: Any) -> dict[str, Any]:
-    if not isinstance(reply, bytes):
-        return {}
-    try:
-        value = json.loads(reply)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

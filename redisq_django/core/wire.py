@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,19 @@ def to_bytes(value: Any) -> bytes:
     if isinstance(value, bytes):
         return value
     return str(value).encode("utf-8")
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """A reply holding a JSON object (an instance's report, say) as a dict; ``{}`` for
+    anything else: a missing key, bytes that are not JSON, JSON that is not an object.
+    A page or a stat shows such a value as unknown rather than failing."""
+    if not isinstance(value, bytes):
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def flatten(fields: Mapping[bytes, bytes]) -> list[bytes]:

@@ -174,3 +174,17 @@ def test_purge_of_a_queue_with_yes_and_user_is_recorded(broker: Any, made: Live)
     stats = broker.stats(made.queue)
     assert (stats.length, stats.delayed, stats.total("backlog")) == (0, 0, 0)
     assert history() == [("ops", made.queue, "Purged the queue's messages in Redis")]
+
+
+def test_with_redis_stopped_the_commands_say_so(
+    settings: Any, volatile_redis_server: Any, queue_name: str
+) -> None:
+    # Given a queue with a consumer on a Redis that then stops
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    get_broker().ensure_consumer(queue_name, "billing")
+    volatile_redis_server.stop()
+    # When the operator delivers or purges: an error that says what to do, no traceback
+    with pytest.raises(CommandError, match="Cannot reach Redis.*Check that the server is running"):
+        redisq("deliver-now", queue_name, "--all")
+    with pytest.raises(CommandError, match="Cannot reach Redis.*Check that the server is running"):
+        redisq("purge", queue_name, "--consumer", "billing", "--yes")

@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 
 from redisq_django import triage
 from redisq_django.connection import get_broker
+from redisq_django.core import Broker, actions, browse
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
 from redisq_django.deadletters import sink_all
@@ -106,6 +107,86 @@ def dead_letter_groups(rows: QuerySet[DeadLetter], limit: int = triage.GROUPS_LI
     return triage.groups(rows, limit)
 
 
-def purge(queue: str) -> None:
+def purge(queue: str, *, broker: Broker | None = None) -> None:
     """Delete every message of ``queue``; its consumers stay registered."""
-    get_broker().purge(queue)
+    (broker or get_broker()).purge(queue)
+
+
+# -- the live pages' actions (also ``redisq deliver-now`` and ``redisq purge --consumer``)
+
+#: The admin-history texts of the actions (stored as is, read by anyone).
+PURGED_QUEUE_LOG = "Purged the queue's messages in Redis"
+
+
+def delivered_log(where: str, message_id: str) -> str:
+    """The history text of delivering one delayed message (``where``: ``delayed``) or
+    retry (``retry``) now."""
+    return f"Delivered now: {'delayed message' if where == browse.S_DELAYED else 'retry'} " + (
+        message_id
+    )
+
+
+def purged_consumer_log(retries: int, direct: int) -> str:
+    """The history text of purging a logical consumer."""
+    return f"Purged: skipped its backlog, discarded {retries} retries and {direct} re-driven"
+
+
+def deliver_now(
+    queue: str, consumer: str | None, ref: str, *, broker: Broker | None = None
+) -> str | None:
+    """Deliver one delayed message or retry of ``consumer`` now (``core.actions.deliver_now``).
+
+    Returns:
+        Its new entry id, or None when it is no longer waiting.
+    """
+    b = broker or get_broker()
+    return actions.deliver_now(b.client, b.scripts, b.keys(queue), consumer, ref)
+
+
+def deliver_waiting(
+    queue: str,
+    consumer: str | None,
+    ids: list[str] | None = None,
+    *,
+    broker: Broker | None = None,
+) -> actions.Delivered:
+    """Deliver now the queue's delayed messages (``consumer`` None) or ``consumer``'s
+    retries: those with these message ids, or all (``ids`` None). See
+    ``core.actions.deliver_waiting``."""
+    b = broker or get_broker()
+    return actions.deliver_waiting(b.client, b.scripts, b.keys(queue), consumer, ids)
+
+
+def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -> tuple[int, int]:
+    """Skip ``consumer``'s backlog, discard its retries and private input; its messages in
+    flight finish (``core.actions.purge_consumer``).
+
+    Returns:
+        ``(retries removed, private-input entries removed)``.
+    """
+    b = broker or get_broker()
+    return actions.purge_consumer(
+        b.client, b.scripts, b.keys(queue), consumer, history=b.config.history
+    )
+
+
+def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:
+    """Write ``text`` to the admin history of ``consumer``'s row (else its queue's) as
+    ``user``, as the live pages do. False when there is no row to write it to (or no
+    ``django.contrib.admin``)."""
+    from django.apps import apps
+
+    from redisq_django.models import Consumer, Queue
+
+    if not apps.is_installed("django.contrib.admin"):
+        return False
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    row: Any = None
+    if consumer is not None:
+        row = Consumer.objects.filter(queue__name=queue, name=consumer).first()
+    row = row or Queue.objects.filter(name=queue).first()
+    if row is None:
+        return False
+    LogEntry.objects.log_actions(user.pk, [row], CHANGE, text, single_object=True)
+    return True

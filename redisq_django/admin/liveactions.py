@@ -32,7 +32,7 @@ from django.utils.translation import gettext as _
 from redisq_django import operations
 from redisq_django.admin.common import BREADCRUMBS_OL, PAUSED_LOG, RESUMED_LOG
 from redisq_django.admin.live import admin_broker, forget_figures
-from redisq_django.core import Broker, actions, browse
+from redisq_django.core import Broker, browse
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
 from redisq_django.models import Consumer, Queue
@@ -212,7 +212,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
 
         def work(broker: Broker) -> str | None:
-            return actions.deliver_now(broker.client, broker.scripts, broker.keys(queue), name, ref)
+            return operations.deliver_now(queue, name, ref, broker=broker)
 
         new_id = self._redis(request, _("Delivering it now"), work)
         if new_id is _FAILED:
@@ -230,7 +230,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             )
             return
         what = _("delayed message") if where == browse.S_DELAYED else _("retry")
-        self._record(request, row, queue, f"Delivered now: {what} {message_id}")
+        self._record(request, row, queue, operations.delivered_log(where, message_id))
         self.message_user(
             request,
             _("Delivered %(what)s %(id)s now.") % {"what": what, "id": message_id},
@@ -262,10 +262,10 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _purge(self, request: HttpRequest, queue: str, name: str | None, row: Any) -> None:
         if name is None:
-            done = self._redis(request, _("Purge"), lambda b: b.purge(queue))
+            done = self._redis(request, _("Purge"), lambda b: operations.purge(queue, broker=b))
             if done is _FAILED:
                 return
-            self._record(request, row, queue, "Purged the queue's messages in Redis")
+            self._record(request, row, queue, operations.PURGED_QUEUE_LOG)
             self.message_user(
                 request,
                 _(
@@ -278,22 +278,13 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
 
         def work(broker: Broker) -> tuple[int, int]:
-            keys = broker.keys(queue)
-            history = broker.config.history
-            return actions.purge_consumer(
-                broker.client, broker.scripts, keys, name, history=history
-            )
+            return operations.purge_consumer(queue, name, broker=broker)
 
         removed = self._redis(request, _("Purge"), work)
         if removed is _FAILED:
             return
         retries, direct = removed
-        self._record(
-            request,
-            row,
-            queue,
-            f"Purged: skipped its backlog, discarded {retries} retries and {direct} re-driven",
-        )
+        self._record(request, row, queue, operations.purged_consumer_log(retries, direct))
         self.message_user(
             request,
             _(

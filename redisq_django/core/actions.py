@@ -1,5 +1,6 @@
-"""What an operator does to messages before they die: deliver a delayed message or a
-retry now, and discard what waits for one logical consumer (its purge).
+"""What an operator does to messages before they die: deliver delayed messages or
+retries now (one, some by id, or all), and discard what waits for one logical consumer
+(its purge).
 
 Each change is one script (``deliver_now.lua``, ``purge_consumer.lua``); the admin's live
 pages and ``manage.py redisq`` call these functions.
@@ -7,6 +8,8 @@ pages and ``manage.py redisq`` call these functions.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from redisq_django.core import browse, replay
@@ -19,6 +22,8 @@ from redisq_django.core.wire import flatten, to_str
 PURGE_BATCH = 1000
 #: ...and a purge makes at most this many calls (100 million entries).
 PURGE_CALLS = 100_000
+#: Delivering many now reads at most this many pages (of ``browse.MAX_PAGE``: 20 million).
+DELIVER_PAGES = 100_000
 
 
 def deliver_now(
@@ -42,15 +47,79 @@ def deliver_now(
     if where not in (browse.S_DELAYED, browse.S_RETRY):
         raise ValueError(f"Only a delayed message or a retry can be delivered now, not {ref!r}.")
     entry = browse.find(client, keys, group, ref)
-    if entry is None:
-        return None
-    if where == browse.S_DELAYED:
+    return None if entry is None else deliver_entry(scripts, keys, group, entry)
+
+
+def deliver_entry(
+    scripts: Scripts, keys: QueueKeys, group: str | None, entry: browse.Entry
+) -> str | None:
+    """Deliver ``entry`` (a delayed message, or a retry of ``group``) now: see
+    :func:`deliver_now`. Returns the new entry id, or None when it is gone."""
+    if entry.where == browse.S_DELAYED:
         target = [keys.delayed, keys.log]
-    else:
+    elif entry.where == browse.S_RETRY:
         gkeys = keys.group(group or "")
         target = [gkeys.retry, gkeys.direct]
+    else:
+        raise ValueError(f"Only a delayed message or a retry can be delivered now, not {entry}.")
     new_id = scripts("deliver_now", target, [entry.member, *flatten(entry.fields)])
     return to_str(new_id) if new_id else None
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What :func:`deliver_waiting` did.
+
+    Attributes:
+        count: messages delivered now.
+        ids: their message ids when ids were asked for (with ``--all``: empty).
+        missing: ids asked for that were not waiting (no such id, or gone meanwhile).
+    """
+
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def deliver_waiting(
+    client: Any,
+    scripts: Scripts,
+    keys: QueueKeys,
+    group: str | None,
+    ids: Collection[str] | None = None,
+) -> Delivered:
+    """Deliver now the queue's delayed messages (``group`` None) or the retries of
+    logical consumer ``group``: those with a message id in ``ids``, or all of them
+    (``ids`` None), each as :func:`deliver_entry` does.
+
+    Read in pages of ``browse.MAX_PAGE``, whatever the set's size: finding ids walks the
+    set until all are found; delivering all takes its first page again until it is empty
+    (or :data:`DELIVER_PAGES` pages), so what is published meanwhile is delivered too.
+    """
+
+    def page(cursor: str | None) -> browse.Page:
+        if group is None:
+            return browse.delayed(client, keys, cursor, browse.MAX_PAGE)
+        return browse.retrying(client, keys.group(group), cursor, browse.MAX_PAGE)
+
+    if ids is None:
+        count = 0
+        for _ in range(DELIVER_PAGES):
+            entries = page(None).entries
+            if not entries:
+                break
+            count += sum(deliver_entry(scripts, keys, group, e) is not None for e in entries)
+        return Delivered(count)
+    wanted, found = set(ids), []
+    cursor: str | None = None
+    for _ in range(DELIVER_PAGES):
+        got = page(cursor)
+        found += [e for e in got.entries if e.message_id in wanted]
+        cursor = got.next
+        if cursor is None or len({e.message_id for e in found}) == len(wanted):
+            break
+    done = [e.message_id for e in found if deliver_entry(scripts, keys, group, e) is not None]
+    return Delivered(len(done), done, [i for i in dict.fromkeys(ids) if i not in set(done)])
 
 
 def purge_consumer(

@@ -34,6 +34,8 @@ class Subscription:
 
     Attributes:
         policy: its retry policy; the worker replaces it when the admin changes it.
+        dead_on_receive: dead letters it made while receiving (undecodable entries,
+            leases expired past the retry budget), so far: its worker counts them.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Subscription:
         #: What it reports with each heartbeat (its handled and failed counts among it).
         self.report = Report(self.gkeys, consumer)
         self._call = trends.CountedCalls(client, scripts, keys, config.trends)
+        self.dead_on_receive = 0
 
     def __repr__(self) -> str:
         return f"<Subscription {self.queue}/{self.group} as {self.consumer}>"
@@ -157,7 +160,8 @@ class Subscription:
                 reason=DeadReason.UNDECODABLE,
             )
             counts = trends.settle_counts(self.group, False, trends.DEAD, None)
-            self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts)
+            if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
+                self.dead_on_receive += 1
             return None
         return Message(
             id=parts.id,
@@ -347,7 +351,8 @@ class Subscription:
                         f"delivered {message.attempts} times without being acknowledged: "
                         "the handler crashed or outran the visibility timeout each time",
                     )
-                    self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
+                    dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
+                    self.dead_on_receive += dead is Outcome.DEAD
                     continue
                 out.append(message)
         return out

@@ -54,7 +54,8 @@ MESSAGES = Family(
     Kind.COUNTER,
     (*QC, "outcome"),
     "Deliveries settled by this worker, by outcome: handled (acknowledged), retried "
-    "(failed, scheduled again), dead (became a dead letter), lost (another instance took "
+    "(failed, scheduled again), dead (became a dead letter, also taken over past its "
+    "deliveries or undecodable), lost (another instance took "
     "it over meanwhile).",
     "worker",
 )

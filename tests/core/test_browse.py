@@ -330,3 +330,70 @@ def test_a_member_that_is_not_a_json_object_of_strings_shows_raw() -> None:
     assert browse.member_fields(b'{"payload":1}') == {b"raw": b'{"payload":1}'}
     assert browse.member_fields(b"[1]") == {b"raw": b"[1]"}
     assert browse.member_fields(b"nope") == {b"raw": b"nope"}
+
+
+def test_deliver_waiting_finds_ids_and_delivers_all_across_pages(
+    broker: Broker, redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given 450 messages delayed by an hour (more than two pages of browse.MAX_PAGE)
+    broker.ensure_consumer(queue_name, "billing")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(450)], delay=3600)
+    keys = broker.keys(queue_name)
+    assert browse.MAX_PAGE < 450
+
+    # When two ids (one on the third page) and one that is not waiting are delivered now
+    done = actions.deliver_waiting(
+        redis_client, broker.scripts, keys, None, [ids[420], ids[5], "no-such-id"]
+    )
+
+    # Then exactly those two reach the log, and the unknown id is reported missing
+    assert (done.count, sorted(done.ids), done.missing) == (
+        2,
+        sorted([ids[5], ids[420]]),
+        ["no-such-id"],
+    )
+    with broker.subscribe(queue_name, "billing") as sub:
+        got = sub.fetch(count=10, block_ms=200)
+        sub.ack(got)
+    assert sorted(m.id for m in got) == sorted([ids[5], ids[420]])
+    assert redis_client.zcard(keys.delayed) == 448
+
+    # When all the rest are delivered now
+    rest = actions.deliver_waiting(redis_client, broker.scripts, keys, None, None)
+
+    # Then all 448 are delivered once, and none waits any longer
+    assert (rest.count, rest.ids, rest.missing) == (448, [], [])
+    assert redis_client.zcard(keys.delayed) == 0
+    with broker.subscribe(queue_name, "billing") as sub:
+        got = drain(sub, expected=448)
+    assert sorted(m.id for m in got) == sorted(set(ids) - {ids[5], ids[420]})
+
+
+def test_deliver_waiting_delivers_the_retries_of_that_consumer_only(
+    broker: Broker, redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given billing with 3 retries waiting an hour, and email that handled everything
+    policy = RetryPolicy.from_seconds(
+        max_retries=5, backoff=3600, max_backoff=3600, visibility_timeout=60
+    )
+    broker.ensure_consumer(queue_name, "billing")
+    broker.ensure_consumer(queue_name, "email")
+    ids = broker.publish_many(queue_name, [{"n": n} for n in range(3)])
+    with broker.subscribe(queue_name, "billing", policy=policy) as sub:
+        for m in drain(sub, expected=3, ack=False):
+            sub.fail(m, ValueError("later"))
+    with broker.subscribe(queue_name, "email") as sub:
+        drain(sub, expected=3)
+
+    # When all of billing's retries are delivered now
+    done = actions.deliver_waiting(
+        redis_client, broker.scripts, broker.keys(queue_name), "billing", None
+    )
+
+    # Then billing receives the three (second attempts) and email nothing
+    assert done.count == 3
+    with broker.subscribe(queue_name, "billing") as sub:
+        got = drain(sub, expected=3)
+    assert sorted((m.id, m.attempts) for m in got) == sorted((i, 2) for i in ids)
+    with broker.subscribe(queue_name, "email") as sub:
+        assert sub.fetch(count=10, block_ms=100) == []

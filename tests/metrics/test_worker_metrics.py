@@ -114,6 +114,43 @@ def test_counters_and_histograms_equal_what_the_handlers_did(
     assert value(registry, f"{latency}_bucket", le="+Inf", **labels) == 12
 
 
+def test_deaths_by_lease_expiry_and_undecodable_entries_count_as_dead(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given max_retries 0, a message a vanished instance fetched (its lease of 0.2 s runs
+    # out: taken over, it is past its deliveries), an entry that is no envelope, and a
+    # good message
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
+    policy = RetryPolicy.from_seconds(
+        max_retries=0, backoff=0.01, max_backoff=0.02, visibility_timeout=0.2
+    )
+    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.publish(queue_name, {"orphan": True})
+    ghost = broker.subscribe(queue_name, GROUP, "ghost", policy=policy)
+    assert len(ghost.fetch(count=1, block_ms=0)) == 1  # never acknowledged
+    redis_client.xadd(broker.keys(queue_name).log, {"no-payload": "x"})
+    broker.publish(queue_name, {"good": True})
+    time.sleep(0.25)  # the ghost's lease expires
+    handled: list[object] = []
+    registry = CollectorRegistry()
+    middleware = PrometheusMiddleware(registry, flush_interval=0.05)
+    spec = ConsumerSpec(queue_name, GROUP, lambda m: handled.append(m.payload), policy=policy)
+    options = WorkerOptions(block_ms=50, burst=True, stats_interval=0, reclaim_interval=0.05)
+
+    # When a worker with the middleware drains the queue
+    assert Worker(broker, [spec], options, middleware=[middleware]).run() == 0
+
+    # Then both deaths, which no handler saw, count as dead; the good message as handled
+    assert handled == [{"good": True}]
+    reasons = sorted(d.reason for d in broker.dead_letters(queue_name, GROUP))
+    assert reasons == ["lease_expired", "undecodable"]
+    labels = {"queue": queue_name, "consumer": GROUP}
+    assert value(registry, "redisq_messages_total", outcome="dead", **labels) == 2
+    assert value(registry, "redisq_messages_total", outcome="handled", **labels) == 1
+    assert value(registry, "redisq_messages_total", outcome="lost", **labels) == 0
+    assert value(registry, "redisq_handler_failures_total", **labels) == 0
+
+
 def test_figures_reach_the_metrics_while_the_worker_runs(
     redis_client: redis.Redis, queue_name: str
 ) -> None:

@@ -91,6 +91,7 @@ class HandlerThread(threading.Thread):
         self._unsettled: list[Callable[[], None]] = []
         self._settle_failed = False  # a settlement waits for Redis (to log its return)
         self._last_reclaim = 0.0
+        self._dead_counted = 0  # of sub.dead_on_receive
         self._batch_size = min(INITIAL_BATCH, pace.prefetch)
 
     def apply(self, spec: ConsumerSpec) -> None:
@@ -149,7 +150,10 @@ class HandlerThread(threading.Thread):
                 if not batch and self.pace.burst and self._drained():
                     # A retry promoted between that fetch and the count in _drained() is
                     # in the direct stream now: a burst ends only when a look finds none.
-                    batch = self.sub.fetch(count=self._batch_size, block_ms=0)
+                    try:
+                        batch = self.sub.fetch(count=self._batch_size, block_ms=0)
+                    finally:
+                        self._count_dead_on_receive()
                     if not batch:
                         return
                 redis_state.ok()
@@ -178,6 +182,20 @@ class HandlerThread(threading.Thread):
         return True
 
     def _receive(self) -> list[Message]:
+        try:
+            return self._fetch_or_reclaim()
+        finally:
+            self._count_dead_on_receive()
+
+    def _count_dead_on_receive(self) -> None:
+        # Undecodable entries and leases expired past the budget die inside fetch and
+        # reclaim, not in a settle of ours: count them too, at one comparison per fetch.
+        made = self.sub.dead_on_receive - self._dead_counted
+        if made:
+            self._dead_counted += made
+            self._count("dead", made)
+
+    def _fetch_or_reclaim(self) -> list[Message]:
         now = time.monotonic()
         if now - self._last_reclaim >= self.pace.reclaim_interval:
             self._last_reclaim = now

@@ -1,4 +1,4 @@
-"""``manage.py redisq``: status, replay, dead letters and purge from the shell."""
+"""``manage.py redisq``: status, replay, dead letters, deliver now and purge from the shell."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from redisq_django import operations
 from redisq_django.admin.figures import age
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
+from redisq_django.management import console
 from redisq_django.management.arguments import django_common_options, positive_int
+from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
 
 _HEAD = [
@@ -33,15 +35,8 @@ _HEAD = [
 ]
 
 
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
-
-
 class Command(BaseCommand):
-    help = "Operate redisq queues: status, replay, dead letters, outbox relay, purge."
+    help = "Operate redisq queues: status, replay, dead letters, outbox relay, deliver now, purge."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -103,10 +98,7 @@ class Command(BaseCommand):
                 metavar="NORMALISED",
                 help="the normalised error message, as 'dead groups' shows it",
             )
-            p.add_argument(
-                "--user",
-                help="record the change in the admin history as this user (username)",
-            )
+            console.add_user_option(p)
         dead_sub.add_parser(
             "sink", parents=common, help="move dead letters from Redis into the database now"
         )
@@ -122,13 +114,25 @@ class Command(BaseCommand):
             "OutboxMessage); run one relay per database that publishes with using=",
         )
 
-        purge = sub.add_parser("purge", parents=common, help="delete every message of a queue")
+        console.add_deliver_now(sub, common)
+
+        purge = sub.add_parser(
+            "purge",
+            parents=common,
+            help="delete every message of a queue, or what waits for one consumer",
+        )
         purge.add_argument("queue")
+        purge.add_argument(
+            "--consumer",
+            help="only this logical consumer: skip its backlog, discard its retries and "
+            "private input (messages in flight finish; other consumers keep theirs)",
+        )
         purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        console.add_user_option(purge)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
-            getattr(self, f"do_{opts['action']}")(opts)
+            getattr(self, f"do_{opts['action'].replace('-', '_')}")(opts)
         except (RedisqError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
@@ -227,7 +231,7 @@ class Command(BaseCommand):
         if action == "groups":
             self._groups(opts)
             return
-        user = self._user(opts["user"])
+        user = console.user_named(opts["user"])
         rows = operations.dead_letter_rows(
             opts["queue"],
             opts["consumer"],
@@ -253,16 +257,6 @@ class Command(BaseCommand):
             self.stdout.write(f"Discarded {result.done} dead letter(s).")
         if result.error:
             raise CommandError(f"{result.error} {result.remaining} are still dead.")
-
-    def _user(self, username: str | None) -> Any:
-        if not username:
-            return None
-        from django.contrib.auth import get_user_model
-
-        try:
-            return get_user_model()._default_manager.get_by_natural_key(username)
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"No user {username!r} (--user records the history).") from None
 
     def _groups(self, opts: dict[str, Any]) -> None:
         rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
@@ -302,8 +296,15 @@ class Command(BaseCommand):
                 self.stderr.write(f"Relay round failed: {exc}")
             stop.wait(opts["interval"])
 
+    def do_deliver_now(self, opts: dict[str, Any]) -> None:
+        console.deliver_now(opts, self.stdout.write)
+
     def do_purge(self, opts: dict[str, Any]) -> None:
+        if opts["consumer"] is not None:
+            console.purge_consumer(opts, self.stdout.write)
+            return
         queue = opts["queue"]
+        user = console.user_named(opts["user"])
         if not opts["yes"]:
             answer = input(
                 f"Delete every message of queue {queue!r}? Type the queue name to confirm: "
@@ -312,3 +313,7 @@ class Command(BaseCommand):
                 raise CommandError("Not confirmed; nothing was deleted.")
         operations.purge(queue)
         self.stdout.write(f"Purged {queue}.")
+        if user is not None and not operations.record_change(
+            user, queue, None, operations.PURGED_QUEUE_LOG
+        ):
+            self.stdout.write(f"Not recorded in the admin history: no database row for {queue}.")

@@ -1,0 +1,180 @@
+"""What the live pages do, from the shell: ``manage.py redisq deliver-now`` and ``manage.py
+redisq purge QUEUE --consumer C`` (through the same functions, written to the same admin
+history with ``--user``), and the name and user checks ``manage.py redisq`` shares."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from redisq_django import operations
+from redisq_django.connection import get_broker
+from redisq_django.core import browse
+from redisq_django.core.keys import validate_name
+
+#: How ``deliver-now`` writes (``BaseCommand.stdout.write``).
+Write = Callable[[str], Any]
+
+
+def add_user_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--user", help="record the change in the admin history as this user (username)"
+    )
+
+
+def add_deliver_now(sub: Any, common: list[argparse.ArgumentParser]) -> None:
+    """The ``deliver-now`` sub-command's arguments."""
+    p = sub.add_parser(
+        "deliver-now",
+        parents=common,
+        help="deliver delayed messages (of a queue) or retries (of a consumer) now",
+        description="Without --consumer: the queue's delayed messages, appended to its log "
+        "now (every consumer receives them, after what already waits). With --consumer: its "
+        "retries, to its private input (its next fetch reads them). As 'Deliver now' on "
+        "the live pages.",
+    )
+    p.add_argument("queue")
+    p.add_argument("ids", nargs="*", metavar="ID", help="message ids (--list shows them)")
+    p.add_argument("--consumer", help="a logical consumer: deliver its retries")
+    p.add_argument("--all", action="store_true", help="every one waiting, whatever their number")
+    p.add_argument("--list", action="store_true", help="show what waits (ids); change nothing")
+    add_user_option(p)
+
+
+def table(rows: list[list[str]]) -> str:
+    """``rows`` (the first: the headings) as aligned columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def user_named(username: str | None) -> Any:
+    """The user ``--user`` names (None without one)."""
+    if not username:
+        return None
+    from django.contrib.auth import get_user_model
+
+    try:
+        return get_user_model()._default_manager.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        raise CommandError(f"No user {username!r} (--user records the history).") from None
+
+
+def check_names(queue: str, consumer: str | None = None) -> None:
+    """Raise a CommandError naming what exists when ``queue`` (or its ``consumer``) is
+    unknown to Redis."""
+    validate_name("queue", queue)
+    broker = get_broker()
+    if queue not in broker.queues():
+        raise CommandError(
+            f"Queue {queue!r} is unknown to Redis (nothing was published to or consumed "
+            "from it). Check the name: 'manage.py redisq status' lists the queues."
+        )
+    if consumer is None:
+        return
+    validate_name("consumer", consumer)
+    known = broker.consumers(queue)
+    if consumer not in known:
+        raise CommandError(
+            f"Logical consumer {consumer!r} is not registered on queue {queue!r} (its "
+            f"consumers: {', '.join(known) or 'none'}). Check the name, or start a worker "
+            "that declares it."
+        )
+
+
+def _record(user: Any, queue: str, consumer: str | None, texts: list[str], write: Write) -> None:
+    if user is None or not texts:
+        return
+    for text in texts:
+        if not operations.record_change(user, queue, consumer, text):
+            write(f"Not recorded in the admin history: there is no database row for {queue}.")
+            return
+
+
+def deliver_now(opts: dict[str, Any], write: Write) -> None:
+    """``redisq deliver-now``: see :func:`add_deliver_now`."""
+    queue, consumer = opts["queue"], opts["consumer"]
+    user = user_named(opts["user"])
+    check_names(queue, consumer)
+    what, where = ("retry", "retries") if consumer else ("delayed message", "delayed messages")
+    label = f"{queue}/{consumer}" if consumer else queue
+    if opts["list"]:
+        _list(queue, consumer, write, f"No {where} wait for {label}.")
+        return
+    if not opts["all"] and not opts["ids"]:
+        raise CommandError(
+            f"Name the {where} (IDs: 'redisq deliver-now {queue}"
+            f"{' --consumer ' + consumer if consumer else ''} --list' shows them) or pass --all."
+        )
+    if opts["all"] and opts["ids"]:
+        raise CommandError("Pass either IDs or --all, not both.")
+    ids = None if opts["all"] else opts["ids"]
+    done = operations.deliver_waiting(queue, consumer, ids)
+    write(f"Delivered {done.count} {where if done.count != 1 else what} of {label} now.")
+    if ids is None:
+        texts = [f"Delivered now: {done.count} {where} (all that waited)"] if done.count else []
+    else:
+        kind = "retry" if consumer else "delayed"
+        texts = [operations.delivered_log(kind, i) for i in done.ids]
+    _record(user, queue, consumer, texts, write)
+    if done.missing:
+        elsewhere = (
+            f" A delayed message is the queue's: 'redisq deliver-now {queue} ID'."
+            if consumer
+            else f" A retry is its consumer's: 'redisq deliver-now {queue} ID --consumer C'."
+        )
+        raise CommandError(
+            f"Not waiting among the {where} of {label} (no such id, or delivered "
+            f"meanwhile): {', '.join(done.missing)}.{elsewhere}"
+        )
+
+
+def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:
+    broker = get_broker()
+    keys = broker.keys(queue)
+    if consumer is None:
+        page = browse.delayed(broker.client, keys, None, browse.MAX_PAGE)
+    else:
+        page = browse.retrying(broker.client, keys.group(consumer), None, browse.MAX_PAGE)
+    if not page.entries:
+        write(empty)
+        return
+    rows = [["ID", "DUE", "ATTEMPTS", "LAST ERROR", "PAYLOAD"]]
+    for e in page.entries:
+        due = "-" if e.due_ms is None else _iso(e.due_ms)
+        rows.append([e.message_id, due, str(e.attempts), e.last_error[:40], e.preview[:40]])
+    write(table(rows))
+    if page.next:
+        write(f"(the first {len(page.entries)} shown, soonest due first)")
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+def purge_consumer(opts: dict[str, Any], write: Write) -> None:
+    """``redisq purge QUEUE --consumer C``: skip its backlog, discard its retries and
+    private input (messages in flight finish), after the consumer's name is typed."""
+    queue, consumer = opts["queue"], opts["consumer"]
+    user = user_named(opts["user"])
+    check_names(queue, consumer)
+    if not opts["yes"]:
+        answer = input(
+            f"Skip the backlog of {queue}/{consumer} and discard its retries and private "
+            "input (other consumers keep theirs)? Type the consumer name to confirm: "
+        )
+        if answer.strip() != consumer:
+            raise CommandError("Not confirmed; nothing was purged.")
+    before = {c.name: c for c in get_broker().stats(queue).consumers}.get(consumer)
+    retries, direct = operations.purge_consumer(queue, consumer)
+    skipped = f"{before.lag} message(s) of its backlog in the log" if before else "its backlog"
+    write(
+        f"Purged {queue}/{consumer}: skipped {skipped}, discarded {retries} retries and "
+        f"{direct} message(s) of its private input; messages in flight finish as usual."
+    )
+    _record(user, queue, consumer, [operations.purged_consumer_log(retries, direct)], write)

@@ -1,0 +1,191 @@
+"""What the live pages do, from the shell: ``manage.py redisq deliver-now`` and ``manage.py
+redisq purge QUEUE --consumer C`` change exactly what the admin's actions change, say what
+they did, write the same admin history with ``--user``, and refuse unknown names with
+what to do."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from redisq_django.admin import live
+from redisq_django.connection import get_broker
+from tests.support.live_data import Live, live_consumer
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def broker(redisq_settings: Any) -> Any:
+    live.clear()
+    return get_broker()
+
+
+@pytest.fixture
+def made(broker: Any, queue_name: str) -> Live:
+    User.objects.create_superuser("ops", password="pw")
+    return live_consumer(broker, queue_name)
+
+
+def redisq(*args: str) -> str:
+    out = io.StringIO()
+    call_command("redisq", *args, stdout=out)
+    return out.getvalue()
+
+
+def consumers(broker: Any, queue: str) -> dict[str, Any]:
+    return {c.name: c for c in broker.stats(queue).consumers}
+
+
+def history() -> list[tuple[str, str, str]]:
+    return [
+        (e.user.username, e.object_repr, e.get_change_message())
+        for e in LogEntry.objects.order_by("pk")
+        if e.action_flag == CHANGE
+    ]
+
+
+# -- deliver-now ----------------------------------------------------------------------------
+
+
+def test_deliver_now_delivers_the_named_delayed_message_next_and_records_it(
+    broker: Any, made: Live
+) -> None:
+    # Given email with nothing left to do, and two messages delayed by an hour
+    with broker.subscribe(made.queue, "email") as sub:
+        sub.ack(sub.fetch(count=100, block_ms=100))
+    listing = redisq("deliver-now", made.queue, "--list")
+    assert all(i in listing for i in made.delayed)
+
+    # When the operator delivers the second one now, as user ops
+    out = redisq("deliver-now", made.queue, made.delayed[1], "--user", "ops")
+
+    # Then they are told, email receives exactly it next, the other stays delayed
+    assert f"Delivered 1 delayed message of {made.queue} now." in out
+    with broker.subscribe(made.queue, "email") as sub:
+        got = sub.fetch(count=100, block_ms=200)
+        sub.ack(got)
+    assert [m.id for m in got] == [made.delayed[1]]
+    assert broker.stats(made.queue).delayed == 1
+    # ... and the queue's history says so, in the words of the live page's action
+    assert history() == [("ops", made.queue, f"Delivered now: delayed message {made.delayed[1]}")]
+
+
+def test_deliver_now_all_retries_of_a_consumer_go_to_it_alone(broker: Any, made: Live) -> None:
+    # Given billing with 2 retries waiting for their backoff
+    before = consumers(broker, made.queue)
+    assert before["billing"].waiting_retry == 2
+
+    # When the operator delivers all of billing's retries now
+    out = redisq("deliver-now", made.queue, "--consumer", "billing", "--all", "--user", "ops")
+
+    # Then both wait in billing's private input, first in line; email is not touched
+    assert f"Delivered 2 retries of {made.queue}/billing now." in out
+    after = consumers(broker, made.queue)
+    assert (after["billing"].waiting_retry, after["billing"].direct) == (0, 2)
+    assert after["email"].backlog == before["email"].backlog
+    with broker.subscribe(made.queue, "billing", "worker-2") as sub:
+        got = sub.fetch(count=100, block_ms=200)
+    assert set(made.retrying) <= {m.id for m in got}
+    assert {m.attempts for m in got if m.id in made.retrying} == {2}
+    assert history() == [
+        ("ops", f"{made.queue}/billing", "Delivered now: 2 retries (all that waited)")
+    ]
+
+
+def test_deliver_now_says_what_is_wrong_and_changes_nothing(
+    broker: Any, made: Live, queue_name: str
+) -> None:
+    # An unknown queue or consumer, no ids, both ids and --all: refused, with what to do
+    with pytest.raises(CommandError, match=r"unknown to Redis.*redisq status"):
+        redisq("deliver-now", "no-such-queue", "--all")
+    with pytest.raises(CommandError, match=r"'nobody' is not registered.*billing, email"):
+        redisq("deliver-now", made.queue, "--consumer", "nobody", "--all")
+    with pytest.raises(CommandError, match=r"Name the delayed messages.*--list"):
+        redisq("deliver-now", made.queue)
+    with pytest.raises(CommandError, match="either IDs or --all"):
+        redisq("deliver-now", made.queue, made.delayed[0], "--all")
+    with pytest.raises(CommandError, match="No user 'ghost'"):
+        redisq("deliver-now", made.queue, "--all", "--user", "ghost")
+    # A retry's id given as a delayed message: not found, and the way to name it
+    with pytest.raises(CommandError, match=rf"{made.retrying[0]}.*--consumer"):
+        redisq("deliver-now", made.queue, made.retrying[0])
+    # Nothing was delivered and nothing recorded
+    stats = broker.stats(made.queue)
+    assert (stats.delayed, consumers(broker, made.queue)["billing"].waiting_retry) == (2, 2)
+    assert history() == []
+
+
+# -- purge --consumer -----------------------------------------------------------------------
+
+
+def test_purge_of_a_consumer_asks_for_its_name_then_discards_what_waits_for_it_alone(
+    broker: Any, made: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = consumers(broker, made.queue)
+    # Given an operator who types the queue's name instead of the consumer's
+    monkeypatch.setattr("builtins.input", lambda prompt: made.queue)
+    with pytest.raises(CommandError, match="Not confirmed; nothing was purged"):
+        redisq("purge", made.queue, "--consumer", "billing")
+    assert consumers(broker, made.queue)["billing"].backlog == len(made.waiting)
+
+    # When they type the consumer's name
+    monkeypatch.setattr("builtins.input", lambda prompt: "billing")
+    out = redisq("purge", made.queue, "--consumer", "billing", "--user", "ops")
+
+    # Then nothing waits for billing, its messages in flight stay, email keeps its backlog
+    assert f"skipped {len(made.waiting)} message(s) of its backlog" in out
+    assert "discarded 2 retries and 0 message(s) of its private input" in out
+    after = consumers(broker, made.queue)
+    assert (after["billing"].backlog, after["billing"].waiting_retry) == (0, 0)
+    assert after["billing"].in_flight == len(made.in_flight)
+    assert after["email"].backlog == before["email"].backlog
+    assert broker.stats(made.queue).delayed == 2
+    # ... and billing's history says so, in the words of the live page's action
+    assert history() == [
+        (
+            "ops",
+            f"{made.queue}/billing",
+            "Purged: skipped its backlog, discarded 2 retries and 0 re-driven",
+        )
+    ]
+
+
+def test_purge_of_an_unknown_consumer_is_refused_before_asking(
+    broker: Any, made: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_question(prompt: str) -> str:
+        raise AssertionError("asked for confirmation")
+
+    monkeypatch.setattr("builtins.input", no_question)
+    with pytest.raises(CommandError, match=r"'bill' is not registered.*billing, email"):
+        redisq("purge", made.queue, "--consumer", "bill")
+    assert consumers(broker, made.queue)["billing"].backlog == len(made.waiting)
+
+
+def test_purge_of_a_queue_with_yes_and_user_is_recorded(broker: Any, made: Live) -> None:
+    assert redisq("purge", made.queue, "--yes", "--user", "ops").strip() == f"Purged {made.queue}."
+    stats = broker.stats(made.queue)
+    assert (stats.length, stats.delayed, stats.total("backlog")) == (0, 0, 0)
+    assert history() == [("ops", made.queue, "Purged the queue's messages in Redis")]
+
+
+def test_with_redis_stopped_the_commands_say_so(
+    settings: Any, volatile_redis_server: Any, queue_name: str
+) -> None:
+    # Given a queue with a consumer on a Redis that then stops
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    get_broker().ensure_consumer(queue_name, "billing")
+    volatile_redis_server.stop()
+    # When the operator delivers or purges: an error that says what to do, no traceback
+    says = r"Cannot reach Redis.*Check that the server is running"
+    with pytest.raises(CommandError, match=says):
+        redisq("deliver-now", queue_name, "--all")
+    with pytest.raises(CommandError, match=says):
+        redisq("purge", queue_name, "--consumer", "billing", "--yes")

@@ -139,7 +139,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         tick = row_next_tick(obj, datetime_to_ms(timezone.now()))
         if tick is None:
             return None
-        return formats.localize(timezone.template_localtime(ms_to_datetime(tick)))
+        return formats.localize(timezone.localtime(ms_to_datetime(tick)))
 
     @admin.display(description=_("target"))
     def target_display(self, obj: Schedule) -> str:

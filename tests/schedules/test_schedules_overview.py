@@ -238,7 +238,7 @@ def test_admin_shows_the_next_run_computed_now_not_the_stored_one(
     after = now_ms()
     # Then both show the next hour from now, never the stale stored one
     expected = {
-        formats.localize(timezone.template_localtime(ms_to_datetime(t)))  # as the admin shows it
+        formats.localize(timezone.localtime(ms_to_datetime(t)))  # as the admin shows it
         for t in {(before // HOUR_MS + 1) * HOUR_MS, (after // HOUR_MS + 1) * HOUR_MS}
     }
     for html in (listing, page.content.decode()):

@@ -11,13 +11,16 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import formats, timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django.conf import check_queue_known
+from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import validate_name
 from redisq_django.models import Schedule
+from redisq_django.schedules.overview import row_next_tick
 from redisq_django.schedules.spec import QueueTarget, target_of
 from redisq_django.schedules.sync import differs_from_code, spec_from_snapshot
 from redisq_django.schedules.targets import load_task
@@ -77,7 +80,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "target_display",
         "enabled",
         "last_run_at",
-        "next_run_at",
+        "next_tick",
         "origin",
         "changed_in_admin",
     )
@@ -98,7 +101,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "declaration",
                     "since",
                     "last_run_at",
-                    "next_run_at",
+                    "next_tick",
                     "last_message_id",
                 )
             },
@@ -110,7 +113,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "declaration",
         "since",
         "last_run_at",
-        "next_run_at",
+        "next_tick",
         "last_message_id",
     )
 
@@ -127,6 +130,16 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return obj.timing().describe()
         except ScheduleError as exc:
             return gettext("invalid: %(error)s") % {"error": exc}
+
+    @admin.display(description=_("next run"))
+    def next_tick(self, obj: Schedule) -> str | None:
+        # Computed from the clock as the page is shown: the stored next_run_at is only
+        # as fresh as the last save or fire, so it reads stale after downtime. Formatted
+        # here, so the list and the change page (which would show str()) agree.
+        tick = row_next_tick(obj, datetime_to_ms(timezone.now()))
+        if tick is None:
+            return None
+        return formats.localize(timezone.localtime(ms_to_datetime(tick)))
 
     @admin.display(description=_("target"))
     def target_display(self, obj: Schedule) -> str:

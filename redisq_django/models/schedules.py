@@ -77,6 +77,8 @@ class Schedule(models.Model):
     catch_up = models.DurationField(_("catch-up bound"), default=dt.timedelta(seconds=60))
     since = models.DateTimeField(_("ticking since"), default=django_timezone.now, editable=False)
     last_run_at = models.DateTimeField(_("last run"), null=True, editable=False)
+    # A snapshot at the last save or fire, stale after downtime: the admin, the banner and
+    # ``manage.py redisq schedules`` compute the next tick when shown (schedules.overview).
     next_run_at = models.DateTimeField(_("next run"), null=True, editable=False)
     last_message_id = models.CharField(
         _("last message id"), max_length=64, blank=True, editable=False

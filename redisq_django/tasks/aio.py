@@ -26,11 +26,13 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from redisq_django.connection import get_broker
+from redisq_django.core import trends
+from redisq_django.core.batch import Command
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.keys import QueueKeys, registry_key
 from redisq_django.core.scripts import ScriptName, script_source
-from redisq_django.core.task_results import decode_hash, enqueue_call
+from redisq_django.core.task_results import PUBLISH, decode_hash, enqueue_call
 
 #: Connection settings copied from the broker's client.
 _COPIED = (
@@ -126,13 +128,42 @@ async def client() -> AsyncIterator[_LoopClient]:
         raise RedisUnavailable(describe_client(get_broker().client), exc) from exc
 
 
-async def _script(
-    entry: _LoopClient, name: ScriptName, keys: Sequence[str], args: Sequence[Any]
-) -> Any:
+def _registered(entry: _LoopClient, name: ScriptName) -> Any:
     script = entry.scripts.get(name)
     if script is None:  # AsyncScript sends EVALSHA and loads the script on NOSCRIPT
         script = entry.scripts[name] = entry.conn.register_script(script_source(name))
-    return await script(keys=list(keys), args=list(args))
+    return script
+
+
+async def _script(
+    entry: _LoopClient, name: ScriptName, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    return await _registered(entry, name)(keys=list(keys), args=list(args))
+
+
+async def _script_quietly(
+    entry: _LoopClient,
+    name: ScriptName,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    quiet: Sequence[Command],
+) -> Any:
+    """Script ``name`` and ``quiet`` commands in one round trip, as ``core.batch.run_script``
+    does for the synchronous client: the script's reply (raised when it is an error), the
+    quiet commands' replies ignored. After NOSCRIPT the script is loaded and run again,
+    alone: the quiet commands went through the first time."""
+    script = _registered(entry, name)
+    async with entry.conn.pipeline(transaction=False) as pipe:
+        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        for command in quiet:
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+    reply = replies[0]
+    if isinstance(reply, redis.exceptions.NoScriptError):
+        return await script(keys=list(keys), args=list(args))
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, group: str) -> None:
@@ -150,10 +181,22 @@ async def enqueue(
     result: Mapping[str, str],
     expire_at_ms: int,
     mode: str,
+    *,
+    trends_on: bool = False,
 ) -> Any:
-    """Run ``task_enqueue.lua`` (see ``TaskResults.enqueue``)."""
+    """Run ``task_enqueue.lua`` (see ``TaskResults.enqueue``); with ``trends_on``, a
+    published task counts in the queue's ``published`` trend in the same round trip, as
+    the synchronous ``enqueue`` counts it."""
     script_keys, args = enqueue_call(keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode)
-    return await _script(entry, "task_enqueue", script_keys, args)
+    if not (trends_on and mode == PUBLISH):
+        return await _script(entry, "task_enqueue", script_keys, args)
+    counter = trends.counter(keys)
+    try:
+        quiet = counter.commands({trends.PUBLISHED: 1})
+        return await _script_quietly(entry, "task_enqueue", script_keys, args, quiet)
+    except BaseException:
+        counter.forget()  # its EXPIRE may be lost: send one again next time
+        raise
 
 
 async def read(

@@ -250,12 +250,21 @@ class RedisqBackend(BaseTaskBackend):
         one per loop, standalone or Cluster; see ``tasks/aio.py``): never blocks the event
         loop on Redis."""
         result, envelope, message, expire_at = self.prepare(task, args, kwargs)
-        keys = get_broker().keys(envelope.queue)
+        broker = get_broker()
+        keys = broker.keys(envelope.queue)
         async with aio.client() as client:
             if envelope.queue not in self._ensured:
                 await aio.ensure_consumer(client, keys, TASKS_CONSUMER)
                 self._ensured.add(envelope.queue)
-            await aio.enqueue(client, keys, envelope, message.result_fields(), expire_at, PUBLISH)
+            await aio.enqueue(
+                client,
+                keys,
+                envelope,
+                message.result_fields(),
+                expire_at,
+                PUBLISH,
+                trends_on=broker.config.trends,  # counted as enqueue counts
+            )
         task_enqueued.send(type(self), task_result=result)
         return result
 

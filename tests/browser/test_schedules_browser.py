@@ -6,6 +6,7 @@ test-artifacts/. The test-client versions are in tests/schedules/test_schedules_
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,9 @@ def test_staff_add_edit_and_disable_a_schedule_in_the_admin(
     row = page.locator("#result_list tbody tr", has_text="digest")
     expect(row).to_contain_text("cron */5 * * * * (Europe/Paris)")
     expect(row).to_contain_text("queue reports")
+    # (its next run computed as the page is shown: a time, not "-")
+    expect(row.locator("td.field-next_tick")).not_to_have_text("-")
+    expect(row.locator("td.field-next_tick")).to_contain_text(re.compile(r"\d{4}"))  # a year
     schedule = Schedule.objects.get(name="digest")
     assert schedule.origin == "admin" and schedule.next_run_at is not None
     page.screenshot(path=str(artifacts / "schedules-list.png"), full_page=True)

@@ -14,6 +14,8 @@ pytest.importorskip("django.tasks", reason="the tasks backend needs Django >= 6.
 from django.tasks import TaskResultStatus, task_backends
 
 from redisq_django.connection import get_broker
+from redisq_django.core import trends
+from redisq_django.core.clock import now_ms
 from tests.tasks.conftest import TasksEnv, run_async, tasks_setting
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -61,8 +63,18 @@ def test_tasks_run_on_a_cluster_from_enqueue_to_result(cluster_env: TasksEnv) ->
         again = await env.task("calculate").aenqueue(7, 8)
         return [low, again]
 
+    first = trends.minute_of(now_ms())
     low, again = run_async(enqueue_two())
     results = [normal, high, low, again]
+    # (and all four, aenqueue's too, count in their level queues' published trends)
+    broker, minutes = get_broker(), range(first, trends.minute_of(now_ms()) + 1)
+    levels = [f"tasks.{env.queue}{level}" for level in ("", ".high", ".low")]
+    published = [
+        int(broker.client.hget(broker.keys(q).trend(m), trends.PUBLISHED) or 0)
+        for q in levels
+        for m in minutes
+    ]
+    assert sum(published) == 4, published
     backend = task_backends["default"]
     assert {backend.get_result(r.id).status for r in results} == {TaskResultStatus.READY}
     # When a burst worker runs the task queue

@@ -1,4 +1,5 @@
-"""``manage.py redisq``: status, replay, dead letters, deliver now and purge from the shell."""
+"""``manage.py redisq``: status, replay, dead letters, schedules, deliver now and purge from
+the shell."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from django.db import close_old_connections
 
 from redisq_django import operations
 from redisq_django.admin.figures import age
+from redisq_django.connection import get_broker
 from redisq_django.core.errors import RedisqError
 from redisq_django.deadletters import sink_all
 from redisq_django.management import console
 from redisq_django.management.arguments import django_common_options, positive_int
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
+from redisq_django.schedules import overview
 
 _HEAD = [
     "QUEUE",
@@ -36,7 +39,10 @@ _HEAD = [
 
 
 class Command(BaseCommand):
-    help = "Operate redisq queues: status, replay, dead letters, outbox relay, deliver now, purge."
+    help = (
+        "Operate redisq queues: status, replay, dead letters, outbox relay, schedules, "
+        "deliver now, purge."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -112,6 +118,12 @@ class Command(BaseCommand):
             "--database",
             help="database whose outbox to relay (default: where the router puts "
             "OutboxMessage); run one relay per database that publishes with using=",
+        )
+
+        sub.add_parser(
+            "schedules",
+            parents=common,
+            help="periodic schedules: timing, target, state, last tick fired, next tick",
         )
 
         console.add_deliver_now(sub, common)
@@ -298,6 +310,39 @@ class Command(BaseCommand):
 
     def do_deliver_now(self, opts: dict[str, Any]) -> None:
         console.deliver_now(opts, self.stdout.write)
+
+    def do_schedules(self, opts: dict[str, Any]) -> None:
+        broker = get_broker()
+        states, problem = overview.current(broker.client, broker.config.prefix)
+        if not states:
+            self.stdout.write(
+                "No schedules (declare them with periodic(), or add them in the admin)."
+            )
+        rows = [["NAME", "WHEN", "TIME ZONE", "TARGET", "STATE", "LAST TICK FIRED", "NEXT TICK"]]
+        for s in states:
+            last = "?" if problem else overview.when(s.last_sent_ms)
+            if not problem and (s.last_claimed_ms or 0) > (s.last_sent_ms or 0):
+                last += f" (claimed {overview.when(s.last_claimed_ms)}, not sent yet)"
+            state = f"{s.state}: {s.error}" if s.error else s.state
+            rows.append(
+                [
+                    s.name,
+                    s.expression,
+                    s.timezone,
+                    s.target,
+                    state,
+                    last,
+                    overview.when(s.next_tick_ms),
+                ]
+            )
+        if states:
+            self.stdout.write(table(rows))
+            self.stdout.write(
+                "Times in UTC. NEXT TICK: the next one due, computed now from the current time "
+                "(Redis's clock, as the workers use)."
+            )
+        if problem:
+            self.stderr.write(f"{problem} Last ticks unknown (?); next ticks by this host's clock.")
 
     def do_purge(self, opts: dict[str, Any]) -> None:
         if opts["consumer"] is not None:

@@ -18,6 +18,7 @@ from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
 from redisq_django.consuming.runner import build_worker, select
 from redisq_django.consuming.sync import sync_declarations
+from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisqError, describe_client
 from redisq_django.core.server import warn_server_problems
 from redisq_django.core.worker import Worker, WorkerOptions
@@ -30,6 +31,7 @@ from redisq_django.management.arguments import (
 )
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
+from redisq_django.schedules import overview
 
 logger = logging.getLogger("redisq.worker")
 
@@ -288,6 +290,7 @@ class Command(BaseCommand):
                     value, source = opts["concurrency"], "--concurrency"
                 parts.append(f"{field}={value} ({source})")
             lines.append("      " + ", ".join(parts) + f", start={row.start}")
+        lines += overview.banner_lines(overview.listed(now_ms()))  # rows synced just now
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
 

@@ -602,3 +602,13 @@ def test_events_agree_with_outcomes_after_a_sigkilled_worker(
     assert {e for e, _, _, _ in recorded} <= {"handled", "reclaimed"}
     assert broker.dead_letters(FAULTS, RECORDER) == []
     assert acked_by_first <= set(ids)
+
+
+def test_sigterm_stops_the_outbox_relay_at_once_between_rounds(workers: Workers) -> None:
+    # Given `redisq relay` waiting 30 s between its rounds
+    relay = workers.start_command("redisq", "relay", "--interval", "30")
+    wait_for(lambda: "Relaying outbox messages" in relay.stdout, timeout=60, what="the start")
+    # When it gets SIGTERM during that wait
+    relay.send(signal.SIGTERM)
+    # Then it exits cleanly long before the round's 30 s are over
+    assert relay.wait_exit(10) == 0, relay.tail()

@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from redisq_django.core.worker.state import StopSignal
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
 from redisq_django.pipeline.preflight import commit_positions, last_entry_ids, queues_to_archive
@@ -103,11 +104,11 @@ def archive(
         t for t in ARCHIVED_TABLES if not options.once or _has_news(spark, options, t, queues)
     ]
     runs: list[_Run] = []
-    with _stop_on_signals(stop) as hard_stop:
+    with _stop_on_signals() as signals:
         try:
             for table in tables:
                 runs.append(_start(spark, options, table, queues))
-            _watch(runs, options, stop, hard_stop)
+            _watch(runs, options, stop, signals)
         finally:
             for run in runs:
                 if run.query.isActive:
@@ -225,7 +226,7 @@ def _start_query(
 
 
 def _watch(
-    runs: list[_Run], options: ArchiveOptions, stop: threading.Event, hard_stop: threading.Event
+    runs: list[_Run], options: ArchiveOptions, stop: threading.Event, signals: StopSignal
 ) -> None:
     """Follow the queries until they end (once), one fails, or a stop is asked for."""
     while True:
@@ -235,13 +236,13 @@ def _watch(
             return  # archive() stops the others and reports
         if not any(run.query.isActive for run in runs):
             return
-        if stop.is_set():
-            _stop_gracefully(runs, options.grace_seconds, hard_stop)
+        if stop.is_set() or signals.is_set():
+            _stop_gracefully(runs, options.grace_seconds, signals)
             return
         stop.wait(POLL_SECONDS)
 
 
-def _stop_gracefully(runs: list[_Run], grace: float, hard_stop: threading.Event) -> None:
+def _stop_gracefully(runs: list[_Run], grace: float, signals: StopSignal) -> None:
     """Stop each query between micro-batches, waiting at most ``grace`` seconds for a
     running one (interrupting it is safe, only slower: the next run redoes it)."""
     deadline = time.monotonic() + grace
@@ -250,29 +251,29 @@ def _stop_gracefully(runs: list[_Run], grace: float, hard_stop: threading.Event)
             run.query.isActive
             and run.query.status.get("isTriggerActive")
             and time.monotonic() < deadline
-            and not hard_stop.is_set()
+            and not signals.cold
         ):
-            hard_stop.wait(POLL_SECONDS)
+            time.sleep(POLL_SECONDS)
         run.harvest()
         run.query.stop()
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
-    """In the main thread, SIGTERM/SIGINT set ``stop``; a second one also sets the
-    yielded "hard stop" event (do not wait for the running micro-batch). The previous
-    handlers (PySpark's SIGINT handler among them) are restored at the end."""
-    hard_stop = threading.Event()
+def _stop_on_signals() -> Iterator[StopSignal]:
+    """In the main thread, SIGTERM/SIGINT request a stop of the yielded signal; a second
+    one makes it cold (do not wait for the running micro-batch). The previous handlers
+    (PySpark's SIGINT handler among them) are restored at the end."""
+    signals = StopSignal()  # not an Event: see StopSignal on locks in signal handlers
     if threading.current_thread() is not threading.main_thread():
-        yield hard_stop
+        yield signals
         return
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        (hard_stop if stop.is_set() else stop).set()
+        signals.request(cold=signals.is_set())
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield hard_stop
+        yield signals
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

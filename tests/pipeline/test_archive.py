@@ -286,6 +286,43 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     assert broker.archive_positions(queue)["messages"] == ids[-1]
 
 
+@pytest.mark.timeout(300)
+def test_sigterm_stops_a_continuous_archive_cleanly_with_everything_archived_once(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given a continuous archive run (a micro-batch a second) that has committed a batch
+    root = tmp_path / "archive"
+    ids = publish(broker, queue_name, 300)
+    proc = subprocess.Popen(
+        _cli(
+            "--redis-url", redis_url, "--root", str(root), "--queue", queue_name, "--trigger", "1"
+        ),
+        cwd=REPO,
+        env=_cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        sink_log = root / "messages" / "_spark_metadata"
+        _wait_for(lambda: (sink_log / "0").exists(), 180, "the first committed files", proc)
+        # When it gets SIGTERM (the handler may land anywhere in the driver's loop)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    # Then it stops between micro-batches, exits 0 and says what it archived
+    assert proc.returncode == 0, err[-3000:]
+    assert SUMMARY_RE.search(out), out
+    # And every message is in the archive exactly once
+    archived = read_table(spark, root, "messages")
+    assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
+    assert _group_gone(proc.pid, 30), "the stopped driver's JVM is still running"
+
+
 class FakeProgress:
     """The fields of ``StreamingQueryProgress`` a :class:`TableTally` reads."""
 

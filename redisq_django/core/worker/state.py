@@ -3,28 +3,49 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+
+#: Longest a :meth:`StopSignal.wait` sleeps before looking at the request again, seconds.
+WAKE_S = 0.1
 
 
 class StopSignal:
-    """A stop request: warm (finish in-flight work) or cold (leave now)."""
+    """A stop request: warm (finish in-flight work) or cold (leave now).
+
+    :meth:`request` only sets attributes, so a signal handler may call it. Setting a
+    ``threading.Event`` there can hang the process for good: the handler runs in the main
+    thread between two bytecodes, possibly while that thread holds the event's own lock
+    (inside ``Event.wait``), and waits for it forever. Waiters therefore look at the
+    request at least every :data:`WAKE_S`, and the first one to see it wakes the others.
+    """
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._requested = False
         self.cold = False
 
     def request(self, *, cold: bool = False) -> None:
-        """Ask every thread to stop; ``cold`` makes it a cold stop."""
+        """Ask every thread to stop; ``cold`` makes it a cold stop. Safe in a signal
+        handler."""
         if cold:
             self.cold = True
-        self._event.set()
+        self._requested = True
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._requested
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, waking early on a stop request; True when stopping."""
-        return self._event.wait(seconds)
+        """Sleep up to ``seconds``, waking within :data:`WAKE_S` of a stop request; True
+        when stopping. Never call it from a signal handler."""
+        deadline = time.monotonic() + seconds
+        while not self._requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._event.wait(min(left, WAKE_S))
+        self._event.set()  # outside any handler: wakes the other waiters at once
+        return True
 
 
 class Quota:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -15,6 +14,7 @@ from redisq_django import operations
 from redisq_django.admin.figures import age
 from redisq_django.connection import get_broker
 from redisq_django.core.errors import RedisqError
+from redisq_django.core.worker import StopSignal
 from redisq_django.deadletters import sink_all
 from redisq_django.management import console
 from redisq_django.management.arguments import django_common_options, positive_int
@@ -294,9 +294,9 @@ class Command(BaseCommand):
             sent = relay_once(using=using)
             self.stdout.write(f"Sent {sent} outbox message(s); {pending_count(using)} waiting.")
             return
-        stop = threading.Event()
+        stop = StopSignal()  # safe in a signal handler, unlike an Event
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, lambda *_: stop.request())
         self.stdout.write("Relaying outbox messages; Ctrl-C to stop.")
         while not stop.is_set():
             close_old_connections()

@@ -17,8 +17,10 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, RedisRefused
+from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import refusal_condition
 from redisq_django.core.retry import RetryPolicy
+from redisq_django.core.subscription import PROMOTE_RETRY_MS
 from redisq_django.core.worker import Worker, WorkerOptions
 from tests.core.guarantee_helpers import wait_for
 from tests.support.redis_server import RedisServer, free_port
@@ -297,3 +299,54 @@ def test_a_handler_thread_that_dies_stops_its_worker_with_exit_code_1(
     assert codes == [1]
     assert not any(t.is_alive() for ts in worker.threads.values() for t in ts)
     assert "died of an unexpected error" in caplog.text
+
+
+def test_a_promotion_in_progress_never_shows_the_refusal_backoff(
+    client: redis.Redis, queue_name: str
+) -> None:
+    # Given a subscription with delayed messages due 0.2 s apart, whose next promotion
+    # the worker's main thread reads while a handler thread promotes
+    broker = Broker(client, CoreConfig(poll_interval_ms=50))
+    broker.ensure_consumer(queue_name, "billing")
+    for i in range(3):
+        broker.publish(queue_name, {"d": i}, delay=0.2 * (i + 1))
+    sub = broker.subscribe(queue_name, "billing", "billing-0")
+    seen_during: list[int] = []
+    real_scripts = sub.scripts
+
+    def scripts_spy(*args: object, **kwargs: object) -> object:
+        seen_during.append(sub.next_promote_ms)  # what another thread would read now
+        return real_scripts(*args, **kwargs)
+
+    sub.scripts = scripts_spy  # type: ignore[method-assign]
+    # When it promotes twice (the second with nothing due yet)
+    sub.promote()
+    first = sub.next_promote_ms
+    sub.promote()
+    # Then while each promotion ran, the schedule showed the previous promotion's
+    # answer (at most a poll interval ahead), never the 1 s backoff kept for refusals
+    assert len(seen_during) == 2
+    assert seen_during[0] == 0  # before the first promotion
+    assert seen_during[1] == first
+    assert first - now_ms() <= 50 + 5
+
+
+def test_a_refused_promotion_is_tried_again_after_the_backoff(
+    client: redis.Redis, queue_name: str
+) -> None:
+    # Given a delayed message and a full Redis
+    broker = Broker(client, CoreConfig(poll_interval_ms=50))
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, {"d": 1}, delay=0.05)
+    sub = broker.subscribe(queue_name, "billing", "billing-0")
+    time.sleep(0.1)
+    make_full(client)
+    try:
+        # When a promotion is refused
+        before = now_ms()
+        with pytest.raises(RedisRefused):
+            sub.promote(before)
+        # Then the next one waits PROMOTE_RETRY_MS, not a poll interval
+        assert sub.next_promote_ms == before + PROMOTE_RETRY_MS
+    finally:
+        client.delete(FILLER)

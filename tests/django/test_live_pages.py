@@ -384,3 +384,40 @@ def test_runconsumer_samples_the_trends(broker: Any, queue_name: str, settings: 
     finally:
         registry._declarations.clear()
         registry._declarations.update(saved)
+
+
+# -- on a Redis Cluster -------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_the_console_reads_a_redis_cluster(
+    root: Client, redisq_settings: Any, redis_cluster: Any, queue_name: str
+) -> None:
+    # Given REDISQ on a 3-master cluster, and a consumer with messages in every state
+    redis_cluster.flushall()
+    redisq_settings.REDISQ = {"URL": redis_cluster.nodes[0].url, "CLUSTER": True}
+    live.clear()
+    broker = get_broker()
+    assert type(broker.client).__name__ == "RedisCluster"
+    made = live_consumer(broker, queue_name)
+    # When staff open the overview, the queue list and the consumer's live page
+    overview = root.get(reverse("admin:redisq_django_overview_changelist"))
+    queues = root.get(reverse("admin:redisq_django_queue_changelist"))
+    figures = root.get(page_url(made.queue, "billing", "_data")).json()["figures"]
+    # Then every page answers with the cluster's figures, without the "Redis is sick" banner
+    assert overview.status_code == queues.status_code == 200
+    for page in (overview, queues):
+        assert b'id="redisq-banner"' not in page.content, page.content[:3000]
+    assert b"billing" in overview.content
+    assert {k: figures[k] for k in ("backlog", "in_flight", "delayed", "retrying", "dead")} == {
+        "backlog": len(made.waiting),
+        "in_flight": len(made.in_flight),
+        "delayed": len(made.delayed),
+        "retrying": len(made.retrying),
+        "dead": len(made.dead),
+    }
+    url = page_url(made.queue, "billing")
+    assert listed(root, url, list="waiting") == made.waiting
+    assert listed(root, url, list="delayed") == made.delayed
+    assert sorted(listed(root, url, list="retrying")) == sorted(made.retrying)
+    assert listed(root, url, list="in_flight") == made.in_flight

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,9 +17,7 @@ from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django import Message, consumer
 from redisq_django.connection import get_broker
-from redisq_django.consuming.registry import registry as consumer_registry
 from redisq_django.consuming.runner import build_worker
 from redisq_django.core.keys import queue_keys
 from redisq_django.core.worker import WorkerOptions
@@ -33,18 +30,6 @@ from redisq_django.schedules.sync import sync_schedules
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def declarations() -> Iterator[None]:
-    """The test's own schedule declarations (the process's others set aside)."""
-    saved = dict(registry._declarations)
-    registry._declarations.clear()
-    try:
-        yield
-    finally:
-        registry._declarations.clear()
-        registry._declarations.update(saved)
 
 
 class FakeTask:
@@ -360,23 +345,6 @@ def test_admin_actions_enable_disable_reset_with_history_and_permissions(
 
 
 # -- in the worker -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def a_consumer(queue_name: str) -> Iterator[str]:
-    """A declared consumer (runconsumer needs one), of its own queue."""
-    saved = dict(consumer_registry._declarations)
-    consumer_registry._declarations.clear()
-
-    @consumer(f"{queue_name}.work", name="noop")
-    def noop(message: Message) -> None:
-        pass
-
-    try:
-        yield f"{queue_name}.work"
-    finally:
-        consumer_registry._declarations.clear()
-        consumer_registry._declarations.update(saved)
 
 
 def test_build_worker_syncs_schedules_and_runs_the_schedule_job(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import formats, timezone
 
-from redisq_django import Message, consumer
-from redisq_django.consuming.registry import registry as consumer_registry
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime, now_ms
 from redisq_django.core.keys import schedule_keys
 from redisq_django.models import Schedule
 from redisq_django.schedules import periodic
-from redisq_django.schedules.declarations import registry
 from redisq_django.schedules.timing import Timing
 
 pytestmark = pytest.mark.django_db
@@ -31,18 +27,6 @@ pytestmark = pytest.mark.django_db
 HOUR_MS = 3_600_000
 #: When the stored next run of the tests' schedules says they fire: long past.
 STALE = dt.datetime(2020, 1, 1, 3, 0, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def declarations() -> Iterator[None]:
-    """The test's own schedule declarations (the process's others set aside)."""
-    saved = dict(registry._declarations)
-    registry._declarations.clear()
-    try:
-        yield
-    finally:
-        registry._declarations.clear()
-        registry._declarations.update(saved)
 
 
 def iso(ms: int) -> str:
@@ -158,23 +142,6 @@ def test_redisq_schedules_says_when_there_are_none(
 
 
 # -- the runconsumer banner --------------------------------------------------------------
-
-
-@pytest.fixture
-def a_consumer(queue_name: str) -> Iterator[str]:
-    """A declared consumer (runconsumer needs one), of its own queue."""
-    saved = dict(consumer_registry._declarations)
-    consumer_registry._declarations.clear()
-
-    @consumer(f"{queue_name}.work", name="noop")
-    def noop(message: Message) -> None:
-        pass
-
-    try:
-        yield f"{queue_name}.work"
-    finally:
-        consumer_registry._declarations.clear()
-        consumer_registry._declarations.update(saved)
 
 
 def run_burst(queue: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,17 +35,6 @@ def _has_enqueue_once() -> bool:
 
 HAS_BACKEND = _has_enqueue_once()
 TASK_PATH = "tests.schedules.periodic_tasks.record"
-
-
-@pytest.fixture
-def declarations() -> Iterator[None]:
-    saved = dict(registry._declarations)
-    registry._declarations.clear()
-    try:
-        yield
-    finally:
-        registry._declarations.clear()
-        registry._declarations.update(saved)
 
 
 def test_periodic_decorates_a_real_django_task(declarations: None) -> None:

@@ -154,10 +154,8 @@ class Worker:
     def stop(self, *, cold: bool = False) -> None:
         """Request a stop. Warm (default): finish in-flight handlers within the grace
         period, ack them, hand back unstarted messages. Cold: return at once; what is
-        in flight is redelivered after others notice this instance is gone.
-
-        Safe to call from a signal handler (it takes no lock); the worker notices within
-        0.1 s."""
+        in flight is redelivered after others notice this instance is gone. Safe in a
+        signal handler (it takes no lock)."""
         self._stop.request(cold=cold)
 
     def totals(self) -> Counter[str]:

@@ -25,9 +25,10 @@ What is measured (see bench/RESULTS.md for the discussion):
   also on 4,000 messages whose handler burns 0.5 ms of CPU each.
 * observe: the same drain (c=1, first->last) with ``--metrics-port 0`` vs without, and
   with ``REDISQ["TRACING"]`` on vs off, once with no OpenTelemetry SDK configured (no-op
-  spans) and once with the SDK recording every span (a batch processor, an exporter that
-  drops them); each "on" run back to back with its "off" run. The same three again in
-  this process (an in-process ``Worker``), as CPU seconds: less sensitive to other jobs.
+  spans), once with the SDK recording every span (a batch processor, an exporter that
+  drops them) and once with the SDK keeping 1 % of traces (``ParentBasedTraceIdRatio``);
+  each "on" run back to back with its "off" run. The same again in this process (an
+  in-process ``Worker``), as CPU seconds: less sensitive to other jobs.
 * trends: the same drain with the per-minute trend counters on (the default) vs off
   (``REDISQ["TRENDS"]``), back to back; the same in this process as CPU seconds; and
   ``Broker.publish`` with them on vs off (the counter rides in the publish's write).
@@ -411,7 +412,7 @@ def drain_runconsumer(
         BENCH_DRAIN_OUT=str(tmp / "drain-{pid}.json"),  # one file per worker process
         BENCH_HISTORY="1" if history else "0",
         BENCH_TRACING="1" if tracing else "0",
-        BENCH_OTEL_SDK="1" if tracing == "sdk" else "0",
+        BENCH_OTEL_SDK={"sdk": "1", "sampled": "sampled"}.get(tracing, "0"),
         BENCH_TRENDS="1" if trends else "0",
         cwd=tree,
     )
@@ -564,6 +565,7 @@ def bench_observe(
         "metrics": {"metrics": True},
         "tracing_noop": {"tracing": "noop"},  # TRACING on, no SDK configured: no-op spans
         "tracing_sdk": {"tracing": "sdk"},  # the SDK records every span
+        "tracing_sampled": {"tracing": "sampled"},  # the SDK keeps 1 % of traces
     }
     for rep in range(reps):
         log(f"  metrics/tracing rep {rep + 1}/{reps}")
@@ -665,11 +667,14 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
     sdk.add_span_processor(BatchSpanProcessor(Drop()))
     sampled = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)))
     sampled.add_span_processor(BatchSpanProcessor(Drop()))
+    sampled_01 = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.001)))
+    sampled_01.add_span_processor(BatchSpanProcessor(Drop()))
     variants = {
         "metrics": lambda: [PrometheusMiddleware(CollectorRegistry())],
         "tracing_noop": lambda: [Tracing()],  # no global SDK in this process: no-op spans
         "tracing_sdk": lambda: [Tracing(tracer_provider=sdk)],
         "tracing_sampled": lambda: [Tracing(tracer_provider=sampled)],  # 1 % of traces
+        "tracing_sampled_01": lambda: [Tracing(tracer_provider=sampled_01)],  # 0.1 %
     }
     res: dict[str, list[float]] = {}
     for rep in range(reps):
@@ -678,8 +683,8 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
             pair = [(f"ip_{name}_on", make), (f"ip_{name}_off", list)]
             for key, mw in pair if rep % 2 == 0 else reversed(pair):
                 res.setdefault(key, []).append(drain_in_process(client, "bench", mw()))
-    sdk.shutdown()
-    sampled.shutdown()
+    for provider in (sdk, sampled, sampled_01):
+        provider.shutdown()
     return res
 
 
@@ -693,6 +698,11 @@ def observe_rows(obs: dict) -> list[dict]:
             0.95,
         ),
         ("drain 20k, c=1, TRACING on, SDK vs off (raw column), first->last", "tracing_sdk", 0.95),
+        (
+            "drain 20k, c=1, TRACING on, SDK keeping 1% vs off (raw column), first->last",
+            "tracing_sampled",
+            0.95,
+        ),
     ):
         if f"{name}_on" in obs and f"{name}_off" in obs:
             on, off = median(obs[f"{name}_on"]), median(obs[f"{name}_off"])
@@ -708,6 +718,11 @@ def observe_rows(obs: dict) -> list[dict]:
         (
             "in-process drain 20k, c=1, CPU, Tracing (SDK, 1% sampled) vs none",
             "tracing_sampled",
+            0.95,
+        ),
+        (
+            "in-process drain 20k, c=1, CPU, Tracing (SDK, 0.1% sampled) vs none",
+            "tracing_sampled_01",
             None,
         ),
     ):

@@ -6,7 +6,7 @@ against the real redis-server."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, RetryPolicy
-from redisq_django.core.worker import Worker, WorkerOptions
+from redisq_django.core.worker import Middleware, Worker, WorkerOptions
 from redisq_django.metrics.tracing import Tracing
 
 GROUP = "billing"
@@ -37,8 +37,17 @@ def tracing(exporter: InMemorySpanExporter) -> Tracing:
     return Tracing(tracer_provider=provider)
 
 
-def drain(broker: Broker, queue: str, tracing: Tracing, handler: Any = None) -> list[Message]:
-    """Run a burst worker with the tracing middleware; the messages its handler saw."""
+def drain(
+    broker: Broker,
+    queue: str,
+    tracing: Tracing,
+    handler: Any = None,
+    *,
+    concurrency: int = 1,
+    before: Sequence[Middleware] = (),
+) -> list[Message]:
+    """Run a burst worker with the tracing middleware (after ``before``, with
+    ``concurrency`` handler threads); the messages its handler saw."""
     seen: list[Message] = []
     lock = threading.Lock()
 
@@ -51,9 +60,11 @@ def drain(broker: Broker, queue: str, tracing: Tracing, handler: Any = None) -> 
     policy = RetryPolicy.from_seconds(
         max_retries=1, backoff=0.01, max_backoff=0.02, visibility_timeout=30
     )
-    spec = ConsumerSpec(queue, GROUP, record, policy=policy, start="earliest")
+    spec = ConsumerSpec(
+        queue, GROUP, record, policy=policy, start="earliest", concurrency=concurrency
+    )
     options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)
-    assert Worker(broker, [spec], options, middleware=[tracing]).run() == 0
+    assert Worker(broker, [spec], options, middleware=[*before, tracing]).run() == 0
     return seen
 
 

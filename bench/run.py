@@ -629,11 +629,17 @@ def trends_rows(res: dict) -> list[dict]:
 
 
 def drain_in_process(
-    client: redis.Redis, queue: str, middleware: list[Any], config: Any = None
+    client: redis.Redis,
+    queue: str,
+    middleware: list[Any],
+    config: Any = None,
+    settle: Any = None,
 ) -> float:
     """CPU seconds this process spends draining DRAIN_N no-op messages with an in-process
     Worker (c=1) and ``middleware``: less sensitive than wall time to other jobs on the
-    machine's shared cores."""
+    machine's shared cores. ``settle`` runs inside the measure after the drain (what the
+    middleware left to a background thread, e.g. exporting spans, is its cost too, and
+    must not land in the next measure)."""
     from redisq_django.core import ConsumerSpec
     from redisq_django.core.worker import Worker, WorkerOptions
 
@@ -644,6 +650,8 @@ def drain_in_process(
     worker = Worker(broker, [spec], options, middleware=middleware)
     cpu = time.process_time()
     assert worker.run() == 0
+    if settle is not None:
+        settle()
     cpu = time.process_time() - cpu
     assert worker.totals()["handled"] == DRAIN_N, worker.totals()
     return cpu
@@ -669,20 +677,24 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
     sampled.add_span_processor(BatchSpanProcessor(Drop()))
     sampled_01 = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.001)))
     sampled_01.add_span_processor(BatchSpanProcessor(Drop()))
-    variants = {
-        "metrics": lambda: [PrometheusMiddleware(CollectorRegistry())],
-        "tracing_noop": lambda: [Tracing()],  # no global SDK in this process: no-op spans
-        "tracing_sdk": lambda: [Tracing(tracer_provider=sdk)],
-        "tracing_sampled": lambda: [Tracing(tracer_provider=sampled)],  # 1 % of traces
-        "tracing_sampled_01": lambda: [Tracing(tracer_provider=sampled_01)],  # 0.1 %
+    variants: dict[str, tuple[Any, Any]] = {  # the middleware; what settles after
+        "metrics": (lambda: [PrometheusMiddleware(CollectorRegistry())], None),
+        "tracing_noop": (lambda: [Tracing()], None),  # no global SDK here: no-op spans
+        "tracing_sdk": (lambda: [Tracing(tracer_provider=sdk)], sdk.force_flush),
+        "tracing_sampled": (lambda: [Tracing(tracer_provider=sampled)], sampled.force_flush),
+        "tracing_sampled_01": (
+            lambda: [Tracing(tracer_provider=sampled_01)],
+            sampled_01.force_flush,
+        ),
     }
     res: dict[str, list[float]] = {}
     for rep in range(reps):
         log(f"  in-process rep {rep + 1}/{reps}")
-        for name, make in variants.items():
-            pair = [(f"ip_{name}_on", make), (f"ip_{name}_off", list)]
-            for key, mw in pair if rep % 2 == 0 else reversed(pair):
-                res.setdefault(key, []).append(drain_in_process(client, "bench", mw()))
+        for name, (make, settle) in variants.items():
+            pair = [(f"ip_{name}_on", make, settle), (f"ip_{name}_off", list, None)]
+            for key, mw, after in pair if rep % 2 == 0 else reversed(pair):
+                cpu = drain_in_process(client, "bench", mw(), settle=after)
+                res.setdefault(key, []).append(cpu)
     for provider in (sdk, sampled, sampled_01):
         provider.shutdown()
     return res

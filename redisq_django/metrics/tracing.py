@@ -19,6 +19,9 @@
 Headers that already carry a ``traceparent`` keep it: the caller's context wins. Tracing
 never makes a publish or a handler fail: its own errors are logged.
 
+Under the SDK's ratio samplers, a ``process`` span the sampler drops is decided without
+asking the SDK (:mod:`~redisq_django.metrics.sampling`): ~0.5 µs rather than ~12 µs.
+
 The API only is needed (the ``otel`` extra); the application installs and configures the
 SDK (a ``TracerProvider`` with its exporters, in settings or ``AppConfig.ready``). Without
 one, the spans are no-ops.

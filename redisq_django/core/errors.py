@@ -165,10 +165,14 @@ def _is_nogroup(exc: BaseException) -> bool:
 
 
 def describe_client(client: Any) -> str:
-    """``host:port/db`` of a redis-py client, never its password."""
+    """``host:port/db`` of a redis-py client (a Sentinel service's name), never its
+    password."""
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
         kw = pool.connection_kwargs
+        service = getattr(pool, "service_name", None)
+        if service is not None:  # the master (or a replica) of a Sentinel service
+            return f"Sentinel service {service}/{kw.get('db', 0)}"
         if "path" in kw:
             return f"unix:{kw['path']}"
         return f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"

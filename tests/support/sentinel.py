@@ -15,7 +15,13 @@ from typing import Any
 
 import redis
 
-from tests.support.redis_server import HOST, START_TIMEOUT, RedisServerError, free_port
+from tests.support.redis_server import (
+    HOST,
+    START_TIMEOUT,
+    RedisServerError,
+    _die_with_parent,
+    free_port,
+)
 
 
 class SentinelProcess:
@@ -53,6 +59,7 @@ class SentinelProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=self.workdir,
+            preexec_fn=_die_with_parent(),  # never outlives a test run that crashed
         )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -62,7 +65,7 @@ _down: dict[str, Any] = {"until": 0.0, "reason": ""}
 def _short(client: Any, timeout: float) -> Any:
     """A client like ``client`` (same server or Sentinel service, database, credentials,
     TLS) whose calls time out after ``timeout`` seconds and are never retried; ``client``
-    itself when its pool is of another kind (Cluster: it keeps its own timeouts)."""
+    itself when its pool is of another kind."""
     pool: Any = getattr(client, "connection_pool", None)
     if type(pool) in (redis.ConnectionPool, redis.BlockingConnectionPool):
         new_pool = redis.ConnectionPool(
@@ -127,7 +130,13 @@ def admin_broker() -> Broker:
         SettingsError: ``REDISQ`` names no usable connection.
     """
     timeout = float(get_settings()["ADMIN_REDIS_TIMEOUT"])
-    return Broker(_short(get_redis_client(), timeout), get_core_config())
+    if get_settings()["CLUSTER"]:
+        # Built here, not copied: building a cluster client connects to it, and the
+        # application's waits without a timeout by default.
+        client = RedisCluster.from_url(get_settings()["URL"], **_quick({}, timeout))
+    else:
+        client = _short(get_redis_client(), timeout)
+    return Broker(client, get_core_config())
 
 
 @dataclass(frozen=True)
@@ -145,10 +154,21 @@ class Reading(Generic[T]):
 
 def _unreachable(exc: BaseException, client: Any) -> str:
     text = str(exc).rstrip(".")
+    where = describe_client(client) if client is not None else _configured()
     return (
-        f"Redis at {describe_client(client)} is unreachable ({text}). Figures from Redis "
+        f"Redis at {where} is unreachable ({text}). Figures from Redis "
         "are shown as “?”; retrying dead letters waits until it is back."
     )
+
+
+def _configured() -> str:
+    """Where ``REDISQ`` points, never with its password (no client could be built)."""
+    settings = get_settings()
+    if not settings["URL"]:
+        return f"CACHES[{settings['CONNECTION']!r}]"
+    url = urlsplit(settings["URL"])
+    where = f"{url.hostname}:{url.port or 6379}"
+    return f"cluster {where}" if settings["CLUSTER"] else where
 
 
 #: Errors that say Redis cannot serve us now (as opposed to one command's error reply).
@@ -170,7 +190,10 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
     try:
         broker = admin_broker()
         return Reading(read(broker))
-    except _OUTAGES as exc:
+    except (*_OUTAGES, RedisClusterException) as exc:
+        if isinstance(exc, RedisClusterException) and not _cluster_outage(exc, broker):
+            logger.warning("Admin: a read from Redis failed: %s", exc)
+            return Reading(None, f"Redis could not answer ({str(exc).rstrip('.')}).")
         reason = _unreachable(exc, broker.client if broker else None)
         logger.warning("Admin: %s", reason)
         with _lock:
@@ -179,6 +202,11 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
     except (redis.RedisError, RedisqError) as exc:
         logger.warning("Admin: a read from Redis failed: %s", exc)
         return Reading(None, f"Redis could not answer ({str(exc).rstrip('.')}).")
+
+
+def _cluster_outage(exc: RedisClusterException, broker: Broker | None) -> bool:
+    # Not a RedisError: building the client found no node (None), or a slot's is gone.
+    return broker is None or isinstance(exc, SlotNotCoveredError)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.models import Consumer, Queue
-from tests.support.live_data import live_consumer
+from tests.support.live_data import console_pages, live_consumer
 from tests.support.redis_server import RedisClusterHandle, free_port, start_cluster
 
 pytestmark = pytest.mark.django_db
@@ -31,18 +30,6 @@ def root() -> Client:
     client = Client(raise_request_exception=False)  # an error page is an outcome here
     client.force_login(User.objects.create_superuser("root", password="pw"))
     return client
-
-
-def pages(queue: str) -> list[str]:
-    queue_row = Queue.objects.get(name=queue)
-    billing = Consumer.objects.get(queue=queue_row, name="billing")
-    return [
-        reverse("admin:redisq_django_overview_changelist"),
-        reverse("admin:redisq_django_queue_changelist"),
-        reverse("admin:redisq_django_queue_change", args=[queue_row.pk]),
-        reverse("admin:redisq_django_consumer_change", args=[billing.pk]),
-        reverse("admin:redisq_django_consumer_live", args=[queue, "billing"]),
-    ]
 
 
 def test_a_cluster_unreachable_at_the_first_look_gives_a_banner_not_an_error(
@@ -90,7 +77,7 @@ def test_a_hung_cluster_node_gives_every_page_a_banner_within_2s(
     live.clear()
     broker = get_broker()
     made = live_consumer(broker, queue_name)
-    urls = pages(queue_name)
+    urls = console_pages(queue_name)
     assert root.get(urls[0]).status_code == 200
     # ...whose queue's node then hangs (SIGSTOP: it accepts and never answers), for
     # less than the cluster's node timeout (5 s), so the cluster itself does not fail

@@ -19,8 +19,7 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.models import Consumer, Queue
-from tests.support.live_data import live_consumer
+from tests.support.live_data import console_pages, live_consumer
 from tests.support.redis_server import HOST, RedisServer
 from tests.support.sentinel import SentinelProcess
 
@@ -73,18 +72,6 @@ def root() -> Client:
     return client
 
 
-def pages(queue: str) -> list[str]:
-    queue_row = Queue.objects.get(name=queue)
-    billing = Consumer.objects.get(queue=queue_row, name="billing")
-    return [
-        reverse("admin:redisq_django_overview_changelist"),
-        reverse("admin:redisq_django_queue_changelist"),
-        reverse("admin:redisq_django_queue_change", args=[queue_row.pk]),
-        reverse("admin:redisq_django_consumer_change", args=[billing.pk]),
-        reverse("admin:redisq_django_consumer_live", args=[queue, "billing"]),
-    ]
-
-
 def test_the_console_reads_the_master_the_sentinels_name(
     on_sentinel: None, root: Client, master: RedisServer, queue_name: str
 ) -> None:
@@ -93,7 +80,7 @@ def test_the_console_reads_the_master_the_sentinels_name(
     with master.client() as direct:  # (they are on the master itself)
         assert direct.exists(f"redisq:{{{queue_name}}}:log")
     # When staff open the pages, then each answers with its figures and no banner
-    for page in pages(queue_name):
+    for page in console_pages(queue_name):
         response = root.get(page)
         assert response.status_code == 200, page
         assert b'id="redisq-banner"' not in response.content, page
@@ -118,7 +105,7 @@ def test_a_hung_or_stopped_master_or_sentinel_gives_every_page_a_banner_within_2
     # Given a consumer with messages, then a master that hangs (SIGSTOP: it accepts
     # connections and never answers) or stops, or a sentinel that hangs
     live_consumer(get_broker(), queue_name)
-    urls = pages(queue_name)
+    urls = console_pages(queue_name)
     hung = {"master hung": master.pid, "sentinel hung": sentinel.pid}.get(fault)
     if hung is not None:
         os.kill(hung, signal.SIGSTOP)

@@ -53,3 +53,19 @@ def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = Tru
     made.waiting = broker.publish_many(queue, [{"order": 200 + n} for n in range(waiting)])
     made.delayed = [broker.publish(queue, {"later": n}, delay=3600 + n) for n in range(2)]
     return made
+
+
+def console_pages(queue: str) -> list[str]:
+    """The admin pages that show ``queue`` of :func:`live_consumer` from Redis: the
+    overview, the queue list, the queue's and billing's pages, and billing's live page."""
+    from django.urls import reverse
+
+    queue_row = Queue.objects.get(name=queue)
+    billing = Consumer.objects.get(queue=queue_row, name="billing")
+    return [
+        reverse("admin:redisq_django_overview_changelist"),
+        reverse("admin:redisq_django_queue_changelist"),
+        reverse("admin:redisq_django_queue_change", args=[queue_row.pk]),
+        reverse("admin:redisq_django_consumer_change", args=[billing.pk]),
+        reverse("admin:redisq_django_consumer_live", args=[queue, "billing"]),
+    ]

@@ -21,6 +21,7 @@ def clear_caches(*, setting: str, **kwargs: Any) -> None:
 
     conf.clear_caches()
     connection.get_broker.cache_clear()
+    connection.quick_client.cache_clear()
     # The admin's live figures came from the old broker; never import the admin for it.
     admin_live = sys.modules.get("redisq_django.admin.live")
     if admin_live is not None:

@@ -34,14 +34,10 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
-from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from redisq_django.conf import get_core_config, get_settings
-from redisq_django.connection import get_redis_client
+from redisq_django.connection import quick_client
 from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError, RedisUnavailable, describe_client
 from redisq_django.core.keys import registry_key
@@ -62,66 +58,6 @@ _stats: dict[str, tuple[float, QueueStats]] = {}
 _down: dict[str, Any] = {"until": 0.0, "reason": ""}
 
 
-def _short(client: Any, timeout: float) -> Any:
-    """A client like ``client`` (same server or Sentinel service, database, credentials,
-    TLS) whose calls time out after ``timeout`` seconds and are never retried; ``client``
-    itself when its pool is of another kind."""
-    pool: Any = getattr(client, "connection_pool", None)
-    if type(pool) in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        new_pool = redis.ConnectionPool(
-            connection_class=pool.connection_class, **_quick(pool.connection_kwargs, timeout)
-        )
-        return redis.Redis(connection_pool=new_pool)
-    if isinstance(pool, SentinelConnectionPool):
-        # The sentinels are asked with the same short timeouts: finding the master must
-        # not hang a page either.
-        manager = pool.sentinel_manager
-        addresses = [s.connection_pool.connection_kwargs for s in manager.sentinels]
-        sentinels = [(a["host"], a["port"]) for a in addresses]
-        quick_manager = Sentinel(  # type: ignore[no-untyped-call]
-            sentinels,
-            min_other_sentinels=manager.min_other_sentinels,
-            sentinel_kwargs=_quick(manager.sentinel_kwargs, timeout),
-        )
-        new_pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
-            pool.service_name,
-            quick_manager,
-            is_master=pool.is_master,
-            check_connection=pool.check_connection,
-            **_quick(pool.connection_kwargs, timeout),
-        )
-        return redis.Redis(connection_pool=new_pool)
-    logger.warning(
-        "The admin reuses the Redis client %s as it is (its pool is not a redis-py "
-        "pool of a server or a Sentinel service): admin pages wait as long as its own "
-        "timeouts allow.",
-        describe_client(client),
-    )
-    return client
-
-
-# Connection arguments that belong to the pool that made them: a new pool makes its own.
-_POOL_BOUND = ("connection_pool", "maint_notifications_pool_handler")
-
-
-def _quick(connection_kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """``connection_kwargs`` with ``timeout`` on every socket operation, no retries and
-    no health checks."""
-    kwargs = {k: v for k, v in connection_kwargs.items() if k not in _POOL_BOUND}
-    kwargs.pop("retry_on_error", None)
-    kwargs.pop("retry_on_timeout", None)
-    kwargs.update(
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=0,
-    )
-    for restored in ("orig_socket_timeout", "orig_socket_connect_timeout"):
-        if restored in kwargs:  # what redis-py restores after a maintenance notification
-            kwargs[restored] = timeout
-    return kwargs
-
-
 @functools.cache
 def admin_broker() -> Broker:
     """The broker of admin pages: the configured Redis, short timeouts, no retries.
@@ -130,13 +66,7 @@ def admin_broker() -> Broker:
         SettingsError: ``REDISQ`` names no usable connection.
     """
     timeout = float(get_settings()["ADMIN_REDIS_TIMEOUT"])
-    if get_settings()["CLUSTER"]:
-        # Built here, not copied: building a cluster client connects to it, and the
-        # application's waits without a timeout by default.
-        client = RedisCluster.from_url(get_settings()["URL"], **_quick({}, timeout))
-    else:
-        client = _short(get_redis_client(), timeout)
-    return Broker(client, get_core_config())
+    return Broker(quick_client(timeout), get_core_config())
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.wire import to_str
 
@@ -247,9 +249,17 @@ def _consumer(
 
 
 def _usable(where: str, *replies: tuple[Any, Any]) -> list[Any]:
-    """Each ``(reply, default)``'s reply, or its default when Redis answered an error."""
+    """Each ``(reply, default)``'s reply, or its default when Redis answered an error.
+
+    Raises:
+        redis.ConnectionError: a node did not answer (also ``redis.TimeoutError``).
+    """
     out: list[Any] = []
     for reply, default in replies:
+        if isinstance(reply, redis.ConnectionError | redis.TimeoutError):
+            # A cluster pipeline hands back a node that did not answer as a reply: an
+            # outage for the caller to report, not an empty figure.
+            raise reply
         if isinstance(reply, Exception):
             if not str(reply).startswith("no such key"):  # XINFO of a queue not yet written
                 logger.warning("redisq stats of %s: %s (counted as empty)", where, reply)

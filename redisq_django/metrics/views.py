@@ -18,7 +18,6 @@ login page, which a scraper would not follow. The figures come from Redis at eac
 
 from __future__ import annotations
 
-import functools
 import hmac
 import logging
 from typing import Any
@@ -28,9 +27,10 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from redis.exceptions import RedisClusterException
 
 from redisq_django.conf import get_core_config, get_settings
-from redisq_django.connection import get_broker
+from redisq_django.connection import quick_client
 from redisq_django.metrics import extras
 from redisq_django.metrics.queues import PerConsumer, QueueCollector
 
@@ -94,8 +94,12 @@ def _unauthorized(message: str) -> HttpResponse:
 
 def _collector() -> QueueCollector:
     config = get_core_config()
+    try:
+        client: Any = quick_client(REDIS_TIMEOUT_S)
+    except RedisClusterException as exc:  # no node answered: the scrape says Redis is down
+        client = _Unreachable(exc)
     return QueueCollector(
-        client=_short_timeout_client(get_broker().client),
+        client=client,
         prefix=config.prefix,
         history=config.history,
         queues=_declared_queues,
@@ -104,25 +108,14 @@ def _collector() -> QueueCollector:
     )
 
 
-@functools.lru_cache(maxsize=4)
-def _short_timeout_client(client: Any) -> Any:
-    """A client for the same Redis as ``client`` that gives up after
-    :data:`REDIS_TIMEOUT_S` (the shared one may wait forever for a hung server).
+class _Unreachable:
+    """Stands for a client that could not be built: every call is an outage."""
 
-    Cached per client, so its connections are reused from scrape to scrape; a client of
-    another kind (a cluster) is used as it is.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if not isinstance(client, redis.Redis) or pool is None:
-        return client
-    kwargs = {
-        **pool.connection_kwargs,
-        "socket_timeout": REDIS_TIMEOUT_S,
-        "socket_connect_timeout": REDIS_TIMEOUT_S,
-    }
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    )
+    def __init__(self, exc: BaseException) -> None:
+        self._exc = exc
+
+    def __getattr__(self, name: str) -> Any:
+        raise redis.ConnectionError(str(self._exc))
 
 
 def _declared_queues() -> list[str]:

@@ -229,14 +229,33 @@ def test_a_hung_redis_ends_the_scrape_with_up_0(
     assert time.monotonic() - started < 10  # bounded, not hanging with the socket
 
 
-def test_the_short_timeout_client_talks_to_the_same_redis(redis_client: redis.Redis) -> None:
-    from redisq_django.metrics.views import REDIS_TIMEOUT_S, _short_timeout_client
+def test_the_short_timeout_client_talks_to_the_same_redis(
+    redis_client: redis.Redis, redisq_settings: Any
+) -> None:
+    from redisq_django.connection import get_broker, quick_client
+    from redisq_django.metrics.views import REDIS_TIMEOUT_S
 
-    short = _short_timeout_client(redis_client)
+    short = quick_client(REDIS_TIMEOUT_S)
     kwargs = short.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == REDIS_TIMEOUT_S
-    assert kwargs["port"] == redis_client.connection_pool.connection_kwargs["port"]
+    shared = get_broker().client.connection_pool.connection_kwargs
+    assert kwargs["port"] == shared["port"]
     assert short.ping() is True
+
+
+def test_a_cluster_unreachable_at_the_scrape_says_redis_is_down(rf: Any, settings: Any) -> None:
+    from redisq_django.metrics.views import metrics
+    from tests.support.redis_server import free_port
+
+    settings.REDISQ = {
+        "URL": f"redis://127.0.0.1:{free_port()}/0",
+        "CLUSTER": True,
+        "METRICS_TOKEN": "a-token-of-sixteen-chars",
+    }
+    request = rf.get("/metrics", HTTP_AUTHORIZATION="Bearer a-token-of-sixteen-chars")
+    response = metrics(request)
+    assert response.status_code == 200
+    assert b"redisq_redis_up 0.0" in response.content
 
 
 @pytest.mark.parametrize(

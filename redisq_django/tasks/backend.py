@@ -30,7 +30,7 @@ from redisq_django.tasks.options import (
     parse_options,
     queue_name_problem,
 )
-from redisq_django.tasks.results import TaskMessage, from_fields
+from redisq_django.tasks.results import TaskMessage, from_fields, now_to_the_ms
 
 if TYPE_CHECKING:
     _Task = Task[..., Any]
@@ -197,7 +197,7 @@ class RedisqBackend(BaseTaskBackend):
             task=task,
             id=result_id if result_id is not None else new_message_id(),
             status=TaskResultStatus.READY,
-            enqueued_at=timezone.now(),
+            enqueued_at=now_to_the_ms(),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,

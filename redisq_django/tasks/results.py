@@ -50,6 +50,14 @@ def to_datetime(ms: str | int | None) -> dt.datetime | None:
     return when if settings.USE_TZ else timezone.make_naive(when)
 
 
+def now_to_the_ms() -> dt.datetime:
+    """``timezone.now()`` cut to whole milliseconds: what a result stores (ms) and gives
+    back. ``enqueue()`` returns it, so that ``get_result()`` and ``refresh()`` give the
+    same ``enqueued_at`` back (a time with microseconds would come back rounded)."""
+    now = timezone.now()
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
+
 def to_ms(when: dt.datetime) -> int:
     """A datetime (naive ones in the current time zone) as ms since the epoch."""
     if timezone.is_naive(when):

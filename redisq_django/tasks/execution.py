@@ -128,9 +128,11 @@ def execute(message: Message) -> None:
         else:
             raw = task.call(*job.args, **job.kwargs)
         value_json = json.dumps(normalize_json(raw))
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit too: Django records it as FAILED
+    except BaseException as exc:
+        # SystemExit and KeyboardInterrupt too: in a worker thread they are the task's
+        # own (no person pressed Ctrl-C: signals reach the main thread, which stops the
+        # worker by its handlers), so they fail the task, recorded, as django-tasks' worker
+        # does; only Django's immediate backend lets KeyboardInterrupt through.
         pipe.read_all()  # the start is applied before the failure is settled
         _failed(message, job, backend, result, exc, started, _ms_since(began))
         raise AssertionError("unreachable") from exc  # _failed always raises

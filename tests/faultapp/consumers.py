@@ -16,7 +16,9 @@ returns. The payload (a dict) says what to do:
 * ``{"sleep": s}``: sleep ``s`` seconds before returning;
 * ``{"fail": true}`` or ``{"poison": true}``: raise (every time);
 * ``{"exit": code}``: end the process at once with ``os._exit(code)`` (a message that
-  kills its process, every time).
+  kills its process, every time);
+* ``{"raise": "KeyboardInterrupt"}`` or ``{"raise": "SystemExit"}``: raise that
+  ``BaseException`` (every time).
 
 Recording uses a plain redis-py client built from ``settings.REDISQ["URL"]`` (the
 server the worker consumes from); when Redis is away the handler raises, which the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from typing import Any
 
@@ -64,6 +67,10 @@ def _obey(message: Message, name: str) -> None:
     payload: Any = message.payload if isinstance(message.payload, dict) else {}
     if payload.get("exit"):
         os._exit(int(payload["exit"]))
+    if payload.get("raise") == "KeyboardInterrupt":
+        raise KeyboardInterrupt(f"told to interrupt on attempt {message.attempts}")
+    if payload.get("raise") == "SystemExit":
+        sys.exit(f"told to exit on attempt {message.attempts}")
     if payload.get("fail") or payload.get("poison"):
         raise PoisonError(f"told to fail on attempt {message.attempts}")
     if payload.get("sleep"):

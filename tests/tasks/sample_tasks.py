@@ -66,6 +66,17 @@ def exits(message: str = "bye") -> None:
 
 
 @task()
+def interrupts(message: str = "stop") -> None:
+    raise KeyboardInterrupt(message)
+
+
+@task()
+async def async_interrupts(message: str = "stop") -> None:
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt(message)
+
+
+@task()
 def returns_non_json() -> object:
     return object()
 

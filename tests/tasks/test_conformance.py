@@ -75,12 +75,16 @@ def test_aenqueue_then_worker_runs_it(tasks_env: TasksEnv, name: str) -> None:
     [
         ("failing", ValueError, "This Task failed due to ValueError"),
         ("exits", SystemExit, "This Task failed due to SystemExit"),
+        # A worker thread's KeyboardInterrupt is the task's own, as in django-tasks'
+        # db_worker: only Django's immediate backend lets it through.
+        ("interrupts", KeyboardInterrupt, "This Task failed due to KeyboardInterrupt"),
+        ("async_interrupts", KeyboardInterrupt, "This Task failed due to KeyboardInterrupt"),
     ],
 )
 def test_a_raising_task_is_failed_with_its_error(
     tasks_env: TasksEnv, caplog: Any, name: str, exception: type, message: str
 ) -> None:
-    # Given a task that raises (SystemExit too)
+    # Given a task that raises (SystemExit and KeyboardInterrupt too)
     task = tasks_env.task(name)
     result = task.enqueue(message)
     # When the worker runs it

@@ -117,3 +117,50 @@ def test_a_task_that_kills_every_worker_ends_failed(
         "redisq_django.tasks.results.LeaseExpired"
     ]
     assert result.finished_at is not None and result.started_at <= result.finished_at
+
+
+def test_a_task_raising_keyboard_interrupt_fails_and_the_worker_lives_on(
+    tasks_env: TasksEnv, workers: TaskWorkers
+) -> None:
+    # Given tasks raising KeyboardInterrupt (sync and async) and SystemExit, then one
+    # that records its run, and a worker process
+    key = f"runs:{tasks_env.queue}"
+    raising = [
+        tasks_env.task("interrupts").enqueue("from the task"),
+        tasks_env.task("async_interrupts").enqueue("from the coroutine"),
+        tasks_env.task("exits").enqueue("bye"),
+    ]
+    after = tasks_env.task("record").enqueue(key, "after")
+    worker = workers.start("--tasks", tasks_env.queue, "--stats-interval", "0")
+    backend = task_backends["default"]
+
+    # When it runs them
+    def all_finished() -> bool:
+        if not worker.alive:
+            raise AssertionError(f"the worker died:\n{workers.report()}")
+        return all(backend.get_result(r.id).is_finished for r in [*raising, after])
+
+    wait_for(all_finished, timeout=60, what="every task to finish", describe=workers.report)
+
+    # Then each raising task is FAILED with its exception class and traceback, after
+    # one attempt (max_retries 0), and the task after them ran
+    for result, kind, text in zip(
+        raising,
+        ["builtins.KeyboardInterrupt", "builtins.KeyboardInterrupt", "builtins.SystemExit"],
+        ["KeyboardInterrupt: from the task", "KeyboardInterrupt: from the coroutine", "bye"],
+        strict=True,
+    ):
+        result.refresh()
+        assert result.status == TaskResultStatus.FAILED
+        assert [e.exception_class_path for e in result.errors] == [kind]
+        assert result.errors[0].traceback.rstrip().endswith(text)
+        assert result.attempts == 1 and result.finished_at is not None
+    after.refresh()
+    assert after.status == TaskResultStatus.SUCCESSFUL
+    assert _runs(tasks_env.redis_url, key) == [b"after"]
+    # ...and the worker is alive, and stops cleanly on SIGTERM (exit code 0)
+    assert worker.alive
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit(30) == 0, workers.report()
+    assert "died of an unexpected error" not in worker.stderr
+

@@ -109,7 +109,7 @@ class HandlerThread(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # also a handler's sys.exit(): the thread is gone
+        except BaseException as exc:  # a bug or a failing hook: the thread is gone
             logger.exception(
                 "Handler thread %s crashed; its messages will be redelivered", self.name
             )
@@ -270,7 +270,10 @@ class HandlerThread(threading.Thread):
             message.failed = True
             error = exc
             self._settle(functools.partial(self._fail, message, exc, reject=True))
-        except Exception as exc:
+        except BaseException as exc:
+            # SystemExit and KeyboardInterrupt too: a handler thread gets no signal (the
+            # main thread does), so they are the handler's own, and fail its message
+            # like any error instead of killing the thread (and, redelivered, the next).
             _stop_watch(message, started)
             message.failed = True
             error = exc

@@ -164,3 +164,44 @@ def test_a_task_raising_keyboard_interrupt_fails_and_the_worker_lives_on(
     assert worker.wait_exit(30) == 0, workers.report()
     assert "died of an unexpected error" not in worker.stderr
 
+
+def test_a_second_sigint_is_a_cold_stop_and_the_log_says_so(
+    tasks_env: TasksEnv, workers: TaskWorkers
+) -> None:
+    # Given a worker (grace period 30 s) running a task that takes 60 s
+    key = f"runs:{tasks_env.queue}"
+    result = tasks_env.task("slow_first_time").enqueue(key, 60)
+    worker = workers.start(
+        "--tasks", tasks_env.queue, "--stats-interval", "0", "--grace-period", "30"
+    )
+    wait_for(lambda: _runs(tasks_env.redis_url, key), timeout=60, what="the task to start")
+
+    # When it gets SIGINT (a warm stop), then SIGINT again
+    worker.send(signal.SIGINT)
+    worker.wait_log("SIGINT: finishing in-flight messages (grace period 30 s)", timeout=10)
+    worker.send(signal.SIGINT)
+
+    # Then it exits at once with code 1, and its log says what happened: a cold stop
+    # during the warm one, the running task left to be delivered again; no grace
+    # period ran out
+    assert worker.wait_exit(10) == 1, workers.report()
+    log = worker.stderr
+    assert "SIGINT again: exiting now; in-flight messages will be redelivered" in log
+    assert "Cold stop" in log and "s into the warm stop" in log
+    assert "their 1 unfinished message(s) will be delivered again" in log
+    assert "grace period of" not in log.lower()
+    assert "after the 30 s grace period" not in log
+
+    # And so it is: another worker runs the task again, to the end
+    second = workers.start("--tasks", tasks_env.queue, "--stats-interval", "0")
+    backend = task_backends["default"]
+    wait_for(
+        lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL,
+        timeout=60,
+        what="the task to run again elsewhere",
+        describe=workers.report,
+    )
+    second.send(signal.SIGTERM)
+    assert second.wait_exit(30) == 0, workers.report()
+    result.refresh()
+    assert result.return_value == 2 and result.attempts == 2

@@ -349,10 +349,8 @@ class Worker:
 
     def _shutdown(self) -> int:
         self._stop.request()
-        if self.cold:
-            self._mark_dead()
-            return 1
-        deadline = time.monotonic() + self.options.grace_period
+        cold_at_once, began = self.cold, time.monotonic()
+        deadline = began + self.options.grace_period
         # The liveness thread keeps heartbeating and renewing leases meanwhile.
         while time.monotonic() < deadline and any(t.is_alive() for t in self._all_threads()):
             if self.cold:
@@ -360,16 +358,21 @@ class Worker:
             for t in self._all_threads():
                 t.join(timeout=0.05)
         stuck = [t for t in self._all_threads() if t.is_alive()]
-        if self.crashed:
+        if self.crashed and not self.cold:
             return 1
         if stuck or self.cold:
+            # Say what happens: a second signal is no grace period's end.
             logger.warning(
-                "%d handler(s) still running after the %.0f s grace period; their "
-                "messages will be delivered again",
+                "%s: exiting now without waiting for %d handler thread(s); their %d "
+                "unfinished message(s) will be delivered again (other instances take "
+                "them over within seconds)",
+                f"Cold stop {time.monotonic() - began:.1f} s into the warm stop"
+                if self.cold
+                else f"Grace period of {self.options.grace_period:g} s over",
                 len(stuck),
-                self.options.grace_period,
+                sum(len(t.held) for t in stuck),
             )
-            self._mark_dead(stuck)
+            self._mark_dead(None if cold_at_once else stuck)
             return 1
         return 0
 

@@ -38,6 +38,9 @@ F_ID = b"id"
 F_PUBLISHED_AT = b"published_at"
 F_ATTEMPTS = b"attempts"
 F_FIRST_FAILED_AT = b"first_failed_at"
+#: Of the deliveries in ``attempts``, those whose handler raised, for consumers that
+#: count failures apart from crashes (Django tasks write it); absent = 0.
+F_FAILURES = b"failures"
 F_DUE_AT = b"due_at"
 #: The one field of a delayed or retry member promoted as it was (not a valid envelope).
 F_RAW_MEMBER = b"raw"
@@ -218,6 +221,7 @@ class Decoded(NamedTuple):
     published_at_ms: int
     first_failed_at_ms: int | None
     due_at_ms: int | None
+    failures: int = 0
 
 
 def _int_field(fields: Mapping[bytes, bytes], name: bytes, *, time: bool = False) -> int | None:
@@ -282,6 +286,7 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
         published if published is not None else ms_from_entry_id(entry_id),
         _int_field(fields, F_FIRST_FAILED_AT, time=True),
         _int_field(fields, F_DUE_AT, time=True),
+        _int_field(fields, F_FAILURES) or 0,
     )
 
 

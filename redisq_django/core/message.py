@@ -36,6 +36,9 @@ class Message:
             (``due_at``: as a datetime).
         first_failed_at_ms: when its first failure was recorded (ms), else None
             (``first_failed_at``: as a datetime).
+        failures: of the deliveries before this one, those whose handler raised, for a
+            consumer that counts them apart from crashes (Django tasks, whose
+            ``max_retries`` counts failures only); 0 otherwise.
     """
 
     id: str
@@ -47,6 +50,7 @@ class Message:
     published_at_ms: int
     due_at_ms: int | None = None
     first_failed_at_ms: int | None = None
+    failures: int = 0
     #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
     duration_ms: int | None = field(default=None, repr=False)
     #: The same in nanoseconds, and when it ended (``time.perf_counter_ns()``), for

@@ -11,7 +11,13 @@ from redisq_django.core import envelope as env
 from redisq_django.core import events, leases, settle, trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.deadletter import (
+    DeadReason,
+    Failure,
+    dead_fields,
+    lease_expired,
+    undecodable_fields,
+)
 from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.events import EventName
 from redisq_django.core.groups import entries_of, leave_group, read_group
@@ -179,6 +185,7 @@ class Subscription:
             published_at_ms=parts.published_at_ms,
             due_at_ms=parts.due_at_ms,
             first_failed_at_ms=parts.first_failed_at_ms,
+            failures=parts.failures,
             stream=stream,
             entry_id=entry_id,
             fields=fields,
@@ -322,7 +329,8 @@ class Subscription:
         A takeover counts a delivery only for a message whose handler started (see
         ``reclaim.lua``). A message started more than ``max_retries + 1`` times without
         ever being settled (instances keep crashing on it) becomes a dead letter (reason
-        ``lease_expired``) instead of being returned.
+        ``lease_expired``) instead of being returned; deliveries its envelope counts as
+        ``failures`` (a task's failed attempts, settled) are not crashes.
         """
         gkeys = self.gkeys
         keys = [self.keys.log, gkeys.direct, gkeys.instances, gkeys.running, gkeys.leases]
@@ -348,15 +356,11 @@ class Subscription:
                 message = self._message(stream, entry_id, fields, int(deliveries))
                 if message is None:
                     continue
-                if not self.policy.should_retry(message.attempts - 1):
+                if not self.policy.should_retry(message.attempts - 1 - message.failures):
                     # This claim is not a delivery: the dead letter records the
-                    # deliveries actually made (max_retries + 1).
+                    # deliveries actually made (max_retries + 1 crashes, and failures).
                     message.attempts -= 1
-                    failure = Failure(
-                        "LeaseExpired",
-                        f"delivered {message.attempts} times without being acknowledged: "
-                        "the handler crashed or outran the visibility timeout each time",
-                    )
+                    failure = lease_expired(message.attempts, message.failures)
                     dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
                     self.dead_on_receive += dead is Outcome.DEAD
                     continue

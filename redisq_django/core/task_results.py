@@ -27,7 +27,7 @@ from redisq_django.core import events, settle, trends
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
-from redisq_django.core.envelope import Envelope
+from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.events import EventName
 from redisq_django.core.keys import QueueKeys
@@ -253,18 +253,25 @@ class TaskResults:
         duration_ms: int | None = None,
     ) -> Outcome:
         """Settle a failed attempt with its result: a retry after the policy's backoff
-        (status READY) while attempts remain, else a dead letter (status FAILED), with
-        its ``retried`` or ``dead`` event (history on). ``error`` is appended to the
-        result's ``errors``.
+        (status READY) while the task has failed at most ``max_retries`` times, else a
+        dead letter (status FAILED), with its ``retried`` or ``dead`` event (history
+        on). ``error`` is appended to the result's ``errors``.
+
+        Only attempts that ended in an error count (``message.failures``, carried in the
+        envelope's ``failures`` field): an attempt lost to a crash, a kill or an expired
+        lease does not, so a FAILED task has exactly ``max_retries + 1`` errors. Crashes
+        have their own bound, the consumer's (``Subscription.reclaim``).
 
         Returns:
             ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds it.
         """
         now = now_ms()
         error_json = json.dumps(dict(error)).encode()
+        failed = message.failures + 1  # errors so far, this one included
         retry_fields = settle.next_delivery(message, now, failed=True)
-        if policy.should_retry(message.attempts):
-            wait_ms = max(1, int(policy.backoff(message.attempts, self._rng) * 1000))
+        retry_fields[F_FAILURES] = str(failed).encode()
+        if policy.should_retry(failed):
+            wait_ms = max(1, int(policy.backoff(failed, self._rng) * 1000))
             event = self._event(  # task_settle.lua puts the due time by Redis's clock
                 EventName.RETRIED, message, duration_ms, failure=failure, next_due_ms=now + wait_ms
             )

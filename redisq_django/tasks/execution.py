@@ -200,10 +200,11 @@ def _failed(
     inside the ``except`` block, so that Django's log line carries the traceback."""
     error = _error(exc)
     finished = max(now_ms(), started)
+    policy = _policy(message, job, backend.task_options.max_retries)
     outcome = backend.results.fail(
         message,
         Failure(error.exception_class_path, str(exc), error.traceback),
-        _policy(message, job, backend.task_options.max_retries),
+        policy,
         error=dataclasses.asdict(error),
         finished_at_ms=finished,
         expire_at_ms=finished + backend.task_options.result_ttl_ms,
@@ -217,11 +218,13 @@ def _failed(
     elif outcome is Outcome.RETRIED:
         object.__setattr__(result, "status", TaskResultStatus.READY)
         logger.info(
-            "Task id=%s path=%s attempt %d failed (%s); retrying",
+            "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
             result.id,
             job.task,
             message.attempts,
             error.exception_class_path,
+            message.failures + 1,
+            policy.max_retries + 1,
         )
     raise Settled(outcome, exc) from exc
 

@@ -198,6 +198,7 @@ ENVELOPE_FIELDS = [
     codec.F_ATTEMPTS,
     codec.F_FIRST_FAILED_AT,
     codec.F_DUE_AT,
+    codec.F_FAILURES,
 ]
 
 json_texts = st.recursive(
@@ -230,6 +231,7 @@ def _decode_or_undecodable(entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         "published_at_ms",
         "first_failed_at_ms",
         "due_at_ms",
+        "failures",
     }
     assert isinstance(result["headers"], dict)
     assert isinstance(result["id"], str)
@@ -266,6 +268,7 @@ def test_decode_minimal_entry_from_any_client() -> None:
         "published_at_ms": 1700000000123,
         "first_failed_at_ms": None,
         "due_at_ms": None,
+        "failures": 0,
     }
 
 
@@ -279,6 +282,7 @@ def test_decode_full_envelope() -> None:
         b"attempts": b"3",
         b"first_failed_at": b"20",
         b"due_at": b"30",
+        b"failures": b"2",
     }
     assert codec.decode(b"99-0", fields)._asdict() == {
         "id": "abc",
@@ -288,6 +292,7 @@ def test_decode_full_envelope() -> None:
         "published_at_ms": 10,
         "first_failed_at_ms": 20,
         "due_at_ms": 30,
+        "failures": 2,
     }
 
 

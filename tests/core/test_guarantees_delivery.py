@@ -457,6 +457,46 @@ def test_c4_message_whose_instances_keep_crashing_is_dead_as_lease_expired(
     assert (stats.in_flight, stats.dead) == (0, 1)
 
 
+def test_c4_settled_failures_are_not_crashes_in_the_lease_expired_budget(
+    queue_name: str,
+    broker: Broker,
+) -> None:
+    # Given max_retries=2 and a message whose envelope counts 3 deliveries, all failures
+    # its handler settled (as a Django task's retry carries them: `failures`)
+    max_retries = 2
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.client.xadd(
+        broker.keys(queue_name).log,
+        {"payload": '"flaky"', "id": "m-1", "attempts": "3", "failures": "3"},
+    )
+    subs = [
+        broker.subscribe(
+            queue_name, "billing", f"i{k}", max_retries=max_retries, visibility_timeout_ms=100
+        )
+        for k in range(6)
+    ]
+    got = drain(subs[0], expected=1, ack=False)
+    deliveries = [(m.attempts, m.failures) for m in got]
+
+    # When instances keep crashing on it (each next one reclaims it, and crashes too)
+    for k in range(1, 6):
+        age_pending(broker.client, broker.keys(queue_name).log, "billing", 130)
+        got = subs[k].reclaim()
+        if not got:
+            break
+        deliveries += [(m.attempts, m.failures) for m in got]
+
+    # Then only the crashes count against max_retries: it runs max_retries + 1 = 3 times
+    # more, crashing each time, before it is a dead letter
+    assert deliveries == [(4, 3), (5, 3), (6, 3)]
+    [dead] = broker.dead_letters(queue_name, "billing")
+    assert (dead.id, dead.reason, dead.attempts) == ("m-1", "lease_expired", 6)
+    assert dead.error_message == (
+        "delivered 6 times without being acknowledged: the handler crashed or outran the "
+        "visibility timeout 3 times (and failed 3 times)"
+    )
+
+
 def test_c4_redrive_goes_to_that_consumer_only_starting_at_attempt_one(
     queue_name: str, broker: Broker
 ) -> None:

@@ -129,6 +129,15 @@ def slow_first_time(key: str, sleep_s: float) -> int:
     return runs
 
 
+@task(takes_context=True, max_retries=3, backoff=0.05, max_backoff=0.1)
+def fails_slowly(context: TaskContext, key: str, sleep_s: float) -> None:
+    """Records each start ("<result id> <pid>"), runs ``sleep_s`` (long enough to be
+    killed in), then fails (every time)."""
+    _record(key, f"{context.task_result.id} {os.getpid()}")
+    time.sleep(sleep_s)
+    raise ValueError(f"attempt {context.attempt} fails")
+
+
 @task()
 def kills_its_worker(key: str) -> None:
     """Records its start, then kills the process running it (every time)."""

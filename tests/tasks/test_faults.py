@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,65 @@ def test_a_second_sigint_is_a_cold_stop_and_the_log_says_so(
     assert second.wait_exit(30) == 0, workers.report()
     result.refresh()
     assert result.return_value == 2 and result.attempts == 2
+
+
+#: Always-failing tasks of the kill test, each attempt running this long (s).
+FAILING_TASKS, ATTEMPT_S = 16, 1.0
+
+
+def test_killed_attempts_do_not_count_against_max_retries(
+    tasks_env: TasksEnv, workers: TaskWorkers
+) -> None:
+    # Given always-failing tasks (max_retries 3, each attempt 1 s) and two worker
+    # processes of 4 threads each
+    workers.extra_env["REDISQ_TEST_TASK_OPTIONS"] = json.dumps(
+        {"VISIBILITY_TIMEOUT": 2, "CONCURRENCY": 4}
+    )
+    key = f"runs:{tasks_env.queue}"
+    results = [tasks_env.task("fails_slowly").enqueue(key, ATTEMPT_S) for _ in range(FAILING_TASKS)]
+    argv = ("--tasks", tasks_env.queue, "--stats-interval", "0")
+    running = [workers.start(*argv), workers.start(*argv)]
+
+    def started_by(pid: int) -> int:
+        return sum(1 for r in _runs(tasks_env.redis_url, key) if r.endswith(b" %d" % pid))
+
+    # When a worker is SIGKILLed while it runs attempts, three times (each time a new
+    # one takes its place)
+    for round_ in range(3):
+        victim = running[round_ % 2]
+        seen = started_by(victim.pid)
+        wait_for(
+            lambda v=victim, n=seen: started_by(v.pid) > n,  # type: ignore[misc]
+            timeout=30,
+            what=f"an attempt started by {victim!r}",
+            describe=workers.report,
+        )
+        time.sleep(ATTEMPT_S / 4)  # in the middle of that attempt
+        victim.kill()
+        running[round_ % 2] = workers.start(*argv)
+    backend = task_backends["default"]
+
+    def all_failed() -> bool:
+        return all(backend.get_result(r.id).status == TaskResultStatus.FAILED for r in results)
+
+    wait_for(all_failed, timeout=90, what="every task to be FAILED", describe=workers.report)
+    for worker in running:
+        worker.send(signal.SIGTERM)
+    for worker in running:
+        assert worker.wait_exit(30) == 0, workers.report()
+
+    # Then every task is FAILED with exactly max_retries + 1 = 4 errors, its own...
+    starts: dict[str, int] = {}
+    for run in _runs(tasks_env.redis_url, key):
+        result_id = run.decode().split()[0]
+        starts[result_id] = starts.get(result_id, 0) + 1
+    killed = 0
+    for result in results:
+        result.refresh()
+        assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 4
+        assert result.finished_at is not None
+        # ...whatever attempts were killed: each started attempt has a worker id, only
+        # those that failed have an error
+        assert result.attempts == starts[result.id] >= 4
+        killed += starts[result.id] - 4
+    assert killed >= 3, f"only {killed} attempt(s) were killed mid-run"

@@ -94,22 +94,22 @@ class Failure:
         )
 
     @classmethod
+    def lease_expired(cls, attempts: int, failures: int = 0) -> Failure:
+        """The failure of a ``lease_expired`` dead letter delivered ``attempts`` times,
+        of which ``failures`` failed (settled) and the rest were lost (PROTOCOL.md)."""
+        text = f"delivered {attempts} times without being acknowledged: the handler crashed "
+        if not failures:
+            return cls("LeaseExpired", text + "or outran the visibility timeout each time")
+        return cls(
+            "LeaseExpired",
+            text + f"or outran the visibility timeout {attempts - failures} times (and "
+            f"failed {failures} times)",
+        )
+
+    @classmethod
     def of(cls, failure: Failure | BaseException) -> Failure:
         """``failure`` itself, or the failure an exception describes."""
         return failure if isinstance(failure, Failure) else cls.from_exception(failure)
-
-
-def lease_expired(attempts: int, failures: int = 0) -> Failure:
-    """The failure of a ``lease_expired`` dead letter delivered ``attempts`` times, of
-    which ``failures`` failed (settled) and the rest were lost (PROTOCOL.md)."""
-    text = f"delivered {attempts} times without being acknowledged: the handler crashed "
-    if not failures:
-        return Failure("LeaseExpired", text + "or outran the visibility timeout each time")
-    return Failure(
-        "LeaseExpired",
-        text + f"or outran the visibility timeout {attempts - failures} times (and failed "
-        f"{failures} times)",
-    )
 
 
 def dead_fields(

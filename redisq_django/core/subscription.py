@@ -11,13 +11,7 @@ from redisq_django.core import envelope as env
 from redisq_django.core import events, leases, settle, trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import (
-    DeadReason,
-    Failure,
-    dead_fields,
-    lease_expired,
-    undecodable_fields,
-)
+from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
 from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.events import EventName
 from redisq_django.core.groups import entries_of, leave_group, read_group
@@ -360,7 +354,7 @@ class Subscription:
                     # This claim is not a delivery: the dead letter records the
                     # deliveries actually made (max_retries + 1 crashes, and failures).
                     message.attempts -= 1
-                    failure = lease_expired(message.attempts, message.failures)
+                    failure = Failure.lease_expired(message.attempts, message.failures)
                     dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
                     self.dead_on_receive += dead is Outcome.DEAD
                     continue

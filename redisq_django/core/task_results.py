@@ -255,12 +255,9 @@ class TaskResults:
         """Settle a failed attempt with its result: a retry after the policy's backoff
         (status READY) while the task has failed at most ``max_retries`` times, else a
         dead letter (status FAILED), with its ``retried`` or ``dead`` event (history
-        on). ``error`` is appended to the result's ``errors``.
-
-        Only attempts that ended in an error count (``message.failures``, carried in the
-        envelope's ``failures`` field): an attempt lost to a crash, a kill or an expired
-        lease does not, so a FAILED task has exactly ``max_retries + 1`` errors. Crashes
-        have their own bound, the consumer's (``Subscription.reclaim``).
+        on). ``error`` is appended to the result's ``errors``. Only attempts that ended
+        in an error count (the envelope's ``failures``), not lost ones (a crash, a kill:
+        ``Subscription.reclaim`` bounds those), so FAILED means ``max_retries + 1`` errors.
 
         Returns:
             ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds it.

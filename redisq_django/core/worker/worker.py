@@ -360,15 +360,12 @@ class Worker:
         stuck = [t for t in self._all_threads() if t.is_alive()]
         if self.crashed and not self.cold:
             return 1
-        if stuck or self.cold:
-            # Say what happens: a second signal is no grace period's end.
+        if stuck or self.cold:  # say which: a second signal is no grace period's end
+            cold = f"Cold stop {time.monotonic() - began:.1f} s into the warm stop"
             logger.warning(
-                "%s: exiting now without waiting for %d handler thread(s); their %d "
-                "unfinished message(s) will be delivered again (other instances take "
-                "them over within seconds)",
-                f"Cold stop {time.monotonic() - began:.1f} s into the warm stop"
-                if self.cold
-                else f"Grace period of {self.options.grace_period:g} s over",
+                "%s: exiting now without waiting for %d handler thread(s); their %d unfinished"
+                " message(s) will be delivered again (other instances take them over soon)",
+                cold if self.cold else f"Grace period of {self.options.grace_period:g} s over",
                 len(stuck),
                 sum(len(t.held) for t in stuck),
             )

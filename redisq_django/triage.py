@@ -33,7 +33,7 @@ from redisq_django.core import Broker
 from redisq_django.core.deadletter import DeadReason, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.replay import redrive
-from redisq_django.core.wire import to_bytes
+from redisq_django.core.wire import loggable, to_bytes
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
@@ -153,7 +153,7 @@ def _retry_chunk(
             "%d dead letter(s) cannot be sent again (undecodable or bare records), e.g. "
             "%s of %s/%s; discard them",
             len(skipped),
-            skipped[0].message_id,
+            loggable(skipped[0].message_id),
             skipped[0].queue,
             skipped[0].consumer,
         )
@@ -172,7 +172,9 @@ def _retry_chunk(
         sent = []
         for row, reply in zip(todo, replies, strict=True):
             if isinstance(reply, Exception):
-                logger.error("Dead letter %s was not sent again: %s", row.message_id, reply)
+                logger.error(
+                    "Dead letter %s was not sent again: %s", loggable(row.message_id), reply
+                )
             else:
                 sent.append(row)
         now = timezone.now()

@@ -14,6 +14,14 @@ def to_str(value: Any) -> str:
     return str(value)
 
 
+def loggable(value: Any) -> str:
+    """``value`` as text fit for one log line: itself when every character is printable,
+    else its ``repr()`` (quoted; newlines and other control characters escaped), so that
+    a string read from Redis (a message id, a task path) never forges a log line."""
+    text = to_str(value)
+    return text if text.isprintable() else repr(text)
+
+
 def to_bytes(value: Any) -> bytes:
     """Bytes of a value (text is encoded as UTF-8)."""
     if isinstance(value, bytes):

@@ -158,9 +158,23 @@ def periodic(
                 "(django.tasks), or pass queue= to publish a message instead."
             )
         declare(name or path, TaskTarget(path, tuple(args), dict(kwargs or {})))
+        _declare_task(task)
         return task
 
     return decorate
+
+
+def _declare_task(task: Any) -> None:
+    """A scheduled ``django.tasks`` Task is one of the project's declared tasks, which a
+    worker runs by path (``redisq_django.tasks.registry``)."""
+    if django.VERSION < (6, 0):
+        return
+    from django.tasks import Task
+
+    if isinstance(task, Task):
+        from redisq_django.tasks.registry import declare as declare_task
+
+        declare_task(task)
 
 
 def _missed(value: str) -> Missed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from django.utils.module_loading import import_string
+import django
 
 from redisq_django.core.broker import Broker
 from redisq_django.schedules.scheduler import Fire
@@ -29,21 +29,24 @@ def publish_tick(broker: Broker, spec: ScheduleSpec, tick_ms: int) -> str:
 
 
 def load_task(path: str) -> Any:
-    """The Django task at dotted ``path``.
+    """The Django task declared at dotted ``path``: looked up among the project's tasks
+    (``redisq_django.tasks.registry``), never imported from the path, which a worker
+    reads from the database and staff type in the admin.
 
     Raises:
-        ScheduleError: it does not import, or is not a task (``@task``-decorated).
+        ScheduleError: no task of the project has that path (or Django < 6.0).
     """
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise ScheduleError(f"Task {path!r} cannot be imported: {exc}") from None
-    if not callable(getattr(task, "enqueue", None)):
+    if django.VERSION < (6, 0):
         raise ScheduleError(
-            f"{path!r} is not a Django task: decorate the function with @task "
-            "(django.tasks) and put @periodic above it."
+            f"Task {path!r}: Django's tasks need Django 6.0 or newer; this is "
+            f"{django.get_version()}."
         )
-    return task
+    from redisq_django.tasks.registry import UnknownTask, declared_task
+
+    try:
+        return declared_task(path)
+    except UnknownTask as exc:
+        raise ScheduleError(str(exc)) from None
 
 
 def enqueue_tick(spec: ScheduleSpec, tick_ms: int) -> str:

@@ -20,7 +20,7 @@ from redisq_django.core.config import number_problem
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_results import PUBLISH, TaskResults
-from redisq_django.tasks import aio
+from redisq_django.tasks import aio, registry
 from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.options import (
     TASKS_CONSUMER,
@@ -139,6 +139,9 @@ class RedisqBackend(BaseTaskBackend):
         problem = queue_name_problem(self.task_options, task.queue_name)
         if problem:
             raise InvalidTask(f"Task queue {problem}.")
+        # Django validates each task as it is created: a valid one is declared, and
+        # only declared tasks run in a worker (tasks/registry.py).
+        registry.declare(task)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """System checks: invalid ``OPTIONS`` (E030), no ``QUEUES`` (E031), a queue name
@@ -191,7 +194,10 @@ class RedisqBackend(BaseTaskBackend):
         self, task: Task[..., Any], args: Any, kwargs: Any, result_id: str | None = None
     ) -> tuple[TaskResult[..., Any], Envelope, TaskMessage, int]:
         """Validate and encode a task: its READY result, its message and when its result
-        expires (ms). Raises as ``enqueue``."""
+        expires (ms). Raises as ``enqueue``; ``ValueError`` for a ``result_id`` with
+        unprintable characters (a result id appears in log lines as it is)."""
+        if result_id is not None and not result_id.isprintable():
+            raise ValueError(f"A task id must be printable (no newlines): {result_id!r}.")
         self.validate_task(task)
         result = TaskResult(
             task=task,

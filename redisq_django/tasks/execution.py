@@ -32,9 +32,11 @@ from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_results import SUCCESSFUL, TaskResults
+from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask
-from redisq_django.tasks.results import TaskMessage, load_task, task_for, to_datetime
+from redisq_django.tasks.registry import UnknownTask, declared_task
+from redisq_django.tasks.results import TaskMessage, task_for, to_datetime
 
 logger = logging.getLogger("redisq.tasks")
 
@@ -67,12 +69,17 @@ def execute(message: Message) -> None:
     """Run the task of ``message`` and settle it with its result.
 
     Raises:
-        Reject: the message is not a task message, or names a backend that is not ours
-            (a dead letter at once: retrying cannot help).
+        Reject: the message is not a task message, names a backend that is not ours, or
+            has an id with unprintable characters (a dead letter at once: retrying
+            cannot help). A task path this process did not declare is the attempt's
+            failure (``UnknownTask``; its module is never imported).
         Settled: the attempt was settled here: ``ACKED`` with its result (written
             without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
             or ``DEAD``; ``LOST`` when another instance holds the message.
     """
+    if not message.id.isprintable():
+        # A task's id is its result id, which Django's own log lines show as it is.
+        raise Reject("a task id must be printable (no newlines or control characters)")
     try:
         job = TaskMessage.from_payload(message.payload)
     except ValueError as exc:
@@ -122,7 +129,7 @@ def execute(message: Message) -> None:
     task_started.send(sender=type(backend), task_result=result)
     began = time.perf_counter_ns()
     try:
-        task = load_task(job.task)
+        task = declared_task(job.task)  # never an import of a path read from Redis
         if job.takes_context:
             raw = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
         else:
@@ -220,7 +227,7 @@ def _failed(
         logger.info(
             "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
             result.id,
-            job.task,
+            loggable(job.task),
             message.attempts,
             error.exception_class_path,
             message.failures + 1,
@@ -230,15 +237,15 @@ def _failed(
 
 
 def task_missing(*args: object, **kwargs: object) -> None:
-    """Stands for a task whose path no longer imports, in the result its failure gets."""
+    """Stands for a task this process did not declare, in the result its failure gets."""
 
 
 def _task_or_placeholder(job: TaskMessage) -> Task[..., Any]:
-    """The task of ``job`` as it was enqueued; when it cannot be imported, the failure
-    is the task's own (raised again when it runs), and a placeholder stands in."""
+    """The task of ``job`` as it was enqueued; when it is not declared here, the
+    failure is the task's own (raised again when it runs), and a placeholder stands in."""
     try:
         return task_for(job.task, job.result_fields())
-    except ImportError:
+    except UnknownTask:
         return RedisqTask(
             func=task_missing,
             backend=job.backend,

@@ -40,7 +40,8 @@ def enqueue_once(
     Raises:
         TypeError: ``task``'s backend is not a redisq one, or args are not JSON.
         InvalidTask: the task is not valid for the backend.
-        ValueError: ``message_id`` is longer than 64 characters.
+        ValueError: ``message_id`` is longer than 64 characters, or has a newline or
+            another unprintable character.
         RedisUnavailable: Redis cannot be reached (calling again is safe).
     """
     backend = task.get_backend()

@@ -25,10 +25,10 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.task_results import READY
+from redisq_django.tasks.registry import UnknownTask, declared_task
 
 
 class LeaseExpired(Exception):
@@ -175,21 +175,6 @@ def _seconds(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def load_task(path: str) -> Task[..., Any]:
-    """The ``Task`` object at ``path`` (a module-level ``@task`` function).
-
-    Raises:
-        ImportError: nothing importable there, or not a Task.
-    """
-    try:
-        found = import_string(path)
-    except (ImportError, AttributeError) as exc:
-        raise ImportError(f"Task {path!r} cannot be imported: {exc}") from exc
-    if not isinstance(found, Task):
-        raise ImportError(f"{path!r} is not a task (decorate it with @task)")
-    return found
-
-
 def task_for(path: str, fields: Mapping[str, str]) -> Task[..., Any]:
     """The task of a stored result, with the priority, queue and run_after it ran with."""
     return _task_using(
@@ -207,7 +192,7 @@ def _task_using(
 ) -> Task[..., Any]:
     # Cached: Task.using() validates the task again (signature inspection), a measurable
     # share of a no-op task's cost in the worker. Tasks are immutable.
-    task = load_task(path)
+    task = declared_task(path)
     return task.using(
         priority=priority,
         queue_name=queue_name or task.queue_name,
@@ -229,7 +214,8 @@ def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskRe
     """The ``TaskResult`` a result hash describes.
 
     Raises:
-        TaskResultDoesNotExist: the hash is not a task result (or its task is gone).
+        TaskResultDoesNotExist: the hash is not a task result, or its task is not
+            declared in this process (``tasks/registry.py``: nothing is imported).
     """
     try:
         task = task_for(fields["task"], fields)
@@ -247,7 +233,7 @@ def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskRe
             errors=errors_of(json.loads(fields.get("errors") or "[]")),
             worker_ids=list(json.loads(fields.get("worker_ids") or "[]")),
         )
-    except (KeyError, ValueError, ImportError) as exc:
+    except (KeyError, ValueError, UnknownTask) as exc:
         raise TaskResultDoesNotExist(
             f"Task result {result_id!r} cannot be read back: {exc}"
         ) from exc

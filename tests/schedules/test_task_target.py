@@ -64,6 +64,8 @@ def test_three_workers_enqueue_a_periodic_task_once_per_tick(
     settings.TASKS = {
         "default": {"BACKEND": "redisq_django.tasks.RedisqBackend", "QUEUES": ["default"]}
     }
+    # The task is declared (its module imported): workers never import a path themselves
+    importlib.import_module("tests.schedules.periodic_tasks")
     # Given a schedule of the task every second, and three workers evaluating it for 10
     # simulated seconds
     t0 = 1_750_000_000_000

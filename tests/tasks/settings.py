@@ -1,6 +1,6 @@
 """Settings of the processes the tasks tests start: tests.settings with TASKS on redisq
 (the test's queue from ``REDISQ_TEST_TASK_QUEUE``, its OPTIONS as JSON from
-``REDISQ_TEST_TASK_OPTIONS``)."""
+``REDISQ_TEST_TASK_OPTIONS``) and the app declaring the sample tasks (tests/taskapp)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import json
 import os
 
 from tests.settings import *  # noqa: F403
+
+# Its tasks.py imports tests/tasks/sample_tasks.py: the tasks these workers may run.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.taskapp"]  # noqa: F405
 
 TASKS = {
     "default": {

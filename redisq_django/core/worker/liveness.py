@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from redisq_django.core.errors import ConsumerNotFound, RedisUnavailable
+from redisq_django.core.wire import loggable
 from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
@@ -162,7 +163,8 @@ class LivenessThread(threading.Thread):
         with _each(thread, "lease renewal"):
             for m in thread.sub.extend(messages):
                 logger.warning(
-                    "Lease of %s lost to another instance; it will be handled again there", m.id
+                    "Lease of %s lost to another instance; it will be handled again there",
+                    loggable(m.id),
                 )
 
 

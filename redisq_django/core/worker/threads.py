@@ -23,6 +23,7 @@ from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.wire import loggable
 from redisq_django.core.worker.acks import AckPipe
 from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
@@ -282,7 +283,7 @@ class HandlerThread(threading.Thread):
                 "Handler %s/%s failed on %s (attempt %d): %r",
                 self.spec.queue,
                 self.spec.name,
-                message.id,
+                loggable(message.id),  # from Redis: a newline in it forges no log line
                 message.attempts,
                 exc,
             )
@@ -340,7 +341,7 @@ class HandlerThread(threading.Thread):
         if outcome is Outcome.DEAD:
             logger.warning(
                 "Message %s of %s/%s is a dead letter after %d attempt(s): %r",
-                message.id,
+                loggable(message.id),
                 self.spec.queue,
                 self.spec.name,
                 message.attempts,

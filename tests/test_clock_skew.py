@@ -10,7 +10,9 @@ constant or by an offset the test steps mid-run, as NTP or a resumed VM does):
 * a worker whose clock is ahead must not deliver a delayed message early (C5);
 * a worker whose clock steps 5 s back or forward delivers delayed messages neither
   early nor late (its timers are monotonic: a step back must not make it sleep 5 s);
-* a publisher whose clock is off publishes ``delay=`` messages due by Redis's clock.
+* a publisher whose clock is off publishes ``delay=`` messages due by Redis's clock,
+  and ``eta=`` messages due at the eta by Redis's clock, never at once because its own
+  clock says the eta has passed.
 
 Periodic schedules under stepping clocks: tests/schedules/test_schedules_clock.py.
 """
@@ -240,3 +242,44 @@ def test_a_publisher_with_a_skewed_clock_publishes_delays_due_by_redis_clock(
     for member, score in due:
         assert before + 10_000 <= score <= after + 10_000, (score - before, skew_s)
         assert b'"due_at":"%d"' % int(score) in member
+
+
+ETA_PUBLISHER = """
+import datetime as dt, sys
+import redis
+from redisq_django.core import Broker
+
+broker = Broker(redis.Redis.from_url(sys.argv[1]))
+eta = dt.datetime.fromtimestamp(int(sys.argv[2]) / 1000, dt.UTC)
+broker.publish("skewed", {"n": 0}, eta=eta)
+broker.send([broker.prepare("skewed", {"n": 1}, eta=eta)], once=True)
+"""
+
+
+@pytest.mark.parametrize("skew_s", [-8, 8])
+def test_a_publisher_with_a_skewed_clock_publishes_an_eta_due_by_redis_clock(
+    redis_url: str, redis_client: redis.Redis, skew_s: int
+) -> None:
+    # Given a publisher process whose clock is 8 s off
+    env = {**os.environ, **skew_env(skew_s)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    # When it publishes messages with an eta 3 s ahead of Redis's clock (which its own
+    # clock, 8 s ahead, would say has passed)
+    eta_ms = redis_ms(redis_client) + 3000
+    result = subprocess.run(
+        [sys.executable, "-c", ETA_PUBLISHER, redis_url, str(eta_ms)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+    # Then both wait for the eta by Redis's clock: none was published at once
+    keys = Broker(redis_client).keys("skewed")
+    assert redis_client.xlen(keys.log) == 0
+    due = redis_client.zrange(keys.delayed, 0, -1, withscores=True)
+    assert [score for _, score in due] == [eta_ms, eta_ms]

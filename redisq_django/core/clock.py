@@ -7,8 +7,21 @@ import time
 
 
 def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch (the clock stream ids and due times use)."""
+    """This host's wall clock, ms since the epoch: for times kept or shown for
+    information (``published_at``, failure times, stats), never to decide what is due.
+
+    A host's clock may be skewed, or stepped by NTP or a resumed VM. What is due (a
+    delivery, a lease, a promotion, a schedule tick) is decided by Redis's clock: the
+    scripts read ``TIME``. How long to wait is timed with :func:`monotonic_ms`.
+    """
     return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    """This host's monotonic clock, ms: for local timers only (when to look again, how
+    long to block). A wall-clock step does not move it; its zero means nothing, so it is
+    never stored nor compared with another host's time or with Redis's."""
+    return time.monotonic_ns() // 1_000_000
 
 
 #: The last millisecond a ``datetime`` can hold (9999-12-31T23:59:59.999Z). Envelope

@@ -100,6 +100,10 @@ def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) 
     """The due time (ms) of a message published ``now`` with ``delay`` or ``eta``, or
     None when it is due at once. Rounded up: a message is never due early.
 
+    An ``eta`` is always a due time, also one this host's clock says has passed: only
+    Redis's clock decides what is due (``promote.lua``), and this host's may run ahead
+    of it (one already passed is promoted within a poll interval).
+
     Raises:
         ValueError: both given, a negative delay, or a naive ``eta``.
     """
@@ -112,8 +116,7 @@ def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) 
     if eta is not None:
         if eta.tzinfo is None:
             raise ValueError(f"eta {eta!r} has no time zone; pass an aware datetime.")
-        due = datetime_to_ms(eta)
-        return due if due > now else None
+        return datetime_to_ms(eta)
     return None
 
 

@@ -171,8 +171,8 @@ def registry_key(prefix: str) -> str:
 @dataclass(frozen=True)
 class ScheduleKeys:
     """The two keys of periodic schedules (single-key structures outside any hash tag,
-    like :func:`registry_key`: each is written by one command, never by a script with
-    other keys)."""
+    like :func:`registry_key`: each is written by one command or by a script that
+    touches no other key, ``schedule_claim.lua``)."""
 
     claimed: str
     sent: str

@@ -9,7 +9,7 @@ from typing import Any
 
 from redisq_django.core import envelope as env
 from redisq_django.core import events, leases, settle, trends
-from redisq_django.core.clock import now_ms
+from redisq_django.core.clock import monotonic_ms, now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
 from redisq_django.core.errors import RedisRefused, translate_errors
@@ -60,8 +60,8 @@ class Subscription:
         self.policy = policy
         self.history = config.history  # on: each settle records its event (same script)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
-        #: When (ms) due delayed messages and retries should next be promoted: the next
-        #: known due time, or one poll interval after the last check.
+        #: When (``monotonic_ms()``) due delayed messages and retries should next be
+        #: promoted: the next known due time, or one poll interval after the last check.
         self.next_promote_ms = 0
         self._cursors = ["0-0", "0-0"]
         self._rng = random.Random()
@@ -85,13 +85,13 @@ class Subscription:
     def promote(self, now: int | None = None) -> int | None:
         """Move due delayed messages and retries into the streams.
 
-        Redis's clock decides what is due; ``now`` (this host's clock, ms) only times
-        the next call (``next_promote_ms``, on this host's clock).
+        Redis's clock decides what is due; ``now`` (``monotonic_ms()``, which no step of
+        this host's wall clock moves) only times the next call (``next_promote_ms``).
 
         Returns:
             When the next delayed message or retry is due (ms, Redis's clock), or None.
         """
-        now = now_ms() if now is None else now
+        now = monotonic_ms() if now is None else now
         try:
             _, _, next_due, redis_now = self.scripts(
                 "promote",
@@ -123,14 +123,15 @@ class Subscription:
         Raises:
             ConsumerNotFound: the logical consumer is not registered.
         """
-        deadline = now_ms() + max(0, block_ms)
+        # Monotonic: a wall-clock step back must not block the read past due times.
+        deadline = monotonic_ms() + max(0, block_ms)
         while True:
-            now = now_ms()
+            now = monotonic_ms()
             if now >= self.next_promote_ms:
                 # A full Redis refuses promotions but serves reads and acks (reported).
                 with contextlib.suppress(RedisRefused):
                     self.promote(now)
-                now = now_ms()
+                now = monotonic_ms()
             wait = min(deadline, self.next_promote_ms) - now
             reply = read_group(
                 self.client,
@@ -141,7 +142,7 @@ class Subscription:
                 wait if wait > 0 else None,
             )
             messages = self._decode(reply)
-            if messages or now_ms() >= deadline:
+            if messages or monotonic_ms() >= deadline:
                 return messages
 
     def _decode(self, reply: Any) -> list[Message]:
@@ -240,7 +241,7 @@ class Subscription:
         """
         if not self.policy.should_retry(message.attempts):
             return self.dead_letter(message, failure, DeadReason.FAILED)
-        now = now_ms()
+        now = now_ms()  # the failure time kept for the operators: this host's clock
         wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
         failure = Failure.of(failure)
         fields = settle.next_delivery(message, now, failed=True, error=failure)
@@ -268,7 +269,7 @@ class Subscription:
         Returns:
             ``DEAD``, or ``LOST`` when this instance no longer holds the message.
         """
-        now = now_ms()
+        now = now_ms()  # the failure time kept for the operators: this host's clock
         failure = Failure.of(failure)
         dead = dead_fields(
             settle.next_delivery(message, now, failed=True),

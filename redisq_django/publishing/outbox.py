@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from redisq_django.conf import get_settings
 from redisq_django.connection import get_broker
-from redisq_django.core.clock import datetime_to_ms, ms_to_datetime, now_ms
+from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisqError
 from redisq_django.models import OutboxMessage
@@ -51,8 +51,9 @@ def store(envelope: Envelope, *, using: str | None = None) -> OutboxMessage:
 
 
 def envelope_of(row: OutboxMessage) -> Envelope:
-    """The message an outbox row holds, published at the row's creation time; a delay
-    that has passed meanwhile is dropped (it is due now)."""
+    """The message an outbox row holds, published at the row's creation time, due at
+    the row's due time (one already passed too: Redis's clock, not this host's, says
+    whether it has)."""
     due = datetime_to_ms(row.due_at) if row.due_at is not None else None
     return Envelope(
         queue=row.queue,
@@ -60,7 +61,7 @@ def envelope_of(row: OutboxMessage) -> Envelope:
         payload_json=row.payload.encode("utf-8"),
         headers_json=row.headers.encode("utf-8") or None,
         published_at_ms=datetime_to_ms(row.created_at),
-        due_at_ms=due if due is not None and due > now_ms() else None,
+        due_at_ms=due,
     )
 
 

@@ -66,6 +66,7 @@ def build_scheduler(broker: Broker, *, clock: Callable[[], int] | None = None) -
         firer(broker),
         record=record_run,
         clock=clock,
+        scripts=broker.scripts,
     )
 
 

@@ -4,10 +4,11 @@ There is no beat process: every ``runconsumer`` runs a :class:`Scheduler` as one
 housekeeping jobs. Two records in Redis, per schedule name, make each tick go out once
 however many workers evaluate it (``core.keys.schedule_keys``):
 
-1. **claim** — ``ZADD claimed GT CH name tick`` raises the schedule's latest claimed
-   tick; it answers 1 to exactly one worker (Redis runs commands one at a time), and a
-   worker whose clock lags cannot claim a tick older than one already claimed, so after
-   downtime two workers never fire two different "latest" ticks;
+1. **claim** — ``schedule_claim.lua`` raises the schedule's latest claimed tick
+   (``ZADD claimed GT CH``) once the tick is due by Redis's own clock; it answers 1 to
+   exactly one worker (Redis runs scripts one at a time), and a worker whose clock lags
+   cannot claim a tick older than one already claimed, so after downtime two workers
+   never fire two different "latest" ticks;
 2. **publish** the tick's message with an id derived from (schedule, tick) at most once
    per id (``Broker.send(once=True)``, or the Tasks backend's ``enqueue_once``);
 3. **sent** — ``ZADD sent GT name tick`` records that it went out.
@@ -17,8 +18,12 @@ that sees that publishes the same tick again :data:`REPAIR_AFTER_MS` after it wa
 which the publish-once id turns into a no-op when the first send did go through. So a
 tick is published at least once (claims and repairs) and at most once (ids).
 
-"Now" is Redis's clock (:class:`RedisClock`), like every other due time of redisq, so
-a worker whose own clock runs ahead does not fire early.
+"Now" is Redis's clock, like every other due time of redisq: :class:`RedisClock` reads
+``TIME`` and counts the time elapsed since on this host's monotonic clock, which a
+wall-clock step (NTP, a resumed VM) does not move; and the claim script refuses a tick
+that Redis's clock says is not due yet, whatever clock the worker was given. A refused
+claim writes nothing, so it cannot make the ticks before it unclaimable: the worker
+evaluates again by the "now" Redis answered, and looks at the tick again when it is due.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisUnavailable, translate_errors
 from redisq_django.core.keys import schedule_keys
+from redisq_django.core.scripts import Scripts
 from redisq_django.schedules.spec import ScheduleSpec
 from redisq_django.schedules.timing import Missed
 
@@ -44,7 +49,7 @@ REPAIR_AFTER_MS = 2000
 MAX_FIRE_ATTEMPTS = 5
 #: How often the schedules are read again (admin edits reach workers this fast), s.
 RELOAD_INTERVAL_S = 2.0
-#: How often the offset between this host's clock and Redis's is measured again, s.
+#: How often :class:`RedisClock` reads Redis's clock again, s.
 CLOCK_SYNC_INTERVAL_S = 10.0
 #: Longest and shortest pause between two evaluations, s.
 MAX_PAUSE_S = 1.0
@@ -52,31 +57,45 @@ MIN_PAUSE_S = 0.05
 
 
 class RedisClock:
-    """Redis's time in ms, read as this host's clock plus an offset measured with
-    ``TIME`` every :data:`CLOCK_SYNC_INTERVAL_S` (no round trip per reading)."""
+    """Redis's time in ms: the last ``TIME`` reading plus the time elapsed since, on this
+    host's monotonic clock (never its wall clock, which NTP or a resumed VM may step),
+    read again every :data:`CLOCK_SYNC_INTERVAL_S` (no round trip per reading).
+
+    The reading is taken as of when its reply arrived, so this clock lags Redis's by at
+    most a round trip and never runs ahead of it (but for the drift between the two
+    clocks over an interval, a few ppm); the claim script has the last word anyway.
+    """
 
     def __init__(self, client: Any, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
         self.client = client
-        self.resync_s = resync_s
-        self._offset_ms = 0
-        self._synced_at = float("-inf")
+        self.resync_ns = int(resync_s * 1e9)
+        #: (Redis's ms, this host's monotonic ns) of the last reading; one tuple, so a
+        #: thread never sees half of a new reading.
+        self._base: tuple[int, int] | None = None
 
     @translate_errors
-    def _sync(self) -> None:
-        before = now_ms()
+    def _sync(self) -> tuple[int, int]:
         reply = self.client.time()
-        after = now_ms()
+        received = time.monotonic_ns()
         if isinstance(reply, dict):  # RedisCluster answers per node: any one will do
             reply = next(iter(reply.values()))
         seconds, micros = reply
-        redis_ms = int(seconds) * 1000 + int(micros) // 1000
-        self._offset_ms = redis_ms - (before + after) // 2
-        self._synced_at = time.monotonic()
+        self._base = base = (int(seconds) * 1000 + int(micros) // 1000, received)
+        return base
+
+    def observe(self, redis_ms: int) -> None:
+        """Take ``redis_ms``, Redis's clock read just now (a script's reply), when this
+        clock says later: Redis's clock was stepped back, or ran slower than ours."""
+        if redis_ms < self():
+            self._base = (redis_ms, time.monotonic_ns())
 
     def __call__(self) -> int:
-        if time.monotonic() - self._synced_at >= self.resync_s:
-            self._sync()
-        return now_ms() + self._offset_ms
+        now = time.monotonic_ns()
+        base = self._base
+        if base is None or now - base[1] >= self.resync_ns:
+            base = self._sync()
+            now = time.monotonic_ns()
+        return base[0] + (now - base[1]) // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -105,8 +124,10 @@ class Scheduler:
             logged, the schedules known last stay in force).
         fire: publishes a tick (queue message or task); see ``schedules.targets``.
         record: told of each tick published here; its failures are logged.
-        clock: "now" in ms since the epoch (default: :class:`RedisClock`).
+        clock: "now" in ms since the epoch (default: :class:`RedisClock`). Whatever
+            it says, a tick is claimed only once Redis's clock says it is due.
         reload_s: seconds between two calls of ``load``.
+        scripts: the client's registered scripts (default: registered here).
     """
 
     def __init__(
@@ -119,8 +140,10 @@ class Scheduler:
         record: Record | None = None,
         clock: Callable[[], int] | None = None,
         reload_s: float = RELOAD_INTERVAL_S,
+        scripts: Scripts | None = None,
     ) -> None:
         self.client = client
+        self.scripts = scripts or Scripts(client)
         self.keys = schedule_keys(prefix)
         self.load = load
         self.fire = fire
@@ -205,7 +228,8 @@ class Scheduler:
         fired: list[Fired] = []
         pending = False
         if claimed > sent and claimed > spec.floor_ms:
-            # Claimed by a worker that has not (yet) said it published it.
+            # Claimed by a worker that has not (yet) said it published it. (Only a tick
+            # due by Redis's clock is ever claimed: publishing it again is never early.)
             if now - claimed >= REPAIR_AFTER_MS:
                 done = self._fire(spec, claimed, repaired=True)
                 fired += done
@@ -213,19 +237,51 @@ class Scheduler:
             else:
                 pending = True
         last = max(claimed, spec.floor_ms)
-        for tick in spec.timing.due(last, now, spec.missed, spec.catch_up_ms):
-            if self.client.zadd(self.keys.claimed, {spec.name: tick}, gt=True, ch=True):
-                done = self._fire(spec, tick)
-                fired += done
-                pending = pending or (not done and self._attempts_left(spec.name, tick))
-            last = max(last, tick)
+        # How far this worker's "now" runs ahead of Redis's, as a refused claim tells.
+        ahead = 0
+        for _ in range(2):
+            refused_at = None
+            for tick in spec.timing.due(last, now - ahead, spec.missed, spec.catch_up_ms):
+                won, redis_now = self._claim(spec.name, tick)
+                if won is None:
+                    refused_at = redis_now
+                    break
+                if won:
+                    done = self._fire(spec, tick)
+                    fired += done
+                    pending = pending or (not done and self._attempts_left(spec.name, tick))
+                last = max(last, tick)
+            if refused_at is None:
+                break
+            # Not due by Redis's clock: nothing was claimed. Evaluate once more by the
+            # "now" Redis answered (what is due by it, "latest" included, is claimed
+            # now, in order), and time the next look by it.
+            ahead = now - refused_at
+        redis_now = now - ahead
+        # The next look is timed on the scheduler's clock: ``ahead`` of Redis's, unless
+        # that is a RedisClock, which takes Redis's answer from now on.
+        shift = ahead
+        if ahead and isinstance(self.clock, RedisClock):
+            self.clock.observe(redis_now)
+            shift = 0
         # When to look again: at the next tick (or at once while a tick is unsent). Ticks
         # "latest" and "skip" passed over are never due again; "all" may have more.
-        horizon = now - spec.catch_up_ms - 1 if spec.missed is Missed.ALL else now
+        horizon = redis_now - spec.catch_up_ms - 1 if spec.missed is Missed.ALL else redis_now
         upcoming = spec.timing.next_after(max(last, horizon))
-        at = now if pending else (upcoming if upcoming is not None else now + 3_600_000)
-        self._next[spec.name] = (spec, at)
+        later = upcoming if upcoming is not None else redis_now + 3_600_000
+        self._next[spec.name] = (spec, (redis_now if pending else later) + shift)
         return fired
+
+    def _claim(self, name: str, tick: int) -> tuple[bool | None, int]:
+        """Claim ``tick`` of schedule ``name`` (``schedule_claim.lua``).
+
+        Returns:
+            (True: this worker publishes it, False: claimed already, None: not due yet
+            by Redis's clock), and Redis's clock (ms) as the script read it.
+        """
+        answer, redis_now = self.scripts("schedule_claim", [self.keys.claimed], [name, tick])
+        answer = int(answer)
+        return (None if answer < 0 else bool(answer)), int(redis_now)
 
     def _attempts_left(self, name: str, tick: int) -> bool:
         return self._failures.get((name, tick), 0) < MAX_FIRE_ATTEMPTS

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.keys import schedule_keys
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
 pytestmark = pytest.mark.cluster
@@ -121,6 +122,18 @@ def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
     assert (back.id, back.attempts) == (mid, 2)  # release does not add an attempt
     broker.reset("emails", "send", "earliest")
     assert ids(drain(a, expected=1)) == [mid]
+
+
+def test_schedule_claim_on_cluster(cluster_broker: Broker) -> None:
+    # Given the schedules' claimed ticks, a key outside any hash tag
+    claimed = schedule_keys("redisq").claimed
+    run = cluster_broker.scripts
+    # When a long past tick is claimed twice, then a tick 60 s after Redis's now
+    won, now = run("schedule_claim", [claimed], ["nightly", 1000])
+    assert (won, run("schedule_claim", [claimed], ["nightly", 1000])[0]) == (1, 0)
+    assert run("schedule_claim", [claimed], ["nightly", now + 60_000])[0] == -1
+    # Then the past one is claimed, and the early one refused without a write
+    assert cluster_broker.client.zscore(claimed, "nightly") == 1000
 
 
 @pytest.mark.parametrize("queue", QUEUES)

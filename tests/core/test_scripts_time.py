@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.keys import GroupKeys, QueueKeys
+from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
 
 G = "billing"
 
@@ -161,3 +161,32 @@ def test_trim_counts_the_replay_window_from_redis_clock(
     assert broker.scripts("trim", [qk.log, qk.meta], ["", 10_000, 0, 0, 0, 100]) == [1, 0]
     # Then only the entry older than the window went
     assert [i for i, _ in redis_client.xrange(qk.log)] == [young]
+
+
+def test_schedule_claim_claims_a_tick_once_and_only_when_redis_says_it_is_due(
+    broker: Broker, redis_client: redis.Redis, queue_name: str
+) -> None:
+    claimed = schedule_keys("redisq").claimed
+    name = queue_name
+
+    def claim(tick: int) -> list[int]:
+        return list(broker.scripts("schedule_claim", [claimed], [name, tick]))
+
+    # Given Redis's clock, and ticks of a schedule a second apart around it
+    t0 = redis_ms(redis_client)
+    tick = t0 // 1000 * 1000
+    # When a worker whose clock runs ahead claims a tick 5 s in the future
+    early, now = claim(tick + 5000)
+    # Then it is refused, with Redis's "now", and nothing is written
+    assert early == -1
+    assert t0 <= now <= redis_ms(redis_client)
+    assert redis_client.zscore(claimed, name) is None
+    # And the ticks before it can still be claimed, each once, in order
+    assert claim(tick - 1000)[0] == 1
+    assert claim(tick - 1000)[0] == 0  # another worker, the same tick
+    assert claim(tick)[0] == 1
+    assert claim(tick - 1000)[0] == 0  # older than the one claimed
+    assert redis_client.zscore(claimed, name) == tick
+    # And a tick not due yet stays refused until Redis's clock reaches it
+    assert claim(tick + 5000)[0] == -1
+    assert redis_client.zscore(claimed, name) == tick

@@ -27,6 +27,7 @@ ScriptName = Literal[
     "purge_consumer",
     "reclaim",
     "redrive",
+    "schedule_claim",
     "task_enqueue",
     "task_lost",
     "task_ready",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redisq_django.core.clock import now_ms
+from redisq_django.core.clock import monotonic_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
@@ -273,7 +273,7 @@ class Worker:
         for t in self._all_threads():
             if t.is_alive() and not t.spec.paused:
                 subs.setdefault(t.spec.key, t.sub)
-        now = now_ms()
+        now = monotonic_ms()  # a local timer: a wall-clock step must not move it
         soonest = now + 100
         for sub in subs.values():
             if now >= sub.next_promote_ms:
@@ -285,7 +285,7 @@ class Worker:
                 except RedisUnavailable:
                     continue  # the handler threads report it and reconnect
             soonest = min(soonest, sub.next_promote_ms)
-        return max(0.0005, (soonest - now_ms()) / 1000.0)
+        return max(0.0005, (soonest - monotonic_ms()) / 1000.0)
 
     def _paused_only(self) -> bool:
         # Keep running (to notice a resume) when every consumer is paused or disabled.

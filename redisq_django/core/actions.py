@@ -16,7 +16,7 @@ from redisq_django.core import browse, replay
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
-from redisq_django.core.wire import flatten, to_str
+from redisq_django.core.wire import to_str
 
 #: ``purge_consumer.lua`` removes at most this many entries per key and call...
 PURGE_BATCH = 1000
@@ -62,7 +62,7 @@ def deliver_entry(
         target = [gkeys.retry, gkeys.direct]
     else:
         raise ValueError(f"Only a delayed message or a retry can be delivered now, not {entry}.")
-    new_id = scripts("deliver_now", target, [entry.member, *flatten(entry.fields)])
+    new_id = scripts("deliver_now", target, [entry.member])
     return to_str(new_id) if new_id else None
 
 

@@ -138,7 +138,7 @@ def run_script(
     After a NOSCRIPT reply (not loaded yet, or Redis restarted) the script is loaded and
     called again, alone: the quiet commands went through the first time.
     """
-    command = ("EVALSHA", scripts.sha(name), len(keys), *keys, *args)
+    command = scripts.command(name, keys, args)
     try:
         return run_batch(client, [command], transaction=False, quiet=quiet)[0]
     except redis.exceptions.NoScriptError:

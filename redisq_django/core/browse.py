@@ -22,7 +22,7 @@ from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
 from redisq_django.core.deadletter import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.wire import json_object, to_str
+from redisq_django.core.wire import json_object, to_str, wire_int
 
 #: Entries per page: the default and the most a caller may ask for.
 PAGE_SIZE = 25
@@ -86,15 +86,14 @@ class Entry:
     @property
     def published_at_ms(self) -> int | None:
         raw = self.fields.get(env.F_PUBLISHED_AT)
-        if raw is not None and raw.isdigit():
-            return int(raw)
+        if raw is not None and (ms := wire_int(raw)) is not None:
+            return ms
         return ms_from_entry_id(self.key) if _ID.match(self.key) else None
 
     @property
     def attempts(self) -> int:
         """Deliveries made before this entry was written (retries: failed attempts)."""
-        raw = self.fields.get(env.F_ATTEMPTS, b"0")
-        return int(raw) if raw.isdigit() else 0
+        return wire_int(self.fields.get(env.F_ATTEMPTS, b"0")) or 0
 
     @property
     def last_error(self) -> str:
@@ -135,7 +134,10 @@ def page_size(n: int | None) -> int:
 
 def member_fields(member: bytes) -> dict[bytes, bytes]:
     """A delayed or retry member's fields, as ``promote.lua`` writes them to a stream: a
-    JSON object of strings (``null``: no such field), else one field ``raw``."""
+    JSON object of strings (``null``: no such field), else one field ``raw``. For pages:
+    ``deliver_now.lua`` flattens the member itself, as ``promote.lua`` does."""
+    if member.startswith(b"\xef\xbb\xbf"):  # a byte order mark: no JSON text for Lua's cjson
+        return {env.F_RAW_MEMBER: member}
     try:
         decoded = json.loads(member)
     except ValueError:
@@ -145,7 +147,7 @@ def member_fields(member: bytes) -> dict[bytes, bytes]:
     out = {}
     for k, v in decoded.items():
         if isinstance(v, str):
-            out[k.encode()] = v.encode()
+            out[k.encode("utf-8", "surrogatepass")] = v.encode("utf-8", "surrogatepass")
         elif v is not None:
             return {env.F_RAW_MEMBER: member}
     return out or {env.F_RAW_MEMBER: member}

@@ -14,6 +14,7 @@ from typing import Any
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import MAX_TIME_MS, ms_to_datetime
 from redisq_django.core.errors import NotRedrivable
+from redisq_django.core.wire import wire_int
 
 #: Tracebacks and error messages stored with a dead letter are cut to this many characters.
 MAX_ERROR_TEXT = 32_000
@@ -207,10 +208,10 @@ class DeadLetter:
             return fields.get(name, b"").decode("utf-8", "backslashreplace")
 
         def when(name: bytes) -> dt.datetime | None:
-            raw = fields.get(name)
-            if not (raw and raw.isdigit() and len(raw) <= 15 and int(raw) <= MAX_TIME_MS):
+            ms = wire_int(fields.get(name, b""))
+            if ms is None or ms > MAX_TIME_MS:
                 return None  # absent, or no time a datetime can hold: left empty
-            return ms_to_datetime(int(raw))
+            return ms_to_datetime(ms)
 
         raw_payload = fields.get(env.F_PAYLOAD, b"")
         try:
@@ -222,7 +223,6 @@ class DeadLetter:
             headers = headers if isinstance(headers, dict) else {}
         except (ValueError, RecursionError):
             headers = {}
-        attempts = fields.get(env.F_ATTEMPTS, b"0")
         return cls(
             entry_id=entry_id.decode("utf-8", "backslashreplace"),
             queue=queue,
@@ -230,7 +230,7 @@ class DeadLetter:
             id=text(env.F_ID) or entry_id.decode("utf-8", "backslashreplace"),
             payload=payload,
             headers=headers,
-            attempts=int(attempts) if attempts.isdigit() and len(attempts) < 10 else 0,
+            attempts=min(wire_int(fields.get(env.F_ATTEMPTS, b"0")) or 0, 2**31 - 1),
             reason=text(F_REASON),
             error_class=text(F_ERROR_CLASS),
             error_message=text(F_ERROR_MESSAGE),

@@ -15,13 +15,14 @@ import datetime as dt
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
 from redisq_django.core.json import loads
-from redisq_django.core.wire import to_str
+from redisq_django.core.wire import MAX_INT_DIGITS, to_str, wire_int
 
 ENVELOPE_VERSION = 1
 
@@ -231,12 +232,11 @@ def _int_field(fields: Mapping[bytes, bytes], name: bytes, *, time: bool = False
     raw = fields.get(name)
     if raw is None:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UndecodableEntry(f"field {name.decode()!r} is not an integer") from None
-    if value < 0:
-        raise UndecodableEntry(f"field {name.decode()!r} is negative")
+    value = wire_int(raw)
+    if value is None:
+        raise UndecodableEntry(
+            f"field {name.decode()!r} is not an integer (1 to {MAX_INT_DIGITS} digits 0-9)"
+        )
     if time and value > MAX_TIME_MS:
         # A time no datetime can hold would fail later, where it is shown or stored.
         raise UndecodableEntry(f"field {name.decode()!r} is not a time before the year 10000")
@@ -293,13 +293,22 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
     )
 
 
+#: The lone surrogates ``surrogateescape`` decodes the bytes of invalid UTF-8 to.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def describe_raw(fields: Mapping[bytes, bytes]) -> bytes:
-    """A JSON rendering of arbitrary entry fields, kept with an undecodable dead letter."""
+    """Every field of an entry as one JSON object of strings (kept with an undecodable
+    dead letter as ``raw``), byte for byte: a byte that is not part of valid UTF-8 is
+    written as the JSON escape ``\\udcNN`` (a lone surrogate, as Python's
+    ``surrogateescape`` decodes it; no UTF-8 text decodes to one), so
+    ``json.loads(raw)`` and ``.encode("utf-8", "surrogateescape")`` give every byte back."""
     readable = {
-        k.decode("utf-8", "backslashreplace"): v.decode("utf-8", "backslashreplace")
+        k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
         for k, v in fields.items()
     }
-    return json.dumps(readable, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    text = json.dumps(readable, ensure_ascii=False)
+    return _ESCAPED_BYTE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def next_delivery_fields(

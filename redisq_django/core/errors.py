@@ -72,6 +72,17 @@ class ConsumerNotFound(RedisqError):
         )
 
 
+class ProtocolMismatch(RedisqError):
+    """A redisq script refused a call made for another protocol version."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"Redis refused a script call: {cause}. The caller and the script speak different "
+            f'redisq protocol versions (PROTOCOL.md, "Versions and upgrades"): run every '
+            f"client with the scripts shipped with the redisq version it implements."
+        )
+
+
 class RedisUnavailable(RedisqError):
     """Redis could not be reached."""
 
@@ -164,6 +175,11 @@ def _is_nogroup(exc: BaseException) -> bool:
     return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
 
 
+def _is_protocol_mismatch(exc: BaseException) -> bool:
+    # The error code every script (core/scripts/*.lua) starts such a refusal with.
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("REDISQ_PROTOCOL ")
+
+
 def describe_client(client: Any) -> str:
     """``host:port/db`` of a redis-py client (a Sentinel service's name), never its
     password."""
@@ -185,8 +201,9 @@ def describe_client(client: Any) -> str:
 def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
     """Turn redis-py errors of a method whose object has a ``client`` into ours:
     refusals into :class:`RedisRefused`, connection failures into
-    :class:`RedisUnavailable`, and NOGROUP into :class:`ConsumerNotFound` when the object
-    has a ``queue`` and a ``group`` (a subscription)."""
+    :class:`RedisUnavailable`, NOGROUP into :class:`ConsumerNotFound` when the object
+    has a ``queue`` and a ``group`` (a subscription), and a script's refusal of another
+    protocol version into :class:`ProtocolMismatch`."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -204,6 +221,8 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
             queue, group = getattr(owner, "queue", None), getattr(owner, "group", None)
             if _is_nogroup(exc) and isinstance(queue, str) and isinstance(group, str):
                 raise ConsumerNotFound(queue, group) from exc
+            if _is_protocol_mismatch(exc):
+                raise ProtocolMismatch(exc) from exc
             raise
 
     return wrapper

@@ -9,7 +9,8 @@ outcome (PROTOCOL.md, "Lifecycle events"). An entry's fields:
 - ``m``: a JSON array of ``[message id, attempt, handler duration in ms or null]``, one
   per message concerned: an acknowledged batch is one ``handled`` entry;
 - optionally ``error_class``, ``error_message`` (``retried``, ``dead``), ``reason``
-  (``dead``), ``next_due`` (``retried``: ms), ``start`` (``reset``: the id moved to).
+  (``dead``), ``next_due`` (``retried``: ms, added by the settling script itself from the
+  due time it makes by Redis's clock), ``start`` (``reset``: the id moved to).
 
 The event time is the entry id's millisecond part. Publishing needs no event: the log is
 the record of publishes.
@@ -77,7 +78,6 @@ def fields(
     *,
     failure: Failure | None = None,
     reason: DeadReason | None = None,
-    next_due_ms: int | None = None,
     start: str | None = None,
 ) -> list[bytes]:
     """An event entry as the flat field/value list the scripts write."""
@@ -89,8 +89,6 @@ def fields(
         out += [b"error_message", message.encode("utf-8", "backslashreplace")]
     if reason is not None:
         out += [b"reason", reason.value.encode()]
-    if next_due_ms is not None:
-        out += [b"next_due", str(next_due_ms).encode()]
     if start is not None:
         out += [b"start", start.encode()]
     return out

@@ -170,8 +170,7 @@ def send_once(
     # Counted as published (to the queue, not to one consumer) with the first pass.
     counted = _published(keys, len(envelopes), trends_on and to is None)
     for _ in range(2):  # a second pass only after loading the script (NOSCRIPT)
-        sha = scripts.sha("publish_once")
-        commands = [("EVALSHA", sha, 3, *k, *a) for k, a in map(call, envelopes)]
+        commands = [scripts.command("publish_once", k, a) for k, a in map(call, envelopes)]
         try:
             replies = run_batch(
                 client, commands, transaction=False, raise_on_error=False, quiet=counted

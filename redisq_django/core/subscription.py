@@ -245,11 +245,11 @@ class Subscription:
         wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
         failure = Failure.of(failure)
         fields = settle.next_delivery(message, now, failed=True, error=failure)
+        # Without `next_due`: fail.lua adds the due time it makes, by Redis's clock.
         event = self._event(
             EventName.RETRIED,
             [events.record(message.id, message.attempts, message.duration_ms)],
             failure=failure,
-            next_due_ms=now + wait_ms,  # fail.lua puts the due time by Redis's clock
         )
         self.report.failed += 1
         counts = trends.settle_counts(self.group, True, trends.RETRIED, message.duration_ms)

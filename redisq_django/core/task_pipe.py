@@ -60,7 +60,7 @@ class TaskPipe:
         if self._conn is None:
             self._conn = self._pool.get_connection()
         try:
-            self._conn.send_command("EVALSHA", self.scripts.sha(name), len(keys), *keys, *args)
+            self._conn.send_command(*self.scripts.command(name, keys, args))
         except BaseException:
             self._drop()
             raise

@@ -63,18 +63,23 @@ def enqueue_call(
     due = envelope.due_at_ms or 0
     member = envelope.member() if due else b""
     args: list[Any] = [
-        expire_at_ms,
+        expires(expire_at_ms),
         envelope.id,
         mode,
         due,
         member,
-        now_ms() if now is None else now,
+        "" if now is None else now,  # "": Redis's clock says which index entries expired
         len(result),
         *_pairs(result),
     ]
     if mode == PUBLISH and not due:
         args += envelope.fields()
     return [keys.task_result(envelope.id), keys.task_results, keys.log, keys.delayed], args
+
+
+def expires(expire_at_ms: int) -> str:
+    """An expiry (by this host's clock) as ``+<ms>``: the scripts time it by Redis's."""
+    return f"+{max(1, expire_at_ms - now_ms())}"
 
 
 def _pairs(fields: Mapping[str, str] | Mapping[bytes, bytes]) -> list[Any]:
@@ -196,7 +201,7 @@ class TaskResults:
         return (
             [keys.task_result(message.id), keys.task_results, source, gkeys.leases],
             [
-                expire_at_ms,
+                expires(expire_at_ms),
                 message.id,
                 worker_id,
                 now,
@@ -269,9 +274,8 @@ class TaskResults:
         retry_fields[F_FAILURES] = str(failed).encode()
         if policy.should_retry(failed):
             wait_ms = max(1, int(policy.backoff(failed, self._rng) * 1000))
-            event = self._event(  # task_settle.lua puts the due time by Redis's clock
-                EventName.RETRIED, message, duration_ms, failure=failure, next_due_ms=now + wait_ms
-            )
+            # Without `next_due`: task_settle.lua adds the due time it makes (Redis's clock).
+            event = self._event(EventName.RETRIED, message, duration_ms, failure=failure)
             keys, args = self.settle_call(
                 message, "retry", f"+{wait_ms}", {"status": READY}, error_json, retry_fields,
                 expire_at_ms, event,
@@ -333,7 +337,7 @@ class TaskResults:
             "1" if message.stream is Stream.DIRECT else "0",
             mode,
             due,
-            expire_at_ms,
+            expires(expire_at_ms),
             message.id,
             error_json,
             len(result),
@@ -353,7 +357,7 @@ class TaskResults:
             self.scripts(
                 "task_ready",
                 [keys.task_result(result_id), keys.task_results],
-                [expire_at_ms, result_id],
+                [expires(expire_at_ms), result_id],
             )
         )
 
@@ -368,7 +372,7 @@ class TaskResults:
             self.scripts(
                 "task_lost",
                 [keys.task_result(result_id), keys.task_results],
-                [expire_at_ms, result_id, json.dumps(dict(error)), now_ms()],
+                [expires(expire_at_ms), result_id, json.dumps(dict(error)), now_ms()],
             )
         )
 

@@ -6,6 +6,20 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+#: An integer on the wire (an envelope's ``attempts`` and times, in a stream entry or a
+#: delayed or retry member) is 1 to this many ASCII digits and nothing else: no sign, no
+#: space, no ``0x``, ``5e0`` or ``5_0`` (which Python's ``int()`` or Lua's ``tonumber``
+#: would take), leading zeros allowed. Every such number is exact in a double, the only
+#: number type of Lua and JavaScript: every language reads the same value, or refuses.
+MAX_INT_DIGITS = 15
+
+
+def wire_int(raw: bytes | str) -> int | None:
+    """``raw`` as an integer of the wire (see :data:`MAX_INT_DIGITS`), else None."""
+    if 0 < len(raw) <= MAX_INT_DIGITS and raw.isascii() and raw.isdigit():
+        return int(raw)
+    return None
+
 
 def to_str(value: Any) -> str:
     """Text of a reply value (bytes are decoded as UTF-8, odd bytes escaped)."""

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+from redisq_django.core.wire import wire_int
 from redisq_django.pipeline.redis_io import RawEntry, StreamRef
 from redisq_django.pipeline.schemas import Table, arrow_schema
 
@@ -28,12 +29,16 @@ _TS = pa.timestamp("us", tz="UTC")
 
 
 def _int(raw: Any, limit: int = 2**31 - 1) -> int | None:
-    """``raw`` (bytes/str/number) as an integer in ``[0, limit]``, else None."""
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if 0 <= value <= limit else None
+    """``raw`` as an integer in ``[0, limit]``, else None: text by the wire's rule (1 to 15
+    digits, ``core.wire.wire_int``: what the consumers decode), a number from JSON as is."""
+    if isinstance(raw, bytes | str):
+        value = wire_int(raw)
+    else:
+        try:
+            value = int(raw)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return value if value is not None and 0 <= value <= limit else None
 
 
 def _ms(raw: Any) -> int | None:

@@ -31,7 +31,7 @@ from redisq_django.core.batch import Command
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.keys import QueueKeys, registry_key
-from redisq_django.core.scripts import ScriptName, script_source
+from redisq_django.core.scripts import AsyncScripts, ScriptName
 from redisq_django.core.task_results import PUBLISH, decode_hash, enqueue_call
 
 #: Connection settings copied from the broker's client.
@@ -81,7 +81,10 @@ class _LoopClient:
     source: Any  # the broker's client it was built from
     conn: Any
     closer: Any  # the async generator that closes it at the loop's shutdown
-    scripts: dict[str, Any] = field(default_factory=dict)
+    scripts: AsyncScripts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scripts = AsyncScripts(self.conn)
 
 
 _lock = threading.Lock()
@@ -128,17 +131,10 @@ async def client() -> AsyncIterator[_LoopClient]:
         raise RedisUnavailable(describe_client(get_broker().client), exc) from exc
 
 
-def _registered(entry: _LoopClient, name: ScriptName) -> Any:
-    script = entry.scripts.get(name)
-    if script is None:  # AsyncScript sends EVALSHA and loads the script on NOSCRIPT
-        script = entry.scripts[name] = entry.conn.register_script(script_source(name))
-    return script
-
-
 async def _script(
     entry: _LoopClient, name: ScriptName, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    return await _registered(entry, name)(keys=list(keys), args=list(args))
+    return await entry.scripts(name, keys, args)
 
 
 async def _script_quietly(
@@ -152,15 +148,14 @@ async def _script_quietly(
     does for the synchronous client: the script's reply (raised when it is an error), the
     quiet commands' replies ignored. After NOSCRIPT the script is loaded and run again,
     alone: the quiet commands went through the first time."""
-    script = _registered(entry, name)
     async with entry.conn.pipeline(transaction=False) as pipe:
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        pipe.execute_command(*entry.scripts.command(name, keys, args))
         for command in quiet:
             pipe.execute_command(*command)
         replies = await pipe.execute(raise_on_error=False)
     reply = replies[0]
     if isinstance(reply, redis.exceptions.NoScriptError):
-        return await script(keys=list(keys), args=list(args))
+        return await entry.scripts(name, keys, args)
     if isinstance(reply, Exception):
         raise reply
     return reply

@@ -330,6 +330,12 @@ def test_a_member_that_is_not_a_json_object_of_strings_shows_raw() -> None:
     assert browse.member_fields(b'{"payload":1}') == {b"raw": b'{"payload":1}'}
     assert browse.member_fields(b"[1]") == {b"raw": b"[1]"}
     assert browse.member_fields(b"nope") == {b"raw": b"nope"}
+    # A byte order mark: not JSON text for promote.lua's cjson either
+    assert browse.member_fields(b'\xef\xbb\xbf{"payload":"1"}') == {
+        b"raw": b'\xef\xbb\xbf{"payload":"1"}'
+    }
+    # A lone surrogate escape: shown, not a UnicodeEncodeError that breaks the page
+    assert browse.member_fields(b'{"payload":"\\udc80"}') == {b"payload": b"\xed\xb2\x80"}
 
 
 def test_deliver_waiting_finds_ids_and_delivers_all_across_pages(

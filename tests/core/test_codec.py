@@ -307,7 +307,7 @@ def test_decode_full_envelope() -> None:
         ({b"payload": b"1", b"headers": b"{"}, "headers are not valid JSON"),
         ({b"payload": b"1", b"id": b"\xff"}, "field 'id' is not UTF-8"),
         ({b"payload": b"1", b"attempts": b"x"}, "field 'attempts' is not an integer"),
-        ({b"payload": b"1", b"due_at": b"-5"}, "field 'due_at' is negative"),
+        ({b"payload": b"1", b"due_at": b"-5"}, "field 'due_at' is not an integer"),
         # A pathological nesting depth must not escape as RecursionError.
         ({b"payload": b"[" * 100_000}, "payload is not valid JSON"),
         ({b"payload": b"1", b"headers": b'{"a":' * 100_000}, "headers are not valid JSON"),

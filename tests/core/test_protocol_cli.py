@@ -30,6 +30,8 @@ from tests.core.guarantee_helpers import drain, fetch_nothing
 SCRIPTS_DIR = Path(shipped_scripts.__file__).parent
 #: Bound on one redis-cli call.
 CLI_TIMEOUT_S = 10
+#: ARGV[1] of every script call, as PROTOCOL.md spells it ("Versions and upgrades").
+PROTOCOL = "redisq/2"
 
 
 # -- a foreign client: redis-cli and the script files --------------------------------------
@@ -141,9 +143,11 @@ class Cli:
         text = (SCRIPTS_DIR / f"{name}.lua").read_text()
         return str(parse_no_raw(self._run(["-x", "SCRIPT", "LOAD"], stdin=text)))
 
-    def script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """EVALSHA the shipped script ``name``; on NOSCRIPT, load it and call again."""
-        call = [len(keys), *keys, *args]
+    def script(self, name: str, keys: list[str], args: list[Any], *, version: Any = None) -> Any:
+        """EVALSHA the shipped script ``name`` with the protocol version first (``version``:
+        another token, ``()``: none); on NOSCRIPT, load it and call again."""
+        token = [PROTOCOL] if version is None else list(version)
+        call = [len(keys), *keys, *token, *args]
         try:
             return self("EVALSHA", self.load_cached(name), *call)
         except CliError as exc:
@@ -965,6 +969,25 @@ def test_cli_history_layouts_write_their_events(
     assert (msg.id, msg.attempts) == ("m-b", 1)
     assert [pairs(f)["e"] for _, f in cli("XRANGE", keys.events, "-", "+")][-1] == "handled"
     assert fetch_nothing(hist.subscribe(queue_name, "billing", "py-2")) == []
+
+
+def test_cli_a_call_of_another_protocol_version_is_refused_with_a_clear_error(
+    cli: Cli, keys: Keys
+) -> None:
+    register = [keys.log, keys.direct("billing")]
+    # When a client of protocol 1 (no version first) registers a consumer
+    with pytest.raises(CliError) as refused:
+        cli.script("ensure_consumer", register, ["billing", "$"], version=())
+    # Then the script says what it speaks and what it got, and did nothing
+    assert str(refused.value) == (
+        "REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/2, caller sent 'billing': "
+        "load the scripts shipped with the redisq version your client implements"
+    )
+    with pytest.raises(CliError, match="caller sent 'redisq/3'"):
+        cli.script("ensure_consumer", register, ["billing", "$"], version=["redisq/3"])
+    assert cli("EXISTS", keys.log, keys.direct("billing")) == 0
+    # And the same call with the version registers it
+    assert cli.script("ensure_consumer", register, ["billing", "$"]) == 1
 
 
 def test_parse_no_raw_reads_nested_replies() -> None:

@@ -13,7 +13,9 @@ import json
 import pytest
 import redis
 
+from redisq_django.core import task_results
 from redisq_django.core.broker import Broker
+from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
 
 G = "billing"
@@ -190,3 +192,26 @@ def test_schedule_claim_claims_a_tick_once_and_only_when_redis_says_it_is_due(
     # And a tick not due yet stays refused until Redis's clock reaches it
     assert claim(tick + 5000)[0] == -1
     assert redis_client.zscore(claimed, name) == tick
+
+
+@pytest.mark.parametrize("skew_ms", [-2 * 86_400_000, 2 * 86_400_000])
+def test_a_task_result_expires_by_redis_clock_whatever_the_host_clock_says(
+    broker: Broker,
+    redis_client: redis.Redis,
+    qk: QueueKeys,
+    monkeypatch: pytest.MonkeyPatch,
+    skew_ms: int,
+) -> None:
+    # Given a host whose clock is two days off, keeping results for a day by its clock
+    skewed = redis_ms(redis_client) + skew_ms
+    monkeypatch.setattr(task_results, "now_ms", lambda: skewed)
+    results = task_results.TaskResults(broker.client, broker.scripts, broker.keys)
+    envelope = Envelope(queue=qk.queue, id="r1", payload_json=b"{}")
+    # When it enqueues a task and settles nothing yet
+    t0 = redis_ms(redis_client)
+    results.enqueue(envelope, {"task": "t", "status": "READY"}, expire_at_ms=skewed + 86_400_000)
+    t1 = redis_ms(redis_client)
+    # Then the result lives a day by Redis's clock: neither gone at once nor for three days
+    expiry = redis_client.zscore(qk.task_results, "r1")
+    assert expiry is not None and t0 + 86_400_000 <= expiry <= t1 + 86_400_000
+    assert 86_400_000 - 60_000 < redis_client.pttl(qk.task_result("r1")) <= 86_400_000

@@ -11,8 +11,9 @@ import redis
 from redisq_django.core import Broker, CoreConfig, NotRedrivable, PayloadTooLarge
 from tests.core.guarantee_helpers import drain, ids
 
-#: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
-FAR_FUTURE_MS = "100000000000000000"
+#: The largest integer of the wire (15 digits) in ms since the epoch: the year 33658,
+#: beyond what a datetime can hold. Longer text is not an integer at all.
+FAR_FUTURE_MS = "999999999999999"
 
 
 @pytest.fixture

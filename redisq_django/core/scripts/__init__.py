@@ -2,10 +2,18 @@
 
 Each file starts with a header listing every ``KEYS[i]`` and ``ARGV[i]``; PROTOCOL.md
 lists them for clients in other languages, which must call the same scripts.
+
+Every script takes the protocol version as ``ARGV[1]`` (:data:`PROTOCOL_TOKEN`) and
+refuses any other with an error reply starting ``REDISQ_PROTOCOL`` (PROTOCOL.md,
+"Versions and upgrades"): a client that kept old scripts, or old calls, after an upgrade
+changed a script's arguments is refused instead of misread. The token is added here, in
+every way our code calls a script (:meth:`Scripts.__call__`, :meth:`Scripts.command`,
+:class:`AsyncScripts`); nothing else sends ``EVALSHA``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal, get_args
 
@@ -38,6 +46,17 @@ ScriptName = Literal[
 
 SCRIPT_NAMES: tuple[ScriptName, ...] = get_args(ScriptName)
 
+#: The redisq protocol this release speaks (PROTOCOL.md; the envelope has its own ``v``).
+PROTOCOL_VERSION = 2
+#: ``ARGV[1]`` of every script call: no real first argument looks like it (names have no
+#: ``/``), so a caller of protocol 1, which sends none, is refused rather than misread.
+PROTOCOL_TOKEN = f"redisq/{PROTOCOL_VERSION}".encode()
+
+
+def versioned(args: Sequence[Any]) -> list[Any]:
+    """A script's ARGV as sent: the protocol token, then ``args``."""
+    return [PROTOCOL_TOKEN, *args]
+
 
 def script_source(name: str) -> str:
     """The text of ``core/scripts/<name>.lua``."""
@@ -60,13 +79,43 @@ class Scripts:
         self, name: ScriptName, keys: list[str], args: list[Any], client: Any = None
     ) -> Any:
         """Run script ``name``; with ``client`` (a pipeline), queue it there instead."""
-        return self._scripts[name](keys=keys, args=args, client=client)
+        return self._scripts[name](keys=keys, args=versioned(args), client=client)
 
-    def sha(self, name: ScriptName) -> str:
-        """The SHA1 of script ``name``, for an ``EVALSHA`` sent by other means."""
-        return str(self._scripts[name].sha)
+    def command(
+        self, name: ScriptName, keys: Sequence[Any], args: Sequence[Any] = ()
+    ) -> tuple[Any, ...]:
+        """The ``EVALSHA`` command of script ``name``, for a write built by other means
+        (hiredis-packed batches, pipelined replies read later): its arguments are
+        ``args`` after the protocol token. With ``args`` empty, the start of a command
+        whose arguments the caller appends."""
+        return ("EVALSHA", self._scripts[name].sha, len(keys), *keys, *versioned(args))
 
     def load(self, name: ScriptName) -> None:
         """Load script ``name`` into Redis (after a NOSCRIPT reply)."""
         script = self._scripts[name]
         script.registered_client.script_load(script.script)
+
+
+class AsyncScripts:
+    """The scripts of one ``redis.asyncio`` client, registered on first use (its
+    ``AsyncScript`` sends EVALSHA and loads the script on NOSCRIPT)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._scripts: dict[str, Any] = {}
+
+    def _script(self, name: ScriptName) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._client.register_script(script_source(name))
+        return script
+
+    async def __call__(self, name: ScriptName, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run script ``name``."""
+        return await self._script(name)(keys=list(keys), args=versioned(args))
+
+    def command(
+        self, name: ScriptName, keys: Sequence[Any], args: Sequence[Any] = ()
+    ) -> tuple[Any, ...]:
+        """The ``EVALSHA`` command of script ``name`` (as :meth:`Scripts.command`)."""
+        return ("EVALSHA", self._script(name).sha, len(keys), *keys, *versioned(args))

@@ -1,11 +1,21 @@
 -- archive_commit.lua: record how far the archive has safely stored a stream.
 --
 -- KEYS[1]  hash    redisq:{q}:meta
--- ARGV[1]  field: "archive:messages" (the log) or "archive:events" (the events stream)
--- ARGV[2]  the last entry id the archive committed
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  field: "archive:messages" (the log) or "archive:events" (the events stream)
+-- ARGV[3]  the last entry id the archive committed
 --
 -- The position only moves forward (a late or repeated commit never moves it back).
 -- Returns the position now recorded.
+
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script archive_commit.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -13,12 +23,12 @@ local function parse(id)
   return {tonumber(ms), tonumber(seq)}
 end
 
-local new = parse(ARGV[2])
-if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[2]) end
-local current = redis.call('HGET', KEYS[1], ARGV[1])
+local new = parse(ARGV[3])
+if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[3]) end
+local current = redis.call('HGET', KEYS[1], ARGV[2])
 local old = current and parse(current)
 if old and (old[1] > new[1] or (old[1] == new[1] and old[2] >= new[2])) then
   return current
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return ARGV[2]
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+return ARGV[3]

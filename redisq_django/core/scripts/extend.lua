@@ -2,21 +2,31 @@
 --
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
--- ARGV[1]  group name
--- ARGV[2]  consumer (instance) name
--- ARGV[3]  n: how many of the following ids are log entries
--- ARGV[4 .. 3+n]  log entry ids; ARGV[4+n ..] direct entry ids
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  consumer (instance) name
+-- ARGV[4]  n: how many of the following ids are log entries
+-- ARGV[5 .. 4+n]  log entry ids; ARGV[5+n ..] direct entry ids
 --
 -- Resets the idle time of each entry this consumer still owns (XCLAIM ... JUSTID, which
 -- leaves the delivery count alone). Returns the ids another consumer owns now (ids no
 -- longer pending at all were settled meanwhile and are not reported).
 
-local group, consumer = ARGV[1], ARGV[2]
-local n = tonumber(ARGV[3])
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script extend.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+local group, consumer = ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
 local lost = {}
 
-for i = 4, #ARGV do
-  local key = (i <= 3 + n) and KEYS[1] or KEYS[2]
+for i = 5, #ARGV do
+  local key = (i <= 4 + n) and KEYS[1] or KEYS[2]
   local id = ARGV[i]
   local p = redis.call('XPENDING', key, group, id, id, 1)
   if #p == 1 then

@@ -4,21 +4,23 @@
 -- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
 -- KEYS[3]  stream  redisq:{q}:g:<g>:dead
 -- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
--- ARGV[1]  group name
--- ARGV[2]  consumer (instance) that holds the entry; "" skips the ownership check
--- ARGV[3]  entry id
--- ARGV[4]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
--- ARGV[5]  "retry" or "dead"
--- ARGV[6]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
+-- ARGV[4]  entry id
+-- ARGV[5]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
+-- ARGV[6]  "retry" or "dead"
+-- ARGV[7]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
 --          that many ms after now by Redis's own clock (TIME), never the caller's; or
---          a due time, ms since the epoch. With history on, a relative due time also
---          becomes the value of the event's `next_due` field.
+--          a due time, ms since the epoch ("0": at once, a release)
 -- Without KEYS[4]:
--- ARGV[7 ..]  field, value pairs of the envelope to write (retry member or dead entry)
+-- ARGV[8 ..]  field, value pairs of the envelope to write (retry member or dead entry)
 -- With KEYS[4]:
--- ARGV[7]  k: how many field, value pairs the event has
--- ARGV[8 .. 7+2k]  the event's field, value pairs (written to KEYS[4] when settled)
--- ARGV[8+2k ..]    field, value pairs of the envelope to write
+-- ARGV[8]  k: how many field, value pairs the event has
+-- ARGV[9 .. 8+2k]  the event's field, value pairs (written to KEYS[4] when settled). A
+--                  `retried` event gets `next_due` here: the retry's due time (ms, by
+--                  Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
+-- ARGV[9+2k ..]    field, value pairs of the envelope to write
 --
 -- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
 -- lease expired and another instance owns it now: that instance settles it instead).
@@ -26,7 +28,16 @@
 -- not undo a script's earlier writes, and the entry must stay pending rather than be
 -- acknowledged without its retry or dead letter.
 
-local group, consumer, id = ARGV[1], ARGV[2], ARGV[3]
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script fail.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+local group, consumer, id, mode = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
 
 local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
 if #pending == 0 then return 0 end
@@ -43,32 +54,41 @@ for _, key in ipairs(wanted) do
   end
 end
 
-local due = ARGV[6]
-if ARGV[5] == 'retry' and string.sub(due, 1, 1) == '+' then
+local due = ARGV[7]
+if mode == 'retry' and string.sub(due, 1, 1) == '+' then
   -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
   redis.replicate_commands()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  due = tostring(now + tonumber(string.sub(due, 2)))
+  due = string.format('%d', now + tonumber(string.sub(due, 2)))
 end
 
-local first = 7
+local first = 8
 if #KEYS >= 4 then
-  local k = tonumber(ARGV[7])
-  first = 8 + 2 * k
+  local k = tonumber(ARGV[8])
+  first = 9 + 2 * k
   if k > 0 then
-    local event = {unpack(ARGV, 8, first - 1)}
-    for i = 1, #event, 2 do
-      if event[i] == 'next_due' and due ~= ARGV[6] then event[i + 1] = due end
+    -- The event as given, but its `next_due`: a `retried` event's is the due time above.
+    local event, retried = {}, false
+    for i = 9, first - 1, 2 do
+      if ARGV[i] ~= 'next_due' then
+        event[#event + 1] = ARGV[i]
+        event[#event + 1] = ARGV[i + 1]
+      end
+      if ARGV[i] == 'e' and ARGV[i + 1] == 'retried' then retried = true end
+    end
+    if retried and mode == 'retry' then
+      event[#event + 1] = 'next_due'
+      event[#event + 1] = due
     end
     redis.call('XADD', KEYS[4], '*', unpack(event))
   end
 end
 
 redis.call('XACK', KEYS[1], group, id)
-if ARGV[4] == '1' then redis.call('XDEL', KEYS[1], id) end
+if ARGV[5] == '1' then redis.call('XDEL', KEYS[1], id) end
 
-if ARGV[5] == 'retry' then
+if mode == 'retry' then
   local envelope = {}
   for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
   redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))

@@ -5,9 +5,10 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  zset    redisq:{q}:g:<g>:leases   member = "log:<entry id>" or
 --                  "direct:<entry id>", score = when that delivery's lease ends (ms)
--- ARGV[1]  group name
--- ARGV[2]  consumer (instance) name
--- ARGV[3 ..]  triples: "log" or "direct", entry id, the lease's length in ms
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  consumer (instance) name
+-- ARGV[4 ..]  triples: "log" or "direct", entry id, the lease's length in ms
 --
 -- For each entry this consumer still holds, its lease now ends that many ms after Redis's
 -- now (TIME), and its idle time restarts (XCLAIM ... JUSTID, which counts no delivery).
@@ -15,14 +16,23 @@
 -- the instance's heartbeat and the consumer's visibility timeout. An entry no longer
 -- pending loses its lease (it was settled). Returns the ids another consumer holds now.
 
-local group, consumer, leases = ARGV[1], ARGV[2], KEYS[3]
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script lease.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+local group, consumer, leases = ARGV[2], ARGV[3], KEYS[3]
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lost = {}
 
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   local log = ARGV[i] == 'log'
   local key = log and KEYS[1] or KEYS[2]
   local id = ARGV[i + 1]

@@ -5,9 +5,10 @@
 -- KEYS[2]  stream  redisq:{q}:log
 -- KEYS[3]  zset    redisq:{q}:g:<g>:retry      (same member layout)
 -- KEYS[4]  stream  redisq:{q}:g:<g>:direct
--- ARGV[1]  "" (what our code sends): "now" is Redis's own clock (TIME), never the
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  "" (what our code sends): "now" is Redis's own clock (TIME), never the
 --          caller's; a number (ms since the epoch) fixes "now" instead (tests)
--- ARGV[2]  at most this many entries are moved from each zset (bounds the call)
+-- ARGV[3]  at most this many entries are moved from each zset (bounds the call)
 --
 -- Returns {moved_from_delayed, moved_from_retry, next_due_ms or -1, now_ms}: now_ms is
 -- the "now" the call used (Redis's clock), so a caller times its next call by the wait
@@ -17,14 +18,23 @@
 -- undecodable instead of it blocking the zset forever. Values are never re-encoded: Lua's
 -- cjson would change them (12345678901234567 -> 1.2345678901235e+16, [] -> {}).
 
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script promote.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local limit = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 
 local function flatten(member)
   local ok, decoded = pcall(cjson.decode, member)

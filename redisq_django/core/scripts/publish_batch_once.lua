@@ -5,8 +5,9 @@
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
 -- KEYS[3]  string  redisq:{q}:batch:<batch id>   marker that this batch was published
--- ARGV[1]  how long the marker is kept, ms
--- ARGV[2]  n: how many messages follow; each is, as in publish_delayed.lua,
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  how long the marker is kept, ms
+-- ARGV[3]  n: how many messages follow; each is, as in publish_delayed.lua,
 --            due   "0": append to the log now (XADD); "+<ms>": delayed, due that many ms
 --                  after now by Redis's own clock (TIME), never the publisher's; "<ms>":
 --                  delayed until that due time, ms since the epoch (an eta)
@@ -16,9 +17,19 @@
 --
 -- All of them or none for well-formed arguments (one script). The marker is written
 -- last, so a batch refused part-way (a wrong key type) leaves none; like EXEC, Redis
--- does not undo the writes before a failing command. Returns {1, then in order the log entry id of each message published now
--- and the due time (ms) of each delayed one} when published now, or {0} when the marker
--- shows the batch was already published (nothing is written).
+-- does not undo the writes before a failing command. Returns {1, then in order the log
+-- entry id of each message published now and the due time (ms) of each delayed one} when
+-- published now, or {0} when the marker shows the batch was already published (nothing
+-- is written).
+
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script publish_batch_once.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then return {0} end
 
@@ -28,8 +39,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local out = {1}
-local i = 3
-for m = 1, tonumber(ARGV[2]) do
+local i = 4
+for m = 1, tonumber(ARGV[3]) do
   local due, k = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + 2 * k
   if due == '0' then
@@ -46,5 +57,5 @@ for m = 1, tonumber(ARGV[2]) do
   end
   i = last + 1
 end
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
 return out

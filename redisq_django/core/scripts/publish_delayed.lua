@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
 -- KEYS[2]  stream  redisq:{q}:log
--- ARGV[1]  n: how many messages follow; each is
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  n: how many messages follow; each is
 --            due   "0": append to the log now (XADD); "+<ms>": delayed, due that many ms
 --                  after now by Redis's own clock (TIME), never the publisher's; "<ms>":
 --                  delayed until that due time, ms since the epoch (an eta)
@@ -13,14 +14,23 @@
 -- All of them or none (one script). Returns, in order, the log entry id of each message
 -- published now and the due time (ms) of each delayed one.
 
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script publish_delayed.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local out = {}
-local i = 2
-for m = 1, tonumber(ARGV[1]) do
+local i = 3
+for m = 1, tonumber(ARGV[2]) do
   local due, k = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + 2 * k
   if due == '0' then

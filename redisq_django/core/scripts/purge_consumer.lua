@@ -2,8 +2,9 @@
 --
 -- KEYS[1]  zset    redisq:{q}:g:<g>:retry    retries waiting for their backoff
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct   the consumer's private input
--- ARGV[1]  group name
--- ARGV[2]  at most this many entries removed from each key per call (bounds the call)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  at most this many entries removed from each key per call (bounds the call)
 --
 -- Removes retries waiting for their backoff and the entries of the private input not yet
 -- delivered to the group (after its last-delivered id). Entries delivered and not yet
@@ -11,7 +12,16 @@
 -- touched: move the group to the end of it (XGROUP SETID … $) to skip its backlog there.
 -- Returns {retries removed, direct entries removed, 1 when more remain (call again) or 0}.
 
-local limit = tonumber(ARGV[2])
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script purge_consumer.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+local limit = tonumber(ARGV[3])
 local retries = redis.call('ZREMRANGEBYRANK', KEYS[1], 0, limit - 1)
 
 local last = nil
@@ -19,7 +29,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
     local info = {}
     for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
-    if info['name'] == ARGV[1] then last = info['last-delivered-id'] end
+    if info['name'] == ARGV[2] then last = info['last-delivered-id'] end
   end
 end
 local removed = 0

@@ -12,20 +12,21 @@
 --                  Optional (after KEYS[4]): without it no delivery has a lease of its own.
 -- KEYS[6]  stream  redisq:{q}:events   (only when history is on, after KEYS[5]: one
 --                  `reclaimed` event per call, listing every entry taken over)
--- ARGV[1]  group name
--- ARGV[2]  consumer (instance) taking the entries over
--- ARGV[3]  visibility timeout, ms: entries idle this long are claimed
--- ARGV[4]  at most this many entries are claimed per stream
--- ARGV[5]  "" (what our code sends): heartbeat expiries are compared with Redis's own
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  consumer (instance) taking the entries over
+-- ARGV[4]  visibility timeout, ms: entries idle this long are claimed
+-- ARGV[5]  at most this many entries are claimed per stream
+-- ARGV[6]  "" (what our code sends): heartbeat expiries are compared with Redis's own
 --          clock (TIME), never the caller's; a number (ms) fixes "now" instead (tests)
--- ARGV[6]  cursor for the log: the entry id the scan of idle entries goes on from
+-- ARGV[7]  cursor for the log: the entry id the scan of idle entries goes on from
 --          ("0-0" to start; pass back what the last call replied)
--- ARGV[7]  cursor for the direct stream
+-- ARGV[8]  cursor for the direct stream
 --
 -- First, deliveries with a lease of their own (KEYS[5]) whose lease has ended are taken
 -- over, whoever holds them; each counts a delivery (it was started). Such a delivery is
 -- taken over then and only then: neither an expired heartbeat of its instance nor the
--- visibility timeout of ARGV[3] applies to it.
+-- visibility timeout of ARGV[4] applies to it.
 -- Then, instances whose heartbeat expired lose their entries at once (no need to wait
 -- for the visibility timeout); once they hold nothing they are removed from the group
 -- (and from KEYS[3] and KEYS[4]); once they hold nothing but deliveries with a running
@@ -48,12 +49,21 @@
 -- {id, {field, value, ...}, delivery_count}. Entries deleted from the stream while
 -- pending (hard cap) are acknowledged and not returned.
 
-local group, me = ARGV[1], ARGV[2]
-local min_idle = tonumber(ARGV[3])
-local limit = tonumber(ARGV[4])
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script reclaim.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+local group, me = ARGV[2], ARGV[3]
+local min_idle = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[5])
+local now = tonumber(ARGV[6])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,14 +75,20 @@ local history_key = KEYS[6]
 local leases = KEYS[5]
 
 -- ["<message id>",<attempt>,null] of a claimed entry: the message id is the `id` field or
--- the entry id; the attempt adds the deliveries already failed (`attempts`).
+-- the entry id; the attempt adds the deliveries already failed (`attempts`). An integer of
+-- the envelope is 1 to 15 digits 0-9 and nothing else (PROTOCOL.md, "Envelope v1"; Lua's
+-- tonumber would take " 5", "0x5" or "5e0"): any other `attempts` makes the entry
+-- undecodable for its reader, and counts 0 here.
 local function record(entry_id, fields, deliveries)
   local mid, done = entry_id, 0
   for i = 1, #fields, 2 do
     if fields[i] == 'id' then mid = fields[i + 1] end
-    if fields[i] == 'attempts' then done = tonumber(fields[i + 1]) or 0 end
+    if fields[i] == 'attempts' then
+      local text = fields[i + 1]
+      done = (#text <= 15 and string.match(text, '^%d+$')) and tonumber(text) or 0
+    end
   end
-  return '[' .. cjson.encode(mid) .. ',' .. (done + deliveries) .. ',null]'
+  return '[' .. cjson.encode(mid) .. ',' .. string.format('%d', done + deliveries) .. ',null]'
 end
 
 -- Who started which entry: "log:<id>" / "direct:<id>" -> instance (read once, if needed).
@@ -192,7 +208,7 @@ end
 -- (not XAUTOCLAIM, which forgets the holder) tells who held each: whether it counts
 -- depends on that instance's record. One row more than there is room for gives the
 -- cursor of the next call ("0-0": the scan is complete), as XAUTOCLAIM's would.
-local cursors = {ARGV[6], ARGV[7]}
+local cursors = {ARGV[7], ARGV[8]}
 for s = 1, 2 do
   local room = limit - #out[s]
   if room > 0 then

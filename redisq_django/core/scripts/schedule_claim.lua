@@ -2,8 +2,9 @@
 --
 -- KEYS[1]  zset  redisq:schedules:claimed   member = schedule name, score = the latest
 --                tick claimed (ms since the epoch)
--- ARGV[1]  the schedule's name
--- ARGV[2]  the tick, ms since the epoch
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the schedule's name
+-- ARGV[3]  the tick, ms since the epoch
 --
 -- The worker that gets 1 publishes the tick (publish_once.lua, id "<name>@<tick>"),
 -- then records it in redisq:schedules:sent. Exactly one caller gets 1 for a tick: the
@@ -15,10 +16,19 @@
 -- Returns {1, now}: claimed, publish it; {0, now}: this tick or a later one is claimed
 -- already; {-1, now}: not due yet, ask again at the tick (now is Redis's clock, ms).
 
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script schedule_claim.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local tick = tonumber(ARGV[2])
+local tick = tonumber(ARGV[3])
 if tick > now then return {-1, now} end
-return {redis.call('ZADD', KEYS[1], 'GT', 'CH', tick, ARGV[1]), now}
+return {redis.call('ZADD', KEYS[1], 'GT', 'CH', tick, ARGV[2]), now}

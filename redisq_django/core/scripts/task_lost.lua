@@ -3,21 +3,43 @@
 --
 -- KEYS[1]  hash  redisq:{q}:result:<id>   the task's result
 -- KEYS[2]  zset  redisq:{q}:results       result ids, score = expiry (ms)
--- ARGV[1]  when the result expires, ms since the epoch (PEXPIREAT; its index score)
--- ARGV[2]  result id
--- ARGV[3]  the error to append to the JSON array `errors` (a JSON object)
--- ARGV[4]  finished_at, ms since the epoch
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  when the result expires: "+<ms>" (what our code sends), that long after now
+--          by Redis's own clock (TIME); or a time, ms since the epoch. PEXPIREAT, and its
+--          score in KEYS[2]
+-- ARGV[3]  result id
+-- ARGV[4]  the error to append to the JSON array `errors` (a JSON object)
+-- ARGV[5]  finished_at, ms since the epoch
 --
 -- Only a result that is not finished changes (READY or RUNNING). Returns 1 when it
 -- changed, else 0.
+
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script task_lost.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
+-- The result's expiry, by Redis's clock unless the caller fixed a time.
+local expire_at = ARGV[2]
+if string.sub(expire_at, 1, 1) == '+' then
+  -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+  redis.replicate_commands()
+  local t = redis.call('TIME')
+  expire_at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    + tonumber(string.sub(expire_at, 2)))
+end
 
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'READY' and status ~= 'RUNNING' then return 0 end
 local raw = redis.call('HGET', KEYS[1], 'errors')
 local errors = (raw and raw ~= '[]') and cjson.decode(raw) or {}
-errors[#errors + 1] = cjson.decode(ARGV[3])
+errors[#errors + 1] = cjson.decode(ARGV[4])
 redis.call('HSET', KEYS[1], 'status', 'FAILED', 'errors', cjson.encode(errors),
-  'finished_at', ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+  'finished_at', ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], expire_at)
+redis.call('ZADD', KEYS[2], expire_at, ARGV[3])
 return 1

@@ -4,13 +4,14 @@
 -- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops; with history,
 --                  "archive:messages" / "archive:events" hold the archive's positions
 -- KEYS[3]  stream  redisq:{q}:events   (only when history is on)
--- ARGV[1]  "" (what our code sends): the age limits count from Redis's own clock
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  "" (what our code sends): the age limits count from Redis's own clock
 --          (TIME), the clock of the entry ids; a number (ms) fixes "now" instead (tests)
--- ARGV[2]  replay window by age, ms (0: none)
--- ARGV[3]  replay window by length, entries (0: none)
--- ARGV[4]  hard cap by length, entries (0: none)
--- ARGV[5]  hard cap by age, ms (0: none)
--- ARGV[6]  at most this many entries are removed per call
+-- ARGV[3]  replay window by age, ms (0: none)
+-- ARGV[4]  replay window by length, entries (0: none)
+-- ARGV[5]  hard cap by length, entries (0: none)
+-- ARGV[6]  hard cap by age, ms (0: none)
+-- ARGV[7]  at most this many entries are removed per call
 --
 -- Safe floor: for each consumer group, the oldest entry it still needs is the oldest
 -- pending one or the first one after its last-delivered id; the floor is the minimum
@@ -26,16 +27,25 @@
 --
 -- Returns {removed_safely, dropped}.
 
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script trim.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local window_ms, window_len = tonumber(ARGV[2]), tonumber(ARGV[3])
-local max_len, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
-local batch = tonumber(ARGV[6])
+local window_ms, window_len = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_len, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
+local batch = tonumber(ARGV[7])
 
 
 -- Ids as {ms, seq} pairs; seq may exceed a double's precision only at its maximum.

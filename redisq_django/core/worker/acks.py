@@ -182,7 +182,7 @@ class AckPipe:
         name, keys, args = settle.ack_parts(sub.gkeys, sub.consumer, messages, sub.history)
         if name is None:
             return ("XACK", *keys, *args)
-        return ("EVALSHA", sub.scripts.sha(name), len(keys), *keys, *args)
+        return sub.scripts.command(name, keys, args)
 
     def _mark_command(self, message: Message) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
@@ -253,13 +253,16 @@ class _Prepacked:
     def __init__(self, sub: Subscription) -> None:
         log, direct, group = sub.keys.log, sub.gkeys.direct, sub.group
         self.xack = _head(4, "XACK", log, group)  # + the entry id
-        # ack.lua's history layout for one id: KEYS log, direct, events; ARGV group, n,
-        # instance, m = 1, the id, its records (see core/settle.py ack_call)
-        script = ("EVALSHA", sub.scripts.sha("ack"), 3, log, direct, sub.keys.events, group)
-        self.recorded = _head(12, *script, 1, sub.consumer, 1)
-        self.recorded_direct = _head(12, *script, 0, sub.consumer, 1)
+        # ack.lua's history layout for one id: KEYS log, direct, events; ARGV (after the
+        # protocol token) group, n, instance, m = 1, the id, its records (core/settle.py)
+        hist = [log, direct, sub.keys.events]
+        recorded = sub.scripts.command("ack", hist, [group, 1, sub.consumer, 1])
+        self.recorded = _head(len(recorded) + 2, *recorded)  # + the entry id, its records
+        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.consumer, 1])
+        self.recorded_direct = _head(len(recorded_direct) + 2, *recorded_direct)
         # ack.lua without history, one direct id: ARGV group, n = 0, the id
-        self.xack_direct = _head(8, "EVALSHA", sub.scripts.sha("ack"), 2, log, direct, group, 0)
+        xack_direct = sub.scripts.command("ack", [log, direct], [group, 0])
+        self.xack_direct = _head(len(xack_direct) + 1, *xack_direct)  # + the entry id
         self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
 
 

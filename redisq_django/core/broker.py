@@ -13,12 +13,16 @@ from redisq_django.core import archive, replay, retention
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
 from redisq_django.core.envelope import Delay, Due, Envelope, due_of
-from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
+from redisq_django.core.errors import (
+    ConsumerNotFound,
+    describe_client,
+    is_nogroup,
+    translate_errors,
+)
 from redisq_django.core.groups import (
     default_instance_name,
     ensure_group,
     group_names,
-    is_nogroup,
     remove_group,
 )
 from redisq_django.core.hooks import PublishHook, sending

@@ -29,7 +29,7 @@ from tests.support.workers import (
     wait_ids,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 FAULTS, RECORDER = "faults", "recorder"  # tests/faultapp/consumers.py
 CHAOS = "chaos"  # consumers alpha and beta

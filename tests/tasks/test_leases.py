@@ -24,7 +24,11 @@ from redisq_django.tasks.options import TASKS_CONSUMER
 from tests.support.workers import wait_for
 from tests.tasks.conftest import TasksEnv, TaskWorkers
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.servers,
+    pytest.mark.django_db(transaction=True),
+]
 
 #: The worker's reclaim runs every 2 s; the rest is slack for a loaded machine.
 TAKEOVER_SLACK_S = 6.0

@@ -387,7 +387,6 @@ def _dead_letter_rows(db_path: Path, queue: str, consumer: str) -> list[tuple[st
     return [(str(m), int(a), str(r)) for m, a, r in rows]
 
 
-@pytest.mark.servers
 def test_a_message_that_kills_its_process_dies_alone(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:

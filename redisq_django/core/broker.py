@@ -19,12 +19,7 @@ from redisq_django.core.errors import (
     is_nogroup,
     translate_errors,
 )
-from redisq_django.core.groups import (
-    default_instance_name,
-    ensure_group,
-    group_names,
-    remove_group,
-)
+from redisq_django.core.groups import default_instance_name, ensure_group, group_names, remove_group
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key

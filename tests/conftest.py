@@ -112,6 +112,17 @@ def redis_url(_session_redis: RedisServer) -> str:
     return _session_redis.url
 
 
+CORE_TESTS = Path(__file__).parent / "core"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every core test runs in each lane of the server matrix (``make test``); the other
+    # tests that do are marked ``servers`` where they stand.
+    for item in items:
+        if CORE_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.servers)
+
+
 BROWSER_TESTS = Path(__file__).parent / "browser"
 
 

@@ -98,8 +98,7 @@ def _pending(client: redis.Redis, queue: str, group: str) -> int:
 # ---------------------------------------------------------------------------
 # C3: a crashed instance's message is delivered again
 # ---------------------------------------------------------------------------
-
-
+@pytest.mark.servers
 def test_sigkill_during_handling_redelivers_to_another_instance(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:
@@ -134,8 +133,7 @@ def test_sigkill_during_handling_redelivers_to_another_instance(
 # ---------------------------------------------------------------------------
 # C12: graceful shutdown
 # ---------------------------------------------------------------------------
-
-
+@pytest.mark.servers
 def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:
@@ -177,6 +175,7 @@ def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
     wait_for(lambda: _pending(redis_client, GRACEFUL, PATIENT) == 0, timeout=10, what="acks")
 
 
+@pytest.mark.servers
 def test_second_sigterm_exits_now_and_the_message_comes_back(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:
@@ -230,6 +229,7 @@ def _publish_retrying(broker: Broker, queue: str, payloads: list[dict[str, int]]
     raise AssertionError("publish kept failing")
 
 
+@pytest.mark.servers
 def test_worker_survives_a_redis_restart(
     fresh_redis_server: RedisServer, db_file: Path, tmp_path: Path
 ) -> None:
@@ -334,8 +334,7 @@ def test_chaos_kills_lose_nothing(
 # ---------------------------------------------------------------------------
 # C4: poison messages
 # ---------------------------------------------------------------------------
-
-
+@pytest.mark.servers
 def test_poison_message_dies_after_max_retries_plus_one_while_others_flow(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:
@@ -446,6 +445,7 @@ def test_a_message_that_kills_its_process_dies_alone(
     assert _pending(redis_client, PILLS, EATER) == 0
 
 
+@pytest.mark.servers
 def test_a_long_handler_does_not_keep_its_prefetched_batch_from_other_instances(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:
@@ -583,6 +583,7 @@ def _history_events(client: redis.Redis, queue: str) -> list[tuple[str, str, str
     return out
 
 
+@pytest.mark.servers
 def test_events_agree_with_outcomes_after_a_sigkilled_worker(
     workers: Workers, broker: Broker, redis_client: redis.Redis
 ) -> None:

@@ -1,7 +1,10 @@
-"""A real ``runconsumer`` process outlives Redis coming back empty (issue 8, point 1).
+"""A real ``runconsumer`` process outlives a missing consumer group (issue 8, point 1;
+issue 19, point 1: on Redis 6.2 too, where NOGROUP raised inside a script is wrapped).
 
-Redis restarted without persistence loses every key, consumer groups included: the
-worker must register its group again and consume what is published afterwards.
+Redis restarted without persistence loses every key, consumer groups included, and an
+operator may ``XGROUP DESTROY`` a group under a running worker: the worker must register
+its group again and consume what is published afterwards. The server matrix runs these
+on Redis 6.2, 7 and Valkey (``make test``).
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from redisq_django.core import Broker
 from redisq_django.core.errors import RedisUnavailable
 from tests.support.redis_server import RedisServer
-from tests.support.workers import Workers, wait_ids
+from tests.support.workers import (
+    WorkerProcess,
+    Workers,
+    read_deliveries,
+    wait_for,
+    wait_ids,
+)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 FAULTS, RECORDER = "faults", "recorder"  # tests/faultapp/consumers.py
 CHAOS = "chaos"  # consumers alpha and beta
@@ -53,8 +63,25 @@ def _publish_retrying(broker: Broker, payloads: list[dict[str, int]]) -> list[st
     raise AssertionError("publish kept failing")
 
 
+def _handles_20_more_and_stays_alive(
+    client: redis.Redis, broker: Broker, worker: WorkerProcess
+) -> None:
+    """Publish 20 messages: the worker handles all of them, still running, and stops
+    warm (exit code 0) on SIGTERM."""
+    ids = _publish_retrying(broker, [{"n": i} for i in range(1, 21)])
+    wait_ids(client, FAULTS, RECORDER, ids, timeout=30)
+    assert worker.alive, worker.tail()
+    stderr = worker.stderr
+    assert "registering it again" in stderr, stderr[-3000:]
+    assert "died of an unexpected error" not in stderr, stderr[-3000:]
+    assert "crashed" not in stderr, stderr[-3000:]
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit(timeout=20) == 0, worker.tail()
+
+
+@pytest.mark.parametrize("down_s", [1, 3])
 def test_worker_consumes_again_after_redis_restarts_empty(
-    volatile_redis_server: RedisServer, workers: Workers
+    volatile_redis_server: RedisServer, workers: Workers, down_s: float
 ) -> None:
     client = volatile_redis_server.client()
     try:
@@ -64,24 +91,43 @@ def test_worker_consumes_again_after_redis_restarts_empty(
         (first,) = _publish_retrying(broker, [{"n": 0}])
         wait_ids(client, FAULTS, RECORDER, [first], timeout=20)
 
-        # When Redis is down for 3 s and comes back empty (no persistence)
+        # When Redis is down for a while and comes back empty (no persistence)
         volatile_redis_server.stop()
-        time.sleep(3)
+        time.sleep(down_s)
         volatile_redis_server.restart()
         assert client.exists(broker.keys(FAULTS).log) == 0
 
-        # ... and 20 messages are published afterwards
-        ids = _publish_retrying(broker, [{"n": i} for i in range(1, 21)])
+        # Then it handles the 20 messages published afterwards, still running
+        _handles_20_more_and_stays_alive(client, broker, worker)
+    finally:
+        client.close()
 
-        # Then the worker registers its group again and handles all 20, still running
-        wait_ids(client, FAULTS, RECORDER, ids, timeout=30)
-        assert worker.alive, worker.tail()
-        stderr = worker.stderr
-        assert "registering it again" in stderr, stderr[-3000:]
-        assert "died of an unexpected error" not in stderr, stderr[-3000:]
-        assert "crashed" not in stderr, stderr[-3000:]
-        worker.send(signal.SIGTERM)
-        assert worker.wait_exit(timeout=20) == 0
+
+def test_worker_consumes_again_after_its_group_is_destroyed(
+    volatile_redis_server: RedisServer, workers: Workers
+) -> None:
+    client = volatile_redis_server.client()
+    try:
+        # Given a worker consuming faults/recorder, in the middle of a 3 s message (its
+        # lease is renewed meanwhile: visibility 2 s)
+        broker = Broker(client)
+        worker = workers.start(FAULTS, "--prefetch", "20").wait_ready()
+        (first,) = _publish_retrying(broker, [{"n": 0}])
+        wait_ids(client, FAULTS, RECORDER, [first], timeout=20)
+        (slow,) = _publish_retrying(broker, [{"sleep": 3}])
+        wait_for(
+            lambda: any(d.id == slow for d in read_deliveries(client, FAULTS, RECORDER)),
+            timeout=20,
+            what="the slow message started",
+        )
+
+        # When its consumer group is destroyed under it (log and private stream)
+        keys = broker.keys(FAULTS)
+        assert client.xgroup_destroy(keys.log, RECORDER) == 1
+        client.xgroup_destroy(keys.group(RECORDER).direct, RECORDER)
+
+        # Then it handles the 20 messages published afterwards, still running
+        _handles_20_more_and_stays_alive(client, broker, worker)
     finally:
         client.close()
 

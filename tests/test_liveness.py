@@ -27,6 +27,7 @@ from tests.test_faults import broker, db_file, migrated_db, workers  # noqa: F40
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.servers,
     # The worker processes consume queues declared in code (tests/faultapp/consumers.py),
     # fixed names by nature: each test starts them on an empty server.
     pytest.mark.usefixtures("empty_redis"),

@@ -13,14 +13,13 @@ from redisq_django.core import archive, replay, retention
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, redrive_fields
 from redisq_django.core.envelope import Delay, Due, Envelope, due_of
-from redisq_django.core.errors import ConsumerNotFound, describe_client, translate_errors
-from redisq_django.core.groups import (
-    default_instance_name,
-    ensure_group,
-    group_names,
+from redisq_django.core.errors import (
+    ConsumerNotFound,
+    describe_client,
     is_nogroup,
-    remove_group,
+    translate_errors,
 )
+from redisq_django.core.groups import default_instance_name, ensure_group, group_names, remove_group
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -113,8 +114,8 @@ class RedisRefused(RedisUnavailable):
         )
 
 
-#: The conditions of :class:`RedisRefused`, named after the first word of Redis's error
-#: reply (lower case): what happened, and what to do.
+#: The conditions of :class:`RedisRefused`, named after Redis's error code (lower case,
+#: see :func:`error_code`): what happened, and what to do.
 REFUSALS: dict[str, tuple[str, str]] = {
     "oom": (
         "it is out of memory (maxmemory reached with maxmemory-policy noeviction)",
@@ -148,31 +149,109 @@ REFUSALS: dict[str, tuple[str, str]] = {
 }
 
 
-def refusal_condition(exc: BaseException) -> str | None:
-    """The :data:`REFUSALS` condition of a redis-py error, or None when it is not one."""
-    if isinstance(exc, redis.exceptions.BusyLoadingError):  # a ConnectionError in redis-py
-        return "loading"
+#: The error codes of Redis and Valkey: the first word of an error reply. ``ERR`` (the
+#: generic code, which redis-py strips) is not among them: such an error has no code.
+ERROR_CODES = frozenset(
+    {
+        "ASK",
+        "BUSY",
+        "BUSYGROUP",
+        "BUSYKEY",
+        "CLUSTERDOWN",
+        "CROSSSLOT",
+        "EXECABORT",
+        "LOADING",
+        "MASTERDOWN",
+        "MISCONF",
+        "MOVED",
+        "NOAUTH",
+        "NOGROUP",
+        "NOPERM",
+        "NOPROTO",
+        "NOREPLICAS",
+        "NOSCRIPT",
+        "NOTBUSY",
+        "OOM",
+        "READONLY",
+        "TRYAGAIN",
+        "UNBLOCKED",
+        "UNKILLABLE",
+        "WRONGPASS",
+        "WRONGTYPE",
+    }
+)
+
+# redis-py strips the code from the replies it raises as exceptions of their own ("OOM
+# command not allowed..." arrives as OutOfMemoryError("command not allowed...")). A
+# subclass comes before its base class.
+_CODE_OF_CLASS: tuple[tuple[type[BaseException], str], ...] = (
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
+    (redis.exceptions.NoScriptError, "NOSCRIPT"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.ExecAbortError, "EXECABORT"),
+    (redis.exceptions.NoPermissionError, "NOPERM"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.MovedError, "MOVED"),
+    (redis.exceptions.AskError, "ASK"),
+    (redis.exceptions.ClusterCrossSlotError, "CROSSSLOT"),
+)
+
+# What may stand before the code in an error's text, each a prefix of the rest (they
+# nest): redis-py's note on a pipeline's failed command (the async client's quotes the
+# args tuple), Redis 6.2's wrapping of an error raised inside a script, and the Lua 5.1
+# positions before it ("@user_script:12: ", "@user_script: 1: -", "=[C]: -1: -", the
+# last when a script's pcall hands the error on). Redis 7 and Valkey keep the code first
+# ("NOGROUP ... script: <sha>, on @user_script:12."). tests/core/test_error_codes.py
+# holds the texts each server answers.
+_BEFORE_CODE = re.compile(
+    r"Command # \d+ \(.{0,100}?\) of pipeline caused error: (?:\(['\"])?"
+    r"|(?:ERR )?Error running script \(call to f_[0-9a-f]+\): "
+    r"|(?:@user_script|=\[C\]): ?-?\d+: -?",
+    re.DOTALL,
+)
+_WORD = re.compile(r"[A-Z]+(?= |$)")
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The Redis error code of a redis-py error (one of :data:`ERROR_CODES`), or None.
+
+    Found wherever it stands: first in a plain reply (``NOGROUP No such key...``) and in
+    a script's error on Redis 7 and Valkey, after the script's wrapping on Redis 6.2
+    (``Error running script (call to f_<sha>): @user_script:12: NOGROUP ...``), after a
+    pipeline's note, and in the exception class when redis-py stripped it from the text.
+    """
+    for cls, code in _CODE_OF_CLASS:
+        if isinstance(exc, cls):
+            return code
     if not isinstance(exc, redis.ResponseError):
         return None
-    if isinstance(exc, redis.exceptions.OutOfMemoryError):
-        return "oom"
-    if isinstance(exc, redis.exceptions.ReadOnlyError):
-        return "readonly"
-    if isinstance(exc, redis.exceptions.MasterDownError):  # a ClusterDownError
-        return "masterdown"
-    if isinstance(exc, redis.exceptions.ClusterDownError):
-        return "clusterdown"
-    # redis-py strips the error code from some replies ("OOM ..." arrives as "command not
-    # allowed when used memory > 'maxmemory'"), and keeps it for those it does not know.
     text = str(exc)
-    if "when used memory > 'maxmemory'" in text:
-        return "oom"
-    word = text.split(" ", 1)[0].lower()
-    return word if word in REFUSALS else None
+    start = 0
+    for _ in range(8):  # the prefixes nest a few deep at most
+        prefix = _BEFORE_CODE.match(text, start)
+        if prefix is None:
+            break
+        start = prefix.end()
+    word = _WORD.match(text, start)
+    if word is None:
+        return None
+    return word.group() if word.group() in ERROR_CODES else None
 
 
-def _is_nogroup(exc: BaseException) -> bool:
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+def refusal_condition(exc: BaseException) -> str | None:
+    """The :data:`REFUSALS` condition of a redis-py error, or None when it is not one."""
+    code = error_code(exc)
+    condition = code.lower() if code is not None else None
+    return condition if condition in REFUSALS else None
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    """Whether Redis refused a command (or a script's) because the consumer group does
+    not exist (NOGROUP), on any server."""
+    return error_code(exc) == "NOGROUP"
 
 
 def _is_protocol_mismatch(exc: BaseException) -> bool:
@@ -219,7 +298,7 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
                 address = describe_client(getattr(owner, "client", None))
                 raise RedisUnavailable(address, exc) from exc
             queue, group = getattr(owner, "queue", None), getattr(owner, "group", None)
-            if _is_nogroup(exc) and isinstance(queue, str) and isinstance(group, str):
+            if is_nogroup(exc) and isinstance(queue, str) and isinstance(group, str):
                 raise ConsumerNotFound(queue, group) from exc
             if _is_protocol_mismatch(exc):
                 raise ProtocolMismatch(exc) from exc

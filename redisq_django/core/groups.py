@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from redisq_django.core.errors import ConsumerNotFound
+from redisq_django.core.errors import ConsumerNotFound, is_nogroup
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -35,11 +35,6 @@ def group_names(client: Any, keys: QueueKeys) -> list[str]:
     except redis.ResponseError:  # no such key
         return []
     return sorted(to_str(g["name"]) for g in groups)
-
-
-def is_nogroup(exc: redis.ResponseError) -> bool:
-    """Whether Redis refused a command because the consumer group does not exist."""
-    return str(exc).startswith("NOGROUP")
 
 
 def read_group(

@@ -32,6 +32,8 @@ POSTGRES = pytest.param(
 )
 on_both_databases = pytest.mark.parametrize("alias", [SQLITE, POSTGRES])
 
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture
 def client(volatile_redis_server: RedisServer) -> Iterator[redis.Redis]:

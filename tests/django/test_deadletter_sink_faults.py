@@ -13,7 +13,7 @@ from redisq_django import deadletters
 from redisq_django.connection import get_broker
 from redisq_django.models import DeadLetter
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.servers]
 
 #: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
 FAR_FUTURE_MS = b"100000000000000000"

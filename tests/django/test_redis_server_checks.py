@@ -14,7 +14,7 @@ from django.core import checks
 from tests.support.redis_server import RedisServer
 from tests.support.workers import Workers
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.servers]
 
 StartServer = Callable[..., RedisServer]
 

@@ -19,7 +19,11 @@ from django.tasks import TaskResultStatus, task_backends
 from tests.support.workers import wait_for
 from tests.tasks.conftest import TasksEnv, TaskWorkers, tasks_setting
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.servers,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture

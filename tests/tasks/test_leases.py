@@ -115,6 +115,8 @@ def test_a_killed_worker_s_tasks_run_again_when_their_own_lease_ends_and_not_bef
         assert result.errors == [] and result.return_value == 2
 
 
+# On every server (the lease script); the 40 s test above runs on Redis 7 only (CI time).
+@pytest.mark.servers
 def test_a_worker_stopped_cold_hands_its_leased_task_over_at_once(
     tasks_env: TasksEnv, workers: TaskWorkers
 ) -> None:

@@ -2,7 +2,7 @@
 every management command of ours: each ``manage.py redisq`` sub-command (listed from the
 command's parser, so that a new one must be added here), ``runconsumer`` and
 ``redisq_pipeline``, in processes of their own with tests/settings_without_admin.py,
-against a real Redis and a migrated SQLite file."""
+against a real Redis and a migrated SQLite file; and its ``/metrics`` view answers."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ from tests.workeronly.consumers import QUEUE
 pytestmark = pytest.mark.slow
 
 SETTINGS = "tests.settings_without_admin"
+#: The /metrics view's bearer token in the project's settings (tests/settings.py).
+TOKEN = "worker-only-scraper-token"
+METRICS_SCRAPE = (
+    "from django.test import Client; "
+    f"r = Client().get('/redisq/metrics', headers={{'authorization': 'Bearer {TOKEN}'}}); "
+    "print(r.status_code, b'redisq_redis_up 1.0' in r.content)"
+)
 
 
 class ProjectWithoutAdmin(Workers):
@@ -80,6 +87,8 @@ STEPS = [
     ),
     Step(("purge",), ("redisq", "purge", QUEUE, "--yes"), rf"Purged {QUEUE}\."),
     Step(None, ("redisq_pipeline", "--help"), r"archive,report,replay,compact|JOB"),
+    # Not a command: the /metrics view, for a scraper with the bearer token
+    Step(None, ("shell", "-c", METRICS_SCRAPE), r"200 True"),
 ]
 
 
@@ -105,16 +114,18 @@ def test_a_project_without_the_admin_runs_every_command(
     # Given a migrated worker-only project and messages for its consumer: three it
     # handles, two it refuses (dead at once), one delayed for an hour
     project = ProjectWithoutAdmin(volatile_redis_server.url, tmp_path / "db.sqlite3", tmp_path)
+    project.extra_env["REDISQ_TEST_METRICS_TOKEN"] = TOKEN
     project.migrate()
     client = redis.Redis.from_url(volatile_redis_server.url)
     broker = Broker(client, CoreConfig())
     broker.publish_many(QUEUE, [{"n": n, "fail": n >= 3} for n in range(5)])
     broker.publish(QUEUE, {"n": 5}, delay=3600)
-    found: dict[str, str] = {}
+    found: dict[str, str] = {}  # placeholders in STEPS, and what they stand for
 
     # When each command runs, in order, in a process of its own
     for step in STEPS:
-        argv = [a.format(**found) for a in step.argv]
+        argv = [found.get(a, a) for a in step.argv]  # "{dead_id}": found by 'dead list'
+
         done = project.run(*argv, timeout=120)
 
         # Then it exits as expected and says what it did
@@ -124,7 +135,7 @@ def test_a_project_without_the_admin_runs_every_command(
         if step.sub_command == ("dead", "list"):
             ids = re.findall(rf"(?m)^(\d+)\s+{QUEUE}\s+keeper\s+", done.stdout)
             assert len(ids) == 2
-            found["dead_id"] = ids[0]
+            found["{dead_id}"] = ids[0]
     # And Redis saw what the commands did: the consumer purged, the queue emptied
     assert client.xlen(broker.keys(QUEUE).log) == 0
     client.close()

@@ -13,8 +13,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from redisq_django.core import bounds
 from redisq_django.core import config as core_defaults
-from redisq_django.core.config import CoreConfig, number_problem
+from redisq_django.core.config import CoreConfig
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.retry import RetryPolicy
 
@@ -69,18 +70,8 @@ DEFAULTS: dict[str, Any] = {
     "TRENDS": True,
 }
 
-_NON_NEGATIVE_INT = ("MAX_RETRIES", "REPLAY_WINDOW_LENGTH", "MAX_LENGTH")
-_POSITIVE_INT = ("MAX_PAYLOAD_BYTES",)
-_NON_NEGATIVE_SECONDS = (
-    "BACKOFF",
-    "MAX_BACKOFF",
-    "VISIBILITY_TIMEOUT",
-    "REPLAY_WINDOW",
-    "MAX_AGE",
-    "SHUTDOWN_GRACE_PERIOD",
-    "OUTBOX_RETENTION",
-)
-_POSITIVE_SECONDS = ("POLL_INTERVAL", "ADMIN_REDIS_TIMEOUT")
+#: The numeric keys, each checked against its bounds (``core/bounds.py``).
+NUMBERS = tuple(key for key in DEFAULTS if key.lower() in bounds.BOUNDS)
 
 
 def _is_name_list(value: Any) -> bool:
@@ -100,15 +91,7 @@ def _validate(user: Any) -> dict[str, Any]:
             f"Valid keys: {', '.join(DEFAULTS)}."
         )
     merged = {**DEFAULTS, **user}
-    problems: list[str | None] = []
-    for key in _NON_NEGATIVE_INT + _POSITIVE_INT:
-        problems.append(
-            number_problem(key, merged[key], integer=True, positive=key in _POSITIVE_INT)
-        )
-    for key in _NON_NEGATIVE_SECONDS + _POSITIVE_SECONDS:
-        problems.append(
-            number_problem(key, merged[key], integer=False, positive=key in _POSITIVE_SECONDS)
-        )
+    problems = [bounds.problem(key.lower(), merged[key], key) for key in NUMBERS]
     url = merged["URL"]
     if url is not None and (
         not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))

@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from redisq_django import triage
+from redisq_django import history, triage
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
 from redisq_django.core.start import StartPoint
@@ -173,14 +173,8 @@ def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:
     """Write ``text`` to the admin history of ``consumer``'s row (else its queue's) as
     ``user``, as the live pages do. False when there is no row to write it to (or no
-    ``django.contrib.admin``)."""
-    from django.apps import apps
-
+    ``django.contrib.admin``: see :mod:`~redisq_django.history`)."""
     from redisq_django.models import Consumer, Queue
-
-    if not apps.is_installed("django.contrib.admin"):
-        return False
-    from django.contrib.admin.models import CHANGE, LogEntry
 
     row: Any = None
     if consumer is not None:
@@ -188,5 +182,4 @@ def record_change(user: Any, queue: str, consumer: str | None, text: str) -> boo
     row = row or Queue.objects.filter(name=queue).first()
     if row is None:
         return False
-    LogEntry.objects.log_actions(user.pk, [row], CHANGE, text, single_object=True)
-    return True
+    return history.log_change(user, [row], text, single_object=True)

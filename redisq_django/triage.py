@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
-from django.apps import apps
 from django.db import transaction
 from django.db.models import Count, F, Max, Min, QuerySet
 from django.utils import timezone
 
+from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
 from redisq_django.core.deadletter import DeadReason, redrive_fields
@@ -101,15 +101,13 @@ def _user(user: Any) -> Any:
 def record(user: Any, rows: Iterable[DeadLetter], message: Callable[[DeadLetter], str]) -> None:
     """Write one admin-history entry per row (bulk, per distinct message) for ``user``;
     nothing without a user (the shell) or without ``django.contrib.admin``."""
-    if _user(user) is None or not apps.is_installed("django.contrib.admin"):
+    if _user(user) is None or not history.is_kept():
         return
-    from django.contrib.admin.models import CHANGE, LogEntry
-
     by_message: dict[str, list[DeadLetter]] = defaultdict(list)
     for row in rows:
         by_message[message(row)].append(row)
     for text, group in by_message.items():
-        LogEntry.objects.log_actions(user.pk, group, CHANGE, text)
+        history.log_change(user, group, text)
 
 
 def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[Any]:

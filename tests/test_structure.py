@@ -126,3 +126,47 @@ def test_the_core_imports_no_django() -> None:
 def test_only_the_pipeline_imports_pyspark() -> None:
     outside = [n for n in MODULES if not n.startswith("redisq_django.pipeline")]
     assert {n for n in outside if "pyspark" in _external_roots(n)} == set()
+
+
+def _reachable(graph: dict[str, set[str]], start: list[str]) -> set[str]:
+    """``start`` and every package module they import, directly or not."""
+    seen = set(start)
+    todo = list(start)
+    while todo:
+        for imported in graph[todo.pop()] - seen:
+            seen.add(imported)
+            todo.append(imported)
+    return seen
+
+
+def _is_our_admin(name: str) -> bool:
+    return name.split(".")[:2] == ["redisq_django", "admin"]
+
+
+def test_only_the_admin_imports_the_admin() -> None:
+    # django.contrib.admin is optional (a worker-only service has none), and importing
+    # our admin package registers ModelAdmins, which fails without it: only Django's
+    # admin autodiscovery may import it (template tags are imported by every system
+    # check, management commands run without the admin).
+    graph = _graph()
+    importers = {
+        n: sorted(filter(_is_our_admin, graph[n])) for n in MODULES if not _is_our_admin(n)
+    }
+    assert {n: found for n, found in importers.items() if found} == {}
+
+
+def test_the_management_commands_never_import_the_admin() -> None:
+    # The detector follows imports at any depth...
+    graph = _graph()
+    assert "redisq_django.admin.common" in _reachable(graph, ["redisq_django.admin.queues"])
+    # ...and nothing the management commands import, directly or not, is our admin...
+    reached = _reachable(graph, [n for n in MODULES if n.startswith("redisq_django.management")])
+    assert {n for n in reached if _is_our_admin(n)} == set()
+    # ...nor imports django.contrib.admin, but the admin-history module, which asks first
+    # whether it is installed (tests/django/test_without_admin.py runs every command).
+    admin_users = {
+        n
+        for n in reached
+        if any(m.startswith("django.contrib.admin") for m in _imports(n, MODULES[n]))
+    }
+    assert admin_users == {"redisq_django.history"}

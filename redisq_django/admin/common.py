@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django.admin import figures
+from redisq_django import figures
 from redisq_django.admin.live import Live, live_stats
 from redisq_django.models import DeadLetter
 
@@ -157,13 +157,6 @@ def live_column(key: str, value: Callable[[Any], Any], title: Any) -> Any:
         return figures.figure(value(stats), key)
 
     return column
-
-
-def dead_cell(rows: int, in_redis: int | None) -> SafeString:
-    """Dead letters: rows in the database plus those still in Redis (unknown: ``n+?``)."""
-    if in_redis is None:
-        return figures.figure(f"{rows}+?", "dead")
-    return figures.figure(rows + in_redis, "dead")
 
 
 class PauseActions(LiveAdmin):

@@ -16,8 +16,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
-from redisq_django.admin import figures
-from redisq_django.admin.common import PauseActions, dead_cell, dead_letter_count, live_column
+from redisq_django import figures
+from redisq_django.admin.common import PauseActions, dead_letter_count, live_column
 from redisq_django.admin.live import Live, live_stats
 from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
@@ -174,7 +174,7 @@ class ConsumerAdmin(LivePages, PauseActions):
         """Dead letters in the database plus those still in Redis (not yet sunk)."""
         stats, error = self.live_of(obj)
         in_redis = stats.dead if stats else (None if error else 0)
-        return dead_cell(getattr(obj, "dead_rows", 0), in_redis)
+        return figures.dead_cell(getattr(obj, "dead_rows", 0), in_redis)
 
     @admin.display(description=_("max retries"))
     def effective_max_retries(self, obj: Consumer) -> str:
@@ -211,7 +211,7 @@ class ConsumerAdmin(LivePages, PauseActions):
         dead_link = format_html(
             '<a href="{}">{}</a>',
             dead_url,
-            dead_cell(getattr(obj, "dead_rows", 0), stats.dead if stats else None),
+            figures.dead_cell(getattr(obj, "dead_rows", 0), stats.dead if stats else None),
         )
         live = format_html(
             '<p><a href="{}" id="redisq-live-page-link">{}</a></p>',

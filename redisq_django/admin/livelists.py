@@ -19,8 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
-from redisq_django.admin import figures
-from redisq_django.admin.common import dead_cell
+from redisq_django import figures
 from redisq_django.core import browse
 from redisq_django.core.browse import Entry
 from redisq_django.core.instances import Instance
@@ -220,7 +219,8 @@ def consumer_rows(
                         _("retrying"), figures.figure(c.waiting_retry, "retrying") if c else missing
                     ),
                     Cell(
-                        _("dead"), dead_cell(dead_rows.get(name, 0), in_redis if c or error else 0)
+                        _("dead"),
+                        figures.dead_cell(dead_rows.get(name, 0), in_redis if c or error else 0),
                     ),
                     Cell(
                         _("instances"),

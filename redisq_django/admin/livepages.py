@@ -29,7 +29,8 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 
-from redisq_django.admin import figures, livedata
+from redisq_django import figures
+from redisq_django.admin import livedata
 from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
 from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import guarded

@@ -22,12 +22,12 @@ from django.utils.translation import gettext_lazy as _
 
 from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
-from redisq_django.admin.figures import HELP, consumer_state
 from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.admin.livedata import overview_trends
 from redisq_django.conf import get_settings
 from redisq_django.core.clock import now_ms
 from redisq_django.core.stats import ConsumerStats, QueueStats
+from redisq_django.figures import HELP, consumer_state
 from redisq_django.models import Consumer, DeadLetter, Overview, Queue
 from redisq_django.publishing.outbox import pending_count
 

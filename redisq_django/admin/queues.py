@@ -14,10 +14,9 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
-from redisq_django.admin import figures
+from redisq_django import figures
 from redisq_django.admin.common import (
     PauseActions,
-    dead_cell,
     dead_letter_count,
     live_column,
 )
@@ -138,7 +137,9 @@ class QueueAdmin(LivePages, PauseActions):
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Queue) -> SafeString:
         stats, _error = self.live_of(obj)
-        return dead_cell(getattr(obj, "dead_rows", 0), stats.total("dead") if stats else None)
+        return figures.dead_cell(
+            getattr(obj, "dead_rows", 0), stats.total("dead") if stats else None
+        )
 
     # -- the queue's page ----------------------------------------------------------------
 
@@ -194,7 +195,7 @@ class QueueAdmin(LivePages, PauseActions):
                     figures.figure(c.backlog, "backlog") if c else missing,
                     figures.figure(c.in_flight, "in_flight") if c else missing,
                     figures.figure(c.waiting_retry, "retrying") if c else missing,
-                    dead_cell(dead_rows.get(row.name, 0), c.dead if c else None),
+                    figures.dead_cell(dead_rows.get(row.name, 0), c.dead if c else None),
                     figures.instances(c.instances_alive, c.stalled) if c else missing,
                 )
             )

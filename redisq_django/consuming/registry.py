@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from django.utils.module_loading import module_has_submodule
 
-from redisq_django.core.config import number_problem
+from redisq_django.core import bounds
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
 from redisq_django.core.keys import validate_name
@@ -46,12 +46,10 @@ class Declaration:
         return (self.queue, self.name)
 
 
-def _check_number(name: str, value: Any, *, integer: bool, positive: bool = False) -> None:
-    problem = (
-        None if value is None else number_problem(name, value, integer=integer, positive=positive)
-    )
+def _check_number(name: str, value: Any) -> None:
+    problem = None if value is None else bounds.problem(name, value, f"@consumer {name}")
     if problem:
-        raise ConfigurationError(f"@consumer {problem}")
+        raise ConfigurationError(problem)
 
 
 def consumer(
@@ -82,17 +80,17 @@ def consumer(
         backoff: base of the exponential backoff with jitter, seconds.
         max_backoff: cap of one backoff wait, seconds.
         visibility_timeout: seconds a delivery may stay unacknowledged before another
-            instance gets it (the worker extends it while the handler runs).
+            instance gets it (the worker extends it while the handler runs); at least 1.
         concurrency: handler threads per ``runconsumer`` process.
         start: where the consumer starts when first registered: ``"latest"``,
             ``"earliest"``, an aware datetime or a message id.
     """
     validate_name("queue", queue)
-    _check_number("max_retries", max_retries, integer=True)
-    _check_number("backoff", backoff, integer=False)
-    _check_number("max_backoff", max_backoff, integer=False)
-    _check_number("visibility_timeout", visibility_timeout, integer=False, positive=True)
-    _check_number("concurrency", concurrency, integer=True, positive=True)
+    _check_number("max_retries", max_retries)
+    _check_number("backoff", backoff)
+    _check_number("max_backoff", max_backoff)
+    _check_number("visibility_timeout", visibility_timeout)
+    _check_number("concurrency", concurrency)
     StartPoint.parse(start)
 
     def decorate(handler: F) -> F:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.json import PayloadEncoder
@@ -69,17 +68,3 @@ class CoreConfig:
                 problems.append(f"{name} must be >= 0")
         if problems:
             raise ConfigurationError("Invalid redisq configuration: " + "; ".join(problems))
-
-
-def number_problem(name: str, value: Any, *, integer: bool, positive: bool = False) -> str | None:
-    """Why ``value`` is not a valid setting ``name`` (None when it is valid).
-
-    Integers (``integer=True``) or numbers of seconds, at least 0 (or above 0 when
-    ``positive``); booleans are refused although Python counts them as integers.
-    """
-    kind = int if integer else (int, float)
-    is_number = isinstance(value, kind) and not isinstance(value, bool)
-    if is_number and (value > 0 if positive else value >= 0):
-        return None
-    what = "an integer" if integer else "a number of seconds"
-    return f"{name} must be {what} {'> 0' if positive else '>= 0'}, got {value!r}"

@@ -30,28 +30,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    """An ``argparse`` type: a number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def port_number(text: str) -> int:
-    """An ``argparse`` type: a TCP port, 0-65535 (0: any free port)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
-    return value
-
-
 def django_common_options() -> argparse.ArgumentParser:
     """Django's options common to every command (``BaseCommand.create_parser``) as a
     parent parser for sub-commands, so that ``manage.py redisq status --settings X``

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from redisq_django import operations
+from redisq_django import history, operations
 from redisq_django.connection import get_broker
 from redisq_django.core import browse
 from redisq_django.core.keys import validate_name
@@ -22,7 +22,9 @@ Write = Callable[[str], Any]
 
 def add_user_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--user", help="record the change in the admin history as this user (username)"
+        "--user",
+        help="record the change in the admin history as this user (username; needs "
+        "django.contrib.admin)",
     )
 
 
@@ -54,9 +56,20 @@ def table(rows: list[list[str]]) -> str:
 
 
 def user_named(username: str | None) -> Any:
-    """The user ``--user`` names (None without one)."""
+    """The user ``--user`` names (None without one).
+
+    Raises:
+        CommandError: no such user, or no admin history to record the change in (asked
+            before anything is changed, rather than changing it unrecorded).
+    """
     if not username:
         return None
+    if not history.is_kept():
+        raise CommandError(
+            "--user records the change in the admin history, which needs "
+            "django.contrib.admin in INSTALLED_APPS (this project has no admin): leave out "
+            "--user. Nothing was changed."
+        )
     from django.contrib.auth import get_user_model
 
     try:

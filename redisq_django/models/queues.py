@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from redisq_django.core import bounds
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.retry import RetryPolicy
@@ -64,26 +65,15 @@ class Effective:
 
 
 def override_problem(field: str, value: Any) -> str:
-    """Why ``value`` is not a valid override of tunable ``field`` ("" when it is).
+    """Why ``value`` is not a valid override of tunable ``field`` ("" when it is), in the
+    words every other place uses for the setting (``core/bounds.py``).
 
     The admin form refuses such a value; a worker that finds one in the database anyway
     (written before this check, or by other means) ignores it and says so.
     """
     if value is None:
         return ""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return f"{field} must be a number"
-    if number != number or number in (float("inf"), float("-inf")):
-        return f"{field} must be a finite number"
-    if field == "concurrency" and number < 1:
-        return "concurrency must be at least 1 (0 would run no handler at all)"
-    if field == "visibility_timeout" and number < 1:
-        return "visibility timeout must be at least 1 second"
-    if number < 0:
-        return f"{field.replace('_', ' ')} must not be negative"
-    return ""
+    return bounds.problem(field, value, field.replace("_", " ")) or ""
 
 
 class Consumer(models.Model):
@@ -183,9 +173,8 @@ class Consumer(models.Model):
         return out
 
     def clean(self) -> None:
-        """Refuse invalid overrides (the admin form calls it): concurrency ≥ 1,
-        backoff ≥ 0, max backoff ≥ 0 and ≥ the backoff that applies, visibility
-        timeout ≥ 1 s, max retries ≥ 0."""
+        """Refuse invalid overrides (the admin form calls it): out of their bounds
+        (:func:`override_problem`), or a max backoff below the backoff that applies."""
         errors = {f: p for f in TUNABLES if (p := override_problem(f, getattr(self, f)))}
         if not errors and (self.backoff is not None or self.max_backoff is not None):
             from redisq_django.conf import get_core_config

@@ -243,19 +243,31 @@ def _watch(
 
 
 def _stop_gracefully(runs: list[_Run], grace: float, signals: StopSignal) -> None:
-    """Stop each query between micro-batches, waiting at most ``grace`` seconds for a
-    running one (interrupting it is safe, only slower: the next run redoes it)."""
+    """Stop each query between micro-batches, waiting at most ``grace`` seconds for the
+    one running now (interrupting it is safe, only slower: the next run redoes it). Only
+    that one: an ``availableNow`` query starts its next micro-batch at once, so "a trigger
+    is active" alone would wait for the whole backlog."""
     deadline = time.monotonic() + grace
+    running = {run.table: _last_report(run) for run in runs}
     for run in runs:
         while (
             run.query.isActive
             and run.query.status.get("isTriggerActive")
+            and _last_report(run) == running[run.table]
             and time.monotonic() < deadline
             and not signals.cold
         ):
             time.sleep(POLL_SECONDS)
         run.harvest()
         run.query.stop()
+
+
+def _last_report(run: _Run) -> tuple[str, int] | None:
+    """The trigger time and batch id of the query's newest progress report (None before
+    the first); the time tells a finished micro-batch from an idle trigger's report of the
+    same id."""
+    last = run.query.lastProgress
+    return None if last is None else (str(last.timestamp), int(last.batchId))
 
 
 @contextmanager

@@ -1,9 +1,10 @@
 """The command line of the pipeline jobs: ``python -m redisq_django.pipeline JOB ...``.
 
 It parses the arguments, builds the SparkSession and calls the job function; it imports
-no Django (the Redis URL and the archive root are arguments). Exit status: 0 done,
-1 the job failed (one line on stderr says why), 2 bad arguments (one line too), 130
-interrupted before the job could stop by itself.
+no Django (the Redis URL and the archive root are arguments). Exit status: 0 done (also
+stopped by SIGTERM/SIGINT, Spark's JVM with it or not: ``pipeline/jvm.py``), 1 the job
+failed (one line on stderr says why), 2 bad arguments (one line too), 130 interrupted
+before the job could stop by itself.
 
 The JVM starts only once the arguments are valid and Redis answers, so ``--help``,
 mistakes and a wrong URL are answered at once.
@@ -168,17 +169,31 @@ def preflight(options: ArchiveOptions) -> None:
 def run_archive(
     options: ArchiveOptions, *, master: str | None, conf: dict[str, str], log_level: str
 ) -> str:
-    """Build the session, run the archive job, return its summary line.
+    """Build the session, run the archive job, return its summary line (or the line that
+    says it stopped when a signal stopped Spark's JVM too: see ``pipeline/jvm.py``).
 
     Raises:
         ArchiveError: the job failed.
     """
+    from redisq_django.pipeline import jvm
     from redisq_django.pipeline.archive import archive
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(master, conf) as spark:
         spark.sparkContext.setLogLevel(log_level)
-        return archive(spark, options).line()
+        try:
+            return archive(spark, options).line()
+        except Exception as exc:
+            # A service manager signalled every process of the job, Spark's JVM too: a
+            # stop, not a failure (the unfinished micro-batch is done again next run).
+            signal_name = jvm.stop_signal(exc)
+            if signal_name is None:
+                raise
+            return (
+                f"stopped: Spark's JVM got {signal_name} as well, so the micro-batch under "
+                "way was abandoned; what earlier ones archived stays, and the next run "
+                "continues from there"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:

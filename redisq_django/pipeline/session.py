@@ -16,6 +16,9 @@ On a cluster the executors must import ``redisq_django`` to run the data source;
 than asking every user to build and pass ``--py-files``, :func:`build_session` zips the
 installed package on the fly and adds it with ``SparkContext.addPyFile``. The executors
 still need ``redis`` (redis-py) installed.
+
+The JVM runs in a session of its own, out of reach of signals to the job's process group
+(:mod:`~redisq_django.pipeline.jvm`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 import redisq_django
-from redisq_django.pipeline import register
+from redisq_django.pipeline import jvm, register
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "redisq-pipeline"
@@ -71,10 +74,12 @@ def build_session(
     # Read by the JVM and the Python workers when they start: set before the first session.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name)
+    settings = {"spark.app.name": app_name, **DEFAULT_CONF, **(conf or {})}
     if master is not None:
-        builder = builder.master(master)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        settings["spark.master"] = master
+    jvm.start_in_own_session(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not runs_in_driver(spark.sparkContext.master or "local"):
@@ -97,13 +102,14 @@ def pipeline_session(
     app_name: str = DEFAULT_APP_NAME,
 ) -> Iterator[SparkSession]:
     """:func:`build_session` as a context manager that stops the session at the end,
-    unless it already existed (a test's shared session, a notebook's)."""
+    unless it already existed (a test's shared session, a notebook's) or its JVM is gone
+    (a signal stopped it: there is nothing left to stop)."""
     existed = SparkSession.getActiveSession() is not None
     spark = build_session(master, conf, app_name)
     try:
         yield spark
     finally:
-        if not existed:
+        if not existed and not jvm.has_exited():
             spark.stop()
 
 

@@ -15,8 +15,8 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from redisq_django.connection import get_broker
+from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
-from redisq_django.core.config import number_problem
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_results import PUBLISH, TaskResults
@@ -47,8 +47,8 @@ class RedisqTask(_Task):
             letter); default the backend's ``OPTIONS["MAX_RETRIES"]`` (0).
         backoff: base of the exponential backoff between attempts, seconds.
         max_backoff: cap of one backoff wait, seconds.
-        visibility_timeout: the lease of each started attempt, seconds (at least
-            :data:`MIN_VISIBILITY_TIMEOUT_S`): its worker renews it every third of that
+        visibility_timeout: the lease of each started attempt, seconds (at least 1,
+            as everywhere: ``core/bounds.py``): its worker renews it every third of that
             while the task runs, and when the worker dies (or stalls) another worker runs
             the task again once the lease has gone that long without renewal, and not
             before, whatever the worker's heartbeat and the queue's
@@ -62,17 +62,8 @@ class RedisqTask(_Task):
     visibility_timeout: float | None = None
 
 
-#: The shortest ``@task(visibility_timeout=…)``, seconds: its lease is renewed every
-#: third of it, with Redis round trips in between.
-MIN_VISIBILITY_TIMEOUT_S = 1.0
-
-#: Names and rules of the extra ``@task`` options.
-_EXTRA = (
-    ("max_retries", True, False),
-    ("backoff", False, False),
-    ("max_backoff", False, False),
-    ("visibility_timeout", False, True),
-)
+#: The extra ``@task`` options (their bounds: ``core/bounds.py``).
+_EXTRA = ("max_retries", "backoff", "max_backoff", "visibility_timeout")
 
 
 class RedisqBackend(BaseTaskBackend):
@@ -123,19 +114,11 @@ class RedisqBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
-        for name, integer, positive in _EXTRA:
+        for name in _EXTRA:
             value = getattr(task, name, None)
-            problem = None if value is None else number_problem(
-                name, value, integer=integer, positive=positive
-            )  # fmt: skip
+            problem = None if value is None else bounds.problem(name, value, f"@task {name}")
             if problem:
-                raise InvalidTask(f"@task {problem}.")
-        timeout = getattr(task, "visibility_timeout", None)
-        if timeout is not None and timeout < MIN_VISIBILITY_TIMEOUT_S:
-            raise InvalidTask(
-                f"@task visibility_timeout must be at least {MIN_VISIBILITY_TIMEOUT_S:g} "
-                f"second (its lease is renewed every third of it), got {timeout!r}."
-            )
+                raise InvalidTask(f"{problem}.")
         problem = queue_name_problem(self.task_options, task.queue_name)
         if problem:
             raise InvalidTask(f"Task queue {problem}.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redisq_django.core.config import number_problem
+from redisq_django.core import bounds
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 
@@ -89,18 +89,12 @@ def option_problems(options: Any) -> list[str]:
     if unknown:
         found.append(f"unknown key(s) {', '.join(unknown)} (valid: {', '.join(OPTION_DEFAULTS)})")
     merged = {**OPTION_DEFAULTS, **options}
-    found.append(number_problem("RESULT_TTL", merged["RESULT_TTL"], integer=False, positive=True))
-    found.append(number_problem("MAX_RETRIES", merged["MAX_RETRIES"], integer=True))
-    found.append(number_problem("CONCURRENCY", merged["CONCURRENCY"], integer=True, positive=True))
-    for key in ("BACKOFF", "MAX_BACKOFF"):
-        if merged[key] is not None:
-            found.append(number_problem(key, merged[key], integer=False))
-    if merged["VISIBILITY_TIMEOUT"] is not None:
-        found.append(
-            number_problem(
-                "VISIBILITY_TIMEOUT", merged["VISIBILITY_TIMEOUT"], integer=False, positive=True
-            )
-        )
+    found += [
+        bounds.problem(key.lower(), merged[key], key)
+        for key in OPTION_DEFAULTS
+        # None: the REDISQ setting of the same name applies (checked there)
+        if key.lower() in bounds.BOUNDS and merged[key] is not None
+    ]
     prefix = merged["QUEUE_PREFIX"]
     if not isinstance(prefix, str):
         found.append("QUEUE_PREFIX must be a string")

@@ -8,8 +8,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from redisq_django.admin import figures
-from redisq_django.admin.common import dead_cell
+from redisq_django import figures
 
 register = template.Library()
 
@@ -52,7 +51,7 @@ def instances(alive: int | None, stalled: bool) -> SafeString:
 
 @register.simple_tag
 def dead(rows: int, in_redis: int | None) -> SafeString:
-    return dead_cell(rows, in_redis)
+    return figures.dead_cell(rows, in_redis)
 
 
 @register.filter

@@ -1,13 +1,21 @@
 """Helpers of the archive tests: publish messages, write lifecycle events by hand, read
-the archive back (with Spark, which sees only committed files)."""
+the archive back (with Spark, which sees only committed files), run the job as a process
+and follow the processes it starts."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -15,6 +23,8 @@ from redisq_django.core import Broker
 
 #: Messages per publish round trip.
 CHUNK = 100
+#: The repository, where the job processes run.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def publish(broker: Broker, queue: str, n: int, *, start: int = 0) -> list[str]:
@@ -106,3 +116,113 @@ def max_entry_id(frame: DataFrame) -> str | None:
         return None
     top: Any = row[0]
     return f"{top['ms']}-{top['seq']}"
+
+
+def archive_cli(*args: str) -> list[str]:
+    """The command line of ``python -m redisq_django.pipeline archive ARGS`` on 2 cores."""
+    return [
+        sys.executable,
+        "-m",
+        "redisq_django.pipeline",
+        "archive",
+        *args,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+    ]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a pipeline CLI process (this interpreter, loopback, no Django)."""
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # the CLI needs no Django
+    return env
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[str]
+) -> None:
+    """Wait until ``condition()``; fail when ``proc`` exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"the archive process exited ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def archive_running(
+    root: Path, *args: str, timeout: float = 240
+) -> Iterator[tuple[subprocess.Popen[str], list[Process]]]:
+    """``python -m redisq_django.pipeline archive --root ROOT ARGS`` in a process group of
+    its own, once its first micro-batch has committed files: the process (stdout and
+    stderr piped, for ``communicate``) and the processes below it then (its JVM and
+    Spark's Python workers). The group is SIGKILLed at the end if it still runs."""
+    proc = subprocess.Popen(
+        archive_cli("--root", str(root), *args),
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        first = root / "messages" / "_spark_metadata" / "0"
+        wait_for(first.exists, timeout, "the first committed files", proc)
+        yield proc, descendants(proc.pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """State, parent pid and start time (clock ticks after boot) of process ``pid``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+#: A process as (pid, start time): a pid used again by a later process is another one.
+Process = tuple[int, int]
+
+
+def descendants(pid: int) -> list[Process]:
+    """Every process below ``pid`` now (children, theirs...): Spark's JVM and its Python
+    workers, whatever session or process group they are in."""
+    children: dict[int, list[Process]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _stat(int(entry.name))):
+            children.setdefault(found[1], []).append((int(entry.name), found[2]))
+    out: list[Process] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo += children.get(child[0], [])
+    return sorted(out)
+
+
+def _running(process: Process) -> bool:
+    found = _stat(process[0])
+    return found is not None and found[0] != "Z" and found[2] == process[1]
+
+
+def processes_gone(processes: list[Process], timeout: float) -> list[int]:
+    """Wait until none of ``processes`` runs (zombies count as gone); the pids of those
+    still running then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [pid for pid, _ in filter(_running, processes)]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,11 +26,17 @@ from redisq_django.pipeline.options import ArchiveOptions
 from redisq_django.pipeline.progress import OTHER_QUEUES, ArchiveSummary, TableSummary, TableTally
 from tests.pipeline.archive_support import (
     add_events,
+    archive_cli,
+    archive_running,
+    cli_env,
     count_and_distinct,
+    descendants,
     entry_key,
     max_entry_id,
+    processes_gone,
     publish,
     read_table,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -175,49 +180,6 @@ class Publisher(threading.Thread):
             self.halt.wait(self.pause)
 
 
-def _wait_for(condition: object, timeout: float, what: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if proc.poll() is not None:
-            pytest.fail(f"the archive process exited ({proc.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def _group_gone(pgid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _cli_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    env.pop("DJANGO_SETTINGS_MODULE", None)  # the CLI needs no Django
-    return env
-
-
-def _cli(*args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "redisq_django.pipeline",
-        "archive",
-        *args,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-    ]
-
-
 @pytest.mark.timeout(300)
 def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     spark: SparkSession,
@@ -234,9 +196,11 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     publisher.start()
     stderr = (tmp_path / "archive-1.err").open("w")
     proc = subprocess.Popen(
-        _cli("--redis-url", redis_url, "--root", str(root), "--queue", queue, "--trigger", "1"),
+        archive_cli(
+            "--redis-url", redis_url, "--root", str(root), "--queue", queue, "--trigger", "1"
+        ),
         cwd=REPO,
-        env=_cli_env(),
+        env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         text=True,
@@ -244,15 +208,18 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     )
     try:
         sink_log = root / "messages" / "_spark_metadata"
-        _wait_for(lambda: (sink_log / "0").exists(), 180, "the first committed files", proc)
+        wait_for(lambda: (sink_log / "0").exists(), 180, "the first committed files", proc)
         # Let a few more micro-batches run, then kill while one is most likely under way.
-        _wait_for(lambda: (sink_log / "2").exists(), 60, "the third micro-batch", proc)
+        wait_for(lambda: (sink_log / "2").exists(), 60, "the third micro-batch", proc)
         time.sleep(0.6)
+        spark_processes = descendants(proc.pid)  # its JVM and Spark's Python workers
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the Python driver and its JVM, no goodbye
+        os.killpg(proc.pid, signal.SIGKILL)  # the Python driver, no goodbye
         proc.wait(timeout=30)
-        assert _group_gone(proc.pid, 30), "the killed driver's JVM is still running"
         stderr.close()
+    # Its JVM (in a session of its own) and the JVM's workers die with the driver
+    assert spark_processes
+    assert processes_gone(spark_processes, 60) == [], "the killed driver's JVM is still running"
 
     # What the killed run committed, and the positions Redis recorded meanwhile.
     committed = read_table(spark, root, "messages")
@@ -293,34 +260,18 @@ def test_sigterm_stops_a_continuous_archive_cleanly_with_everything_archived_onc
     # Given a continuous archive run (a micro-batch a second) that has committed a batch
     root = tmp_path / "archive"
     ids = publish(broker, queue_name, 300)
-    proc = subprocess.Popen(
-        _cli(
-            "--redis-url", redis_url, "--root", str(root), "--queue", queue_name, "--trigger", "1"
-        ),
-        cwd=REPO,
-        env=_cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        sink_log = root / "messages" / "_spark_metadata"
-        _wait_for(lambda: (sink_log / "0").exists(), 180, "the first committed files", proc)
+    args = ("--redis-url", redis_url, "--queue", queue_name, "--trigger", "1")
+    with archive_running(root, *args, timeout=180) as (proc, spark_processes):
         # When it gets SIGTERM (the handler may land anywhere in the driver's loop)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
     # Then it stops between micro-batches, exits 0 and says what it archived
     assert proc.returncode == 0, err[-3000:]
     assert SUMMARY_RE.search(out), out
     # And every message is in the archive exactly once
     archived = read_table(spark, root, "messages")
     assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
-    assert _group_gone(proc.pid, 30), "the stopped driver's JVM is still running"
+    assert processes_gone(spark_processes, 30) == [], "the stopped driver's JVM is still running"
 
 
 class FakeProgress:

@@ -11,11 +11,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
-from redisq_django.admin.figures import age
 from redisq_django.connection import get_broker
+from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
 from redisq_django.deadletters import sink_all
+from redisq_django.figures import age
 from redisq_django.management import console
 from redisq_django.management.arguments import django_common_options, positive_int
 from redisq_django.management.console import table
@@ -112,7 +113,10 @@ class Command(BaseCommand):
         relay = sub.add_parser("relay", parents=common, help="forward outbox rows to Redis")
         relay.add_argument("--once", action="store_true", help="send what is waiting, then exit")
         relay.add_argument(
-            "--interval", type=float, default=1.0, help="seconds between rounds (default 1)"
+            "--interval",
+            type=bounds.argument("relay_interval"),
+            default=1.0,
+            help="seconds between rounds (default 1)",
         )
         relay.add_argument(
             "--database",

@@ -14,21 +14,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from redisq_django.conf import get_core_config, get_settings
+from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.connection import get_broker
 from redisq_django.consuming.runner import build_worker, select
 from redisq_django.consuming.sync import sync_declarations
+from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisqError, describe_client
 from redisq_django.core.server import warn_server_problems
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
-from redisq_django.management.arguments import (
-    configure_logging,
-    non_negative_float,
-    port_number,
-    positive_int,
-)
+from redisq_django.management.arguments import configure_logging
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
 from redisq_django.schedules import overview
@@ -75,7 +71,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=bounds.argument("concurrency"),
             help="handler threads per consumer (wins over code and admin)",
         )
         parser.add_argument(
@@ -84,24 +80,26 @@ class Command(BaseCommand):
             help="handle what is there (incl. retries), then exit 0",
         )
         parser.add_argument(
-            "--max-messages", type=positive_int, help="exit after handling this many messages"
+            "--max-messages",
+            type=bounds.argument("max_messages"),
+            help="exit after handling this many messages",
         )
         parser.add_argument(
             "--prefetch",
-            type=positive_int,
+            type=bounds.argument("prefetch"),
             default=WorkerOptions.prefetch,
             help="most messages fetched per round trip by each thread; batches adapt "
             f"between 1 and this to the handlers' speed (default {WorkerOptions.prefetch})",
         )
         parser.add_argument(
             "--grace-period",
-            type=non_negative_float,
+            type=bounds.argument("grace_period"),
             help="seconds in-flight handlers get after SIGTERM "
             "(default REDISQ['SHUTDOWN_GRACE_PERIOD'])",
         )
         parser.add_argument(
             "--stats-interval",
-            type=non_negative_float,
+            type=bounds.argument("stats_interval"),
             default=30.0,
             help="seconds between summary lines (0: none; default 30)",
         )
@@ -114,7 +112,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--processes",
-            type=positive_int,
+            type=bounds.argument("processes"),
             default=1,
             help="run N worker processes (each with its threads) under a supervisor that "
             "restarts any that die and forwards SIGTERM/SIGINT to them (default 1: this "
@@ -122,7 +120,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=port_number,
+            type=bounds.argument("metrics_port"),
             metavar="PORT",
             help="serve Prometheus metrics (messages handled, failed, retried, dead, "
             "reclaimed; handler duration; latency) on this port at /metrics (0: any free "
@@ -138,6 +136,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         configure_logging(opts["verbosity"], with_pid=opts["processes"] > 1 or is_supervised())
+        try:
+            get_settings()  # in the words of manage.py check, also with --skip-checks
+        except SettingsError as exc:
+            raise CommandError(str(exc)) from None
         if opts["tasks"]:
             opts["queues"] = _task_queues(opts["queues"])
         elif not opts["queues"]:

@@ -1,5 +1,9 @@
-"""How the admin shows live figures: what each one means (help text on every figure),
-unknown figures as unknown, state badges, and the warning for a stalled consumer."""
+"""How live figures show: what each one means (help text on every figure), unknown
+figures as unknown, state badges, the warning for a stalled consumer, ages as short text.
+
+The admin's pages, their template tags and the operator command use it alike; it needs
+no ``django.contrib.admin`` (a worker-only project has none), so it is not in ``admin/``,
+whose import registers model admins."""
 
 from __future__ import annotations
 
@@ -120,6 +124,13 @@ def age(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+def dead_cell(rows: int, in_redis: int | None) -> SafeString:
+    """Dead letters: rows in the database plus those still in Redis (unknown: ``n+?``)."""
+    if in_redis is None:
+        return figure(f"{rows}+?", "dead")
+    return figure(rows + in_redis, "dead")
 
 
 def instances(alive: int | None, stalled: bool) -> SafeString:

@@ -72,6 +72,20 @@ class ConsumerNotFound(RedisqError):
         )
 
 
+class ArchiveNotRegistered(RedisqError):
+    """A named archive is not registered on a queue (never, or removed since)."""
+
+    def __init__(self, queue: str, name: str, table: str) -> None:
+        self.queue = queue
+        self.name = name
+        self.table = table
+        super().__init__(
+            f"Archive {name!r} is not registered for the {table} of queue {queue!r}: it was "
+            f"removed (manage.py redisq archives remove) or never started. Start it again to "
+            f"register it anew (it goes on from its checkpoint)."
+        )
+
+
 class RedisUnavailable(RedisqError):
     """Redis could not be reached."""
 

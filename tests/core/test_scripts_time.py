@@ -158,6 +158,9 @@ def test_trim_counts_the_replay_window_from_redis_clock(
     young = redis_client.xadd(qk.log, {"payload": "young"}, id=f"{t0 - 1_000}-0")
     redis_client.xgroup_create(qk.log, G, id="$")
     # When trimmed with a 10 s replay window and "" as "now"
-    assert broker.scripts("trim", [qk.log, qk.meta], ["", 10_000, 0, 0, 0, 100]) == [1, 0]
+    assert broker.scripts("trim", [qk.log, qk.meta, qk.archives], ["", 10_000, 0, 0, 0, 100]) == [
+        1,
+        0,
+    ]
     # Then only the entry older than the window went
     assert [i for i, _ in redis_client.xrange(qk.log)] == [young]

@@ -1,10 +1,13 @@
--- archive_commit.lua: record how far the archive has safely stored a stream.
+-- archive_commit.lua: record how far a named archive has safely stored a stream.
 --
--- KEYS[1]  hash    redisq:{q}:meta
--- ARGV[1]  field: "archive:messages" (the log) or "archive:events" (the events stream)
--- ARGV[2]  the last entry id the archive committed
+-- KEYS[1]  hash    redisq:{q}:archives  "<a>:<table>" = the archive's position
+-- ARGV[1]  the archive's name
+-- ARGV[2]  the table: "messages" (the log) or "events"
+-- ARGV[3]  the last entry id the archive committed
 --
--- The position only moves forward (a late or repeated commit never moves it back).
+-- The position only moves forward (a late or repeated commit never moves it back). An
+-- archive that is not registered (never, or removed since) is refused with an error
+-- starting NOARCHIVE: a removed archive never comes back by committing.
 -- Returns the position now recorded.
 
 local function parse(id)
@@ -13,12 +16,17 @@ local function parse(id)
   return {tonumber(ms), tonumber(seq)}
 end
 
-local new = parse(ARGV[2])
-if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[2]) end
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-local old = current and parse(current)
+local new = parse(ARGV[3])
+if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[3]) end
+local field = ARGV[1] .. ':' .. ARGV[2]
+local current = redis.call('HGET', KEYS[1], field)
+if not current then
+  return redis.error_reply('NOARCHIVE archive ' .. ARGV[1] .. ' is not registered for '
+    .. ARGV[2])
+end
+local old = parse(current)
 if old and (old[1] > new[1] or (old[1] == new[1] and old[2] >= new[2])) then
   return current
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return ARGV[2]
+redis.call('HSET', KEYS[1], field, ARGV[3])
+return ARGV[3]

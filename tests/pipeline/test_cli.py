@@ -147,9 +147,11 @@ def test_manage_py_archive_once_uses_the_settings(
     call_command("redisq_pipeline", "archive", "--once", stdout=out, stderr=err)
 
     assert out.getvalue().startswith(f"archived messages=300 events=0 ({queue_name}: 300/0) in ")
-    assert f"to {root}, once" in err.getvalue()
+    assert f"to {root} as archive 'default', once" in err.getvalue()
     assert count_and_distinct(read_table(spark, root, "messages"), "message_id") == (300, 300)
-    assert Broker(redis_client, CoreConfig()).archive_positions(queue_name) == {"messages": ids[-1]}
+    assert Broker(redis_client, CoreConfig()).archives.positions(queue_name, "default") == {
+        "messages": ids[-1]
+    }
     # Still usable: the command left the shared session running.
     assert spark.range(3).count() == 3
 

@@ -108,7 +108,8 @@ def register(
 
     Returns:
         One line per queue where the archive was not registered although its checkpoint
-        has a position there (removed, or a new Redis): registered again there.
+        has a position there (removed, or a new Redis: registered again there), or was
+        registered although it has no checkpoint (a second archive of that name?).
     """
     notes = []
     with redis_client(options) as client:
@@ -121,5 +122,12 @@ def register(
                     f"archive {options.name!r} was not registered for the {table} of queue "
                     f"{queue!r} (removed, or a new Redis): registered again at {start}, "
                     "where its checkpoint is"
+                )
+            elif not start and got.status is Registered.ALREADY:
+                notes.append(
+                    f"archive {options.name!r} is registered for the {table} of queue "
+                    f"{queue!r} already (at {got.position}) but has no checkpoint here: it "
+                    "goes on from there. If another archive uses this name, give this one a "
+                    "name of its own (--name)"
                 )
     return notes

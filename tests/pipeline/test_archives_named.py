@@ -271,6 +271,16 @@ def test_a_removed_archive_stops_and_registers_again_only_when_started(
         f"(removed, or a new Redis): registered again at {ids[29]}, where its checkpoint is",
     )
     assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}
+    # And a second archive given the same name (another root) is told it is the same one
+    other = archive(
+        spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path / "b"), queues=(queue_name,))
+    )
+    assert other.messages.rows == 0
+    assert other.notes == (
+        f"archive 'default' is registered for the messages of queue {queue_name!r} already "
+        f"(at {ids[-1]}) but has no checkpoint here: it goes on from there. If another "
+        "archive uses this name, give this one a name of its own (--name)",
+    )
 
 
 def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redis_url: str) -> None:

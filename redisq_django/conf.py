@@ -17,6 +17,7 @@ from redisq_django.core import bounds
 from redisq_django.core import config as core_defaults
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.errors import ConfigurationError
+from redisq_django.core.keys import NAME_RE
 from redisq_django.core.retry import RetryPolicy
 
 
@@ -56,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY": False,
     # Where the archive writes its Parquet files: a path or a Hadoop URI (s3a://, hdfs://).
     "ARCHIVE_ROOT": None,
+    # The name the archive job (manage.py redisq_pipeline archive) registers under in
+    # every queue; retention waits for each registered archive.
+    "ARCHIVE_NAME": "default",
     # Socket and connect timeout of the admin's Redis calls, seconds (no retries): an
     # admin page answers promptly, with figures shown as unknown, when Redis is sick.
     "ADMIN_REDIS_TIMEOUT": 0.5,
@@ -118,6 +122,9 @@ def _validate(user: Any) -> dict[str, Any]:
     root = merged["ARCHIVE_ROOT"]
     if root is not None and (not isinstance(root, str) or not root):
         problems.append("ARCHIVE_ROOT must be None or a path or URI (a non-empty string)")
+    name = merged["ARCHIVE_NAME"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        problems.append("ARCHIVE_NAME must be a name: 1-100 letters, digits, '_', '.' or '-'")
     queues = merged["QUEUES"]
     if queues is not None and not _is_name_list(queues):
         problems.append("QUEUES must be None or a list of queue names")

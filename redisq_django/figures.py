@@ -54,7 +54,10 @@ HELP: dict[str, Any] = {
         "Messages the hard cap (MAX_LENGTH / MAX_AGE) removed before every consumer had "
         "acknowledged them."
     ),
-    "archive_lag": _("Log entries the Spark archive has not stored yet (history on)."),
+    "archive_lag": _(
+        "Log entries the named archive furthest behind has not stored yet (history on: "
+        "the whole log while no archive is registered). Each archive is on the queue's page."
+    ),
     "paused": _("Paused: its workers fetch nothing new (messages wait in Redis)."),
 }
 

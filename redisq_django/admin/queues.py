@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
 from redisq_django import figures
+from redisq_django.admin.archives import ArchivesAdmin
 from redisq_django.admin.common import (
     PauseActions,
     dead_letter_count,
@@ -36,7 +37,7 @@ QUEUE_DELETE_NOTE = _(
 
 
 @admin.register(Queue)
-class QueueAdmin(LivePages, PauseActions):
+class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
     live_kind = "queue"
     list_display = (
         "name",
@@ -53,8 +54,23 @@ class QueueAdmin(LivePages, PauseActions):
     )
     list_filter = ("paused",)
     search_fields = ("name",)
-    readonly_fields = ("name", "live_figures", "consumers_live", "created_at", "updated_at")
-    fields = ("live_figures", "consumers_live", "name", "paused", "created_at", "updated_at")
+    readonly_fields = (
+        "name",
+        "live_figures",
+        "consumers_live",
+        "archives_live",
+        "created_at",
+        "updated_at",
+    )
+    fields = (
+        "live_figures",
+        "consumers_live",
+        "archives_live",
+        "name",
+        "paused",
+        "created_at",
+        "updated_at",
+    )
     actions = ("pause", "resume", "delete_selected")
     glossary = (
         "state",

@@ -1,45 +1,294 @@
-"""The archive's positions in Redis: how far the history pipeline has stored each stream.
+"""Named archives: how far each archive of the history has stored a queue's streams.
 
-With history on, retention treats the archive like one more logical consumer: the log and
-the events stream are never trimmed past what it committed (``trim.lua``).
+An archive registers per queue under a name (like a logical consumer) for each stream it
+keeps: ``messages`` (the log) and ``events`` (lifecycle events, history on). Retention
+(``trim.lua``) never removes what a registered archive has not stored yet; a hard cap that
+does is written to the archive's gap record, which its reader checks (``failOnDataLoss``).
+Only a registered archive holds retention: every other reader is read-only. Removing an
+archive is explicit (:meth:`Archives.remove`: ``manage.py redisq archives remove`` and the
+admin).
+
+Upgrading: the position the one unnamed archive of earlier versions recorded (``meta``
+fields ``archive:messages`` / ``archive:events``) keeps holding retention, and becomes the
+archive named :data:`DEFAULT_ARCHIVE` when that one registers.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any
 
-from redisq_django.core.keys import QueueKeys
+import redis
+
+from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
+from redisq_django.core.keys import QueueKeys, validate_name
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.wire import to_str
 
+#: The name of the archive job's archive unless told otherwise; it takes over the
+#: position an earlier version's unnamed archive recorded.
+DEFAULT_ARCHIVE = "default"
+#: Above this many entries, a lag is shown as this cap (here and in ``core.stats``).
+LAG_COUNT_CAP = 10_000
+
 
 class ArchivedStream(StrEnum):
-    """The streams of a queue the archive keeps."""
+    """The streams of a queue an archive keeps (the data source's tables)."""
 
     MESSAGES = "messages"  # the log
     EVENTS = "events"  # lifecycle events
 
 
-def position_field(stream: ArchivedStream | str) -> str:
-    """The ``meta`` hash field holding the archive's position in ``stream``."""
+#: Per stream, the ``meta`` field holding the greatest entry id retention ever removed.
+TRIMMED_FIELDS = {
+    ArchivedStream.MESSAGES: "last_trimmed",
+    ArchivedStream.EVENTS: "events_last_trimmed",
+}
+
+
+def legacy_field(stream: ArchivedStream | str) -> str:
+    """The ``meta`` field where an earlier version's unnamed archive kept its position."""
     return f"archive:{ArchivedStream(stream).value}"
 
 
-def commit(scripts: Scripts, keys: QueueKeys, stream: ArchivedStream | str, entry_id: str) -> str:
-    """Record that the archive stored ``stream`` up to ``entry_id`` (never moves back).
+def stream_key(keys: QueueKeys, stream: ArchivedStream | str) -> str:
+    """The key of ``stream``: the log or the events stream."""
+    return keys.log if ArchivedStream(stream) is ArchivedStream.MESSAGES else keys.events
 
-    Returns:
-        The position now recorded.
+
+def parse_id(entry_id: str) -> tuple[int, int]:
+    """``"1700000000000-3"`` as ``(1700000000000, 3)``, for comparing ids."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Registered(IntEnum):
+    """What registering found (``archive_register.lua``'s status)."""
+
+    ALREADY = 0
+    NOW = 1
+    ADOPTED = 2  # registered now at an earlier version's unnamed archive's position
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The answer of :meth:`Archives.register`: what happened and the position."""
+
+    status: Registered
+    position: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Entries a hard cap removed after an archive's position: from ``first`` to
+    ``last`` (both removed), ``count`` of them (trim.lua's gap record)."""
+
+    first: str
+    last: str
+    count: int
+
+    @classmethod
+    def parse(cls, text: Any) -> Gap | None:
+        """A gap record ``"first last count"`` (None for a missing or odd one)."""
+        if text is None:
+            return None
+        parts = to_str(text).split()
+        if len(parts) != 3 or not parts[2].isdigit():
+            return None
+        return cls(parts[0], parts[1], int(parts[2]))
+
+
+@dataclass(frozen=True)
+class ArchiveState:
+    """One archive of one stream of a queue, as the admin and ``redisq archives`` show it.
+
+    Attributes:
+        queue: the queue.
+        name: the archive (``default`` for an earlier version's unnamed one).
+        table: ``messages`` (the log) or ``events``.
+        position: the last entry id it has stored (or starts after).
+        since_ms: when it registered (ms); None for an earlier version's archive.
+        lag: entries after its position still in Redis (capped at ``LAG_COUNT_CAP``).
+        gap: entries a hard cap removed before it stored them, not yet seen by it.
     """
-    return to_str(scripts("archive_commit", [keys.meta], [position_field(stream), entry_id]))
+
+    queue: str
+    name: str
+    table: str
+    position: str
+    since_ms: int | None
+    lag: int
+    gap: Gap | None = None
+
+    @property
+    def legacy(self) -> bool:
+        """Recorded by an earlier version's unnamed archive, not registered since."""
+        return self.since_ms is None
 
 
-def positions(client: object, keys: QueueKeys) -> dict[str, str]:
-    """``{"messages": id, "events": id}`` for the streams the archive has committed."""
-    raw = client.hgetall(keys.meta)  # type: ignore[attr-defined]
-    out = {}
-    for stream in ArchivedStream:
-        value = raw.get(position_field(stream).encode())
-        if value is not None:
-            out[stream.value] = to_str(value)
-    return out
+class Archives:
+    """Registration, positions, removal and gaps of named archives (one Redis).
+
+    Args:
+        client: a redis-py client (bytes replies).
+        scripts: the client's scripts.
+        keys: the keys of a queue by name (``Broker.keys``).
+    """
+
+    def __init__(self, client: Any, scripts: Scripts, keys: Callable[[str], QueueKeys]) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.keys = keys
+
+    def register(
+        self, queue: str, name: str, stream: ArchivedStream | str, start: str = "earliest"
+    ) -> Registration:
+        """Register archive ``name`` for ``queue``'s ``stream`` unless it is already.
+
+        Args:
+            start: where a new registration starts: ``earliest`` (everything still in
+                Redis), ``latest`` (what comes next) or an entry id (it has everything
+                up to that id). An archive registered already keeps its position.
+        """
+        keys = self.keys(queue)
+        table = ArchivedStream(stream)
+        status, position = self.scripts(
+            "archive_register",
+            [keys.archives, keys.meta, stream_key(keys, table)],
+            [validate_name("archive", name), table.value, start],
+        )
+        return Registration(Registered(int(status)), to_str(position))
+
+    @translate_errors
+    def commit(self, queue: str, name: str, stream: ArchivedStream | str, entry_id: str) -> str:
+        """Record that archive ``name`` stored ``queue``'s ``stream`` up to ``entry_id``
+        (never moves back); retention may then trim behind it.
+
+        Returns:
+            The position now recorded.
+
+        Raises:
+            ArchiveNotRegistered: it is not registered (never, or removed since).
+        """
+        table = ArchivedStream(stream)
+        try:
+            reply = self.scripts(
+                "archive_commit",
+                [self.keys(queue).archives],
+                [validate_name("archive", name), table.value, entry_id],
+            )
+        except redis.ResponseError as exc:
+            if error_code(exc) == "NOARCHIVE":
+                raise ArchiveNotRegistered(queue, name, table.value) from None
+            raise
+        return to_str(reply)
+
+    @translate_errors
+    def remove(self, queue: str, name: str) -> int:
+        """Remove archive ``name`` of ``queue`` (both streams, its unreported gaps; for
+        ``default`` also an earlier version's position). Retention no longer waits for it.
+
+        Returns:
+            How many streams it was registered for (0: it was not).
+        """
+        keys = self.keys(queue)
+        return int(
+            self.scripts(
+                "archive_remove",
+                [keys.archives, keys.meta, keys.archive_gaps(name)],
+                [validate_name("archive", name)],
+            )
+        )
+
+    @translate_errors
+    def positions(self, queue: str, name: str) -> dict[str, str]:
+        """``{"messages": id, "events": id}`` for the streams archive ``name`` is
+        registered for."""
+        raw = self.client.hgetall(self.keys(queue).archives)
+        return {
+            s.value: to_str(raw[f"{name}:{s.value}".encode()])
+            for s in ArchivedStream
+            if f"{name}:{s.value}".encode() in raw
+        }
+
+    @translate_errors
+    def trimmed(self, queue: str) -> dict[str, str]:
+        """Per stream, the greatest entry id retention has removed (``0-0``: none)."""
+        raw = self.client.hmget(self.keys(queue).meta, list(TRIMMED_FIELDS.values()))
+        pairs = zip(TRIMMED_FIELDS, raw, strict=True)
+        return {s.value: to_str(v) if v else "0-0" for s, v in pairs}
+
+    @translate_errors
+    def gap(self, queue: str, name: str, stream: ArchivedStream | str) -> Gap | None:
+        """The gap record of archive ``name`` in ``stream`` (None: no loss recorded)."""
+        field = f"{name}:{ArchivedStream(stream).value}:gap"
+        return Gap.parse(self.client.hget(self.keys(queue).archives, field))
+
+    def settle(
+        self, queue: str, name: str, stream: ArchivedStream | str, upto: str, loss: str = ""
+    ) -> bool:
+        """Archive ``name`` has read (or records as lost) ``stream`` up to ``upto``:
+        forget its gap record if that covers it, and record ``loss`` (text) for its job.
+
+        Returns:
+            True when the gap record was forgotten.
+        """
+        keys = self.keys(queue)
+        table = ArchivedStream(stream).value
+        args = [validate_name("archive", name), table, upto, loss]
+        return bool(self.scripts("archive_gap", [keys.archives, keys.archive_gaps(name)], args))
+
+    @translate_errors
+    def losses(self, queue: str, name: str) -> list[str]:
+        """The data losses archive ``name`` went past (oldest first), not yet reported."""
+        return [to_str(x) for x in self.client.lrange(self.keys(queue).archive_gaps(name), 0, -1)]
+
+    @translate_errors
+    def forget_losses(self, queue: str, name: str, count: int) -> None:
+        """Forget the ``count`` oldest losses (once its job has reported them)."""
+        if count > 0:
+            self.client.ltrim(self.keys(queue).archive_gaps(name), count, -1)
+
+    @translate_errors
+    def states(self, queue: str) -> list[ArchiveState]:
+        """Every archive of ``queue`` (registered, or an earlier version's), by name and
+        stream, with its lag; two round trips."""
+        keys = self.keys(queue)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.archives)
+            pipe.hmget(keys.meta, [legacy_field(s) for s in ArchivedStream])
+            registry, legacy = pipe.execute()
+        found: list[tuple[str, ArchivedStream, str, int | None, Gap | None]] = []
+        fields = {to_str(k): v for k, v in registry.items()}
+        for field, value in sorted(fields.items()):
+            name, _, table = field.partition(":")
+            if table in {s.value for s in ArchivedStream}:
+                since = fields.get(f"{field}:since")
+                gap = Gap.parse(fields.get(f"{field}:gap"))
+                found.append(
+                    (name, ArchivedStream(table), to_str(value), int(since or 0) or None, gap)
+                )
+        for stream, value in zip(ArchivedStream, legacy, strict=True):
+            if value is not None and not any(
+                f[0] == DEFAULT_ARCHIVE and f[1] is stream for f in found
+            ):
+                found.append((DEFAULT_ARCHIVE, stream, to_str(value), None, None))
+        with self.client.pipeline(transaction=False) as pipe:
+            for _, stream, position, _, _ in found:
+                key = stream_key(keys, stream)
+                pipe.execute_command("XRANGE", key, f"({position}", "+", "COUNT", LAG_COUNT_CAP)
+            after = pipe.execute(raise_on_error=False)
+        return [
+            ArchiveState(
+                queue=queue,
+                name=name,
+                table=stream.value,
+                position=position,
+                since_ms=since,
+                lag=len(entries) if isinstance(entries, list) else 0,
+                gap=gap,
+            )
+            for (name, stream, position, since, gap), entries in zip(found, after, strict=True)
+        ]

@@ -214,16 +214,11 @@ class Broker:
             out += sent if sent is not None else send_direct(self.client, to, mine)
         return out
 
-    @translate_errors
-    def commit_archive(self, queue: str, stream: str, entry_id: str) -> str:
-        """Record that the archive stored ``queue``'s ``stream`` (``"messages"`` or
-        ``"events"``) up to ``entry_id``; retention may then trim behind it."""
-        return archive.commit(self.scripts, self.keys(queue), stream, entry_id)
-
-    @translate_errors
-    def archive_positions(self, queue: str) -> dict[str, str]:
-        """How far the archive has stored ``queue``: ``{"messages": id, "events": id}``."""
-        return archive.positions(self.client, self.keys(queue))
+    @property
+    def archives(self) -> archive.Archives:
+        """The queues' named archives: register, commit, list, remove
+        (:class:`~redisq_django.core.archive.Archives`)."""
+        return archive.Archives(self.client, self.scripts, self.keys)
 
     # -- logical consumers -------------------------------------------------------------
 

@@ -84,6 +84,20 @@ class ProtocolMismatch(RedisqError):
         )
 
 
+class ArchiveNotRegistered(RedisqError):
+    """A named archive is not registered on a queue (never, or removed since)."""
+
+    def __init__(self, queue: str, name: str, table: str) -> None:
+        self.queue = queue
+        self.name = name
+        self.table = table
+        super().__init__(
+            f"Archive {name!r} is not registered for the {table} of queue {queue!r}: it was "
+            f"removed (manage.py redisq archives remove) or never started. Start it again to "
+            f"register it anew (it goes on from its checkpoint)."
+        )
+
+
 class RedisUnavailable(RedisqError):
     """Redis could not be reached."""
 
@@ -180,6 +194,13 @@ ERROR_CODES = frozenset(
         "WRONGTYPE",
     }
 )
+#: The error codes of our own scripts (core/scripts/*.lua), read in the same way.
+REDISQ_ERROR_CODES = frozenset(
+    {
+        "NOARCHIVE",  # archive_commit.lua: the named archive is not registered
+        "REDISQ_PROTOCOL",  # every script: the caller speaks another protocol version
+    }
+)
 
 # redis-py strips the code from the replies it raises as exceptions of their own ("OOM
 # command not allowed..." arrives as OutOfMemoryError("command not allowed...")). A
@@ -212,11 +233,12 @@ _BEFORE_CODE = re.compile(
     r"|(?:@user_script|=\[C\]): ?-?\d+: -?",
     re.DOTALL,
 )
-_WORD = re.compile(r"[A-Z]+(?= |$)")
+_WORD = re.compile(r"[A-Z][A-Z_]*(?= |$)")
 
 
 def error_code(exc: BaseException) -> str | None:
-    """The Redis error code of a redis-py error (one of :data:`ERROR_CODES`), or None.
+    """The Redis error code of a redis-py error (one of :data:`ERROR_CODES` or
+    :data:`REDISQ_ERROR_CODES`), or None.
 
     Found wherever it stands: first in a plain reply (``NOGROUP No such key...``) and in
     a script's error on Redis 7 and Valkey, after the script's wrapping on Redis 6.2
@@ -238,7 +260,8 @@ def error_code(exc: BaseException) -> str | None:
     word = _WORD.match(text, start)
     if word is None:
         return None
-    return word.group() if word.group() in ERROR_CODES else None
+    code = word.group()
+    return code if code in ERROR_CODES or code in REDISQ_ERROR_CODES else None
 
 
 def refusal_condition(exc: BaseException) -> str | None:
@@ -256,7 +279,7 @@ def is_nogroup(exc: BaseException) -> bool:
 
 def _is_protocol_mismatch(exc: BaseException) -> bool:
     # The error code every script (core/scripts/*.lua) starts such a refusal with.
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith("REDISQ_PROTOCOL ")
+    return error_code(exc) == "REDISQ_PROTOCOL"
 
 
 def describe_client(client: Any) -> str:

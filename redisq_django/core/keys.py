@@ -9,8 +9,11 @@ key                               type    role
 ``redisq:queues``                 set     names of every queue ever published to or consumed
 ``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
 ``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
-``redisq:{q}:meta``               hash    queue counters (``dropped``), archive positions
+``redisq:{q}:meta``               hash    queue counters (``dropped``), marks of what retention
+                                          removed (``last_trimmed``)
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
+``redisq:{q}:archives``           hash    named archives: positions, registration, gaps
+``redisq:{q}:archive:<a>:gaps``   list    data losses archive ``a`` went past, unreported
 ``redisq:{q}:sent:<id>``          string  marks message ``id`` published by the outbox relay
 ``redisq:{q}:batch:<id>``         string  marks batch ``id`` published after a commit
 ``redisq:{q}:result:<id>``        hash    a Django task's result (task queues only; TTL)
@@ -84,6 +87,16 @@ class QueueKeys:
     def events(self) -> str:
         """Lifecycle events of every logical consumer (written when history is on)."""
         return f"{self.tag}:events"
+
+    @property
+    def archives(self) -> str:
+        """Hash: the named archives of this queue (:mod:`~redisq_django.core.archive`)."""
+        return f"{self.tag}:archives"
+
+    def archive_gaps(self, archive: str) -> str:
+        """List: the data losses archive ``archive`` went past (failOnDataLoss false),
+        waiting for its job to report them."""
+        return f"{self.tag}:archive:{validate_name('archive', archive)}:gaps"
 
     def sent_marker(self, message_id: str) -> str:
         """Marker that the outbox relay published ``message_id`` (makes it idempotent)."""

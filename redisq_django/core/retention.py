@@ -20,8 +20,11 @@ def trim(
         ``(removed, dropped)``: entries removed safely and unacknowledged entries
         removed by the hard cap.
     """
-    # With history on, the events stream rides along and the archive holds retention.
-    trimmed = [keys.log, keys.meta, keys.events] if config.history else [keys.log, keys.meta]
+    # Registered archives always hold retention; with history on the events stream rides
+    # along (and the log waits for an archive to register).
+    trimmed = [keys.log, keys.meta, keys.archives]
+    if config.history:
+        trimmed.append(keys.events)
     removed, dropped = scripts(
         "trim",
         trimmed,

@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from redisq_django.core.archive import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
+from redisq_django.core.archive import ArchivedStream, legacy_field
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.wire import to_str
 
@@ -76,8 +78,9 @@ class QueueStats:
         dropped: messages removed by the hard cap before every consumer acked them.
         oldest_id: the oldest entry of the log (None when empty).
         consumers: per logical consumer.
-        archive_lag: with history on, log entries the archive has not stored yet
-            (capped at ``LAG_COUNT_CAP``); None when history is off.
+        archive_lag: log entries the archive furthest behind has not stored yet
+            (capped at ``LAG_COUNT_CAP``; with history on and no archive registered, the
+            whole log); None when history is off and no archive is registered.
         events: with history on, lifecycle events still in Redis; None when off.
     """
 
@@ -108,10 +111,10 @@ class QueueStats:
 
 
 #: Above this many undelivered entries, lag figures Redis cannot give are this cap.
-LAG_COUNT_CAP = 10_000
+LAG_COUNT_CAP = ARCHIVE_LAG_CAP
 
 #: Per queue, the commands of the first round trip, in order.
-_QUEUE_REPLIES = 7
+_QUEUE_REPLIES = 8
 #: Per consumer, the commands of the second round trip, in order (plus one for a lag
 #: Redis does not report).
 _GROUP_REPLIES = 8
@@ -147,7 +150,8 @@ def read_many(
             pipe.hget(keys.meta, "dropped")
             pipe.xrange(keys.log, "-", "+", count=1)
             pipe.xinfo_groups(keys.log)
-            pipe.hget(keys.meta, "archive:messages")
+            pipe.hgetall(keys.archives)
+            pipe.hget(keys.meta, legacy_field(ArchivedStream.MESSAGES))
             pipe.xlen(keys.events)
         first_trip = pipe.execute(raise_on_error=False)
     queues = []
@@ -159,24 +163,29 @@ def read_many(
         queues.append(
             _usable(
                 keys.queue,
-                *zip(replies, (0, 0, None, [], [], None, 0), strict=True),
+                *zip(replies, (0, 0, None, [], [], {}, None, 0), strict=True),
             )
         )
     now = dt.datetime.now(dt.UTC)
     now_score = int(now.timestamp() * 1000)
     with client.pipeline(transaction=False) as pipe:
-        for keys, (_, _, _, _, groups, archived, _) in zip(keys_list, queues, strict=True):
+        behind = []
+        for keys, (_, _, _, _, groups, registry, legacy, _) in zip(keys_list, queues, strict=True):
             for info in groups:
                 _queue_group(pipe, keys, info, now_score)
-            if history:
-                _queue_count_after(pipe, keys.log, to_str(archived or b"0-0"))
+            position = _furthest_behind(registry, legacy)
+            if position is None and history:
+                position = "0-0"  # history on, no archive yet: the whole log waits for one
+            behind.append(position)
+            if position is not None:
+                _queue_count_after(pipe, keys.log, position)
         second_trip = iter(pipe.execute(raise_on_error=False))
     out = []
-    for keys, (length, delayed, dropped, first, groups, _, events) in zip(
-        keys_list, queues, strict=True
+    for keys, (length, delayed, dropped, first, groups, _, _, events), position in zip(
+        keys_list, queues, behind, strict=True
     ):
         consumers = [_consumer(keys, info, second_trip, now) for info in groups]
-        archive_lag = _counted(next(second_trip), keys.queue) if history else None
+        archive_lag = None if position is None else _counted(next(second_trip), keys.queue)
         out.append(
             QueueStats(
                 name=keys.queue,
@@ -190,6 +199,18 @@ def read_many(
             )
         )
     return out
+
+
+def _furthest_behind(registry: dict[bytes, bytes], legacy: bytes | None) -> str | None:
+    """The lowest position of the archives of the log (registered, or an earlier version's
+    unnamed one); None when there is none."""
+    suffix = b":" + ArchivedStream.MESSAGES.value.encode()
+    positions = [
+        to_str(v) for k, v in registry.items() if k.endswith(suffix) and k.count(b":") == 1
+    ]
+    if legacy is not None:
+        positions.append(to_str(legacy))
+    return min(positions, key=_id_key) if positions else None
 
 
 def _queue_group(pipe: Any, keys: QueueKeys, info: dict[str, Any], now_score: int) -> None:

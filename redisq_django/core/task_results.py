@@ -30,69 +30,22 @@ from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
 from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.events import EventName
-from redisq_django.core.keys import QueueKeys
 from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.task_wire import (
+    FAILED,
+    ONCE,
+    PUBLISH,
+    READY,
+    decode_hash,
+    enqueue_call,
+    expires,
+    pairs,
+)
 from redisq_django.core.wire import to_str
-
-READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
-STATUSES = (READY, RUNNING, SUCCESSFUL, FAILED)
-
-#: What ``task_enqueue.lua`` does: publish with the result, or write the result once.
-PUBLISH, ONCE = "publish", "once"
-
-
-def enqueue_call(
-    keys: QueueKeys,
-    envelope: Envelope,
-    result: Mapping[str, str],
-    *,
-    expire_at_ms: int,
-    mode: str = PUBLISH,
-    now: int | None = None,
-) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``task_enqueue.lua`` for ``envelope`` (its id is the result id)
-    and the result's fields: built once, run by a sync or an asyncio client."""
-    if envelope.id is None:
-        raise ValueError("A task's envelope needs its id (the result id).")
-    if envelope.delay_ms is not None:
-        raise ValueError("A task is deferred by an absolute time (eta), not a delay.")
-    due = envelope.due_at_ms or 0
-    member = envelope.member() if due else b""
-    args: list[Any] = [
-        expires(expire_at_ms),
-        envelope.id,
-        mode,
-        due,
-        member,
-        "" if now is None else now,  # "": Redis's clock says which index entries expired
-        len(result),
-        *_pairs(result),
-    ]
-    if mode == PUBLISH and not due:
-        args += envelope.fields()
-    return [keys.task_result(envelope.id), keys.task_results, keys.log, keys.delayed], args
-
-
-def expires(expire_at_ms: int) -> str:
-    """An expiry (by this host's clock) as ``+<ms>``: the scripts time it by Redis's."""
-    return f"+{max(1, expire_at_ms - now_ms())}"
-
-
-def _pairs(fields: Mapping[str, str] | Mapping[bytes, bytes]) -> list[Any]:
-    """``{k: v, ...}`` as the flat ``[k, v, ...]`` list scripts take."""
-    return [item for pair in fields.items() for item in pair]
-
-
-def decode_hash(raw: Any) -> dict[str, str]:
-    """A result hash as redis-py returns it (a dict or a flat list, bytes) as text."""
-    if isinstance(raw, dict):
-        return {to_str(k): to_str(v) for k, v in raw.items()}
-    items = list(raw or [])
-    return {to_str(items[i]): to_str(items[i + 1]) for i in range(0, len(items), 2)}
 
 
 class TaskResults:
@@ -209,7 +162,7 @@ class TaskResults:
                 message.entry_id,
                 started_tag(message),
                 lease_ms,
-                *_pairs(rebuild),
+                *pairs(rebuild),
             ],
         )
 
@@ -341,12 +294,12 @@ class TaskResults:
             message.id,
             error_json,
             len(result),
-            *_pairs(result),
+            *pairs(result),
         ]
         if self.history:  # the event goes in the same script as the settle
             script_keys.append(keys.events)
             args += [len(event) // 2, *event]
-        return script_keys, [*args, *_pairs(envelope)]
+        return script_keys, [*args, *pairs(envelope)]
 
     @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:

@@ -1,6 +1,7 @@
-"""What the live pages do, from the shell: ``manage.py redisq deliver-now`` and ``manage.py
-redisq purge QUEUE --consumer C`` (through the same functions, written to the same admin
-history with ``--user``), and the name and user checks ``manage.py redisq`` shares."""
+"""What the live pages do, from the shell: ``manage.py redisq deliver-now``, ``manage.py
+redisq purge QUEUE --consumer C`` and ``manage.py redisq archives [remove NAME]`` (through
+the same functions as the admin, written to the same admin history with ``--user``), and
+the name and user checks ``manage.py redisq`` shares."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from redisq_django import archives as named
 from redisq_django import history, operations
 from redisq_django.connection import get_broker
 from redisq_django.core import browse
+from redisq_django.core.archive import LAG_COUNT_CAP
 from redisq_django.core.keys import validate_name
 
 #: How ``deliver-now`` writes (``BaseCommand.stdout.write``).
@@ -191,3 +194,66 @@ def purge_consumer(opts: dict[str, Any], write: Write) -> None:
         f"{direct} message(s) of its private input; messages in flight finish as usual."
     )
     _record(user, queue, consumer, [operations.purged_consumer_log(retries, direct)], write)
+
+
+def add_archives(sub: Any, common: list[argparse.ArgumentParser]) -> None:
+    """The ``archives`` sub-command's arguments: ``list`` (the default) and ``remove``."""
+    p = sub.add_parser(
+        "archives",
+        parents=common,
+        help="the queues' named archives of the history; remove one",
+        description="List the named archives (each holds retention until it has stored "
+        "what it needs), or remove one: retention then no longer waits for it.",
+    )
+    p.add_argument("--queue", help="only this queue")
+    actions = p.add_subparsers(dest="archives_action", metavar="list|remove")
+    listing = actions.add_parser("list", parents=common, help="the default")
+    listing.add_argument("--queue", default=argparse.SUPPRESS, help="only this queue")
+    remove = actions.add_parser(
+        "remove", parents=common, help="remove an archive: retention stops waiting for it"
+    )
+    remove.add_argument("name", metavar="NAME")
+    remove.add_argument("--queue", help="only from this queue (default: every queue)")
+    remove.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    add_user_option(remove)
+
+
+def archives(opts: dict[str, Any], write: Write) -> None:
+    """``redisq archives [list]``: a table of the archives; ``remove NAME``: remove one
+    (asks to type its name unless ``--yes``)."""
+    if opts.get("archives_action") == "remove":
+        _remove_archive(opts, write)
+        return
+    queue = opts.get("queue")
+    states = named.list_archives([queue] if queue else None)
+    if not states:
+        write("No archives registered.")
+        return
+    rows = [["QUEUE", "ARCHIVE", "TABLE", "POSITION", "LAG", "REGISTERED (UTC)", "GAP"]]
+    for s in states:
+        lag = f"{s.lag}+" if s.lag >= LAG_COUNT_CAP else str(s.lag)
+        rows.append(
+            [s.queue, s.name, s.table, s.position, lag, named.registered_at(s), named.gap_text(s)]
+        )
+    write(table(rows))
+    write(
+        "Retention keeps every entry after each archive's POSITION; LAG: entries it has not "
+        "stored yet. Remove one that no longer runs: redisq archives remove NAME."
+    )
+
+
+def _remove_archive(opts: dict[str, Any], write: Write) -> None:
+    name, queue = opts["name"], opts["queue"]
+    user = user_named(opts["user"])
+    where = f"queue {queue!r}" if queue else "every queue"
+    if not opts["yes"]:
+        answer = input(
+            f"Remove archive {name!r} from {where}? Retention will no longer wait for it and "
+            "may remove what it has not stored. Type the archive name to confirm: "
+        )
+        if answer.strip() != name:
+            raise CommandError("Not confirmed; nothing was removed.")
+    removed = named.remove_archive(name, queue, user=user)
+    if not removed:
+        raise CommandError(f"Archive {name!r} is not registered on {where}.")
+    write(f"Removed archive {name!r} from {', '.join(removed)}.")

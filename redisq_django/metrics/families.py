@@ -176,8 +176,9 @@ ARCHIVE_LAG = Family(
     "redisq_archive_lag_messages",
     Kind.GAUGE,
     ("queue",),
-    "With HISTORY on, log entries the archive has not stored yet (capped at 10,000 on "
-    "Redis < 7); missing when history is off.",
+    "Log entries the named archive furthest behind has not stored yet (capped at "
+    "10,000; with HISTORY on and no archive registered, the whole log); missing when "
+    "history is off and no archive is registered.",
     "redis",
 )
 BACKLOG = Family(

@@ -7,14 +7,23 @@ Two Structured Streaming queries read the ``redisq`` data source (``table=messag
     ROOT/events/queue=Q/date=YYYY-MM-DD/part-*.parquet     (date: UTC day of the event)
     ROOT/_checkpoints/messages, ROOT/_checkpoints/events
 
+The archive has a name (``options.name``, ``default`` unless told otherwise): before its
+queries start it registers under that name for each queue and table (at its checkpoint's
+position, or from the earliest), so retention keeps everything it has not stored; any
+other reader of the queues is read-only and holds nothing.
+
 Exactly once, by Spark's own protocol: a micro-batch's offsets (entry ids per queue) are
 logged in the checkpoint before it runs; its files become visible only when the sink's
 ``_spark_metadata`` log names them; only after that does Spark call the source's
-``commit()``, which moves the archive position in Redis (``Broker.commit_archive``) and
-so lets retention trim. A crash anywhere redoes the batch from the logged offsets; files
+``commit()``, which moves the archive's position in Redis (``Archives.commit``) and so
+lets retention trim. A crash anywhere redoes the batch from the logged offsets; files
 of a batch that never reached ``_spark_metadata`` are ignored by every Spark reader
 (``spark.read.parquet(ROOT + "/messages")``). Read the archive with Spark, not with a
 plain Parquet reader, which would also see those orphans.
+
+Entries a hard cap removed before the archive stored them stop the job (``failOnDataLoss``,
+the message names them), or with ``fail_on_data_loss`` false are skipped and recorded in
+``ROOT/_gaps`` (:mod:`~redisq_django.pipeline.gaps`), which the report shows.
 
 Two modes: once (``trigger(availableNow=True)``: everything there now, then stop) and
 continuous (a micro-batch every N seconds until :func:`archive` is told to stop; in the
@@ -36,9 +45,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from redisq_django.core.worker.state import StopSignal
+from redisq_django.pipeline import gaps
 from redisq_django.pipeline.checkpoint import last_committed_offset
+from redisq_django.pipeline.loss import DataLossError
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
-from redisq_django.pipeline.preflight import commit_positions, last_entry_ids, queues_to_archive
+from redisq_django.pipeline.preflight import (
+    commit_positions,
+    last_entry_ids,
+    queues_to_archive,
+    register,
+)
 from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
 from redisq_django.pipeline.redis_io import parse_id
 from redisq_django.pipeline.schemas import PARQUET_OPTIONS
@@ -103,6 +119,13 @@ def archive(
     tables = [
         t for t in ARCHIVED_TABLES if not options.once or _has_news(spark, options, t, queues)
     ]
+    notes = [
+        note
+        for table in tables
+        for note in register(
+            options, table, queues, last_committed_offset(spark, options.checkpoint_path(table))
+        )
+    ]
     runs: list[_Run] = []
     with _stop_on_signals() as signals:
         try:
@@ -116,17 +139,30 @@ def archive(
     for run in runs:
         run.harvest()
     for table in ARCHIVED_TABLES:
-        _commit_last_batch(spark, options, table)
+        _commit_last_batch(spark, options, table, ran=table in tables)
     failures = [f"{run.table}: {msg}" for run in runs if (msg := run.failure())]
+    losses = gaps.collect(spark, options, queues)
     if failures:
-        raise ArchiveError("archive query failed: " + "; ".join(failures))
+        lost = [loss_line(msg) for msg in failures if loss_line(msg)]
+        raise ArchiveError(lost[0] if lost else "archive query failed: " + "; ".join(failures))
     tallies = {table: TableSummary() for table in ARCHIVED_TABLES}
     tallies.update({run.table: run.tally.summary() for run in runs})
     return ArchiveSummary(
         messages=tallies["messages"],
         events=tallies["events"],
         seconds=time.monotonic() - started,
+        notes=tuple(notes),
+        gaps=tuple(f"{x.queue} {x.table}: {x.span()}" for x in losses),
     )
+
+
+def loss_line(failure: str) -> str | None:
+    """The data-loss message in a query's failure (one line), or None when it is none:
+    Spark's own words around it say nothing the user needs."""
+    marker = f"{DataLossError.__name__}: "
+    if marker not in failure:
+        return None
+    return "archive stopped: " + failure.split(marker, 1)[1].strip()
 
 
 def _has_news(
@@ -147,16 +183,19 @@ def _has_news(
     )
 
 
-def _commit_last_batch(spark: SparkSession, options: ArchiveOptions, table: str) -> None:
+def _commit_last_batch(
+    spark: SparkSession, options: ArchiveOptions, table: str, *, ran: bool
+) -> None:
     """Move the archive position to the query's last committed batch (see
     :mod:`~redisq_django.pipeline.checkpoint`: Spark itself would only do it when it
     plans the next batch). Safe after a failure too: the commit log names only batches
-    whose files the sink committed."""
+    whose files the sink committed. ``ran``: the table's query ran in this run (a
+    table that did not leaves the queues it is not registered for alone)."""
     offset = last_committed_offset(spark, options.checkpoint_path(table))
     if not offset:
         return
     try:
-        commit_positions(options, table, offset)
+        commit_positions(options, table, offset, ran=ran)
     except Exception as exc:  # redis-py's errors: Redis went away during the run
         raise ArchiveError(
             f"the {table} were archived, but their position could not be recorded in Redis "

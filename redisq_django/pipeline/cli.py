@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from redisq_django.core.archive import DEFAULT_ARCHIVE
 from redisq_django.management.arguments import positive_float, positive_int
 from redisq_django.pipeline.cli_jobs import (
     add_compact_arguments,
@@ -94,6 +95,25 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         help="keep running: a micro-batch every SECONDS until SIGTERM/SIGINT",
     )
     parser.add_argument(
+        "--name",
+        metavar="NAME",
+        default=None if from_settings else DEFAULT_ARCHIVE,
+        help="the archive's name: it registers under it and retention waits for it "
+        + (
+            "(default REDISQ['ARCHIVE_NAME'], else default)"
+            if from_settings
+            else "(default default)"
+        ),
+    )
+    parser.add_argument(
+        "--fail-on-data-loss",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stop with exit status 1 when entries were removed before the archive stored "
+        "them (a hard cap); --no-fail-on-data-loss goes on and records them in ROOT/_gaps "
+        "(the report shows them). Default: stop",
+    )
+    parser.add_argument(
         "--max-entries-per-trigger",
         type=positive_int,
         metavar="N",
@@ -127,8 +147,11 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     )
 
 
-def archive_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> ArchiveOptions:
-    """The job options from parsed ``archive`` arguments.
+def archive_options(
+    args: argparse.Namespace, *, redis_url: str, prefix: str, name: str | None = None
+) -> ArchiveOptions:
+    """The job options from parsed ``archive`` arguments (``name``: the archive's name
+    when ``--name`` is not given).
 
     Raises:
         OptionsError: an option is invalid.
@@ -142,6 +165,8 @@ def archive_options(args: argparse.Namespace, *, redis_url: str, prefix: str) ->
         cluster=getattr(args, "cluster", False),
         max_entries_per_trigger=args.max_entries_per_trigger,
         grace_seconds=args.grace_period,
+        name=args.name or name or DEFAULT_ARCHIVE,
+        fail_on_data_loss=args.fail_on_data_loss,
     )
 
 
@@ -151,7 +176,7 @@ def describe(options: ArchiveOptions) -> str:
     mode = "once" if options.once else f"every {options.trigger_seconds:g} s until stopped"
     return (
         f"archiving {queues} from {redact_url(options.redis_url)} (prefix {options.prefix!r}) "
-        f"to {options.root}, {mode}"
+        f"to {options.root} as archive {options.name!r}, {mode}"
     )
 
 
@@ -182,7 +207,7 @@ def run_archive(
     with pipeline_session(master, conf) as spark:
         spark.sparkContext.setLogLevel(log_level)
         try:
-            return archive(spark, options).line()
+            summary = archive(spark, options)
         except Exception as exc:
             # A service manager signalled every process of the job, Spark's JVM too: a
             # stop, not a failure (the unfinished micro-batch is done again next run).
@@ -194,6 +219,9 @@ def run_archive(
                 "way was abandoned; what earlier ones archived stays, and the next run "
                 "continues from there"
             )
+    for note in summary.notes:
+        print(note, file=sys.stderr, flush=True)
+    return summary.line()
 
 
 def build_parser() -> argparse.ArgumentParser:

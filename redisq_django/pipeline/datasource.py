@@ -2,9 +2,10 @@
 
 ``spark.read.format("redisq")`` reads what is in Redis now, split by entry-id ranges
 (:mod:`redisq_django.pipeline.reading`); ``spark.readStream.format("redisq")`` streams it
-with offsets ``{"queue": "last id"}`` and commits the archive's position
-(:mod:`redisq_django.pipeline.streaming`); ``df.write.format("redisq")`` publishes rows as
-messages (:mod:`redisq_django.pipeline.writer`). Options:
+with offsets ``{"queue": "last id"}``, read-only unless option ``archive`` names it a
+registered archive that commits its position (:mod:`redisq_django.pipeline.streaming`);
+``df.write.format("redisq")`` publishes rows as messages
+(:mod:`redisq_django.pipeline.writer`). Options:
 :class:`~redisq_django.pipeline.source_options.SourceOptions`; schemas:
 :mod:`redisq_django.pipeline.schemas` (both documented in the README, "History on Spark").
 """
@@ -24,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from redisq_django.pipeline.reading import RedisqReader
 from redisq_django.pipeline.schemas import spark_schema
-from redisq_django.pipeline.source_options import SourceOptions
+from redisq_django.pipeline.source_options import OptionError, SourceOptions
 from redisq_django.pipeline.streaming import RedisqStreamReader
 from redisq_django.pipeline.writer import RedisqStreamWriter, RedisqWriter
 
@@ -39,7 +40,15 @@ class RedisqDataSource(DataSource):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)  # type: ignore[arg-type]
-        self.parsed = SourceOptions.parse(options)
+        # Checked here, so that a bad option fails load() / save() at once. Spark shows
+        # the traceback of an error raised here before its message: raised again from
+        # this frame alone, it is one frame, and the message is its last line.
+        try:
+            self.parsed = SourceOptions.parse(options)
+            return
+        except OptionError as exc:
+            problem = str(exc)
+        raise OptionError(problem) from None
 
     @classmethod
     def name(cls) -> str:

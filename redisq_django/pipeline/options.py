@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from redisq_django.core.archive import DEFAULT_ARCHIVE
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 
@@ -48,6 +49,11 @@ class ArchiveOptions:
             queues together (None: all there are).
         grace_seconds: on stop, how long a running micro-batch may take to finish before
             the query is interrupted (it is then simply redone by the next run).
+        name: the archive's name: it registers under it per queue and stream, and
+            retention waits for it (``REDISQ['ARCHIVE_NAME']``, default ``default``).
+        fail_on_data_loss: stop, naming them, when entries were removed before the
+            archive stored them (a hard cap); false: go on and record them in
+            ``ROOT/_gaps`` for the report.
         extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).
     """
 
@@ -59,6 +65,8 @@ class ArchiveOptions:
     cluster: bool = False
     max_entries_per_trigger: int | None = None
     grace_seconds: float = 30.0
+    name: str = DEFAULT_ARCHIVE
+    fail_on_data_loss: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -72,9 +80,9 @@ class ArchiveOptions:
             problems.append("the archive root is empty; give a directory or a Hadoop URI")
         if not self.prefix or any(c in self.prefix for c in "{} "):
             problems.append(f"prefix {self.prefix!r} must be non-empty, without braces or spaces")
-        for queue in self.queues:
+        for kind, value in (*(("queue", q) for q in self.queues), ("archive", self.name)):
             try:
-                validate_name("queue", queue)
+                validate_name(kind, value)
             except InvalidName as exc:
                 problems.append(str(exc).rstrip("."))
         if self.trigger_seconds is not None and not self.trigger_seconds > 0:
@@ -97,9 +105,20 @@ class ArchiveOptions:
         """The Structured Streaming checkpoint of ``table``'s query."""
         return join_path(self.root, "_checkpoints", table)
 
+    @property
+    def gaps_path(self) -> str:
+        """Where the job records data losses it went past: ``ROOT/_gaps`` (JSON lines)."""
+        return join_path(self.root, "_gaps")
+
     def source_options(self, table: str) -> dict[str, str]:
-        """The ``redisq`` data source options that read ``table``."""
-        out = {"url": self.redis_url, "prefix": self.prefix, "table": table}
+        """The ``redisq`` data source options that read ``table`` as this archive."""
+        out = {
+            "url": self.redis_url,
+            "prefix": self.prefix,
+            "table": table,
+            "archive": self.name,
+            "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
+        }
         if self.queues:
             out["queue"] = ",".join(self.queues)
         if self.cluster:

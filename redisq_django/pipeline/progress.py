@@ -47,11 +47,16 @@ class ArchiveSummary:
         messages: what was archived from the queues' logs.
         events: what was archived from the queues' events streams.
         seconds: wall time from starting the queries to their end.
+        notes: what the user should know (an archive registered again).
+        gaps: entries skipped because they were removed before the archive stored them
+            (``failOnDataLoss`` false), one line each; also in ``ROOT/_gaps``.
     """
 
     messages: TableSummary
     events: TableSummary
     seconds: float
+    notes: tuple[str, ...] = ()
+    gaps: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -74,10 +79,15 @@ class ArchiveSummary:
             f"{q}: {self.messages.per_queue.get(q, 0)}/{self.events.per_queue.get(q, 0)}"
             for q in queues
         )
+        never = "".join(
+            f"\nnever archived (failOnDataLoss off, recorded in ROOT/_gaps): {gap}"
+            for gap in self.gaps
+        )
         return (
             f"archived messages={self.messages.rows} events={self.events.rows}"
             + (f" ({detail})" if detail else "")
             + f" in {self.seconds:.1f} s, {self.rate:,.0f} rows/s"
+            + never
         )
 
 

@@ -8,14 +8,15 @@ columns built in :mod:`redisq_django.pipeline.columns`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from redisq_django.pipeline import redis_io
+from redisq_django.pipeline import loss, redis_io
 from redisq_django.pipeline.columns import CONVERTERS, Batch
+from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.redis_io import StreamRef
 from redisq_django.pipeline.source_options import SourceOptions
 
@@ -28,11 +29,14 @@ class RangePartition(InputPartition):
         stream: the stream (a queue's log or events, or one consumer's dead letters).
         lo: the first id, inclusive, or ``"(id"`` to start after ``id``.
         hi: the last id, inclusive.
+        expect: for a streaming read, the range's first entry when it was planned: the
+            read checks that nothing went missing before it was read (None: no check).
     """
 
     stream: StreamRef
     lo: str
     hi: str
+    expect: str | None = None
 
 
 def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[Batch]:
@@ -44,14 +48,57 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     try:
         convert = CONVERTERS[options.table]
         key = partition.stream.key
-        for page in redis_io.pages(conn, key, partition.lo, partition.hi, options.page_size):
+        if partition.expect is None:
+            pages = redis_io.pages(conn, key, partition.lo, partition.hi, options.page_size)
+        else:
+            pages = redis_io.checked_pages(
+                conn,
+                key,
+                partition.lo,
+                partition.hi,
+                options.page_size,
+                partition.expect,
+                _on_missing(options, conn, partition),
+            )
+        for page in pages:
             yield convert(partition.stream, page)
     finally:
         conn.close()
 
 
+def _on_missing(
+    options: SourceOptions, conn: Any, partition: RangePartition
+) -> Callable[[str, str | None], None]:
+    """What a streaming read does when entries of ``partition`` went missing before it
+    read them: fail (``failOnDataLoss``), or warn, record it (a named archive) and go on."""
+
+    def missing(first: str, present: str | None) -> None:
+        found = Loss(
+            queue=partition.stream.queue,
+            table=options.table.value,
+            archive=options.archive,
+            after=partition.lo.lstrip("("),
+            first=first,
+            last=None if present else partition.hi,
+            before=present,
+        )
+        settled = loss.report(found, options.fail_on_data_loss)
+        if options.archive:
+            upto = redis_io.previous_id(present) if present else partition.hi
+            archives = redis_io.broker(options, conn).archives
+            archives.settle(found.queue, options.archive, found.table, upto, settled.to_json())
+
+    return missing
+
+
 def plan_ranges(
-    options: SourceOptions, conn: Any, stream: StreamRef, lo: str, hi: str
+    options: SourceOptions,
+    conn: Any,
+    stream: StreamRef,
+    lo: str,
+    hi: str,
+    *,
+    checked: bool = False,
 ) -> list[RangePartition]:
     """Partitions covering ``stream`` from ``lo`` to ``hi``, split into
     ``options.partitions`` equal time spans.
@@ -62,6 +109,9 @@ def plan_ranges(
         stream: the stream to read.
         lo: the first id, inclusive, or ``"(id"``: after ``id``.
         hi: the last id, inclusive, or ``"+"``: the stream's last entry now.
+        checked: give each partition its first entry now, so that its read notices
+            entries removed before it read them (streaming); ranges with none are left
+            out (no entry can appear in a range of ids already past).
     """
     exclusive = lo.startswith("(")
     start = lo[1:] if exclusive else lo
@@ -76,7 +126,14 @@ def plan_ranges(
     out = [RangePartition(stream, a, b) for a, b in redis_io.split(first, last, options.partitions)]
     if exclusive and first == start:
         out[0] = RangePartition(stream, f"({start}", out[0].hi)
-    return out
+    if not checked:
+        return out
+    expects = redis_io.first_ids(conn, stream.key, [(p.lo, p.hi) for p in out])
+    return [
+        RangePartition(stream, p.lo, p.hi, expect)
+        for p, expect in zip(out, expects, strict=True)
+        if expect is not None
+    ]
 
 
 class RedisqReader(DataSourceReader):

@@ -7,13 +7,14 @@ redis-py's reply callback builds a dict per entry, which is most of the cost of 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.archive import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import queue_keys, registry_key
@@ -64,6 +65,12 @@ def later(a: str, b: str) -> str:
 def earlier(a: str, b: str) -> str:
     """The earlier of two entry ids."""
     return a if parse_id(a) <= parse_id(b) else b
+
+
+def previous_id(entry_id: str) -> str:
+    """The greatest id before ``entry_id`` (``5-0`` gives ``4-18446744073709551615``)."""
+    ms, seq = parse_id(entry_id)
+    return f"{ms}-{seq - 1}" if seq else last_id_of_ms(ms - 1)
 
 
 def text(value: Any) -> str:
@@ -143,6 +150,64 @@ def split(lo: str, hi: str, parts: int) -> list[tuple[str, str]]:
     starts = [lo, *(first_id_of_ms(c) for c in cuts)]
     ends = [*(last_id_of_ms(c - 1) for c in cuts), hi]
     return list(zip(starts, ends, strict=True))
+
+
+def marks(conn: Any, options: SourceOptions, refs: list[StreamRef]) -> dict[str, str]:
+    """Per stream, the greatest entry id retention ever removed from it (``0-0``: none;
+    dead letters leave by the sink, never by retention: always ``0-0``). One round trip."""
+    if options.table is Table.DEAD or not refs:
+        return {ref.name: ZERO_ID for ref in refs}
+    field = TRIMMED_FIELDS[ArchivedStream(options.table.value)]
+    with conn.pipeline(transaction=False) as pipe:
+        for ref in refs:
+            pipe.hget(queue_keys(options.prefix, ref.queue).meta, field)
+        replies = pipe.execute()
+    return {ref.name: text(r) if r else ZERO_ID for ref, r in zip(refs, replies, strict=True)}
+
+
+def first_ids(conn: Any, key: str, ranges: list[tuple[str, str]]) -> list[str | None]:
+    """The first entry id of each ``(lo, hi)`` range of stream ``key`` (``lo`` may be
+    ``"(id"``: after ``id``), None where there is none. One round trip."""
+    with conn.pipeline(transaction=False) as pipe:
+        for lo, hi in ranges:
+            pipe.execute_command("XRANGE", key, lo, hi, "COUNT", 1)
+        replies = pipe.execute()
+    return [text(reply[0][0]) if reply else None for reply in replies]
+
+
+def checked_pages(
+    conn: Any,
+    key: str,
+    lo: str,
+    hi: str,
+    page_size: int,
+    expect: str,
+    missing: Callable[[str, str | None], None],
+) -> Iterator[list[RawEntry]]:
+    """:func:`pages`, checking that no entry went missing before it was read.
+
+    Each page reads one entry more than it yields: the next page must start with it.
+    When a page does not start with the entry expected (``expect`` first: the range's
+    first entry when it was planned), entries were removed before they were read, and
+    ``missing(first missing id, first id still there or None)`` is called (it raises to
+    fail, or returns to go on with what is there).
+    """
+    start: str | None = lo
+    while start is not None:
+        page = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size + 1)
+        if page and isinstance(page[0][1], dict):
+            page = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in page]
+        if not page or text(page[0][0]) != expect:
+            missing(expect, text(page[0][0]) if page else None)
+        if not page:
+            return
+        if len(page) > page_size:
+            expect = text(page[page_size][0])
+            start = expect
+            page = page[:page_size]
+        else:
+            start = None
+        yield page
 
 
 def pages(conn: Any, key: str, lo: str, hi: str, page_size: int) -> Iterator[list[RawEntry]]:

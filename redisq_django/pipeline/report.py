@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
+from redisq_django.pipeline import gaps
 from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
 
 __all__ = ["ReportOptions", "ReportSummary", "parse_time", "report"]
@@ -180,6 +181,7 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
             made_at=made_at,
             queues=options.queues,
             accuracy=PERCENTILE_ACCURACY,
+            gaps=gaps.lines(spark, options.root, since, until, options.queues),
             **{name: _collect(spark, out_dir, name) for name in AGGREGATES},
         )
     finally:

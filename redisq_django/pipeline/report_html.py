@@ -52,6 +52,8 @@ class ReportData:
     attempts: Sequence[Row] = field(default_factory=list)
     errors: Sequence[Row] = field(default_factory=list)
     totals: Sequence[Row] = field(default_factory=list)
+    #: Entries never archived (removed before the archive stored them), one line each.
+    gaps: Sequence[str] = ()
 
     def queue_names(self) -> tuple[str, ...]:
         """The queues asked for, else those found in the range."""
@@ -162,7 +164,7 @@ made {_time(data.made_at)}.</p>
 <p class="meta">Percentiles are Spark's <code>percentile_approx</code> with accuracy
 {data.accuracy}: each is a value whose rank is within n/{data.accuracy} of the exact rank.
 Backlog counts only messages published since the range began.</p>
-<h2>Totals</h2>
+{_gaps(data.gaps)}<h2>Totals</h2>
 {table(data.totals, _TOTALS, css_id="report-totals", empty="No messages or events in the range.")}
 <h2>Charts</h2>
 {figures}
@@ -172,6 +174,17 @@ Backlog counts only messages published since the range began.</p>
 {table(data.attempts, _ATTEMPTS, css_id="report-attempts", empty="No handled or dead events.")}
 </body></html>
 """
+
+
+def _gaps(lines: Sequence[str]) -> str:
+    """The entries the archive never stored, when there are any (``ROOT/_gaps``)."""
+    if not lines:
+        return ""
+    items = "".join(f"<li>{e(line)}</li>" for line in lines)
+    return (
+        '<h2>Never archived</h2><p class="meta">Removed from Redis before the archive '
+        'stored them (failOnDataLoss off):</p><ul id="report-gaps">' + items + "</ul>\n"
+    )
 
 
 def out_dir_for(out: str | None, root: str, made_at: datetime) -> tuple[Path, bool]:

@@ -9,11 +9,14 @@ executor needs to reach Redis (URL, prefix, cluster flag): never Django settings
 from __future__ import annotations
 
 import datetime as dt
+import difflib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from redisq_django.core.clock import datetime_to_ms, first_id_of_ms, last_id_of_ms
+from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 from redisq_django.pipeline.schemas import Table
 
@@ -28,9 +31,58 @@ _ENTRY_ID = re.compile(r"^\d+-\d+$")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
+#: Every option of the data source (Spark matches option names case-insensitively).
+OPTIONS = (
+    "url",
+    "prefix",
+    "cluster",
+    "queue",
+    "table",
+    "partitions",
+    "since",
+    "until",
+    "startingOffsets",
+    "maxEntriesPerTrigger",
+    "archive",
+    "failOnDataLoss",
+    "consumer",
+    "once",
+    "batchSize",
+    "pageSize",
+)
+#: Options Spark itself passes to a streaming write; accepted and left alone.
+SPARK_OPTIONS = ("checkpointLocation", "queryName")
+#: Options refused with what to do instead.
+REFUSED = {
+    "commitarchive": "Option 'commitArchive' was removed: a stream is read-only unless "
+    "option 'archive' names it (a named archive registers, holds retention and commits).",
+    "path": "The redisq data source takes no path: name queues with option 'queue' and "
+    "call load() / save() without an argument.",
+}
+
 
 class OptionError(ValueError):
     """An option of the ``redisq`` data source is missing or invalid."""
+
+
+def check_names(options: Mapping[str, str]) -> None:
+    """Refuse an option the data source does not know (a misspelt one would be ignored).
+
+    Raises:
+        OptionError: naming the option, the closest valid one and the valid ones.
+    """
+    valid = {name.lower(): name for name in OPTIONS + SPARK_OPTIONS}
+    for key in options:
+        lower = str(key).lower()
+        if lower in REFUSED:
+            raise OptionError(REFUSED[lower])
+        if lower not in valid:
+            close = difflib.get_close_matches(lower, list(valid), n=1, cutoff=0.6)
+            hint = f" (did you mean {valid[close[0]]!r}?)" if close else ""
+            raise OptionError(
+                f"Unknown option {key!r} of the redisq data source{hint}. "
+                f"Valid options: {', '.join(OPTIONS)}."
+            )
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
@@ -55,11 +107,20 @@ def _positive_int(options: Mapping[str, str], name: str, default: int | None) ->
     return value
 
 
+def _name(kind: str, raw: str | None) -> str | None:
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        return validate_name(kind, str(raw).strip())
+    except InvalidName as exc:
+        raise OptionError(f"Option {kind!r}: {exc}") from None
+
+
 def _queues(raw: str | None) -> tuple[str, ...]:
     if raw is None:
         return ()
     names = [q.strip() for q in str(raw).split(",") if q.strip()]
-    return tuple(dict.fromkeys(validate_name("queue", q) for q in names))
+    return tuple(dict.fromkeys(_name("queue", q) or q for q in names))
 
 
 def _bound(options: Mapping[str, str], name: str, *, end: bool) -> str | None:
@@ -84,6 +145,59 @@ def _bound(options: Mapping[str, str], name: str, *, end: bool) -> str | None:
 
 
 @dataclass(frozen=True)
+class StartingOffsets:
+    """Option ``startingOffsets``, checked: where a new streaming query starts.
+
+    Attributes:
+        kind: ``earliest`` (everything still in Redis), ``latest`` (what comes next),
+            ``time`` (entries from a time on, those still in Redis) or ``ids`` (after
+            the id given per stream; streams not named start at the earliest).
+        after: with ``time``, the last id before it.
+        ids: with ``ids``, ``{"stream": "entry id"}``.
+    """
+
+    kind: str = "earliest"
+    after: str | None = None
+    ids: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: str | None) -> StartingOffsets:
+        """``earliest`` (default), ``latest``, an ISO 8601 time (naive: UTC) or a JSON
+        object ``{"queue": "entry id"}``.
+
+        Raises:
+            OptionError: none of these.
+        """
+        text = str(raw or "earliest").strip()
+        if text.lower() in ("earliest", "latest"):
+            return cls(text.lower())
+        if text.startswith("{"):
+            try:
+                given = json.loads(text)
+            except ValueError:
+                given = None
+            if not isinstance(given, dict) or not all(
+                isinstance(v, str) and _ENTRY_ID.match(v) for v in given.values()
+            ):
+                raise OptionError(
+                    "Option 'startingOffsets' as JSON must map streams to entry ids, e.g. "
+                    f'{{"orders": "1700000000000-0"}}; got {text[:100]!r}.'
+                )
+            return cls("ids", ids=tuple(sorted((str(k), v) for k, v in given.items())))
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise OptionError(
+                "Option 'startingOffsets' must be earliest, latest, an ISO 8601 time or a "
+                f"JSON object of entry ids; got {text[:100]!r}."
+            ) from None
+        when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+        # Exclusive start: the last possible id of the millisecond before, so entries of
+        # that very millisecond are read.
+        return cls("time", after=last_id_of_ms(datetime_to_ms(when) - 1))
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     """Every option of the ``redisq`` data source, validated.
 
@@ -96,12 +210,15 @@ class SourceOptions:
             or, when writing, the target queue (at most one; empty: column ``queue``).
         table: what to read (``messages``, ``events`` or ``dead``).
         partitions: batch read partitions per stream.
-        starting_offsets: where a streaming read starts: ``earliest``, ``latest``, an
-            ISO 8601 time or a JSON object ``{"queue": "entry-id"}``.
+        starting_offsets: where a new streaming query starts (option ``startingOffsets``:
+            ``earliest``, ``latest``, an ISO 8601 time or ``{"queue": "entry-id"}``).
         max_entries_per_trigger: streaming admission control (None: everything new).
-        commit_archive: a streaming read of messages or events records how far it got
-            as the archive's position (``Broker.commit_archive``); false for a stream
-            that is not the archive (a dashboard), so retention does not count on it.
+        archive: a streaming read of messages or events is this named archive: it
+            registers, holds retention and commits its position; None (the default):
+            read-only, it writes nothing to Redis and retention does not wait for it.
+        fail_on_data_loss: a streaming read fails when entries after its position were
+            removed before it read them (Kafka's ``failOnDataLoss``); false: it logs a
+            warning, a named archive records the gap for its job, and it goes on.
         consumer: when writing, deliver only to this logical consumer.
         once: when writing, publish at most once per message id (column ``message_id``).
         write_batch: envelopes per send when writing.
@@ -116,9 +233,10 @@ class SourceOptions:
     queues: tuple[str, ...] = ()
     table: Table = Table.MESSAGES
     partitions: int = DEFAULT_PARTITIONS
-    starting_offsets: str = "earliest"
+    starting_offsets: StartingOffsets = StartingOffsets()
     max_entries_per_trigger: int | None = None
-    commit_archive: bool = True
+    archive: str | None = None
+    fail_on_data_loss: bool = True
     consumer: str | None = None
     once: bool = False
     write_batch: int = DEFAULT_WRITE_BATCH
@@ -131,8 +249,9 @@ class SourceOptions:
         """Validate Spark's option map (keys are case-insensitive there already).
 
         Raises:
-            OptionError: ``url`` is missing, or an option has an invalid value.
+            OptionError: an unknown option, ``url`` missing, or an invalid value.
         """
+        check_names(options)
         url = str(options.get("url") or "").strip()
         if not url:
             raise OptionError(
@@ -146,7 +265,12 @@ class SourceOptions:
             raise OptionError(
                 f"Option 'table' must be one of {choices}; got {raw_table!r}."
             ) from None
-        consumer = options.get("consumer")
+        archive = _name("archive", options.get("archive"))
+        if archive and table is Table.DEAD:
+            raise OptionError(
+                "Option 'archive' names an archive of messages or events; dead letters "
+                "leave Redis for the database (the dead-letter sink), not for an archive."
+            )
         return cls(
             url=url,
             prefix=str(options.get("prefix") or "redisq").strip(),
@@ -154,10 +278,11 @@ class SourceOptions:
             queues=_queues(options.get("queue")),
             table=table,
             partitions=_positive_int(options, "partitions", DEFAULT_PARTITIONS) or 1,
-            starting_offsets=str(options.get("startingOffsets") or "earliest").strip(),
+            starting_offsets=StartingOffsets.parse(options.get("startingOffsets")),
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
-            commit_archive=_flag(options, "commitArchive", default=True),
-            consumer=validate_name("consumer", consumer.strip()) if consumer else None,
+            archive=archive,
+            fail_on_data_loss=_flag(options, "failOnDataLoss", default=True),
+            consumer=_name("consumer", options.get("consumer")),
             once=_flag(options, "once"),
             write_batch=_positive_int(options, "batchSize", DEFAULT_WRITE_BATCH)
             or DEFAULT_WRITE_BATCH,

@@ -1,10 +1,18 @@
-"""Streaming reads of the ``redisq`` data source, and the archive's commit.
+"""Streaming reads of the ``redisq`` data source; a named archive's registration and commit.
 
 Offsets are JSON objects ``{stream: last entry id read}``: the stream is named by its
 queue (``"orders"``), or ``"queue:consumer"`` for dead letters (names never contain
-``:``). ``"0-0"`` means nothing read yet. A micro-batch reads, per stream, the ids after
-its start offset up to its end offset; ``commit(end)`` then records in Redis how far the
-archive got (``Broker.commit_archive``), so retention may trim behind it.
+``:``). A micro-batch reads, per stream, the ids after its start offset up to its end
+offset.
+
+A stream is read-only unless option ``archive`` names it: then it is that named archive
+(:mod:`redisq_django.core.archive`). It registers each stream before it reads it (a new
+query where ``startingOffsets`` says, a resumed one at its checkpoint's offset), and
+``commit(end)`` moves its position in Redis, so retention trims behind it and never
+before. A read-only stream writes nothing to Redis and holds nothing: retention may
+remove what it has not read yet. Either way, entries removed before the stream read them
+are a data loss (:mod:`redisq_django.pipeline.loss`): with ``failOnDataLoss`` (default)
+the query fails, naming them.
 
 Admission control (``maxEntriesPerTrigger``) uses the ``latestOffset(start, limit)``
 API of PySpark >= 4.2, and ``Trigger.AvailableNow`` is honoured through
@@ -13,8 +21,8 @@ API of PySpark >= 4.2, and ``Trigger.AvailableNow`` is honoured through
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import dataclasses
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,54 +34,45 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from redisq_django.core.clock import datetime_to_ms, last_id_of_ms
+from redisq_django.core.archive import Archives, Gap, Registered
 from redisq_django.core.keys import queue_keys
-from redisq_django.pipeline import redis_io
+from redisq_django.pipeline import loss, redis_io
 from redisq_django.pipeline.columns import Batch
+from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.reading import plan_ranges, read_partition
-from redisq_django.pipeline.redis_io import ZERO_ID, StreamRef, parse_id
+from redisq_django.pipeline.redis_io import ZERO_ID, StreamRef, later, parse_id
 from redisq_django.pipeline.schemas import Table
-from redisq_django.pipeline.source_options import OptionError, SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions, StartingOffsets
 
 Offset = dict[str, str]
 
+logger = logging.getLogger("redisq.pipeline")
 
-def starting_offset(value: str, names: Sequence[str], last: dict[str, str]) -> Offset:
-    """The initial offset for option ``startingOffsets``.
+
+def starting_offset(
+    start: StartingOffsets, names: Sequence[str], last: dict[str, str], trimmed: dict[str, str]
+) -> Offset:
+    """The initial offset of a read-only stream (option ``startingOffsets``).
 
     Args:
-        value: ``earliest``, ``latest``, an ISO 8601 time (naive: UTC) or a JSON object
-            ``{"stream": "entry id"}`` (streams it leaves out start at the earliest).
+        start: the option, parsed.
         names: the streams read.
         last: each stream's last entry id now (used for ``latest``).
-
-    Raises:
-        OptionError: ``value`` is none of these.
+        trimmed: each stream's greatest id retention removed: ``earliest`` and a time
+            start after it (whatever is still there), so what was gone before the query
+            started is no data loss of it.
     """
-    text = value.strip()
-    if text.lower() == "earliest":
-        return dict.fromkeys(names, ZERO_ID)
-    if text.lower() == "latest":
-        return {n: last.get(n, ZERO_ID) for n in names}
-    if text.startswith("{"):
-        try:
-            given = json.loads(text)
-            out = {n: str(given.get(n, ZERO_ID)) for n in names}
-            for entry_id in out.values():
-                parse_id(entry_id)
-            return out
-        except (ValueError, AttributeError):
-            raise OptionError(f"startingOffsets {text!r} is not a JSON object of ids.") from None
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise OptionError(
-            f"startingOffsets must be earliest, latest, an ISO time or JSON; got {text!r}."
-        ) from None
-    when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-    # Exclusive start: the last possible id of the millisecond before, so entries of
-    # that very millisecond are read.
-    return dict.fromkeys(names, last_id_of_ms(datetime_to_ms(when) - 1))
+    out = {}
+    given = dict(start.ids)
+    for name in names:
+        gone = trimmed.get(name, ZERO_ID)
+        if start.kind == "latest":
+            out[name] = later(last.get(name, ZERO_ID), gone)
+        elif start.kind == "time" and start.after:
+            out[name] = later(start.after, gone)
+        else:
+            out[name] = given.get(name, gone)
+    return out
 
 
 def stream_of(options: SourceOptions, name: str) -> StreamRef:
@@ -99,6 +98,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offset | None = None  # Trigger.AvailableNow: stop here
         self._initial: Offset | None = None
         self._committed: Offset = {}
+        self._registered: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to the executors; the client stays behind.
@@ -111,18 +111,78 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._conn = redis_io.client(self.options)
         return self._conn
 
+    @property
+    def archives(self) -> Archives:
+        """The named archives of the Redis read (driver side)."""
+        return redis_io.broker(self.options, self.conn).archives
+
+    @property
+    def checked(self) -> bool:
+        """Whether this stream can lose data: messages and events can be trimmed; dead
+        letters leave Redis for the database, which is no loss."""
+        return self.options.table is not Table.DEAD
+
     def _streams(self) -> list[StreamRef]:
         # Listed again at every trigger: without option queue, new queues join the stream.
         queues = redis_io.list_queues(self.conn, self.options)
         return redis_io.streams(self.conn, self.options, queues)
 
-    def _last_ids(self) -> dict[str, str]:
-        return {s.name: redis_io.last_id(self.conn, s.key) for s in self._streams()}
+    def _last_ids(self, refs: list[StreamRef] | None = None) -> dict[str, str]:
+        """Each stream's last entry id, or the last id retention removed from it when
+        that is later: entries that are gone still move the stream on, so that a batch
+        finds their loss."""
+        refs = self._streams() if refs is None else refs
+        gone = redis_io.marks(self.conn, self.options, refs)
+        return {s.name: later(redis_io.last_id(self.conn, s.key), gone[s.name]) for s in refs}
+
+    def _register(self, ref: StreamRef, start: str, *, resumed: bool = False) -> str:
+        """Register this archive for ``ref`` unless it is (``start``: where it starts,
+        see ``Archives.register``; ``resumed``: where its checkpoint is); the position
+        to read from."""
+        assert self.options.archive is not None
+        table = self.options.table.value
+        got = self.archives.register(ref.queue, self.options.archive, table, start)
+        self._registered.add(ref.name)
+        if got.status is Registered.NOW and resumed:
+            logger.warning(
+                "redisq: archive %r was not registered for the %s of queue %r; registered "
+                "now at %s, where its query is (it was removed, or its Redis was replaced).",
+                self.options.archive,
+                table,
+                ref.queue,
+                got.position,
+            )
+        return got.position
+
+    def _ensure_registered(self, offset: Offset) -> None:
+        """A resumed query of a named archive: register at its checkpoint's offsets what
+        this process has not (a query starting afresh did in ``initialOffset``)."""
+        if self.options.archive is None:
+            return
+        for name, position in offset.items():
+            if name not in self._registered:
+                self._register(stream_of(self.options, name), position, resumed=True)
+
+    def _start_of(self, ref: StreamRef, last: str, gone: str) -> str:
+        """Where a stream starts that this query has not read yet (a named archive
+        registers there, or continues from its registered position)."""
+        start = self.options.starting_offsets
+        if self.options.archive is None:
+            return starting_offset(start, [ref.name], {ref.name: last}, {ref.name: gone})[ref.name]
+        if start.kind in ("earliest", "latest"):
+            return self._register(ref, start.kind)
+        if start.kind == "time" and start.after:
+            return self._register(ref, later(start.after, gone))
+        return self._register(ref, dict(start.ids).get(ref.name, "earliest"))
 
     def initialOffset(self) -> Offset:
         """Where a new query starts (option ``startingOffsets``; default earliest)."""
-        last = self._last_ids()
-        self._initial = starting_offset(self.options.starting_offsets, list(last), last)
+        refs = self._streams()
+        gone = redis_io.marks(self.conn, self.options, refs)
+        self._initial = {
+            ref.name: self._start_of(ref, redis_io.last_id(self.conn, ref.key), gone[ref.name])
+            for ref in refs
+        }
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -137,7 +197,9 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end offset of the next micro-batch: each stream's last id, or, under a
         ``ReadMaxRows`` limit, at most that many entries after ``start`` in all (shared
-        among the streams with new entries, the ones furthest behind first)."""
+        among the streams with new entries, the ones furthest behind first). A stream
+        seen for the first time starts where ``startingOffsets`` says, next batch."""
+        self._ensure_registered(start)
         if start != self._initial:
             # Spark calls this only once the batch ending at `start` is done, but calls
             # commit(start) only when it plans another batch: without this, the archive
@@ -147,10 +209,12 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = dict(start)
         behind = []
         for name, last in latest.items():
-            position = start.get(name, ZERO_ID)
-            end.setdefault(name, position)
-            if parse_id(last) > parse_id(position):
-                behind.append((parse_id(position), name, last))
+            if name not in end:
+                ref = stream_of(self.options, name)
+                gone = redis_io.marks(self.conn, self.options, [ref])[name]
+                end[name] = self._start_of(ref, redis_io.last_id(self.conn, ref.key), gone)
+            elif parse_id(last) > parse_id(end[name]):
+                behind.append((parse_id(end[name]), name, last))
         if not isinstance(limit, ReadMaxRows):
             end.update({name: last for _, name, last in behind})
             return end
@@ -159,32 +223,84 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if share:
                 key = stream_of(self.options, name).key
                 nth = redis_io.nth_id_after(self.conn, key, end[name], share)
-                end[name] = redis_io.earlier(nth, last) if nth else end[name]
+                end[name] = redis_io.earlier(nth, last) if nth else last
         return end
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """Per stream, the ids after ``start`` up to ``end``, split by time."""
+        """Per stream, the ids after ``start`` up to ``end``, split by time; first, the
+        check that nothing after ``start`` was removed before this batch could read it."""
+        self._ensure_registered(start)
+        due = {
+            name: (start[name], hi)
+            for name, hi in sorted(end.items())
+            if name in start and parse_id(hi) > parse_id(start[name])
+        }
+        if self.checked:
+            self._check_losses({name: lo for name, (lo, _) in due.items()})
         out: list[InputPartition] = []
-        for name, hi in sorted(end.items()):
-            lo = start.get(name, ZERO_ID)
-            if parse_id(hi) > parse_id(lo):
-                stream = stream_of(self.options, name)
-                out.extend(plan_ranges(self.options, self.conn, stream, f"({lo}", hi))
+        for name, (lo, hi) in due.items():
+            stream = stream_of(self.options, name)
+            out.extend(
+                plan_ranges(self.options, self.conn, stream, f"({lo}", hi, checked=self.checked)
+            )
         return out
+
+    def _check_losses(self, positions: Offset) -> None:
+        """Fail (``failOnDataLoss``), or warn and go on, when retention removed entries
+        after a stream's position before this batch read them; a named archive settles
+        its gap record (forgets what it had read anyway, records what it lost)."""
+        refs = [stream_of(self.options, name) for name in positions]
+        gone = redis_io.marks(self.conn, self.options, refs)
+        table = self.options.table.value
+        archive = self.options.archive
+        for ref in refs:
+            after, last_gone = positions[ref.name], gone[ref.name]
+            gap = self.archives.gap(ref.queue, archive, table) if archive else None
+            if parse_id(last_gone) <= parse_id(after):
+                if gap is not None and archive:
+                    self.archives.settle(ref.queue, archive, table, after)
+                continue
+            found = loss.report(
+                self._loss(ref, after, last_gone, gap), self.options.fail_on_data_loss
+            )
+            if archive:
+                self.archives.settle(ref.queue, archive, table, last_gone, found.to_json())
+
+    def _loss(self, ref: StreamRef, after: str, last_gone: str, gap: Gap | None) -> Loss:
+        """The entries after ``after`` up to ``last_gone``, with the first of them and
+        their number when the archive's gap record says (it counts from its position,
+        which may be behind this stream's)."""
+        loss_of = Loss(
+            queue=ref.queue,
+            table=self.options.table.value,
+            archive=self.options.archive,
+            after=after,
+            last=last_gone,
+        )
+        if gap is None or parse_id(gap.last) != parse_id(last_gone):
+            return loss_of
+        exact = parse_id(gap.first) > parse_id(after)
+        return dataclasses.replace(
+            loss_of, first=gap.first if exact else None, count=gap.count, at_most=not exact
+        )
 
     def read(self, partition: InputPartition) -> Iterator[Batch]:
         """The rows of ``partition`` (on an executor)."""
         return read_partition(self.options, partition)
 
     def commit(self, end: Offset) -> None:
-        """Record the archive's position (messages and events, unless option
-        ``commitArchive`` is false; dead letters leave Redis through the database sink)."""
-        if self.options.table is Table.DEAD or not self.options.commit_archive:
+        """A named archive records its position (messages and events; dead letters
+        leave Redis through the database sink); a read-only stream writes nothing.
+
+        Raises:
+            ArchiveNotRegistered: the archive was removed while it ran.
+        """
+        if self.options.archive is None or self.options.table is Table.DEAD:
             return
-        broker = redis_io.broker(self.options, self.conn)
+        table = self.options.table.value
         for queue, entry_id in sorted(end.items()):
             if entry_id not in (ZERO_ID, self._committed.get(queue)):
-                broker.commit_archive(queue, self.options.table.value, entry_id)
+                self.archives.commit(queue, self.options.archive, table, entry_id)
                 self._committed[queue] = entry_id
 
     def stop(self) -> None:

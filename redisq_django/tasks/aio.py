@@ -32,7 +32,7 @@ from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.keys import QueueKeys, registry_key
 from redisq_django.core.scripts import AsyncScripts, ScriptName
-from redisq_django.core.task_results import PUBLISH, decode_hash, enqueue_call
+from redisq_django.core.task_wire import PUBLISH, decode_hash, enqueue_call
 
 #: Connection settings copied from the broker's client.
 _COPIED = (

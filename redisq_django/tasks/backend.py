@@ -19,7 +19,8 @@ from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
-from redisq_django.core.task_results import PUBLISH, TaskResults
+from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_wire import PUBLISH
 from redisq_django.tasks import aio, registry
 from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.options import (

@@ -31,7 +31,8 @@ from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_results import SUCCESSFUL, TaskResults
+from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_wire import SUCCESSFUL
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask

@@ -27,7 +27,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
-from redisq_django.core.task_results import READY
+from redisq_django.core.task_wire import READY
 from redisq_django.tasks.registry import UnknownTask, declared_task
 
 

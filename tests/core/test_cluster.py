@@ -159,7 +159,8 @@ def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: s
         assert names == ["handled", "dead", "redriven", "handled", "reset"]
         # And retention waits for the archive, then trims behind it
         assert broker.trim(queue) == (0, 0)
-        broker.commit_archive(queue, "messages", bad)
+        broker.archives.register(queue, "default", "messages")
+        broker.archives.commit(queue, "default", "messages", bad)
         assert broker.trim(queue) == (2, 0)
     finally:
         client.close()

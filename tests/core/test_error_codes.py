@@ -28,7 +28,7 @@ from redis.exceptions import (
 
 from redisq_django.core import Broker, ConsumerNotFound, RedisRefused
 from redisq_django.core.errors import REFUSALS, error_code, is_nogroup, refusal_condition
-from redisq_django.core.scripts import script_source
+from redisq_django.core.scripts import script_source, versioned
 from tests.support.redis_server import RedisServer
 
 # (server, what was done, the exception redis-py 8 raised, its text, the code). Collected
@@ -849,9 +849,9 @@ def _writes(client: redis.Redis) -> dict[str, Callable[[], object]]:
         "plain": lambda: client.set("p", "x"),
         "script": lambda: xadd(keys=["s"]),
         "transaction": transaction,
-        "ensure_consumer.lua": lambda: ensure(keys=["s2", "d2"], args=["g", "$"]),
+        "ensure_consumer.lua": lambda: ensure(keys=["s2", "d2"], args=versioned(["g", "$"])),
         "script in a pipeline": lambda: _in_pipeline(
-            client, lambda p: ensure(keys=["s2", "d2"], args=["g", "$"], client=p)
+            client, lambda p: ensure(keys=["s2", "d2"], args=versioned(["g", "$"]), client=p)
         ),
     }
 

@@ -151,16 +151,19 @@ def test_retention_waits_for_the_archive_then_trims_behind_it(
     # When retention runs before the archive stored anything: nothing goes
     assert broker.trim(queue_name) == (0, 0)
     assert redis_client.xlen(broker.keys(queue_name).log) == 10
-    # When the archive commits the first 6 messages and the events
-    broker.commit_archive(queue_name, "messages", ids[5])
-    broker.commit_archive(queue_name, "events", events(broker, queue_name)[0]["id"])
+    # When an archive registers and commits the first 6 messages and the events
+    broker.archives.register(queue_name, "default", "messages")
+    broker.archives.register(queue_name, "default", "events")
+    assert broker.trim(queue_name) == (0, 0)  # registered at the start: it needs them all
+    broker.archives.commit(queue_name, "default", "messages", ids[5])
+    broker.archives.commit(queue_name, "default", "events", events(broker, queue_name)[0]["id"])
     removed, dropped = broker.trim(queue_name)
     # Then exactly those are trimmed, and the archived events go too
     assert (removed, dropped) == (6, 0)
     assert [i.decode() for i, _ in redis_client.xrange(broker.keys(queue_name).log)] == ids[6:]
     assert redis_client.xlen(broker.keys(queue_name).events) == 0
     # And once it commits the rest, the log empties
-    broker.commit_archive(queue_name, "messages", ids[-1])
+    broker.archives.commit(queue_name, "default", "messages", ids[-1])
     assert broker.trim(queue_name) == (4, 0)
     assert events(broker, queue_name) == []
 

@@ -192,6 +192,10 @@ class Keys:
     def events(self) -> str:
         return self._q("events")
 
+    @property
+    def archives(self) -> str:
+        return self._q("archives")
+
     def sent(self, message_id: str) -> str:
         return self._q(f"sent:{message_id}")
 
@@ -890,7 +894,7 @@ def test_cli_trim_and_archive_commit(cli: Cli, keys: Keys, broker: Broker, queue
     assert cli("XACK", keys.log, "billing", *ids[:3]) == 3
 
     # When trim.lua runs with no replay window
-    removed = cli.script("trim", [keys.log, keys.meta], ["", 0, 0, 0, 0, 1000])
+    removed = cli.script("trim", [keys.log, keys.meta, keys.archives], ["", 0, 0, 0, 0, 1000])
     # Then the acked ones are removed, never the pending one
     assert removed == [3, 0]
     assert [e[0] for e in cli("XRANGE", keys.log, "-", "+")] == ids[3:]
@@ -899,15 +903,22 @@ def test_cli_trim_and_archive_commit(cli: Cli, keys: Keys, broker: Broker, queue
     assert cli("XACK", keys.log, "billing", ids[3]) == 1
     node.fetch()
     assert cli("XACK", keys.log, "billing", ids[4]) == 1
-    history = [keys.log, keys.meta, keys.events]
+    history = [keys.log, keys.meta, keys.archives, keys.events]
     assert cli.script("trim", history, ["", 0, 0, 0, 0, 1000]) == [0, 0]
-    # And archive_commit.lua moves the position forward only
-    commit = ["archive:messages", ids[3]]
-    assert cli.script("archive_commit", [keys.meta], commit) == ids[3]
-    assert cli.script("archive_commit", [keys.meta], ["archive:messages", "1-0"]) == ids[3]
+    # And a named archive registers from the earliest: after the last entry removed
+    register = [keys.archives, keys.meta, keys.log]
+    earliest = ["nightly", "messages", "earliest"]
+    assert cli.script("archive_register", register, earliest) == [1, ids[2]]
+    assert cli.script("trim", history, ["", 0, 0, 0, 0, 1000]) == [0, 0]
+    # And archive_commit.lua moves its position forward only
+    commit = ["nightly", "messages", ids[3]]
+    assert cli.script("archive_commit", [keys.archives], commit) == ids[3]
+    assert cli.script("archive_commit", [keys.archives], ["nightly", "messages", "1-0"]) == ids[3]
     with pytest.raises(CliError, match="invalid entry id"):
-        cli.script("archive_commit", [keys.meta], ["archive:messages", "nope"])
-    assert broker.archive_positions(queue_name) == {"messages": ids[3]}
+        cli.script("archive_commit", [keys.archives], ["nightly", "messages", "nope"])
+    with pytest.raises(CliError, match="NOARCHIVE"):
+        cli.script("archive_commit", [keys.archives], ["other", "messages", ids[4]])
+    assert broker.archives.positions(queue_name, "nightly") == {"messages": ids[3]}
     assert cli.script("trim", history, ["", 0, 0, 0, 0, 1000]) == [1, 0]
     assert [e[0] for e in cli("XRANGE", keys.log, "-", "+")] == ids[4:]
 

@@ -794,7 +794,9 @@ def trim(
     batch: int = 1000,
 ) -> list[int]:
     return broker.scripts(
-        "trim", [qk.log, qk.meta], [now, window_ms, window_len, max_len, max_age, batch]
+        "trim",
+        [qk.log, qk.meta, qk.archives],
+        [now, window_ms, window_len, max_len, max_age, batch],
     )
 
 
@@ -839,7 +841,8 @@ def test_trim_removes_what_every_group_has_acked(
     consume(redis_client, qk.log, "B", 10)
     assert trim(broker, qk) == [4, 0]
     assert redis_client.xlen(qk.log) == 0
-    assert redis_client.exists(qk.meta) == 0
+    # And nothing was counted as dropped; the mark says how far retention removed
+    assert redis_client.hgetall(qk.meta) == {b"last_trimmed": b"10000-0"}
 
 
 def test_trim_keeps_entries_not_yet_delivered_to_a_group(
@@ -945,7 +948,7 @@ def test_trim_hard_cap_within_acked_entries_is_no_drop(
     # When the hard cap cuts into the window, removals are safe (acked)
     assert trim(broker, qk, window_len=10, max_len=4) == [6, 0]
     assert ids(redis_client, qk.log) == log10[6:]
-    assert redis_client.exists(qk.meta) == 0
+    assert redis_client.hget(qk.meta, "dropped") is None
 
 
 def test_trim_hard_cap_without_groups_counts_every_removal_as_dropped(
@@ -1002,33 +1005,6 @@ def test_trim_with_ids_at_max_sequence(
     # When trimmed, exactly the three acked go
     assert trim(broker, qk) == [3, 0]
     assert ids(redis_client, qk.log) == [b"6-0"]
-
-
-# ---------------------------------------------------------------------------
-# archive_commit.lua (the archive's position, used by retention when history is on)
-# ---------------------------------------------------------------------------
-
-
-def test_archive_commit_moves_forward_only(redis_client: redis.Redis, queue_name: str) -> None:
-    broker = Broker(redis_client)
-    # Given no position yet
-    assert broker.archive_positions(queue_name) == {}
-    # When the archive commits ids, late and repeated ones included
-    assert broker.commit_archive(queue_name, "messages", "1700000000005-0") == "1700000000005-0"
-    assert broker.commit_archive(queue_name, "messages", "1700000000004-9") == "1700000000005-0"
-    assert broker.commit_archive(queue_name, "messages", "1700000000005-1") == "1700000000005-1"
-    assert broker.commit_archive(queue_name, "events", "12-3") == "12-3"
-    # Then each stream's position is the largest id committed
-    assert broker.archive_positions(queue_name) == {
-        "messages": "1700000000005-1",
-        "events": "12-3",
-    }
-    # And garbage is refused, leaving the position alone
-    with pytest.raises(redis.ResponseError, match="invalid entry id"):
-        broker.commit_archive(queue_name, "messages", "not-an-id")
-    with pytest.raises(ValueError):
-        broker.commit_archive(queue_name, "payloads", "1-0")
-    assert broker.archive_positions(queue_name)["messages"] == "1700000000005-1"
 
 
 def test_send_to_consumer_reaches_that_consumer_only(

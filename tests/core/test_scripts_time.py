@@ -13,7 +13,7 @@ import json
 import pytest
 import redis
 
-from redisq_django.core import task_results
+from redisq_django.core import task_results, task_wire
 from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
@@ -160,7 +160,10 @@ def test_trim_counts_the_replay_window_from_redis_clock(
     young = redis_client.xadd(qk.log, {"payload": "young"}, id=f"{t0 - 1_000}-0")
     redis_client.xgroup_create(qk.log, G, id="$")
     # When trimmed with a 10 s replay window and "" as "now"
-    assert broker.scripts("trim", [qk.log, qk.meta], ["", 10_000, 0, 0, 0, 100]) == [1, 0]
+    assert broker.scripts("trim", [qk.log, qk.meta, qk.archives], ["", 10_000, 0, 0, 0, 100]) == [
+        1,
+        0,
+    ]
     # Then only the entry older than the window went
     assert [i for i, _ in redis_client.xrange(qk.log)] == [young]
 
@@ -204,7 +207,8 @@ def test_a_task_result_expires_by_redis_clock_whatever_the_host_clock_says(
 ) -> None:
     # Given a host whose clock is two days off, keeping results for a day by its clock
     skewed = redis_ms(redis_client) + skew_ms
-    monkeypatch.setattr(task_results, "now_ms", lambda: skewed)
+    for module in (task_results, task_wire):  # every "now" of this host
+        monkeypatch.setattr(module, "now_ms", lambda: skewed)
     results = task_results.TaskResults(broker.client, broker.scripts, broker.keys)
     envelope = Envelope(queue=qk.queue, id="r1", payload_json=b"{}")
     # When it enqueues a task and settles nothing yet

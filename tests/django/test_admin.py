@@ -259,7 +259,7 @@ def test_archive_lag_is_shown_when_history_is_on(queue_name: str, redisq_setting
     broker = get_broker()
     broker.ensure_consumer(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
-    broker.commit_archive(queue_name, "messages", ids[1])
+    broker.archives.register(queue_name, "default", "messages", ids[1])
     Queue.objects.create(name=queue_name)
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw"))

@@ -133,6 +133,7 @@ def test_unserialisable_payload_names_the_type(queue_name: str, redisq_settings:
         ({"CLUSTER": True}, "CLUSTER needs URL"),
         ({"CLUSTER": "yes", "URL": "redis://x"}, "CLUSTER must be True or False"),
         ({"PREFIX": "a{b}"}, "PREFIX must be a non-empty string"),
+        ({"ARCHIVE_NAME": "nightly:2"}, "ARCHIVE_NAME must be a name"),
         ({"JSON_ENCODER": "nowhere.Encoder"}, "JSON_ENCODER"),
         ("redis://localhost", "must be a dict"),
     ],

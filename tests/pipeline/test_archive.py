@@ -99,8 +99,15 @@ def test_once_twice_archives_everything_once_partitioned_by_queue_and_date(
 
     # The archive's positions in Redis: the last entry of each stream, stored.
     last_event = broker.client.xrevrange(broker.keys(queue_name).events, count=1)[0][0].decode()
-    assert broker.archive_positions(queue_name) == {"messages": orders[-1], "events": last_event}
-    assert broker.archive_positions(mail_queue) == {"messages": mail[-1]}
+    assert broker.archives.positions(queue_name, "default") == {
+        "messages": orders[-1],
+        "events": last_event,
+    }
+    # (the events query archived every queue: registered for mail's events too)
+    assert broker.archives.positions(mail_queue, "default") == {
+        "messages": mail[-1],
+        "events": "0-0",
+    }
 
 
 def test_new_messages_after_a_run_are_archived_by_the_next_run(
@@ -120,7 +127,7 @@ def test_new_messages_after_a_run_are_archived_by_the_next_run(
     messages = read_table(spark, tmp_path, "messages")
     assert count_and_distinct(messages, "message_id") == (500, 500)
     assert {r[0] for r in messages.select("message_id").collect()} == set(before + after)
-    assert broker.archive_positions(f"{queue_name}.other") == {}
+    assert broker.archives.positions(f"{queue_name}.other", "default") == {}
 
 
 def test_a_once_run_starts_no_query_for_a_table_with_nothing_new(
@@ -154,7 +161,7 @@ def test_a_once_run_starts_no_query_for_a_table_with_nothing_new(
     assert {r[0] for r in messages.select("message_id").collect()} == set(first_ids + later_ids)
     assert read_table(spark, tmp_path, "events").count() == n_events
     # And the archive position covers everything archived, for both streams
-    assert broker.archive_positions(queue_name) == {
+    assert broker.archives.positions(queue_name, "default") == {
         "messages": later_ids[-1],
         "events": broker.client.xrevrange(broker.keys(queue_name).events, count=1)[0][0].decode(),
     }
@@ -174,7 +181,7 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set() and len(self.ids) < self.limit:
             self.ids += publish(self.broker, self.queue, self.batch, start=len(self.ids))
-            position = self.broker.archive_positions(self.queue).get("messages")
+            position = self.broker.archives.positions(self.queue, "default").get("messages")
             if position:
                 self.positions.append(position)
             self.halt.wait(self.pause)
@@ -227,7 +234,7 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     assert n_committed == distinct > 0
     stored = max_entry_id(committed)
     assert stored is not None
-    position = broker.archive_positions(queue).get("messages")
+    position = broker.archives.positions(queue, "default").get("messages")
     seen = [*publisher.positions, *([position] if position else [])]
     assert seen, "the archive never committed a position in Redis"
     assert max(entry_key(p) for p in seen) <= entry_key(stored)
@@ -250,7 +257,7 @@ def test_driver_killed_mid_stream_loses_and_duplicates_nothing(
     archived = read_table(spark, root, "messages")
     assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
     assert {r[0] for r in archived.select("message_id").collect()} == set(ids)
-    assert broker.archive_positions(queue)["messages"] == ids[-1]
+    assert broker.archives.positions(queue, "default")["messages"] == ids[-1]
 
 
 @pytest.mark.timeout(300)

@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["archive", "--redis-url", "redis://h/0", "--root", "a", "--conf", "x"], "KEY=VALUE"),
         (["archive", "--redis-url", "http://h/0", "--root", "a"], "redis://, rediss:// or unix://"),
         (["archive", "--redis-url", "redis://h/0", "--root", "a", "--queue", "a b"], "'a b'"),
+        (["archive", "--redis-url", "redis://h/0", "--root", "a", "--name", "a:b"], "'a:b'"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(
@@ -140,16 +141,23 @@ def test_manage_py_archive_once_uses_the_settings(
     queue_name: str,
 ) -> None:
     root = tmp_path / "archive"
-    settings.REDISQ = {"URL": redis_url, "ARCHIVE_ROOT": str(root), "HISTORY": True}
+    settings.REDISQ = {
+        "URL": redis_url,
+        "ARCHIVE_ROOT": str(root),
+        "HISTORY": True,
+        "ARCHIVE_NAME": "nightly",
+    }
     ids = publish(Broker(redis_client, CoreConfig()), queue_name, 300)
     out, err = io.StringIO(), io.StringIO()
 
     call_command("redisq_pipeline", "archive", "--once", stdout=out, stderr=err)
 
     assert out.getvalue().startswith(f"archived messages=300 events=0 ({queue_name}: 300/0) in ")
-    assert f"to {root}, once" in err.getvalue()
+    assert f"to {root} as archive 'nightly', once" in err.getvalue()
     assert count_and_distinct(read_table(spark, root, "messages"), "message_id") == (300, 300)
-    assert Broker(redis_client, CoreConfig()).archive_positions(queue_name) == {"messages": ids[-1]}
+    assert Broker(redis_client, CoreConfig()).archives.positions(queue_name, "nightly") == {
+        "messages": ids[-1]
+    }
     # Still usable: the command left the shared session running.
     assert spark.range(3).count() == 3
 

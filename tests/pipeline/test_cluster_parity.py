@@ -121,7 +121,11 @@ def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
         ["-m", "redisq_django.pipeline", "archive", "--root", str(on_cluster), "--once", *common],
         wrapper,
     )
-    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(local), queues=(queue_name,)))
+    # (two archives of the same queue: each with a name of its own)
+    local_options = ArchiveOptions(
+        redis_url=redis_url, root=str(local), queues=(queue_name,), name="local"
+    )
+    archive(spark, local_options)
     for table, rows in (("messages", 300), ("events", n_events)):
         cluster_rows = read_table(spark, on_cluster, table)
         local_rows = read_table(spark, local, table)

@@ -25,6 +25,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.clock import MAX_SEQ, ms_from_entry_id, ms_to_datetime
 from redisq_django.pipeline import schemas
 from redisq_django.pipeline.redis_io import split
+from redisq_django.pipeline.source_options import StartingOffsets
 from redisq_django.pipeline.streaming import shares, starting_offset
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 
@@ -87,11 +88,20 @@ def test_split_cuts_at_millisecond_boundaries() -> None:
 
 def test_starting_offsets_and_shares() -> None:
     names, last = ["a", "b"], {"a": "5-1", "b": "0-0"}
-    assert starting_offset("earliest", names, last) == {"a": "0-0", "b": "0-0"}
-    assert starting_offset("latest", names, last) == last
-    assert starting_offset('{"a": "3-0"}', names, last) == {"a": "3-0", "b": "0-0"}
-    at = starting_offset("1970-01-01T00:00:01Z", names, last)
+    none, gone = {}, {"a": "2-0", "b": "7-0"}  # what retention removed already
+
+    def start(text: str, trimmed: dict[str, str]) -> dict[str, str]:
+        return starting_offset(StartingOffsets.parse(text), names, last, trimmed)
+
+    assert start("earliest", none) == {"a": "0-0", "b": "0-0"}
+    assert start("earliest", gone) == gone  # what is still there, so what went is no loss
+    assert start("latest", none) == last
+    assert start("latest", gone) == {"a": "5-1", "b": "7-0"}
+    assert start('{"a": "3-0"}', none) == {"a": "3-0", "b": "0-0"}
+    assert start('{"a": "1-0"}', gone) == {"a": "1-0", "b": "7-0"}  # as asked: a loss
+    at = start("1970-01-01T00:00:01Z", none)
     assert at == {"a": f"999-{MAX_SEQ}", "b": f"999-{MAX_SEQ}"}
+    assert start("1970-01-01T00:00:00.005Z", gone) == {"a": f"4-{MAX_SEQ}", "b": "7-0"}
     assert shares(5, 3) == [2, 2, 1] and shares(1, 3) == [1, 0, 0]
 
 
@@ -336,6 +346,7 @@ def test_streaming_reads_everything_once_and_commits_the_archive_position(
         .option("url", redis_url)
         .option("queue", queue_name)
         .option("maxEntriesPerTrigger", "40")
+        .option("archive", "nightly")
         .load()
     )
     sink = stream.writeStream.format("memory").queryName("streamed_orders")
@@ -346,14 +357,19 @@ def test_streaming_reads_everything_once_and_commits_the_archive_position(
     assert sorted(got) == sorted(ids)  # nothing missed, nothing repeated
     assert len(progress) >= 250 // 40
     assert all(p["numInputRows"] <= 40 for p in progress)
-    assert broker.archive_positions(queue_name)["messages"] == ids[-1]
+    assert broker.archives.positions(queue_name, "nightly") == {"messages": ids[-1]}
 
 
 def test_streaming_starts_at_latest_and_picks_up_new_entries(
     queue_name: str, spark: Any, broker: Broker, redis_url: str, tmp_path: Any
 ) -> None:
     publish_spread(broker, queue_name, 30)
-    options = {"url": redis_url, "queue": queue_name, "startingOffsets": "latest"}
+    options = {
+        "url": redis_url,
+        "queue": queue_name,
+        "startingOffsets": "latest",
+        "archive": "nightly",
+    }
     output = str(tmp_path / "out")
 
     def run() -> list[str]:
@@ -365,7 +381,7 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
     assert run() == []
     new = broker.publish_many(queue_name, [1, 2, 3])
     assert sorted(run()) == sorted(new)  # resumed from the checkpoint, nothing old
-    assert broker.archive_positions(queue_name)["messages"] == new[-1]
+    assert broker.archives.positions(queue_name, "nightly") == {"messages": new[-1]}
 
 
 # -- writing -------------------------------------------------------------------------
@@ -440,7 +456,7 @@ def test_stream_from_one_queue_into_another(
     ids = publish_spread(broker, queue_name, 90, chunk=30)
     stream = (
         spark.readStream.format("redisq")
-        .options(url=redis_url, queue=queue_name, maxEntriesPerTrigger="40", commitArchive="false")
+        .options(url=redis_url, queue=queue_name, maxEntriesPerTrigger="40")
         .load()
         .select("payload", "headers", "message_id")
     )
@@ -448,4 +464,5 @@ def test_stream_from_one_queue_into_another(
 
     copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", copy)]
     assert sorted(copied) == sorted(ids)
-    assert broker.archive_positions(queue_name) == {}  # not the archive: retention does not wait
+    # A stream without option archive is read-only: no archive registered, none waited for
+    assert broker.archives.states(queue_name) == []

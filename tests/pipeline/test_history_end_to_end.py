@@ -107,4 +107,4 @@ def test_the_archive_runs_under_spark_submit(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "archived messages=50 events=0" in result.stdout
-    assert broker.archive_positions(queue_name) == {"messages": ids[-1]}
+    assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}

@@ -22,6 +22,9 @@ from redis.commands.core import Script
 ScriptName = Literal[
     "ack",
     "archive_commit",
+    "archive_gap",
+    "archive_register",
+    "archive_remove",
     "deliver_now",
     "ensure_consumer",
     "extend",

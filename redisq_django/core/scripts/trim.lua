@@ -1,9 +1,16 @@
--- trim.lua: retention of a queue's log, never dropping what a consumer still needs.
+-- trim.lua: retention of a queue's log, never dropping what a consumer or a registered
+-- archive still needs.
 --
 -- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  hash    redisq:{q}:meta   field "dropped" counts hard-cap drops; with history,
---                  "archive:messages" / "archive:events" hold the archive's positions
--- KEYS[3]  stream  redisq:{q}:events   (only when history is on)
+-- KEYS[2]  hash    redisq:{q}:meta      counters "dropped", "events_dropped"; written here:
+--                  "last_trimmed" / "events_last_trimmed", the greatest entry id ever
+--                  removed from the log / the events (readers compare their position with
+--                  it to detect data loss); read: "archive:messages" / "archive:events",
+--                  positions an earlier version's unnamed archive recorded
+-- KEYS[3]  hash    redisq:{q}:archives  the registered archives: "<a>:messages" and
+--                  "<a>:events" hold archive <a>'s positions; "<a>:<table>:gap" is
+--                  written here ("first last count": what a hard cap removed after it)
+-- KEYS[4]  stream  redisq:{q}:events    (only when history is on)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  "" (what our code sends): the age limits count from Redis's own clock
 --          (TIME), the clock of the entry ids; a number (ms) fixes "now" instead (tests)
@@ -14,16 +21,19 @@
 -- ARGV[7]  at most this many entries are removed per call
 --
 -- Safe floor: for each consumer group, the oldest entry it still needs is the oldest
--- pending one or the first one after its last-delivered id; the floor is the minimum
--- over groups. With no group, nothing is trimmed safely (a consumer may yet start at
--- "earliest"). Entries below the floor and outside both replay windows are removed.
--- The hard caps then remove entries whatever their state; those at or above the safe
--- floor are counted in "dropped".
+-- pending one or the first one after its last-delivered id; for each archive registered
+-- for the log (and an earlier version's unnamed one), the first entry after its
+-- position. The floor is the minimum of them all. With no group, nothing is trimmed
+-- safely (a consumer may yet start at "earliest"); with history on and no archive of
+-- the log registered yet, nothing either. Entries below the floor and outside both
+-- replay windows are removed. The hard caps then remove entries whatever their state;
+-- those at or above the floor are counted in "dropped", and each registered archive
+-- whose position they passed gets them added to its gap record.
 --
--- With history on (KEYS[3] given) the archive counts as one more consumer: nothing after
--- its position ("archive:messages"; none yet: nothing at all) is trimmed safely, and the
--- events stream is trimmed up to "archive:events" (bounded; the age cap also applies to
--- it, its drops counted in "events_dropped").
+-- With history on (KEYS[4] given) the events stream is trimmed behind every archive
+-- registered for events (none: nothing; bounded per call); the age cap also applies to
+-- it, its drops of events some archive still needs counted in "events_dropped" and in
+-- those archives' gap records.
 --
 -- Returns {removed_safely, dropped}.
 
@@ -36,6 +46,9 @@ if ARGV[1] ~= 'redisq/2' then
     .. 'client implements')
 end
 
+if #KEYS < 3 then
+  return redis.error_reply('ERR trim.lua takes the keys log, meta, archives [, events]')
+end
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
 local now = tonumber(ARGV[2])
@@ -46,7 +59,8 @@ end
 local window_ms, window_len = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_len, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 local batch = tonumber(ARGV[7])
-
+local LOG, META, ARCHIVES, EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local history = EVENTS ~= nil
 
 -- Ids as {ms, seq} pairs; seq may exceed a double's precision only at its maximum.
 local MAX_SEQ = '18446744073709551615'
@@ -64,57 +78,143 @@ local function min(a, b)
   if less(a, b) then return a end
   return b
 end
+local function max(a, b)
+  if a == nil then return b end
+  if b == nil then return a end
+  if less(a, b) then return b end
+  return a
+end
 local function after(id) -- the smallest id greater than id
   local p = parse(id)
   if p[2] == math.huge then return {p[1] + 1, 0} end
   return {p[1], p[2] + 1}
 end
-local function fmt(p) return string.format('%d-%d', p[1], p[2]) end
+local function fmt(p)
+  if p[2] == math.huge then return string.format('%d-', p[1]) .. MAX_SEQ end
+  return string.format('%d-%d', p[1], p[2])
+end
 
--- The events stream (history on): trimmed behind the archive (approximately, bounded), and
--- by the age cap, whose drops of unarchived events are counted.
-local history = #KEYS >= 3
+-- Removes every entry of `key` below `limit` and raises the mark `mark` (the greatest
+-- id ever removed) to the last of them. Returns how many went.
+local function cut(key, mark, limit)
+  if limit == nil or (limit[1] == 0 and limit[2] == 0) then return 0 end
+  local below = redis.call('XREVRANGE', key, '(' .. fmt(limit), '-', 'COUNT', 1)
+  if #below == 0 then return 0 end
+  local n = redis.call('XTRIM', key, 'MINID', fmt(limit))
+  if n > 0 then
+    local current = redis.call('HGET', META, mark)
+    if not current or less(parse(current), parse(below[1][1])) then
+      redis.call('HSET', META, mark, below[1][1])
+    end
+  end
+  return n
+end
+
+-- The registered archives of one table: {name, first id it needs}; an earlier version's
+-- unnamed archive ("archive:<table>" in meta) holds retention too, with name false.
+local registry = redis.call('HGETALL', ARCHIVES)
+local function archive_needs(table_name)
+  local out = {}
+  for i = 1, #registry, 2 do
+    local name = string.match(registry[i], '^([^:]+):' .. table_name .. '$')
+    if name then out[#out + 1] = {name, after(registry[i + 1])} end
+  end
+  local legacy = redis.call('HGET', META, 'archive:' .. table_name)
+  if legacy then out[#out + 1] = {false, after(legacy)} end
+  return out
+end
+local function lowest(needs)
+  local floor = nil
+  for _, n in ipairs(needs) do floor = min(floor, n[2]) end
+  return floor
+end
+
+-- Removes the entries of `key` below `hard` that someone still needs (everything below
+-- the safe floor is gone already), in steps at each registered archive's need, so that
+-- each archive whose need lies below `hard` gets what it misses added to its gap record
+-- "<a>:<table>:gap" = "first last count". Returns how many went.
+local function drop(key, mark, hard, needs, table_name)
+  local points = {}
+  for _, n in ipairs(needs) do
+    if n[1] and less(n[2], hard) then points[#points + 1] = n end
+  end
+  table.sort(points, function(a, b) return less(a[2], b[2]) end)
+  local total, before, firsts = 0, {}, {}
+  for i, p in ipairs(points) do
+    total = total + cut(key, mark, p[2])
+    before[i] = total
+    local head = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+    firsts[i] = head[1] and head[1][1]
+  end
+  total = total + cut(key, mark, hard)
+  local last = redis.call('HGET', META, mark)
+  for i, p in ipairs(points) do
+    local lost = total - before[i]
+    if lost > 0 and firsts[i] then
+      local field = p[1] .. ':' .. table_name .. ':gap'
+      local old = redis.call('HGET', ARCHIVES, field)
+      local first, count = firsts[i], lost
+      if old then
+        local f, _, c = string.match(old, '^(%S+) (%S+) (%d+)$')
+        if f then first, count = f, lost + tonumber(c) end
+      end
+      redis.call('HSET', ARCHIVES, field, first .. ' ' .. last .. ' ' .. count)
+    end
+  end
+  return total
+end
+
+-- The events stream (history on): trimmed behind every archive of events (exactly, at
+-- most `batch` entries per call), and by the age cap, whose drops are counted.
 local function trim_events()
   if not history then return end
-  local archived = after(redis.call('HGET', KEYS[2], 'archive:events') or '0-0')
-  redis.call('XTRIM', KEYS[3], 'MINID', '~', fmt(archived), 'LIMIT', batch)
+  local needs = archive_needs('events')
+  local floor = lowest(needs) or {0, 1}
+  local mark = 'events_last_trimmed'
+  local below = redis.call('XRANGE', EVENTS, '-', '(' .. fmt(floor), 'COUNT', batch + 1)
+  if #below > batch then
+    cut(EVENTS, mark, parse(below[batch + 1][1]))
+  elseif #below > 0 then
+    cut(EVENTS, mark, floor)
+  end
   if max_age > 0 then
     local aged = {now - max_age, 0}
-    if less(archived, aged) then
-      redis.call('XTRIM', KEYS[3], 'MINID', fmt(archived))
-      local lost = redis.call('XTRIM', KEYS[3], 'MINID', fmt(aged))
-      if lost > 0 then redis.call('HINCRBY', KEYS[2], 'events_dropped', lost) end
+    if less(floor, aged) then
+      cut(EVENTS, mark, floor)
+      local lost = drop(EVENTS, mark, aged, needs, 'events')
+      if lost > 0 then redis.call('HINCRBY', META, 'events_dropped', lost) end
     else
-      redis.call('XTRIM', KEYS[3], 'MINID', fmt(aged))
+      cut(EVENTS, mark, aged)
     end
   end
 end
 
-local len = redis.call('XLEN', KEYS[1])
+local len = redis.call('XLEN', LOG)
 if len == 0 then
   trim_events()
   return {0, 0}
 end
 
--- Safe floor over all groups.
+-- Safe floor over all groups, then the archives of the log.
 local safe = nil
-local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+local groups = redis.call('XINFO', 'GROUPS', LOG)
 for _, g in ipairs(groups) do
   local info = {}
   for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
   local need = after(info['last-delivered-id'])
   if tonumber(info['pending']) > 0 then
-    local summary = redis.call('XPENDING', KEYS[1], info['name'])
+    local summary = redis.call('XPENDING', LOG, info['name'])
     need = min(need, parse(summary[2]))
   end
   safe = min(safe, need)
 end
-if history and safe then
-  safe = min(safe, after(redis.call('HGET', KEYS[2], 'archive:messages') or '0-0'))
-end
+local log_needs = archive_needs('messages')
+local archived = lowest(log_needs)
+if history and archived == nil then archived = {0, 1} end -- none registered yet: keep all
+if safe then safe = min(safe, archived) end
 
 -- The ids at the head of the log bound this call's work and locate length limits.
-local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', math.min(len, batch + 1))
+local head = redis.call('XRANGE', LOG, '-', '+', 'COUNT', math.min(len, batch + 1))
 local function id_at(index) -- 0-based from the oldest; nil beyond the head we read
   local e = head[index + 1]
   if e then return parse(e[1]) end
@@ -124,6 +224,7 @@ local cap = nil
 if len > batch then cap = id_at(batch) end
 
 -- 1. Safe trimming: below the floor and outside the replay windows.
+local mark = 'last_trimmed'
 local removed = 0
 if safe then
   local limit = min(safe, cap)
@@ -136,18 +237,12 @@ if safe then
     end
   end
   if limit then
-    removed = redis.call('XTRIM', KEYS[1], 'MINID', fmt(limit))
+    removed = cut(LOG, mark, limit)
     len = len - removed
   end
 end
 
--- 2. Hard caps: may drop what consumers still need; such drops are counted.
-local function max(a, b)
-  if a == nil then return b end
-  if b == nil then return a end
-  if less(a, b) then return b end
-  return a
-end
+-- 2. Hard caps: may drop what consumers and archives still need; such drops are counted.
 local hard = nil
 if max_age > 0 then hard = {now - max_age, 0} end
 if max_len > 0 and len > max_len then
@@ -158,14 +253,14 @@ local dropped = 0
 if hard then
   hard = min(hard, cap)
   if safe and less(safe, hard) then
-    removed = removed + redis.call('XTRIM', KEYS[1], 'MINID', fmt(safe))
-    dropped = redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+    removed = removed + cut(LOG, mark, safe)
+    dropped = drop(LOG, mark, hard, log_needs, 'messages')
   elseif safe then
-    removed = removed + redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+    removed = removed + cut(LOG, mark, hard)
   else
-    dropped = redis.call('XTRIM', KEYS[1], 'MINID', fmt(hard))
+    dropped = drop(LOG, mark, hard, log_needs, 'messages')
   end
-  if dropped > 0 then redis.call('HINCRBY', KEYS[2], 'dropped', dropped) end
+  if dropped > 0 then redis.call('HINCRBY', META, 'dropped', dropped) end
 end
 
 trim_events()

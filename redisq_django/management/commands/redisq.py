@@ -42,7 +42,7 @@ _HEAD = [
 class Command(BaseCommand):
     help = (
         "Operate redisq queues: status, replay, dead letters, outbox relay, schedules, "
-        "deliver now, purge."
+        "deliver now, archives, purge."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -131,6 +131,8 @@ class Command(BaseCommand):
         )
 
         console.add_deliver_now(sub, common)
+
+        console.add_archives(sub, common)
 
         purge = sub.add_parser(
             "purge",
@@ -347,6 +349,9 @@ class Command(BaseCommand):
             )
         if problem:
             self.stderr.write(f"{problem} Last ticks unknown (?); next ticks by this host's clock.")
+
+    def do_archives(self, opts: dict[str, Any]) -> None:
+        console.archives(opts, self.stdout.write)
 
     def do_purge(self, opts: dict[str, Any]) -> None:
         if opts["consumer"] is not None:

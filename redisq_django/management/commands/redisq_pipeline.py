@@ -157,7 +157,10 @@ class Command(BaseCommand):
             return
         try:
             options = archive_options(
-                namespace, redis_url=settings_redis_url(), prefix=settings["PREFIX"]
+                namespace,
+                redis_url=settings_redis_url(),
+                prefix=settings["PREFIX"],
+                name=settings["ARCHIVE_NAME"],
             )
             conf = parse_conf(opts["conf"])
         except OptionsError as exc:

@@ -25,7 +25,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.clock import MAX_SEQ, ms_from_entry_id, ms_to_datetime
 from redisq_django.pipeline import schemas
 from redisq_django.pipeline.redis_io import split
-from redisq_django.pipeline.streaming import shares, starting_offset
+from redisq_django.pipeline.streaming import starting_offset
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -85,14 +85,13 @@ def test_split_cuts_at_millisecond_boundaries() -> None:
     assert split("7-0", "7-9", 4) == [("7-0", "7-9")]
 
 
-def test_starting_offsets_and_shares() -> None:
+def test_starting_offsets() -> None:
     names, last = ["a", "b"], {"a": "5-1", "b": "0-0"}
     assert starting_offset("earliest", names, last) == {"a": "0-0", "b": "0-0"}
     assert starting_offset("latest", names, last) == last
     assert starting_offset('{"a": "3-0"}', names, last) == {"a": "3-0", "b": "0-0"}
     at = starting_offset("1970-01-01T00:00:01Z", names, last)
     assert at == {"a": f"999-{MAX_SEQ}", "b": f"999-{MAX_SEQ}"}
-    assert shares(5, 3) == [2, 2, 1] and shares(1, 3) == [1, 0, 0]
 
 
 # -- batch reads ---------------------------------------------------------------------

@@ -120,6 +120,13 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         help="most entries one micro-batch reads, all queues together (default: all)",
     )
     parser.add_argument(
+        "--max-records-per-trigger",
+        type=positive_int,
+        metavar="N",
+        help="most rows one micro-batch reads, all queues together; an events entry is a "
+        "row per message it settled (default: all)",
+    )
+    parser.add_argument(
         "--grace-period",
         type=positive_float,
         default=30.0,
@@ -164,6 +171,7 @@ def archive_options(
         trigger_seconds=args.trigger,
         cluster=getattr(args, "cluster", False),
         max_entries_per_trigger=args.max_entries_per_trigger,
+        max_records_per_trigger=args.max_records_per_trigger,
         grace_seconds=args.grace_period,
         name=args.name or name or DEFAULT_ARCHIVE,
         fail_on_data_loss=args.fail_on_data_loss,

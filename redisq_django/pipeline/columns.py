@@ -123,6 +123,15 @@ def _event_messages(raw: bytes | None) -> list[tuple[Any, Any, Any]]:
     return out or [(None, None, None)]
 
 
+def event_rows(flat: Sequence[Any]) -> int:
+    """The rows of the events table one raw events entry (``[field, value, ...]``)
+    gives: one per message of its ``m`` field, one for a reset."""
+    for name, value in zip(flat[::2], flat[1::2], strict=False):
+        if name == b"m":
+            return len(_event_messages(value))
+    return 1
+
+
 def events(stream: StreamRef, page: list[RawEntry]) -> pa.RecordBatch:
     """The ``events`` rows of a page of a queue's events stream: one per message."""
     cols: list[list[Any]] = [[] for _ in range(14)]

@@ -47,6 +47,8 @@ class ArchiveOptions:
         cluster: the URL names a Redis Cluster node.
         max_entries_per_trigger: most entries one micro-batch of a table reads, all
             queues together (None: all there are).
+        max_records_per_trigger: most rows one micro-batch of a table reads, all queues
+            together (an events entry is a row per message; None: all there are).
         grace_seconds: on stop, how long a running micro-batch may take to finish before
             the query is interrupted (it is then simply redone by the next run).
         name: the archive's name: it registers under it per queue and stream, and
@@ -64,6 +66,7 @@ class ArchiveOptions:
     trigger_seconds: float | None = None
     cluster: bool = False
     max_entries_per_trigger: int | None = None
+    max_records_per_trigger: int | None = None
     grace_seconds: float = 30.0
     name: str = DEFAULT_ARCHIVE
     fail_on_data_loss: bool = True
@@ -89,6 +92,8 @@ class ArchiveOptions:
             problems.append(f"the trigger interval must be > 0 seconds, got {self.trigger_seconds}")
         if self.max_entries_per_trigger is not None and self.max_entries_per_trigger < 1:
             problems.append("max entries per trigger must be at least 1")
+        if self.max_records_per_trigger is not None and self.max_records_per_trigger < 1:
+            problems.append("max records per trigger must be at least 1")
         if problems:
             raise OptionsError("; ".join(problems))
 
@@ -125,6 +130,8 @@ class ArchiveOptions:
             out["cluster"] = "true"
         if self.max_entries_per_trigger is not None:
             out["maxEntriesPerTrigger"] = str(self.max_entries_per_trigger)
+        if self.max_records_per_trigger is not None:
+            out["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
         out.update(self.extra)
         return out
 

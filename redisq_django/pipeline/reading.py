@@ -8,15 +8,17 @@ columns built in :mod:`redisq_django.pipeline.columns`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from redisq_django.pipeline import loss, redis_io
+from redisq_django.pipeline import loss, redis_io, sizing
 from redisq_django.pipeline.columns import CONVERTERS, Batch
 from redisq_django.pipeline.loss import Loss
+from redisq_django.pipeline.outages import Link, waits_out_outages
 from redisq_django.pipeline.redis_io import StreamRef
 from redisq_django.pipeline.source_options import SourceOptions
 
@@ -41,33 +43,59 @@ class RangePartition(InputPartition):
 
 def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[Batch]:
     """The rows of one partition, a record batch per XRANGE page (runs on executors:
-    it connects with the options alone)."""
+    it connects with the options alone). A transient Redis fault is waited out and the
+    read goes on after the last page it yielded (see :mod:`.outages`)."""
     if not isinstance(partition, RangePartition):  # Spark's placeholder when none planned
         return
-    conn = redis_io.client(options)
+    link = Link(options)
     try:
         convert = CONVERTERS[options.table]
         key = partition.stream.key
         if partition.expect is None:
-            pages = redis_io.pages(conn, key, partition.lo, partition.hi, options.page_size)
+            pages = resumed_pages(link, key, partition.lo, partition.hi, options.page_size)
         else:
+
+            def fetch(start: str, count: int) -> list[redis_io.RawEntry]:
+                call = functools.partial(_page, link, key, start, partition.hi, count)
+                return link.run(call, f"reading {key}")
+
             pages = redis_io.checked_pages(
-                conn,
-                key,
+                fetch,
                 partition.lo,
-                partition.hi,
                 options.page_size,
                 partition.expect,
-                _on_missing(options, conn, partition),
+                _on_missing(options, link, partition),
             )
         for page in pages:
             yield convert(partition.stream, page)
     finally:
-        conn.close()
+        link.close()
+
+
+def _page(link: Link, key: str, start: str, hi: str, page_size: int) -> list[Any]:
+    return redis_io.page(link.client, key, start, hi, page_size)
+
+
+def resumed_pages(
+    link: Link, key: str, lo: str, hi: str, page_size: int
+) -> Iterator[list[redis_io.RawEntry]]:
+    """:func:`redis_io.pages` through ``link``: each page is tried again after a
+    transient fault, starting after the last entry already yielded (XRANGE by id is
+    idempotent: nothing is read twice or skipped)."""
+    start = lo
+    while True:
+        fetch = functools.partial(_page, link, key, start, hi, page_size)
+        entries = link.run(fetch, f"reading {key}")
+        if not entries:
+            return
+        yield entries
+        if len(entries) < page_size:
+            return
+        start = "(" + redis_io.text(entries[-1][0])
 
 
 def _on_missing(
-    options: SourceOptions, conn: Any, partition: RangePartition
+    options: SourceOptions, link: Link, partition: RangePartition
 ) -> Callable[[str, str | None], None]:
     """What a streaming read does when entries of ``partition`` went missing before it
     read them: fail (``failOnDataLoss``), or warn, record it (a named archive) and go on."""
@@ -83,10 +111,15 @@ def _on_missing(
             before=present,
         )
         settled = loss.report(found, options.fail_on_data_loss)
-        if options.archive:
+        archive = options.archive
+        if archive:
             upto = redis_io.previous_id(present) if present else partition.hi
-            archives = redis_io.broker(options, conn).archives
-            archives.settle(found.queue, options.archive, found.table, upto, settled.to_json())
+
+            def record() -> None:
+                archives = redis_io.broker(options, link.client).archives
+                archives.settle(found.queue, archive, found.table, upto, settled.to_json())
+
+            link.run(record, f"recording a data loss of {partition.stream.key}")
 
     return missing
 
@@ -100,8 +133,9 @@ def plan_ranges(
     *,
     checked: bool = False,
 ) -> list[RangePartition]:
-    """Partitions covering ``stream`` from ``lo`` to ``hi``, split into
-    ``options.partitions`` equal time spans.
+    """Partitions covering ``stream`` from ``lo`` to ``hi``: ``options.partitions``
+    equal time spans, those with no entry left out and those holding more than
+    ``options.max_entries_per_partition`` entries cut by count (:mod:`.sizing`).
 
     Args:
         options: the source's options.
@@ -123,8 +157,13 @@ def plan_ranges(
     last = edges[1] if hi == "+" else redis_io.earlier(edges[1], hi)
     if redis_io.parse_id(first) > redis_io.parse_id(last):
         return []
-    out = [RangePartition(stream, a, b) for a, b in redis_io.split(first, last, options.partitions)]
-    if exclusive and first == start:
+    slices = redis_io.split(first, last, options.partitions)
+    whole = first == edges[0] and last == edges[1]
+    ranges = sizing.size_split(
+        conn, stream.key, slices, options.max_entries_per_partition, whole=whole
+    )
+    out = [RangePartition(stream, a, b) for a, b in ranges]
+    if out and exclusive and out[0].lo == start:
         out[0] = RangePartition(stream, f"({start}", out[0].hi)
     if not checked:
         return out
@@ -150,23 +189,29 @@ class RedisqReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self.link = Link(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Plan the read on the driver: each stream's first and last ids, split by time."""
-        conn = redis_io.client(self.options)
+        """Plan the read on the driver: each stream's first and last ids, split by time
+        and size (a transient Redis fault is waited out: see :mod:`.outages`)."""
         try:
-            queues = redis_io.list_queues(conn, self.options)
-            lo = self.options.since or redis_io.ZERO_ID
-            hi = self.options.until or "+"
-            if hi != "+" and redis_io.parse_id(lo) > redis_io.parse_id(hi):
-                return []
-            return [
-                partition
-                for stream in redis_io.streams(conn, self.options, queues)
-                for partition in plan_ranges(self.options, conn, stream, lo, hi)
-            ]
+            return self._plan()
         finally:
-            conn.close()
+            self.link.close()
+
+    @waits_out_outages("planning a read")
+    def _plan(self) -> list[InputPartition]:
+        conn = self.link.client
+        queues = redis_io.list_queues(conn, self.options)
+        lo = self.options.since or redis_io.ZERO_ID
+        hi = self.options.until or "+"
+        if hi != "+" and redis_io.parse_id(lo) > redis_io.parse_id(hi):
+            return []
+        return [
+            partition
+            for stream in redis_io.streams(conn, self.options, queues)
+            for partition in plan_ranges(self.options, conn, stream, lo, hi)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[Batch]:
         """The rows of ``partition`` (record batches, see :mod:`.columns`)."""

@@ -33,14 +33,23 @@ def _raw(response: Any, **_options: Any) -> Any:
 
 
 def client(options: SourceOptions) -> Any:
-    """A bytes client for ``options.url`` whose XRANGE replies stay raw lists."""
+    """A bytes client for ``options.url`` whose XRANGE replies stay raw lists.
+
+    Its socket and connect timeouts are option ``socketTimeout``: a stalled Redis fails a
+    call after that long (and :class:`~redisq_django.pipeline.outages.Link` tries again)
+    instead of blocking it for as long as the operating system keeps the connection.
+    """
+    timeouts = {
+        "socket_timeout": options.socket_timeout,
+        "socket_connect_timeout": options.socket_timeout,
+    }
     conn: Any
     if options.cluster:
         from redis.cluster import RedisCluster
 
-        conn = RedisCluster.from_url(options.url)
+        conn = RedisCluster.from_url(options.url, **timeouts)
     else:
-        conn = redis.Redis.from_url(options.url)
+        conn = redis.Redis.from_url(options.url, **timeouts)
     conn.set_response_callback("XRANGE", _raw)
     conn.set_response_callback("XREVRANGE", _raw)
     return conn
@@ -130,13 +139,6 @@ def last_id(conn: Any, key: str) -> str:
     return text(last[0][0]) if last else ZERO_ID
 
 
-def nth_id_after(conn: Any, key: str, after: str, n: int) -> str | None:
-    """The id of the ``n``-th entry after ``after`` (or the last one, when fewer); None
-    when there is none. Reads up to ``n`` entries: admission control has no cheaper way."""
-    page = conn.execute_command("XRANGE", key, f"({after}", "+", "COUNT", n)
-    return text(page[-1][0]) if page else None
-
-
 def split(lo: str, hi: str, parts: int) -> list[tuple[str, str]]:
     """Split the inclusive id range ``[lo, hi]`` into up to ``parts`` inclusive ranges of
     equal time spans (cut at millisecond boundaries, so no id falls between two)."""
@@ -176,51 +178,56 @@ def first_ids(conn: Any, key: str, ranges: list[tuple[str, str]]) -> list[str | 
 
 
 def checked_pages(
-    conn: Any,
-    key: str,
+    fetch: Callable[[str, int], list[RawEntry]],
     lo: str,
-    hi: str,
     page_size: int,
     expect: str,
     missing: Callable[[str, str | None], None],
 ) -> Iterator[list[RawEntry]]:
-    """:func:`pages`, checking that no entry went missing before it was read.
+    """Pages of a range read with ``fetch(start, count)`` (:func:`page` of the range,
+    through a retrying link), checking that no entry went missing before it was read.
 
     Each page reads one entry more than it yields: the next page must start with it.
     When a page does not start with the entry expected (``expect`` first: the range's
     first entry when it was planned), entries were removed before they were read, and
     ``missing(first missing id, first id still there or None)`` is called (it raises to
-    fail, or returns to go on with what is there).
+    fail, or returns to go on with what is there). A fetch tried again after a fault
+    asks from the same ``start``, so a retry never looks like a loss.
     """
     start: str | None = lo
     while start is not None:
-        page = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size + 1)
-        if page and isinstance(page[0][1], dict):
-            page = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in page]
-        if not page or text(page[0][0]) != expect:
-            missing(expect, text(page[0][0]) if page else None)
-        if not page:
+        entries = fetch(start, page_size + 1)
+        if not entries or text(entries[0][0]) != expect:
+            missing(expect, text(entries[0][0]) if entries else None)
+        if not entries:
             return
-        if len(page) > page_size:
-            expect = text(page[page_size][0])
+        if len(entries) > page_size:
+            expect = text(entries[page_size][0])
             start = expect
-            page = page[:page_size]
+            entries = entries[:page_size]
         else:
             start = None
-        yield page
+        yield entries
+
+
+def page(conn: Any, key: str, start: str, hi: str, page_size: int) -> list[RawEntry]:
+    """One raw XRANGE page of ``key``: up to ``page_size`` entries from ``start`` (an id,
+    or ``"(id"``: after it) to ``hi``, inclusive."""
+    entries = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size)
+    if entries and isinstance(entries[0][1], dict):
+        # RedisCluster applies its nodes' reply callbacks before ours: flatten back.
+        entries = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in entries]
+    return list(entries or [])
 
 
 def pages(conn: Any, key: str, lo: str, hi: str, page_size: int) -> Iterator[list[RawEntry]]:
     """Raw XRANGE pages of ``key`` from ``lo`` to ``hi``, both inclusive, in id order."""
     start = lo
     while True:
-        page = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size)
-        if not page:
+        entries = page(conn, key, start, hi, page_size)
+        if not entries:
             return
-        if isinstance(page[0][1], dict):
-            # RedisCluster applies its nodes' reply callbacks before ours: flatten back.
-            page = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in page]
-        yield page
-        if len(page) < page_size:
+        yield entries
+        if len(entries) < page_size:
             return
-        start = "(" + text(page[-1][0])
+        start = "(" + text(entries[-1][0])

@@ -26,6 +26,12 @@ DEFAULT_PARTITIONS = 4
 DEFAULT_WRITE_BATCH = 500
 #: Entries per XRANGE page when reading.
 DEFAULT_PAGE_SIZE = 2000
+#: A partition planned to hold more entries than this is split by entry count.
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+#: How long a transient Redis fault is waited out before a read or write fails (seconds).
+DEFAULT_RETRY_TIMEOUT_S = 600.0
+#: Socket (and connect) timeout of the data source's Redis clients (seconds).
+DEFAULT_SOCKET_TIMEOUT_S = 10.0
 
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 _TRUE = {"true", "1", "yes", "on"}
@@ -43,6 +49,10 @@ OPTIONS = (
     "until",
     "startingOffsets",
     "maxEntriesPerTrigger",
+    "maxRecordsPerTrigger",
+    "maxEntriesPerPartition",
+    "retryTimeout",
+    "socketTimeout",
     "archive",
     "failOnDataLoss",
     "consumer",
@@ -114,6 +124,20 @@ def _name(kind: str, raw: str | None) -> str | None:
         return validate_name(kind, str(raw).strip())
     except InvalidName as exc:
         raise OptionError(f"Option {kind!r}: {exc}") from None
+
+
+def _seconds(options: Mapping[str, str], name: str, default: float, *, zero: bool) -> float:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"Option {name!r} must be a number of seconds, got {raw!r}.") from None
+    if not (value >= 0 if zero else value > 0) or value == float("inf"):
+        bound = ">= 0" if zero else "> 0"
+        raise OptionError(f"Option {name!r} must be {bound} seconds (finite), got {raw!r}.")
+    return value
 
 
 def _queues(raw: str | None) -> tuple[str, ...]:
@@ -212,7 +236,17 @@ class SourceOptions:
         partitions: batch read partitions per stream.
         starting_offsets: where a new streaming query starts (option ``startingOffsets``:
             ``earliest``, ``latest``, an ISO 8601 time or ``{"queue": "entry-id"}``).
-        max_entries_per_trigger: streaming admission control (None: everything new).
+        max_entries_per_trigger: streaming admission control: most entries a
+            micro-batch reads, all streams together (None: no limit by entries).
+        max_records_per_trigger: streaming admission control: most rows a micro-batch
+            reads (an events entry holds a row per message; one entry holding more is
+            read whole, alone in its batch); None: no limit by rows.
+        max_entries_per_partition: a partition (a time slice of a stream) estimated to
+            hold more entries than this is split further by entry count.
+        retry_timeout: how long a transient Redis fault is waited out (seconds; 0: fail
+            at once), counted from the outage's first failure.
+        socket_timeout: socket and connect timeout of the Redis clients (seconds): how
+            soon a stalled Redis is noticed (and retried).
         archive: a streaming read of messages or events is this named archive: it
             registers, holds retention and commits its position; None (the default):
             read-only, it writes nothing to Redis and retention does not wait for it.
@@ -237,6 +271,10 @@ class SourceOptions:
     max_entries_per_trigger: int | None = None
     archive: str | None = None
     fail_on_data_loss: bool = True
+    max_records_per_trigger: int | None = None
+    max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
+    retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
     consumer: str | None = None
     once: bool = False
     write_batch: int = DEFAULT_WRITE_BATCH
@@ -282,6 +320,13 @@ class SourceOptions:
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
             archive=archive,
             fail_on_data_loss=_flag(options, "failOnDataLoss", default=True),
+            max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger", None),
+            max_entries_per_partition=_positive_int(
+                options, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION
+            )
+            or DEFAULT_MAX_ENTRIES_PER_PARTITION,
+            retry_timeout=_seconds(options, "retryTimeout", DEFAULT_RETRY_TIMEOUT_S, zero=True),
+            socket_timeout=_seconds(options, "socketTimeout", DEFAULT_SOCKET_TIMEOUT_S, zero=False),
             consumer=_name("consumer", options.get("consumer")),
             once=_flag(options, "once"),
             write_batch=_positive_int(options, "batchSize", DEFAULT_WRITE_BATCH)

@@ -14,9 +14,12 @@ remove what it has not read yet. Either way, entries removed before the stream r
 are a data loss (:mod:`redisq_django.pipeline.loss`): with ``failOnDataLoss`` (default)
 the query fails, naming them.
 
-Admission control (``maxEntriesPerTrigger``) uses the ``latestOffset(start, limit)``
-API of PySpark >= 4.2, and ``Trigger.AvailableNow`` is honoured through
-``SupportsTriggerAvailableNow``: the query stops at what existed when it started.
+Admission control (``maxEntriesPerTrigger``, ``maxRecordsPerTrigger``: see
+:mod:`~redisq_django.pipeline.admission`) uses the ``latestOffset(start, limit)`` API of
+PySpark >= 4.2, and ``Trigger.AvailableNow`` is honoured through
+``SupportsTriggerAvailableNow``: the query stops at what existed when it started. Each
+driver-side call waits out a transient Redis fault and runs again whole
+(:mod:`~redisq_django.pipeline.outages`): they read, and a commit never moves back.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ from pyspark.sql.streaming.datasource import (
 
 from redisq_django.core.archive import Archives, Gap, Registered
 from redisq_django.core.keys import queue_keys
-from redisq_django.pipeline import loss, redis_io
+from redisq_django.pipeline import admission, loss, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss
+from redisq_django.pipeline.outages import Link, waits_out_outages
 from redisq_django.pipeline.reading import plan_ranges, read_partition
 from redisq_django.pipeline.redis_io import ZERO_ID, StreamRef, later, parse_id
 from redisq_django.pipeline.schemas import Table
@@ -84,32 +88,22 @@ def stream_of(options: SourceOptions, name: str) -> StreamRef:
     return StreamRef(queue, keys.events if options.table is Table.EVENTS else keys.log)
 
 
-def shares(total: int, count: int) -> list[int]:
-    """``total`` split into ``count`` near-equal parts, larger ones first."""
-    return [total // count + (1 if i < total % count else 0) for i in range(count)]
-
-
 class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streams a table; each micro-batch reads the ids between two offsets."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._conn: Any = None
+        self.link = Link(options)
         self._target: Offset | None = None  # Trigger.AvailableNow: stop here
         self._initial: Offset | None = None
         self._committed: Offset = {}
         self._registered: set[str] = set()
 
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader to the executors; the client stays behind.
-        return {**self.__dict__, "_conn": None}
-
     @property
     def conn(self) -> Any:
-        """The driver-side client (opened on first use)."""
-        if self._conn is None:
-            self._conn = redis_io.client(self.options)
-        return self._conn
+        """The driver-side client (opened on first use, and again after an outage; Spark
+        pickles the reader to the executors without it)."""
+        return self.link.client
 
     @property
     def archives(self) -> Archives:
@@ -175,6 +169,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._register(ref, later(start.after, gone))
         return self._register(ref, dict(start.ids).get(ref.name, "earliest"))
 
+    @waits_out_outages("starting a streaming query")
     def initialOffset(self) -> Offset:
         """Where a new query starts (option ``startingOffsets``; default earliest)."""
         refs = self._streams()
@@ -186,18 +181,22 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxEntriesPerTrigger`` as a read limit (default: everything new)."""
-        limit = self.options.max_entries_per_trigger
+        """``maxRecordsPerTrigger`` or ``maxEntriesPerTrigger`` as a read limit (default:
+        everything new); :meth:`latestOffset` applies both."""
+        limit = self.options.max_records_per_trigger or self.options.max_entries_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
+    @waits_out_outages("starting a streaming query")
     def prepareForTriggerAvailableNow(self) -> None:
         """Remember what exists now: an ``availableNow`` query reads up to there only."""
         self._target = self._last_ids()
 
+    @waits_out_outages("planning a micro-batch")
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end offset of the next micro-batch: each stream's last id, or, under a
-        ``ReadMaxRows`` limit, at most that many entries after ``start`` in all (shared
-        among the streams with new entries, the ones furthest behind first). A stream
+        ``ReadMaxRows`` limit, at most ``maxEntriesPerTrigger`` entries and
+        ``maxRecordsPerTrigger`` rows after ``start`` in all (shared among the streams
+        with new entries, the ones furthest behind first: :mod:`.admission`). A stream
         seen for the first time starts where ``startingOffsets`` says, next batch."""
         self._ensure_registered(start)
         if start != self._initial:
@@ -219,16 +218,22 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end.update({name: last for _, name, last in behind})
             return end
         behind.sort()
-        for (_, name, last), share in zip(behind, shares(limit.max_rows, len(behind)), strict=True):
-            if share:
-                key = stream_of(self.options, name).key
-                nth = redis_io.nth_id_after(self.conn, key, end[name], share)
-                end[name] = redis_io.earlier(nth, last) if nth else last
+        entries = self.options.max_entries_per_trigger
+        rows = self.options.max_records_per_trigger
+        if entries is None and rows is None:
+            rows = limit.max_rows  # a limit Spark set itself
+        streams = [
+            admission.Behind(name, stream_of(self.options, name).key, end[name], last)
+            for _, name, last in behind
+        ]
+        table, page_size = self.options.table, self.options.page_size
+        end.update(admission.admit(self.conn, table, streams, entries, rows, page_size))
         return end
 
+    @waits_out_outages("planning a micro-batch")
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """Per stream, the ids after ``start`` up to ``end``, split by time; first, the
-        check that nothing after ``start`` was removed before this batch could read it."""
+        """Per stream, the ids after ``start`` up to ``end``, split by time and size; first,
+        the check that nothing after ``start`` was removed before this batch could read it."""
         self._ensure_registered(start)
         due = {
             name: (start[name], hi)
@@ -288,6 +293,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The rows of ``partition`` (on an executor)."""
         return read_partition(self.options, partition)
 
+    @waits_out_outages("committing the archive position")
     def commit(self, end: Offset) -> None:
         """A named archive records its position (messages and events; dead letters
         leave Redis through the database sink); a read-only stream writes nothing.
@@ -305,6 +311,4 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         """Close the driver-side client."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self.link.close()

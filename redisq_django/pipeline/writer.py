@@ -10,6 +10,12 @@ option ``consumer`` to that consumer's private input only. With ``once=true`` ea
 message keeps its id and is published at most once per id (a retried task does not
 publish twice); with ``consumer`` too, "once" is per consumer: its own marker, so a
 message sent once to the queue can still be sent once to one consumer.
+
+A send that meets a transient Redis fault is sent again once Redis is back (option
+``retryTimeout``, :mod:`~redisq_django.pipeline.outages`). A refused send did nothing; a
+send whose reply was lost may have published: with ``once=true`` sending it again
+publishes nothing twice, without it that batch may be published twice (as when Spark
+runs a failed task again).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.json import loads
 from redisq_django.pipeline import redis_io
+from redisq_django.pipeline.outages import Link
 from redisq_django.pipeline.source_options import OptionError, SourceOptions
 
 if TYPE_CHECKING:
@@ -128,7 +135,26 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
     )
 
 
-def _send(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
+class _Sender:
+    """Sends batches through a :class:`Link`, with one broker per client (a broker
+    remembers the queues it registered and its loaded scripts)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.link = Link(options)
+        self._broker: Broker | None = None
+
+    def send(self, batch: list[Envelope]) -> None:
+        self.link.run(lambda: _send_once(self._broker_now(), self.options, batch), "sending")
+
+    def _broker_now(self) -> Broker:
+        client = self.link.client
+        if self._broker is None or self._broker.client is not client:
+            self._broker = redis_io.broker(self.options, client)
+        return self._broker
+
+
+def _send_once(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
     if options.consumer:
         broker.send_to_consumer(options.consumer, batch, once=options.once)
     else:
@@ -143,21 +169,21 @@ def batch_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
 
 def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any]) -> int:
     """Publish ``rows`` in batches of ``options.write_batch``; returns how many."""
-    broker = redis_io.broker(options)
+    sender = _Sender(options)
     sent = 0
     batch: list[Envelope] = []
     try:
         for row in rows:
             batch.append(to_envelope(row, layout, options))
             if len(batch) >= options.write_batch:
-                _send(broker, options, batch)
+                sender.send(batch)
                 sent += len(batch)
                 batch = []
         if batch:
-            _send(broker, options, batch)
+            sender.send(batch)
             sent += len(batch)
     finally:
-        broker.client.close()
+        sender.link.close()
     return sent
 
 

@@ -26,7 +26,7 @@ from redisq_django.core.clock import MAX_SEQ, ms_from_entry_id, ms_to_datetime
 from redisq_django.pipeline import schemas
 from redisq_django.pipeline.redis_io import split
 from redisq_django.pipeline.source_options import StartingOffsets
-from redisq_django.pipeline.streaming import shares, starting_offset
+from redisq_django.pipeline.streaming import starting_offset
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -86,7 +86,7 @@ def test_split_cuts_at_millisecond_boundaries() -> None:
     assert split("7-0", "7-9", 4) == [("7-0", "7-9")]
 
 
-def test_starting_offsets_and_shares() -> None:
+def test_starting_offsets() -> None:
     names, last = ["a", "b"], {"a": "5-1", "b": "0-0"}
     none, gone = {}, {"a": "2-0", "b": "7-0"}  # what retention removed already
 
@@ -102,7 +102,6 @@ def test_starting_offsets_and_shares() -> None:
     at = start("1970-01-01T00:00:01Z", none)
     assert at == {"a": f"999-{MAX_SEQ}", "b": f"999-{MAX_SEQ}"}
     assert start("1970-01-01T00:00:00.005Z", gone) == {"a": f"4-{MAX_SEQ}", "b": "7-0"}
-    assert shares(5, 3) == [2, 2, 1] and shares(1, 3) == [1, 0, 0]
 
 
 # -- batch reads ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.archive import DEFAULT_ARCHIVE
 from tests.pipeline.archive_support import count_and_distinct, publish, read_table
 from tests.support.redis_server import RedisServer, free_port
 
@@ -227,7 +228,7 @@ def archive_through(
             last = broker.client.xrevrange(broker.keys(queue).log, count=1)[0][0].decode()
 
             def caught_up() -> bool:
-                return broker.archive_positions(queue).get("messages") == last
+                return broker.archives.positions(queue, DEFAULT_ARCHIVE).get("messages") == last
 
             wait_until(running(caught_up), 240, "the archive to catch up after the fault")
             proc.send_signal(signal.SIGTERM)

@@ -36,9 +36,9 @@ def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
     """
     out: list[Middleware] = [DjangoDatabaseMiddleware()]
     if get_settings()["TRACING"]:
-        from redisq_django.connection import get_tracing
+        from redisq_django.metrics import tracing as metrics_tracing
 
-        tracing = get_tracing()
+        tracing = metrics_tracing.get_tracing()
         if tracing.live():
             out.append(tracing)
         else:  # every span would be a no-op: cost nothing per message instead

@@ -17,7 +17,6 @@ from django.db import close_old_connections
 from redisq_django.cli import configure_logging
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.runner import build_worker, select
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
@@ -27,6 +26,7 @@ from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
+from redisq_django.runner import build_worker, select
 from redisq_django.schedules import overview
 
 logger = logging.getLogger("redisq.worker")

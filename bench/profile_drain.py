@@ -1,7 +1,7 @@
 """Profile where a drain spends its time (not part of ``make bench``).
 
 Builds the worker exactly as ``manage.py runconsumer bench --burst`` does
-(``redisq_django.consuming.runner.build_worker``, with the Django database middleware), but in
+(``redisq_django.runner.build_worker``, with the Django database middleware), but in
 this process, and runs each handler thread under cProfile. Prints the top functions
 and writes ``bench/out/drain-<prefetch>-<concurrency>.pstats``.
 
@@ -61,9 +61,9 @@ def main() -> int:
 
             call_command("migrate", verbosity=0)
             from redisq_django.connection import get_broker
-            from redisq_django.consuming.runner import build_worker
             from redisq_django.core import worker as worker_mod
             from redisq_django.core.worker import WorkerOptions
+            from redisq_django.runner import build_worker
 
             broker = get_broker()
             fill(broker.client, broker, DRAIN_N)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 import redis.cluster
@@ -16,11 +17,14 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.core import Broker
 from redisq_django.core.errors import describe_client
+from redisq_django.core.hooks import PublishHook
 
 logger = logging.getLogger("redisq")
 
-if TYPE_CHECKING:
-    from redisq_django.metrics.tracing import Tracing
+#: Where the broker's publish hooks come from: functions the app added once
+#: (``apps.ready()``: tracing's), each asked whenever the broker is built, so that a
+#: settings change (``REDISQ['TRACING']``) applies.
+_hook_sources: list[Callable[[], Sequence[PublishHook]]] = []
 
 
 def get_redis_client() -> Any:
@@ -127,27 +131,27 @@ def _quick(connection_kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
     return kwargs
 
 
+def add_publish_hooks(source: Callable[[], Sequence[PublishHook]]) -> None:
+    """Give every broker built from now on the publish hooks ``source()`` returns then
+    (the same ``source`` again is a no-op); the broker is rebuilt.
+
+    ``apps.ready()`` adds tracing's, so this module knows no capability: the app wires
+    them together (docs/layout.md).
+    """
+    if source not in _hook_sources:
+        _hook_sources.append(source)
+    get_broker.cache_clear()
+
+
 @functools.cache
 def get_broker() -> Broker:
     """The shared broker of this process (thread-safe), rebuilt after settings change.
 
-    With ``REDISQ['TRACING']``, its publishing is traced (see ``metrics/tracing.py``).
+    Its publishing runs the hooks of :func:`add_publish_hooks` (with
+    ``REDISQ['TRACING']``, tracing's: see ``metrics/tracing.py``).
 
     Raises:
         MissingExtra: ``TRACING`` is on but opentelemetry-api is not installed.
     """
-    hooks = [get_tracing()] if get_settings()["TRACING"] else []
+    hooks = [hook for source in _hook_sources for hook in source()]
     return Broker(get_redis_client(), get_core_config(), hooks)
-
-
-@functools.cache
-def get_tracing() -> Tracing:
-    """The process's :class:`~redisq_django.metrics.tracing.Tracing` (publish hook and
-    worker middleware), on OpenTelemetry's global tracer provider.
-
-    Raises:
-        MissingExtra: opentelemetry-api is not installed.
-    """
-    from redisq_django.metrics.tracing import Tracing
-
-    return Tracing()

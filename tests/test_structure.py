@@ -1,5 +1,13 @@
-"""The package's shape: no import cycles (type-only ones included), small modules, and the
-boundaries DESIGN.md draws (the core imports no Django, only ``pipeline`` imports PySpark).
+"""The package's shape: no import cycles (type-only ones included) between modules nor
+between the package's parts, the layers and edges of docs/layout.md, small modules, and
+the boundaries DESIGN.md draws (the core imports no Django, only ``pipeline`` imports
+PySpark).
+
+Every import counts, wherever it is written: at the top, inside a function (it runs
+later, but the one module still needs the other), under ``TYPE_CHECKING`` (the type
+checker follows it, and a type-only cycle hides a collaborator that should be passed in).
+A parent package's ``__init__``, which Python runs before a submodule, is not counted: the
+package's own imports its public names lazily (PEP 562).
 """
 
 from __future__ import annotations
@@ -170,3 +178,125 @@ def test_the_management_commands_never_import_the_admin() -> None:
         if any(m.startswith("django.contrib.admin") for m in _imports(n, MODULES[n]))
     }
     assert admin_users == {"redisq_django.history"}
+
+
+# -- docs/layout.md: the layers and the edges between the package's parts ------------------
+#
+# A part is a subpackage or a top-level module of ``redisq_django``, by its name
+# (``redisq_django`` itself: the package's ``__init__``, the public names).
+
+FOUNDATION = (
+    *("conf", "signals", "models", "connection", "figures", "history"),
+    *("database", "cli", "discovery"),
+)
+CAPABILITIES = ("publishing", "deadletters", "consuming", "tasks", "schedules", "metrics")
+ASSEMBLY = (
+    *("runner", "apps", "signal_handlers", "checks", "admin", "management"),
+    *("templatetags", "urls", "archives", "operations", "redisq_django"),
+)
+#: Each part's layer: 0 core, 1 foundation, 2 capabilities, 3 assembly and entry points.
+LAYERS: dict[str, int] = {
+    "core": 0,
+    **dict.fromkeys(FOUNDATION, 1),
+    **dict.fromkeys((*CAPABILITIES, "pipeline"), 2),
+    **dict.fromkeys(ASSEMBLY, 3),
+}
+#: Parts that belong to a capability's package but are not in it yet (the dead letters'
+#: wing moves into ``deadletters/``).
+PART_OF = {"triage": "deadletters"}
+#: The imports allowed inside one layer, (importer, imported): docs/layout.md's orders,
+#: followed through.
+SIDEWAYS = {
+    # foundation
+    ("connection", "conf"),
+    ("models", "conf"),
+    ("history", "models"),
+    ("history", "conf"),
+    # capabilities
+    ("tasks", "consuming"),
+    ("schedules", "tasks"),
+    ("schedules", "publishing"),
+    # assembly and entry points
+    ("archives", "operations"),
+    ("admin", "archives"),
+    ("admin", "operations"),
+    ("management", "archives"),
+    ("management", "operations"),
+    ("management", "runner"),
+    ("apps", "checks"),
+    ("apps", "signal_handlers"),
+}
+#: ``pipeline`` runs on Spark executors with a Redis URL alone: core and ``cli.py`` only.
+PIPELINE_IMPORTS = {"core", "cli"}
+#: Module imports against those rules, each written down in docs/layout.md ("Allowed
+#: exceptions") with its reason.
+EXCEPTIONS = {
+    ("redisq_django.models.schedules", "redisq_django.schedules.spec"),
+    ("redisq_django.models.schedules", "redisq_django.schedules.timing"),
+}
+LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    part = parts[1] if len(parts) > 1 else parts[0]
+    return PART_OF.get(part, part)
+
+
+def _edges() -> set[tuple[str, str]]:
+    """Every import between modules of the package, less the allowed exceptions."""
+    return {(a, b) for a, deps in _graph().items() for b in deps} - EXCEPTIONS
+
+
+def _part_graph(edges: set[tuple[str, str]]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {_part(m): set() for m in MODULES}
+    for a, b in edges:
+        if _part(a) != _part(b):
+            graph[_part(a)].add(_part(b))
+    return graph
+
+
+def _breaks_the_layout(importer: str, imported: str) -> bool:
+    a, b = _part(importer), _part(imported)
+    if a == b:
+        return False
+    if a == "pipeline":
+        return b not in PIPELINE_IMPORTS
+    return LAYERS[b] > LAYERS[a] or (LAYERS[b] == LAYERS[a] and (a, b) not in SIDEWAYS)
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    assert {_part(m) for m in MODULES} - LAYERS.keys() == set()
+    assert set(PART_OF.values()) <= LAYERS.keys()
+    assert {(a, b) for a, b in SIDEWAYS if LAYERS[a] != LAYERS[b]} == set()
+
+
+def test_no_import_cycles_between_the_parts_of_the_package() -> None:
+    # Modules without a cycle can still make one between packages (a imports b.x, b.y
+    # imports a): the detector finds it on the parts...
+    modules = {
+        ("redisq_django.consuming.runner", "redisq_django.schedules.job"),
+        ("redisq_django.schedules.sync", "redisq_django.consuming.sync"),
+    }
+    assert _cycles(_part_graph(modules)) == [["consuming", "schedules"]]
+    # ...and the package has none (the allowed exceptions aside).
+    assert _cycles(_part_graph(_edges())) == []
+
+
+def test_every_import_follows_the_layers_and_edges_of_the_layout() -> None:
+    # The rules find an import from the side, from above, and the pipeline's imports of
+    # what only Django has...
+    assert _breaks_the_layout("redisq_django.schedules.sync", "redisq_django.consuming.sync")
+    assert _breaks_the_layout("redisq_django.connection", "redisq_django.metrics.tracing")
+    assert _breaks_the_layout("redisq_django.pipeline.cli", "redisq_django.conf")
+    assert not _breaks_the_layout("redisq_django.tasks.declarations", "redisq_django.consuming")
+    # ...and no import of the package breaks them.
+    assert sorted(e for e in _edges() if _breaks_the_layout(*e)) == []
+
+
+def test_the_allowed_exceptions_are_still_needed_and_written_down() -> None:
+    allowed = LAYOUT.read_text().split("### Allowed exceptions", 1)[1].split("\n## ", 1)[0]
+    for importer, imported in sorted(EXCEPTIONS):
+        assert imported in _graph()[importer], f"{importer} no longer imports {imported}"
+        assert _breaks_the_layout(importer, imported)
+        assert f"`{importer}` → `{imported}`" in allowed, "docs/layout.md must say why"

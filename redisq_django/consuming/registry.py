@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.utils.module_loading import module_has_submodule
-
+from redisq_django import discovery
 from redisq_django.core import bounds
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
@@ -118,27 +116,6 @@ class DiscoveryError(ConfigurationError):
     """An app's ``consumers.py`` failed to import."""
 
 
-def import_app_modules(module_names: tuple[str, ...], error: type[Exception]) -> None:
-    """Import the modules ``module_names`` (e.g. ``("consumers",)``) of every installed
-    app that has them: Django's ``autodiscover_modules`` done app by app, so that a module
-    that fails to import is named in the error.
-
-    Raises:
-        error: naming the module and its exception, when one fails to import.
-    """
-    from django.apps import apps
-
-    for app_config in apps.get_app_configs():
-        for module_name in module_names:
-            if not module_has_submodule(app_config.module, module_name):
-                continue
-            module = f"{app_config.name}.{module_name}"
-            try:
-                importlib.import_module(module)
-            except Exception as exc:
-                raise error(f"Could not import {module}: {type(exc).__name__}: {exc}") from exc
-
-
 class ConsumerRegistry:
     """The ``@consumer`` declarations of a process, found in every app's ``consumers.py``.
 
@@ -175,17 +152,15 @@ class ConsumerRegistry:
             self._declarations[declaration.key] = declaration
 
     def autodiscover(self) -> None:
-        """Import ``consumers.py`` of every installed app (once per registry).
-
-        This is Django's ``autodiscover_modules("consumers")`` done app by app, so that a
-        module that fails to import is named in the error.
+        """Import ``consumers.py`` of every installed app (once per registry), with
+        Django's ``autodiscover_modules`` (:func:`redisq_django.discovery.autodiscover`).
 
         Raises:
             DiscoveryError: naming the module and the error, when one fails to import.
         """
         if self._discovered:
             return
-        import_app_modules(("consumers",), DiscoveryError)
+        discovery.autodiscover("consumers", error=DiscoveryError)
         self._discovered = True
 
     def declarations(self) -> list[Declaration]:

@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
-import time
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import transaction
 
 from redisq_django.consuming.registry import Declaration, declarations
+from redisq_django.database import retry_on_contention
 
 if TYPE_CHECKING:
     from redisq_django.models import Consumer
 
 logger = logging.getLogger("redisq.sync")
-
-#: Attempts at writing the rows while other processes hold the database.
-SYNC_ATTEMPTS = 8
-#: Wait before the second attempt, seconds; doubled for each further one (at most
-#: :data:`SYNC_MAX_WAIT_S`), each wait between half and all of it.
-SYNC_FIRST_WAIT_S = 0.05
-SYNC_MAX_WAIT_S = 1.0
-
-#: Fragments of the database errors another process's transaction causes.
-_CONTENDED = ("database is locked", "database table is locked", "deadlock", "serializ")
 
 
 def _start_text(start: str | dt.datetime) -> str:
@@ -65,30 +54,19 @@ def sync_declarations(decls: list[Declaration] | None = None) -> list[Consumer]:
 
     Raises:
         OperationalError, IntegrityError: the database stayed locked (or contended)
-            through :data:`SYNC_ATTEMPTS` attempts, or failed otherwise.
+            through every attempt (:func:`~redisq_django.database.retry_on_contention`),
+            or failed otherwise.
     """
     decls = declarations() if decls is None else decls
-    # Inside someone else's transaction a failed statement cannot be retried.
-    attempts = 1 if connection.in_atomic_block else SYNC_ATTEMPTS
-    for attempt in range(1, attempts + 1):
-        try:
-            rows = _rows(decls)
-            if _differs(decls, rows):
-                with transaction.atomic():
-                    rows = _write(decls)
-            return [rows[d.key] for d in decls]
-        except (OperationalError, IntegrityError) as exc:
-            if attempt == attempts or not _contended(exc):
-                raise
-            wait = min(SYNC_MAX_WAIT_S, SYNC_FIRST_WAIT_S * 2 ** (attempt - 1))
-            logger.info("Syncing consumer rows met %s; trying again (%d)", exc, attempt)
-            time.sleep(random.uniform(wait / 2, wait))
-    raise AssertionError("unreachable")  # the loop returns or raises
 
+    def sync() -> list[Consumer]:
+        rows = _rows(decls)
+        if _differs(decls, rows):
+            with transaction.atomic():
+                rows = _write(decls)
+        return [rows[d.key] for d in decls]
 
-def _contended(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, IntegrityError) or any(f in text for f in _CONTENDED)
+    return retry_on_contention(sync, what="consumer rows", logger=logger)
 
 
 def _rows(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from redisq_django.conf import get_settings
 from redisq_django.core.hooks import PublishHook
 from redisq_django.core.message import Message
 from redisq_django.core.worker import Middleware
@@ -191,6 +193,28 @@ class Tracing(Middleware, PublishHook):
         finally:
             self._context.detach(token)
             span.end()
+
+
+@functools.cache
+def get_tracing() -> Tracing:
+    """The process's :class:`Tracing` (publish hook and worker middleware), on
+    OpenTelemetry's global tracer provider.
+
+    Raises:
+        MissingExtra: opentelemetry-api is not installed.
+    """
+    return Tracing()
+
+
+def publish_hooks() -> list[PublishHook]:
+    """The broker's publish hooks from tracing: :func:`get_tracing` with
+    ``REDISQ['TRACING']``, none without (``apps.ready()`` hands this to
+    ``connection.add_publish_hooks``).
+
+    Raises:
+        MissingExtra: ``TRACING`` is on but opentelemetry-api is not installed.
+    """
+    return [get_tracing()] if get_settings()["TRACING"] else []
 
 
 class _Handling(threading.local):

@@ -1,11 +1,12 @@
 """Database mirrors of the queue configuration: ``Queue`` and ``Consumer`` rows, and the
 proxies that put the overview and the task results on the admin index.
 
-Code declares consumers (``@consumer``); :func:`redisq_django.sync.sync_declarations`
-writes what code says into the ``declared_*`` columns. Staff may override some values
-in the admin (the nullable columns without prefix). The effective value is the
-override when set, else the declared value, else the ``REDISQ`` default, and the
-admin and ``runconsumer``'s banner both say which one applies.
+Code declares consumers (``@consumer``);
+:func:`redisq_django.consuming.sync.sync_declarations` writes what code says into the
+``declared_*`` columns. Staff may override some values in the admin (the nullable
+columns without prefix). The effective value is the override when set, else the
+declared value, else the ``REDISQ`` default, and the admin and ``runconsumer``'s
+banner both say which one applies.
 """
 
 from __future__ import annotations

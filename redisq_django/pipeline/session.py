@@ -35,7 +35,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-import redisq_django
 from redisq_django.pipeline import jvm, register
 
 DEFAULT_MASTER = "local[*]"
@@ -130,7 +129,9 @@ def ship_package(spark: SparkSession) -> Path:
 def package_zip(target: Path) -> Path:
     """Write the ``redisq_django`` package (sources and package data, no bytecode or
     tests) to the zip file ``target``, importable from ``sys.path``."""
-    package = Path(redisq_django.__file__).resolve().parent
+    # This module's grandparent, not ``redisq_django.__file__``: the pipeline imports
+    # the core and ``cli.py`` only (docs/layout.md), not the package's public names.
+    package = Path(__file__).resolve().parent.parent
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for dirpath, dirnames, filenames in os.walk(package):
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_DIRS)

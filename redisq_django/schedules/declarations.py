@@ -11,6 +11,7 @@ from typing import Any, TypeVar, overload
 
 import django
 
+from redisq_django import discovery
 from redisq_django.schedules.spec import (
     QueueTarget,
     ScheduleSpec,
@@ -187,7 +188,7 @@ def _missed(value: str) -> Missed:
 
 
 class ScheduleDiscoveryError(ScheduleError):
-    """An app's ``schedules.py`` or ``tasks.py`` failed to import."""
+    """An app's ``schedules.py``, ``tasks.py`` or ``consumers.py`` failed to import."""
 
 
 class ScheduleRegistry:
@@ -214,19 +215,18 @@ class ScheduleRegistry:
             self._declarations[declaration.name] = declaration
 
     def autodiscover(self) -> None:
-        """Import ``schedules.py`` and ``tasks.py`` of every installed app (and their
-        ``consumers.py``, through the consumer registry), once.
+        """Import ``consumers.py``, then ``schedules.py`` and ``tasks.py``, of every
+        installed app, once (:func:`redisq_django.discovery.autodiscover`).
 
         Raises:
             ScheduleDiscoveryError: naming the module that failed to import.
         """
         if self._discovered:
             return
-        from redisq_django.consuming.registry import autodiscover as consumers_autodiscover
-        from redisq_django.consuming.registry import import_app_modules
-
-        consumers_autodiscover()
-        import_app_modules(DISCOVERED_MODULES, ScheduleDiscoveryError)
+        # A schedule may be declared in consumers.py too; every app's consumers.py is
+        # imported first, as the consumer registry does it, then the others.
+        discovery.autodiscover("consumers", error=ScheduleDiscoveryError)
+        discovery.autodiscover(*DISCOVERED_MODULES, error=ScheduleDiscoveryError)
         self._discovered = True
 
     def declarations(self) -> list[Declaration]:

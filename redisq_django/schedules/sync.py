@@ -6,20 +6,18 @@ row's ``declaration`` column keeps what code said) is written into the row's col
 so a deploy applies; an unchanged one leaves the row alone, so what staff changed in the
 admin (timing, time zone, enabled, missed ticks) stays. Rows whose declaration is gone
 are marked not declared (kept, never run). Writes are retried on lock contention as the
-consumer rows' are (:mod:`redisq_django.consuming.sync`).
+consumer rows' are (:mod:`redisq_django.database`).
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import transaction
 
 from redisq_django.conf import check_queue_known
-from redisq_django.consuming.sync import SYNC_ATTEMPTS, SYNC_FIRST_WAIT_S, SYNC_MAX_WAIT_S
+from redisq_django.database import retry_on_contention
 from redisq_django.schedules.declarations import Declaration, declarations
 from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, target_columns, target_of
 from redisq_django.schedules.timing import Missed, ScheduleError, Timing
@@ -28,8 +26,6 @@ if TYPE_CHECKING:
     from redisq_django.models import Schedule
 
 logger = logging.getLogger("redisq.sync")
-
-_CONTENDED = ("database is locked", "database table is locked", "deadlock", "serializ")
 
 
 def snapshot(spec: ScheduleSpec) -> dict[str, Any]:
@@ -52,8 +48,9 @@ def sync_schedules(decls: list[Declaration] | None = None) -> list[Schedule]:
 
     Raises:
         SettingsError: a declared queue is not in ``REDISQ["QUEUES"]``.
-        OperationalError, IntegrityError: the database stayed locked through
-            ``SYNC_ATTEMPTS`` attempts, or failed otherwise.
+        OperationalError, IntegrityError: the database stayed locked through every
+            attempt (:func:`~redisq_django.database.retry_on_contention`), or failed
+            otherwise.
     """
     from redisq_django.models import default_timezone
 
@@ -63,23 +60,15 @@ def sync_schedules(decls: list[Declaration] | None = None) -> list[Schedule]:
     for spec in specs:
         if isinstance(spec.target, QueueTarget):
             check_queue_known(spec.target.queue)
-    attempts = 1 if connection.in_atomic_block else SYNC_ATTEMPTS
-    for attempt in range(1, attempts + 1):
-        try:
-            rows = _rows(specs)
-            if _differs(specs, rows):
-                with transaction.atomic():
-                    rows = _write(specs)
-            return [rows[s.name] for s in specs]
-        except (OperationalError, IntegrityError) as exc:
-            text = str(exc).lower()
-            contended = isinstance(exc, IntegrityError) or any(f in text for f in _CONTENDED)
-            if attempt == attempts or not contended:
-                raise
-            wait = min(SYNC_MAX_WAIT_S, SYNC_FIRST_WAIT_S * 2 ** (attempt - 1))
-            logger.info("Syncing schedule rows met %s; trying again (%d)", exc, attempt)
-            time.sleep(random.uniform(wait / 2, wait))
-    raise AssertionError("unreachable")  # the loop returns or raises
+
+    def sync() -> list[Schedule]:
+        rows = _rows(specs)
+        if _differs(specs, rows):
+            with transaction.atomic():
+                rows = _write(specs)
+        return [rows[s.name] for s in specs]
+
+    return retry_on_contention(sync, what="schedule rows", logger=logger)
 
 
 def _rows(specs: list[ScheduleSpec]) -> dict[str, Schedule]:

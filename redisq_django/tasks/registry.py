@@ -17,14 +17,13 @@ message or a form named it.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from types import ModuleType
 from typing import Any
 
-from django.apps import apps
 from django.tasks import Task
-from django.utils.module_loading import module_has_submodule
+
+from redisq_django import discovery
 
 #: The module of each installed app imported to find its tasks.
 TASKS_MODULE = "tasks"
@@ -67,15 +66,11 @@ def discover() -> None:
     with _discovering:
         if _discovery["done"]:
             return
-        errors = []
-        for app_config in apps.get_app_configs():
-            if not module_has_submodule(app_config.module, TASKS_MODULE):
-                continue
-            name = f"{app_config.name}.{TASKS_MODULE}"
-            try:
-                declare_module(importlib.import_module(name))
-            except Exception as exc:  # the app's own module: reported with unknown tasks
-                errors.append(f"{name} failed to import ({type(exc).__name__}: {exc})")
+        # Not autodiscover(): it stops at the first app that fails, and the worker
+        # would then refuse the tasks of the apps after it.
+        modules, errors = discovery.import_each(TASKS_MODULE)
+        for module in modules:
+            declare_module(module)
         _discovery.update(done=True, error="; ".join(errors) or None)
 
 

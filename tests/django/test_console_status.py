@@ -25,10 +25,10 @@ from redisq_django.admin.deadletters import DELETE_NOTE
 from redisq_django.admin.queues import QUEUE_DELETE_NOTE
 from redisq_django.connection import get_broker
 from redisq_django.consuming.registry import registry
-from redisq_django.consuming.runner import build_worker
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.figures import HELP, STALLED_TEXT
 from redisq_django.models import Consumer, DeadLetter, Queue
+from redisq_django.runner import build_worker
 from tests.django.test_admin import cell
 from tests.support.console_data import incident
 from tests.support.hung_server import HungServer

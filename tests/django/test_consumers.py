@@ -22,7 +22,6 @@ from redisq_django import Message, Reject, consumer
 from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
 from redisq_django.consuming.registry import Declaration, registry
-from redisq_django.consuming.runner import SelectionError, build_worker, select
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.worker import WorkerOptions
@@ -35,6 +34,7 @@ from redisq_django.models import (
     DeadLetter,
     Queue,
 )
+from redisq_django.runner import SelectionError, build_worker, select
 
 pytestmark = pytest.mark.django_db
 

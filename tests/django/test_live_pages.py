@@ -20,8 +20,8 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.consuming.runner import build_worker
 from redisq_django.models import Consumer, Queue
+from redisq_django.runner import build_worker
 from tests.support.live_data import Live, live_consumer
 
 pytestmark = pytest.mark.django_db

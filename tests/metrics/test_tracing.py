@@ -246,6 +246,20 @@ def global_exporter() -> Iterator[InMemorySpanExporter]:
         processor.shutdown()  # no more spans go to this test's exporter
 
 
+def test_the_app_hands_the_broker_tracings_publish_hook_with_tracing_on_only(
+    settings: Any, redis_url: str
+) -> None:
+    from redisq_django.connection import get_broker
+    from redisq_django.metrics.tracing import get_tracing
+
+    # connection.py knows no tracing: apps.ready() added tracing's hooks, asked each
+    # time the broker is built (after every settings change)
+    settings.REDISQ = {"URL": redis_url}
+    assert get_broker().hooks == []
+    settings.REDISQ = {"URL": redis_url, "TRACING": True}
+    assert get_broker().hooks == [get_tracing()]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("outbox", [False, True], ids=["on-commit", "outbox"])
 def test_publish_on_commit_and_the_outbox_carry_the_context(
@@ -257,7 +271,8 @@ def test_publish_on_commit_and_the_outbox_carry_the_context(
     outbox: bool,
 ) -> None:
     from redisq_django import publish_on_commit
-    from redisq_django.connection import get_broker, get_tracing
+    from redisq_django.connection import get_broker
+    from redisq_django.metrics.tracing import get_tracing
 
     settings.REDISQ = {"URL": redis_url, "TRACING": True, "OUTBOX": outbox}
     broker = get_broker()
@@ -312,13 +327,14 @@ def test_without_an_sdk_nothing_is_traced_but_a_current_context_passes_on(
 def test_a_worker_without_an_sdk_runs_no_tracing_middleware(
     settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from redisq_django import connection
-    from redisq_django.consuming.middleware import DjangoDatabaseMiddleware, worker_middleware
+    from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+    from redisq_django.metrics import tracing as tracing_module
+    from redisq_django.runner import worker_middleware
 
     # Given TRACING on in a process whose OpenTelemetry has no SDK
     settings.REDISQ = {"URL": redis_url, "TRACING": True}
     noop = Tracing(tracer_provider=trace.NoOpTracerProvider())
-    monkeypatch.setattr(connection, "get_tracing", lambda: noop)
+    monkeypatch.setattr(tracing_module, "get_tracing", lambda: noop)
 
     # When a worker's middleware is put together
     middleware = worker_middleware()
@@ -330,5 +346,5 @@ def test_a_worker_without_an_sdk_runs_no_tracing_middleware(
 
     # ...while with an SDK it is there
     provider = TracerProvider()
-    monkeypatch.setattr(connection, "get_tracing", lambda: Tracing(tracer_provider=provider))
+    monkeypatch.setattr(tracing_module, "get_tracing", lambda: Tracing(tracer_provider=provider))
     assert [type(m) for m in worker_middleware()] == [DjangoDatabaseMiddleware, Tracing]

@@ -18,10 +18,10 @@ from django.test import Client
 from django.urls import reverse
 
 from redisq_django.connection import get_broker
-from redisq_django.consuming.runner import build_worker
 from redisq_django.core.keys import queue_keys
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.models import Schedule
+from redisq_django.runner import build_worker
 from redisq_django.schedules import ScheduleError, periodic
 from redisq_django.schedules.declarations import registry
 from redisq_django.schedules.job import RowLoader

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
+from redisq_django.cli import django_common_options, positive_int
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
@@ -18,7 +19,6 @@ from redisq_django.core.worker import StopSignal
 from redisq_django.deadletters import sink_all
 from redisq_django.figures import age
 from redisq_django.management import console
-from redisq_django.management.arguments import django_common_options, positive_int
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
 from redisq_django.schedules import overview

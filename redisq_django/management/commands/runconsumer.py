@@ -14,9 +14,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from redisq_django.cli import configure_logging
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.runner import build_worker, select
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
@@ -24,9 +24,9 @@ from redisq_django.core.errors import RedisqError, describe_client
 from redisq_django.core.server import warn_server_problems
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
-from redisq_django.management.arguments import configure_logging
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
+from redisq_django.runner import build_worker, select
 from redisq_django.schedules import overview
 
 logger = logging.getLogger("redisq.worker")

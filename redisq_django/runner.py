@@ -1,4 +1,11 @@
-"""Building a :class:`~redisq_django.core.worker.Worker` from Django configuration."""
+"""The ``runconsumer`` process: a :class:`~redisq_django.core.worker.Worker` built from
+Django configuration, with every capability's housekeeping jobs (the schedules, the
+dead-letter sink, the outbox relay, the trend samples) and middleware (database
+hygiene, tracing, metrics).
+
+The one module that imports every capability (docs/layout.md): each of them knows only
+what it does, and this module puts them together.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import worker_middleware
+from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
 from redisq_django.consuming.registry import Declaration, declarations
 from redisq_django.consuming.sync import sync_declarations
 from redisq_django.core import trends
@@ -165,6 +172,34 @@ def build_worker(
         refresh=refresh,
         periodic=periodic,
     )
+
+
+def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
+    """The middleware of a worker: database hygiene; OpenTelemetry tracing when
+    ``REDISQ['TRACING']`` is on; Prometheus counters with ``metrics``
+    (``runconsumer --metrics-port``).
+
+    Raises:
+        MissingExtra: a library asked for is not installed (the message names the extra).
+    """
+    out: list[Middleware] = [DjangoDatabaseMiddleware()]
+    if get_settings()["TRACING"]:
+        from redisq_django.metrics import tracing as metrics_tracing
+
+        tracing = metrics_tracing.get_tracing()
+        if tracing.live():
+            out.append(tracing)
+        else:  # every span would be a no-op: cost nothing per message instead
+            logger.warning(
+                "REDISQ['TRACING'] is on, but this process has no OpenTelemetry SDK "
+                "(no TracerProvider is set): handlers are not traced. Configure the SDK in "
+                "your settings or an AppConfig.ready()."
+            )
+    if metrics:
+        from redisq_django.metrics.worker import PrometheusMiddleware
+
+        out.append(PrometheusMiddleware())
+    return out
 
 
 def _handler_middleware(chosen: Sequence[Declaration]) -> list[Middleware]:

@@ -1,5 +1,5 @@
-"""Argument validators and logging set-up shared by the management commands and the
-pipeline's command line (this module imports no Django)."""
+"""Argument types and logging set-up of every command: the management commands and the
+pipeline's command line (Django-free, so ``pipeline`` may import it; docs/layout.md)."""
 
 from __future__ import annotations
 

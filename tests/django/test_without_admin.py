@@ -81,6 +81,16 @@ STEPS = [
     Step(None, ("redisq", "deliver-now", QUEUE, "--all"), r"Delivered 1 delayed message"),
     Step(("relay",), ("redisq", "relay", "--once"), r"Sent 0 outbox message\(s\); 0 waiting\."),
     Step(
+        ("archives", "list"),
+        ("redisq", "archives", "list"),
+        rf"(?m)^{QUEUE}\s+nightly\s+messages\s",
+    ),
+    Step(
+        ("archives", "remove"),
+        ("redisq", "archives", "remove", "nightly", "--queue", QUEUE, "--yes"),
+        rf"Removed archive 'nightly' from {QUEUE}\.",
+    ),
+    Step(
         None,
         ("redisq", "purge", QUEUE, "--consumer", "keeper", "--yes"),
         rf"Purged {QUEUE}/keeper: skipped",
@@ -120,6 +130,7 @@ def test_a_project_without_the_admin_runs_every_command(
     broker = Broker(client, CoreConfig())
     broker.publish_many(QUEUE, [{"n": n, "fail": n >= 3} for n in range(5)])
     broker.publish(QUEUE, {"n": 5}, delay=3600)
+    broker.archives.register(QUEUE, "nightly", "messages", "earliest")  # a named archive
     found: dict[str, str] = {}  # placeholders in STEPS, and what they stand for
 
     # When each command runs, in order, in a process of its own

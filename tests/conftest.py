@@ -115,15 +115,21 @@ def redis_url(_session_redis: RedisServer) -> str:
 CORE_TESTS = Path(__file__).parent / "core"
 
 
+BROWSER_TESTS = Path(__file__).parent / "browser"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every core test runs in each lane of the server matrix (``make test``); the other
     # tests that do are marked ``servers`` where they stand.
     for item in items:
         if CORE_TESTS in item.path.parents:
             item.add_marker(pytest.mark.servers)
-
-
-BROWSER_TESTS = Path(__file__).parent / "browser"
+    # The browser tests run last: pytest-playwright's sync API keeps an event loop
+    # running in the main thread until the session ends, and every later test that
+    # calls asyncio.run() (the async client, the async pipelines) would be refused with
+    # "cannot be called from a running event loop". The sort is stable: the order within
+    # each group stays as collected.
+    items.sort(key=lambda item: BROWSER_TESTS in item.path.parents)
 
 
 @pytest.fixture(autouse=True)

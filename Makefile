@@ -43,8 +43,17 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): one per core, at most 4 (each may start a Spark JVM);
+# JOBS=1 runs in this process (for --pdb). A test file stays on one process
+# (--dist loadfile): its fixtures and its order hold as written.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
+ifeq ($(JOBS),1)
+XDIST := -p no:xdist
+else
+XDIST := -n $(JOBS) --dist loadfile
+endif
 
-.PHONY: test test-server test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
+.PHONY: test test-fast test-server test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -130,10 +139,11 @@ test: $(VENV) redis chromium postgres java
 	@$(redis_env); \
 	$(spark_env); \
 	failed=""; \
-	$(VPY) -m pytest $(PYTEST_ARGS) || failed="redis7 (full suite)"; \
+	$(VPY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS) || failed="redis7 (full suite)"; \
 	if [ -z "$(strip $(PYTEST_ARGS))" ]; then \
 		for lane in $(SERVER_LANES); do \
-			VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" || failed="$$failed $$lane"; \
+			PYTEST_XDIST="$(XDIST)" VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" \
+				|| failed="$$failed $$lane"; \
 		done; \
 	fi; \
 	if [ -n "$$failed" ]; then echo "make test: failed: $${failed# }" >&2; exit 1; fi
@@ -143,7 +153,14 @@ test: $(VENV) redis chromium postgres java
 SERVER ?= redis62
 test-server: $(VENV) redis postgres
 	@$(redis_env); \
-	VENV_PYTHON=$(VPY) bash .ci/server-lane.sh $(SERVER) $(PYTEST_ARGS)
+	PYTEST_XDIST="$(XDIST)" VENV_PYTHON=$(VPY) bash .ci/server-lane.sh $(SERVER) $(PYTEST_ARGS)
+
+# The fast lane for daily work: every test but the slow, Spark, browser and cluster
+# ones, on Redis 7, in parallel (README, "Development", says how long it takes).
+FAST_MARKERS := not slow and not spark and not browser and not cluster
+test-fast: $(VENV) redis postgres
+	@$(redis_env); \
+	$(VPY) -m pytest $(XDIST) -m "$(FAST_MARKERS)" --durations=10 $(PYTEST_ARGS)
 
 test-redis62: SERVER = redis62
 test-redis62: test-server

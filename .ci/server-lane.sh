@@ -74,7 +74,9 @@ export REDISQ_TEST_REDIS_SERVER="$server" REDISQ_TEST_REDIS_CLI="$cli"
 echo "server matrix, lane $lane: $("$server" --version | cut -d' ' -f1-3) (cli: $("$cli" --version))"
 started=$SECONDS
 status=0
-"$venv_python" -m pytest "${select[@]}" || status=$?
+# PYTEST_XDIST: make's test processes (e.g. "-n 2 --dist loadfile"), split on purpose.
+# shellcheck disable=SC2086
+"$venv_python" -m pytest ${PYTEST_XDIST:-} "${select[@]}" || status=$?
 echo "server matrix, lane $lane: pytest exit code $status after $((SECONDS - started)) s"
 if [ "$status" -eq 5 ]; then
     echo "server matrix, lane $lane: no test selected" >&2

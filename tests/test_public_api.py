@@ -15,6 +15,7 @@ import redisq_django
 ROOT = Path(redisq_django.__file__).parent.parent
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_importing_the_package_loads_no_django_and_names_resolve_lazily() -> None:
     program = textwrap.dedent(
         """

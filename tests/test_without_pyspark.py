@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import redisq_django
 
 ROOT = Path(redisq_django.__file__).parent.parent
@@ -50,6 +52,7 @@ PROGRAM = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_everything_but_the_pipeline_works_without_pyspark(redis_url: str) -> None:
     env = {
         **os.environ,

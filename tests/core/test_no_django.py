@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import redisq_django.core
 
 CORE_DIR = Path(redisq_django.core.__file__).parent
@@ -38,6 +40,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_core_publishes_and_consumes_without_django(redis_url: str, queue_name: str) -> None:
     # Given a Python process with no Django settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO")}

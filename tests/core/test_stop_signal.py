@@ -14,6 +14,8 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from redisq_django.core.worker import StopSignal
 from redisq_django.core.worker.state import WAKE_S
 
@@ -32,6 +34,7 @@ SIGNAL_INSIDE_THE_WAIT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_a_signal_inside_the_main_threads_wait_stops_the_worker_instead_of_hanging() -> None:
     # Given a process whose main thread is inside its stop signal's wait
     # When a signal handler requests the stop right then

@@ -30,6 +30,7 @@ def run_django(redis_url: str, db: Path, *args: str) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.slow  # a fresh Python process
 @pytest.mark.parametrize(
     "args",
     [

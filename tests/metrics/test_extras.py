@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.test_structure import MODULES, _imports
 
 OPTIONAL = {"prometheus_client", "opentelemetry"}
@@ -104,6 +106,7 @@ PROGRAM = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_without_the_extras_the_features_say_what_to_install(redis_url: str) -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {

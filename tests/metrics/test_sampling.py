@@ -277,6 +277,7 @@ GLOBAL_PROVIDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_the_global_provider_set_after_tracing_was_built_gets_the_shortcut(
     redis_url: str, queue_name: str
 ) -> None:

@@ -132,6 +132,7 @@ def test_higher_priorities_run_first(tasks_env: TasksEnv) -> None:
     assert runs == [f"{level}{i}" for level in ("high", "normal", "low") for i in range(4)]
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_a_coroutine_task_runs_on_an_event_loop(tasks_env: TasksEnv) -> None:
     key = f"runs:{tasks_env.queue}"
     result = tasks_env.task("async_record").enqueue(key, "async")

@@ -24,6 +24,7 @@ from redisq_django.pipeline.options import (
     one_line,
     parse_conf,
 )
+from redisq_django.pipeline.quiet import set_log_level
 
 _LOG_LEVELS = ["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
 
@@ -43,7 +44,8 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         "--spark-log-level",
         default="ERROR",
         choices=_LOG_LEVELS,
-        help="Spark's log level once the session is up (default ERROR)",
+        help="Spark's log level once the session is up (default ERROR: without the "
+        "stack traces of a failing task, which the job reports in one line; WARN shows them)",
     )
 
 
@@ -100,7 +102,7 @@ def run_report(args: argparse.Namespace) -> str:
         queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
     )
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         return report(spark, options).line()
 
 
@@ -245,7 +247,7 @@ def run_replay(options: ReplayOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         summary = replay(spark, options)
     for row in summary.sample:
         print(f"  {row['published_at']} {row['message_id']} {row['payload']}", file=sys.stderr)
@@ -258,7 +260,7 @@ def run_compact(options: CompactOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         return compact(spark, options).line()
 
 

@@ -11,6 +11,13 @@ tasks run in parallel, so two messages of different tasks may be republished in 
 order. ``ordered`` sorts globally and publishes from one task (``coalesce(1)``): one
 order for everything, at the speed of one core.
 
+All or nothing for the predicate: ``where`` is evaluated on every selected row before
+the first message is published (a shuffle between the selection and the writer, which
+Spark completes before any writing task starts; ``ordered``'s sort is one already). A
+predicate that fails on some value (Spark 4's ANSI mode: ``'1499.00'`` compared with
+``1000`` cannot be cast to BIGINT) so publishes nothing, and :class:`ReplayError` says
+which value and how to compare typed instead (``try_cast``).
+
 Rate: ``rate`` messages/s for the whole job. It is enforced per task, before the writer:
 an Arrow pass (``mapInArrow``, pipelined with the write in the same stage) hands rows on
 in small slices and sleeps so that each of the P tasks passes at most ``rate / P`` per
@@ -28,6 +35,7 @@ every mode.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -48,6 +56,19 @@ __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_me
 PROGRESS_SECONDS = 10.0
 #: Columns the writer reads.
 WRITTEN_COLUMNS = ("payload", "headers", "message_id")
+#: Spark's error conditions for a value an expression cannot take (ANSI mode).
+VALUE_ERRORS = (
+    "CAST_INVALID_INPUT",
+    "CAST_OVERFLOW",
+    "DIVIDE_BY_ZERO",
+    "ARITHMETIC_OVERFLOW",
+    "NUMERIC_VALUE_OUT_OF_RANGE",
+    "INVALID_ARRAY_INDEX",
+    "DATETIME_FIELD_OUT_OF_BOUNDS",
+)
+#: What to write instead, in the message about such a failure.
+TYPED_EXAMPLE = "try_cast(get_json_object(payload, '$.total') AS DECIMAL(12,2)) > 1000"
+_CONDITION = re.compile(r"\[([A-Z_]+)(?:\.[A-Z_]+)?\] ([^\n]*?\.)(?=\s|$)")
 
 
 class ReplayError(JobError):
@@ -168,8 +189,20 @@ def replay(
     except ReplayError:
         raise
     except Exception as exc:
-        raise ReplayError(f"replay failed: {one_line(exc)}") from exc
+        raise ReplayError(_failure(options, exc)) from exc
     return ReplaySummary(selected, selected, time.monotonic() - started)
+
+
+def _failure(options: ReplayOptions, exc: Exception) -> str:
+    """What went wrong, in one line: for a value ``where`` cannot take, which one and
+    how to write the predicate instead (nothing was published: see the docstring)."""
+    found = _CONDITION.search(str(exc))
+    if options.where and found and found[1] in VALUE_ERRORS:
+        return (
+            f"--where {options.where!r} fails on an archived message: [{found[1]}] "
+            f"{found[2]} Nothing was published; compare typed, e.g. {TYPED_EXAMPLE}"
+        )
+    return f"replay failed: {one_line(exc)}"
 
 
 def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
@@ -177,6 +210,10 @@ def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
     with ``once`` the derived ids (original id kept in column ``original_id``)."""
     if options.ordered:
         ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
+    elif options.where:
+        # The shuffle evaluates the predicate on every row before any task publishes.
+        parallelism = frame.sparkSession.sparkContext.defaultParallelism
+        ordered = frame.repartition(parallelism).sortWithinPartitions("published_at", "entry_id")
     else:
         ordered = frame.sortWithinPartitions("published_at", "entry_id")
     if not options.once:

@@ -49,6 +49,7 @@ from pyspark.sql import functions as F
 
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
+from redisq_django.pipeline.schemas import Table, archive_schema
 
 __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_messages"]
 
@@ -118,7 +119,7 @@ def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
             over its columns.
     """
     try:
-        frame = spark.read.parquet(options.messages_path)
+        frame = spark.read.schema(archive_schema(Table.MESSAGES)).parquet(options.messages_path)
     except Exception as exc:  # AnalysisException: PATH_NOT_FOUND and the like
         raise ReplayError(
             f"cannot read the archived messages at {options.messages_path} ({one_line(exc)}); "

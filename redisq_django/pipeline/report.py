@@ -232,14 +232,14 @@ def _read(
 ) -> DataFrame:
     """``table``'s archived rows of the queues in ``[since, until)``; the ``date``
     partitions outside the range are pruned before any file is opened."""
+    from redisq_django.pipeline.schemas import Table, archive_schema, spark_schema
+
     path = join_path(normalize_root(options.root), table)
     try:
-        frame = spark.read.parquet(path)
+        frame = spark.read.schema(archive_schema(Table(table))).parquet(path)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
             raise
-        from redisq_django.pipeline.schemas import Table, spark_schema
-
         return spark.createDataFrame([], spark_schema(Table(table)))
     frame = frame.where(
         (F.col("date") >= F.lit(since.date())) & (F.col("date") <= F.lit(until.date()))

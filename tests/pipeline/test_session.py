@@ -84,6 +84,10 @@ KEYS = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
 class Probed:
     def __init__(self, spark):
         self.conf = {key: spark.conf.get(key) for key in KEYS}
+        if spark.sparkContext.master.startswith("local"):
+            # Does a Python worker start with the writer imported (forked from our daemon)?
+            probe = lambda _: "redisq_django.pipeline.writer" in sys.modules
+            self.conf["preloaded"] = spark.sparkContext.parallelize([0], 1).map(probe).first()
     def line(self):
         return json.dumps(self.conf)
 
@@ -109,7 +113,7 @@ def probe_session(*args: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_from_cores(
+def test_the_command_line_session_adapts_sizes_shuffles_by_cores_and_preloads_workers(
     tmp_path: Path,
 ) -> None:
     # When the command line builds its session on 3 local cores, the user saying nothing
@@ -119,6 +123,7 @@ def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_f
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "preloaded": True,  # Python workers forked with the writer imported
     }
     # And the user's own --conf wins over each
     chosen = probe_session(
@@ -130,9 +135,12 @@ def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_f
         "spark.sql.shuffle.partitions=7",
         "--conf",
         "spark.sql.adaptive.enabled=false",
+        "--conf",
+        "spark.python.daemon.module=pyspark.daemon",
     )
     assert chosen["spark.sql.shuffle.partitions"] == "7"
     assert chosen["spark.sql.adaptive.enabled"] == "false"
+    assert chosen["preloaded"] is False
 
 
 def test_cores_and_shuffle_partitions_from_the_configuration() -> None:

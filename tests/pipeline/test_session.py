@@ -163,3 +163,24 @@ def test_cores_and_shuffle_partitions_from_the_configuration() -> None:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
     }
+
+
+def test_the_daemon_starts_over_as_sparks_own_if_a_preloaded_module_started_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from redisq_django.pipeline import daemon
+
+    # Given a preloaded module that left a thread behind (forking then could hang)
+    started: list[list[str]] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        started.append(argv)
+        raise SystemExit(0)  # as exec: nothing after it runs
+
+    monkeypatch.setattr(daemon, "_threads", lambda: 2)
+    monkeypatch.setattr(daemon.os, "execv", execv)
+    monkeypatch.setattr(daemon.sys, "argv", ["daemon.py", "pyspark.worker"])
+    # When the daemon starts, then it runs Spark's own daemon instead, with its arguments
+    with pytest.raises(SystemExit):
+        daemon.main()
+    assert started == [[sys.executable, "-m", "pyspark.daemon", "pyspark.worker"]]

@@ -51,9 +51,6 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
-#: Spark's setting of the module its Python workers are forked from, and ours (:mod:`.daemon`).
-DAEMON_MODULE = ("spark.python.daemon.module", "redisq_django.pipeline.daemon")
-
 # Not shipped to executors: bytecode caches (built for the driver's interpreter) and tests.
 _SKIPPED_DIRS = frozenset({"__pycache__", "tests"})
 _SKIPPED_SUFFIXES = (".pyc", ".pyo")
@@ -88,39 +85,12 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    local = runs_in_driver(spark.sparkContext.master or "local")
     if created:  # never retune a session someone else made (a test's, a notebook's)
         apply_job_defaults(spark)
-        if local:
-            preload_workers(spark)
-    if not local:
+    if not runs_in_driver(spark.sparkContext.master or "local"):
         ship_package(spark)
     register(spark)
     return spark
-
-
-def preload_workers(spark: SparkSession) -> bool:
-    """Have a local session's Python workers forked from :mod:`.daemon`, which imported
-    the writer before forking, unless the configuration names a daemon module already.
-
-    Only for local masters: their workers run this interpreter with this process's path
-    (a cluster's executors import ``redisq_django`` from the shipped zip, which a daemon
-    does not see). Spark reads the setting when it starts its first Python worker, so
-    it is set on the running context's configuration, before any job; where that is not
-    possible the workers simply import the writer themselves.
-
-    Returns:
-        Whether it was set.
-    """
-    key, module = DAEMON_MODULE
-    try:
-        jconf = spark.sparkContext._jsc.sc().conf()
-        if jconf.contains(key):
-            return False
-        jconf.set(key, module)
-    except Exception:  # py4j: not this Spark's internals; nothing lost but the speed-up
-        return False
-    return True
 
 
 def runs_in_driver(master: str) -> bool:

@@ -84,10 +84,6 @@ KEYS = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
 class Probed:
     def __init__(self, spark):
         self.conf = {key: spark.conf.get(key) for key in KEYS}
-        if spark.sparkContext.master.startswith("local"):
-            # Does a Python worker start with the writer imported (forked from our daemon)?
-            probe = lambda _: "redisq_django.pipeline.writer" in sys.modules
-            self.conf["preloaded"] = spark.sparkContext.parallelize([0], 1).map(probe).first()
     def line(self):
         return json.dumps(self.conf)
 
@@ -113,7 +109,7 @@ def probe_session(*args: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_command_line_session_adapts_sizes_shuffles_by_cores_and_preloads_workers(
+def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_from_cores(
     tmp_path: Path,
 ) -> None:
     # When the command line builds its session on 3 local cores, the user saying nothing
@@ -123,7 +119,6 @@ def test_the_command_line_session_adapts_sizes_shuffles_by_cores_and_preloads_wo
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
-        "preloaded": True,  # Python workers forked with the writer imported
     }
     # And the user's own --conf wins over each
     chosen = probe_session(
@@ -135,12 +130,9 @@ def test_the_command_line_session_adapts_sizes_shuffles_by_cores_and_preloads_wo
         "spark.sql.shuffle.partitions=7",
         "--conf",
         "spark.sql.adaptive.enabled=false",
-        "--conf",
-        "spark.python.daemon.module=pyspark.daemon",
     )
     assert chosen["spark.sql.shuffle.partitions"] == "7"
     assert chosen["spark.sql.adaptive.enabled"] == "false"
-    assert chosen["preloaded"] is False
 
 
 def test_cores_and_shuffle_partitions_from_the_configuration() -> None:
@@ -163,24 +155,3 @@ def test_cores_and_shuffle_partitions_from_the_configuration() -> None:
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
     }
-
-
-def test_the_daemon_starts_over_as_sparks_own_if_a_preloaded_module_started_a_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from redisq_django.pipeline import daemon
-
-    # Given a preloaded module that left a thread behind (forking then could hang)
-    started: list[list[str]] = []
-
-    def execv(path: str, argv: list[str]) -> None:
-        started.append(argv)
-        raise SystemExit(0)  # as exec: nothing after it runs
-
-    monkeypatch.setattr(daemon, "_threads", lambda: 2)
-    monkeypatch.setattr(daemon.os, "execv", execv)
-    monkeypatch.setattr(daemon.sys, "argv", ["daemon.py", "pyspark.worker"])
-    # When the daemon starts, then it runs Spark's own daemon instead, with its arguments
-    with pytest.raises(SystemExit):
-        daemon.main()
-    assert started == [[sys.executable, "-m", "pyspark.daemon", "pyspark.worker"]]

@@ -132,6 +132,8 @@ def demo(
             made.write_orders(day)
         made.write_orders(None)
         archive(spark, ArchiveOptions(redis_url=made.url, root=str(made.root)))
+        # The example project's database, as the quick start leaves it (manage.py redisq).
+        _run([sys.executable, "manage.py", "migrate", "--noinput"], EXAMPLE, _env(made, made.var))
         yield made
     finally:
         client.close()
@@ -165,6 +167,7 @@ def _job(command: str) -> str:
         "redisq_pipeline",
         "redisq_django.pipeline",
         "redisq_django/pipeline/__main__.py",
+        "redisq",  # manage.py redisq archives
     ):
         if anchor in words and words.index(anchor) + 1 < len(words):
             return words[words.index(anchor) + 1]
@@ -276,6 +279,9 @@ def test_readme_history_on_spark(
     env = _env(demo, var)
     if job == "archive":
         demo.write_orders(None)  # new orders for this run to archive
+    if job == "archives" and "remove" in argv:  # an archive of that name to remove
+        removed = argv[argv.index("remove") + 1]
+        demo.broker.archives.register(QUEUE, removed, "messages")
     if job == "archive" and "--trigger" in argv:
         out = _run_continuous(argv, cwd, env, var / "archive")
     else:
@@ -308,6 +314,15 @@ def _check(job: str, argv: list[str], out: str, demo: Demo, var: Path) -> None:
         compacted = re.search(r"compacted messages: (\d+) partitions, files (\d+) -> (\d+)", out)
         assert compacted and int(compacted[1]) > 0 and int(compacted[3]) <= int(compacted[2]), out
         assert _read_once(root) == (demo.messages(), demo.messages())
+    elif job == "archives":
+        positions = demo.broker.archives.positions
+        if "remove" in argv:
+            removed = argv[argv.index("remove") + 1]
+            assert f"Removed archive {removed!r} from {QUEUE}" in out, out
+            assert positions(QUEUE, removed) == {}
+        else:  # the demo's archive, under the job's default name, is listed
+            assert re.search(rf"^{QUEUE}\s+default\s+messages\s", out, re.M), out
+        assert set(positions(QUEUE, "default")) == {"messages", "events"}
     elif job == "files":
         if "--manifest" in argv:
             manifests = Path(argv[argv.index("--manifest") + 1])
@@ -327,7 +342,7 @@ def test_every_command_of_the_section_is_run_or_skipped_with_a_reason() -> None:
     cases = _cases()
     assert len(cases) >= 12
     jobs = {case.id.split("-")[1] for case in cases if not case.marks}
-    assert jobs == {"archive", "report", "replay", "compact", "files", "python"}
+    assert jobs == {"archive", "archives", "report", "replay", "compact", "files", "python"}
     skipped = [case for case in cases if case.marks]
     assert all(mark.kwargs["reason"] for case in skipped for mark in case.marks)
 

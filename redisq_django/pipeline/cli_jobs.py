@@ -91,14 +91,14 @@ def run_report(args: argparse.Namespace) -> str:
     Raises:
         OptionsError: an option is invalid (before any JVM starts).
     """
-    from redisq_django.pipeline.report import ReportOptions, parse_time, report
+    from redisq_django.pipeline.report import ReportOptions, report
     from redisq_django.pipeline.session import pipeline_session
 
     options = ReportOptions(
         root=normalize_root(args.root),
         out=args.out,
-        since=parse_time(args.since) if args.since else None,
-        until=parse_time(args.until, end=True) if args.until else None,
+        since=parse_time(args.since, "--since") if args.since else None,
+        until=parse_time(args.until, "--until", end=True) if args.until else None,
         queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
     )
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from redisq_django.core.keys import validate_name
 from redisq_django.pipeline import gaps
 from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
 
-__all__ = ["ReportOptions", "ReportSummary", "parse_time", "report"]
+__all__ = ["ReportOptions", "ReportSummary", "report"]
 
 #: ``percentile_approx``'s accuracy: rank error at most n / PERCENTILE_ACCURACY.
 PERCENTILE_ACCURACY = 10000
@@ -71,30 +71,6 @@ EVENT_COLUMNS = (
     "error_class",
     "error_message",
 )
-
-
-def parse_time(text: str, *, end: bool = False) -> datetime:
-    """An ISO time or date as an aware UTC datetime (a time without zone is UTC).
-
-    A bare date means its start (00:00 UTC), or with ``end=True`` (``--until``) its end,
-    i.e. the next day's start, so ``--since 2026-11-01 --until 2026-11-07`` is seven days.
-
-    Raises:
-        OptionsError: ``text`` is neither.
-    """
-    try:
-        if len(text.strip()) == 10:
-            day = date.fromisoformat(text.strip())
-            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            return start + timedelta(days=1) if end else start
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise OptionsError(
-            f"{text!r} is not an ISO date or time; write e.g. 2026-11-23 or 2026-11-23T08:00Z"
-        ) from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

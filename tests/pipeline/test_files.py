@@ -29,8 +29,15 @@ from redisq_django.pipeline.compact import compact
 from redisq_django.pipeline.files import ArchiveLogError, current_log_files
 from redisq_django.pipeline.job_options import CompactOptions
 from redisq_django.pipeline.options import ArchiveOptions
-from tests.pipeline.archive_support import add_events, publish
-from tests.pipeline.test_archive import REPO, Publisher, _cli, _cli_env, _group_gone
+from tests.pipeline.archive_support import (
+    add_events,
+    archive_cli,
+    cli_env,
+    descendants,
+    processes_gone,
+    publish,
+)
+from tests.pipeline.test_archive import REPO, Publisher
 
 TOMORROW = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
 
@@ -181,23 +188,26 @@ def test_after_sigkills_mid_batch_pyarrow_and_duckdb_read_every_message_once(
     try:
         for attempt in range(6):
             log = (tmp_path / f"archive-{attempt}.err").open("w")
-            argv = _cli("--redis-url", redis_url, "--root", str(root), "--queue", queue_name)
+            argv = archive_cli("--redis-url", redis_url, "--root", str(root), "--queue", queue_name)
             proc = subprocess.Popen(
                 [*argv, "--trigger", "0.5"],
                 cwd=REPO,
-                env=_cli_env(),
+                env=cli_env(),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 text=True,
                 start_new_session=True,
             )
+            spark_processes = []
             try:
                 caught = _wait_uncommitted(root, proc, 180)
+                spark_processes = descendants(proc.pid)  # its JVM and Spark's workers
             finally:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-                assert _group_gone(proc.pid, 30), "the killed driver's JVM is still running"
                 log.close()
+            gone = processes_gone(spark_processes, 60)
+            assert gone == [], "the killed driver's JVM is still running"
             assert caught, (tmp_path / f"archive-{attempt}.err").read_text()[-3000:]
             # The kill may land just after the commit: count the rounds that left files.
             if on_disk(root) - set(archive_files(str(root))):

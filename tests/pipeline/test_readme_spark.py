@@ -274,7 +274,16 @@ def test_readme_history_on_spark(
     var = demo.var
     if job == "compact":  # each compaction on an archive of its own: each has work to do
         var = tmp_path / "var-lib-redisq"
-        archive(spark, ArchiveOptions(redis_url=demo.url, root=str(var / "archive")))
+        # An archive of its own name (the demo's "default" is past every entry), in
+        # micro-batches of 9 rows that split some days' 6 orders over two files, as a
+        # history archived through the day has them (one batch leaves nothing to compact).
+        options = ArchiveOptions(
+            redis_url=demo.url,
+            root=str(var / "archive"),
+            name=f"compact-{tmp_path.name}",
+            max_records_per_trigger=9,
+        )
+        archive(spark, options)
     argv, cwd = _argv(command.replace(README_URL, demo.url), var)
     env = _env(demo, var)
     if job == "archive":

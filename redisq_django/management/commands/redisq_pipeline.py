@@ -9,6 +9,7 @@ the archive root come from ``settings.REDISQ`` (``URL`` or the django-redis cach
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -19,9 +20,10 @@ from redisq_django.connection import get_redis_client
 from redisq_django.core.errors import RedisqError
 
 try:
-    # The pipeline package imports PySpark only when a job runs: ask for it here, so
+    # The pipeline package imports PySpark only when a job runs: look for it here, so
     # that a missing extra is reported as such (MISSING) rather than as a failed job.
-    import pyspark  # noqa: F401
+    if importlib.util.find_spec("pyspark") is None:
+        raise ImportError("No module named 'pyspark'", name="pyspark")
 
     from redisq_django.pipeline.cli import (
         add_archive_arguments,

@@ -187,8 +187,10 @@ bench-tasks: $(VENV) redis postgres
 	$(VPY) bench/tasks.py
 
 # The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop, then
-# report / replay / compact on a synthetic archive of BENCH_EVENTS events (~4 min at 10M
-# on 2 cores; make bench-pipeline BENCH_EVENTS=1000000 for a quick run).
+# on a synthetic archive of BENCH_EVENTS events: report and replay as a user runs them
+# (python -m redisq_django.pipeline, a fresh JVM each), replay vs pipelined XADD of the
+# same bytes, and compact; the load average beside each figure (~10 min at 10M on 2
+# cores; make bench-pipeline BENCH_EVENTS=1000000 for a quick run).
 BENCH_EVENTS ?= 10000000
 bench-pipeline: $(VENV) redis java
 	@$(redis_env); \

@@ -15,7 +15,8 @@ Run with ``make bench-pipeline`` (or ``.venv/bin/python bench/pipeline.py``; nee
    and appended to one Parquet file (``pyarrow.parquet.ParquetWriter``), after each
    archive run (interleaved, so that the machine's load hits both alike).
 
-Prints one table, the medians of the rounds' messages/s and their ratio, then each round.
+Prints one table, the medians of the rounds' messages/s and their ratio, then each round
+with the machine's load average before and after it (its cores may be shared).
 Nothing is asserted; the figures vary with the machine (bench/RESULTS.md records them).
 """
 
@@ -231,6 +232,7 @@ def main() -> int:
             for i, queue in enumerate(queues):
                 # Interleaved, so that a change in the machine's load hits both alike.
                 log(f"round {i + 1}: archive ...")
+                load_before = os.getloadavg()[0]
                 summary = spark_archive(
                     spark, url, tmp / f"archive{i}", queue, args.max_per_trigger
                 )
@@ -238,7 +240,8 @@ def main() -> int:
                 stored = spark.read.parquet(str(tmp / f"archive{i}" / "messages")).count()
                 log(f"round {i + 1}: hand-written loop ...")
                 rows, loop_seconds = hand_loop(url, queue, tmp / "loop.parquet", args.page)
-                rounds.append(Round(summary, stored, rows, loop_seconds))
+                loads = (load_before, os.getloadavg()[0])
+                rounds.append(Round(summary, stored, rows, loop_seconds, loads))
             spark.stop()
         finally:
             server.stop()
@@ -267,7 +270,8 @@ def main() -> int:
             f"round {i}: archive {m.rows:,} rows in {m.batches} micro-batch(es), "
             f"{m.busy_ms / 1000:.2f} s busy ({m.busy_rate:,.0f}/s, "
             f"{m.busy_rate / r.loop_rate:.2f}x), {r.summary.seconds:.1f} s wall; "
-            f"{r.stored:,} rows read back; loop {r.rows:,} rows in {r.loop_seconds:.2f} s"
+            f"{r.stored:,} rows read back; loop {r.rows:,} rows in {r.loop_seconds:.2f} s; "
+            f"load {r.loads[0]:.1f}-{r.loads[1]:.1f}"
         )
     if any(r.stored != args.messages or r.rows != args.messages for r in rounds):
         print("WARNING: row counts differ from the messages published", file=sys.stderr)
@@ -283,6 +287,7 @@ class Round:
     stored: int
     rows: int
     loop_seconds: float
+    loads: tuple[float, float]  # 1-minute load average before the archive, after the loop
 
     @property
     def wall_rate(self) -> float:

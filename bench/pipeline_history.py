@@ -2,25 +2,34 @@
 
 Run with ``make bench-pipeline`` (after ``bench/pipeline.py``) or
 ``.venv/bin/python bench/pipeline_history.py [--events N]``; needs the ``pipeline`` extra,
-Java 17+ and a redis-server (``make redis``). Steps, all on ``--master`` (``local[2]``):
+Java 17+ and a redis-server (``make redis``). Report and replay are measured the way a
+user runs them, ``python -m redisq_django.pipeline JOB`` in a fresh process (its JVM
+start included), each against the plainest baseline; the load average is recorded
+beside every figure (the machine's cores are shared). Steps:
 
 1. **generate** a synthetic archive of ``--events`` (10,000,000) events and the matching
    messages, written by Spark itself (``spark.range`` + column expressions, no Python
    UDF, no shuffle) straight into the archive layout
    ``ROOT/{messages,events}/queue=Q/date=D/*.parquet``, plus a ``_spark_metadata`` sink
-   log naming the files (the compaction works through that log). The mix: three queues
-   with 2, 3 and 4 logical consumers, ~5% of deliveries retried, ~0.5% dead after three
-   attempts, four error classes, log-normal handler durations and publish -> handle
-   latencies, spread evenly over ``--days`` days ending yesterday (UTC). Each Spark task
-   covers one contiguous time slice, so each day of each queue gets about
+   log naming the files (the readers and the compaction go by that log). The mix: three
+   queues with 2, 3 and 4 logical consumers, ~5% of deliveries retried, ~0.5% dead after
+   three attempts, four error classes, log-normal handler durations and publish ->
+   handle latencies, spread evenly over ``--days`` days ending yesterday (UTC). Each
+   Spark task covers one contiguous time slice, so each day of each queue gets about
    ``--slices / --days`` files, as an archive run with that many micro-batches would;
-2. **report**: the ``report`` job over the whole range;
-3. **replay**: the ``replay`` job publishing the first ``--replay`` (200,000) messages of
-   one queue (chosen with ``--since/--until``, so the date partitions prune) to a private
-   redis-server, twice (the first run of a session also starts Spark's Python workers;
-   the second is the steady rate), against raw pipelined ``XADD`` of the same payload
-   and headers from this process in batches of 500 (a Redis ``FLUSHALL`` in between);
-4. **compact**: the ``compact`` job over the first ``--compact-days`` (2) days.
+2. **report**: ``python -m redisq_django.pipeline report`` over the whole range on
+   ``--master``, with the job's defaults (adaptive execution, 2 shuffle partitions per
+   core) and with Spark's default of 200 shuffle partitions (what it ran with before);
+3. **replay** of the first ``--replay`` (200,000) messages of one queue (chosen with
+   ``--since/--until``, so the date partitions prune) to a private redis-server:
+   ``python -m redisq_django.pipeline replay`` (cold: what a user's one-off replay
+   gets), and in this process on a session that has replayed once already (warm: the
+   steady rate of a long replay). Baseline: pipelined ``XADD`` of the same bytes (the
+   entries the replay wrote, read back: no JSON work) with raw redis-py, batches of 500,
+   in this process (warm) and in a fresh ``python`` process that reads them from a file
+   first (cold). ``FLUSHALL`` before each;
+4. **compact**: the ``compact`` job over the first ``--compact-days`` (2) days, in this
+   process.
 
 Prints one table. Nothing is asserted; the figures vary with the machine
 (bench/RESULTS.md records them).
@@ -34,9 +43,12 @@ import json
 import math
 import os
 import platform
+import re
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +60,6 @@ import redis  # noqa: E402
 from pipeline import java_version, log, redis_binary  # noqa: E402
 
 from redisq_django.core import Broker  # noqa: E402
-from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 #: Queues and their logical consumers (2-4 each: 3 on average).
@@ -232,24 +243,108 @@ def file_count(spark: Any, table: Path, before: dt.date | None = None) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Replay: the job, and raw pipelined XADD of the same messages
+# Baselines, command-line runs, load
 # ---------------------------------------------------------------------------------------
 
+#: A fresh Python process doing the baseline: read the entries' fields from a Parquet
+#: file (one list<binary> per entry), then pipelined XADD, RAW_BATCH per round trip.
+RAW_XADD_PROGRAM = r"""
+import sys, time
+import pyarrow.parquet as pq
+import redis
+url, key, path, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+entries = pq.read_table(path)["fields"].to_pylist()
+client = redis.Redis.from_url(url)
+for lo in range(0, len(entries), batch):
+    pipe = client.pipeline(transaction=False)
+    for fields in entries[lo : lo + batch]:
+        pipe.execute_command("XADD", key, "*", *fields)
+    pipe.execute()
+print(len(entries))
+"""
 
-def raw_xadd(url: str, queue: str, rows: list[tuple[str, str]]) -> float:
-    """XADD ``rows`` (payload, original id) to ``queue``'s log, ``RAW_BATCH`` per
-    pipeline round trip, with the headers the replay writes (the original id); returns
-    the seconds."""
-    client = redis.Redis.from_url(url)
-    key = Broker(client).keys(queue).log
+
+def load() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def stream_fields(client: Any, key: str) -> list[list[bytes]]:
+    """Every entry of stream ``key`` as its flat field/value list (the bytes as stored)."""
+    out: list[list[bytes]] = []
+    last = "-"
+    while True:
+        page = client.xrange(key, min=last, count=10_000)
+        if last != "-":
+            page = page[1:]
+        if not page:
+            return out
+        out += [[x for kv in fields.items() for x in kv] for _, fields in page]
+        last = page[-1][0]
+
+
+def raw_xadd(client: Any, key: str, entries: list[list[bytes]]) -> float:
+    """Pipelined ``XADD key * <fields>`` of ``entries``, RAW_BATCH per round trip, with
+    raw redis-py; returns the seconds."""
     t0 = time.perf_counter()
-    for lo in range(0, len(rows), RAW_BATCH):
+    for lo in range(0, len(entries), RAW_BATCH):
         pipe = client.pipeline(transaction=False)
-        for payload, original in rows[lo : lo + RAW_BATCH]:
-            headers = json.dumps({ORIGINAL_ID_HEADER: original}, separators=(",", ":"))
-            pipe.xadd(key, {"payload": payload, "headers": headers})
+        for fields in entries[lo : lo + RAW_BATCH]:
+            pipe.execute_command("XADD", key, "*", *fields)
         pipe.execute()
     return time.perf_counter() - t0
+
+
+def raw_xadd_cold(url: str, key: str, entries: list[list[bytes]], tmp: Path) -> float:
+    """The same in a fresh Python process that first reads the entries from a file;
+    returns the process's wall time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp / "entries.parquet"
+    pq.write_table(pa.table({"fields": pa.array(entries, pa.list_(pa.binary()))}), path)
+    argv = [sys.executable, "-c", RAW_XADD_PROGRAM, url, key, str(path), str(RAW_BATCH)]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True)
+    seconds = time.perf_counter() - t0
+    assert int(done.stdout) == len(entries), done.stdout
+    return seconds
+
+
+@dataclass
+class CliRun:
+    """One ``python -m redisq_django.pipeline`` run."""
+
+    wall: float  # the process, JVM start and stop included
+    job: float  # what the job's summary line says
+    line: str
+    load_before: float
+    load_after: float
+
+    @property
+    def loads(self) -> str:
+        return f"{self.load_before:.1f}-{self.load_after:.1f}"
+
+
+def cli(args: list[str]) -> CliRun:
+    """Run ``python -m redisq_django.pipeline ARGS`` as a user would."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    before = load()
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "redisq_django.pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=env,
+        cwd=REPO,
+    )
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    line = done.stdout.strip().splitlines()[-1]
+    seconds = re.search(r" in ([\d.]+) s", line)
+    return CliRun(wall, float(seconds[1]) if seconds else float("nan"), line, before, load())
 
 
 def main() -> int:
@@ -264,8 +359,9 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it")
     ap.add_argument(
-        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration"
+        "--reuse", action="store_true", help="with --keep: use the archive already in DIR"
     )
+    ap.add_argument("--skip", action="append", default=[], choices=["report", "replay", "compact"])
     args = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -274,9 +370,7 @@ def main() -> int:
 
     from redisq_django.pipeline.compact import compact
     from redisq_django.pipeline.job_options import CompactOptions, ReplayOptions
-    from redisq_django.pipeline.options import parse_conf
-    from redisq_django.pipeline.replay import replay, select_messages
-    from redisq_django.pipeline.report import ReportOptions, report
+    from redisq_django.pipeline.replay import replay
     from redisq_django.pipeline.session import build_session
 
     n_messages = round(args.events / expected_events_per_message())
@@ -286,111 +380,139 @@ def main() -> int:
     end = start + dt.timedelta(days=args.days)
     replay_queue = next(iter(QUEUES))  # queue index 0: ids 0, 3, 6, ...
     replay_n = min(args.replay, n_messages // 3)
+    # Message i is published at floor(start_us + i * step_us) (the generator's double
+    # arithmetic, repeated here): the first replay_n messages of queue 0 (ids 0, 3, ...)
+    # are exactly those published before id 3 * replay_n - 1's time + 1 us (ids 3n - 2
+    # and 3n - 1 belong to the other queues).
+    step_us = args.days * 86_400_000_000 / n_messages
+    last_us = math.floor(int(start.timestamp() * 1_000_000) + (3 * replay_n - 1) * step_us)
+    until = dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=last_us + 1)
+    figures: dict[str, Any] = {}
 
     with tempfile.TemporaryDirectory(prefix="redisq-bench-history-") as tmpdir:
         tmp = Path(tmpdir)
         root = Path(args.keep) if args.keep else tmp / "archive"
-        log(f"starting Spark ({args.master}) ...")
-        conf = {"spark.sql.shuffle.partitions": "4", **parse_conf(args.conf)}
-        spark = build_session(args.master, conf)
-        spark.sparkContext.setLogLevel("ERROR")
+        if args.reuse and (root / "messages").exists():
+            log(f"reusing the archive in {root}")
+            gen_s, size_mb, rows = float("nan"), float("nan"), {"events": 0, "messages": 0}
+        else:
+            log(f"starting Spark ({args.master}) to generate ...")
+            spark = build_session(args.master)
+            spark.sparkContext.setLogLevel("ERROR")
+            log(f"generating {n_messages:,} messages and ~{args.events:,} events ...")
+            t0 = time.perf_counter()
+            rows = generate(spark, root, n_messages, start, args.days, args.slices)
+            gen_s = time.perf_counter() - t0
+            spark.stop()  # the command-line runs below start JVMs of their own
+            size_mb = sum(f.stat().st_size for f in root.rglob("*.parquet")) / 1e6
+            log(f"  {rows} in {gen_s:.1f} s, {size_mb:,.0f} MB")
 
-        log(f"generating {n_messages:,} messages and ~{args.events:,} events ...")
-        t0 = time.perf_counter()
-        rows = generate(spark, root, n_messages, start, args.days, args.slices)
-        gen_s = time.perf_counter() - t0
-        size_mb = sum(f.stat().st_size for f in root.rglob("*.parquet")) / 1e6
-        log(f"  {rows} in {gen_s:.1f} s, {size_mb:,.0f} MB")
-
-        log("report over the whole range ...")
-        rep = report(
-            spark, ReportOptions(root=str(root), out=str(tmp / "report"), since=start, until=end)
-        )
-        log(f"  {rep.line()}")
+        common = ["--root", str(root), "--master", args.master]
+        if "report" not in args.skip:
+            span = ["--since", start.isoformat(), "--until", end.isoformat()]
+            for label, extra in (
+                ("report", []),
+                ("report200", ["--conf", "spark.sql.shuffle.partitions=200"]),
+            ):
+                log(f"{label}: python -m redisq_django.pipeline report {' '.join(extra)} ...")
+                out = ["--out", str(tmp / label)]
+                figures[label] = cli(["report", *common, *span, *out, *extra])
+                log(f"  {figures[label].line} (wall {figures[label].wall:.1f} s)")
 
         server = RedisServer(redis_binary(), tmp / "redis").start()
         try:
             url = server.url
-            # Message i is published at floor(start_us + i * step_us) (the generator's
-            # double arithmetic, repeated here): the first replay_n messages of queue 0
-            # (ids 0, 3, ...) are exactly those published before id 3 * replay_n - 1's
-            # time + 1 us (ids 3n - 2 and 3n - 1 belong to the other queues).
-            start_us = int(start.timestamp() * 1_000_000)
-            step_us = args.days * 86_400_000_000 / n_messages
-            last_us = math.floor(start_us + (3 * replay_n - 1) * step_us)
-            until = dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=last_us + 1)
-            options = ReplayOptions(
-                redis_url=url, root=str(root), queue=replay_queue, since=start, until=until
-            )
             client = redis.Redis.from_url(url)
-            # Twice: the first replay of a session also starts Spark's Python workers
-            # (the daemon, the writer's planner, the tasks' workers: seconds, once); the
-            # second shows the steady rate a long replay runs at.
-            log(f"replay job: {replay_n:,} messages of {replay_queue!r} (cold) ...")
-            cold = replay(spark, options, progress=lambda line: None)
-            log(f"  {cold.line()}")
-            client.flushall()
-            log("replay job again (warm) ...")
-            rsum = replay(spark, options, progress=lambda line: None)
-            log(f"  {rsum.line()}")
-            # The baseline gets the same rows, already in memory: only Redis is timed.
-            selected = select_messages(spark, options).select("payload", "message_id").collect()
-            # The selection alone (partition pruning, Parquet scan, count), warm: how
-            # much of the job's wall time is not publishing.
-            t0 = time.perf_counter()
-            select_messages(spark, options).count()
-            select_s = time.perf_counter() - t0
-            replayed_len = client.xlen(Broker(client).keys(replay_queue).log)
-            client.flushall()
-            log("raw pipelined XADD of the same messages ...")
-            raw_s = raw_xadd(url, replay_queue, [(r[0], r[1]) for r in selected])
-            raw_len = client.xlen(Broker(client).keys(replay_queue).log)
+            key = Broker(client).keys(replay_queue).log
+            if "replay" not in args.skip:
+                span = ["--since", start.isoformat(), "--until", until.isoformat()]
+                target = ["--redis-url", url, "--queue", replay_queue]
+                log(f"replay (cold): python -m redisq_django.pipeline replay, {replay_n:,} ...")
+                figures["replay_cold"] = cli(["replay", *common, *target, *span])
+                log(f"  {figures['replay_cold'].line} (wall {figures['replay_cold'].wall:.1f} s)")
+                entries = stream_fields(client, key)
+                figures["replayed"] = len(entries)
+                client.flushall()
+                log("raw pipelined XADD of the same bytes (warm, then a fresh process) ...")
+                figures["raw_load"] = load()
+                figures["raw_warm"] = raw_xadd(client, key, entries)
+                client.flushall()
+                figures["raw_cold"] = raw_xadd_cold(url, key, entries, tmp)
+                client.flushall()
+
+            spark = build_session(args.master)
+            spark.sparkContext.setLogLevel("ERROR")
+            if "replay" not in args.skip:
+                options = ReplayOptions(
+                    redis_url=url, root=str(root), queue=replay_queue, since=start, until=until
+                )
+                log("replay in this process, twice (the second is warm) ...")
+                replay(spark, options, progress=lambda line: None)
+                client.flushall()
+                figures["replay_warm_load"] = load()
+                figures["replay_warm"] = replay(spark, options, progress=lambda line: None)
+                log(f"  {figures['replay_warm'].line()}")
+                client.flushall()
         finally:
             server.stop()
 
-        compact_until = first_day + dt.timedelta(days=args.compact_days - 1)
-        cut = compact_until + dt.timedelta(days=1)
-        before = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
-        log(f"compact {first_day}..{compact_until} ...")
-        csum = compact(spark, CompactOptions(root=str(root), since=first_day, until=compact_until))
-        log(f"  {csum.line()}")
-        after = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
-        check = spark.read.parquet((root / "events").as_uri()).count()
+        if "compact" not in args.skip:
+            compact_until = first_day + dt.timedelta(days=args.compact_days - 1)
+            cut = compact_until + dt.timedelta(days=1)
+            before = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
+            log(f"compact {first_day}..{compact_until} ...")
+            figures["compact_load"] = load()
+            csum = compact(
+                spark, CompactOptions(root=str(root), since=first_day, until=compact_until)
+            )
+            log(f"  {csum.line()}")
+            after = {t: file_count(spark, root / t, cut) for t in ("messages", "events")}
+            check = spark.read.parquet((root / "events").as_uri()).count()
         spark.stop()
 
-    replay_rate = rsum.published / rsum.seconds
-    raw_rate = len(selected) / raw_s
     print()
     print(
         f"history benchmark: {rows['events']:,} events, {rows['messages']:,} messages, "
         f"{args.days} days, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"PySpark {pyspark.__version__}, {java_version()}"
+        f"PySpark {pyspark.__version__}, {java_version()}, master {args.master}"
     )
-    print(f"{'measurement':<52} {'figure':>22}")
-    print(f"{'generate archive (' + args.master + ')':<52} {gen_s:>20.1f} s")
-    print(f"{'  rows/s written (messages + events)':<52} {sum(rows.values()) / gen_s:>22,.0f}")
-    print(f"{'  Parquet written':<52} {size_mb:>19,.0f} MB")
-    print(f"{'report, whole range (' + rep.bucket + ' buckets)':<52} {rep.seconds:>20.1f} s")
-    cold_rate = cold.published / cold.seconds
-    print(
-        f"{'replay job, ' + f'{rsum.published:,}' + ' msgs, warm (wall, incl. select)':<52} "
-        f"{replay_rate:>16,.0f} msg/s"
-    )
-    print(f"{'  same, first run of the session (cold)':<52} {cold_rate:>16,.0f} msg/s")
-    print(f"{'  the selection alone (count, warm)':<52} {select_s:>20.1f} s")
-    print(f"{'raw pipelined XADD, batches of ' + str(RAW_BATCH):<52} {raw_rate:>16,.0f} msg/s")
-    print(f"{'  replay / raw (warm)':<52} {replay_rate / raw_rate:>21.2f}x")
-    print(f"{'  replay / raw (cold)':<52} {cold_rate / raw_rate:>21.2f}x")
-    for t in ("messages", "events"):
-        print(
-            f"{'compact ' + str(args.compact_days) + ' days: ' + t + ' files':<52} "
-            f"{before[t]:>11,} -> {after[t]:>6,}"
+    print(f"{'measurement':<60} {'figure':>18} {'load':>9}")
+
+    def row(label: str, figure: str, loads: str = "") -> None:
+        print(f"{label:<60} {figure:>18} {loads:>9}")
+
+    row("generate archive (in one session)", f"{gen_s:.1f} s")
+    row("  Parquet written", f"{size_mb:,.0f} MB")
+    for label, what in (("report", "job's defaults"), ("report200", "200 shuffle partitions")):
+        if label in figures:
+            run = figures[label]
+            row(f"report CLI, whole range, {what}: wall", f"{run.wall:.1f} s", run.loads)
+            row("  the job's own time (after the JVM started)", f"{run.job:.1f} s")
+    if "replay_cold" in figures:
+        n = figures["replayed"]
+        cold, warm = figures["replay_cold"], figures["replay_warm"]
+        raw_warm, raw_cold = n / figures["raw_warm"], n / figures["raw_cold"]
+        row(f"replay CLI, {n:,} msgs, cold: wall", f"{n / cold.wall:,.0f} msg/s", cold.loads)
+        row("  wall seconds / the job's own", f"{cold.wall:.1f} / {cold.job:.1f} s")
+        row(
+            "replay in-process, warm (wall, incl. selection)",
+            f"{warm.rate:,.0f} msg/s",
+            f"{figures['replay_warm_load']:.1f}",
         )
-    print(f"{'compact time (both tables)':<52} {csum.seconds:>20.1f} s")
-    print(
-        f"report totals: {rep.totals}; replayed stream {replayed_len:,}, raw stream "
-        f"{raw_len:,}; events read back after compaction {check:,}"
-    )
+        row(
+            "raw pipelined XADD of the same bytes, warm",
+            f"{raw_warm:,.0f} msg/s",
+            f"{figures['raw_load']:.1f}",
+        )
+        row("raw, fresh python process (wall)", f"{raw_cold:,.0f} msg/s")
+        row("  replay / raw, warm", f"{warm.rate / raw_warm:.2f}x")
+        row("  replay / raw, cold (CLI wall vs fresh process)", f"{n / cold.wall / raw_cold:.2f}x")
+        row("  replay / raw, cold (CLI wall vs warm raw)", f"{n / cold.wall / raw_warm:.2f}x")
+    if "compact" not in args.skip:
+        for t in ("messages", "events"):
+            row(f"compact {args.compact_days} days: {t} files", f"{before[t]:,} -> {after[t]:,}")
+        row("compact time (both tables)", f"{csum.seconds:.1f} s", f"{figures['compact_load']:.1f}")
+        row("  events read back after compaction", f"{check:,}")
     return 0
 
 

@@ -1,5 +1,6 @@
 """Without the ``pipeline`` extra, everything but the pipeline works: the package, the
-core, the admin, the checks, the commands; ``redisq_pipeline`` says what to install."""
+core, the admin, the checks, the commands; ``redisq_pipeline`` says what to install; the
+archive's committed files can be listed (``archive_files``) for other engines."""
 
 from __future__ import annotations
 
@@ -46,6 +47,16 @@ PROGRAM = textwrap.dedent(
     else:
         raise AssertionError("redisq_pipeline ran without PySpark")
     assert "pipeline extra" in message and "pip install" in message, message
+
+    # The archive's committed files, for engines other than Spark, need no PySpark.
+    import json, pathlib, tempfile
+    from redisq_django.pipeline import archive_files
+    root = pathlib.Path(tempfile.mkdtemp())
+    log = root / "messages" / "_spark_metadata"
+    log.mkdir(parents=True)
+    part = f"{root}/messages/queue=q/date=2026-11-01/part-0.parquet"
+    (log / "0").write_text("v1\\n" + json.dumps({"path": f"file:{part}", "action": "add"}))
+    assert archive_files(str(root)) == [part], archive_files(str(root))
     assert not [m for m in sys.modules if m.split(".")[0] in ("pyspark", "pyarrow")]
     print("ok")
     """

@@ -8,8 +8,10 @@ from django.apps import AppConfig
 
 
 def order_payload(order: Any, event: str) -> dict[str, Any]:
-    """What consumers receive for an order: its key and total (not the customer's data)."""
-    return {"order": order.pk, "total": order.total, "event": event}
+    """What consumers receive for an order (``demo_data.order_payload``)."""
+    from shop.demo_data import order_payload
+
+    return order_payload(order.pk, order.total, event)
 
 
 class ShopConfig(AppConfig):

@@ -7,17 +7,14 @@ only act on orders not yet handled.
 from __future__ import annotations
 
 import logging
-from decimal import Decimal
 
 from django.utils import timezone
 
 from redisq_django import Message, Reject, consumer
+from shop.demo_data import FRAUD_LIMIT
 from shop.models import Order
 
 logger = logging.getLogger("shop")
-
-#: Orders above this total are held by the fraud check (it raises; see below).
-FRAUD_LIMIT = Decimal("1000.00")
 
 
 class SuspiciousOrder(Exception):

@@ -18,8 +18,9 @@ logged in the checkpoint before it runs; its files become visible only when the 
 ``commit()``, which moves the archive's position in Redis (``Archives.commit``) and so
 lets retention trim. A crash anywhere redoes the batch from the logged offsets; files
 of a batch that never reached ``_spark_metadata`` are ignored by every Spark reader
-(``spark.read.parquet(ROOT + "/messages")``). Read the archive with Spark, not with a
-plain Parquet reader, which would also see those orphans.
+(``spark.read.parquet(ROOT + "/messages")``). Other engines read the files
+:func:`~redisq_django.pipeline.files.archive_files` lists, not a glob, which would also
+see those orphans.
 
 Entries a hard cap removed before the archive stored them stop the job (``failOnDataLoss``,
 the message names them), or with ``fail_on_data_loss`` false are skipped and recorded in

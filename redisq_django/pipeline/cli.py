@@ -21,6 +21,7 @@ from redisq_django.cli import positive_float, positive_int
 from redisq_django.core.archive import DEFAULT_ARCHIVE
 from redisq_django.pipeline.cli_jobs import (
     add_compact_arguments,
+    add_files_arguments,
     add_replay_arguments,
     add_report_arguments,
     job_main,
@@ -268,6 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
         "fewer Parquet files, de-duplicated; Spark readers see each row once throughout.",
     )
     add_compact_arguments(compact_parser, from_settings=False)
+    files_parser = jobs.add_parser(
+        "files",
+        help="the archive's committed Parquet files, for engines other than Spark",
+        description="List the Parquet files of ROOT/<table> that the archive committed "
+        "(what Spark reads; a plain glob also finds files of batches that never "
+        "committed), or write Hive symlink manifests of them. Starts no Spark.",
+    )
+    add_files_arguments(files_parser, from_settings=False)
     return parser
 
 
@@ -275,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.job in ("report", "replay", "compact"):
+    if args.job in ("report", "replay", "compact", "files"):
         return job_main(PROG, args, parser)
     try:
         options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)

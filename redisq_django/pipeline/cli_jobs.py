@@ -1,6 +1,7 @@
-"""The ``replay`` and ``compact`` sub-commands: their arguments (shared by
-``python -m redisq_django.pipeline`` and ``manage.py redisq_pipeline``), the options they
-build, and running them. Imports neither PySpark (until a job runs) nor Django.
+"""The ``report``, ``replay``, ``compact`` and ``files`` sub-commands: their arguments
+(shared by ``python -m redisq_django.pipeline`` and ``manage.py redisq_pipeline``), the
+options they build, and running them. Imports neither PySpark (until a job runs) nor
+Django.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import sys
 
 from redisq_django.cli import positive_float, positive_int
+from redisq_django.pipeline.files import TABLES, archive_files, write_manifests
 from redisq_django.pipeline.job_options import (
     DEFAULT_TARGET_FILE_BYTES,
     CompactOptions,
@@ -22,6 +24,7 @@ from redisq_django.pipeline.options import (
     one_line,
     parse_conf,
 )
+from redisq_django.pipeline.quiet import set_log_level
 
 _LOG_LEVELS = ["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
 
@@ -41,7 +44,8 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         "--spark-log-level",
         default="ERROR",
         choices=_LOG_LEVELS,
-        help="Spark's log level once the session is up (default ERROR)",
+        help="Spark's log level once the session is up (default ERROR: without the "
+        "stack traces of a failing task, which the job reports in one line; WARN shows them)",
     )
 
 
@@ -87,18 +91,18 @@ def run_report(args: argparse.Namespace) -> str:
     Raises:
         OptionsError: an option is invalid (before any JVM starts).
     """
-    from redisq_django.pipeline.report import ReportOptions, parse_time, report
+    from redisq_django.pipeline.report import ReportOptions, report
     from redisq_django.pipeline.session import pipeline_session
 
     options = ReportOptions(
         root=normalize_root(args.root),
         out=args.out,
-        since=parse_time(args.since) if args.since else None,
-        until=parse_time(args.until, end=True) if args.until else None,
+        since=parse_time(args.since, "--since") if args.since else None,
+        until=parse_time(args.until, "--until", end=True) if args.until else None,
         queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
     )
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         return report(spark, options).line()
 
 
@@ -170,6 +174,35 @@ def add_compact_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     add_spark_arguments(parser)
 
 
+def add_files_arguments(parser: argparse.ArgumentParser, *, from_settings: bool) -> None:
+    """The ``files`` job's arguments (``from_settings``: ``--root`` defaults to
+    ``REDISQ['ARCHIVE_ROOT']``)."""
+    add_root(parser, from_settings)
+    parser.add_argument(
+        "--table",
+        choices=TABLES,
+        default="messages",
+        help="the table whose files are listed (default messages)",
+    )
+    parser.add_argument(
+        "--manifest",
+        metavar="DIR",
+        help="instead of listing, write Hive symlink manifests of both tables under DIR "
+        "(DIR/<table>/queue=Q/date=D/manifest) for Trino, Presto or Athena",
+    )
+
+
+def run_files(args: argparse.Namespace) -> str:
+    """The committed Parquet files of ``--table``, one per line, or with ``--manifest``
+    a line saying what the manifests name. Needs no Spark."""
+    root = normalize_root(args.root)
+    if args.manifest:
+        named = write_manifests(root, normalize_root(args.manifest))
+        counts = ", ".join(f"{table} {n}" for table, n in named.items())
+        return f"manifests of the committed files ({counts}) written to {args.manifest}"
+    return "\n".join(archive_files(root, args.table))
+
+
 def replay_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> ReplayOptions:
     """The replay options from parsed arguments.
 
@@ -214,7 +247,7 @@ def run_replay(options: ReplayOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         summary = replay(spark, options)
     for row in summary.sample:
         print(f"  {row['published_at']} {row['message_id']} {row['payload']}", file=sys.stderr)
@@ -227,15 +260,17 @@ def run_compact(options: CompactOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
-        spark.sparkContext.setLogLevel(args.spark_log_level)
+        set_log_level(spark, args.spark_log_level)
         return compact(spark, options).line()
 
 
 def job_main(prog: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Run ``report``, ``replay`` or ``compact`` from parsed CLI arguments; the exit
-    status (0 done, 1 failed, 2 bad arguments, 130 interrupted)."""
+    """Run ``report``, ``replay``, ``compact`` or ``files`` from parsed CLI arguments;
+    the exit status (0 done, 1 failed, 2 bad arguments, 130 interrupted)."""
     try:
-        if args.job == "report":
+        if args.job == "files":
+            line = run_files(args)
+        elif args.job == "report":
             line = run_report(args)
         elif args.job == "replay":
             replay = replay_options(args, redis_url=args.redis_url, prefix=args.prefix)
@@ -251,5 +286,6 @@ def job_main(prog: str, args: argparse.Namespace, parser: argparse.ArgumentParse
     except Exception as exc:  # the job's JobError, or Spark failing to start
         print(f"{prog} {args.job}: failed: {one_line(exc)}", file=sys.stderr)
         return 1
-    print(line, flush=True)
+    if line:
+        print(line, flush=True)
     return 0

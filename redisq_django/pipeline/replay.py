@@ -1,5 +1,5 @@
 """The ``replay`` job: archived messages selected by queue, time and a Spark SQL predicate,
-published again through the ``redisq`` data source's writer.
+published again with the ``redisq`` data source's writer.
 
 Selection: ``ROOT/messages`` of one queue, ``published_at`` in ``[since, until)``, and an
 optional ``where`` predicate over the messages table (``get_json_object(payload,
@@ -11,13 +11,25 @@ tasks run in parallel, so two messages of different tasks may be republished in 
 order. ``ordered`` sorts globally and publishes from one task (``coalesce(1)``): one
 order for everything, at the speed of one core.
 
+All or nothing for the predicate: ``where`` is evaluated on every selected row before
+the first message is published (a shuffle between the selection and the writer, which
+Spark completes before any writing task starts; ``ordered``'s sort is one already). A
+predicate that fails on some value (Spark 4's ANSI mode: ``'1499.00'`` compared with
+``1000`` cannot be cast to BIGINT) so publishes nothing, and :class:`ReplayError` says
+which value and how to compare typed instead (``try_cast``).
+
+Publishing: each task hands its rows, as Arrow batches (``mapInArrow``), to the writer's
+``publish_rows`` and yields how many it published; the job sums them. The same code as
+``df.write.format("redisq")``, without a data source write's planning and commit steps,
+each a Python process of its own (about 3 s of a 25 s cold replay of 200,000 messages on
+2 cores, bench/RESULTS.md).
+
 Rate: ``rate`` messages/s for the whole job. It is enforced per task, before the writer:
-an Arrow pass (``mapInArrow``, pipelined with the write in the same stage) hands rows on
-in small slices and sleeps so that each of the P tasks passes at most ``rate / P`` per
-second. P tasks at once then stay under ``rate`` together; tasks that run one after the
-other (fewer cores than tasks) go slower than the cap, never faster. The writer's Arrow
-batches are made as small as a slice for the run, so rows reach Redis at that pace rather
-than in one burst at the end of a task.
+the task's batches are handed on in small slices, with sleeps so that each of the P
+tasks passes at most ``rate / P`` per second. P tasks at once then stay under ``rate``
+together; tasks that run one after the other (fewer cores than tasks) go slower than
+the cap, never faster. The Arrow batches are made as small as a slice for the run, so
+rows reach Redis at that pace rather than in one burst at the end of a task.
 
 Idempotence (``once``): each replayed message gets the id
 ``sha256("queue|consumer|where|since|until|original id")[:32]`` and is written with
@@ -28,6 +40,7 @@ every mode.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -36,11 +49,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
+from redisq_django.pipeline.schemas import Table, archive_schema
+from redisq_django.pipeline.source_options import SourceOptions
+from redisq_django.pipeline.writer import RowLayout
 
 __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_messages"]
 
@@ -48,6 +65,19 @@ __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_me
 PROGRESS_SECONDS = 10.0
 #: Columns the writer reads.
 WRITTEN_COLUMNS = ("payload", "headers", "message_id")
+#: Spark's error conditions for a value an expression cannot take (ANSI mode).
+VALUE_ERRORS = (
+    "CAST_INVALID_INPUT",
+    "CAST_OVERFLOW",
+    "DIVIDE_BY_ZERO",
+    "ARITHMETIC_OVERFLOW",
+    "NUMERIC_VALUE_OUT_OF_RANGE",
+    "INVALID_ARRAY_INDEX",
+    "DATETIME_FIELD_OUT_OF_BOUNDS",
+)
+#: What to write instead, in the message about such a failure.
+TYPED_EXAMPLE = "try_cast(get_json_object(payload, '$.total') AS DECIMAL(12,2)) > 1000"
+_CONDITION = re.compile(r"\[([A-Z_]+)(?:\.[A-Z_]+)?\] ([^\n]*?\.)(?=\s|$)")
 
 
 class ReplayError(JobError):
@@ -97,7 +127,7 @@ def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
             over its columns.
     """
     try:
-        frame = spark.read.parquet(options.messages_path)
+        frame = spark.read.schema(archive_schema(Table.MESSAGES)).parquet(options.messages_path)
     except Exception as exc:  # AnalysisException: PATH_NOT_FOUND and the like
         raise ReplayError(
             f"cannot read the archived messages at {options.messages_path} ({one_line(exc)}); "
@@ -158,18 +188,25 @@ def replay(
                 .collect()
             ]
             return ReplaySummary(frame.count(), 0, time.monotonic() - started, True, sample)
-        # Counted as the rows go by, in the publishing job itself: a separate count()
-        # would scan the selection a second time.
-        counted = Observation("redisq-replay")
-        frame = frame.observe(counted, F.count(F.lit(1)).alias("selected"))
         with _progress_lines(spark, progress or _to_stderr, started):
-            _publish(spark, frame, options)
-        selected = int(counted.get["selected"])
+            selected = _publish(spark, frame, options)
     except ReplayError:
         raise
     except Exception as exc:
-        raise ReplayError(f"replay failed: {one_line(exc)}") from exc
+        raise ReplayError(_failure(options, exc)) from exc
     return ReplaySummary(selected, selected, time.monotonic() - started)
+
+
+def _failure(options: ReplayOptions, exc: Exception) -> str:
+    """What went wrong, in one line: for a value ``where`` cannot take, which one and
+    how to write the predicate instead (nothing was published: see the docstring)."""
+    found = _CONDITION.search(str(exc))
+    if options.where and found and found[1] in VALUE_ERRORS:
+        return (
+            f"--where {options.where!r} fails on an archived message: [{found[1]}] "
+            f"{found[2]} Nothing was published; compare typed, e.g. {TYPED_EXAMPLE}"
+        )
+    return f"replay failed: {one_line(exc)}"
 
 
 def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
@@ -177,6 +214,10 @@ def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
     with ``once`` the derived ids (original id kept in column ``original_id``)."""
     if options.ordered:
         ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
+    elif options.where:
+        # The shuffle evaluates the predicate on every row before any task publishes.
+        parallelism = frame.sparkSession.sparkContext.defaultParallelism
+        ordered = frame.repartition(parallelism).sortWithinPartitions("published_at", "entry_id")
     else:
         ordered = frame.sortWithinPartitions("published_at", "entry_id")
     if not options.once:
@@ -190,36 +231,71 @@ def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
     )
 
 
-def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> None:
+def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
+    """The ``redisq`` data source's write options for this replay."""
+    out = {
+        "url": options.redis_url,
+        "prefix": options.prefix,
+        "queue": options.queue,
+        "batchSize": str(batch_size),
+    }
+    if options.cluster:
+        out["cluster"] = "true"
+    if options.consumer:
+        out["consumer"] = options.consumer
+    if options.once:
+        out["once"] = "true"
+    return out
+
+
+def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> int:
+    """Publish ``frame``'s rows; returns how many (each task counts what it published)."""
     rows = publish_frame(frame, options)
     batch_size = options.batch_size
+    throttle = None
     if options.rate is not None:
-        partitions = rows.rdd.getNumPartitions()
-        per_task = options.rate / partitions
-        slice_rows = max(1, min(batch_size, int(per_task / 4)))
-        batch_size = slice_rows
-        rows = rows.mapInArrow(_throttle(per_task, slice_rows), rows.schema)
-    writer = (
-        rows.write.format("redisq")
-        .option("url", options.redis_url)
-        .option("prefix", options.prefix)
-        .option("queue", options.queue)
-        .option("batchSize", str(batch_size))
-        .mode("append")
-    )
-    if options.cluster:
-        writer = writer.option("cluster", "true")
-    if options.consumer:
-        writer = writer.option("consumer", options.consumer)
-    if options.once:
-        writer = writer.option("once", "true")
-    with _arrow_batch_rows(spark, batch_size if options.rate is not None else None):
-        writer.save()
+        per_task = options.rate / rows.rdd.getNumPartitions()
+        batch_size = max(1, min(batch_size, int(per_task / 4)))
+        throttle = _throttle(per_task, batch_size)
+    source = writer_options(options, batch_size)
+    RowLayout.of(rows.schema, SourceOptions.parse(source))  # bad options: fail here, at once
+    publish = _publisher(source, rows.schema, throttle)
+    with _arrow_batch_rows(spark, batch_size if throttle is not None else None):
+        counts = rows.mapInArrow(publish, "published long").collect()
+    return sum(int(row["published"]) for row in counts)
+
+
+def _publisher(
+    source: dict[str, str],
+    schema: StructType,
+    throttle: Callable[[Iterator[Any]], Iterator[Any]] | None,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A ``mapInArrow`` function publishing a task's rows with the ``redisq`` writer's
+    code (it runs on the executors: only its closure travels) and yielding their count.
+
+    Not ``df.write.format("redisq")``: a data source write also runs the writer's
+    planning and its commit in Python processes of their own, seconds of a short replay
+    (bench/RESULTS.md); the rows are published by the same function either way."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        from redisq_django.pipeline.source_options import SourceOptions
+        from redisq_django.pipeline.writer import RowLayout, batch_rows, publish_rows
+
+        options = SourceOptions.parse(source)
+        layout = RowLayout.of(schema, options)
+        published = publish_rows(
+            options, layout, batch_rows(throttle(batches) if throttle else batches)
+        )
+        yield pa.record_batch([pa.array([published], pa.int64())], names=["published"])
+
+    return run
 
 
 def _throttle(per_second: float, slice_rows: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """A ``mapInArrow`` function passing at most ``per_second`` rows per second on, in
-    slices of ``slice_rows`` (it runs on the executors: only its closure travels)."""
+    """Arrow batches passed on at most ``per_second`` rows per second, in slices of
+    ``slice_rows`` (it runs on the executors: only its closure travels)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import time as _time

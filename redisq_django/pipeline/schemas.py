@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    DateType,
     IntegerType,
     LongType,
     StringType,
@@ -95,6 +96,13 @@ SCHEMAS: dict[Table, StructType] = {
 def spark_schema(table: Table) -> StructType:
     """The Spark schema of ``table``."""
     return SCHEMAS[table]
+
+
+def archive_schema(table: Table) -> StructType:
+    """The schema of ``table`` as the archive stores it: its columns and the ``date``
+    partition. A reader given it infers nothing (Spark would run a job to read a file's
+    footer, a second or more of a short job)."""
+    return StructType([*SCHEMAS[table].fields, StructField("date", DateType(), True)])
 
 
 @cache

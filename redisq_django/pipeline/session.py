@@ -3,7 +3,9 @@ our package shipped to executors.
 
 Defaults: no web UI (a job on a shared machine should not open a port) and no console
 progress bar, session time zone UTC (timestamps shown and parsed as UTC, as the archive's
-``date`` partitions are UTC days), all overridable with ``conf``; Python workers running
+``date`` partitions are UTC days), all overridable with ``conf``; in a session it
+creates, adaptive query execution and shuffle partitions from the cores
+(:mod:`.tuning`) unless the configuration sets them; Python workers running
 this interpreter (``PYSPARK_PYTHON``) and Spark bound to the loopback interface
 (``SPARK_LOCAL_IP``) unless the environment already says otherwise.
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from redisq_django.pipeline import jvm, register
+from redisq_django.pipeline.tuning import apply_job_defaults
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "redisq-pipeline"
@@ -68,11 +71,12 @@ def build_session(
 
     Returns:
         The session; an existing one in this process is reused (``getOrCreate``), with
-        ``conf`` applied where Spark allows it at run time.
+        ``conf`` applied where Spark allows it at run time and no other defaults.
     """
     # Read by the JVM and the Python workers when they start: set before the first session.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    created = SparkSession.getActiveSession() is None
     settings = {"spark.app.name": app_name, **DEFAULT_CONF, **(conf or {})}
     if master is not None:
         settings["spark.master"] = master
@@ -81,6 +85,8 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if created:  # never retune a session someone else made (a test's, a notebook's)
+        apply_job_defaults(spark)
     if not runs_in_driver(spark.sparkContext.master or "local"):
         ship_package(spark)
     register(spark)

@@ -5,7 +5,8 @@ The archive's file sink names every committed Parquet file in ``ROOT/<table>/_sp
 one file per micro-batch (``0``, ``1``, ...), every 10th a compaction of the earlier ones
 (``9.compact``); each holds ``v1`` then one JSON ``SinkFileStatus`` per line. Spark
 readers of ``ROOT/<table>`` list exactly the files named by the latest ``.compact`` and the
-batches after it, and nothing else.
+batches after it, and nothing else (:mod:`.files` reads the format; this module adds the
+Hadoop file system and the rewriting).
 
 :func:`rewrite_entries` replaces some entries of one log file by others in one atomic
 rename, so a reader sees the file either before or after, never in between. Batch ids are
@@ -16,7 +17,6 @@ would make the archive silently drop a micro-batch.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,9 +24,7 @@ from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
-LOG_DIR = "_spark_metadata"
-_VERSION_LINE = "v1"
-_BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
+from redisq_django.pipeline.files import LOG_DIR, VERSION_LINE, current_log_files, parse_log
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,31 +109,22 @@ class HadoopFs:
 def current_files(fs: HadoopFs, table_path: str) -> list[LogFile]:
     """The log files Spark readers use now: the latest ``.compact`` and the batches after
     it, oldest first ([] when the table has no sink log)."""
-    files = []
-    for status in fs.list_dir(f"{table_path}/{LOG_DIR}"):
-        match = _BATCH_FILE.match(str(status.getPath().getName()))
-        if match and status.isFile():
-            files.append(LogFile(int(match[1]), bool(match[2]), str(status.getPath().toString())))
-    files.sort(key=lambda f: f.batch)
-    compacts = [f for f in files if f.compact]
-    if compacts:
-        files = [f for f in files if f.batch >= compacts[-1].batch]
-    return files
+    log_dir = f"{table_path}/{LOG_DIR}"
+    paths = {
+        str(s.getPath().getName()): str(s.getPath().toString())
+        for s in fs.list_dir(log_dir)
+        if s.isFile()
+    }
+    return [LogFile(f.batch, f.compact, paths[f.name]) for f in current_log_files(paths)]
 
 
 def read_entries(fs: HadoopFs, log_file: LogFile) -> list[dict[str, Any]]:
     """The ``SinkFileStatus`` entries of one log file.
 
     Raises:
-        ValueError: the file is not a version 1 sink log (a newer Spark?).
+        ArchiveLogError: the file is not a version 1 sink log (a newer Spark?).
     """
-    lines = fs.read_text(log_file.path).splitlines()
-    if not lines or lines[0].strip() != _VERSION_LINE:
-        raise ValueError(
-            f"{log_file.path} is not a version 1 file sink log; this compaction does not "
-            "know its format"
-        )
-    return [json.loads(line) for line in lines[1:] if line.strip()]
+    return parse_log(fs.read_text(log_file.path), log_file.path)
 
 
 def rewrite_entries(
@@ -152,7 +141,7 @@ def rewrite_entries(
     if not remove <= present:
         return False
     kept = [e for e in entries if e["path"] not in remove]
-    lines = [_VERSION_LINE, *(json.dumps(e, separators=(",", ":")) for e in [*kept, *add])]
+    lines = [VERSION_LINE, *(json.dumps(e, separators=(",", ":")) for e in [*kept, *add])]
     fs.replace_text(log_file.path, "\n".join(lines))
     return True
 

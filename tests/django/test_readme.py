@@ -1,21 +1,19 @@
-"""The README's examples run as written."""
+"""The README's examples run as written (the Spark section's: tests/pipeline/
+test_readme_spark.py)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-MARKED_BLOCK = re.compile(r"<!-- readme-test -->\n```python\n(.*?)```", re.S)
+from tests.support.readme import README, blocks
 
 
 # The README's example uses the fixed queue "orders" and expects its consumers to be new.
 @pytest.mark.usefixtures("empty_redis")
 def test_readme_quick_start_runs_as_written(redisq_settings: Any) -> None:
-    blocks = MARKED_BLOCK.findall(README.read_text())
-    assert blocks, "README lost its tested quick-start block"
-    for code in blocks:
-        exec(compile(code, str(README), "exec"), {})  # our own README, not input
+    quick_start = [b for b in blocks(README.read_text()) if b.mark == "" and b.lang == "python"]
+    assert quick_start, "README lost its tested quick-start block"
+    for block in quick_start:
+        exec(compile(block.code, str(README), "exec"), {})  # our own README, not input

@@ -93,8 +93,15 @@ def test_unreachable_redis_fails_in_one_line_before_spark_and_without_django(
 
 
 def test_a_failing_job_is_one_line_and_exit_1(
-    spark: SparkSession, redis_url: str, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession,
+    redis_url: str,
+    redis_client: redis.Redis,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # Given a queue to archive (with none the job has nothing to start, whatever ran
+    # before it on this server)
+    Broker(redis_client, CoreConfig()).publish(queue_name, {"n": 1})
     # /proc takes no new directories: Spark cannot create the checkpoint.
     code = main(["archive", "--redis-url", redis_url, "--root", "/proc/redisq-archive"])
 

@@ -169,3 +169,17 @@ def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
     got = fetch_all(broker, queue_name, "billing")
     assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(selected)  # type: ignore[attr-defined]
     assert fetch_all(broker, queue_name, "email") == []
+
+
+def test_on_a_cluster_shuffle_partitions_follow_the_cores_the_configuration_gives(
+    cluster: SparkCluster, tmp_path: Path
+) -> None:
+    from tests.pipeline.test_session import probe_session
+
+    common = ["--root", str(tmp_path), "--master", cluster.master_url]
+    # A standalone application capped at 3 cores: 2 shuffle partitions per core
+    capped = probe_session(*common, "--conf", "spark.cores.max=3")
+    assert capped["spark.sql.shuffle.partitions"] == "6"
+    assert capped["spark.sql.adaptive.enabled"] == "true"
+    # Without a cap, Spark's default parallelism when the session starts (at least 2)
+    assert probe_session(*common)["spark.sql.shuffle.partitions"] == "4"

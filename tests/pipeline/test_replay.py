@@ -198,6 +198,43 @@ def test_bad_where_and_missing_archive_say_what_to_do(
         replay(spark, missing)
 
 
+def test_a_where_failing_on_one_value_publishes_nothing_and_says_which(
+    spark: SparkSession,
+    broker: Broker,
+    redis_url: str,
+    tmp_path: Path,
+    queue_name: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    # Given 120 archived messages in several files, and one on a third day whose total is
+    # not a number, read one file per task: the smallest file, that one, is read last
+    rows = day_rows(queue_name, DAY1, 60) + day_rows(queue_name, DAY2, 60, first=60)
+    bad = (queue_name, "m-bad", DAY2 + dt.timedelta(days=1), {"n": 120, "total": "n/a"})
+    write_archive(spark, tmp_path, rows)
+    write_archive(spark, tmp_path, [bad])
+    broker.ensure_consumer(queue_name, "billing")
+    # (each file "costs" more to open than a task reads: one file per task)
+    spark.conf.set("spark.sql.files.openCostInBytes", str(256 * 1024 * 1024))
+    request.addfinalizer(lambda: spark.conf.unset("spark.sql.files.openCostInBytes"))
+    # When a replay's predicate casts the totals, which Spark's ANSI mode does strictly
+    options = ReplayOptions(
+        redis_url=redis_url,
+        root=str(tmp_path),
+        queue=queue_name,
+        where="cast(get_json_object(payload, '$.total') AS INT) >= 0",
+        consumer="billing",
+    )
+    with pytest.raises(ReplayError) as failed:
+        replay(spark, options)
+    # Then it says which value and what to write instead, and published none of the
+    # 120 messages it could have (the predicate runs on every row before any publishing)
+    message = str(failed.value)
+    assert "'n/a'" in message and "CAST_INVALID_INPUT" in message, message
+    assert "Nothing was published" in message and "try_cast(" in message
+    assert "\n" not in message
+    assert fetch_all(broker, "billing", queue_name) == []
+
+
 def test_options_are_checked_before_spark() -> None:
     Q = "orders"
     with pytest.raises(OptionsError, match="must be before --until"):

@@ -69,3 +69,89 @@ def test_an_existing_session_is_reused_with_the_data_source_and_left_running(
 
     assert spark.range(2).count() == 2
     assert build_session(conf={"spark.sql.shuffle.partitions": "2"}) is spark
+
+
+# Runs the command line's report job in a fresh process, with the job itself replaced by
+# a probe that prints the settings of the session the command line built.
+SESSION_PROBE = r"""
+import json, sys
+import redisq_django.pipeline.report as report_module
+from redisq_django.pipeline.cli import main
+
+KEYS = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
+        "spark.sql.adaptive.coalescePartitions.enabled")
+
+class Probed:
+    def __init__(self, spark):
+        self.conf = {key: spark.conf.get(key) for key in KEYS}
+    def line(self):
+        return json.dumps(self.conf)
+
+report_module.report = lambda spark, options: Probed(spark)
+sys.exit(main(["report", *sys.argv[1:]]))
+"""
+
+
+def probe_session(*args: str) -> dict[str, str]:
+    """The settings of the session ``python -m redisq_django.pipeline report ARGS``
+    builds (a fresh process: a new JVM)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_from_cores(
+    tmp_path: Path,
+) -> None:
+    # When the command line builds its session on 3 local cores, the user saying nothing
+    chosen = probe_session("--root", str(tmp_path), "--master", "local[3]")
+    # Then adaptive execution is on and a shuffle has 2 partitions per core, not 200
+    assert chosen == {
+        "spark.sql.shuffle.partitions": "6",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    }
+    # And the user's own --conf wins over each
+    chosen = probe_session(
+        "--root",
+        str(tmp_path),
+        "--master",
+        "local[3]",
+        "--conf",
+        "spark.sql.shuffle.partitions=7",
+        "--conf",
+        "spark.sql.adaptive.enabled=false",
+    )
+    assert chosen["spark.sql.shuffle.partitions"] == "7"
+    assert chosen["spark.sql.adaptive.enabled"] == "false"
+
+
+def test_cores_and_shuffle_partitions_from_the_configuration() -> None:
+    from redisq_django.pipeline.tuning import job_cores, job_defaults
+
+    # local[N], or a cluster whose executors have registered: Spark's default parallelism
+    assert job_cores({}, 2) == 2
+    # Sizes the configuration gives win over what has registered so far
+    assert job_cores({"spark.default.parallelism": "12"}, 2) == 12
+    assert job_cores({"spark.executor.instances": "5", "spark.executor.cores": "4"}, 2) == 20
+    assert job_cores({"spark.executor.instances": "5"}, 2) == 2  # cores per executor unknown
+    assert job_cores({"spark.cores.max": "16"}, 2) == 16
+    assert job_cores({"spark.default.parallelism": "x"}, 3) == 3
+    assert job_defaults({}, 4) == {
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    assert job_defaults({"spark.sql.shuffle.partitions": "200"}, 4) == {
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    }

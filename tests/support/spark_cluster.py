@@ -102,6 +102,9 @@ def spark_cluster(directory: Path) -> Iterator[SparkCluster]:
         "SPARK_WORKER_DIR": str(directory / "work"),
         "SPARK_NO_DAEMONIZE": "1",
     }
+    # Executors inherit the worker's environment: a PYTHONPATH naming the checkout (as a
+    # worktree's test environment sets) would let them import what they must not.
+    env.pop("PYTHONPATH", None)
     port = free_port()
     master_log = directory / "master.log"
     worker_log = directory / "worker.log"

@@ -9,6 +9,7 @@ the archive root come from ``settings.REDISQ`` (``URL`` or the django-redis cach
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -19,6 +20,11 @@ from redisq_django.connection import get_redis_client
 from redisq_django.core.errors import RedisqError
 
 try:
+    # The pipeline package imports PySpark only when a job runs: look for it here, so
+    # that a missing extra is reported as such (MISSING) rather than as a failed job.
+    if importlib.util.find_spec("pyspark") is None:
+        raise ImportError("No module named 'pyspark'", name="pyspark")
+
     from redisq_django.pipeline.cli import (
         add_archive_arguments,
         archive_options,
@@ -28,11 +34,13 @@ try:
     )
     from redisq_django.pipeline.cli_jobs import (
         add_compact_arguments,
+        add_files_arguments,
         add_replay_arguments,
         add_report_arguments,
         compact_options,
         replay_options,
         run_compact,
+        run_files,
         run_replay,
         run_report,
     )
@@ -78,7 +86,7 @@ def settings_redis_url() -> str:
 class Command(BaseCommand):
     help = (
         "Run a Spark pipeline job over the message history with the Redis and archive "
-        "settings of settings.REDISQ. Jobs: archive, report, replay, compact."
+        "settings of settings.REDISQ. Jobs: archive, report, replay, compact, files."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -113,6 +121,13 @@ class Command(BaseCommand):
             help="old date partitions of the archive into fewer, larger files",
         )
         add_compact_arguments(compact, from_settings=True)
+        files = jobs.add_parser(
+            "files",
+            parents=common,
+            help="the archive's committed Parquet files (or Hive symlink manifests of "
+            "them), for engines other than Spark",
+        )
+        add_files_arguments(files, from_settings=True)
 
     def _report(self, namespace: argparse.Namespace) -> str:
         """Run the report job (no Redis needed: it reads the archive); its summary line."""
@@ -151,6 +166,14 @@ class Command(BaseCommand):
         namespace = argparse.Namespace(**{**opts, "root": str(root)})
         if opts["job"] == "report":
             self.stdout.write(self._report(namespace))
+            return
+        if opts["job"] == "files":
+            try:
+                listing = run_files(namespace)
+            except Exception as exc:  # ArchiveLogError, OSError: one line
+                raise CommandError(f"files failed: {one_line(exc)}") from None
+            if listing:
+                self.stdout.write(listing)
             return
         if opts["job"] in ("replay", "compact"):
             self.stdout.write(self._replay_or_compact(namespace))

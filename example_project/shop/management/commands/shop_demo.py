@@ -12,9 +12,8 @@ from django.db import transaction
 
 from redisq_django.deadletters import sink_all
 from redisq_django.models import DeadLetter
+from shop.demo_data import TOTALS
 from shop.models import Order
-
-TOTALS = ["19.90", "250.00", "1499.00", "42.00", "2300.00", "75.50"]
 
 
 class Command(BaseCommand):

@@ -109,6 +109,21 @@ def test_no_import_cycles_even_type_only_or_inside_functions() -> None:
     assert _cycles(_graph()) == []
 
 
+#: Class names Django's conventions give to many modules (one per management command).
+CONVENTIONAL_CLASSES = {"Command"}
+
+
+def test_one_class_per_name() -> None:
+    # Two classes with one name (the Redis dead entry and the database row were both
+    # ``DeadLetter``) make every import of it a question: which one?
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name not in CONVENTIONAL_CLASSES:
+                where.setdefault(node.name, []).append(name)
+    assert {c: modules for c, modules in where.items() if len(modules) > 1} == {}
+
+
 def test_no_module_is_over_400_lines() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}

@@ -11,7 +11,7 @@ import redis
 
 from redisq_django.core import archive, replay, retention
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadLetter, redrive_fields
+from redisq_django.core.deadletter import DeadEntry, redrive_fields
 from redisq_django.core.envelope import Delay, Due, Envelope, due_of
 from redisq_django.core.errors import (
     ConsumerNotFound,
@@ -315,12 +315,12 @@ class Broker:
     @translate_errors
     def dead_letters(
         self, queue: str, group: str, *, count: int = 100, after: str | None = None
-    ) -> list[DeadLetter]:
+    ) -> list[DeadEntry]:
         """Dead letters of ``group`` still in Redis, oldest first (at most ``count``,
         after dead-stream entry id ``after`` when paging)."""
         gkeys = self.keys(queue).group(group)
         entries = self.client.xrange(gkeys.dead, f"({after}" if after else "-", "+", count=count)
-        return [DeadLetter.from_entry(queue, eid, dict(f)) for eid, f in entries]
+        return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
 
     @translate_errors
     def delete_dead(self, queue: str, group: str, entry_ids: Iterable[str]) -> int:

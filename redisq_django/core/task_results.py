@@ -48,7 +48,7 @@ from redisq_django.core.task_wire import (
 from redisq_django.core.wire import to_str
 
 
-class TaskResults:
+class TaskResultStore:
     """The results of task queues on one Redis (the broker's client and scripts).
 
     Args:

@@ -31,7 +31,7 @@ from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_results import TaskResultStore
 from redisq_django.core.task_wire import SUCCESSFUL
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
@@ -171,7 +171,7 @@ def _ms_since(began_ns: int) -> int:
 _local = threading.local()
 
 
-def _pipe(store: TaskResults) -> TaskPipe:
+def _pipe(store: TaskResultStore) -> TaskPipe:
     """This thread's pipe of task writes (a new one when the broker changed)."""
     pipe: TaskPipe | None = getattr(_local, "pipe", None)
     if pipe is None or pipe.client is not store.client:

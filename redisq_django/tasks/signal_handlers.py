@@ -28,10 +28,10 @@ def _task_queue_ttls() -> dict[str, int]:
 
 def _results() -> Any:
     from redisq_django.connection import get_broker
-    from redisq_django.core.task_results import TaskResults
+    from redisq_django.core.task_results import TaskResultStore
 
     broker = get_broker()
-    return TaskResults(broker.client, broker.scripts, broker.keys)
+    return TaskResultStore(broker.client, broker.scripts, broker.keys)
 
 
 def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:

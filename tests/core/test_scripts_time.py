@@ -209,7 +209,7 @@ def test_a_task_result_expires_by_redis_clock_whatever_the_host_clock_says(
     skewed = redis_ms(redis_client) + skew_ms
     for module in (task_results, task_wire):  # every "now" of this host
         monkeypatch.setattr(module, "now_ms", lambda: skewed)
-    results = task_results.TaskResults(broker.client, broker.scripts, broker.keys)
+    results = task_results.TaskResultStore(broker.client, broker.scripts, broker.keys)
     envelope = Envelope(queue=qk.queue, id="r1", payload_json=b"{}")
     # When it enqueues a task and settles nothing yet
     t0 = redis_ms(redis_client)

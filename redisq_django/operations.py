@@ -9,12 +9,13 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from redisq_django import history, triage
+from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters import triage
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import DeadLetter
 
 

@@ -18,17 +18,17 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
-from redisq_django.consuming.registry import ConsumerDeclaration, declarations
-from redisq_django.consuming.sync import sync_declarations
+from redisq_django.consuming.consumer_sync import sync_declarations
+from redisq_django.consuming.db_hygiene import DjangoDatabaseMiddleware
+from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
 from redisq_django.core import trends
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.worker import Every, Middleware, Worker, WorkerOptions
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.publishing.outbox import relay_once
 from redisq_django.schedules.job import schedule_job
-from redisq_django.schedules.sync import sync_schedules
+from redisq_django.schedules.schedule_sync import sync_schedules
 
 logger = logging.getLogger("redisq.worker")
 
@@ -198,7 +198,7 @@ def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
                 "your settings or an AppConfig.ready()."
             )
     if metrics:
-        from redisq_django.metrics.worker import PrometheusMiddleware
+        from redisq_django.metrics.prometheus import PrometheusMiddleware
 
         out.append(PrometheusMiddleware())
     return out

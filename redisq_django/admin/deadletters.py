@@ -1,6 +1,6 @@
 """Admin for dead letters: filters, search (payloads and headers too), the error and a
 payload preview in the list, a detail page with the error and Retry at the top, every
-death kept, and triage at any size (:mod:`redisq_django.admin.triage`).
+death kept, and triage at any size (:mod:`redisq_django.admin.deadletter_triage`).
 
 Retrying and discarding need the permission ``redisq_django.retry_deadletter``; every
 change is a POST with CSRF protection (``admin_view``), is reported through
@@ -30,13 +30,14 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import operations, triage
+from redisq_django import operations
 from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete
+from redisq_django.admin.deadletter_triage import TriageViews
 from redisq_django.admin.detail import FailureInline, fold, pretty_json
 from redisq_django.admin.live import admin_broker
-from redisq_django.admin.triage import TriageViews
 from redisq_django.core.errors import RedisUnavailable
+from redisq_django.deadletters import triage
 from redisq_django.models import Consumer, DeadLetter
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"

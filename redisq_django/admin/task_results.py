@@ -24,7 +24,7 @@ from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.connection import get_broker
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.task_results import TaskResultStore
+from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import STATUSES
 from redisq_django.models import DeadLetter, TaskResults
 from redisq_django.tasks.configured import redisq_backends

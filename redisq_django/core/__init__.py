@@ -20,7 +20,7 @@ from typing import Any
 
 from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadEntry, DeadReason, Failure
+from redisq_django.core.dead_entry import DeadEntry, DeadReason, Failure
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,

@@ -19,11 +19,10 @@ from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
-from redisq_django.core.task_results import TaskResultStore
+from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import PUBLISH
 from redisq_django.tasks import aio, registry
-from redisq_django.tasks.configured import shared_queues
-from redisq_django.tasks.options import (
+from redisq_django.tasks.backend_options import (
     TASKS_CONSUMER,
     TaskOptions,
     level_rank,
@@ -31,6 +30,7 @@ from redisq_django.tasks.options import (
     parse_options,
     queue_name_problem,
 )
+from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.results import TaskMessage, from_fields, now_to_the_ms
 
 if TYPE_CHECKING:

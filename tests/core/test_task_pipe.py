@@ -11,7 +11,7 @@ import redis
 from redisq_django.core.broker import Broker
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_results import TaskResultStore
+from redisq_django.core.task_store import TaskResultStore
 
 G = "tasks"
 

@@ -21,11 +21,11 @@ from django.test.utils import CaptureQueriesContext
 from redisq_django import Message, Reject, consumer
 from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
-from redisq_django.consuming.registry import ConsumerDeclaration, registry
-from redisq_django.consuming.sync import sync_declarations
+from redisq_django.consuming.consumer_sync import sync_declarations
+from redisq_django.consuming.declarations import ConsumerDeclaration, registry
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.worker import WorkerOptions
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import (
     SOURCE_CODE,
     SOURCE_DEFAULT,

@@ -11,17 +11,17 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django import operations
-from redisq_django.cli import django_common_options, positive_int
+from redisq_django.arguments import django_common_options, positive_int
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.figures import age
 from redisq_django.management import console
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
-from redisq_django.schedules import overview
+from redisq_django.schedules import listing
 
 _HEAD = [
     "QUEUE",
@@ -319,16 +319,16 @@ class Command(BaseCommand):
 
     def do_schedules(self, opts: dict[str, Any]) -> None:
         broker = get_broker()
-        states, problem = overview.current(broker.client, broker.config.prefix)
+        states, problem = listing.current(broker.client, broker.config.prefix)
         if not states:
             self.stdout.write(
                 "No schedules (declare them with periodic(), or add them in the admin)."
             )
         rows = [["NAME", "WHEN", "TIME ZONE", "TARGET", "STATE", "LAST TICK FIRED", "NEXT TICK"]]
         for s in states:
-            last = "?" if problem else overview.when(s.last_sent_ms)
+            last = "?" if problem else listing.when(s.last_sent_ms)
             if not problem and (s.last_claimed_ms or 0) > (s.last_sent_ms or 0):
-                last += f" (claimed {overview.when(s.last_claimed_ms)}, not sent yet)"
+                last += f" (claimed {listing.when(s.last_claimed_ms)}, not sent yet)"
             state = f"{s.state}: {s.error}" if s.error else s.state
             rows.append(
                 [
@@ -338,7 +338,7 @@ class Command(BaseCommand):
                     s.target,
                     state,
                     last,
-                    overview.when(s.next_tick_ms),
+                    listing.when(s.next_tick_ms),
                 ]
             )
         if states:

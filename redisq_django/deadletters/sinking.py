@@ -1,5 +1,5 @@
-"""Dead letters in the database: the sink from Redis (retry and discard live in
-:mod:`redisq_django.triage`, re-exported here).
+"""The dead-letter sink: moving dead letters from Redis into database rows (retry and
+discard are :mod:`redisq_django.deadletters.triage`'s).
 
 A logical consumer's dead letters first land in its Redis ``dead`` stream. The sink
 (run by every ``runconsumer`` and by ``manage.py redisq dead sink``) moves them into
@@ -21,13 +21,10 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, transaction
 
 from redisq_django.connection import get_broker
-from redisq_django.core.deadletter import DeadEntry, normalise_error
+from redisq_django.core.dead_entry import DeadEntry, normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.models import DeadLetter, DeadLetterFailure
-from redisq_django.triage import discard, redrivable, retry
-
-__all__ = ["SINK_BATCH", "discard", "redrivable", "retry", "row_message_id", "sink", "sink_all"]
 
 logger = logging.getLogger("redisq.deadletters")
 

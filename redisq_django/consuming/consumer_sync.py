@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from redisq_django.consuming.registry import ConsumerDeclaration, declarations
+from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
 from redisq_django.database import retry_on_contention
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from redisq_django.consuming.registry import ConsumerDeclaration
+from redisq_django.consuming.declarations import ConsumerDeclaration
 from redisq_django.core.errors import ConfigurationError
+from redisq_django.tasks.backend_options import LEVELS, TASKS_CONSUMER
 from redisq_django.tasks.configured import BACKEND_PATH, redisq_backends
-from redisq_django.tasks.options import LEVELS, TASKS_CONSUMER
 
 logger = logging.getLogger("redisq.tasks")
 

@@ -30,9 +30,9 @@ from django.utils import timezone
 from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
-from redisq_django.core.deadletter import DeadReason, redrive_fields
+from redisq_django.core.dead_entry import DeadReason, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client
-from redisq_django.core.replay import redrive
+from redisq_django.core.redelivery import redrive
 from redisq_django.core.wire import loggable, to_bytes
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried

@@ -3,7 +3,7 @@ dead letter matching the current filter (a summary first, then the work done ser
 side in chunks from the filter itself: never one form field per row).
 
 Mixed into :class:`~redisq_django.admin.deadletters.DeadLetterAdmin`; the work is done
-by :mod:`redisq_django.triage`, which ``manage.py redisq dead`` calls too.
+by :mod:`redisq_django.deadletters.triage`, which ``manage.py redisq dead`` calls too.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import operations, triage
+from redisq_django import operations
 from redisq_django.admin.common import BREADCRUMBS_OL
 from redisq_django.admin.live import admin_broker
+from redisq_django.deadletters import triage
 from redisq_django.models import DeadLetter
 
 #: The verbs of the bulk operations, as they appear in URLs.

@@ -342,3 +342,30 @@ def test_the_allowed_exceptions_are_still_needed_and_written_down() -> None:
         assert imported in _graph()[importer], f"{importer} no longer imports {imported}"
         assert _breaks_the_layout(importer, imported)
         assert f"`{importer}` → `{imported}`" in allowed, "docs/layout.md must say why"
+
+
+def _public_signatures_with_any(module: str) -> list[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            annotations = [a.annotation for a in every if a is not None and a.annotation]
+            if node.returns is not None:
+                annotations.append(node.returns)
+            if any("Any" in ast.unparse(a) for a in annotations):
+                found.append(f"{module}.{node.name}")
+    return found
+
+
+def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> None:
+    graph = _graph()
+    wing = [m for m in MODULES if m.startswith("redisq_django.deadletters")]
+    # The admin and the operator command call the dead letters' package...
+    for caller in ("redisq_django.admin.deadletters", "redisq_django.management.commands.redisq"):
+        assert "redisq_django.deadletters" in graph[caller], caller
+    # ...not pass-throughs in operations.py...
+    assert {m for m in graph["redisq_django.operations"] if m in wing} == set()
+    # ...and its functions say what they take and give: no Any.
+    assert [f for m in wing for f in _public_signatures_with_any(m)] == []

@@ -10,13 +10,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from redisq_django import operations
+from redisq_django import deadletters, operations
 from redisq_django.arguments import django_common_options, positive_int
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
-from redisq_django.deadletters.sinking import sink_all
 from redisq_django.figures import age
 from redisq_django.management import console
 from redisq_django.management.console import table
@@ -208,11 +207,13 @@ class Command(BaseCommand):
     def do_dead(self, opts: dict[str, Any]) -> None:
         action = opts["dead_action"]
         if action == "sink":
-            self.stdout.write(f"Moved {sink_all()} dead letter(s) from Redis to the database.")
+            self.stdout.write(
+                f"Moved {deadletters.sink_all()} dead letter(s) from Redis to the database."
+            )
             return
         if action == "list":
             status = None if opts["status"] == "all" else opts["status"]
-            rows = operations.dead_letter_rows(opts["queue"], opts["consumer"], status)
+            rows = deadletters.rows(opts["queue"], opts["consumer"], status)
             letters = list(rows[: opts["limit"]])
             if not letters:
                 self.stdout.write("No dead letters.")
@@ -250,7 +251,7 @@ class Command(BaseCommand):
             self._groups(opts)
             return
         user = console.user_named(opts["user"])
-        rows = operations.dead_letter_rows(
+        rows = deadletters.rows(
             opts["queue"],
             opts["consumer"],
             error_class=opts["error_class"],
@@ -263,7 +264,7 @@ class Command(BaseCommand):
                 )
             rows = rows.filter(pk__in=opts["ids"])
         if action == "retry":
-            result = operations.retry_matching(rows, user)
+            result = deadletters.retry_matching(rows, user)
             self.stdout.write(f"Re-drove {result.done} dead letter(s), each to its own consumer.")
             if result.skipped:
                 self.stdout.write(
@@ -271,14 +272,14 @@ class Command(BaseCommand):
                     "corrected messages and discard these."
                 )
         else:
-            result = operations.discard_matching(rows, user)
+            result = deadletters.discard_matching(rows, user)
             self.stdout.write(f"Discarded {result.done} dead letter(s).")
         if result.error:
             raise CommandError(f"{result.error} {result.remaining} are still dead.")
 
     def _groups(self, opts: dict[str, Any]) -> None:
-        rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
-        found, total = operations.dead_letter_groups(rows, opts["limit"])
+        rows = deadletters.rows(opts["queue"], opts["consumer"])
+        found, total = deadletters.groups(rows, opts["limit"])
         if not found:
             self.stdout.write("No dead letters.")
             return

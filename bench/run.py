@@ -662,8 +662,8 @@ def bench_observe_in_process(client: redis.Redis, reps: int) -> dict[str, list[f
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
     from prometheus_client import CollectorRegistry
 
+    from redisq_django.metrics.prometheus import PrometheusMiddleware
     from redisq_django.metrics.tracing import Tracing
-    from redisq_django.metrics.worker import PrometheusMiddleware
 
     class Drop(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

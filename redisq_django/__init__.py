@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # the real signatures, for type checkers and IDEs
-    from redisq_django.consuming.registry import consumer
+    from redisq_django.consuming.declarations import consumer
     from redisq_django.core.handler import Reject
     from redisq_django.core.message import Message
     from redisq_django.publishing import publish, publish_many, publish_on_commit
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the real signatures, for type checkers and IDEs
 _WHERE = {
     "Message": "redisq_django.core.message",
     "Reject": "redisq_django.core.handler",
-    "consumer": "redisq_django.consuming.registry",
+    "consumer": "redisq_django.consuming.declarations",
     "publish": "redisq_django.publishing",
     "publish_many": "redisq_django.publishing",
     "publish_on_commit": "redisq_django.publishing",

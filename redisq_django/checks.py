@@ -29,7 +29,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register()
 def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E002: an app's ``consumers.py`` fails to import."""
-    from redisq_django.consuming.registry import DiscoveryError, autodiscover
+    from redisq_django.consuming.declarations import DiscoveryError, autodiscover
 
     try:
         autodiscover()
@@ -47,7 +47,7 @@ def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 @checks.register()
 def check_consumer_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E003: a consumer is declared for a queue ``REDISQ['QUEUES']`` lacks."""
-    from redisq_django.consuming.registry import DiscoveryError, declarations
+    from redisq_django.consuming.declarations import DiscoveryError, declarations
 
     try:
         known = get_settings()["QUEUES"]

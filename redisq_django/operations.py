@@ -1,4 +1,5 @@
-"""Operator actions shared by the admin and ``manage.py redisq``."""
+"""Operator actions shared by the admin and ``manage.py redisq`` (the dead letters'
+are :mod:`redisq_django.deadletters`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,13 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from redisq_django import history, triage
+from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
-from redisq_django.deadletters import sink_all
-from redisq_django.models import DeadLetter
 
 
 def all_queue_names() -> list[str]:
@@ -54,57 +52,6 @@ def replay(queue: str, consumer: str, start: str | StartPoint) -> None:
     """
     point = start if isinstance(start, StartPoint) else parse_start(start)
     get_broker().reset(queue, consumer, point)
-
-
-def dead_letter_rows(
-    queue: str | None = None,
-    consumer: str | None = None,
-    status: str | None = DeadLetter.Status.DEAD,
-    *,
-    error_class: str | None = None,
-    error_key: str | None = None,
-    sink: bool = True,
-) -> QuerySet[DeadLetter]:
-    """Dead-letter rows (after moving what is still in Redis, unless ``sink`` is
-    False), newest failure first, narrowed to the values given."""
-    if sink:
-        sink_all()
-    rows = DeadLetter.objects.all()
-    for name, value in (
-        ("queue", queue),
-        ("consumer", consumer),
-        ("status", status),
-        ("error_class", error_class),
-        ("error_key", error_key),
-    ):
-        if value is not None and value != "":
-            rows = rows.filter(**{name: value})
-    return rows
-
-
-def retry_dead(rows: Iterable[DeadLetter], user: Any = None, **options: Any) -> int:
-    """Re-drive dead letters, each to its own consumer only; returns how many."""
-    return triage.retry(rows, user, **options)
-
-
-def discard_dead(rows: Iterable[DeadLetter], user: Any = None) -> int:
-    """Mark dead letters discarded; returns how many."""
-    return triage.discard(rows, user)
-
-
-def retry_matching(rows: QuerySet[DeadLetter], user: Any = None, **options: Any) -> Any:
-    """Retry every dead one of ``rows`` in chunks (:func:`triage.retry_matching`)."""
-    return triage.retry_matching(rows, user, **options)
-
-
-def discard_matching(rows: QuerySet[DeadLetter], user: Any = None, **options: Any) -> Any:
-    """Discard every dead one of ``rows`` in chunks (:func:`triage.discard_matching`)."""
-    return triage.discard_matching(rows, user, **options)
-
-
-def dead_letter_groups(rows: QuerySet[DeadLetter], limit: int = triage.GROUPS_LIMIT) -> Any:
-    """Groups of ``rows`` by consumer and error (:func:`triage.groups`)."""
-    return triage.groups(rows, limit)
 
 
 def purge(queue: str, *, broker: Broker | None = None) -> None:

@@ -18,17 +18,17 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
-from redisq_django.consuming.registry import Declaration, declarations
-from redisq_django.consuming.sync import sync_declarations
+from redisq_django.consuming.consumer_sync import sync_declarations
+from redisq_django.consuming.db_hygiene import DjangoDatabaseMiddleware
+from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
 from redisq_django.core import trends
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import ConsumerSpec, Handler
 from redisq_django.core.worker import Every, Middleware, Worker, WorkerOptions
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.publishing.outbox import relay_once
 from redisq_django.schedules.job import schedule_job
-from redisq_django.schedules.sync import sync_schedules
+from redisq_django.schedules.schedule_sync import sync_schedules
 
 logger = logging.getLogger("redisq.worker")
 
@@ -45,7 +45,7 @@ class SelectionError(ConfigurationError):
     """The queues or consumers asked for are not declared."""
 
 
-def select(queues: Sequence[str], consumers: Sequence[str] = ()) -> list[Declaration]:
+def select(queues: Sequence[str], consumers: Sequence[str] = ()) -> list[ConsumerDeclaration]:
     """The declarations of ``queues`` (narrowed to ``consumers`` when given).
 
     Raises:
@@ -53,7 +53,7 @@ def select(queues: Sequence[str], consumers: Sequence[str] = ()) -> list[Declara
             exist on the selected queues; the message lists what is declared.
     """
     decls = declarations()
-    by_queue: dict[str, list[Declaration]] = {}
+    by_queue: dict[str, list[ConsumerDeclaration]] = {}
     for d in decls:
         by_queue.setdefault(d.queue, []).append(d)
     known = ", ".join(sorted(by_queue)) or "none"
@@ -76,7 +76,9 @@ def select(queues: Sequence[str], consumers: Sequence[str] = ()) -> list[Declara
     return chosen
 
 
-def load_specs(chosen: Sequence[Declaration], concurrency: int | None = None) -> list[ConsumerSpec]:
+def load_specs(
+    chosen: Sequence[ConsumerDeclaration], concurrency: int | None = None
+) -> list[ConsumerSpec]:
     """Effective specs of ``chosen`` from their (synchronised) rows."""
     from redisq_django.models import Consumer
 
@@ -196,13 +198,13 @@ def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
                 "your settings or an AppConfig.ready()."
             )
     if metrics:
-        from redisq_django.metrics.worker import PrometheusMiddleware
+        from redisq_django.metrics.prometheus import PrometheusMiddleware
 
         out.append(PrometheusMiddleware())
     return out
 
 
-def _handler_middleware(chosen: Sequence[Declaration]) -> list[Middleware]:
+def _handler_middleware(chosen: Sequence[ConsumerDeclaration]) -> list[Middleware]:
     """Worker middleware the handlers bring (``handler.worker_middleware``, as the tasks
     backend's handler does), each once."""
     found: dict[int, Middleware] = {}

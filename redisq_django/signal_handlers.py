@@ -33,10 +33,10 @@ def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> No
     and ``Schedule`` rows after our app's migrations ran."""
     if getattr(sender, "name", None) != "redisq_django":
         return
-    from redisq_django.consuming.registry import DiscoveryError
-    from redisq_django.consuming.sync import sync_declarations
+    from redisq_django.consuming.consumer_sync import sync_declarations
+    from redisq_django.consuming.declarations import DiscoveryError
     from redisq_django.core.errors import ConfigurationError
-    from redisq_django.schedules.sync import sync_schedules
+    from redisq_django.schedules.schedule_sync import sync_schedules
 
     try:
         sync_declarations()

@@ -23,7 +23,7 @@ def test_importing_the_package_loads_no_django_and_names_resolve_lazily() -> Non
         import redisq_django
         assert "django.db" not in sys.modules, "importing redisq_django loaded django.db"
         from redisq_django import Message, Reject, consumer
-        assert consumer.__module__ == "redisq_django.consuming.registry"
+        assert consumer.__module__ == "redisq_django.consuming.declarations"
         assert sorted(redisq_django.__all__) == sorted(
             ["Message", "Reject", "consumer", "publish", "publish_many", "publish_on_commit"]
         )
@@ -79,3 +79,19 @@ def test_mypy_sees_the_real_signatures(tmp_path: Path) -> None:
     )
     assert 'Unexpected keyword argument "dely"' in result.stdout, result.stdout
     assert result.stdout.count("error:") == 1, result.stdout
+
+
+def test_a_dead_letter_in_redis_is_a_dead_entry_and_the_old_name_warns() -> None:
+    # The Redis entry and the database row were both ``DeadLetter``: the core's is now
+    # ``DeadEntry``, and its old name still works for one minor version, with a warning.
+    from redisq_django import core
+    from redisq_django.core.dead_entry import DeadEntry
+
+    assert core.DeadEntry is DeadEntry
+    assert "DeadEntry" in core.__all__
+    assert "DeadLetter" not in core.__all__
+    with pytest.warns(DeprecationWarning, match=r"core\.DeadLetter is now .*DeadEntry"):
+        from redisq_django.core import DeadLetter
+    assert DeadLetter is DeadEntry
+    with pytest.raises(AttributeError, match="no_such_name"):
+        core.no_such_name  # noqa: B018

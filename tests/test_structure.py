@@ -109,6 +109,50 @@ def test_no_import_cycles_even_type_only_or_inside_functions() -> None:
     assert _cycles(_graph()) == []
 
 
+#: Class names Django's conventions give to many modules (one per management command).
+CONVENTIONAL_CLASSES = {"Command"}
+
+
+def test_one_class_per_name() -> None:
+    # Two classes with one name (the Redis dead entry and the database row were both
+    # ``DeadLetter``) make every import of it a question: which one?
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name not in CONVENTIONAL_CLASSES:
+                where.setdefault(node.name, []).append(name)
+    assert {c: modules for c, modules in where.items() if len(modules) > 1} == {}
+
+
+#: Basenames Django gives to a file of each app or part (``signal_handlers.py``: a part's
+#: receivers, connected from ``AppConfig.ready()``).
+CONVENTIONAL_BASENAMES = {"__init__", "signal_handlers"}
+
+
+def _one_concern(modules: list[str]) -> bool:
+    """Whether modules sharing a basename are the places Django gives one concern:
+    ``models/X.py`` (the rows), ``admin/X.py`` (their admin) and at most one
+    capability's module working on them."""
+    places = [m.split(".")[1] for m in modules]
+    others = [p for p in places if p not in ("models", "admin")]
+    return "models" in places and len(set(places)) == len(places) and len(others) <= 1
+
+
+def test_one_module_basename_per_concern() -> None:
+    # A basename says which concern a module holds (docs/layout.md, "Words")...
+    assert _one_concern(["redisq_django.models.queues", "redisq_django.admin.queues"])
+    assert _one_concern(["redisq_django.models.outbox", "redisq_django.publishing.outbox"])
+    assert not _one_concern(["redisq_django.deadletters.triage", "redisq_django.admin.triage"])
+    assert not _one_concern(["redisq_django.core.events", "redisq_django.publishing.events"])
+    # ...and two modules share one only for one concern.
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.stem not in CONVENTIONAL_BASENAMES:
+            where.setdefault(path.stem, []).append(name)
+    shared = {base: sorted(m) for base, m in where.items() if len(m) > 1}
+    assert {base: m for base, m in shared.items() if not _one_concern(m)} == {}
+
+
 def test_no_module_is_over_400_lines() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
@@ -187,7 +231,7 @@ def test_the_management_commands_never_import_the_admin() -> None:
 
 FOUNDATION = (
     *("conf", "signals", "models", "connection", "figures", "history"),
-    *("database", "cli", "discovery"),
+    *("database", "arguments", "discovery"),
 )
 CAPABILITIES = ("publishing", "deadletters", "consuming", "tasks", "schedules", "metrics")
 ASSEMBLY = (
@@ -201,9 +245,6 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys((*CAPABILITIES, "pipeline"), 2),
     **dict.fromkeys(ASSEMBLY, 3),
 }
-#: Parts that belong to a capability's package but are not in it yet (the dead letters'
-#: wing moves into ``deadletters/``).
-PART_OF = {"triage": "deadletters"}
 #: The imports allowed inside one layer, (importer, imported): docs/layout.md's orders,
 #: followed through.
 SIDEWAYS = {
@@ -226,8 +267,9 @@ SIDEWAYS = {
     ("apps", "checks"),
     ("apps", "signal_handlers"),
 }
-#: ``pipeline`` runs on Spark executors with a Redis URL alone: core and ``cli.py`` only.
-PIPELINE_IMPORTS = {"core", "cli"}
+#: ``pipeline`` runs on Spark executors with a Redis URL alone: core and ``arguments.py``
+#: only.
+PIPELINE_IMPORTS = {"core", "arguments"}
 #: Module imports against those rules, each written down in docs/layout.md ("Allowed
 #: exceptions") with its reason.
 EXCEPTIONS = {
@@ -239,8 +281,7 @@ LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 
 def _part(module: str) -> str:
     parts = module.split(".")
-    part = parts[1] if len(parts) > 1 else parts[0]
-    return PART_OF.get(part, part)
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def _edges() -> set[tuple[str, str]]:
@@ -267,7 +308,6 @@ def _breaks_the_layout(importer: str, imported: str) -> bool:
 
 def test_every_part_of_the_package_has_a_layer() -> None:
     assert {_part(m) for m in MODULES} - LAYERS.keys() == set()
-    assert set(PART_OF.values()) <= LAYERS.keys()
     assert {(a, b) for a, b in SIDEWAYS if LAYERS[a] != LAYERS[b]} == set()
 
 
@@ -276,7 +316,7 @@ def test_no_import_cycles_between_the_parts_of_the_package() -> None:
     # imports a): the detector finds it on the parts...
     modules = {
         ("redisq_django.consuming.runner", "redisq_django.schedules.job"),
-        ("redisq_django.schedules.sync", "redisq_django.consuming.sync"),
+        ("redisq_django.schedules.schedule_sync", "redisq_django.consuming.consumer_sync"),
     }
     assert _cycles(_part_graph(modules)) == [["consuming", "schedules"]]
     # ...and the package has none (the allowed exceptions aside).
@@ -286,10 +326,12 @@ def test_no_import_cycles_between_the_parts_of_the_package() -> None:
 def test_every_import_follows_the_layers_and_edges_of_the_layout() -> None:
     # The rules find an import from the side, from above, and the pipeline's imports of
     # what only Django has...
-    assert _breaks_the_layout("redisq_django.schedules.sync", "redisq_django.consuming.sync")
+    assert _breaks_the_layout(
+        "redisq_django.schedules.schedule_sync", "redisq_django.consuming.consumer_sync"
+    )
     assert _breaks_the_layout("redisq_django.connection", "redisq_django.metrics.tracing")
     assert _breaks_the_layout("redisq_django.pipeline.cli", "redisq_django.conf")
-    assert not _breaks_the_layout("redisq_django.tasks.declarations", "redisq_django.consuming")
+    assert not _breaks_the_layout("redisq_django.tasks.task_queues", "redisq_django.consuming")
     # ...and no import of the package breaks them.
     assert sorted(e for e in _edges() if _breaks_the_layout(*e)) == []
 
@@ -300,3 +342,30 @@ def test_the_allowed_exceptions_are_still_needed_and_written_down() -> None:
         assert imported in _graph()[importer], f"{importer} no longer imports {imported}"
         assert _breaks_the_layout(importer, imported)
         assert f"`{importer}` → `{imported}`" in allowed, "docs/layout.md must say why"
+
+
+def _public_signatures_with_any(module: str) -> list[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            annotations = [a.annotation for a in every if a is not None and a.annotation]
+            if node.returns is not None:
+                annotations.append(node.returns)
+            if any("Any" in ast.unparse(a) for a in annotations):
+                found.append(f"{module}.{node.name}")
+    return found
+
+
+def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> None:
+    graph = _graph()
+    wing = [m for m in MODULES if m.startswith("redisq_django.deadletters")]
+    # The admin and the operator command call the dead letters' package...
+    for caller in ("redisq_django.admin.deadletters", "redisq_django.management.commands.redisq"):
+        assert "redisq_django.deadletters" in graph[caller], caller
+    # ...not pass-throughs in operations.py...
+    assert {m for m in graph["redisq_django.operations"] if m in wing} == set()
+    # ...and its functions say what they take and give: no Any.
+    assert [f for m in wing for f in _public_signatures_with_any(m)] == []

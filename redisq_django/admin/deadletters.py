@@ -1,6 +1,6 @@
 """Admin for dead letters: filters, search (payloads and headers too), the error and a
 payload preview in the list, a detail page with the error and Retry at the top, every
-death kept, and triage at any size (:mod:`redisq_django.admin.triage`).
+death kept, and triage at any size (:mod:`redisq_django.admin.deadletter_triage`).
 
 Retrying and discarding need the permission ``redisq_django.retry_deadletter``; every
 change is a POST with CSRF protection (``admin_view``), is reported through
@@ -30,20 +30,20 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import operations, triage
+from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete
+from redisq_django.admin.deadletter_triage import TriageViews
 from redisq_django.admin.detail import FailureInline, fold, pretty_json
 from redisq_django.admin.live import admin_broker
-from redisq_django.admin.triage import TriageViews
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.models import Consumer, DeadLetter
 
 RETRY_PERMISSION = "redisq_django.retry_deadletter"
 
 #: The change messages recorded in the admin history (stored as is, read by anyone).
-DISCARDED_LOG = triage.DISCARDED_LOG
-retried_log = triage.retried_log
+DISCARDED_LOG = deadletters.DISCARDED_LOG
+retried_log = deadletters.retried_log
 
 DELETE_NOTE = _(
     "Delete removes these records from the database for good: nothing is sent, nothing "
@@ -190,7 +190,7 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
             "status__exact": "dead",
         }
         return {
-            "not_redrivable": triage.not_redrivable_reason(row),
+            "not_redrivable": deadletters.not_redrivable_reason(row),
             "consumer_url": reverse("admin:redisq_django_consumer_change", args=[consumer[0]])
             if consumer
             else "",
@@ -237,10 +237,10 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
     def retry_button(self, obj: DeadLetter) -> str:
         if obj.status != DeadLetter.Status.DEAD:
             return "-"
-        if not triage.redrivable(obj):
+        if not deadletters.redrivable(obj):
             return format_html(
                 '<span class="redisq-warning" title="{}">{}</span>',
-                triage.not_redrivable_reason(obj),
+                deadletters.not_redrivable_reason(obj),
                 _("cannot retry"),
             )
         url = reverse("admin:redisq_django_deadletter_retry", args=[obj.pk])
@@ -279,7 +279,7 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
             "status": row.get_status_display(),
         }
         try:
-            done = operations.retry_dead([row], request.user, broker=admin_broker())
+            done = deadletters.retry([row], request.user, broker=admin_broker())
         except RedisUnavailable as exc:
             text = gettext("Message %(id)s was not retried: %(error)s It is still dead.")
             self.message_user(request, text % {**values, "error": exc}, messages.ERROR)
@@ -287,9 +287,9 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
         if done:
             text = gettext("Message %(id)s sent again to %(queue)s/%(consumer)s.")
             level = messages.SUCCESS
-        elif row.status == DeadLetter.Status.DEAD and not triage.redrivable(row):
+        elif row.status == DeadLetter.Status.DEAD and not deadletters.redrivable(row):
             text = gettext("Message %(id)s was not retried. %(why)s")
-            values["why"] = triage.not_redrivable_reason(row)
+            values["why"] = deadletters.not_redrivable_reason(row)
             level = messages.WARNING
         else:
             text = gettext("Message %(id)s is %(status)s; not retried.")
@@ -304,7 +304,7 @@ class DeadLetterAdmin(TriageViews, HonestDelete):
         if not self.has_retry_permission(request):
             raise PermissionDenied
         row = get_object_or_404(DeadLetter, pk=object_id)
-        if operations.discard_dead([row], request.user):
+        if deadletters.discard([row], request.user):
             text = gettext("Message %(id)s discarded: its record is kept, it is not delivered.")
             level = messages.SUCCESS
         else:

@@ -15,7 +15,6 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
 from redisq_django import figures
-from redisq_django.admin.archives import ArchivesAdmin
 from redisq_django.admin.common import (
     PauseActions,
     dead_letter_count,
@@ -23,6 +22,7 @@ from redisq_django.admin.common import (
 )
 from redisq_django.admin.live import Live, live_stats
 from redisq_django.admin.livepages import LivePages
+from redisq_django.admin.queue_archives import ArchivesAdmin
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import QueueStats
 from redisq_django.models import Consumer, Queue

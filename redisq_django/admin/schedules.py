@@ -20,9 +20,9 @@ from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import validate_name
 from redisq_django.models import Schedule
-from redisq_django.schedules.overview import row_next_tick
+from redisq_django.schedules.listing import row_next_tick
+from redisq_django.schedules.schedule_sync import differs_from_code, spec_from_snapshot
 from redisq_django.schedules.spec import QueueTarget, target_of
-from redisq_django.schedules.sync import differs_from_code, spec_from_snapshot
 from redisq_django.schedules.targets import load_task
 from redisq_django.schedules.timing import ScheduleError, Timing, every_to_ms
 

@@ -24,10 +24,9 @@ from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.connection import get_broker
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import STATUSES
-from redisq_django.models import DeadLetter
-from redisq_django.models import TaskResults as TaskResultsProxy
+from redisq_django.models import DeadLetter, TaskResults
 from redisq_django.tasks.configured import redisq_backends
 
 logger = logging.getLogger("redisq.admin")
@@ -88,7 +87,7 @@ def _filter_url(wanted: dict[str, str], name: str, value: str) -> str:
     return "?" + urlencode(chosen)
 
 
-@admin.register(TaskResultsProxy)
+@admin.register(TaskResults)
 class TaskResultsAdmin(ReadOnlyPages):
     """The results of Django tasks, read from Redis."""
 
@@ -114,7 +113,7 @@ class TaskResultsAdmin(ReadOnlyPages):
             raise PermissionDenied
         wanted = {k: request.GET.get(k, "") for k in ("status", "task", "queue")}
         broker = get_broker()
-        store = TaskResults(broker.client, broker.scripts, broker.keys)
+        store = TaskResultStore(broker.client, broker.scripts, broker.keys)
         rows: list[dict[str, Any]] = []
         unreachable = ""
         try:
@@ -159,7 +158,7 @@ class TaskResultsAdmin(ReadOnlyPages):
         if not self.has_view_permission(request):
             raise PermissionDenied
         broker = get_broker()
-        store = TaskResults(broker.client, broker.scripts, broker.keys)
+        store = TaskResultStore(broker.client, broker.scripts, broker.keys)
         try:
             found = store.read(task_queues(), result_id)
         except RedisqError as exc:

@@ -15,9 +15,12 @@ Use it directly from any Python program::
             sub.ack([message])
 """
 
+import warnings
+from typing import Any
+
 from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadLetter, DeadReason, Failure
+from redisq_django.core.dead_entry import DeadEntry, DeadReason, Failure
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,
@@ -48,7 +51,7 @@ __all__ = [
     "ConsumerSpec",
     "ConsumerStats",
     "CoreConfig",
-    "DeadLetter",
+    "DeadEntry",
     "DeadReason",
     "Envelope",
     "Failure",
@@ -73,3 +76,18 @@ __all__ = [
     "default_instance_name",
     "new_message_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Redis entry was ``DeadLetter`` too, like the database row: kept one minor
+    # version under its old name, with a warning that says where it went.
+    if name == "DeadLetter":
+        warnings.warn(
+            "redisq_django.core.DeadLetter is now redisq_django.core.DeadEntry (a dead "
+            "letter as stored in Redis; the database row is redisq_django.models.DeadLetter). "
+            "The old name is removed in the next minor version: import DeadEntry.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DeadEntry
+    raise AttributeError(f"module 'redisq_django.core' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.core import browse, replay
+from redisq_django.core import browse, redelivery
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -138,7 +138,7 @@ def purge_consumer(
     """
     gkeys = keys.group(group)
     # The log first (with its `reset` event when history is on), then its own keys.
-    replay.reset(client, gkeys, StartPoint.parse("latest").to_last_delivered_id(), history)
+    redelivery.reset(client, gkeys, StartPoint.parse("latest").to_last_delivered_id(), history)
     retries = direct = 0
     for _ in range(PURGE_CALLS):
         r, d, more = scripts("purge_consumer", [gkeys.retry, gkeys.direct], [group, PURGE_BATCH])

@@ -9,9 +9,9 @@ from typing import Any
 
 import redis
 
-from redisq_django.core import archive, replay, retention
+from redisq_django.core import named_archives, redelivery, retention
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadLetter, redrive_fields
+from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.envelope import Delay, Due, Envelope, due_of
 from redisq_django.core.errors import (
     ConsumerNotFound,
@@ -215,10 +215,10 @@ class Broker:
         return out
 
     @property
-    def archives(self) -> archive.Archives:
+    def archives(self) -> named_archives.Archives:
         """The queues' named archives: register, commit, list, remove
-        (:class:`~redisq_django.core.archive.Archives`)."""
-        return archive.Archives(self.client, self.scripts, self.keys)
+        (:class:`~redisq_django.core.named_archives.Archives`)."""
+        return named_archives.Archives(self.client, self.scripts, self.keys)
 
     # -- logical consumers -------------------------------------------------------------
 
@@ -256,7 +256,7 @@ class Broker:
         keys.group(group)
         target = StartPoint.parse(start).to_last_delivered_id()
         try:
-            replay.reset(self.client, keys.group(group), target, self.config.history)
+            redelivery.reset(self.client, keys.group(group), target, self.config.history)
         except redis.ResponseError as exc:
             if is_nogroup(exc):
                 raise ConsumerNotFound(queue, group) from exc
@@ -315,12 +315,12 @@ class Broker:
     @translate_errors
     def dead_letters(
         self, queue: str, group: str, *, count: int = 100, after: str | None = None
-    ) -> list[DeadLetter]:
+    ) -> list[DeadEntry]:
         """Dead letters of ``group`` still in Redis, oldest first (at most ``count``,
         after dead-stream entry id ``after`` when paging)."""
         gkeys = self.keys(queue).group(group)
         entries = self.client.xrange(gkeys.dead, f"({after}" if after else "-", "+", count=count)
-        return [DeadLetter.from_entry(queue, eid, dict(f)) for eid, f in entries]
+        return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
 
     @translate_errors
     def delete_dead(self, queue: str, group: str, entry_ids: Iterable[str]) -> int:
@@ -345,7 +345,7 @@ class Broker:
         entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
         if not entries:
             return None
-        new_id = replay.redrive(
+        new_id = redelivery.redrive(
             self.scripts, gkeys, entry_id, redrive_fields(dict(entries[0][1])), self.config.history
         )
         return to_str(new_id) if new_id else None
@@ -363,7 +363,7 @@ class Broker:
         """
         gkeys = self.keys(queue).group(group)
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
-        return to_str(replay.redrive(self.scripts, gkeys, "", envelope, self.config.history))
+        return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
 
     # -- retention, purge, stats -------------------------------------------------------
 

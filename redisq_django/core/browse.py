@@ -20,7 +20,7 @@ from typing import Any
 
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
-from redisq_django.core.deadletter import F_ERROR_CLASS, F_ERROR_MESSAGE
+from redisq_django.core.dead_entry import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.wire import json_object, to_str, wire_int
 

@@ -37,7 +37,7 @@ class CoreConfig:
         poll_interval_ms: how often a waiting fetch checks for due delayed messages.
         script_batch: bound on the entries one script call promotes or trims.
         json_encoder: encoder class for payloads and headers.
-        history: record lifecycle events (``core/events.py``) with every settle, and
+        history: record lifecycle events (``core/lifecycle.py``) with every settle, and
             keep the log and events until the archive has stored them.
         trends: keep per-minute counters (``core/trends.py``), each written in the same
             round trip as the publish, acknowledgement or settle it counts.

@@ -90,7 +90,7 @@ class QueueKeys:
 
     @property
     def archives(self) -> str:
-        """Hash: the named archives of this queue (:mod:`~redisq_django.core.archive`)."""
+        """Hash: the named archives of this queue (:mod:`~redisq_django.core.named_archives`)."""
         return f"{self.tag}:archives"
 
     def archive_gaps(self, archive: str) -> str:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import events
-from redisq_django.core.deadletter import Failure
+from redisq_django.core import lifecycle
+from redisq_django.core.dead_entry import Failure
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.scripts import ScriptName
@@ -63,7 +63,7 @@ def ack_call(
     for m in messages:
         (log if m.stream is Stream.LOG else direct).append(m)
     ordered = [*log, *direct] if direct else log
-    records = events.records_array([(m.id, m.attempts, m.duration_ms) for m in ordered])
+    records = lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in ordered])
     qkeys = gkeys.queue_keys
     return (
         [qkeys.log, gkeys.direct, qkeys.events],

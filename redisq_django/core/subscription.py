@@ -8,15 +8,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import events, leases, settle, trends
+from redisq_django.core import leases, lifecycle, settle, trends
 from redisq_django.core.clock import monotonic_ms, now_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields, undecodable_fields
 from redisq_django.core.errors import RedisRefused, translate_errors
-from redisq_django.core.events import EventName
 from redisq_django.core.groups import entries_of, leave_group, read_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
@@ -162,7 +162,7 @@ class Subscription:
             )
             event = self._event(
                 EventName.DEAD,
-                [events.record(entry_id.decode(), 1)],
+                [lifecycle.record(entry_id.decode(), 1)],
                 failure=Failure("UndecodableEntry", str(exc)),
                 reason=DeadReason.UNDECODABLE,
             )
@@ -210,7 +210,7 @@ class Subscription:
         """The event entry of a settle, or nothing when history is off."""
         if not self.history:
             return []
-        return events.fields(name, self.group, self.consumer, records, **details)
+        return lifecycle.fields(name, self.group, self.consumer, records, **details)
 
     def _settle(
         self,
@@ -248,7 +248,7 @@ class Subscription:
         # Without `next_due`: fail.lua adds the due time it makes, by Redis's clock.
         event = self._event(
             EventName.RETRIED,
-            [events.record(message.id, message.attempts, message.duration_ms)],
+            [lifecycle.record(message.id, message.attempts, message.duration_ms)],
             failure=failure,
         )
         self.report.failed += 1
@@ -280,7 +280,7 @@ class Subscription:
         )
         event = self._event(
             EventName.DEAD,
-            [events.record(message.id, message.attempts, message.duration_ms)],
+            [lifecycle.record(message.id, message.attempts, message.duration_ms)],
             failure=failure,
             reason=reason,
         )
@@ -392,6 +392,6 @@ class Subscription:
         released = 0
         for m in messages:
             fields = settle.next_delivery(m, now_ms(), failed=False)
-            event = self._event(EventName.RELEASED, [events.record(m.id, m.attempts - 1)])
+            event = self._event(EventName.RELEASED, [lifecycle.record(m.id, m.attempts - 1)])
             released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event, {})
         return released

@@ -1,6 +1,6 @@
 """The wire of task results (Django-free): statuses, the enqueue call, expiries, hashes.
 
-Shared by the sync store (:mod:`redisq_django.core.task_results`) and the asyncio
+Shared by the sync store (:mod:`redisq_django.core.task_store`) and the asyncio
 enqueue of the Tasks backend (``redisq_django.tasks.aio``), so that both build the same
 ``task_enqueue.lua`` call and read a result hash the same way (PROTOCOL.md, "Django task
 results").

@@ -16,8 +16,8 @@ from redisq_django import archives as named
 from redisq_django import history, operations
 from redisq_django.connection import get_broker
 from redisq_django.core import browse
-from redisq_django.core.archive import LAG_COUNT_CAP
 from redisq_django.core.keys import validate_name
+from redisq_django.core.named_archives import LAG_COUNT_CAP
 
 #: How ``deliver-now`` writes (``BaseCommand.stdout.write``).
 Write = Callable[[str], Any]

@@ -6,11 +6,11 @@ and no module imports either library at its top: each asks :mod:`.extras` when i
 one, which names the extra to install when it is missing.
 
 * :mod:`.families`: metric names, help texts and buckets (no library needed).
-* :mod:`.worker`: :class:`~.worker.PrometheusMiddleware`, the worker's counters and
+* :mod:`.prometheus`: :class:`~.prometheus.PrometheusMiddleware`, the worker's counters and
   histograms.
 * :mod:`.exporter`: the HTTP endpoint of ``runconsumer --metrics-port`` (also for
   ``--processes N``, through prometheus-client's multiprocess mode).
-* :mod:`.queues`: gauges read from Redis at scrape time (backlog, pending, ages...).
+* :mod:`.gauges`: gauges read from Redis at scrape time (backlog, pending, ages...).
 * :mod:`.views`: the Django ``/metrics`` view of those gauges (``redisq_django.urls``).
 * :mod:`.tracing`: :class:`~.tracing.Tracing`, W3C trace context in the headers, ``send``
   and ``process`` spans.

@@ -32,7 +32,7 @@ from redis.exceptions import RedisClusterException
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import quick_client
 from redisq_django.metrics import extras
-from redisq_django.metrics.queues import PerConsumer, QueueCollector
+from redisq_django.metrics.gauges import PerConsumer, QueueCollector
 
 logger = logging.getLogger("redisq.metrics")
 

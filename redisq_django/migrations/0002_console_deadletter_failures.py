@@ -6,7 +6,7 @@ from typing import Any
 import django.db.models.deletion
 from django.db import migrations, models
 
-from redisq_django.core.deadletter import normalise_error
+from redisq_django.core.dead_entry import normalise_error
 
 #: The entry id given to the one failure each existing dead letter had: the dead entry it
 #: came from is gone from Redis, and "0-0" is no id Redis ever gives.

@@ -2,7 +2,7 @@
 proxies that put the overview and the task results on the admin index.
 
 Code declares consumers (``@consumer``);
-:func:`redisq_django.consuming.sync.sync_declarations` writes what code says into the
+:func:`redisq_django.consuming.consumer_sync.sync_declarations` writes what code says into the
 ``declared_*`` columns. Staff may override some values in the admin (the nullable
 columns without prefix). The effective value is the override when set, else the
 declared value, else the ``REDISQ`` default, and the admin and ``runconsumer``'s

@@ -25,7 +25,7 @@ def default_timezone() -> str:
 
 class Schedule(models.Model):
     """A periodic schedule: declared in code (``periodic``) or added in the admin; how
-    both ways stay in step: ``redisq_django.schedules.sync``. Workers read it every 2 s."""
+    both ways stay in step: ``redisq_django.schedules.schedule_sync``. Workers read it every 2 s."""
 
     class Origin(models.TextChoices):
         """Who created the row: the code's ``periodic`` or staff in the admin."""
@@ -78,7 +78,7 @@ class Schedule(models.Model):
     since = models.DateTimeField(_("ticking since"), default=django_timezone.now, editable=False)
     last_run_at = models.DateTimeField(_("last run"), null=True, editable=False)
     # A snapshot at the last save or fire, stale after downtime: the admin, the banner and
-    # ``manage.py redisq schedules`` compute the next tick when shown (schedules.overview).
+    # ``manage.py redisq schedules`` compute the next tick when shown (schedules.listing).
     next_run_at = models.DateTimeField(_("next run"), null=True, editable=False)
     last_message_id = models.CharField(
         _("last message id"), max_length=64, blank=True, editable=False

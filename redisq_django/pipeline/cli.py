@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from redisq_django.cli import positive_float, positive_int
-from redisq_django.core.archive import DEFAULT_ARCHIVE
+from redisq_django.arguments import positive_float, positive_int
+from redisq_django.core.named_archives import DEFAULT_ARCHIVE
 from redisq_django.pipeline.cli_jobs import (
     add_compact_arguments,
     add_files_arguments,

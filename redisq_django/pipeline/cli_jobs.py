@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from redisq_django.cli import positive_float, positive_int
+from redisq_django.arguments import positive_float, positive_int
 from redisq_django.pipeline.files import TABLES, archive_files, write_manifests
 from redisq_django.pipeline.job_options import (
     DEFAULT_TARGET_FILE_BYTES,

@@ -11,15 +11,15 @@ from typing import Any
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.archive import (
+from redisq_django.core.errors import ArchiveNotRegistered
+from redisq_django.core.keys import queue_keys
+from redisq_django.core.named_archives import (
     TRIMMED_FIELDS,
     ArchivedStream,
     Registered,
     parse_id,
     stream_key,
 )
-from redisq_django.core.errors import ArchiveNotRegistered
-from redisq_django.core.keys import queue_keys
 from redisq_django.core.wire import to_str
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 

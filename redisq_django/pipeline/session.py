@@ -136,7 +136,7 @@ def package_zip(target: Path) -> Path:
     """Write the ``redisq_django`` package (sources and package data, no bytecode or
     tests) to the zip file ``target``, importable from ``sys.path``."""
     # This module's grandparent, not ``redisq_django.__file__``: the pipeline imports
-    # the core and ``cli.py`` only (docs/layout.md), not the package's public names.
+    # the core and ``arguments.py`` only (docs/layout.md), not the package's public names.
     package = Path(__file__).resolve().parent.parent
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for dirpath, dirnames, filenames in os.walk(package):

@@ -43,7 +43,7 @@ Id = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class Cell:
+class StreamSlice:
     """A slice of a stream: ``lo`` to ``hi`` (entry ids, inclusive), about ``count``
     entries; ``origin`` is the index of the time slice it was cut from."""
 
@@ -95,7 +95,7 @@ class Probe:
     tail: list[Id]
 
 
-def _probe(conn: Any, key: str, cells: list[Cell]) -> list[Probe]:
+def _probe(conn: Any, key: str, cells: list[StreamSlice]) -> list[Probe]:
     """Sample and estimate each cell, in two round trips at most."""
     with conn.pipeline(transaction=False) as pipe:
         for cell in cells:
@@ -126,7 +126,7 @@ def _id(entry_id: Id) -> str:
     return f"{entry_id[0]}-{entry_id[1]}"
 
 
-def _cut(cell: Cell, probe: Probe, parts: int) -> tuple[list[Cell], bool]:
+def _cut(cell: StreamSlice, probe: Probe, parts: int) -> tuple[list[StreamSlice], bool]:
     """``cell`` cut into ``parts`` parts: ``(parts, final)``; final when they need no
     probe (one millisecond, cut by sequence number: each part holds at most its share)."""
     first, last = probe.head[0], probe.tail[0]
@@ -136,20 +136,22 @@ def _cut(cell: Cell, probe: Probe, parts: int) -> tuple[list[Cell], bool]:
         starts = [cell.lo, *(f"{first[0]}-{c}" for c in cuts)]
         ends = [*(f"{first[0]}-{c - 1}" for c in cuts), cell.hi]
         share = probe.count / len(starts)
-        return [Cell(a, b, share, cell.origin) for a, b in zip(starts, ends, strict=True)], True
+        return [
+            StreamSlice(a, b, share, cell.origin) for a, b in zip(starts, ends, strict=True)
+        ], True
     ranges = split(cell.lo, cell.hi, min(MAX_FANOUT, max(2, parts)))
     share = probe.count / len(ranges)
-    return [Cell(a, b, share, cell.origin) for a, b in ranges], False
+    return [StreamSlice(a, b, share, cell.origin) for a, b in ranges], False
 
 
-def _merged(cells: list[Cell], max_entries: int) -> list[tuple[str, str]]:
+def _merged(cells: list[StreamSlice], max_entries: int) -> list[tuple[str, str]]:
     """Neighbours cut from the same slice merged while they hold ``max_entries`` in all
     (a merged range also covers the empty cells between them: nothing to read there)."""
     out: list[tuple[str, str]] = []
-    run: Cell | None = None
+    run: StreamSlice | None = None
     for cell in sorted(cells, key=lambda c: parse_id(c.lo)):
         if run is not None and run.origin == cell.origin and run.count + cell.count <= max_entries:
-            run = Cell(run.lo, cell.hi, run.count + cell.count, run.origin)
+            run = StreamSlice(run.lo, cell.hi, run.count + cell.count, run.origin)
             continue
         if run is not None:
             out.append((run.lo, run.hi))
@@ -177,17 +179,17 @@ def size_split(
     total = int(conn.xlen(key))
     if total <= max_entries:
         return list(ranges)
-    pending = [Cell(lo, hi, math.inf, i) for i, (lo, hi) in enumerate(ranges)]
-    done: list[Cell] = []
+    pending = [StreamSlice(lo, hi, math.inf, i) for i, (lo, hi) in enumerate(ranges)]
+    done: list[StreamSlice] = []
     probes = 0
     while pending and probes + len(pending) <= MAX_PROBES:
         probes += len(pending)
-        again: list[Cell] = []
-        unsure: list[tuple[Cell, Probe]] = []
+        again: list[StreamSlice] = []
+        unsure: list[tuple[StreamSlice, Probe]] = []
         for cell, probe in zip(pending, _probe(conn, key, pending), strict=True):
             if not probe.head:
                 continue  # no entry: nothing to read (no new one can fall in past ids)
-            cell = Cell(cell.lo, cell.hi, probe.count, cell.origin)
+            cell = StreamSlice(cell.lo, cell.hi, probe.count, cell.origin)
             if probe.count > max_entries:
                 cut, final = _cut(cell, probe, math.ceil(probe.count / max_entries))
                 (done if final else again).extend(cut)
@@ -206,5 +208,5 @@ def size_split(
     for cell in pending:  # out of probes: cut what is left evenly in time by its estimate
         parts = 1 if math.isinf(cell.count) else math.ceil(cell.count / max_entries)
         pieces = split(cell.lo, cell.hi, parts) if parts > 1 else [(cell.lo, cell.hi)]
-        done += [Cell(a, b, cell.count / len(pieces), cell.origin) for a, b in pieces]
+        done += [StreamSlice(a, b, cell.count / len(pieces), cell.origin) for a, b in pieces]
     return _merged(done, max_entries)

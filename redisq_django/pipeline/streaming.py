@@ -6,7 +6,7 @@ queue (``"orders"``), or ``"queue:consumer"`` for dead letters (names never cont
 offset.
 
 A stream is read-only unless option ``archive`` names it: then it is that named archive
-(:mod:`redisq_django.core.archive`). It registers each stream before it reads it (a new
+(:mod:`redisq_django.core.named_archives`). It registers each stream before it reads it (a new
 query where ``startingOffsets`` says, a resumed one at its checkpoint's offset), and
 ``commit(end)`` moves its position in Redis, so retention trims behind it and never
 before. A read-only stream writes nothing to Redis and holds nothing: retention may
@@ -37,8 +37,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from redisq_django.core.archive import Archives, Gap, Registered
 from redisq_django.core.keys import queue_keys
+from redisq_django.core.named_archives import Archives, Gap, Registered
 from redisq_django.pipeline import admission, loss, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss

@@ -41,7 +41,7 @@ def default_payload(instance: models.Model, event: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Registration:
+class EventRegistration:
     model: type[models.Model]
     queue: str
     on: tuple[str, ...]
@@ -51,7 +51,7 @@ class Registration:
         return {"event": event, "model": self.model._meta.label_lower}
 
 
-_registrations: list[Registration] = []
+_registrations: list[EventRegistration] = []
 
 
 def publish_model_events(
@@ -77,7 +77,7 @@ def publish_model_events(
     unknown = sorted(set(on) - set(EVENTS))
     if unknown:
         raise ValueError(f"Unknown model event(s) {unknown}; use {', '.join(EVENTS)}.")
-    registration = Registration(model, queue, tuple(on), payload or default_payload)
+    registration = EventRegistration(model, queue, tuple(on), payload or default_payload)
     # Declaring the same model and queue again (e.g. ready() running again when the app
     # registry reloads) replaces the earlier declaration instead of doubling events.
     _registrations[:] = [r for r in _registrations if (r.model, r.queue) != (model, queue)]
@@ -93,7 +93,7 @@ def publish_model_events(
         )
 
 
-def _publish(registration: Registration, instance: Any, event: str, using: str) -> str:
+def _publish(registration: EventRegistration, instance: Any, event: str, using: str) -> str:
     return publish_on_commit(
         registration.queue,
         registration.payload(instance, event),
@@ -102,7 +102,7 @@ def _publish(registration: Registration, instance: Any, event: str, using: str) 
     )
 
 
-def _make_on_save(registration: Registration) -> Callable[..., None]:
+def _make_on_save(registration: EventRegistration) -> Callable[..., None]:
     def on_save(
         sender: Any,
         instance: Any,
@@ -120,7 +120,7 @@ def _make_on_save(registration: Registration) -> Callable[..., None]:
     return on_save
 
 
-def _make_on_delete(registration: Registration) -> Callable[..., None]:
+def _make_on_delete(registration: EventRegistration) -> Callable[..., None]:
     def on_delete(sender: Any, instance: Any, using: str = "default", **kwargs: Any) -> None:
         _publish(registration, instance, "deleted", using)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from redisq_django.schedules.declarations import periodic
+    from redisq_django.schedules.declared import periodic
     from redisq_django.schedules.timing import Missed, ScheduleError
 
 __all__ = ["Missed", "ScheduleError", "periodic"]
 
 _WHERE = {
-    "periodic": "redisq_django.schedules.declarations",
+    "periodic": "redisq_django.schedules.declared",
     "Missed": "redisq_django.schedules.timing",
     "ScheduleError": "redisq_django.schedules.timing",
 }

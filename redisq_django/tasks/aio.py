@@ -179,7 +179,7 @@ async def enqueue(
     *,
     trends_on: bool = False,
 ) -> Any:
-    """Run ``task_enqueue.lua`` (see ``TaskResults.enqueue``); with ``trends_on``, a
+    """Run ``task_enqueue.lua`` (see ``TaskResultStore.enqueue``); with ``trends_on``, a
     published task counts in the queue's ``published`` trend in the same round trip, as
     the synchronous ``enqueue`` counts it."""
     script_keys, args = enqueue_call(keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode)

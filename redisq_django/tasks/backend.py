@@ -19,11 +19,10 @@ from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
-from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import PUBLISH
 from redisq_django.tasks import aio, registry
-from redisq_django.tasks.configured import shared_queues
-from redisq_django.tasks.options import (
+from redisq_django.tasks.backend_options import (
     TASKS_CONSUMER,
     TaskOptions,
     level_rank,
@@ -31,6 +30,7 @@ from redisq_django.tasks.options import (
     parse_options,
     queue_name_problem,
 )
+from redisq_django.tasks.configured import shared_queues
 from redisq_django.tasks.results import TaskMessage, from_fields, now_to_the_ms
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class RedisqBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._ensured: set[str] = set()
-        self._results: TaskResults | None = None
+        self._results: TaskResultStore | None = None
 
     @functools.cached_property
     def task_options(self) -> TaskOptions:
@@ -98,11 +98,11 @@ class RedisqBackend(BaseTaskBackend):
             raise InvalidTask(f"TASKS[{self.alias!r}]['OPTIONS'] is invalid: {exc}") from None
 
     @property
-    def results(self) -> TaskResults:
+    def results(self) -> TaskResultStore:
         """The task results of the current broker (rebuilt when settings change it)."""
         broker = get_broker()
         if self._results is None or self._results.client is not broker.client:
-            self._results = TaskResults(
+            self._results = TaskResultStore(
                 broker.client,
                 broker.scripts,
                 broker.keys,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from redisq_django.tasks.options import TaskOptions, parse_options, queue_name_problem
+from redisq_django.tasks.backend_options import TaskOptions, parse_options, queue_name_problem
 
 BACKEND_PATH = "redisq_django.tasks.RedisqBackend"
 _BACKEND_PATHS = (BACKEND_PATH, "redisq_django.tasks.backend.RedisqBackend")

@@ -25,13 +25,13 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from redisq_django.core.clock import now_ms
-from redisq_django.core.deadletter import Failure
+from redisq_django.core.dead_entry import Failure
 from redisq_django.core.handler import Reject, Settled
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import SUCCESSFUL
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
@@ -171,7 +171,7 @@ def _ms_since(began_ns: int) -> int:
 _local = threading.local()
 
 
-def _pipe(store: TaskResults) -> TaskPipe:
+def _pipe(store: TaskResultStore) -> TaskPipe:
     """This thread's pipe of task writes (a new one when the broker changed)."""
     pipe: TaskPipe | None = getattr(_local, "pipe", None)
     if pipe is None or pipe.client is not store.client:

@@ -6,12 +6,12 @@ from typing import Any
 
 from django.db.models.signals import post_save
 
-from redisq_django.consuming.registry import registry
+from redisq_django.consuming.declarations import registry
 from redisq_django.core.clock import now_ms
-from redisq_django.core.deadletter import DeadReason
+from redisq_django.core.dead_entry import DeadReason
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_retried
-from redisq_django.tasks.options import TASKS_CONSUMER
+from redisq_django.tasks.backend_options import TASKS_CONSUMER
 
 
 def _task_queue_ttls() -> dict[str, int]:
@@ -28,10 +28,10 @@ def _task_queue_ttls() -> dict[str, int]:
 
 def _results() -> Any:
     from redisq_django.connection import get_broker
-    from redisq_django.core.task_results import TaskResults
+    from redisq_django.core.task_store import TaskResultStore
 
     broker = get_broker()
-    return TaskResults(broker.client, broker.scripts, broker.keys)
+    return TaskResultStore(broker.client, broker.scripts, broker.keys)
 
 
 def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:
@@ -60,7 +60,7 @@ def results_of_lost_tasks(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 def task_declarations() -> list[Any]:
-    from redisq_django.tasks.declarations import task_declarations as declared
+    from redisq_django.tasks.task_queues import task_declarations as declared
 
     return declared()
 

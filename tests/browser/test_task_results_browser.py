@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.tasks import TaskResultStatus
 from playwright.sync_api import Page, expect
 
-from redisq_django.deadletters import sink
+from redisq_django.deadletters.sinking import sink
 from tests.browser.test_admin_browser import log_in, result_rows, staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

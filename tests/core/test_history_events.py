@@ -178,7 +178,7 @@ def test_retention_waits_for_the_archive_then_trims_behind_it(
     ],
 )
 def test_event_records_are_json_whatever_the_message_id(message_id: str, expected: bytes) -> None:
-    from redisq_django.core.events import record
+    from redisq_django.core.lifecycle import record
 
     assert record(message_id, 2, 15) == expected
     assert json.loads(record(message_id, 2, 15)) == [message_id, 2, 15]
@@ -186,7 +186,7 @@ def test_event_records_are_json_whatever_the_message_id(message_id: str, expecte
 
 
 def test_a_batch_of_records_is_one_json_array_whatever_the_message_ids() -> None:
-    from redisq_django.core.events import records_array
+    from redisq_django.core.lifecycle import records_array
 
     plain = [("1700000000000-0", 1, 12), ("9f0c2e", 3, None)]
     assert records_array(plain) == b'[["1700000000000-0",1,12],["9f0c2e",3,null]]'

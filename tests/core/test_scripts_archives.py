@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.archive import Gap, Registered, Registration
 from redisq_django.core.errors import ArchiveNotRegistered, InvalidName
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.named_archives import ArchiveRegistration, Gap, Registered
 
 TEN = [f"{i * 1000}-0" for i in range(1, 11)]  # 1000-0 .. 10000-0
 
@@ -58,13 +58,13 @@ def test_register_records_where_an_archive_starts_once(
 ) -> None:
     archives = broker.archives
     # When archives register from the earliest, the latest and a given id
-    assert archives.register(queue_name, "full", "messages", "earliest") == Registration(
+    assert archives.register(queue_name, "full", "messages", "earliest") == ArchiveRegistration(
         Registered.NOW, "0-0"
     )
     assert archives.register(queue_name, "new", "messages", "latest").position == "10000-0"
     assert archives.register(queue_name, "mid", "messages", "4000-0").position == "4000-0"
     # Then registering again changes nothing, whatever start it asks for
-    assert archives.register(queue_name, "full", "messages", "latest") == Registration(
+    assert archives.register(queue_name, "full", "messages", "latest") == ArchiveRegistration(
         Registered.ALREADY, "0-0"
     )
     # And each has a position and a registration time (Redis's clock) per stream
@@ -256,7 +256,7 @@ def test_an_earlier_versions_position_holds_until_default_adopts_it(
     assert redis_client.hget(qk.meta, "archive:messages") == b"3000-0"
     # When "default" registers: it starts where the earlier archive stopped, atomically
     got = broker.archives.register(queue_name, "default", "messages", "earliest")
-    assert got == Registration(Registered.ADOPTED, "3000-0")
+    assert got == ArchiveRegistration(Registered.ADOPTED, "3000-0")
     assert redis_client.hget(qk.meta, "archive:messages") is None
     assert broker.archives.positions(queue_name, "default") == {"messages": "3000-0"}
     # And nothing was trimmed that the earlier archive had not stored

@@ -13,7 +13,7 @@ import json
 import pytest
 import redis
 
-from redisq_django.core import task_results, task_wire
+from redisq_django.core import task_store, task_wire
 from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
@@ -207,9 +207,9 @@ def test_a_task_result_expires_by_redis_clock_whatever_the_host_clock_says(
 ) -> None:
     # Given a host whose clock is two days off, keeping results for a day by its clock
     skewed = redis_ms(redis_client) + skew_ms
-    for module in (task_results, task_wire):  # every "now" of this host
+    for module in (task_store, task_wire):  # every "now" of this host
         monkeypatch.setattr(module, "now_ms", lambda: skewed)
-    results = task_results.TaskResults(broker.client, broker.scripts, broker.keys)
+    results = task_store.TaskResultStore(broker.client, broker.scripts, broker.keys)
     envelope = Envelope(queue=qk.queue, id="r1", payload_json=b"{}")
     # When it enqueues a task and settles nothing yet
     t0 = redis_ms(redis_client)

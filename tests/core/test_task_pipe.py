@@ -11,7 +11,7 @@ import redis
 from redisq_django.core.broker import Broker
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_results import TaskResults
+from redisq_django.core.task_store import TaskResultStore
 
 G = "tasks"
 
@@ -31,7 +31,7 @@ def test_start_and_settle_are_applied_in_order(
     # Given a delivered task message and a pipe (with Redis's scripts flushed or not)
     broker = Broker(redis_client)
     message = _delivered(broker, queue_name)
-    results = TaskResults(broker.client, broker.scripts, broker.keys)
+    results = TaskResultStore(broker.client, broker.scripts, broker.keys)
     pipe = TaskPipe(broker.client, broker.scripts)
     if flush_scripts:  # after the pipe loaded its scripts: Redis restarted meanwhile
         pipe.write("task_start", *results.start_call(message, "w0", 2**41, {}, 50))
@@ -59,7 +59,7 @@ def test_a_start_is_applied_before_its_reply_is_read_on_a_fresh_redis(
     broker = Broker(redis_client)
     message = _delivered(broker, queue_name)
     redis_client.script_flush()
-    results = TaskResults(broker.client, broker.scripts, broker.keys)
+    results = TaskResultStore(broker.client, broker.scripts, broker.keys)
     pipe = TaskPipe(broker.client, broker.scripts)
     try:
         # When a task's start is written without waiting (the task then runs)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 def make_dead(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> DeadLetter:
     """A real dead letter: published, fetched, rejected, sunk into the database."""
-    from redisq_django.deadletters import sink
+    from redisq_django.deadletters.sinking import sink
 
     broker.ensure_consumer(queue, consumer)  # latest: only what is published next
     broker.publish(queue, payload)

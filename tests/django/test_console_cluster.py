@@ -67,7 +67,7 @@ def private_cluster(
 @pytest.fixture
 def only_this_queue() -> Iterator[None]:
     """No consumer declared by other test modules: the pages read this test's queue only."""
-    from redisq_django.consuming.registry import registry
+    from redisq_django.consuming.declarations import registry
 
     saved = dict(registry._declarations)
     registry._declarations.clear()

@@ -24,7 +24,7 @@ from redisq_django.admin.consumers import CONSUMER_DELETE_NOTE
 from redisq_django.admin.deadletters import DELETE_NOTE
 from redisq_django.admin.queues import QUEUE_DELETE_NOTE
 from redisq_django.connection import get_broker
-from redisq_django.consuming.registry import registry
+from redisq_django.consuming.declarations import registry
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.figures import HELP, STALLED_TEXT
 from redisq_django.models import Consumer, DeadLetter, Queue

@@ -20,9 +20,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from redisq_django import deadletters, triage
+from redisq_django import deadletters
 from redisq_django.connection import get_broker
-from redisq_django.core.deadletter import normalise_error
+from redisq_django.core.dead_entry import normalise_error
+from redisq_django.deadletters import triage
 from redisq_django.models import DeadLetter, DeadLetterFailure
 from tests.support.console_data import failure, kill, undecodable
 

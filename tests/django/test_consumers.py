@@ -21,11 +21,11 @@ from django.test.utils import CaptureQueriesContext
 from redisq_django import Message, Reject, consumer
 from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker
-from redisq_django.consuming.registry import Declaration, registry
-from redisq_django.consuming.sync import sync_declarations
+from redisq_django.consuming.consumer_sync import sync_declarations
+from redisq_django.consuming.declarations import ConsumerDeclaration, registry
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.worker import WorkerOptions
-from redisq_django.deadletters import sink_all
+from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import (
     SOURCE_CODE,
     SOURCE_DEFAULT,
@@ -118,7 +118,7 @@ def test_sync_mirrors_code_and_keeps_admin_overrides(queue_name: str, declared: 
     row.save()
 
     # When code changes the declaration and the rows are synchronised again
-    registry._declarations[(queue_name, "billing")] = Declaration(
+    registry._declarations[(queue_name, "billing")] = ConsumerDeclaration(
         **{**registry._declarations[(queue_name, "billing")].__dict__, "max_retries": 4}
     )
     sync_declarations()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from redisq_django.schedules.declarations import ScheduleDiscoveryError
-from redisq_django.schedules.declarations import registry as schedule_registry
+from redisq_django.schedules.declared import ScheduleDiscoveryError
+from redisq_django.schedules.declared import registry as schedule_registry
 
 #: Builds an importable app package: ``make_app(name, {"module.py": source})``.
 MakeApp = Callable[[str, dict[str, str]], str]

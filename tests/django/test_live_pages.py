@@ -369,7 +369,7 @@ def test_the_pages_answer_with_redis_stopped(
 
 def test_runconsumer_samples_the_trends(broker: Any, queue_name: str, settings: Any) -> None:
     from redisq_django import consumer
-    from redisq_django.consuming.registry import registry
+    from redisq_django.consuming.declarations import registry
 
     saved = dict(registry._declarations)
     try:

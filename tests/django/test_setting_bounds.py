@@ -30,7 +30,7 @@ from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.management.commands.runconsumer import Command as RunConsumer
 from redisq_django.models import TUNABLES, Consumer, Queue
-from redisq_django.tasks.options import OPTION_DEFAULTS, option_problems
+from redisq_django.tasks.backend_options import OPTION_DEFAULTS, option_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "redisq_django.tasks.RedisqBackend"

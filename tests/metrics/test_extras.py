@@ -62,7 +62,7 @@ PROGRAM = textwrap.dedent(
     from django.core.management.base import CommandError
     from django.test import Client
     from django.test.utils import override_settings
-    import redisq_django.metrics.views, redisq_django.metrics.worker
+    import redisq_django.metrics.views, redisq_django.metrics.prometheus
     import redisq_django.metrics.tracing, redisq_django.metrics.exporter
 
     call_command("migrate", verbosity=0)  # an in-memory database of its own

@@ -327,7 +327,7 @@ def test_without_an_sdk_nothing_is_traced_but_a_current_context_passes_on(
 def test_a_worker_without_an_sdk_runs_no_tracing_middleware(
     settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from redisq_django.consuming.middleware import DjangoDatabaseMiddleware
+    from redisq_django.consuming.db_hygiene import DjangoDatabaseMiddleware
     from redisq_django.metrics import tracing as tracing_module
     from redisq_django.runner import worker_middleware
 

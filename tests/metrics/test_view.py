@@ -281,7 +281,7 @@ def test_the_collector_reads_a_redis_cluster(redis_cluster: Any) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from redisq_django.core import Broker
-    from redisq_django.metrics.queues import QueueCollector
+    from redisq_django.metrics.gauges import QueueCollector
 
     # Given two queues (in different slots) on a 3-master cluster
     redis_cluster.flushall()

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, RetryPolicy
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.metrics import families
-from redisq_django.metrics.worker import PrometheusMiddleware, _add_observations
+from redisq_django.metrics.prometheus import PrometheusMiddleware, _add_observations
 
 GROUP = "billing"
 

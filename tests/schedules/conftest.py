@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from redisq_django import Message, consumer
-from redisq_django.consuming.registry import registry as consumer_registry
-from redisq_django.schedules.declarations import registry
+from redisq_django.consuming.declarations import registry as consumer_registry
+from redisq_django.schedules.declared import registry
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from redisq_django.core.worker import WorkerOptions
 from redisq_django.models import Schedule
 from redisq_django.runner import build_worker
 from redisq_django.schedules import ScheduleError, periodic
-from redisq_django.schedules.declarations import registry
+from redisq_django.schedules.declared import registry
 from redisq_django.schedules.job import RowLoader
+from redisq_django.schedules.schedule_sync import sync_schedules
 from redisq_django.schedules.spec import QueueTarget, TaskTarget
-from redisq_django.schedules.sync import sync_schedules
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db

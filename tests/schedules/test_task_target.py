@@ -18,7 +18,7 @@ import redis
 from django.core.management import call_command
 
 from redisq_django.connection import get_broker
-from redisq_django.schedules.declarations import registry
+from redisq_django.schedules.declared import registry
 from redisq_django.schedules.scheduler import Scheduler
 from redisq_django.schedules.spec import ScheduleSpec, TaskTarget
 from redisq_django.schedules.targets import firer, load_task

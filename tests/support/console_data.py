@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.deadletters import sink
+from redisq_django.deadletters.sinking import sink
 from redisq_django.models import Consumer, DeadLetter, Queue
 
 

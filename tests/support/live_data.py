@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redisq_django.core import Message
-from redisq_django.deadletters import sink
+from redisq_django.deadletters.sinking import sink
 from redisq_django.models import Consumer, Queue
 
 

@@ -28,11 +28,11 @@ from django.urls import reverse
 
 from redisq_django import Message, consumer
 from redisq_django.connection import get_broker
-from redisq_django.consuming.registry import registry as consumer_registry
+from redisq_django.consuming.declarations import registry as consumer_registry
 from redisq_django.core.start import StartPoint
 from redisq_django.models import DeadLetter, Schedule
 from redisq_django.tasks import registry
-from redisq_django.tasks.options import TASKS_CONSUMER
+from redisq_django.tasks.backend_options import TASKS_CONSUMER
 from tests.support.workers import wait_for
 from tests.tasks.conftest import TasksEnv, TaskWorkers
 

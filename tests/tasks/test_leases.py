@@ -20,7 +20,7 @@ from django.tasks import TaskResultStatus, task_backends
 
 from redisq_django.connection import get_broker
 from redisq_django.core.worker.liveness import DEFAULT_HEARTBEAT_TTL_S
-from redisq_django.tasks.options import TASKS_CONSUMER
+from redisq_django.tasks.backend_options import TASKS_CONSUMER
 from tests.support.workers import wait_for
 from tests.tasks.conftest import TasksEnv, TaskWorkers
 

@@ -35,7 +35,7 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
-from redisq_django.core import events, settle, trends
+from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_batch
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
@@ -166,7 +166,7 @@ class AckPipe:
             log = m.stream is Stream.LOG
             if not self.sub.history:
                 return (self._packed.xack if log else self._packed.xack_direct) + _bulk(m.entry_id)
-            records = b"[" + events.record(m.id, m.attempts, m.duration_ms) + b"]"
+            records = b"[" + lifecycle.record(m.id, m.attempts, m.duration_ms) + b"]"
             head = self._packed.recorded if log else self._packed.recorded_direct
             return head + _bulk(m.entry_id) + _bulk(records)
         return bytes(pack_command(self._ack_command(messages)))

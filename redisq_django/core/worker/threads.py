@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from redisq_django.core.deadletter import Failure
+from redisq_django.core.dead_entry import Failure
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import ensure_group
 from redisq_django.core.handler import ConsumerSpec, Reject, Settled

@@ -10,18 +10,17 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from redisq_django import operations
-from redisq_django.cli import django_common_options, positive_int
+from redisq_django import deadletters, operations
+from redisq_django.arguments import django_common_options, positive_int
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
-from redisq_django.deadletters import sink_all
 from redisq_django.figures import age
 from redisq_django.management import console
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
-from redisq_django.schedules import overview
+from redisq_django.schedules import listing
 
 _HEAD = [
     "QUEUE",
@@ -208,11 +207,13 @@ class Command(BaseCommand):
     def do_dead(self, opts: dict[str, Any]) -> None:
         action = opts["dead_action"]
         if action == "sink":
-            self.stdout.write(f"Moved {sink_all()} dead letter(s) from Redis to the database.")
+            self.stdout.write(
+                f"Moved {deadletters.sink_all()} dead letter(s) from Redis to the database."
+            )
             return
         if action == "list":
             status = None if opts["status"] == "all" else opts["status"]
-            rows = operations.dead_letter_rows(opts["queue"], opts["consumer"], status)
+            rows = deadletters.rows(opts["queue"], opts["consumer"], status)
             letters = list(rows[: opts["limit"]])
             if not letters:
                 self.stdout.write("No dead letters.")
@@ -250,7 +251,7 @@ class Command(BaseCommand):
             self._groups(opts)
             return
         user = console.user_named(opts["user"])
-        rows = operations.dead_letter_rows(
+        rows = deadletters.rows(
             opts["queue"],
             opts["consumer"],
             error_class=opts["error_class"],
@@ -263,7 +264,7 @@ class Command(BaseCommand):
                 )
             rows = rows.filter(pk__in=opts["ids"])
         if action == "retry":
-            result = operations.retry_matching(rows, user)
+            result = deadletters.retry_matching(rows, user)
             self.stdout.write(f"Re-drove {result.done} dead letter(s), each to its own consumer.")
             if result.skipped:
                 self.stdout.write(
@@ -271,14 +272,14 @@ class Command(BaseCommand):
                     "corrected messages and discard these."
                 )
         else:
-            result = operations.discard_matching(rows, user)
+            result = deadletters.discard_matching(rows, user)
             self.stdout.write(f"Discarded {result.done} dead letter(s).")
         if result.error:
             raise CommandError(f"{result.error} {result.remaining} are still dead.")
 
     def _groups(self, opts: dict[str, Any]) -> None:
-        rows = operations.dead_letter_rows(opts["queue"], opts["consumer"])
-        found, total = operations.dead_letter_groups(rows, opts["limit"])
+        rows = deadletters.rows(opts["queue"], opts["consumer"])
+        found, total = deadletters.groups(rows, opts["limit"])
         if not found:
             self.stdout.write("No dead letters.")
             return
@@ -319,16 +320,16 @@ class Command(BaseCommand):
 
     def do_schedules(self, opts: dict[str, Any]) -> None:
         broker = get_broker()
-        states, problem = overview.current(broker.client, broker.config.prefix)
+        states, problem = listing.current(broker.client, broker.config.prefix)
         if not states:
             self.stdout.write(
                 "No schedules (declare them with periodic(), or add them in the admin)."
             )
         rows = [["NAME", "WHEN", "TIME ZONE", "TARGET", "STATE", "LAST TICK FIRED", "NEXT TICK"]]
         for s in states:
-            last = "?" if problem else overview.when(s.last_sent_ms)
+            last = "?" if problem else listing.when(s.last_sent_ms)
             if not problem and (s.last_claimed_ms or 0) > (s.last_sent_ms or 0):
-                last += f" (claimed {overview.when(s.last_claimed_ms)}, not sent yet)"
+                last += f" (claimed {listing.when(s.last_claimed_ms)}, not sent yet)"
             state = f"{s.state}: {s.error}" if s.error else s.state
             rows.append(
                 [
@@ -338,7 +339,7 @@ class Command(BaseCommand):
                     s.target,
                     state,
                     last,
-                    overview.when(s.next_tick_ms),
+                    listing.when(s.next_tick_ms),
                 ]
             )
         if states:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from redisq_django.cli import django_common_options
+from redisq_django.arguments import django_common_options
 from redisq_django.conf import get_settings
 from redisq_django.connection import get_redis_client
 from redisq_django.core.errors import RedisqError

@@ -14,10 +14,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from redisq_django.cli import configure_logging
+from redisq_django.arguments import configure_logging
 from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.connection import get_broker
-from redisq_django.consuming.sync import sync_declarations
+from redisq_django.consuming.consumer_sync import sync_declarations
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisqError, describe_client
@@ -27,7 +27,7 @@ from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_sup
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
 from redisq_django.runner import build_worker, select
-from redisq_django.schedules import overview
+from redisq_django.schedules import listing
 
 logger = logging.getLogger("redisq.worker")
 
@@ -292,7 +292,7 @@ class Command(BaseCommand):
                     value, source = opts["concurrency"], "--concurrency"
                 parts.append(f"{field}={value} ({source})")
             lines.append("      " + ", ".join(parts) + f", start={row.start}")
-        lines += overview.banner_lines(overview.listed(now_ms()))  # rows synced just now
+        lines += listing.banner_lines(listing.listed(now_ms()))  # rows synced just now
         self.stdout.write("\n".join(lines))
         self.stdout.flush()
 
@@ -334,7 +334,7 @@ def _task_queues(names: list[str]) -> list[str]:
         raise CommandError(
             f"--tasks needs Django 6.0 or newer (django.tasks); this is {django.get_version()}."
         )
-    from redisq_django.tasks.declarations import task_queues
+    from redisq_django.tasks.task_queues import task_queues
 
     try:
         return task_queues(names)

@@ -1,6 +1,7 @@
 """Dead-letter triage: retry or discard one dead letter, a selection, or every one
-matching a filter (server side, in chunks, at any size); groups by error; summaries
-for a confirmation page. The admin and ``manage.py redisq dead`` call these functions.
+matching a filter (server side, in chunks, at any size). The admin and ``manage.py
+redisq dead`` call these functions (their groups by error and summaries are
+:mod:`~redisq_django.deadletters.breakdown`'s).
 
 Every retry and discard is recorded in the admin history (``LogEntry``, who and when)
 when a user is given, and sent as the ``dead_letters_retried`` /
@@ -19,30 +20,38 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from django.db import transaction
-from django.db.models import Count, F, Max, Min, QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
-from redisq_django.core.deadletter import DeadReason, redrive_fields
+from redisq_django.core.dead_entry import DeadReason, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client
-from redisq_django.core.replay import redrive
+from redisq_django.core.redelivery import redrive
 from redisq_django.core.wire import loggable, to_bytes
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser, User
+
+    #: Who acts: a user (written on the rows and in the admin history), an anonymous
+    #: one, or None (the shell); only a saved user is recorded.
+    Operator: TypeAlias = AbstractBaseUser | AnonymousUser | None
 
 logger = logging.getLogger("redisq.deadletters")
 
 #: Dead letters retried or discarded per transaction (and Redis round trip).
 CHUNK = 500
-#: The most groups a listing of groups returns (the largest first).
-GROUPS_LIMIT = 200
 
 DEAD = DeadLetter.Status.DEAD
 
@@ -51,6 +60,7 @@ DISCARDED_LOG = "Discarded"
 
 
 def retried_log(row: DeadLetter) -> str:
+    """The history text of retrying ``row``."""
     return f"Retried: sent again to {row.queue}/{row.consumer}"
 
 
@@ -94,11 +104,17 @@ class BulkResult:
     error: str = ""
 
 
-def _user(user: Any) -> Any:
-    return user if getattr(user, "pk", None) else None
+def _user(user: Operator) -> User | None:
+    """``user`` when it is one the database knows (never an anonymous one), as the row's
+    ``retried_by`` takes it (``AUTH_USER_MODEL``, which the type checker sees as
+    ``User``)."""
+    # An anonymous user's pk is None: it cannot be written on a row nor in the history.
+    return cast("User", user) if getattr(user, "pk", None) else None
 
 
-def record(user: Any, rows: Iterable[DeadLetter], message: Callable[[DeadLetter], str]) -> None:
+def record(
+    user: Operator, rows: Iterable[DeadLetter], message: Callable[[DeadLetter], str]
+) -> None:
     """Write one admin-history entry per row (bulk, per distinct message) for ``user``;
     nothing without a user (the shell) or without ``django.contrib.admin``."""
     if _user(user) is None or not history.is_kept():
@@ -110,7 +126,7 @@ def record(user: Any, rows: Iterable[DeadLetter], message: Callable[[DeadLetter]
         history.log_change(user, group, text)
 
 
-def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[Any]:
+def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
     """Deliver each row's envelope again to its own consumer only: one pipelined round
     trip (one call per row on a Cluster client). Returns each row's reply (an exception
     for one Redis refused).
@@ -141,7 +157,7 @@ def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[Any]:
 
 
 def _retry_chunk(
-    rows: list[DeadLetter], user: Any, broker: Broker
+    rows: list[DeadLetter], user: Operator, broker: Broker
 ) -> tuple[list[DeadLetter], list[DeadLetter]]:
     """Retry ``rows`` (one chunk, one transaction); returns (retried, skipped)."""
     dead = [r for r in rows if r.status == DEAD]
@@ -199,7 +215,9 @@ def _retry_chunk(
     return sent, skipped
 
 
-def _discard_chunk(rows: list[DeadLetter], user: Any) -> tuple[list[DeadLetter], list[Any]]:
+def _discard_chunk(
+    rows: list[DeadLetter], user: Operator
+) -> tuple[list[DeadLetter], list[DeadLetter]]:
     """Discard ``rows`` (one chunk, one transaction); returns (discarded, [])."""
     dead = [r for r in rows if r.status == DEAD]
     with transaction.atomic():
@@ -237,7 +255,9 @@ def _chunks(rows: Iterable[DeadLetter], size: int) -> Iterable[list[DeadLetter]]
         yield batch
 
 
-def retry(rows: Iterable[DeadLetter], user: Any = None, *, broker: Broker | None = None) -> int:
+def retry(
+    rows: Iterable[DeadLetter], user: Operator = None, *, broker: Broker | None = None
+) -> int:
     """Deliver dead letters again, each to its own logical consumer only, with a fresh
     retry budget; records who and when. Rows not in status ``dead``, and those not
     :func:`redrivable` (logged), are skipped; the objects of those re-driven are updated
@@ -253,7 +273,7 @@ def retry(rows: Iterable[DeadLetter], user: Any = None, *, broker: Broker | None
     return sum(len(_retry_chunk(b, user, broker)[0]) for b in _chunks(rows, CHUNK))
 
 
-def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
+def discard(rows: Iterable[DeadLetter], user: Operator = None) -> int:
     """Mark dead letters discarded (kept for the record, never delivered), updating the
     objects in place. Returns how many changed."""
     return sum(len(_discard_chunk(b, user)[0]) for b in _chunks(rows, CHUNK))
@@ -261,7 +281,7 @@ def discard(rows: Iterable[DeadLetter], user: Any = None) -> int:
 
 def _matching(
     rows: QuerySet[DeadLetter],
-    act: Callable[[list[DeadLetter]], tuple[list[Any], list[Any]]],
+    act: Callable[[list[DeadLetter]], tuple[list[DeadLetter], list[DeadLetter]]],
     chunk: int,
     budget_s: float | None,
 ) -> BulkResult:
@@ -289,7 +309,7 @@ def _matching(
 
 def retry_matching(
     rows: QuerySet[DeadLetter],
-    user: Any = None,
+    user: Operator = None,
     *,
     broker: Broker | None = None,
     chunk: int = CHUNK,
@@ -304,7 +324,7 @@ def retry_matching(
 
 def discard_matching(
     rows: QuerySet[DeadLetter],
-    user: Any = None,
+    user: Operator = None,
     *,
     chunk: int = CHUNK,
     budget_s: float | None = None,
@@ -312,77 +332,3 @@ def discard_matching(
     """Discard every dead letter in status ``dead`` among ``rows`` (see
     :func:`retry_matching`)."""
     return _matching(rows, lambda batch: _discard_chunk(batch, user), chunk, budget_s)
-
-
-@dataclass(frozen=True)
-class Group:
-    """Dead letters of one consumer that failed with one error (class and normalised
-    message)."""
-
-    queue: str
-    consumer: str
-    error_class: str
-    error_key: str
-    count: int
-    first_seen: Any
-    last_seen: Any
-
-    @property
-    def lookup(self) -> dict[str, str]:
-        """The filter that selects exactly this group's rows."""
-        return {
-            "queue": self.queue,
-            "consumer": self.consumer,
-            "error_class": self.error_class,
-            "error_key": self.error_key,
-        }
-
-
-def groups(rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT) -> tuple[list[Group], int]:
-    """The groups of ``rows`` by consumer, error class and normalised message, the
-    largest first (at most ``limit``), with counts and first/last failure; and how
-    many groups there are. Two queries, whatever the number of rows."""
-    keys = ("queue", "consumer", "error_class", "error_key")
-    grouped = (
-        rows.order_by()
-        .values(*keys)
-        .annotate(
-            count=Count("pk"),
-            first_seen=Min("first_failed_at"),
-            last_seen=Max("last_failed_at"),
-        )
-    )
-    top = grouped.order_by("-count", *keys)[:limit]
-    return [Group(**g) for g in top], grouped.count()
-
-
-@dataclass
-class Summary:
-    """What a bulk action would act on: the dead letters in status ``dead``."""
-
-    count: int
-    undecodable: int
-    consumers: list[tuple[str, str, int]] = field(default_factory=list)
-    more_consumers: int = 0
-    error_classes: list[tuple[str, int]] = field(default_factory=list)
-    more_error_classes: int = 0
-    sample: list[DeadLetter] = field(default_factory=list)
-
-
-def summary(rows: QuerySet[DeadLetter], top: int = 10, sample: int = 10) -> Summary:
-    """Count, consumers and error classes (the ``top`` largest, with how many more) and
-    a sample of the dead rows among ``rows``, in a few aggregate queries."""
-    dead = rows.filter(status=DEAD).order_by()
-    by_consumer = dead.values("queue", "consumer").annotate(n=Count("pk")).order_by("-n", "queue")
-    by_class = dead.values("error_class").annotate(n=Count("pk")).order_by("-n", "error_class")
-    consumers = [(c["queue"], c["consumer"], c["n"]) for c in by_consumer[:top]]
-    classes = [(c["error_class"], c["n"]) for c in by_class[:top]]
-    return Summary(
-        count=dead.count(),
-        undecodable=dead.filter(reason=DeadReason.UNDECODABLE).count(),
-        consumers=consumers,
-        more_consumers=max(0, by_consumer.count() - len(consumers)),
-        error_classes=classes,
-        more_error_classes=max(0, by_class.count() - len(classes)),
-        sample=list(dead.order_by("-last_failed_at", "-pk")[:sample]),
-    )

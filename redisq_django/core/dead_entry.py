@@ -168,8 +168,9 @@ def redrive_fields(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    """A dead letter as stored in Redis (``redisq:{q}:g:<g>:dead``).
+class DeadEntry:
+    """A dead letter as stored in Redis (``redisq:{q}:g:<g>:dead``); its database row, once
+    sunk, is ``redisq_django.models.DeadLetter``.
 
     Attributes:
         entry_id: its id in the dead stream.
@@ -201,7 +202,7 @@ class DeadLetter:
     fields: dict[bytes, bytes]
 
     @classmethod
-    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
+    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadEntry:
         """Read a dead-stream entry (never raises on odd content: it is kept as text)."""
 
         def text(name: bytes) -> str:

@@ -1,5 +1,5 @@
-"""Dead letters in the database: the sink from Redis (retry and discard live in
-:mod:`redisq_django.triage`, re-exported here).
+"""The dead-letter sink: moving dead letters from Redis into database rows (retry and
+discard are :mod:`redisq_django.deadletters.triage`'s).
 
 A logical consumer's dead letters first land in its Redis ``dead`` stream. The sink
 (run by every ``runconsumer`` and by ``manage.py redisq dead sink``) moves them into
@@ -21,14 +21,10 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, transaction
 
 from redisq_django.connection import get_broker
-from redisq_django.core.deadletter import DeadLetter as RedisDeadLetter
-from redisq_django.core.deadletter import normalise_error
+from redisq_django.core.dead_entry import DeadEntry, normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.models import DeadLetter, DeadLetterFailure
-from redisq_django.triage import discard, redrivable, retry
-
-__all__ = ["SINK_BATCH", "discard", "redrivable", "retry", "row_message_id", "sink", "sink_all"]
 
 logger = logging.getLogger("redisq.deadletters")
 
@@ -40,7 +36,7 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
-def _row_values(d: RedisDeadLetter) -> dict[str, Any]:
+def _row_values(d: DeadEntry) -> dict[str, Any]:
     raw_payload = d.fields.get(b"payload")
     payload = _text(raw_payload) if raw_payload is not None else _text(d.fields.get(b"raw", b""))
     return {
@@ -102,7 +98,7 @@ def row_message_id(message_id: str) -> str:
     return f"{message_id[: MAX_ID_LENGTH - 17]}~{digest[:16]}"
 
 
-def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
+def _store(queue: str, consumer: str, d: DeadEntry) -> bool:
     """Upsert ``d``'s row (or a bare record of it) and record this death; False when
     neither could be stored."""
     for values in (_row_values, _bare_values):
@@ -124,7 +120,7 @@ def _store(queue: str, consumer: str, d: RedisDeadLetter) -> bool:
     return False
 
 
-def _upsert(queue: str, consumer: str, d: RedisDeadLetter, values: dict[str, Any]) -> None:
+def _upsert(queue: str, consumer: str, d: DeadEntry, values: dict[str, Any]) -> None:
     """The row shows the latest death (its first failure time is the earliest seen);
     each death, keyed by its dead-stream entry, is added once to its failures."""
     this_first = values["first_failed_at"]
@@ -153,7 +149,7 @@ def _upsert(queue: str, consumer: str, d: RedisDeadLetter, values: dict[str, Any
     )
 
 
-def _bare_values(d: RedisDeadLetter) -> dict[str, Any]:
+def _bare_values(d: DeadEntry) -> dict[str, Any]:
     """A row that keeps what the entry held as text, for one the database refused."""
     return {
         "payload": _text(describe_raw(d.fields)),

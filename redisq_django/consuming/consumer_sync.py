@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from redisq_django.consuming.registry import Declaration, declarations
+from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
 from redisq_django.database import retry_on_contention
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def _start_text(start: str | dt.datetime) -> str:
     return start.isoformat() if isinstance(start, dt.datetime) else str(start)
 
 
-def _declared(d: Declaration) -> dict[str, Any]:
+def _declared(d: ConsumerDeclaration) -> dict[str, Any]:
     return {
         "handler": d.handler_path,
         "declared": True,
@@ -41,7 +41,7 @@ def _declared(d: Declaration) -> dict[str, Any]:
     }
 
 
-def sync_declarations(decls: list[Declaration] | None = None) -> list[Consumer]:
+def sync_declarations(decls: list[ConsumerDeclaration] | None = None) -> list[Consumer]:
     """Create or update a ``Consumer`` row (and its ``Queue``) per declaration.
 
     Declared values are written to the ``declared_*`` columns; admin overrides, pause
@@ -69,7 +69,7 @@ def sync_declarations(decls: list[Declaration] | None = None) -> list[Consumer]:
     return retry_on_contention(sync, what="consumer rows", logger=logger)
 
 
-def _rows(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:
+def _rows(decls: list[ConsumerDeclaration]) -> dict[tuple[str, str], Consumer]:
     from redisq_django.models import Consumer
 
     rows = Consumer.objects.select_related("queue").filter(
@@ -78,11 +78,11 @@ def _rows(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:
     return {(r.queue.name, r.name): r for r in rows}
 
 
-def _changed(row: Consumer, d: Declaration) -> dict[str, Any]:
+def _changed(row: Consumer, d: ConsumerDeclaration) -> dict[str, Any]:
     return {k: v for k, v in _declared(d).items() if getattr(row, k) != v}
 
 
-def _differs(decls: list[Declaration], rows: dict[tuple[str, str], Consumer]) -> bool:
+def _differs(decls: list[ConsumerDeclaration], rows: dict[tuple[str, str], Consumer]) -> bool:
     """Whether any row needs writing (reads only: takes no write lock)."""
     from redisq_django.models import Consumer
 
@@ -92,7 +92,7 @@ def _differs(decls: list[Declaration], rows: dict[tuple[str, str], Consumer]) ->
     return Consumer.objects.exclude(pk__in=wanted).filter(declared=True).exists()
 
 
-def _write(decls: list[Declaration]) -> dict[tuple[str, str], Consumer]:
+def _write(decls: list[ConsumerDeclaration]) -> dict[tuple[str, str], Consumer]:
     """Write what differs (in the caller's transaction); returns the rows."""
     from redisq_django.models import Consumer, Queue
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from redisq_django.consuming.registry import Declaration
+from redisq_django.consuming.declarations import ConsumerDeclaration
 from redisq_django.core.errors import ConfigurationError
+from redisq_django.tasks.backend_options import LEVELS, TASKS_CONSUMER
 from redisq_django.tasks.configured import BACKEND_PATH, redisq_backends
-from redisq_django.tasks.options import LEVELS, TASKS_CONSUMER
 
 logger = logging.getLogger("redisq.tasks")
 
@@ -27,17 +27,17 @@ class UnknownTaskQueue(ConfigurationError):
     """``runconsumer --tasks`` was given a queue no redisq backend has."""
 
 
-def task_declarations() -> list[Declaration]:
+def task_declarations() -> list[ConsumerDeclaration]:
     """A declaration per priority level of each task queue of the redisq backends."""
     from redisq_django.tasks.execution import execute
 
-    out: list[Declaration] = []
+    out: list[ConsumerDeclaration] = []
     for options, names in redisq_backends().values():
         for name in names:
             group = f"{options.queue_prefix}{name}"
             for rank in range(len(LEVELS)):
                 out.append(
-                    Declaration(
+                    ConsumerDeclaration(
                         queue=options.level_queue(name, rank),
                         name=TASKS_CONSUMER,
                         handler=execute,

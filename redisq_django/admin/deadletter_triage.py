@@ -3,7 +3,7 @@ dead letter matching the current filter (a summary first, then the work done ser
 side in chunks from the filter itself: never one form field per row).
 
 Mixed into :class:`~redisq_django.admin.deadletters.DeadLetterAdmin`; the work is done
-by :mod:`redisq_django.triage`, which ``manage.py redisq dead`` calls too.
+by :mod:`redisq_django.deadletters`, which ``manage.py redisq dead`` calls too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import operations, triage
+from redisq_django import deadletters
 from redisq_django.admin.common import BREADCRUMBS_OL
 from redisq_django.admin.live import admin_broker
 from redisq_django.models import DeadLetter
@@ -95,7 +95,7 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             rows = self.filtered(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(self.changelist_url("e=1"))
-        found, total = operations.dead_letter_groups(rows)
+        found, total = deadletters.groups(rows)
         status = query.get("status__exact", "")
         lines = [
             (g, urlencode({**g.lookup, **({"status__exact": status} if status else {})}))
@@ -142,7 +142,7 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             request,
             _("Are you sure?"),
             op=op,
-            summary=triage.summary(rows),
+            summary=deadletters.summary(rows),
             hidden=hidden,
             form_url=request.get_full_path(),
         )
@@ -151,7 +151,7 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
     def run_bulk(self, request: HttpRequest, rows: QuerySet[DeadLetter], op: str) -> None:
         """Retry or discard the dead ones of ``rows`` and report through ``messages``."""
         if op == "retry":
-            result = operations.retry_matching(
+            result = deadletters.retry_matching(
                 rows, request.user, broker=admin_broker(), budget_s=self.bulk_budget_s
             )
             text = ngettext(
@@ -160,7 +160,7 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
                 result.done,
             )
         else:
-            result = operations.discard_matching(rows, request.user, budget_s=self.bulk_budget_s)
+            result = deadletters.discard_matching(rows, request.user, budget_s=self.bulk_budget_s)
             text = ngettext(
                 "Discarded %(count)d dead letter.", "Discarded %(count)d dead letters.", result.done
             )

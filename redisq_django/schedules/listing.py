@@ -122,7 +122,7 @@ def listed(now_ms: int) -> list[ScheduleState]:
     """Every schedule the workers evaluate (rows), and declarations without a row yet,
     sorted by name, as at ``now_ms`` (no Redis state)."""
     from redisq_django.models import Schedule, default_timezone
-    from redisq_django.schedules.declarations import declarations
+    from redisq_django.schedules.declared import declarations
 
     found = {row.name: row_state(row, now_ms) for row in Schedule.objects.all()}
     zone = default_timezone()

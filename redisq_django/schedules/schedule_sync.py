@@ -18,7 +18,7 @@ from django.db import transaction
 
 from redisq_django.conf import check_queue_known
 from redisq_django.database import retry_on_contention
-from redisq_django.schedules.declarations import Declaration, declarations
+from redisq_django.schedules.declared import ScheduleDeclaration, declarations
 from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, target_columns, target_of
 from redisq_django.schedules.timing import Missed, ScheduleError, Timing
 
@@ -40,7 +40,7 @@ def snapshot(spec: ScheduleSpec) -> dict[str, Any]:
     }
 
 
-def sync_schedules(decls: list[Declaration] | None = None) -> list[Schedule]:
+def sync_schedules(decls: list[ScheduleDeclaration] | None = None) -> list[Schedule]:
     """Create or update a ``Schedule`` row per declaration; mark vanished ones.
 
     Returns:

@@ -19,7 +19,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
-class Declaration:
+class ConsumerDeclaration:
     """A logical consumer as declared in code by :func:`consumer`.
 
     Times are in seconds; ``None`` means "the ``REDISQ`` setting's default".
@@ -94,7 +94,7 @@ def consumer(
     def decorate(handler: F) -> F:
         consumer_name = validate_name("consumer", name or handler.__name__)
         path = f"{handler.__module__}.{handler.__qualname__}"
-        declaration = Declaration(
+        declaration = ConsumerDeclaration(
             queue=queue,
             name=consumer_name,
             handler=handler,
@@ -123,19 +123,19 @@ class ConsumerRegistry:
     """
 
     def __init__(self) -> None:
-        self._declarations: dict[tuple[str, str], Declaration] = {}
-        self._providers: dict[str, Callable[[], list[Declaration]]] = {}
+        self._declarations: dict[tuple[str, str], ConsumerDeclaration] = {}
+        self._providers: dict[str, Callable[[], list[ConsumerDeclaration]]] = {}
         self._lock = threading.Lock()
         self._discovered = False
 
-    def add_provider(self, name: str, provider: Callable[[], list[Declaration]]) -> None:
+    def add_provider(self, name: str, provider: Callable[[], list[ConsumerDeclaration]]) -> None:
         """Add declarations computed on demand (from settings), e.g. the task queues of
         the ``TASKS`` setting; ``name`` makes it idempotent. Each call of
         :meth:`declarations` asks every provider again, so settings changes apply."""
         with self._lock:
             self._providers[name] = provider
 
-    def add(self, declaration: Declaration) -> None:
+    def add(self, declaration: ConsumerDeclaration) -> None:
         """Record a declaration (the same handler declared again replaces itself).
 
         Raises:
@@ -163,7 +163,7 @@ class ConsumerRegistry:
         discovery.autodiscover("consumers", error=DiscoveryError)
         self._discovered = True
 
-    def declarations(self) -> list[Declaration]:
+    def declarations(self) -> list[ConsumerDeclaration]:
         """Every declared logical consumer (after :meth:`autodiscover`), sorted."""
         self.autodiscover()
         with self._lock:
@@ -190,6 +190,6 @@ def autodiscover() -> None:
     registry.autodiscover()
 
 
-def declarations() -> list[Declaration]:
+def declarations() -> list[ConsumerDeclaration]:
     """Every declared logical consumer, sorted (see :data:`registry`)."""
     return registry.declarations()

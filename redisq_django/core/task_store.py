@@ -23,14 +23,14 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import events, settle, trends
+from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
-from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
+from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
 from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
-from redisq_django.core.events import EventName
 from redisq_django.core.leases import started_tag
+from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
@@ -48,7 +48,7 @@ from redisq_django.core.task_wire import (
 from redisq_django.core.wire import to_str
 
 
-class TaskResults:
+class TaskResultStore:
     """The results of task queues on one Redis (the broker's client and scripts).
 
     Args:
@@ -256,8 +256,8 @@ class TaskResults:
         """The lifecycle event of a settle (history on), else nothing."""
         if not self.history:
             return []
-        record = events.record(message.id, message.attempts, duration_ms)
-        return events.fields(name, message.group, message.consumer, [record], **details)
+        record = lifecycle.record(message.id, message.attempts, duration_ms)
+        return lifecycle.fields(name, message.group, message.consumer, [record], **details)
 
     def settle_call(
         self,

@@ -22,7 +22,7 @@ import json
 import re
 from enum import StrEnum
 
-from redisq_django.core.deadletter import MAX_ERROR_TEXT, DeadReason, Failure
+from redisq_django.core.dead_entry import MAX_ERROR_TEXT, DeadReason, Failure
 
 
 class EventName(StrEnum):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import events
-from redisq_django.core.events import EventName
+from redisq_django.core import lifecycle
 from redisq_django.core.keys import GroupKeys
+from redisq_django.core.lifecycle import EventName
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.wire import flatten, to_str
 
@@ -24,7 +24,7 @@ def reset(client: Any, gkeys: GroupKeys, target: str, history: bool) -> None:
     if not history:
         client.execute_command("XGROUP", "SETID", log, gkeys.group, target)
         return
-    event = events.fields(EventName.RESET, gkeys.group, "", [], start=target)
+    event = lifecycle.fields(EventName.RESET, gkeys.group, "", [], start=target)
     with client.pipeline(transaction=True) as pipe:
         pipe.execute_command("XGROUP", "SETID", log, gkeys.group, target)
         pipe.execute_command("XADD", gkeys.queue_keys.events, "*", *event)
@@ -52,7 +52,9 @@ def redrive(
     args: list[Any] = [dead_id]
     if history:
         message_id = to_str(envelope.get(env.F_ID, b"")) or dead_id
-        event = events.fields(EventName.REDRIVEN, gkeys.group, "", [events.record(message_id, 0)])
+        event = lifecycle.fields(
+            EventName.REDRIVEN, gkeys.group, "", [lifecycle.record(message_id, 0)]
+        )
         keys.append(gkeys.queue_keys.events)
         args += [len(event) // 2, *event]
     return scripts("redrive", keys, [*args, *flatten(envelope)], client=client)

@@ -73,7 +73,7 @@ class Registered(IntEnum):
 
 
 @dataclass(frozen=True)
-class Registration:
+class ArchiveRegistration:
     """The answer of :meth:`Archives.register`: what happened and the position."""
 
     status: Registered
@@ -144,7 +144,7 @@ class Archives:
 
     def register(
         self, queue: str, name: str, stream: ArchivedStream | str, start: str = "earliest"
-    ) -> Registration:
+    ) -> ArchiveRegistration:
         """Register archive ``name`` for ``queue``'s ``stream`` unless it is already.
 
         Args:
@@ -159,7 +159,7 @@ class Archives:
             [keys.archives, keys.meta, stream_key(keys, table)],
             [validate_name("archive", name), table.value, start],
         )
-        return Registration(Registered(int(status)), to_str(position))
+        return ArchiveRegistration(Registered(int(status)), to_str(position))
 
     @translate_errors
     def commit(self, queue: str, name: str, stream: ArchivedStream | str, entry_id: str) -> str:

@@ -37,7 +37,7 @@ DISCOVERED_MODULES = ("schedules", "tasks") if django.VERSION >= (6, 0) else ("s
 
 
 @dataclass(frozen=True)
-class Declaration:
+class ScheduleDeclaration:
     """A schedule as declared in code; ``timezone`` None means ``settings.TIME_ZONE``."""
 
     name: str
@@ -65,7 +65,7 @@ def periodic(
     payload: Any = ...,
     missed: str = ...,
     catch_up: dt.timedelta | float = ...,
-) -> Declaration: ...
+) -> ScheduleDeclaration: ...
 
 
 @overload
@@ -134,9 +134,9 @@ def periodic(
     every_ms = every_to_ms(every) if every is not None else None
     Timing(cron, every_ms, timezone or "UTC")  # validate now, where it is written
 
-    def declare(schedule_name: str, target: Target) -> Declaration:
+    def declare(schedule_name: str, target: Target) -> ScheduleDeclaration:
         check_name("schedule", schedule_name)
-        declaration = Declaration(
+        declaration = ScheduleDeclaration(
             schedule_name, cron, every_ms, timezone, target, missed_value, catch_up_ms
         )
         registry.add(declaration)
@@ -195,11 +195,11 @@ class ScheduleRegistry:
     """The ``periodic`` declarations of a process. One instance, :data:`registry`."""
 
     def __init__(self) -> None:
-        self._declarations: dict[str, Declaration] = {}
+        self._declarations: dict[str, ScheduleDeclaration] = {}
         self._lock = threading.Lock()
         self._discovered = False
 
-    def add(self, declaration: Declaration) -> None:
+    def add(self, declaration: ScheduleDeclaration) -> None:
         """Record a declaration (the same one again is a no-op).
 
         Raises:
@@ -229,7 +229,7 @@ class ScheduleRegistry:
         discovery.autodiscover(*DISCOVERED_MODULES, error=ScheduleDiscoveryError)
         self._discovered = True
 
-    def declarations(self) -> list[Declaration]:
+    def declarations(self) -> list[ScheduleDeclaration]:
         """Every declared schedule (after :meth:`autodiscover`), sorted by name."""
         self.autodiscover()
         with self._lock:
@@ -251,6 +251,6 @@ class ScheduleRegistry:
 registry = ScheduleRegistry()
 
 
-def declarations() -> list[Declaration]:
+def declarations() -> list[ScheduleDeclaration]:
     """Every declared schedule, sorted (see :data:`registry`)."""
     return registry.declarations()

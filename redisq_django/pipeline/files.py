@@ -56,15 +56,15 @@ class ArchiveLogError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class LogFile:
-    """One file of the sink log: batch ``batch``, a compaction of the earlier ones or not."""
+class LogName:
+    """One file name of the sink log: batch ``batch``, a compaction of the earlier ones or not."""
 
     batch: int
     compact: bool
     name: str
 
 
-def current_log_files(names: Iterable[str]) -> list[LogFile]:
+def current_log_files(names: Iterable[str]) -> list[LogName]:
     """The log files a reader uses, oldest first: the latest ``N.compact`` and the batch
     files after it (every batch file when there is no compaction yet). Other names
     (checksums, temporary files, batches a compaction covers) are left out."""
@@ -72,7 +72,7 @@ def current_log_files(names: Iterable[str]) -> list[LogFile]:
     for name in names:
         match = _BATCH_FILE.match(name)
         if match:
-            files.append(LogFile(int(match[1]), bool(match[2]), name))
+            files.append(LogName(int(match[1]), bool(match[2]), name))
     files.sort(key=lambda f: (f.batch, not f.compact))
     compacts = [f for f in files if f.compact]
     if compacts:
@@ -218,7 +218,7 @@ def archive_files(root: str, table: str = "messages", *, filesystem: Any = None)
     return []  # not reached: the loop returns or raises
 
 
-def _check_contiguous(files: list[LogFile], log_dir: str) -> None:
+def _check_contiguous(files: list[LogName], log_dir: str) -> None:
     batches = [f.batch for f in files]
     if batches and batches != list(range(batches[0], batches[0] + len(batches))):
         missing = sorted(set(range(batches[0], batches[-1] + 1)) - set(batches))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -29,7 +30,8 @@ class Message:
         headers: the decoded headers (``{}`` when none).
         attempts: which delivery this is for this logical consumer, counting from 1;
             failed handler runs and crashed instances both count.
-        group: the logical consumer it was delivered to.
+        consumer: the logical consumer it was delivered to (``@consumer(..., name=)``).
+        instance: the running instance of that consumer it was delivered to.
         published_at_ms: when it was published, milliseconds since the epoch
             (``published_at`` gives it as an aware UTC datetime).
         due_at_ms: for delayed messages, when they were due (ms), else None
@@ -46,7 +48,7 @@ class Message:
     payload: Any
     headers: dict[str, Any]
     attempts: int
-    group: str
+    consumer: str
     published_at_ms: int
     due_at_ms: int | None = None
     first_failed_at_ms: int | None = None
@@ -65,12 +67,23 @@ class Message:
     entry_id: bytes = field(default=b"", repr=False)
     fields: dict[bytes, bytes] = field(default_factory=dict, repr=False)
     #: The instance it was delivered to (for a handler that settles it itself).
-    consumer: str = field(default="", repr=False)
+    instance: str = field(default="", repr=False)
     #: The retry policy of its logical consumer when it was delivered.
     policy: RetryPolicy | None = field(default=None, repr=False)
     #: A visibility timeout of its own (ms), set by a handler that recorded one when it
     #: started (a task's): the worker renews that lease instead (``core/leases.py``).
     lease_ms: int | None = field(default=None, repr=False)
+
+    @property
+    def group(self) -> str:
+        """Deprecated (gone in the next minor version): the logical consumer, :attr:`consumer`."""
+        warnings.warn(
+            "Message.group is deprecated, use Message.consumer (the logical consumer); "
+            "Message.instance is the running instance",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.consumer
 
     # Datetimes are built on demand: most handlers never look at them, and building
     # three per message is a measurable share of a consumer's per-message cost.

@@ -28,7 +28,7 @@ PROMOTE_RETRY_MS = 1000
 
 
 class Subscription:
-    """An instance of logical consumer ``group`` on a queue (see ``Broker.subscribe``).
+    """An instance of logical consumer ``consumer`` on a queue (see ``Broker.subscribe``).
 
     Not thread-safe: give each thread its own (they may share the client).
 
@@ -45,8 +45,8 @@ class Subscription:
         scripts: Scripts,
         config: CoreConfig,
         keys: QueueKeys,
-        group: str,
         consumer: str,
+        instance: str,
         policy: RetryPolicy,
     ) -> None:
         self.client = client
@@ -54,9 +54,9 @@ class Subscription:
         self.config = config
         self.keys = keys
         self.queue = keys.queue
-        self.gkeys = keys.group(group)
-        self.group = group
+        self.gkeys = keys.group(consumer)
         self.consumer = consumer
+        self.instance = instance
         self.policy = policy
         self.history = config.history  # on: each settle records its event (same script)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
@@ -66,12 +66,12 @@ class Subscription:
         self._cursors = ["0-0", "0-0"]
         self._rng = random.Random()
         #: What it reports with each heartbeat (its handled and failed counts among it).
-        self.report = Report(self.gkeys, consumer)
+        self.report = Report(self.gkeys, instance)
         self._call = trends.CountedCalls(client, scripts, keys, config.trends)
         self.dead_on_receive = 0
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.queue}/{self.group} as {self.consumer}>"
+        return f"<Subscription {self.queue}/{self.consumer} as {self.instance}>"
 
     def __enter__(self) -> Subscription:
         return self
@@ -137,7 +137,7 @@ class Subscription:
                 self.client,
                 self.scripts,
                 self.gkeys,
-                self.consumer,
+                self.instance,
                 count,
                 wait if wait > 0 else None,
             )
@@ -158,7 +158,7 @@ class Subscription:
             parts = env.decode(entry_id, fields)
         except env.UndecodableEntry as exc:
             dead = undecodable_fields(
-                entry_id, fields or {}, group=self.group, reason=str(exc), now=now_ms()
+                entry_id, fields or {}, group=self.consumer, reason=str(exc), now=now_ms()
             )
             event = self._event(
                 EventName.DEAD,
@@ -166,7 +166,7 @@ class Subscription:
                 failure=Failure("UndecodableEntry", str(exc)),
                 reason=DeadReason.UNDECODABLE,
             )
-            counts = trends.settle_counts(self.group, False, trends.DEAD, None)
+            counts = trends.settle_counts(self.consumer, False, trends.DEAD, None)
             if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
                 self.dead_on_receive += 1
             return None
@@ -176,7 +176,7 @@ class Subscription:
             payload=parts.payload,
             headers=parts.headers,
             attempts=parts.attempts + delivery_count,
-            group=self.group,
+            consumer=self.consumer,
             published_at_ms=parts.published_at_ms,
             due_at_ms=parts.due_at_ms,
             first_failed_at_ms=parts.first_failed_at_ms,
@@ -184,7 +184,7 @@ class Subscription:
             stream=stream,
             entry_id=entry_id,
             fields=fields,
-            consumer=self.consumer,  # for a handler that settles it itself (tasks)
+            instance=self.instance,  # for a handler that settles it itself (tasks)
             policy=self.policy,
         )
 
@@ -201,16 +201,16 @@ class Subscription:
         batch = list(messages)
         if not batch:
             return 0
-        name, keys, args = settle.ack_parts(self.gkeys, self.consumer, batch, self.history)
+        name, keys, args = settle.ack_parts(self.gkeys, self.instance, batch, self.history)
         self.report.handled += len(batch)
-        counts = trends.handled_counts(self.group, (m.duration_ms for m in batch))
+        counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
         return int(self._call(name, keys, args, counts))
 
     def _event(self, name: EventName, records: list[bytes], **details: Any) -> list[bytes]:
         """The event entry of a settle, or nothing when history is off."""
         if not self.history:
             return []
-        return events.fields(name, self.group, self.consumer, records, **details)
+        return events.fields(name, self.consumer, self.instance, records, **details)
 
     def _settle(
         self,
@@ -223,7 +223,7 @@ class Subscription:
         counts: dict[str, int],
     ) -> bool:
         keys, args = settle.settle_call(
-            self.gkeys, self.consumer, stream, entry_id, mode, due, fields, event, self.history
+            self.gkeys, self.instance, stream, entry_id, mode, due, fields, event, self.history
         )
         return bool(self._call("fail", keys, args, counts))
 
@@ -252,7 +252,7 @@ class Subscription:
             failure=failure,
         )
         self.report.failed += 1
-        counts = trends.settle_counts(self.group, True, trends.RETRIED, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, message.duration_ms)
         # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
         due = f"+{wait_ms}"
         settled = self._settle(
@@ -273,7 +273,7 @@ class Subscription:
         failure = Failure.of(failure)
         dead = dead_fields(
             settle.next_delivery(message, now, failed=True),
-            group=self.group,
+            group=self.consumer,
             reason=reason,
             failure=failure,
             failed_at_ms=now,
@@ -286,7 +286,7 @@ class Subscription:
         )
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
         self.report.failed += ran
-        counts = trends.settle_counts(self.group, ran, trends.DEAD, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, message.duration_ms)
         settled = self._settle(
             message.stream, message.entry_id, settle.DEAD, 0, dead, event, counts
         )
@@ -308,12 +308,12 @@ class Subscription:
         own = [m for m in messages if m.lease_ms]
         lost: set[bytes] = set()
         if own:
-            lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.consumer, own)))
+            lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.instance, own)))
         log = [m.entry_id for m in messages if m.stream is Stream.LOG and not m.lease_ms]
         direct = [m.entry_id for m in messages if m.stream is not Stream.LOG and not m.lease_ms]
         if log or direct:
             keys = [self.keys.log, self.gkeys.direct]
-            args = [self.group, self.consumer, len(log), *log, *direct]
+            args = [self.consumer, self.instance, len(log), *log, *direct]
             lost.update(self.scripts("extend", keys, args))
         return [m for m in messages if m.entry_id in lost]
 
@@ -335,8 +335,8 @@ class Subscription:
             "reclaim",
             keys,
             [
-                self.group,
                 self.consumer,
+                self.instance,
                 self.policy.visibility_timeout_ms,
                 count,
                 "",  # "now" is Redis's clock (the script reads TIME)
@@ -379,7 +379,7 @@ class Subscription:
     @translate_errors
     def leave(self) -> None:
         """Withdraw this instance (``groups.leave_group``)."""
-        leave_group(self.client, self.gkeys, self.consumer)
+        leave_group(self.client, self.gkeys, self.instance)
 
     @translate_errors
     def release(self, messages: Sequence[Message]) -> int:

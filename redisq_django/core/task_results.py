@@ -149,7 +149,7 @@ class TaskResults:
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of :meth:`start`, to send through a ``TaskPipe``."""
         keys = self.keys(message.queue)
-        gkeys = keys.group(message.group)
+        gkeys = keys.group(message.consumer)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
         return (
             [keys.task_result(message.id), keys.task_results, source, gkeys.leases],
@@ -158,7 +158,7 @@ class TaskResults:
                 message.id,
                 worker_id,
                 now,
-                message.group,
+                message.consumer,
                 message.entry_id,
                 started_tag(message),
                 lease_ms,
@@ -236,7 +236,7 @@ class TaskResults:
             return Outcome.RETRIED if self.scripts("task_settle", keys, args) else Outcome.LOST
         dead = dead_fields(
             retry_fields,
-            group=message.group,
+            group=message.consumer,
             reason=DeadReason.FAILED,
             failure=failure,
             failed_at_ms=now,
@@ -257,7 +257,7 @@ class TaskResults:
         if not self.history:
             return []
         record = events.record(message.id, message.attempts, duration_ms)
-        return events.fields(name, message.group, message.consumer, [record], **details)
+        return events.fields(name, message.consumer, message.instance, [record], **details)
 
     def settle_call(
         self,
@@ -273,7 +273,7 @@ class TaskResults:
         """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``); with history
         on, its layout with the settle's ``event``."""
         keys = self.keys(message.queue)
-        gkeys = keys.group(message.group)
+        gkeys = keys.group(message.consumer)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
         script_keys = [
             source,
@@ -284,8 +284,8 @@ class TaskResults:
             gkeys.leases,
         ]
         args: list[Any] = [
-            message.group,
             message.consumer,
+            message.instance,
             message.entry_id,
             "1" if message.stream is Stream.DIRECT else "0",
             mode,

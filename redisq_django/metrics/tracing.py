@@ -160,7 +160,7 @@ class Tracing(Middleware, PublishHook):
             return
         trace = self._trace
         attributes = _attributes("process", message.queue)
-        attributes["messaging.consumer.group.name"] = message.group
+        attributes["messaging.consumer.group.name"] = message.consumer
         attributes["messaging.message.id"] = message.id
         attributes["messaging.redisq.message.attempt"] = message.attempts
         span = self._tracer.start_span(

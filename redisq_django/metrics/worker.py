@@ -185,7 +185,7 @@ class PrometheusMiddleware(Middleware):
         local = self._local
         first = messages[0]
         try:
-            if first.group is local.group and first.queue is local.queue:
+            if first.consumer is local.consumer and first.queue is local.queue:
                 duration, latency = local.series
             else:
                 duration, latency = self._series_of(first)
@@ -217,14 +217,14 @@ class PrometheusMiddleware(Middleware):
         mine = getattr(local, "buffer", None)
         if mine is None:
             mine = local.buffer = self._new_buffer()
-        key = (message.queue, message.group)
+        key = (message.queue, message.consumer)
         series = mine.get(key)
         if series is None:
             series = mine[key] = (
                 _Series(len(_DURATION_BOUNDS)),
                 _Series(len(_LATENCY_BOUNDS)),
             )
-        local.queue, local.group, local.series = message.queue, message.group, series
+        local.queue, local.consumer, local.series = message.queue, message.consumer, series
         return series
 
     # -- flushing ------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def execute(message: Message) -> None:
     pipe = _pipe(store)
     pipe.read_all()  # the previous task's settle (its reply arrived meanwhile)
     ttl = backend.task_options.result_ttl_ms
-    worker_id = message.consumer or "unknown"
+    worker_id = message.instance or "unknown"
     task_object = _task_or_placeholder(job)
     started = max(now_ms(), job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
     expire, rebuild = started + ttl, job.result_fields()

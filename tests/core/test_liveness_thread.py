@@ -16,7 +16,7 @@ from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_int
 
 @dataclass
 class FakeSub:
-    consumer: str
+    instance: str
     calls: list[tuple[str, object]] = field(default_factory=list)
     broken: bool = False
 
@@ -33,7 +33,7 @@ class FakeSub:
 
 
 def msg(message_id: str, lease_ms: int | None = None) -> Message:
-    m = Message(id=message_id, queue="q", payload=None, headers={}, attempts=1, group="g",
+    m = Message(id=message_id, queue="q", payload=None, headers={}, attempts=1, consumer="g",
                 published_at_ms=0, entry_id=message_id.encode())  # fmt: skip
     m.lease_ms = lease_ms
     return m

@@ -33,7 +33,7 @@ class Recorder(Middleware):
 
 def message() -> Message:
     return Message(
-        id="1-0", queue="q", payload={}, headers={}, attempts=1, group="g", published_at_ms=1
+        id="1-0", queue="q", payload={}, headers={}, attempts=1, consumer="g", published_at_ms=1
     )
 
 

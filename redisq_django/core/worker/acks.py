@@ -63,7 +63,7 @@ class AckPipe:
     def __init__(self, sub: Subscription, on_acked: Callable[[list[Message]], None]) -> None:
         self.sub = sub
         self.client = sub.client
-        self.queue, self.group = sub.queue, sub.group  # for translate_errors
+        self.queue, self.consumer = sub.queue, sub.consumer  # for translate_errors
         self._on_acked = on_acked
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
@@ -71,8 +71,8 @@ class AckPipe:
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
         #: Trend counts of this batch not written yet (handled, their handler ms, ...).
         self._counts: dict[str, int] = {}
-        self._handled_field = trends.per_consumer(trends.HANDLED, sub.group)
-        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.group)
+        self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
+        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Message] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
         self._unread: list[list[Message]] = []
@@ -100,10 +100,10 @@ class AckPipe:
         """``message``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
         if outcome is Outcome.ACKED:
-            counts = trends.handled_counts(self.sub.group, [message.duration_ms])
+            counts = trends.handled_counts(self.sub.consumer, [message.duration_ms])
         elif outcome in (Outcome.RETRIED, Outcome.DEAD):
             counts = trends.settle_counts(
-                self.sub.group, failed, outcome.value, message.duration_ms
+                self.sub.consumer, failed, outcome.value, message.duration_ms
             )
         else:
             return
@@ -179,13 +179,13 @@ class AckPipe:
 
     def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
         sub = self.sub
-        name, keys, args = settle.ack_parts(sub.gkeys, sub.consumer, messages, sub.history)
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
         if name is None:
             return ("XACK", *keys, *args)
         return sub.scripts.command(name, keys, args)
 
     def _mark_command(self, message: Message) -> tuple[Any, ...]:
-        return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
+        return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
 
     def _run_now(self, mark: Message | None) -> None:
         acked = self._queued
@@ -251,19 +251,19 @@ class _Prepacked:
     is the worker's hot path, and hiredis would encode the same keys every time."""
 
     def __init__(self, sub: Subscription) -> None:
-        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.group
+        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.consumer
         self.xack = _head(4, "XACK", log, group)  # + the entry id
         # ack.lua's history layout for one id: KEYS log, direct, events; ARGV (after the
         # protocol token) group, n, instance, m = 1, the id, its records (core/settle.py)
         hist = [log, direct, sub.keys.events]
-        recorded = sub.scripts.command("ack", hist, [group, 1, sub.consumer, 1])
+        recorded = sub.scripts.command("ack", hist, [group, 1, sub.instance, 1])
         self.recorded = _head(len(recorded) + 2, *recorded)  # + the entry id, its records
-        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.consumer, 1])
+        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.instance, 1])
         self.recorded_direct = _head(len(recorded_direct) + 2, *recorded_direct)
         # ack.lua without history, one direct id: ARGV group, n = 0, the id
         xack_direct = sub.scripts.command("ack", [log, direct], [group, 0])
         self.xack_direct = _head(len(xack_direct) + 1, *xack_direct)  # + the entry id
-        self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
+        self.mark = _head(4, "HSET", sub.gkeys.running, sub.instance)  # + the started tag
 
 
 def _read(conn: Any) -> Any:

@@ -205,7 +205,7 @@ class HandlerThread(threading.Thread):
                 self._count("reclaimed", len(reclaimed))
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
-                    self.sub.consumer,
+                    self.sub.instance,
                     len(reclaimed),
                 )
                 return reclaimed
@@ -352,7 +352,7 @@ class HandlerThread(threading.Thread):
     def _release(self, messages: list[Message]) -> None:
         released = self.sub.release(messages)
         if released:
-            logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+            logger.info("%s handed back %d unstarted message(s)", self.sub.instance, released)
 
 
 def _stop_watch(message: Message, started_ns: int) -> None:

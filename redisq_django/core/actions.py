@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from redisq_django.core import browse, replay
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: ``purge_consumer.lua`` removes at most this many entries per key and call...
@@ -27,7 +27,7 @@ DELIVER_PAGES = 100_000
 
 
 def deliver_now(
-    client: Any, scripts: Scripts, keys: QueueKeys, group: str | None, ref: str
+    client: RedisClient, scripts: Scripts, keys: QueueKeys, group: str | None, ref: str
 ) -> str | None:
     """Deliver the delayed message or retry ``ref`` names (see ``browse.Entry.ref``) now.
 
@@ -82,7 +82,7 @@ class Delivered:
 
 
 def deliver_waiting(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     keys: QueueKeys,
     group: str | None,
@@ -123,7 +123,7 @@ def deliver_waiting(
 
 
 def purge_consumer(
-    client: Any, scripts: Scripts, keys: QueueKeys, group: str, *, history: bool = False
+    client: RedisClient, scripts: Scripts, keys: QueueKeys, group: str, *, history: bool = False
 ) -> tuple[int, int]:
     """Discard everything waiting for logical consumer ``group``: its backlog in the log
     (it moves to the end of the log, as a replay to "latest"), its retries and its

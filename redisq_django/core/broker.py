@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -29,6 +29,7 @@ from redisq_django.core.sending import send_direct, send_once, send_queue
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.types import RedisClient, StreamEntries
 from redisq_django.core.wire import to_bytes, to_str
 
 
@@ -43,7 +44,10 @@ class Broker:
     """
 
     def __init__(
-        self, client: Any, config: CoreConfig | None = None, hooks: Sequence[PublishHook] = ()
+        self,
+        client: RedisClient,
+        config: CoreConfig | None = None,
+        hooks: Sequence[PublishHook] = (),
     ) -> None:
         self.client = client
         self.config = config or CoreConfig()
@@ -321,7 +325,8 @@ class Broker:
         """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
         after dead-stream entry id ``after`` when paging)."""
         gkeys = self.keys(queue).group(consumer)
-        entries = self.client.xrange(gkeys.dead, f"({after}" if after else "-", "+", count=count)
+        after_id = f"({after}" if after else "-"
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, after_id, "+", count=count))
         return [DeadLetter.from_entry(queue, eid, dict(f)) for eid, f in entries]
 
     @translate_errors
@@ -344,7 +349,7 @@ class Broker:
             NotRedrivable: the dead letter is undecodable (it would only die again).
         """
         gkeys = self.keys(queue).group(consumer)
-        entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
         if not entries:
             return None
         new_id = replay.redrive(

@@ -6,7 +6,7 @@ import functools
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import redis
 
@@ -293,7 +293,7 @@ def _is_protocol_mismatch(exc: BaseException) -> bool:
     return error_code(exc) == "REDISQ_PROTOCOL"
 
 
-def describe_client(client: Any) -> str:
+def describe_client(client: object) -> str:
     """``host:port/db`` of a redis-py client (a Sentinel service's name), never its
     password."""
     pool = getattr(client, "connection_pool", None)

@@ -22,6 +22,7 @@ from typing import Any
 from redisq_django.core.clock import now_ms
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.message import Message
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import json_object, to_str
 
 #: A report outlives its instance's last heartbeat by this much, ms.
@@ -112,7 +113,7 @@ class Instance:
         return bool(self.running) and self.report.get("running") == self.running
 
 
-def read_instances(client: Any, gkeys: GroupKeys) -> list[Instance]:
+def read_instances(client: RedisClient, gkeys: GroupKeys) -> list[Instance]:
     """The instances of ``gkeys``' logical consumer, by name (at most :data:`MAX_LISTED`),
     in two pipelined round trips.
 

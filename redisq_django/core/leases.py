@@ -15,6 +15,7 @@ from typing import Any
 
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.message import Message, Stream
+from redisq_django.core.types import RedisClient
 
 _TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
 
@@ -36,7 +37,7 @@ def renew_call(
     return [gkeys.queue_keys.log, gkeys.direct, gkeys.leases], args
 
 
-def end_own_leases(client: Any, gkeys: GroupKeys, messages: Sequence[Message]) -> None:
+def end_own_leases(client: RedisClient, gkeys: GroupKeys, messages: Sequence[Message]) -> None:
     """The leases of their own of ``messages`` end now (their instance stops running
     them and expired its heartbeat: they are taken over at once, as its other messages)."""
     own = [started_tag(m) for m in messages if m.lease_ms]

@@ -21,6 +21,7 @@ from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: After a refused promotion (a full Redis), wait this long before the next (ms).
@@ -41,7 +42,7 @@ class Subscription:
     def __init__(
         self,
         *,
-        client: Any,
+        client: RedisClient,
         scripts: Scripts,
         config: CoreConfig,
         keys: QueueKeys,

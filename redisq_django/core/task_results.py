@@ -45,6 +45,7 @@ from redisq_django.core.task_wire import (
     expires,
     pairs,
 )
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 
@@ -62,7 +63,7 @@ class TaskResults:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         scripts: Scripts,
         keys: Any,
         *,

@@ -42,6 +42,7 @@ from redisq_django.core.leases import started_tag
 from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.types import execute
 from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
@@ -194,7 +195,7 @@ class AckPipe:
             self._queued = []
             self._on_acked(acked)
         if mark is not None:
-            self.client.execute_command(*self._mark_command(mark))
+            execute(self.client, *self._mark_command(mark))
         if self._counts and self._counter is not None:  # what handlers settled themselves
             run_batch(
                 self.client, [], transaction=False, quiet=self._counter.commands(self._counts)

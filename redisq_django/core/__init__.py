@@ -18,6 +18,7 @@ Use it directly from any Python program::
 from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadLetter, DeadReason, Failure
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,
@@ -34,7 +35,7 @@ from redisq_django.core.errors import (
 )
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec, Reject
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
@@ -50,6 +51,7 @@ __all__ = [
     "CoreConfig",
     "DeadLetter",
     "DeadReason",
+    "Delivery",
     "Envelope",
     "Failure",
     "InvalidName",

@@ -12,12 +12,13 @@ from redisq_django.core import events, leases, settle, trends
 from redisq_django.core.clock import monotonic_ms, now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.events import EventName
 from redisq_django.core.groups import entries_of, leave_group, read_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
@@ -112,7 +113,7 @@ class Subscription:
         return next_due if next_due >= 0 else None
 
     @translate_errors
-    def fetch(self, count: int = 10, block_ms: int = 1000) -> list[Message]:
+    def fetch(self, count: int = 10, block_ms: int = 1000) -> list[Delivery]:
         """Receive up to ``count`` new messages from the log and up to ``count`` from the
         consumer's private input (retries, re-drives).
 
@@ -146,13 +147,13 @@ class Subscription:
             if messages or monotonic_ms() >= deadline:
                 return messages
 
-    def _decode(self, reply: Any) -> list[Message]:
-        found = (self._message(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
+    def _decode(self, reply: Any) -> list[Delivery]:
+        found = (self._delivery(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
         return [m for m in found if m is not None]
 
-    def _message(
+    def _delivery(
         self, stream: Stream, entry_id: bytes, fields: Any, delivery_count: int
-    ) -> Message | None:
+    ) -> Delivery | None:
         if isinstance(fields, list):  # flat list from a script reply
             fields = dict(zip(fields[::2], fields[1::2], strict=False))
         try:
@@ -171,7 +172,7 @@ class Subscription:
             if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
                 self.dead_on_receive += 1
             return None
-        return Message(
+        message = Message(
             id=parts.id,
             queue=self.queue,
             payload=parts.payload,
@@ -182,17 +183,14 @@ class Subscription:
             due_at_ms=parts.due_at_ms,
             first_failed_at_ms=parts.first_failed_at_ms,
             failures=parts.failures,
-            stream=stream,
-            entry_id=entry_id,
-            fields=fields,
-            instance=self.instance,  # for a handler that settles it itself (tasks)
-            policy=self.policy,
+            instance=self.instance,
         )
+        return Delivery(message, stream, entry_id, fields, self.policy)
 
     # -- settling ----------------------------------------------------------------------
 
     @translate_errors
-    def ack(self, messages: Iterable[Message]) -> int:
+    def ack(self, messages: Iterable[Delivery]) -> int:
         """Acknowledge handled messages (one round trip for the batch, with their trend
         counters and, history on, their ``handled`` event).
 
@@ -229,7 +227,7 @@ class Subscription:
         return bool(self._call("fail", keys, args, counts))
 
     @translate_errors
-    def fail(self, message: Message, failure: Failure | BaseException) -> Outcome:
+    def fail(self, message: Delivery, failure: Failure | BaseException) -> Outcome:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
 
         The message is retried while it has had fewer than ``max_retries + 1``
@@ -263,7 +261,7 @@ class Subscription:
 
     @translate_errors
     def dead_letter(
-        self, message: Message, failure: Failure | BaseException, reason: DeadReason
+        self, message: Delivery, failure: Failure | BaseException, reason: DeadReason
     ) -> Outcome:
         """Make ``message`` a dead letter now, whatever its retry budget.
 
@@ -293,12 +291,12 @@ class Subscription:
         )
         return Outcome.DEAD if settled else Outcome.LOST
 
-    def reject(self, message: Message, failure: Failure | BaseException) -> Outcome:
+    def reject(self, message: Delivery, failure: Failure | BaseException) -> Outcome:
         """Dead-letter ``message`` at once, without retries (reason ``rejected``)."""
         return self.dead_letter(message, failure, DeadReason.REJECTED)
 
     @translate_errors
-    def extend(self, messages: Sequence[Message]) -> list[Message]:
+    def extend(self, messages: Sequence[Delivery]) -> list[Delivery]:
         """Renew the lease (visibility timeout) of messages still being handled: the
         consumer's, or a message's own (``lease_ms``, ``core/leases.py``).
 
@@ -319,7 +317,7 @@ class Subscription:
         return [m for m in messages if m.entry_id in lost]
 
     @translate_errors
-    def reclaim(self, count: int = 100) -> list[Message]:
+    def reclaim(self, count: int = 100) -> list[Delivery]:
         """Take over messages whose lease expired or whose instance is known dead.
 
         A takeover counts a delivery only for a message whose handler started (see
@@ -346,16 +344,16 @@ class Subscription:
             ],
         )
         self._cursors = [to_str(cur_log), to_str(cur_direct)]
-        out: list[Message] = []
+        out: list[Delivery] = []
         for stream, entries in ((Stream.LOG, log_entries), (Stream.DIRECT, direct_entries)):
             for entry_id, fields, deliveries in entries:
-                message = self._message(stream, entry_id, fields, int(deliveries))
+                message = self._delivery(stream, entry_id, fields, int(deliveries))
                 if message is None:
                     continue
                 if not self.policy.should_retry(message.attempts - 1 - message.failures):
                     # This claim is not a delivery: the dead letter records the
                     # deliveries actually made (max_retries + 1 crashes, and failures).
-                    message.attempts -= 1
+                    message.message.attempts -= 1
                     failure = Failure.lease_expired(message.attempts, message.failures)
                     dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
                     self.dead_on_receive += dead is Outcome.DEAD
@@ -366,7 +364,7 @@ class Subscription:
     # -- liveness ----------------------------------------------------------------------
 
     @translate_errors
-    def heartbeat(self, ttl_ms: int, running: Message | None = None) -> None:
+    def heartbeat(self, ttl_ms: int, running: Delivery | None = None) -> None:
         """Announce this instance alive for ``ttl_ms`` by Redis's clock (``heartbeat.lua``),
         with its report (``running``: the message its handler runs); once that passes
         without a new heartbeat, others take over its messages at once."""
@@ -383,7 +381,7 @@ class Subscription:
         leave_group(self.client, self.gkeys, self.instance)
 
     @translate_errors
-    def release(self, messages: Sequence[Message]) -> int:
+    def release(self, messages: Sequence[Delivery]) -> int:
         """Hand fetched-but-unstarted messages back at once (graceful shutdown).
 
         Each goes to the consumer's retry set due now, without counting an attempt, so

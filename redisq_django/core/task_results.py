@@ -27,11 +27,11 @@ from redisq_django.core import events, settle, trends
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.deadletter import DeadReason, Failure, dead_fields
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.events import EventName
 from redisq_django.core.leases import started_tag
-from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
@@ -114,7 +114,7 @@ class TaskResults:
     @translate_errors
     def start(
         self,
-        message: Message,
+        message: Delivery,
         *,
         worker_id: str,
         expire_at_ms: int,
@@ -141,7 +141,7 @@ class TaskResults:
 
     def start_call(
         self,
-        message: Message,
+        message: Delivery,
         worker_id: str,
         expire_at_ms: int,
         rebuild: Mapping[str, str],
@@ -170,7 +170,7 @@ class TaskResults:
     @translate_errors
     def succeed(
         self,
-        message: Message,
+        message: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
@@ -189,7 +189,7 @@ class TaskResults:
 
     def succeed_call(
         self,
-        message: Message,
+        message: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
@@ -202,7 +202,7 @@ class TaskResults:
     @translate_errors
     def fail(
         self,
-        message: Message,
+        message: Delivery,
         failure: Failure,
         policy: RetryPolicy,
         *,
@@ -252,7 +252,7 @@ class TaskResults:
         return Outcome.DEAD if self.scripts("task_settle", keys, args) else Outcome.LOST
 
     def _event(
-        self, name: EventName, message: Message, duration_ms: int | None, **details: Any
+        self, name: EventName, message: Delivery, duration_ms: int | None, **details: Any
     ) -> list[bytes]:
         """The lifecycle event of a settle (history on), else nothing."""
         if not self.history:
@@ -262,7 +262,7 @@ class TaskResults:
 
     def settle_call(
         self,
-        message: Message,
+        message: Delivery,
         mode: str,
         due: str,
         result: Mapping[str, str],

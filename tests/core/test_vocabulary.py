@@ -101,8 +101,9 @@ def test_message_group_still_reads_the_consumer_and_warns(
     broker.ensure_consumer(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     with broker.subscribe(queue_name, "billing", "w-1") as sub:
-        (message,) = sub.fetch(count=1, block_ms=500)
-        sub.ack([message])
+        (delivery,) = sub.fetch(count=1, block_ms=500)
+        sub.ack([delivery])
+    message = delivery.message
 
     # When a handler written for the old name reads .group
     with pytest.warns(DeprecationWarning, match=r"Message\.consumer"):

@@ -37,9 +37,9 @@ from hiredis import pack_command
 
 from redisq_django.core import events, settle, trends
 from redisq_django.core.batch import run_batch
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
-from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
@@ -61,7 +61,7 @@ class AckPipe:
             (or found settled already), in order, once their reply is read.
     """
 
-    def __init__(self, sub: Subscription, on_acked: Callable[[list[Message]], None]) -> None:
+    def __init__(self, sub: Subscription, on_acked: Callable[[list[Delivery]], None]) -> None:
         self.sub = sub
         self.client = sub.client
         self.queue, self.consumer = sub.queue, sub.consumer  # for translate_errors
@@ -74,20 +74,20 @@ class AckPipe:
         self._counts: dict[str, int] = {}
         self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
-        self._queued: list[Message] = []  # handled; acknowledgement not written yet
+        self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
-        self._unread: list[list[Message]] = []
+        self._unread: list[list[Delivery]] = []
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
         return len(self._queued) + sum(len(ms) for ms in self._unread)
 
-    def unconfirmed(self) -> list[Message]:
+    def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
         return [m for ms in self._unread for m in ms] + self._queued
 
-    def add(self, message: Message) -> None:
+    def add(self, message: Delivery) -> None:
         """``message``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(message)
@@ -97,7 +97,7 @@ class AckPipe:
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
         counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
 
-    def count_settled(self, message: Message, outcome: Outcome, failed: bool) -> None:
+    def count_settled(self, message: Delivery, outcome: Outcome, failed: bool) -> None:
         """``message``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
         if outcome is Outcome.ACKED:
@@ -112,7 +112,7 @@ class AckPipe:
             self._counts[name] = self._counts.get(name, 0) + n
 
     @translate_errors
-    def send(self, mark: Message | None = None, *, counts: bool = False) -> None:
+    def send(self, mark: Delivery | None = None, *, counts: bool = False) -> None:
         """Write the queued acknowledgements (and ``mark``, the message about to start;
         with ``counts``, the trend counters of what was handled) now, without waiting
         for the reply."""
@@ -161,7 +161,7 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Message]) -> bytes:
+    def _packed_command(self, messages: list[Delivery]) -> bytes:
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
@@ -178,17 +178,17 @@ class AckPipe:
         commands = self._counter.commands(self._counts)
         return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
 
-    def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
+    def _ack_command(self, messages: list[Delivery]) -> tuple[Any, ...]:
         sub = self.sub
         name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
         if name is None:
             return ("XACK", *keys, *args)
         return sub.scripts.command(name, keys, args)
 
-    def _mark_command(self, message: Message) -> tuple[Any, ...]:
+    def _mark_command(self, message: Delivery) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
 
-    def _run_now(self, mark: Message | None) -> None:
+    def _run_now(self, mark: Delivery | None) -> None:
         acked = self._queued
         if acked:
             self.sub.ack(acked)

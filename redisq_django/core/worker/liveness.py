@@ -41,7 +41,7 @@ from redisq_django.core.wire import loggable
 from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
-    from redisq_django.core.message import Message
+    from redisq_django.core.delivery import Delivery
     from redisq_django.core.worker.threads import HandlerThread
 
 logger = logging.getLogger("redisq.worker")
@@ -159,7 +159,7 @@ class LivenessThread(threading.Thread):
                 self._extend(t, due)
         self._renewed = renewed
 
-    def _extend(self, thread: HandlerThread, messages: list[Message]) -> None:
+    def _extend(self, thread: HandlerThread, messages: list[Delivery]) -> None:
         with _each(thread, "lease renewal"):
             for m in thread.sub.extend(messages):
                 logger.warning(

@@ -9,10 +9,10 @@ Use it directly from any Python program::
     broker = Broker(redis.Redis())
     broker.ensure_consumer("orders", "billing", start="earliest")
     broker.publish("orders", {"order": 42})
-    with broker.subscribe("orders", "billing") as sub:
-        for message in sub.fetch(count=10, block_ms=1000):
-            ...
-            sub.ack([message])
+    with broker.subscribe("orders", "billing", instance="worker-1") as sub:
+        for delivery in sub.fetch(count=10, block_ms=1000):
+            handle(delivery.message)  # a Message: payload, headers, attempts, ...
+            sub.ack([delivery])
 """
 
 from redisq_django.core.broker import Broker

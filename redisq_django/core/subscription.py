@@ -172,18 +172,19 @@ class Subscription:
             if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
                 self.dead_on_receive += 1
             return None
+        # Positional: once per message fetched, where keywords cost a measurable share.
         message = Message(
-            id=parts.id,
-            queue=self.queue,
-            payload=parts.payload,
-            headers=parts.headers,
-            attempts=parts.attempts + delivery_count,
-            consumer=self.consumer,
-            published_at_ms=parts.published_at_ms,
-            due_at_ms=parts.due_at_ms,
-            first_failed_at_ms=parts.first_failed_at_ms,
-            failures=parts.failures,
-            instance=self.instance,
+            parts.id,
+            self.queue,
+            parts.payload,
+            parts.headers,
+            parts.attempts + delivery_count,  # attempts
+            self.consumer,
+            parts.published_at_ms,
+            parts.due_at_ms,
+            parts.first_failed_at_ms,
+            parts.failures,
+            self.instance,
         )
         return Delivery(message, stream, entry_id, fields, self.policy)
 

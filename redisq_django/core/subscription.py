@@ -160,7 +160,7 @@ class Subscription:
             parts = env.decode(entry_id, fields)
         except env.UndecodableEntry as exc:
             dead = undecodable_fields(
-                entry_id, fields or {}, group=self.consumer, reason=str(exc), now=now_ms()
+                entry_id, fields or {}, consumer=self.consumer, reason=str(exc), now=now_ms()
             )
             event = self._event(
                 EventName.DEAD,
@@ -273,7 +273,7 @@ class Subscription:
         failure = Failure.of(failure)
         dead = dead_fields(
             settle.next_delivery(message, now, failed=True),
-            group=self.consumer,
+            consumer=self.consumer,
             reason=reason,
             failure=failure,
             failed_at_ms=now,

@@ -237,7 +237,7 @@ class TaskResults:
             return Outcome.RETRIED if self.scripts("task_settle", keys, args) else Outcome.LOST
         dead = dead_fields(
             retry_fields,
-            group=message.consumer,
+            consumer=message.consumer,
             reason=DeadReason.FAILED,
             failure=failure,
             failed_at_ms=now,

@@ -129,3 +129,23 @@ def test_a_missing_consumer_is_named_as_the_consumer(
     assert (caught.value.queue, caught.value.consumer) == (queue_name, "ghost")
     with pytest.warns(DeprecationWarning, match=r"ConsumerNotFound\.consumer"):
         assert caught.value.group == "ghost"
+
+
+def test_a_dead_letter_read_from_redis_names_its_consumer(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a message that "billing" rejected
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    message_id = broker.publish(queue_name, {"n": 1})
+    with broker.subscribe(queue_name, "billing", "w-1") as sub:
+        (delivery,) = sub.fetch(count=1, block_ms=500)
+        sub.reject(delivery, ValueError("bad"))
+
+    # When its dead letter is read from Redis
+    (dead,) = broker.dead_letters(queue_name, "billing")
+
+    # Then it names the logical consumer as .consumer (the old .group warns)
+    assert (dead.id, dead.queue, dead.consumer) == (message_id, queue_name, "billing")
+    with pytest.warns(DeprecationWarning, match=r"\.consumer"):
+        assert dead.group == "billing"

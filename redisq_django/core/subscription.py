@@ -191,14 +191,14 @@ class Subscription:
     # -- settling ----------------------------------------------------------------------
 
     @translate_errors
-    def ack(self, messages: Iterable[Delivery]) -> int:
-        """Acknowledge handled messages (one round trip for the batch, with their trend
+    def ack(self, deliveries: Iterable[Delivery]) -> int:
+        """Acknowledge handled deliveries (one round trip for the batch, with their trend
         counters and, history on, their ``handled`` event).
 
         Returns:
             How many were still pending (the rest were acknowledged already).
         """
-        batch = list(messages)
+        batch = list(deliveries)
         if not batch:
             return 0
         name, keys, args = settle.ack_parts(self.gkeys, self.instance, batch, self.history)
@@ -228,51 +228,51 @@ class Subscription:
         return bool(self._call("fail", keys, args, counts))
 
     @translate_errors
-    def fail(self, message: Delivery, failure: Failure | BaseException) -> Outcome:
+    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
 
-        The message is retried while it has had fewer than ``max_retries + 1``
+        The delivery is retried while it has had fewer than ``max_retries + 1``
         deliveries; otherwise it becomes a dead letter (reason ``failed``) with the
         error class, message and traceback of ``failure`` (or of the exception).
 
         Returns:
             ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds the
-            message (its lease expired; the instance that took it over settles it).
+            delivery (its lease expired; the instance that took it over settles it).
         """
-        if not self.policy.should_retry(message.attempts):
-            return self.dead_letter(message, failure, DeadReason.FAILED)
+        if not self.policy.should_retry(delivery.attempts):
+            return self.dead_letter(delivery, failure, DeadReason.FAILED)
         now = now_ms()  # the failure time kept for the operators: this host's clock
-        wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
+        wait_ms = max(1, int(self.policy.backoff(delivery.attempts, self._rng) * 1000))
         failure = Failure.of(failure)
-        fields = settle.next_delivery(message, now, failed=True, error=failure)
+        fields = settle.next_delivery(delivery, now, failed=True, error=failure)
         # Without `next_due`: fail.lua adds the due time it makes, by Redis's clock.
         event = self._event(
             EventName.RETRIED,
-            [events.record(message.id, message.attempts, message.duration_ms)],
+            [events.record(delivery.id, delivery.attempts, delivery.duration_ms)],
             failure=failure,
         )
         self.report.failed += 1
-        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
         # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
         due = f"+{wait_ms}"
         settled = self._settle(
-            message.stream, message.entry_id, settle.RETRY, due, fields, event, counts
+            delivery.stream, delivery.entry_id, settle.RETRY, due, fields, event, counts
         )
         return Outcome.RETRIED if settled else Outcome.LOST
 
     @translate_errors
     def dead_letter(
-        self, message: Delivery, failure: Failure | BaseException, reason: DeadReason
+        self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
     ) -> Outcome:
-        """Make ``message`` a dead letter now, whatever its retry budget.
+        """Make ``delivery`` a dead letter now, whatever its retry budget.
 
         Returns:
-            ``DEAD``, or ``LOST`` when this instance no longer holds the message.
+            ``DEAD``, or ``LOST`` when this instance no longer holds the delivery.
         """
         now = now_ms()  # the failure time kept for the operators: this host's clock
         failure = Failure.of(failure)
         dead = dead_fields(
-            settle.next_delivery(message, now, failed=True),
+            settle.next_delivery(delivery, now, failed=True),
             consumer=self.consumer,
             reason=reason,
             failure=failure,
@@ -280,42 +280,42 @@ class Subscription:
         )
         event = self._event(
             EventName.DEAD,
-            [events.record(message.id, message.attempts, message.duration_ms)],
+            [events.record(delivery.id, delivery.attempts, delivery.duration_ms)],
             failure=failure,
             reason=reason,
         )
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
         self.report.failed += ran
-        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
         settled = self._settle(
-            message.stream, message.entry_id, settle.DEAD, 0, dead, event, counts
+            delivery.stream, delivery.entry_id, settle.DEAD, 0, dead, event, counts
         )
         return Outcome.DEAD if settled else Outcome.LOST
 
-    def reject(self, message: Delivery, failure: Failure | BaseException) -> Outcome:
-        """Dead-letter ``message`` at once, without retries (reason ``rejected``)."""
-        return self.dead_letter(message, failure, DeadReason.REJECTED)
+    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
+        """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
+        return self.dead_letter(delivery, failure, DeadReason.REJECTED)
 
     @translate_errors
-    def extend(self, messages: Sequence[Delivery]) -> list[Delivery]:
-        """Renew the lease (visibility timeout) of messages still being handled: the
-        consumer's, or a message's own (``lease_ms``, ``core/leases.py``).
+    def extend(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Renew the lease (visibility timeout) of deliveries still being handled: the
+        consumer's, or a delivery's own (``lease_ms``, ``core/leases.py``).
 
         Returns:
-            The messages another instance holds now (it took them over after the lease
+            The deliveries another instance holds now (it took them over after the lease
             expired) and will settle. Messages settled meanwhile are not reported.
         """
-        own = [m for m in messages if m.lease_ms]
+        own = [m for m in deliveries if m.lease_ms]
         lost: set[bytes] = set()
         if own:
             lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.instance, own)))
-        log = [m.entry_id for m in messages if m.stream is Stream.LOG and not m.lease_ms]
-        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG and not m.lease_ms]
+        log = [m.entry_id for m in deliveries if m.stream is Stream.LOG and not m.lease_ms]
+        direct = [m.entry_id for m in deliveries if m.stream is not Stream.LOG and not m.lease_ms]
         if log or direct:
             keys = [self.keys.log, self.gkeys.direct]
             args = [self.consumer, self.instance, len(log), *log, *direct]
             lost.update(self.scripts("extend", keys, args))
-        return [m for m in messages if m.entry_id in lost]
+        return [m for m in deliveries if m.entry_id in lost]
 
     @translate_errors
     def reclaim(self, count: int = 100) -> list[Delivery]:
@@ -382,15 +382,15 @@ class Subscription:
         leave_group(self.client, self.gkeys, self.instance)
 
     @translate_errors
-    def release(self, messages: Sequence[Delivery]) -> int:
-        """Hand fetched-but-unstarted messages back at once (graceful shutdown).
+    def release(self, deliveries: Sequence[Delivery]) -> int:
+        """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).
 
         Each goes to the consumer's retry set due now, without counting an attempt, so
         another instance receives it within one poll interval instead of waiting for the
         visibility timeout. Returns how many were released (held by this instance).
         """
         released = 0
-        for m in messages:
+        for m in deliveries:
             fields = settle.next_delivery(m, now_ms(), failed=False)
             event = self._event(EventName.RELEASED, [events.record(m.id, m.attempts - 1)])
             released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event, {})

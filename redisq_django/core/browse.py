@@ -330,21 +330,21 @@ def _rows(reply: Any) -> list[dict[str, Any]]:
 # -- one entry --------------------------------------------------------------------------
 
 
-def find(client: RedisClient, keys: QueueKeys, group: str | None, ref: str) -> Entry | None:
+def find(client: RedisClient, keys: QueueKeys, consumer: str | None, ref: str) -> Entry | None:
     """The entry ``ref`` (see :attr:`Entry.ref`) names, or None when it is gone (handled,
-    promoted, delivered meanwhile). Retry and direct refs need the consumer ``group``.
+    promoted, delivered meanwhile). Retry and direct refs need the logical ``consumer``.
 
     Raises:
-        ValueError: ``ref`` is not a ref, or needs a ``group``.
+        ValueError: ``ref`` is not a ref, or needs a ``consumer``.
     """
     where, _, rest = ref.partition(":")
     if where in (S_LOG, S_DIRECT) and _ID.match(rest):
-        stream = keys.log if where == S_LOG else _group(keys, group).direct
+        stream = keys.log if where == S_LOG else _group(keys, consumer).direct
         found = client.xrange(stream, rest, rest)
         return _entry(where, found[0][0], found[0][1]) if found else None
     score, _, message_id = rest.partition(":")
     if where in (S_DELAYED, S_RETRY) and _SCORE_CURSOR.match(f"{score}:0") and message_id:
-        zset = keys.delayed if where == S_DELAYED else _group(keys, group).retry
+        zset = keys.delayed if where == S_DELAYED else _group(keys, consumer).retry
         scored = cast("ScoredMembers", client.zrangebyscore(zset, score, score, withscores=True))
         for member, value in scored:
             entry = Entry(where, _score(value), member_fields(member), member=member)
@@ -354,7 +354,7 @@ def find(client: RedisClient, keys: QueueKeys, group: str | None, ref: str) -> E
     raise ValueError(f"Not a message reference: {ref!r}")
 
 
-def _group(keys: QueueKeys, group: str | None) -> GroupKeys:
-    if not group:
+def _group(keys: QueueKeys, consumer: str | None) -> GroupKeys:
+    if not consumer:
         raise ValueError("A retry or direct entry belongs to a consumer: name it.")
-    return keys.group(group)
+    return keys.group(consumer)

@@ -162,11 +162,11 @@ async def _script_quietly(
     return reply
 
 
-async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, group: str) -> None:
-    """Register ``group`` on the queue from its start unless it exists (as
-    ``Broker.ensure_consumer(..., "earliest")``), and record the queue's name."""
-    gkeys = keys.group(group)
-    await _script(entry, "ensure_consumer", [keys.log, gkeys.direct], [group, "0-0"])
+async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, consumer: str) -> None:
+    """Register logical consumer ``consumer`` on the queue from its start unless it
+    exists (as ``Broker.ensure_consumer(..., "earliest")``), and record the queue's name."""
+    gkeys = keys.group(consumer)
+    await _script(entry, "ensure_consumer", [keys.log, gkeys.direct], [consumer, "0-0"])
     await entry.conn.sadd(registry_key(get_broker().config.prefix), keys.queue)
 
 

@@ -1,9 +1,11 @@
 """redisq_django: reliable message queues on the Redis your Django site already runs.
 
 The public API is imported lazily (PEP 562), so ``import redisq_django`` needs neither
-Django settings nor Redis: declare consumers with :func:`consumer`, publish with
-:func:`publish`, :func:`publish_many` and :func:`publish_on_commit`. The Django-free core
-lives in :mod:`redisq_django.core`.
+Django settings nor Redis: declare consumers with :func:`consumer` and schedules with
+:func:`periodic`, publish with :func:`publish`, :func:`publish_many` and
+:func:`publish_on_commit`, and catch the errors below (every one a :class:`RedisqError`).
+The Django-free core lives in :mod:`redisq_django.core`; docs/layout.md lists the public
+names.
 """
 
 from __future__ import annotations
@@ -14,19 +16,57 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArchiveNotRegistered",
+    "ConfigurationError",
+    "ConsumerNotFound",
     "Message",
+    "PayloadNotSerializable",
+    "PayloadTooLarge",
+    "ProtocolMismatch",
+    "PublishError",
+    "RedisRefused",
+    "RedisUnavailable",
+    "RedisqError",
     "Reject",
     "consumer",
+    "periodic",
     "publish",
     "publish_many",
     "publish_on_commit",
 ]
 
+#: The errors a user catches, all in the core (``redisq_django.core.errors``).
+_ERRORS = (
+    "ArchiveNotRegistered",
+    "ConfigurationError",
+    "ConsumerNotFound",
+    "PayloadNotSerializable",
+    "PayloadTooLarge",
+    "ProtocolMismatch",
+    "PublishError",
+    "RedisRefused",
+    "RedisUnavailable",
+    "RedisqError",
+)
+
 if TYPE_CHECKING:  # the real signatures, for type checkers and IDEs
     from redisq_django.consuming.declarations import consumer
+    from redisq_django.core.errors import (
+        ArchiveNotRegistered,
+        ConfigurationError,
+        ConsumerNotFound,
+        PayloadNotSerializable,
+        PayloadTooLarge,
+        ProtocolMismatch,
+        PublishError,
+        RedisqError,
+        RedisRefused,
+        RedisUnavailable,
+    )
     from redisq_django.core.handler import Reject
     from redisq_django.core.message import Message
     from redisq_django.publishing import publish, publish_many, publish_on_commit
+    from redisq_django.schedules import periodic
 
 _WHERE = {
     "Message": "redisq_django.core.message",
@@ -35,6 +75,8 @@ _WHERE = {
     "publish": "redisq_django.publishing",
     "publish_many": "redisq_django.publishing",
     "publish_on_commit": "redisq_django.publishing",
+    "periodic": "redisq_django.schedules",
+    **dict.fromkeys(_ERRORS, "redisq_django.core.errors"),
 }
 
 

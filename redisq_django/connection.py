@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.cluster
@@ -18,6 +18,7 @@ from redisq_django.conf import SettingsError, get_core_config, get_settings
 from redisq_django.core import Broker
 from redisq_django.core.errors import describe_client
 from redisq_django.core.hooks import PublishHook
+from redisq_django.core.types import RedisClient
 
 logger = logging.getLogger("redisq")
 
@@ -27,7 +28,7 @@ logger = logging.getLogger("redisq")
 _hook_sources: list[Callable[[], Sequence[PublishHook]]] = []
 
 
-def get_redis_client() -> Any:
+def get_redis_client() -> RedisClient:
     """The redis-py client named by ``REDISQ['URL']`` (a ``RedisCluster`` with
     ``REDISQ['CLUSTER']``) or ``REDISQ['CONNECTION']``.
 
@@ -50,7 +51,8 @@ def get_redis_client() -> Any:
     try:
         from django_redis import get_redis_connection
 
-        return get_redis_connection(alias)
+        # django-redis ships no types; what it hands out is a redis-py ``Redis``.
+        return cast("RedisClient", get_redis_connection(alias))
     except (NotImplementedError, AttributeError, ImportError) as exc:
         raise SettingsError(
             f"CACHES[{alias!r}] is not a django-redis cache ({exc}). Use "
@@ -59,7 +61,7 @@ def get_redis_client() -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def quick_client(timeout: float) -> Any:
+def quick_client(timeout: float) -> RedisClient:
     """A client of the Redis that ``REDISQ`` names whose calls give up after ``timeout``
     seconds and are never retried: pages and scrapes answer when Redis is down or hung.
 

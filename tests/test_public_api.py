@@ -3,6 +3,7 @@ checker catches a misspelled keyword in ``publish("q", {}, dely=1)``."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,30 @@ import redisq_django
 
 ROOT = Path(redisq_django.__file__).parent.parent
 
+#: docs/layout.md's "Public names", exactly: what ``import redisq_django`` offers.
+PUBLIC = [
+    # declaring and publishing
+    "consumer",
+    "periodic",
+    "publish",
+    "publish_many",
+    "publish_on_commit",
+    # what a handler gets and raises
+    "Message",
+    "Reject",
+    # the errors a user catches
+    "RedisqError",
+    "PublishError",
+    "PayloadTooLarge",
+    "PayloadNotSerializable",
+    "ConfigurationError",
+    "RedisUnavailable",
+    "RedisRefused",
+    "ConsumerNotFound",
+    "ProtocolMismatch",
+    "ArchiveNotRegistered",
+]
+
 
 @pytest.mark.slow  # a fresh Python process
 def test_importing_the_package_loads_no_django_and_names_resolve_lazily() -> None:
@@ -24,9 +49,11 @@ def test_importing_the_package_loads_no_django_and_names_resolve_lazily() -> Non
         assert "django.db" not in sys.modules, "importing redisq_django loaded django.db"
         from redisq_django import Message, Reject, consumer
         assert consumer.__module__ == "redisq_django.consuming.declarations"
-        assert sorted(redisq_django.__all__) == sorted(
-            ["Message", "Reject", "consumer", "publish", "publish_many", "publish_on_commit"]
-        )
+        assert sorted(redisq_django.__all__) == sorted(PUBLIC), redisq_django.__all__
+        from redisq_django import PayloadTooLarge, RedisqError, RedisUnavailable
+        assert "django.db" not in sys.modules, "importing the errors loaded django.db"
+        assert issubclass(PayloadTooLarge, RedisqError)
+        assert RedisUnavailable.__module__ == "redisq_django.core.errors"
         try:
             redisq_django.no_such_name
         except AttributeError as exc:
@@ -37,7 +64,7 @@ def test_importing_the_package_loads_no_django_and_names_resolve_lazily() -> Non
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", program],
+        [sys.executable, "-c", f"PUBLIC = {PUBLIC!r}\n{program}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -81,17 +108,29 @@ def test_mypy_sees_the_real_signatures(tmp_path: Path) -> None:
     assert result.stdout.count("error:") == 1, result.stdout
 
 
-def test_a_dead_letter_in_redis_is_a_dead_entry_and_the_old_name_warns() -> None:
-    # The Redis entry and the database row were both ``DeadLetter``: the core's is now
-    # ``DeadEntry``, and its old name still works for one minor version, with a warning.
-    from redisq_django import core
-    from redisq_django.core.dead_entry import DeadEntry
+def test_every_public_name_is_the_object_its_home_module_defines() -> None:
+    # Given the names docs/layout.md promises
+    from redisq_django.core import errors
+    from redisq_django.schedules import declared
 
-    assert core.DeadEntry is DeadEntry
-    assert "DeadEntry" in core.__all__
-    assert "DeadLetter" not in core.__all__
-    with pytest.warns(DeprecationWarning, match=r"core\.DeadLetter is now .*DeadEntry"):
-        from redisq_django.core import DeadLetter
-    assert DeadLetter is DeadEntry
-    with pytest.raises(AttributeError, match="no_such_name"):
-        core.no_such_name  # noqa: B018
+    # When each is read from the package top
+    found = {name: getattr(redisq_django, name) for name in PUBLIC}
+
+    # Then each is the one object of its home module, the errors all RedisqErrors
+    assert found["periodic"] is declared.periodic
+    for name in PUBLIC[7:]:
+        assert found[name] is getattr(errors, name), name
+        assert issubclass(found[name], errors.RedisqError), name
+    assert set(PUBLIC) <= set(dir(redisq_django))
+
+
+def test_the_layout_note_lists_the_same_public_names() -> None:
+    # Given docs/layout.md's "Public names" section
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    section = text.split("## Public names", 1)[1].split("Also public", 1)[0]
+
+    # When its back-quoted names are read
+    listed = re.findall(r"`(\w+)`", section)
+
+    # Then they are exactly the package's __all__
+    assert sorted(listed) == sorted(PUBLIC)

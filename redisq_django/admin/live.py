@@ -42,6 +42,7 @@ from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError, RedisUnavailable, describe_client
 from redisq_django.core.keys import registry_key
 from redisq_django.core.stats import ConsumerStats, QueueStats, read_many
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 logger = logging.getLogger("redisq.admin")
@@ -82,7 +83,7 @@ class Reading(Generic[T]):
         return not self.error
 
 
-def _unreachable(exc: BaseException, client: Any) -> str:
+def _unreachable(exc: BaseException, client: RedisClient | None) -> str:
     text = str(exc).rstrip(".")
     where = describe_client(client) if client is not None else _configured()
     return (

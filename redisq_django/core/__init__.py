@@ -9,10 +9,10 @@ Use it directly from any Python program::
     broker = Broker(redis.Redis())
     broker.ensure_consumer("orders", "billing", start="earliest")
     broker.publish("orders", {"order": 42})
-    with broker.subscribe("orders", "billing") as sub:
-        for message in sub.fetch(count=10, block_ms=1000):
-            ...
-            sub.ack([message])
+    with broker.subscribe("orders", "billing", instance="worker-1") as sub:
+        for delivery in sub.fetch(count=10, block_ms=1000):
+            handle(delivery.message)  # a Message: payload, headers, attempts, ...
+            sub.ack([delivery])
 """
 
 import warnings
@@ -21,6 +21,7 @@ from typing import Any
 from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadEntry, DeadReason, Failure
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,
@@ -37,7 +38,7 @@ from redisq_django.core.errors import (
 )
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec, Reject
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
@@ -53,6 +54,7 @@ __all__ = [
     "CoreConfig",
     "DeadEntry",
     "DeadReason",
+    "Delivery",
     "Envelope",
     "Failure",
     "InvalidName",

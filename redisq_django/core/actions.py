@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from redisq_django.core import browse, redelivery
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: ``purge_consumer.lua`` removes at most this many entries per key and call...
@@ -27,7 +27,7 @@ DELIVER_PAGES = 100_000
 
 
 def deliver_now(
-    client: Any, scripts: Scripts, keys: QueueKeys, group: str | None, ref: str
+    client: RedisClient, scripts: Scripts, keys: QueueKeys, consumer: str | None, ref: str
 ) -> str | None:
     """Deliver the delayed message or retry ``ref`` names (see ``browse.Entry.ref``) now.
 
@@ -46,19 +46,19 @@ def deliver_now(
     where = ref.partition(":")[0]
     if where not in (browse.S_DELAYED, browse.S_RETRY):
         raise ValueError(f"Only a delayed message or a retry can be delivered now, not {ref!r}.")
-    entry = browse.find(client, keys, group, ref)
-    return None if entry is None else deliver_entry(scripts, keys, group, entry)
+    entry = browse.find(client, keys, consumer, ref)
+    return None if entry is None else deliver_entry(scripts, keys, consumer, entry)
 
 
 def deliver_entry(
-    scripts: Scripts, keys: QueueKeys, group: str | None, entry: browse.Entry
+    scripts: Scripts, keys: QueueKeys, consumer: str | None, entry: browse.Entry
 ) -> str | None:
-    """Deliver ``entry`` (a delayed message, or a retry of ``group``) now: see
+    """Deliver ``entry`` (a delayed message, or a retry of ``consumer``) now: see
     :func:`deliver_now`. Returns the new entry id, or None when it is gone."""
     if entry.where == browse.S_DELAYED:
         target = [keys.delayed, keys.log]
     elif entry.where == browse.S_RETRY:
-        gkeys = keys.group(group or "")
+        gkeys = keys.group(consumer or "")
         target = [gkeys.retry, gkeys.direct]
     else:
         raise ValueError(f"Only a delayed message or a retry can be delivered now, not {entry}.")
@@ -82,14 +82,14 @@ class Delivered:
 
 
 def deliver_waiting(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     keys: QueueKeys,
-    group: str | None,
+    consumer: str | None,
     ids: Collection[str] | None = None,
 ) -> Delivered:
-    """Deliver now the queue's delayed messages (``group`` None) or the retries of
-    logical consumer ``group``: those with a message id in ``ids``, or all of them
+    """Deliver now the queue's delayed messages (``consumer`` None) or the retries of
+    logical consumer ``consumer``: those with a message id in ``ids``, or all of them
     (``ids`` None), each as :func:`deliver_entry` does.
 
     Read in pages of ``browse.MAX_PAGE``, whatever the set's size: finding ids walks the
@@ -98,9 +98,9 @@ def deliver_waiting(
     """
 
     def page(cursor: str | None) -> browse.Page:
-        if group is None:
+        if consumer is None:
             return browse.delayed(client, keys, cursor, browse.MAX_PAGE)
-        return browse.retrying(client, keys.group(group), cursor, browse.MAX_PAGE)
+        return browse.retrying(client, keys.group(consumer), cursor, browse.MAX_PAGE)
 
     if ids is None:
         count = 0
@@ -108,7 +108,7 @@ def deliver_waiting(
             entries = page(None).entries
             if not entries:
                 break
-            count += sum(deliver_entry(scripts, keys, group, e) is not None for e in entries)
+            count += sum(deliver_entry(scripts, keys, consumer, e) is not None for e in entries)
         return Delivered(count)
     wanted, found = set(ids), []
     cursor: str | None = None
@@ -118,14 +118,14 @@ def deliver_waiting(
         cursor = got.next
         if cursor is None or len({e.message_id for e in found}) == len(wanted):
             break
-    done = [e.message_id for e in found if deliver_entry(scripts, keys, group, e) is not None]
+    done = [e.message_id for e in found if deliver_entry(scripts, keys, consumer, e) is not None]
     return Delivered(len(done), done, [i for i in dict.fromkeys(ids) if i not in set(done)])
 
 
 def purge_consumer(
-    client: Any, scripts: Scripts, keys: QueueKeys, group: str, *, history: bool = False
+    client: RedisClient, scripts: Scripts, keys: QueueKeys, consumer: str, *, history: bool = False
 ) -> tuple[int, int]:
-    """Discard everything waiting for logical consumer ``group``: its backlog in the log
+    """Discard everything waiting for logical consumer ``consumer``: its backlog in the log
     (it moves to the end of the log, as a replay to "latest"), its retries and its
     private input not yet delivered. In-flight messages finish as usual; other
     consumers, delayed messages and dead letters are not touched.
@@ -134,14 +134,14 @@ def purge_consumer(
         ``(retries removed, private-input entries removed)``.
 
     Raises:
-        redis.ResponseError: NOGROUP when ``group`` is not registered.
+        redis.ResponseError: NOGROUP when ``consumer`` is not registered.
     """
-    gkeys = keys.group(group)
+    gkeys = keys.group(consumer)
     # The log first (with its `reset` event when history is on), then its own keys.
     redelivery.reset(client, gkeys, StartPoint.parse("latest").to_last_delivered_id(), history)
     retries = direct = 0
     for _ in range(PURGE_CALLS):
-        r, d, more = scripts("purge_consumer", [gkeys.retry, gkeys.direct], [group, PURGE_BATCH])
+        r, d, more = scripts("purge_consumer", [gkeys.retry, gkeys.direct], [consumer, PURGE_BATCH])
         retries, direct = retries + int(r), direct + int(d)
         if not int(more):
             break

@@ -26,6 +26,7 @@ import redis
 from hiredis import pack_command
 
 from redisq_django.core.scripts import ScriptName, Scripts
+from redisq_django.core.types import RedisClient
 
 Command = Sequence[Any]
 
@@ -36,7 +37,7 @@ _SKIP = pack_command(_SKIP_COMMAND)
 
 
 def run_batch(
-    client: Any,
+    client: RedisClient,
     commands: Sequence[Command],
     *,
     transaction: bool,
@@ -124,7 +125,7 @@ def _read_transaction(connection: Any, count: int) -> list[Any] | Exception:
 
 
 def run_script(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     name: ScriptName,
     keys: Sequence[Any],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -29,6 +29,7 @@ from redisq_django.core.sending import send_direct, send_once, send_queue
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.types import RedisClient, StreamEntries
 from redisq_django.core.wire import to_bytes, to_str
 
 
@@ -43,7 +44,10 @@ class Broker:
     """
 
     def __init__(
-        self, client: Any, config: CoreConfig | None = None, hooks: Sequence[PublishHook] = ()
+        self,
+        client: RedisClient,
+        config: CoreConfig | None = None,
+        hooks: Sequence[PublishHook] = (),
     ) -> None:
         self.client = client
         self.config = config or CoreConfig()
@@ -200,7 +204,7 @@ class Broker:
 
     @translate_errors
     def send_to_consumer(
-        self, group: str, envelopes: Sequence[Envelope], *, once: bool = False
+        self, consumer: str, envelopes: Sequence[Envelope], *, once: bool = False
     ) -> list[str]:
         """Deliver envelopes at once to one logical consumer only (its private input), one
         round trip per queue (targeted replay); ``once``: at most once per message id and
@@ -209,7 +213,7 @@ class Broker:
         for queue in dict.fromkeys(e.queue for e in envelopes):  # in order, once each
             mine = [e.with_id() if once else e for e in envelopes if e.queue == queue]
             keys = self.keys(queue)
-            to = keys.group(group)
+            to = keys.group(consumer)
             sent = send_once(self.client, self.scripts, keys, mine, to=to) if once else None
             out += sent if sent is not None else send_direct(self.client, to, mine)
         return out
@@ -224,9 +228,9 @@ class Broker:
 
     @translate_errors
     def ensure_consumer(
-        self, queue: str, group: str, start: str | dt.datetime | StartPoint = "latest"
+        self, queue: str, consumer: str, start: str | dt.datetime | StartPoint = "latest"
     ) -> bool:
-        """Register logical consumer ``group`` on ``queue`` unless it exists.
+        """Register logical consumer ``consumer`` on ``queue`` unless it exists.
 
         From then on it receives every message published (also while none of its
         instances runs). ``start`` says where a *new* consumer begins: ``"latest"``
@@ -237,29 +241,31 @@ class Broker:
         Returns:
             True when it was created, False when it already existed.
         """
-        created = ensure_group(self.scripts, self.keys(queue).group(group), StartPoint.parse(start))
+        created = ensure_group(
+            self.scripts, self.keys(queue).group(consumer), StartPoint.parse(start)
+        )
         self._register(queue)
         return created
 
     @translate_errors
-    def reset(self, queue: str, group: str, start: str | dt.datetime | StartPoint) -> None:
-        """Move logical consumer ``group`` to ``start`` to receive messages again (replay).
+    def reset(self, queue: str, consumer: str, start: str | dt.datetime | StartPoint) -> None:
+        """Move logical consumer ``consumer`` to ``start`` to receive messages again (replay).
 
         Messages from the start point onwards that are still in the log (see the replay
         window) are delivered again, in order. Older history is replayed from the archive
         by the pipeline.
 
         Raises:
-            ConsumerNotFound: ``group`` is not registered on ``queue``.
+            ConsumerNotFound: ``consumer`` is not registered on ``queue``.
         """
         keys = self.keys(queue)
-        keys.group(group)
+        keys.group(consumer)
         target = StartPoint.parse(start).to_last_delivered_id()
         try:
-            redelivery.reset(self.client, keys.group(group), target, self.config.history)
+            redelivery.reset(self.client, keys.group(consumer), target, self.config.history)
         except redis.ResponseError as exc:
             if is_nogroup(exc):
-                raise ConsumerNotFound(queue, group) from exc
+                raise ConsumerNotFound(queue, consumer) from exc
             raise
 
     @translate_errors
@@ -268,12 +274,12 @@ class Broker:
         return group_names(self.client, self.keys(queue))
 
     @translate_errors
-    def remove_consumer(self, queue: str, group: str) -> None:
-        """Unregister logical consumer ``group`` and delete its private keys.
+    def remove_consumer(self, queue: str, consumer: str) -> None:
+        """Unregister logical consumer ``consumer`` and delete its private keys.
 
         Its retries, dead letters still in Redis and in-flight state are discarded.
         """
-        remove_group(self.client, self.keys(queue).group(group))
+        remove_group(self.client, self.keys(queue).group(consumer))
 
     @translate_errors
     def queues(self) -> list[str]:
@@ -283,19 +289,19 @@ class Broker:
     def subscribe(
         self,
         queue: str,
-        group: str,
-        consumer: str | None = None,
+        consumer: str,
+        instance: str | None = None,
         *,
         policy: RetryPolicy | None = None,
         **overrides: Any,
     ) -> Subscription:
-        """An instance of logical consumer ``group``: fetches, acks and fails messages.
+        """An instance of logical consumer ``consumer``: fetches, acks and fails messages.
 
         Args:
-            queue, group: what it consumes; ``group`` must be registered
+            queue, consumer: what it consumes; ``consumer`` must be registered
                 (:meth:`ensure_consumer`).
-            consumer: the instance name, unique per running instance (default
-                ``host:pid:random``).
+            instance: the instance name, unique per running instance (default
+                ``host:pid:random``); the consumer's instances share its messages.
             policy: its retry policy (default: the config's).
             **overrides: fields of the policy to change (``max_retries``, ``backoff_s``,
                 ``max_backoff_s``, ``visibility_timeout_ms``).
@@ -305,8 +311,8 @@ class Broker:
             scripts=self.scripts,
             config=self.config,
             keys=self.keys(queue),
-            group=group,
-            consumer=consumer or default_instance_name(),
+            consumer=consumer,
+            instance=instance or default_instance_name(),
             policy=(policy or self.config.retry).evolve(**overrides),
         )
 
@@ -314,23 +320,24 @@ class Broker:
 
     @translate_errors
     def dead_letters(
-        self, queue: str, group: str, *, count: int = 100, after: str | None = None
+        self, queue: str, consumer: str, *, count: int = 100, after: str | None = None
     ) -> list[DeadEntry]:
-        """Dead letters of ``group`` still in Redis, oldest first (at most ``count``,
+        """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
         after dead-stream entry id ``after`` when paging)."""
-        gkeys = self.keys(queue).group(group)
-        entries = self.client.xrange(gkeys.dead, f"({after}" if after else "-", "+", count=count)
+        gkeys = self.keys(queue).group(consumer)
+        after_id = f"({after}" if after else "-"
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, after_id, "+", count=count))
         return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
 
     @translate_errors
-    def delete_dead(self, queue: str, group: str, entry_ids: Iterable[str]) -> int:
+    def delete_dead(self, queue: str, consumer: str, entry_ids: Iterable[str]) -> int:
         """Remove dead letters from Redis (once stored elsewhere, or to discard them)."""
         ids = list(entry_ids)
-        return int(self.client.xdel(self.keys(queue).group(group).dead, *ids)) if ids else 0
+        return int(self.client.xdel(self.keys(queue).group(consumer).dead, *ids)) if ids else 0
 
     @translate_errors
-    def redrive(self, queue: str, group: str, entry_id: str) -> str | None:
-        """Deliver the dead letter ``entry_id`` again to logical consumer ``group`` only.
+    def redrive(self, queue: str, consumer: str, entry_id: str) -> str | None:
+        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only.
 
         The attempt count starts again from zero; other consumers of the queue do not
         see the message again.
@@ -341,8 +348,8 @@ class Broker:
         Raises:
             NotRedrivable: the dead letter is undecodable (it would only die again).
         """
-        gkeys = self.keys(queue).group(group)
-        entries = self.client.xrange(gkeys.dead, entry_id, entry_id)
+        gkeys = self.keys(queue).group(consumer)
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
         if not entries:
             return None
         new_id = redelivery.redrive(
@@ -351,8 +358,8 @@ class Broker:
         return to_str(new_id) if new_id else None
 
     @translate_errors
-    def redrive_envelope(self, queue: str, group: str, fields: Mapping[str | bytes, Any]) -> str:
-        """Deliver an envelope (e.g. a dead letter kept in a database) to ``group`` only.
+    def redrive_envelope(self, queue: str, consumer: str, fields: Mapping[str | bytes, Any]) -> str:
+        """Deliver an envelope (e.g. a dead letter kept in a database) to ``consumer`` only.
 
         Args:
             fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
@@ -361,7 +368,7 @@ class Broker:
         Returns:
             The new delivery's entry id.
         """
-        gkeys = self.keys(queue).group(group)
+        gkeys = self.keys(queue).group(consumer)
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
         return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
 from redisq_django.core.dead_entry import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
+from redisq_django.core.types import RedisClient, ScoredMembers
 from redisq_django.core.wire import json_object, to_str, wire_int
 
 #: Entries per page: the default and the most a caller may ask for.
@@ -156,7 +157,9 @@ def member_fields(member: bytes) -> dict[bytes, bytes]:
 # -- waiting: the consumer's private input, then the log after its position -------------
 
 
-def waiting(client: Any, gkeys: GroupKeys, cursor: str | None, n: int | None = None) -> Page:
+def waiting(
+    client: RedisClient, gkeys: GroupKeys, cursor: str | None, n: int | None = None
+) -> Page:
     """What logical consumer ``gkeys`` receives next: first its private input (due
     retries, re-drives, messages delivered now), then the log after its position.
 
@@ -215,7 +218,7 @@ def _entry(where: str, entry_id: Any, fields: Any, **extra: Any) -> Entry:
 # -- the queue's log, newest first ------------------------------------------------------
 
 
-def log(client: Any, keys: QueueKeys, cursor: str | None, n: int | None = None) -> Page:
+def log(client: RedisClient, keys: QueueKeys, cursor: str | None, n: int | None = None) -> Page:
     """The queue's log, newest first (acknowledged history included), one round trip.
 
     ``cursor``: ``l:<id>``, the oldest id of the last page (None: the newest page).
@@ -230,23 +233,28 @@ def log(client: Any, keys: QueueKeys, cursor: str | None, n: int | None = None) 
 # -- sorted sets: delayed messages, retries ---------------------------------------------
 
 
-def delayed(client: Any, keys: QueueKeys, cursor: str | None, n: int | None = None) -> Page:
+def delayed(client: RedisClient, keys: QueueKeys, cursor: str | None, n: int | None = None) -> Page:
     """The queue's delayed messages, the soonest due first, one round trip."""
     return _scored(client, keys.delayed, S_DELAYED, cursor, n)
 
 
-def retrying(client: Any, gkeys: GroupKeys, cursor: str | None, n: int | None = None) -> Page:
+def retrying(
+    client: RedisClient, gkeys: GroupKeys, cursor: str | None, n: int | None = None
+) -> Page:
     """The consumer's failed messages waiting for their next attempt, soonest first."""
     return _scored(client, gkeys.retry, S_RETRY, cursor, n)
 
 
-def _scored(client: Any, key: str, where: str, cursor: str | None, n: int | None) -> Page:
+def _scored(client: RedisClient, key: str, where: str, cursor: str | None, n: int | None) -> Page:
     """A page of a sorted set by score. ``cursor``: ``<score>:<k>``, the last score shown
     and how many members of that score were shown (skipped within that score only)."""
     n = page_size(n)
     match = _SCORE_CURSOR.match(cursor or "")
     low, skip = (match.group(1), int(match.group(2))) if match else ("-inf", 0)
-    reply = client.zrangebyscore(key, low, "+inf", start=skip, num=n + 1, withscores=True)
+    reply: ScoredMembers = cast(
+        "ScoredMembers",
+        client.zrangebyscore(key, low, "+inf", start=skip, num=n + 1, withscores=True),
+    )
     rows = [(member, _score(score)) for member, score in reply]
     entries = [
         Entry(where, score, member_fields(member), member=member) for member, score in rows[:n]
@@ -265,7 +273,9 @@ def _score(score: float) -> str:
 # -- in flight --------------------------------------------------------------------------
 
 
-def in_flight(client: Any, gkeys: GroupKeys, cursor: str | None, n: int | None = None) -> Page:
+def in_flight(
+    client: RedisClient, gkeys: GroupKeys, cursor: str | None, n: int | None = None
+) -> Page:
     """Deliveries not yet acknowledged, from the log then from the private input, with
     their instance, idle time and delivery count: two round trips (``XPENDING``, then
     the entries and what their instances report)."""
@@ -320,22 +330,23 @@ def _rows(reply: Any) -> list[dict[str, Any]]:
 # -- one entry --------------------------------------------------------------------------
 
 
-def find(client: Any, keys: QueueKeys, group: str | None, ref: str) -> Entry | None:
+def find(client: RedisClient, keys: QueueKeys, consumer: str | None, ref: str) -> Entry | None:
     """The entry ``ref`` (see :attr:`Entry.ref`) names, or None when it is gone (handled,
-    promoted, delivered meanwhile). Retry and direct refs need the consumer ``group``.
+    promoted, delivered meanwhile). Retry and direct refs need the logical ``consumer``.
 
     Raises:
-        ValueError: ``ref`` is not a ref, or needs a ``group``.
+        ValueError: ``ref`` is not a ref, or needs a ``consumer``.
     """
     where, _, rest = ref.partition(":")
     if where in (S_LOG, S_DIRECT) and _ID.match(rest):
-        stream = keys.log if where == S_LOG else _group(keys, group).direct
+        stream = keys.log if where == S_LOG else _group(keys, consumer).direct
         found = client.xrange(stream, rest, rest)
         return _entry(where, found[0][0], found[0][1]) if found else None
     score, _, message_id = rest.partition(":")
     if where in (S_DELAYED, S_RETRY) and _SCORE_CURSOR.match(f"{score}:0") and message_id:
-        zset = keys.delayed if where == S_DELAYED else _group(keys, group).retry
-        for member, value in client.zrangebyscore(zset, score, score, withscores=True):
+        zset = keys.delayed if where == S_DELAYED else _group(keys, consumer).retry
+        scored = cast("ScoredMembers", client.zrangebyscore(zset, score, score, withscores=True))
+        for member, value in scored:
             entry = Entry(where, _score(value), member_fields(member), member=member)
             if entry.message_id == message_id:
                 return entry
@@ -343,7 +354,7 @@ def find(client: Any, keys: QueueKeys, group: str | None, ref: str) -> Entry | N
     raise ValueError(f"Not a message reference: {ref!r}")
 
 
-def _group(keys: QueueKeys, group: str | None) -> GroupKeys:
-    if not group:
+def _group(keys: QueueKeys, consumer: str | None) -> GroupKeys:
+    if not consumer:
         raise ValueError("A retry or direct entry belongs to a consumer: name it.")
-    return keys.group(group)
+    return keys.group(consumer)

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import re
 import traceback as tb
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -116,7 +117,7 @@ class Failure:
 def dead_fields(
     base: Mapping[bytes, bytes],
     *,
-    group: str,
+    consumer: str,
     reason: DeadReason,
     failure: Failure,
     failed_at_ms: int,
@@ -128,13 +129,13 @@ def dead_fields(
     fields[F_ERROR_MESSAGE] = failure.message[:MAX_ERROR_TEXT].encode("utf-8", "backslashreplace")
     fields[F_TRACEBACK] = failure.traceback[-MAX_ERROR_TEXT:].encode("utf-8", "backslashreplace")
     fields[F_LAST_FAILED_AT] = str(failed_at_ms).encode()
-    fields[F_GROUP] = group.encode()
+    fields[F_GROUP] = consumer.encode()  # the wire field keeps its name
     fields.setdefault(env.F_FIRST_FAILED_AT, str(failed_at_ms).encode())
     return fields
 
 
 def undecodable_fields(
-    entry_id: bytes, raw: Mapping[bytes, bytes], *, group: str, reason: str, now: int
+    entry_id: bytes, raw: Mapping[bytes, bytes], *, consumer: str, reason: str, now: int
 ) -> dict[bytes, bytes]:
     """A dead letter for an entry that is not a valid envelope, keeping what it held."""
     base = {env.F_ID: entry_id, F_RAW: env.describe_raw(raw), env.F_ATTEMPTS: b"1"}
@@ -142,7 +143,7 @@ def undecodable_fields(
         base[env.F_PAYLOAD] = raw[env.F_PAYLOAD]
     return dead_fields(
         base,
-        group=group,
+        consumer=consumer,
         reason=DeadReason.UNDECODABLE,
         failure=Failure("UndecodableEntry", reason),
         failed_at_ms=now,
@@ -174,7 +175,7 @@ class DeadEntry:
 
     Attributes:
         entry_id: its id in the dead stream.
-        queue, group: where it died.
+        queue, consumer: where it died (the queue and the logical consumer).
         id: the message id.
         payload: the decoded payload, or the raw text when it is not valid JSON.
         headers: the decoded headers.
@@ -187,7 +188,7 @@ class DeadEntry:
 
     entry_id: str
     queue: str
-    group: str
+    consumer: str
     id: str
     payload: Any
     headers: dict[str, Any]
@@ -227,7 +228,7 @@ class DeadEntry:
         return cls(
             entry_id=entry_id.decode("utf-8", "backslashreplace"),
             queue=queue,
-            group=text(F_GROUP),
+            consumer=text(F_GROUP),
             id=text(env.F_ID) or entry_id.decode("utf-8", "backslashreplace"),
             payload=payload,
             headers=headers,
@@ -241,3 +242,13 @@ class DeadEntry:
             last_failed_at=when(F_LAST_FAILED_AT),
             fields=dict(fields),
         )
+
+    @property
+    def group(self) -> str:
+        """Deprecated (gone in the next minor version): the logical consumer, :attr:`consumer`."""
+        warnings.warn(
+            "the .group of a dead letter read from Redis is deprecated, use .consumer",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.consumer

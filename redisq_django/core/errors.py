@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import redis
 
@@ -64,13 +65,23 @@ class ConfigurationError(RedisqError):
 class ConsumerNotFound(RedisqError):
     """A logical consumer (consumer group) does not exist on the queue."""
 
-    def __init__(self, queue: str, group: str) -> None:
+    def __init__(self, queue: str, consumer: str) -> None:
         self.queue = queue
-        self.group = group
+        self.consumer = consumer
         super().__init__(
-            f"Logical consumer {group!r} is not registered on queue {queue!r}. Register it "
-            f"first (Broker.ensure_consumer or a @consumer declaration) and try again."
+            f"Logical consumer {consumer!r} is not registered on queue {queue!r}. Register "
+            f"it first (Broker.ensure_consumer or a @consumer declaration) and try again."
         )
+
+    @property
+    def group(self) -> str:
+        """Deprecated (gone in the next minor version): the logical consumer, :attr:`consumer`."""
+        warnings.warn(
+            "ConsumerNotFound.group is deprecated, use ConsumerNotFound.consumer",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.consumer
 
 
 class ProtocolMismatch(RedisqError):
@@ -282,7 +293,7 @@ def _is_protocol_mismatch(exc: BaseException) -> bool:
     return error_code(exc) == "REDISQ_PROTOCOL"
 
 
-def describe_client(client: Any) -> str:
+def describe_client(client: object) -> str:
     """``host:port/db`` of a redis-py client (a Sentinel service's name), never its
     password."""
     pool = getattr(client, "connection_pool", None)
@@ -304,7 +315,7 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
     """Turn redis-py errors of a method whose object has a ``client`` into ours:
     refusals into :class:`RedisRefused`, connection failures into
     :class:`RedisUnavailable`, NOGROUP into :class:`ConsumerNotFound` when the object
-    has a ``queue`` and a ``group`` (a subscription), and a script's refusal of another
+    has a ``queue`` and a ``consumer`` (a subscription), and a script's refusal of another
     protocol version into :class:`ProtocolMismatch`."""
 
     @functools.wraps(method)
@@ -320,9 +331,9 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
             if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
                 address = describe_client(getattr(owner, "client", None))
                 raise RedisUnavailable(address, exc) from exc
-            queue, group = getattr(owner, "queue", None), getattr(owner, "group", None)
-            if is_nogroup(exc) and isinstance(queue, str) and isinstance(group, str):
-                raise ConsumerNotFound(queue, group) from exc
+            queue, consumer = getattr(owner, "queue", None), getattr(owner, "consumer", None)
+            if is_nogroup(exc) and isinstance(queue, str) and isinstance(consumer, str):
+                raise ConsumerNotFound(queue, consumer) from exc
             if _is_protocol_mismatch(exc):
                 raise ProtocolMismatch(exc) from exc
             raise

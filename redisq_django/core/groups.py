@@ -14,6 +14,7 @@ from redisq_django.core.errors import ConsumerNotFound, is_nogroup
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
+from redisq_django.core.types import RedisClient, execute
 from redisq_django.core.wire import to_str
 
 
@@ -28,7 +29,7 @@ def ensure_group(scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
     return bool(created)
 
 
-def group_names(client: Any, keys: QueueKeys) -> list[str]:
+def group_names(client: RedisClient, keys: QueueKeys) -> list[str]:
     """Names of the logical consumers registered on the queue's log (sorted)."""
     try:
         groups = client.xinfo_groups(keys.log)
@@ -38,7 +39,12 @@ def group_names(client: Any, keys: QueueKeys) -> list[str]:
 
 
 def read_group(
-    client: Any, scripts: Scripts, gkeys: GroupKeys, consumer: str, count: int, block: int | None
+    client: RedisClient,
+    scripts: Scripts,
+    gkeys: GroupKeys,
+    consumer: str,
+    count: int,
+    block: int | None,
 ) -> Any:
     """XREADGROUP new entries of the log and the direct stream for ``consumer``.
 
@@ -52,14 +58,14 @@ def read_group(
         args += ["BLOCK", block]
     args += ["STREAMS", log, gkeys.direct, ">", ">"]
     try:
-        return client.execute_command(*args)
+        return execute(client, *args)
     except redis.ResponseError as exc:
         if not is_nogroup(exc):
             raise
     if group not in group_names(client, gkeys.queue_keys):
         raise ConsumerNotFound(gkeys.queue_keys.queue, group)
     ensure_group(scripts, gkeys, StartPoint.parse("latest"))
-    return client.execute_command(*args)
+    return execute(client, *args)
 
 
 def entries_of(reply: Any) -> Iterator[tuple[bytes, bytes, Any]]:
@@ -74,7 +80,7 @@ def entries_of(reply: Any) -> Iterator[tuple[bytes, bytes, Any]]:
             yield key, entry_id, fields
 
 
-def recreate_group(client: Any, gkeys: GroupKeys) -> None:
+def recreate_group(client: RedisClient, gkeys: GroupKeys) -> None:
     """Destroy and re-create the group at the end of the log and the direct stream,
     forgetting its pending entries (after a purge deleted what they point at)."""
     log, group = gkeys.queue_keys.log, gkeys.group
@@ -91,7 +97,7 @@ def default_instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
+def leave_group(client: RedisClient, gkeys: GroupKeys, instance: str) -> None:
     """Withdraw ``instance``'s heartbeat; if it holds no message, also remove it from the
     consumer group (what it still holds is reclaimed by other instances)."""
     client.zrem(gkeys.instances, instance)
@@ -109,7 +115,7 @@ def leave_group(client: Any, gkeys: GroupKeys, instance: str) -> None:
             pipe.execute(raise_on_error=False)
 
 
-def remove_group(client: Any, gkeys: GroupKeys) -> None:
+def remove_group(client: RedisClient, gkeys: GroupKeys) -> None:
     """Destroy the consumer group and delete the consumer's private keys."""
     with client.pipeline(transaction=True) as pipe:
         pipe.execute_command("XGROUP", "DESTROY", gkeys.queue_keys.log, gkeys.group)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
@@ -38,6 +39,26 @@ class Settled(Exception):
 
 
 Handler = Callable[[Message], Any]
+
+#: The attribute that marks a handler that settles its delivery itself.
+_SETTLES = "redisq_settles_itself"
+
+
+def settling(handler: Callable[[Delivery], Any]) -> Handler:
+    """Mark ``handler`` as one that settles its delivery itself (and raises
+    :class:`Settled`): the worker then calls it with the :class:`Delivery`, whose entry
+    id, stream and lease it needs, instead of the :class:`Message` alone.
+
+    Returns:
+        ``handler``, marked, usable as a :class:`ConsumerSpec`'s handler.
+    """
+    setattr(handler, _SETTLES, True)
+    return cast("Handler", handler)
+
+
+def settles_itself(handler: Handler) -> bool:
+    """Whether ``handler`` was marked by :func:`settling` (it gets the delivery)."""
+    return getattr(handler, _SETTLES, False) is True
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from redisq_django.core.clock import now_ms
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.keys import GroupKeys
-from redisq_django.core.message import Message
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import json_object, to_str
 
 #: A report outlives its instance's last heartbeat by this much, ms.
@@ -30,7 +31,7 @@ REPORT_GRACE_MS = 60_000
 MAX_LISTED = 500
 
 
-def started_tag(message: Message) -> str:
+def started_tag(message: Delivery) -> str:
     """``log:<entry id>`` or ``direct:<entry id>``: how ``running`` names an entry."""
     return f"{message.stream.value}:{to_str(message.entry_id)}"
 
@@ -54,7 +55,7 @@ class Report:
         self._since = 0
 
     def heartbeat_call(
-        self, ttl_ms: int, running: Message | None = None
+        self, ttl_ms: int, running: Delivery | None = None
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``heartbeat.lua``: alive for ``ttl_ms``, with the report
         (none with a negative ``ttl_ms``: the instance is being marked dead)."""
@@ -112,7 +113,7 @@ class Instance:
         return bool(self.running) and self.report.get("running") == self.running
 
 
-def read_instances(client: Any, gkeys: GroupKeys) -> list[Instance]:
+def read_instances(client: RedisClient, gkeys: GroupKeys) -> list[Instance]:
     """The instances of ``gkeys``' logical consumer, by name (at most :data:`MAX_LISTED`),
     in two pipelined round trips.
 

@@ -13,20 +13,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.keys import GroupKeys
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.types import RedisClient
 
 _TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
 
 
-def started_tag(message: Message) -> bytes:
+def started_tag(message: Delivery) -> bytes:
     """How ``running`` and ``leases`` name a started delivery: ``log:<id>`` or
     ``direct:<id>``."""
     return _TAGS[message.stream] + message.entry_id
 
 
 def renew_call(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Message]
+    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery]
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``lease.lua``: the leases of ``messages`` (each with its
     ``lease_ms``) held by ``instance`` end that long after Redis's now."""
@@ -36,7 +37,7 @@ def renew_call(
     return [gkeys.queue_keys.log, gkeys.direct, gkeys.leases], args
 
 
-def end_own_leases(client: Any, gkeys: GroupKeys, messages: Sequence[Message]) -> None:
+def end_own_leases(client: RedisClient, gkeys: GroupKeys, messages: Sequence[Delivery]) -> None:
     """The leases of their own of ``messages`` end now (their instance stops running
     them and expired its heartbeat: they are taken over at once, as its other messages)."""
     own = [started_tag(m) for m in messages if m.lease_ms]

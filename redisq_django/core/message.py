@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
-from enum import StrEnum
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from redisq_django.core.clock import ms_to_datetime
-from redisq_django.core.retry import RetryPolicy
-
-
-class Stream(StrEnum):
-    """Which stream of a logical consumer a delivery came from."""
-
-    LOG = "log"  # the queue's log, shared by every logical consumer
-    DIRECT = "direct"  # the consumer's private input: retries, re-drives
 
 
 @dataclass(slots=True)
 class Message:
-    """One delivery of a message to one instance of a logical consumer.
+    """A message as its handler gets it: one delivery to one instance of a logical
+    consumer. (The worker's bookkeeping of that delivery, entry id, stream, lease and
+    timings, is the :class:`~redisq_django.core.delivery.Delivery` that holds it.)
 
     Attributes:
         id: the message id: stable across retries, re-drives and replays.
@@ -29,7 +23,8 @@ class Message:
         headers: the decoded headers (``{}`` when none).
         attempts: which delivery this is for this logical consumer, counting from 1;
             failed handler runs and crashed instances both count.
-        group: the logical consumer it was delivered to.
+        consumer: the logical consumer it was delivered to (``@consumer(..., name=)``).
+        instance: the running instance of that consumer it was delivered to.
         published_at_ms: when it was published, milliseconds since the epoch
             (``published_at`` gives it as an aware UTC datetime).
         due_at_ms: for delayed messages, when they were due (ms), else None
@@ -46,31 +41,24 @@ class Message:
     payload: Any
     headers: dict[str, Any]
     attempts: int
-    group: str
+    consumer: str
     published_at_ms: int
     due_at_ms: int | None = None
     first_failed_at_ms: int | None = None
     failures: int = 0
-    #: How long its handler ran (ms), once it ran (recorded in the ``handled`` event).
-    duration_ms: int | None = field(default=None, repr=False)
-    #: The same in nanoseconds, and when it ended (``time.perf_counter_ns()``), for
-    #: metrics: middleware may look at a whole batch at once (``after_batch``).
-    duration_ns: int | None = field(default=None, repr=False)
-    ended_ns: int | None = field(default=None, repr=False)
-    #: Whether its handler raised (``Reject`` included), once it ran.
-    failed: bool = field(default=False, repr=False)
-    # Transport details: which stream entry this delivery is, and its raw fields
-    # (kept so a retry or dead letter carries the exact original envelope).
-    stream: Stream = field(default=Stream.LOG, repr=False)
-    entry_id: bytes = field(default=b"", repr=False)
-    fields: dict[bytes, bytes] = field(default_factory=dict, repr=False)
-    #: The instance it was delivered to (for a handler that settles it itself).
-    consumer: str = field(default="", repr=False)
-    #: The retry policy of its logical consumer when it was delivered.
-    policy: RetryPolicy | None = field(default=None, repr=False)
-    #: A visibility timeout of its own (ms), set by a handler that recorded one when it
-    #: started (a task's): the worker renews that lease instead (``core/leases.py``).
-    lease_ms: int | None = field(default=None, repr=False)
+    #: The instance it was delivered to.
+    instance: str = ""
+
+    @property
+    def group(self) -> str:
+        """Deprecated (gone in the next minor version): the logical consumer, :attr:`consumer`."""
+        warnings.warn(
+            "Message.group is deprecated, use Message.consumer (the logical consumer); "
+            "Message.instance is the running instance",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.consumer
 
     # Datetimes are built on demand: most handlers never look at them, and building
     # three per message is a measurable share of a consumer's per-message cost.

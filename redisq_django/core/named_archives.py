@@ -25,6 +25,7 @@ import redis
 from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
 from redisq_django.core.keys import QueueKeys, validate_name
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: The name of the archive job's archive unless told otherwise; it takes over the
@@ -137,7 +138,9 @@ class Archives:
         keys: the keys of a queue by name (``Broker.keys``).
     """
 
-    def __init__(self, client: Any, scripts: Scripts, keys: Callable[[str], QueueKeys]) -> None:
+    def __init__(
+        self, client: RedisClient, scripts: Scripts, keys: Callable[[str], QueueKeys]
+    ) -> None:
         self.client = client
         self.scripts = scripts
         self.keys = keys

@@ -10,10 +10,11 @@ from redisq_django.core import lifecycle
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient, execute
 from redisq_django.core.wire import flatten, to_str
 
 
-def reset(client: Any, gkeys: GroupKeys, target: str, history: bool) -> None:
+def reset(client: RedisClient, gkeys: GroupKeys, target: str, history: bool) -> None:
     """Move the consumer group to ``target`` (a last-delivered id); with ``history``, in
     one transaction with its ``reset`` event.
 
@@ -22,7 +23,7 @@ def reset(client: Any, gkeys: GroupKeys, target: str, history: bool) -> None:
     """
     log = gkeys.queue_keys.log
     if not history:
-        client.execute_command("XGROUP", "SETID", log, gkeys.group, target)
+        execute(client, "XGROUP", "SETID", log, gkeys.group, target)
         return
     event = lifecycle.fields(EventName.RESET, gkeys.group, "", [], start=target)
     with client.pipeline(transaction=True) as pipe:
@@ -37,7 +38,7 @@ def redrive(
     dead_id: str,
     envelope: dict[bytes, bytes],
     history: bool,
-    client: Any = None,
+    client: RedisClient | None = None,
 ) -> Any:
     """Run ``redrive.lua``: deliver ``envelope`` to the consumer's private input, removing
     dead entry ``dead_id`` ("" when it lives elsewhere); with ``history``, its

@@ -3,12 +3,11 @@ replay window, never what one still needs (unless a hard cap drops it, counted).
 
 from __future__ import annotations
 
-from typing import Any
-
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.groups import recreate_group
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 
 
 def trim(
@@ -40,7 +39,7 @@ def trim(
     return int(removed), int(dropped)
 
 
-def purge(client: Any, keys: QueueKeys, groups: list[str]) -> None:
+def purge(client: RedisClient, keys: QueueKeys, groups: list[str]) -> None:
     """Delete every message of the queue (log, delayed, retries, dead letters in Redis)
     while keeping ``groups`` registered at the end of the (empty) log."""
     with client.pipeline(transaction=True) as pipe:

@@ -12,6 +12,7 @@ from redisq_django.core.batch import Command, run_batch, run_script
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: How long Redis remembers that a message id was published once (ms): 1 day.
@@ -43,7 +44,7 @@ def _published(keys: QueueKeys, n: int, trends_on: bool) -> list[Command]:
 
 
 def send_all(
-    client: Any,
+    client: RedisClient,
     keys: QueueKeys,
     envelopes: list[Envelope],
     scripts: Scripts,
@@ -78,7 +79,7 @@ def send_all(
 
 
 def send_queue(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     keys: QueueKeys,
     envelopes: list[Envelope],
@@ -98,7 +99,7 @@ def send_queue(
 
 
 def send_batch_once(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     keys: QueueKeys,
     envelopes: list[Envelope],
@@ -133,7 +134,7 @@ def send_batch_once(
 
 
 def send_once(
-    client: Any,
+    client: RedisClient,
     scripts: Scripts,
     keys: QueueKeys,
     envelopes: list[Envelope],
@@ -189,7 +190,7 @@ def send_once(
     return [e.id for e in envelopes]
 
 
-def send_direct(client: Any, gkeys: GroupKeys, envelopes: list[Envelope]) -> list[str]:
+def send_direct(client: RedisClient, gkeys: GroupKeys, envelopes: list[Envelope]) -> list[str]:
     """XADD envelopes to one logical consumer's private input, all or none (MULTI).
 
     Returns:

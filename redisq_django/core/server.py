@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 logger = logging.getLogger("redisq.server")
@@ -52,12 +53,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _config(client: Any, name: str) -> set[str]:
+def _config(client: RedisClient, name: str) -> set[str]:
     """The values of setting ``name`` on every node (one pattern per call: Redis 6.2)."""
     return {to_str(n.get(name, "")) for n in _nodes(client.config_get(name))}
 
 
-def server_problems(client: Any) -> list[ServerProblem]:
+def server_problems(client: RedisClient) -> list[ServerProblem]:
     """What the Redis server behind ``client`` lacks for the guarantees (empty: nothing).
 
     ``CONFIG GET`` is often refused by managed Redis services; that is reported as one
@@ -124,7 +125,7 @@ def server_problems(client: Any) -> list[ServerProblem]:
     return problems
 
 
-def warn_server_problems(client: Any) -> list[ServerProblem]:
+def warn_server_problems(client: RedisClient) -> list[ServerProblem]:
     """Log each of :func:`server_problems` as a WARNING (a worker's start); never raises.
 
     Returns:

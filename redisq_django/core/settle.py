@@ -9,8 +9,8 @@ from typing import Any
 from redisq_django.core import envelope as env
 from redisq_django.core import lifecycle
 from redisq_django.core.dead_entry import Failure
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.keys import GroupKeys
-from redisq_django.core.message import Message, Stream
 from redisq_django.core.scripts import ScriptName
 from redisq_django.core.wire import flatten
 
@@ -19,7 +19,7 @@ RETRY, DEAD = "retry", "dead"
 
 
 def next_delivery(
-    message: Message, now: int, *, failed: bool, error: Failure | None = None
+    message: Delivery, now: int, *, failed: bool, error: Failure | None = None
 ) -> dict[bytes, bytes]:
     """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
     counts, its failure time is the first one if none was recorded; ``error``: what the
@@ -39,7 +39,7 @@ def next_delivery(
 
 
 def ack_parts(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Message], history: bool
+    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery], history: bool
 ) -> tuple[ScriptName | None, list[str], list[Any]]:
     """What acknowledges ``messages``: ``(None, KEYS, ARGV)`` of a plain ``XACK`` (log
     entries, history off: ``XACK log group ids…``), else ``("ack", KEYS, ARGV)`` of
@@ -55,11 +55,11 @@ def ack_parts(
 
 
 def ack_call(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Message]
+    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery]
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``ack.lua`` in its history layout (log entries first)."""
-    log: list[Message] = []
-    direct: list[Message] = []
+    log: list[Delivery] = []
+    direct: list[Delivery] = []
     for m in messages:
         (log if m.stream is Stream.LOG else direct).append(m)
     ordered = [*log, *direct] if direct else log

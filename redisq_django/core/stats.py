@@ -14,6 +14,7 @@ import redis
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.named_archives import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
 from redisq_django.core.named_archives import ArchivedStream, legacy_field
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 logger = logging.getLogger("redisq.stats")
@@ -122,13 +123,13 @@ _GROUP_REPLIES = 8
 _NO_PENDING: dict[str, Any] = {"pending": 0, "min": None}
 
 
-def read_stats(client: Any, keys: QueueKeys, *, history: bool = False) -> QueueStats:
+def read_stats(client: RedisClient, keys: QueueKeys, *, history: bool = False) -> QueueStats:
     """The stats of one queue (see :func:`read_many`)."""
     return read_many(client, [keys], history=history)[0]
 
 
 def read_many(
-    client: Any, keys_list: Sequence[QueueKeys], *, history: bool = False
+    client: RedisClient, keys_list: Sequence[QueueKeys], *, history: bool = False
 ) -> list[QueueStats]:
     """Length, delayed, drops and per-consumer lag, in-flight, retries, dead, age of the
     queues whose keys are ``keys_list``, in that order; with ``history``, also the

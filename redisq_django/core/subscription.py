@@ -12,15 +12,17 @@ from redisq_django.core import leases, lifecycle, settle, trends
 from redisq_django.core.clock import monotonic_ms, now_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import RedisRefused, translate_errors
 from redisq_django.core.groups import entries_of, leave_group, read_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.lifecycle import EventName
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 #: After a refused promotion (a full Redis), wait this long before the next (ms).
@@ -28,7 +30,7 @@ PROMOTE_RETRY_MS = 1000
 
 
 class Subscription:
-    """An instance of logical consumer ``group`` on a queue (see ``Broker.subscribe``).
+    """An instance of logical consumer ``consumer`` on a queue (see ``Broker.subscribe``).
 
     Not thread-safe: give each thread its own (they may share the client).
 
@@ -41,12 +43,12 @@ class Subscription:
     def __init__(
         self,
         *,
-        client: Any,
+        client: RedisClient,
         scripts: Scripts,
         config: CoreConfig,
         keys: QueueKeys,
-        group: str,
         consumer: str,
+        instance: str,
         policy: RetryPolicy,
     ) -> None:
         self.client = client
@@ -54,9 +56,9 @@ class Subscription:
         self.config = config
         self.keys = keys
         self.queue = keys.queue
-        self.gkeys = keys.group(group)
-        self.group = group
+        self.gkeys = keys.group(consumer)
         self.consumer = consumer
+        self.instance = instance
         self.policy = policy
         self.history = config.history  # on: each settle records its event (same script)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
@@ -66,12 +68,12 @@ class Subscription:
         self._cursors = ["0-0", "0-0"]
         self._rng = random.Random()
         #: What it reports with each heartbeat (its handled and failed counts among it).
-        self.report = Report(self.gkeys, consumer)
+        self.report = Report(self.gkeys, instance)
         self._call = trends.CountedCalls(client, scripts, keys, config.trends)
         self.dead_on_receive = 0
 
     def __repr__(self) -> str:
-        return f"<Subscription {self.queue}/{self.group} as {self.consumer}>"
+        return f"<Subscription {self.queue}/{self.consumer} as {self.instance}>"
 
     def __enter__(self) -> Subscription:
         return self
@@ -111,7 +113,7 @@ class Subscription:
         return next_due if next_due >= 0 else None
 
     @translate_errors
-    def fetch(self, count: int = 10, block_ms: int = 1000) -> list[Message]:
+    def fetch(self, count: int = 10, block_ms: int = 1000) -> list[Delivery]:
         """Receive up to ``count`` new messages from the log and up to ``count`` from the
         consumer's private input (retries, re-drives).
 
@@ -137,7 +139,7 @@ class Subscription:
                 self.client,
                 self.scripts,
                 self.gkeys,
-                self.consumer,
+                self.instance,
                 count,
                 wait if wait > 0 else None,
             )
@@ -145,20 +147,20 @@ class Subscription:
             if messages or monotonic_ms() >= deadline:
                 return messages
 
-    def _decode(self, reply: Any) -> list[Message]:
-        found = (self._message(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
+    def _decode(self, reply: Any) -> list[Delivery]:
+        found = (self._delivery(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
         return [m for m in found if m is not None]
 
-    def _message(
+    def _delivery(
         self, stream: Stream, entry_id: bytes, fields: Any, delivery_count: int
-    ) -> Message | None:
+    ) -> Delivery | None:
         if isinstance(fields, list):  # flat list from a script reply
             fields = dict(zip(fields[::2], fields[1::2], strict=False))
         try:
             parts = env.decode(entry_id, fields)
         except env.UndecodableEntry as exc:
             dead = undecodable_fields(
-                entry_id, fields or {}, group=self.group, reason=str(exc), now=now_ms()
+                entry_id, fields or {}, consumer=self.consumer, reason=str(exc), now=now_ms()
             )
             event = self._event(
                 EventName.DEAD,
@@ -166,51 +168,49 @@ class Subscription:
                 failure=Failure("UndecodableEntry", str(exc)),
                 reason=DeadReason.UNDECODABLE,
             )
-            counts = trends.settle_counts(self.group, False, trends.DEAD, None)
+            counts = trends.settle_counts(self.consumer, False, trends.DEAD, None)
             if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
                 self.dead_on_receive += 1
             return None
-        return Message(
-            id=parts.id,
-            queue=self.queue,
-            payload=parts.payload,
-            headers=parts.headers,
-            attempts=parts.attempts + delivery_count,
-            group=self.group,
-            published_at_ms=parts.published_at_ms,
-            due_at_ms=parts.due_at_ms,
-            first_failed_at_ms=parts.first_failed_at_ms,
-            failures=parts.failures,
-            stream=stream,
-            entry_id=entry_id,
-            fields=fields,
-            consumer=self.consumer,  # for a handler that settles it itself (tasks)
-            policy=self.policy,
+        # Positional: once per message fetched, where keywords cost a measurable share.
+        message = Message(
+            parts.id,
+            self.queue,
+            parts.payload,
+            parts.headers,
+            parts.attempts + delivery_count,  # attempts
+            self.consumer,
+            parts.published_at_ms,
+            parts.due_at_ms,
+            parts.first_failed_at_ms,
+            parts.failures,
+            self.instance,
         )
+        return Delivery(message, stream, entry_id, fields, self.policy)
 
     # -- settling ----------------------------------------------------------------------
 
     @translate_errors
-    def ack(self, messages: Iterable[Message]) -> int:
-        """Acknowledge handled messages (one round trip for the batch, with their trend
+    def ack(self, deliveries: Iterable[Delivery]) -> int:
+        """Acknowledge handled deliveries (one round trip for the batch, with their trend
         counters and, history on, their ``handled`` event).
 
         Returns:
             How many were still pending (the rest were acknowledged already).
         """
-        batch = list(messages)
+        batch = list(deliveries)
         if not batch:
             return 0
-        name, keys, args = settle.ack_parts(self.gkeys, self.consumer, batch, self.history)
+        name, keys, args = settle.ack_parts(self.gkeys, self.instance, batch, self.history)
         self.report.handled += len(batch)
-        counts = trends.handled_counts(self.group, (m.duration_ms for m in batch))
+        counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
         return int(self._call(name, keys, args, counts))
 
     def _event(self, name: EventName, records: list[bytes], **details: Any) -> list[bytes]:
         """The event entry of a settle, or nothing when history is off."""
         if not self.history:
             return []
-        return lifecycle.fields(name, self.group, self.consumer, records, **details)
+        return lifecycle.fields(name, self.consumer, self.instance, records, **details)
 
     def _settle(
         self,
@@ -223,102 +223,102 @@ class Subscription:
         counts: dict[str, int],
     ) -> bool:
         keys, args = settle.settle_call(
-            self.gkeys, self.consumer, stream, entry_id, mode, due, fields, event, self.history
+            self.gkeys, self.instance, stream, entry_id, mode, due, fields, event, self.history
         )
         return bool(self._call("fail", keys, args, counts))
 
     @translate_errors
-    def fail(self, message: Message, failure: Failure | BaseException) -> Outcome:
+    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
 
-        The message is retried while it has had fewer than ``max_retries + 1``
+        The delivery is retried while it has had fewer than ``max_retries + 1``
         deliveries; otherwise it becomes a dead letter (reason ``failed``) with the
         error class, message and traceback of ``failure`` (or of the exception).
 
         Returns:
             ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds the
-            message (its lease expired; the instance that took it over settles it).
+            delivery (its lease expired; the instance that took it over settles it).
         """
-        if not self.policy.should_retry(message.attempts):
-            return self.dead_letter(message, failure, DeadReason.FAILED)
+        if not self.policy.should_retry(delivery.attempts):
+            return self.dead_letter(delivery, failure, DeadReason.FAILED)
         now = now_ms()  # the failure time kept for the operators: this host's clock
-        wait_ms = max(1, int(self.policy.backoff(message.attempts, self._rng) * 1000))
+        wait_ms = max(1, int(self.policy.backoff(delivery.attempts, self._rng) * 1000))
         failure = Failure.of(failure)
-        fields = settle.next_delivery(message, now, failed=True, error=failure)
+        fields = settle.next_delivery(delivery, now, failed=True, error=failure)
         # Without `next_due`: fail.lua adds the due time it makes, by Redis's clock.
         event = self._event(
             EventName.RETRIED,
-            [lifecycle.record(message.id, message.attempts, message.duration_ms)],
+            [lifecycle.record(delivery.id, delivery.attempts, delivery.duration_ms)],
             failure=failure,
         )
         self.report.failed += 1
-        counts = trends.settle_counts(self.group, True, trends.RETRIED, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
         # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
         due = f"+{wait_ms}"
         settled = self._settle(
-            message.stream, message.entry_id, settle.RETRY, due, fields, event, counts
+            delivery.stream, delivery.entry_id, settle.RETRY, due, fields, event, counts
         )
         return Outcome.RETRIED if settled else Outcome.LOST
 
     @translate_errors
     def dead_letter(
-        self, message: Message, failure: Failure | BaseException, reason: DeadReason
+        self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
     ) -> Outcome:
-        """Make ``message`` a dead letter now, whatever its retry budget.
+        """Make ``delivery`` a dead letter now, whatever its retry budget.
 
         Returns:
-            ``DEAD``, or ``LOST`` when this instance no longer holds the message.
+            ``DEAD``, or ``LOST`` when this instance no longer holds the delivery.
         """
         now = now_ms()  # the failure time kept for the operators: this host's clock
         failure = Failure.of(failure)
         dead = dead_fields(
-            settle.next_delivery(message, now, failed=True),
-            group=self.group,
+            settle.next_delivery(delivery, now, failed=True),
+            consumer=self.consumer,
             reason=reason,
             failure=failure,
             failed_at_ms=now,
         )
         event = self._event(
             EventName.DEAD,
-            [lifecycle.record(message.id, message.attempts, message.duration_ms)],
+            [lifecycle.record(delivery.id, delivery.attempts, delivery.duration_ms)],
             failure=failure,
             reason=reason,
         )
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
         self.report.failed += ran
-        counts = trends.settle_counts(self.group, ran, trends.DEAD, message.duration_ms)
+        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
         settled = self._settle(
-            message.stream, message.entry_id, settle.DEAD, 0, dead, event, counts
+            delivery.stream, delivery.entry_id, settle.DEAD, 0, dead, event, counts
         )
         return Outcome.DEAD if settled else Outcome.LOST
 
-    def reject(self, message: Message, failure: Failure | BaseException) -> Outcome:
-        """Dead-letter ``message`` at once, without retries (reason ``rejected``)."""
-        return self.dead_letter(message, failure, DeadReason.REJECTED)
+    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
+        """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
+        return self.dead_letter(delivery, failure, DeadReason.REJECTED)
 
     @translate_errors
-    def extend(self, messages: Sequence[Message]) -> list[Message]:
-        """Renew the lease (visibility timeout) of messages still being handled: the
-        consumer's, or a message's own (``lease_ms``, ``core/leases.py``).
+    def extend(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Renew the lease (visibility timeout) of deliveries still being handled: the
+        consumer's, or a delivery's own (``lease_ms``, ``core/leases.py``).
 
         Returns:
-            The messages another instance holds now (it took them over after the lease
+            The deliveries another instance holds now (it took them over after the lease
             expired) and will settle. Messages settled meanwhile are not reported.
         """
-        own = [m for m in messages if m.lease_ms]
+        own = [m for m in deliveries if m.lease_ms]
         lost: set[bytes] = set()
         if own:
-            lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.consumer, own)))
-        log = [m.entry_id for m in messages if m.stream is Stream.LOG and not m.lease_ms]
-        direct = [m.entry_id for m in messages if m.stream is not Stream.LOG and not m.lease_ms]
+            lost.update(self.scripts("lease", *leases.renew_call(self.gkeys, self.instance, own)))
+        log = [m.entry_id for m in deliveries if m.stream is Stream.LOG and not m.lease_ms]
+        direct = [m.entry_id for m in deliveries if m.stream is not Stream.LOG and not m.lease_ms]
         if log or direct:
             keys = [self.keys.log, self.gkeys.direct]
-            args = [self.group, self.consumer, len(log), *log, *direct]
+            args = [self.consumer, self.instance, len(log), *log, *direct]
             lost.update(self.scripts("extend", keys, args))
-        return [m for m in messages if m.entry_id in lost]
+        return [m for m in deliveries if m.entry_id in lost]
 
     @translate_errors
-    def reclaim(self, count: int = 100) -> list[Message]:
+    def reclaim(self, count: int = 100) -> list[Delivery]:
         """Take over messages whose lease expired or whose instance is known dead.
 
         A takeover counts a delivery only for a message whose handler started (see
@@ -335,8 +335,8 @@ class Subscription:
             "reclaim",
             keys,
             [
-                self.group,
                 self.consumer,
+                self.instance,
                 self.policy.visibility_timeout_ms,
                 count,
                 "",  # "now" is Redis's clock (the script reads TIME)
@@ -345,16 +345,16 @@ class Subscription:
             ],
         )
         self._cursors = [to_str(cur_log), to_str(cur_direct)]
-        out: list[Message] = []
+        out: list[Delivery] = []
         for stream, entries in ((Stream.LOG, log_entries), (Stream.DIRECT, direct_entries)):
             for entry_id, fields, deliveries in entries:
-                message = self._message(stream, entry_id, fields, int(deliveries))
+                message = self._delivery(stream, entry_id, fields, int(deliveries))
                 if message is None:
                     continue
                 if not self.policy.should_retry(message.attempts - 1 - message.failures):
                     # This claim is not a delivery: the dead letter records the
                     # deliveries actually made (max_retries + 1 crashes, and failures).
-                    message.attempts -= 1
+                    message.message.attempts -= 1
                     failure = Failure.lease_expired(message.attempts, message.failures)
                     dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
                     self.dead_on_receive += dead is Outcome.DEAD
@@ -365,7 +365,7 @@ class Subscription:
     # -- liveness ----------------------------------------------------------------------
 
     @translate_errors
-    def heartbeat(self, ttl_ms: int, running: Message | None = None) -> None:
+    def heartbeat(self, ttl_ms: int, running: Delivery | None = None) -> None:
         """Announce this instance alive for ``ttl_ms`` by Redis's clock (``heartbeat.lua``),
         with its report (``running``: the message its handler runs); once that passes
         without a new heartbeat, others take over its messages at once."""
@@ -379,18 +379,18 @@ class Subscription:
     @translate_errors
     def leave(self) -> None:
         """Withdraw this instance (``groups.leave_group``)."""
-        leave_group(self.client, self.gkeys, self.consumer)
+        leave_group(self.client, self.gkeys, self.instance)
 
     @translate_errors
-    def release(self, messages: Sequence[Message]) -> int:
-        """Hand fetched-but-unstarted messages back at once (graceful shutdown).
+    def release(self, deliveries: Sequence[Delivery]) -> int:
+        """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).
 
         Each goes to the consumer's retry set due now, without counting an attempt, so
         another instance receives it within one poll interval instead of waiting for the
         visibility timeout. Returns how many were released (held by this instance).
         """
         released = 0
-        for m in messages:
+        for m in deliveries:
             fields = settle.next_delivery(m, now_ms(), failed=False)
             event = self._event(EventName.RELEASED, [lifecycle.record(m.id, m.attempts - 1)])
             released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event, {})

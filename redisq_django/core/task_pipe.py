@@ -21,6 +21,7 @@ import redis
 
 from redisq_django.core.errors import describe_client
 from redisq_django.core.scripts import ScriptName, Scripts
+from redisq_django.core.types import RedisClient
 
 logger = logging.getLogger("redisq.tasks")
 
@@ -31,7 +32,7 @@ PIPED_SCRIPTS: tuple[ScriptName, ...] = ("task_start", "task_settle")
 class TaskPipe:
     """Unread script calls of one thread, on one connection (not thread-safe)."""
 
-    def __init__(self, client: Any, scripts: Scripts) -> None:
+    def __init__(self, client: RedisClient, scripts: Scripts) -> None:
         self.client = client
         self.scripts = scripts
         self._pool: Any = getattr(client, "connection_pool", None)

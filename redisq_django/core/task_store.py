@@ -27,11 +27,11 @@ from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.lifecycle import EventName
-from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
@@ -45,6 +45,7 @@ from redisq_django.core.task_wire import (
     expires,
     pairs,
 )
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 
@@ -62,7 +63,7 @@ class TaskResultStore:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         scripts: Scripts,
         keys: Any,
         *,
@@ -113,7 +114,7 @@ class TaskResultStore:
     @translate_errors
     def start(
         self,
-        message: Message,
+        message: Delivery,
         *,
         worker_id: str,
         expire_at_ms: int,
@@ -140,7 +141,7 @@ class TaskResultStore:
 
     def start_call(
         self,
-        message: Message,
+        message: Delivery,
         worker_id: str,
         expire_at_ms: int,
         rebuild: Mapping[str, str],
@@ -149,7 +150,7 @@ class TaskResultStore:
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of :meth:`start`, to send through a ``TaskPipe``."""
         keys = self.keys(message.queue)
-        gkeys = keys.group(message.group)
+        gkeys = keys.group(message.consumer)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
         return (
             [keys.task_result(message.id), keys.task_results, source, gkeys.leases],
@@ -158,7 +159,7 @@ class TaskResultStore:
                 message.id,
                 worker_id,
                 now,
-                message.group,
+                message.consumer,
                 message.entry_id,
                 started_tag(message),
                 lease_ms,
@@ -169,7 +170,7 @@ class TaskResultStore:
     @translate_errors
     def succeed(
         self,
-        message: Message,
+        message: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
@@ -188,7 +189,7 @@ class TaskResultStore:
 
     def succeed_call(
         self,
-        message: Message,
+        message: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
@@ -201,7 +202,7 @@ class TaskResultStore:
     @translate_errors
     def fail(
         self,
-        message: Message,
+        message: Delivery,
         failure: Failure,
         policy: RetryPolicy,
         *,
@@ -236,7 +237,7 @@ class TaskResultStore:
             return Outcome.RETRIED if self.scripts("task_settle", keys, args) else Outcome.LOST
         dead = dead_fields(
             retry_fields,
-            group=message.group,
+            consumer=message.consumer,
             reason=DeadReason.FAILED,
             failure=failure,
             failed_at_ms=now,
@@ -251,17 +252,17 @@ class TaskResultStore:
         return Outcome.DEAD if self.scripts("task_settle", keys, args) else Outcome.LOST
 
     def _event(
-        self, name: EventName, message: Message, duration_ms: int | None, **details: Any
+        self, name: EventName, message: Delivery, duration_ms: int | None, **details: Any
     ) -> list[bytes]:
         """The lifecycle event of a settle (history on), else nothing."""
         if not self.history:
             return []
         record = lifecycle.record(message.id, message.attempts, duration_ms)
-        return lifecycle.fields(name, message.group, message.consumer, [record], **details)
+        return lifecycle.fields(name, message.consumer, message.instance, [record], **details)
 
     def settle_call(
         self,
-        message: Message,
+        message: Delivery,
         mode: str,
         due: str,
         result: Mapping[str, str],
@@ -273,7 +274,7 @@ class TaskResultStore:
         """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``); with history
         on, its layout with the settle's ``event``."""
         keys = self.keys(message.queue)
-        gkeys = keys.group(message.group)
+        gkeys = keys.group(message.consumer)
         source = keys.log if message.stream is Stream.LOG else gkeys.direct
         script_keys = [
             source,
@@ -284,8 +285,8 @@ class TaskResultStore:
             gkeys.leases,
         ]
         args: list[Any] = [
-            message.group,
             message.consumer,
+            message.instance,
             message.entry_id,
             "1" if message.stream is Stream.DIRECT else "0",
             mode,

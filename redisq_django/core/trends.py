@@ -42,6 +42,7 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.stats import read_many
+from redisq_django.core.types import RedisClient, execute
 from redisq_django.core.wire import to_str
 
 #: How long a minute's hash is kept, seconds (48 hours).
@@ -126,7 +127,7 @@ class CountedCalls:
         on: whether trends are kept (off: the call alone, as before trends existed).
     """
 
-    def __init__(self, client: Any, scripts: Scripts, keys: QueueKeys, on: bool) -> None:
+    def __init__(self, client: RedisClient, scripts: Scripts, keys: QueueKeys, on: bool) -> None:
         self.client, self.scripts, self.on = client, scripts, on
         self.counter = counter(keys)
 
@@ -136,7 +137,7 @@ class CountedCalls:
         """Script ``name`` (None: ``XACK keys… args…``) and ``counts``; its reply."""
         if not self.on:
             if name is None:  # one plain command, no script: cheaper for Redis too
-                return self.client.execute_command("XACK", *keys, *args)
+                return execute(self.client, "XACK", *keys, *args)
             return self.scripts(name, keys, args)
         quiet = self.counter.commands(counts)
         try:
@@ -192,7 +193,7 @@ def sample_commands(keys: QueueKeys, stats: Any, now: int | None = None) -> list
     return [("HSET", key, *values), ("EXPIRE", key, TTL_S)]
 
 
-def sample(client: Any, keys_list: Sequence[QueueKeys], now: int | None = None) -> None:
+def sample(client: RedisClient, keys_list: Sequence[QueueKeys], now: int | None = None) -> None:
     """Sample the figures of the queues ``keys_list`` into this minute's trends: two
     round trips to read them (:func:`~redisq_django.core.stats.read_many`), one to write.
 
@@ -264,7 +265,7 @@ class Bucket:
 
 
 def read_trends(
-    client: Any, keys_list: Sequence[QueueKeys], minutes: int, now: int | None = None
+    client: RedisClient, keys_list: Sequence[QueueKeys], minutes: int, now: int | None = None
 ) -> list[Trend]:
     """The last ``minutes`` minutes (this one included) of each queue, in one pipelined
     round trip (one ``HGETALL`` per queue and minute).

@@ -19,6 +19,7 @@ import redis
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.stats import QueueStats, read_stats
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 from redisq_django.metrics import extras, families
 
@@ -42,7 +43,7 @@ class QueueCollector:
         paused: paused consumers per (queue, consumer) (1.0) from their configuration.
     """
 
-    client: Any
+    client: RedisClient
     prefix: str
     history: bool = False
     queues: Callable[[], Iterable[str]] = field(default=lambda: ())
@@ -144,7 +145,7 @@ def _family(fam: families.Family) -> Any:
     return cls(fam.client_name, fam.help, labels=fam.labels)
 
 
-def _entries_added(client: Any, keys: list[QueueKeys]) -> dict[str, int]:
+def _entries_added(client: RedisClient, keys: list[QueueKeys]) -> dict[str, int]:
     """Messages ever appended to each queue's log (Redis >= 7; nothing before)."""
     if not keys:
         return {}

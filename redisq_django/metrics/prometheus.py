@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redisq_django.core.message import Message
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.worker import Middleware, RunningWorker
 from redisq_django.metrics import extras, families
 
@@ -176,7 +176,7 @@ class PrometheusMiddleware(Middleware):
             self._flusher.join(timeout=5)
         self.flush()
 
-    def after_batch(self, messages: Sequence[Message]) -> None:
+    def after_batch(self, messages: Sequence[Delivery]) -> None:
         # The hot path, once per fetched batch: no lock, no prometheus-client call, no
         # allocation, a few integer operations per message. Every message of a batch is
         # of the consumer its thread serves: one look-up finds the series.
@@ -185,7 +185,7 @@ class PrometheusMiddleware(Middleware):
         local = self._local
         first = messages[0]
         try:
-            if first.group is local.group and first.queue is local.queue:
+            if first.consumer is local.consumer and first.queue is local.queue:
                 duration, latency = local.series
             else:
                 duration, latency = self._series_of(first)
@@ -212,19 +212,19 @@ class PrometheusMiddleware(Middleware):
         duration.total += took_sum
         latency.total += waited_sum
 
-    def _series_of(self, message: Message) -> tuple[_Series, _Series]:
+    def _series_of(self, message: Delivery) -> tuple[_Series, _Series]:
         local = self._local
         mine = getattr(local, "buffer", None)
         if mine is None:
             mine = local.buffer = self._new_buffer()
-        key = (message.queue, message.group)
+        key = (message.queue, message.consumer)
         series = mine.get(key)
         if series is None:
             series = mine[key] = (
                 _Series(len(_DURATION_BOUNDS)),
                 _Series(len(_LATENCY_BOUNDS)),
             )
-        local.queue, local.group, local.series = message.queue, message.group, series
+        local.queue, local.consumer, local.series = message.queue, message.consumer, series
         return series
 
     # -- flushing ------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from redisq_django.conf import get_settings
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.hooks import PublishHook
-from redisq_django.core.message import Message
 from redisq_django.core.worker import Middleware
 from redisq_django.metrics import extras
 
@@ -152,7 +152,7 @@ class Tracing(Middleware, PublishHook):
 
     # -- handling ------------------------------------------------------------------------
 
-    def before_process(self, message: Message) -> None:
+    def before_process(self, message: Delivery) -> None:
         shortcut = self._shortcut  # only once live
         if shortcut is not None and shortcut.drop():
             return  # the sampler would drop this span: see metrics.sampling
@@ -160,7 +160,7 @@ class Tracing(Middleware, PublishHook):
             return
         trace = self._trace
         attributes = _attributes("process", message.queue)
-        attributes["messaging.consumer.group.name"] = message.group
+        attributes["messaging.consumer.group.name"] = message.consumer
         attributes["messaging.message.id"] = message.id
         attributes["messaging.redisq.message.attempt"] = message.attempts
         span = self._tracer.start_span(
@@ -176,7 +176,7 @@ class Tracing(Middleware, PublishHook):
         token = self._context.attach(trace.set_span_in_context(span))
         self._local.running = (span, token)
 
-    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         running = self._local.running
         if running is None:  # a dropped span, or before_process failed (and was logged)
             if self._shortcut is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.db.models import Count
@@ -31,6 +31,7 @@ from redis.exceptions import RedisClusterException
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import quick_client
+from redisq_django.core.types import RedisClient
 from redisq_django.metrics import extras
 from redisq_django.metrics.gauges import PerConsumer, QueueCollector
 
@@ -95,9 +96,9 @@ def _unauthorized(message: str) -> HttpResponse:
 def _collector() -> QueueCollector:
     config = get_core_config()
     try:
-        client: Any = quick_client(REDIS_TIMEOUT_S)
+        client: RedisClient = quick_client(REDIS_TIMEOUT_S)
     except RedisClusterException as exc:  # no node answered: the scrape says Redis is down
-        client = _Unreachable(exc)
+        client = cast("RedisClient", _Unreachable(exc))  # stands in: every call raises
     return QueueCollector(
         client=client,
         prefix=config.prefix,

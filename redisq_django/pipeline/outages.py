@@ -33,6 +33,7 @@ from redis.exceptions import (
 
 from redisq_django.core.errors import RedisRefused, RedisUnavailable, refusal_condition
 from redisq_django.core.retry import compute_backoff
+from redisq_django.core.types import RedisClient
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.options import redact_url
 from redisq_django.pipeline.source_options import SourceOptions
@@ -101,11 +102,13 @@ class Link:
     """
 
     def __init__(
-        self, options: SourceOptions, connect: Callable[[SourceOptions], Any] = redis_io.client
+        self,
+        options: SourceOptions,
+        connect: Callable[[SourceOptions], RedisClient] = redis_io.client,
     ) -> None:
         self.options = options
         self._connect = connect
-        self._client: Any = None
+        self._client: RedisClient | None = None
         self._outage_since: float | None = None  # time.monotonic() of the first failure
         self._condition: str | None = None
         self._depth = 0  # calls of run() under way: only the outermost one retries
@@ -114,7 +117,7 @@ class Link:
         return {**self.__dict__, "_client": None}
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         """The client, built on first use (a cluster client connects when built)."""
         if self._client is None:
             self._client = self._connect(self.options)

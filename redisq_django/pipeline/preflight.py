@@ -6,8 +6,6 @@ task after the JVM started; the CLI runs these before building the session.
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
 
 from redisq_django.core import Broker, CoreConfig
@@ -20,11 +18,12 @@ from redisq_django.core.named_archives import (
     parse_id,
     stream_key,
 )
+from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 
 
-def redis_client(options: ArchiveOptions) -> Any:
+def redis_client(options: ArchiveOptions) -> RedisClient:
     """A redis-py client for ``options.redis_url`` (a cluster client with ``cluster``)."""
     if options.cluster:
         return redis.RedisCluster.from_url(options.redis_url)

@@ -18,6 +18,7 @@ from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import queue_keys, registry_key
 from redisq_django.core.named_archives import TRIMMED_FIELDS, ArchivedStream
+from redisq_django.core.types import RedisClient, execute
 from redisq_django.pipeline.schemas import Table
 from redisq_django.pipeline.source_options import SourceOptions
 
@@ -32,7 +33,7 @@ def _raw(response: Any, **_options: Any) -> Any:
     return response
 
 
-def client(options: SourceOptions) -> Any:
+def client(options: SourceOptions) -> RedisClient:
     """A bytes client for ``options.url`` whose XRANGE replies stay raw lists.
 
     Its socket and connect timeouts are option ``socketTimeout``: a stalled Redis fails a
@@ -43,7 +44,7 @@ def client(options: SourceOptions) -> Any:
         "socket_timeout": options.socket_timeout,
         "socket_connect_timeout": options.socket_timeout,
     }
-    conn: Any
+    conn: RedisClient
     if options.cluster:
         from redis.cluster import RedisCluster
 
@@ -55,7 +56,7 @@ def client(options: SourceOptions) -> Any:
     return conn
 
 
-def broker(options: SourceOptions, conn: Any = None) -> Broker:
+def broker(options: SourceOptions, conn: RedisClient | None = None) -> Broker:
     """A broker on ``conn`` (default: a new :func:`client`) with ``options``' prefix."""
     return Broker(conn if conn is not None else client(options), CoreConfig(prefix=options.prefix))
 
@@ -102,14 +103,14 @@ class StreamRef:
         return self.queue if self.consumer is None else f"{self.queue}:{self.consumer}"
 
 
-def list_queues(conn: Any, options: SourceOptions) -> list[str]:
+def list_queues(conn: RedisClient, options: SourceOptions) -> list[str]:
     """The queues to read: the ``queue`` option, else every queue in ``P:queues``."""
     if options.queues:
         return list(options.queues)
     return sorted(text(q) for q in conn.smembers(registry_key(options.prefix)))
 
 
-def streams(conn: Any, options: SourceOptions, queues: list[str]) -> list[StreamRef]:
+def streams(conn: RedisClient, options: SourceOptions, queues: list[str]) -> list[StreamRef]:
     """The streams that hold ``options.table`` for ``queues``."""
     out = []
     for queue in queues:
@@ -124,18 +125,18 @@ def streams(conn: Any, options: SourceOptions, queues: list[str]) -> list[Stream
     return out
 
 
-def bounds(conn: Any, key: str) -> tuple[str, str] | None:
+def bounds(conn: RedisClient, key: str) -> tuple[str, str] | None:
     """The first and last entry ids of stream ``key`` (None when empty or missing)."""
-    first = conn.execute_command("XRANGE", key, "-", "+", "COUNT", 1)
+    first = execute(conn, "XRANGE", key, "-", "+", "COUNT", 1)
     if not first:
         return None
-    last = conn.execute_command("XREVRANGE", key, "+", "-", "COUNT", 1)
+    last = execute(conn, "XREVRANGE", key, "+", "-", "COUNT", 1)
     return text(first[0][0]), text(last[0][0])
 
 
-def last_id(conn: Any, key: str) -> str:
+def last_id(conn: RedisClient, key: str) -> str:
     """The last entry id of stream ``key`` (``0-0`` when empty or missing)."""
-    last = conn.execute_command("XREVRANGE", key, "+", "-", "COUNT", 1)
+    last = execute(conn, "XREVRANGE", key, "+", "-", "COUNT", 1)
     return text(last[0][0]) if last else ZERO_ID
 
 
@@ -154,7 +155,7 @@ def split(lo: str, hi: str, parts: int) -> list[tuple[str, str]]:
     return list(zip(starts, ends, strict=True))
 
 
-def marks(conn: Any, options: SourceOptions, refs: list[StreamRef]) -> dict[str, str]:
+def marks(conn: RedisClient, options: SourceOptions, refs: list[StreamRef]) -> dict[str, str]:
     """Per stream, the greatest entry id retention ever removed from it (``0-0``: none;
     dead letters leave by the sink, never by retention: always ``0-0``). One round trip."""
     if options.table is Table.DEAD or not refs:
@@ -167,7 +168,7 @@ def marks(conn: Any, options: SourceOptions, refs: list[StreamRef]) -> dict[str,
     return {ref.name: text(r) if r else ZERO_ID for ref, r in zip(refs, replies, strict=True)}
 
 
-def first_ids(conn: Any, key: str, ranges: list[tuple[str, str]]) -> list[str | None]:
+def first_ids(conn: RedisClient, key: str, ranges: list[tuple[str, str]]) -> list[str | None]:
     """The first entry id of each ``(lo, hi)`` range of stream ``key`` (``lo`` may be
     ``"(id"``: after ``id``), None where there is none. One round trip."""
     with conn.pipeline(transaction=False) as pipe:
@@ -210,17 +211,19 @@ def checked_pages(
         yield entries
 
 
-def page(conn: Any, key: str, start: str, hi: str, page_size: int) -> list[RawEntry]:
+def page(conn: RedisClient, key: str, start: str, hi: str, page_size: int) -> list[RawEntry]:
     """One raw XRANGE page of ``key``: up to ``page_size`` entries from ``start`` (an id,
     or ``"(id"``: after it) to ``hi``, inclusive."""
-    entries = conn.execute_command("XRANGE", key, start, hi, "COUNT", page_size)
+    entries = execute(conn, "XRANGE", key, start, hi, "COUNT", page_size)
     if entries and isinstance(entries[0][1], dict):
         # RedisCluster applies its nodes' reply callbacks before ours: flatten back.
         entries = [[eid, [x for kv in fields.items() for x in kv]] for eid, fields in entries]
     return list(entries or [])
 
 
-def pages(conn: Any, key: str, lo: str, hi: str, page_size: int) -> Iterator[list[RawEntry]]:
+def pages(
+    conn: RedisClient, key: str, lo: str, hi: str, page_size: int
+) -> Iterator[list[RawEntry]]:
     """Raw XRANGE pages of ``key`` from ``lo`` to ``hi``, both inclusive, in id order."""
     start = lo
     while True:

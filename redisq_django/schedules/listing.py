@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisUnavailable, translate_errors
 from redisq_django.core.keys import schedule_keys
+from redisq_django.core.types import RedisClient
 from redisq_django.schedules.spec import ScheduleSpec
 from redisq_django.schedules.timing import ScheduleError
 
@@ -133,7 +134,9 @@ def listed(now_ms: int) -> list[ScheduleState]:
 
 
 @translate_errors
-def redis_ticks(client: Any, prefix: str, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+def redis_ticks(
+    client: RedisClient, prefix: str, names: Iterable[str]
+) -> dict[str, tuple[int, int]]:
     """The latest claimed and sent tick of each schedule (0: none), in one round trip.
 
     Raises:
@@ -161,7 +164,7 @@ def with_ticks(
     return out
 
 
-def current(client: Any, prefix: str) -> tuple[list[ScheduleState], str]:
+def current(client: RedisClient, prefix: str) -> tuple[list[ScheduleState], str]:
     """Every schedule (:func:`listed`) with its ticks in Redis, "now" being Redis's clock
     as for the workers.
 

@@ -37,6 +37,7 @@ from typing import Any
 from redisq_django.core.errors import RedisUnavailable, translate_errors
 from redisq_django.core.keys import schedule_keys
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.types import RedisClient
 from redisq_django.schedules.spec import ScheduleSpec
 from redisq_django.schedules.timing import Missed
 
@@ -66,7 +67,7 @@ class RedisClock:
     clocks over an interval, a few ppm); the claim script has the last word anyway.
     """
 
-    def __init__(self, client: Any, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
+    def __init__(self, client: RedisClient, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
         self.client = client
         self.resync_ns = int(resync_s * 1e9)
         #: (Redis's ms, this host's monotonic ns) of the last reading; one tuple, so a
@@ -132,7 +133,7 @@ class Scheduler:
 
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         prefix: str,
         load: Callable[[], Sequence[ScheduleSpec]],
         fire: Fire,

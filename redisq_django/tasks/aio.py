@@ -33,6 +33,7 @@ from redisq_django.core.errors import RedisUnavailable, describe_client
 from redisq_django.core.keys import QueueKeys, registry_key
 from redisq_django.core.scripts import AsyncScripts, ScriptName
 from redisq_django.core.task_wire import PUBLISH, decode_hash, enqueue_call
+from redisq_django.core.types import AsyncRedisClient, RedisClient
 
 #: Connection settings copied from the broker's client.
 _COPIED = (
@@ -49,7 +50,7 @@ _COPIED = (
 _COPIED_CLUSTER = ("username", "password", "socket_timeout", "socket_connect_timeout")
 
 
-def client_kwargs(sync: Any) -> dict[str, Any]:
+def client_kwargs(sync: redis.Redis) -> dict[str, Any]:
     """The connection settings of a standalone redis-py client, for ``redis.asyncio``."""
     pool = sync.connection_pool
     given = pool.connection_kwargs
@@ -62,7 +63,7 @@ def client_kwargs(sync: Any) -> dict[str, Any]:
     return out
 
 
-def new_client(sync: Any) -> Any:
+def new_client(sync: RedisClient) -> AsyncRedisClient:
     """An asyncio client with the connection settings of redis-py client ``sync``."""
     if isinstance(sync, redis.cluster.RedisCluster):
         node = sync.get_default_node()  # type: ignore[no-untyped-call]
@@ -78,8 +79,8 @@ def new_client(sync: Any) -> Any:
 class _LoopClient:
     """The client of one event loop."""
 
-    source: Any  # the broker's client it was built from
-    conn: Any
+    source: RedisClient  # the broker's client it was built from
+    conn: AsyncRedisClient
     closer: Any  # the async generator that closes it at the loop's shutdown
     scripts: AsyncScripts = field(init=False)
 
@@ -93,7 +94,7 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
 )
 
 
-async def _closed_at_shutdown(conn: Any) -> AsyncIterator[None]:
+async def _closed_at_shutdown(conn: AsyncRedisClient) -> AsyncIterator[None]:
     # Started once, it stays suspended at its yield; the loop's shutdown_asyncgens()
     # closes every unfinished async generator started on the loop, running this finally.
     try:
@@ -161,11 +162,11 @@ async def _script_quietly(
     return reply
 
 
-async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, group: str) -> None:
-    """Register ``group`` on the queue from its start unless it exists (as
-    ``Broker.ensure_consumer(..., "earliest")``), and record the queue's name."""
-    gkeys = keys.group(group)
-    await _script(entry, "ensure_consumer", [keys.log, gkeys.direct], [group, "0-0"])
+async def ensure_consumer(entry: _LoopClient, keys: QueueKeys, consumer: str) -> None:
+    """Register logical consumer ``consumer`` on the queue from its start unless it
+    exists (as ``Broker.ensure_consumer(..., "earliest")``), and record the queue's name."""
+    gkeys = keys.group(consumer)
+    await _script(entry, "ensure_consumer", [keys.log, gkeys.direct], [consumer, "0-0"])
     await entry.conn.sadd(registry_key(get_broker().config.prefix), keys.queue)
 
 

@@ -26,8 +26,8 @@ from django.utils.json import normalize_json
 
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import Failure
-from redisq_django.core.handler import Reject, Settled
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.delivery import Delivery, Stream
+from redisq_django.core.handler import Reject, Settled, settling
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
@@ -42,12 +42,12 @@ from redisq_django.tasks.results import TaskMessage, task_for, to_datetime
 logger = logging.getLogger("redisq.tasks")
 
 
-def _policy(message: Message, job: TaskMessage, default_retries: int) -> RetryPolicy:
+def _policy(delivery: Delivery, job: TaskMessage, default_retries: int) -> RetryPolicy:
     """How a failed attempt is retried: the consumer's backoff (backend options, admin
     overrides) with the task's own ``@task`` options on top. Its ``max_retries`` is the
     task's (or the backend's ``OPTIONS["MAX_RETRIES"]``), never the consumer's: that one
     is the budget for crashes (deliveries that never settled)."""
-    policy = message.policy or RetryPolicy()
+    policy = delivery.policy or RetryPolicy()
     changes: dict[str, Any] = {
         "max_retries": int(job.retry.get("max_retries", default_retries)),
     }
@@ -66,8 +66,9 @@ def _error(exc: BaseException) -> TaskError:
     )
 
 
-def execute(message: Message) -> None:
-    """Run the task of ``message`` and settle it with its result.
+@settling  # the worker hands it the delivery, which it settles itself
+def execute(delivery: Delivery) -> None:
+    """Run the task of ``delivery``'s message and settle the delivery with its result.
 
     Raises:
         Reject: the message is not a task message, names a backend that is not ours, or
@@ -78,6 +79,7 @@ def execute(message: Message) -> None:
             without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
             or ``DEAD``; ``LOST`` when another instance holds the message.
     """
+    message = delivery.message
     if not message.id.isprintable():
         # A task's id is its result id, which Django's own log lines show as it is.
         raise Reject("a task id must be printable (no newlines or control characters)")
@@ -92,19 +94,19 @@ def execute(message: Message) -> None:
     pipe = _pipe(store)
     pipe.read_all()  # the previous task's settle (its reply arrived meanwhile)
     ttl = backend.task_options.result_ttl_ms
-    worker_id = message.consumer or "unknown"
+    worker_id = message.instance or "unknown"
     task_object = _task_or_placeholder(job)
     started = max(now_ms(), job.enqueued_at_ms)  # hosts' clocks differ; keep them ordered
     expire, rebuild = started + ttl, job.result_fields()
-    if pipe.available and message.stream is Stream.LOG and message.attempts == 1:
+    if pipe.available and delivery.stream is Stream.LOG and message.attempts == 1:
         # A first delivery (retries and re-drives come through the direct stream): no
         # attempt before it, so the task need not wait for the start's reply.
-        call = store.start_call(message, worker_id, expire, rebuild, started, job.lease_ms)
+        call = store.start_call(delivery, worker_id, expire, rebuild, started, job.lease_ms)
         pipe.write("task_start", *call)
         workers, errors = [worker_id], list[dict[str, str]]()
     else:
         workers, errors, started = store.start(
-            message,
+            delivery,
             worker_id=worker_id,
             expire_at_ms=expire,
             rebuild=rebuild,
@@ -112,7 +114,7 @@ def execute(message: Message) -> None:
             lease_ms=job.lease_ms,
         )
     if job.lease_ms:  # the start began the attempt's own lease: the worker renews that one
-        message.lease_ms = job.lease_ms
+        delivery.lease_ms = job.lease_ms
     result = TaskResult(
         task=task_object,
         id=message.id,
@@ -142,7 +144,7 @@ def execute(message: Message) -> None:
         # worker by its handlers), so they fail the task, recorded, as django-tasks' worker
         # does; only Django's immediate backend lets KeyboardInterrupt through.
         pipe.read_all()  # the start is applied before the failure is settled
-        _failed(message, job, backend, result, exc, started, _ms_since(began))
+        _failed(delivery, job, backend, result, exc, started, _ms_since(began))
         raise AssertionError("unreachable") from exc  # _failed always raises
     duration = _ms_since(began)
     finished = max(now_ms(), started)
@@ -153,11 +155,11 @@ def execute(message: Message) -> None:
     if pipe.available:
         # Acknowledged with its result by this write (the worker must not ack it too:
         # its own ack could reach Redis first); the reply is read with the next write.
-        call = store.succeed_call(message, done, expire_at_ms=finished + ttl, duration_ms=duration)
+        call = store.succeed_call(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration)
         pipe.write("task_settle", *call)
         task_finished.send(sender=type(backend), task_result=result)
         raise Settled(Outcome.ACKED)
-    if not store.succeed(message, done, expire_at_ms=finished + ttl, duration_ms=duration):
+    if not store.succeed(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration):
         raise Settled(Outcome.LOST)
     task_finished.send(sender=type(backend), task_result=result)
 
@@ -185,7 +187,7 @@ class TaskPipeMiddleware(Middleware):
     """Reads the replies of a handler thread's task writes at the end of each batch and
     gives its connection back (``TaskPipe``)."""
 
-    def after_batch(self, messages: Sequence[Message]) -> None:
+    def after_batch(self, messages: Sequence[Delivery]) -> None:
         pipe: TaskPipe | None = getattr(_local, "pipe", None)
         if pipe is not None:
             pipe.close()
@@ -196,7 +198,7 @@ execute.worker_middleware = TaskPipeMiddleware()  # type: ignore[attr-defined]
 
 
 def _failed(
-    message: Message,
+    delivery: Delivery,
     job: TaskMessage,
     backend: RedisqBackend,
     result: TaskResult[..., Any],
@@ -208,9 +210,9 @@ def _failed(
     inside the ``except`` block, so that Django's log line carries the traceback."""
     error = _error(exc)
     finished = max(now_ms(), started)
-    policy = _policy(message, job, backend.task_options.max_retries)
+    policy = _policy(delivery, job, backend.task_options.max_retries)
     outcome = backend.results.fail(
-        message,
+        delivery,
         Failure(error.exception_class_path, str(exc), error.traceback),
         policy,
         error=dataclasses.asdict(error),
@@ -229,9 +231,9 @@ def _failed(
             "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
             result.id,
             loggable(job.task),
-            message.attempts,
+            delivery.attempts,
             error.exception_class_path,
-            message.failures + 1,
+            delivery.failures + 1,
             policy.max_retries + 1,
         )
     raise Settled(outcome, exc) from exc

@@ -65,7 +65,7 @@ def test_a_single_acknowledgement_is_packed_as_hiredis_would(
 ) -> None:
     from hiredis import pack_command
 
-    from redisq_django.core.message import Stream
+    from redisq_django.core.delivery import Stream
     from redisq_django.core.worker.acks import AckPipe, _bulk, started_tag
 
     broker = Broker(redis_client, CoreConfig(history=history))

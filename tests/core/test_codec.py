@@ -349,7 +349,7 @@ def broker(redis_client: redis.Redis, queue_name: str) -> Broker:
 def test_what_publish_writes_decodes_to_an_equal_payload(
     broker: Broker, queue_name: str, payload: Any, headers: dict[str, Any]
 ) -> None:
-    sub = broker.subscribe(queue_name, "g", consumer="c")
+    sub = broker.subscribe(queue_name, "g", instance="c")
     # Given a message published with this payload and headers
     message_id = broker.publish(queue_name, payload, headers=headers)
     # When it is fetched
@@ -368,7 +368,7 @@ def test_what_publish_writes_decodes_to_an_equal_payload(
 def test_delayed_publish_through_promote_decodes_to_an_equal_payload(
     broker: Broker, queue_name: str, payload: Any
 ) -> None:
-    sub = broker.subscribe(queue_name, "g", consumer="c")
+    sub = broker.subscribe(queue_name, "g", instance="c")
     # Given a delayed message (its envelope goes through the Lua JSON codec in promote)
     message_id = broker.publish(queue_name, payload, headers={"k": payload}, delay=0.001)
     time.sleep(0.002)
@@ -388,7 +388,7 @@ def test_a_deeply_nested_entry_becomes_a_listable_dead_letter(
     # Given another client wrote an entry whose payload nests absurdly deep
     deep = b"[" * 100_000
     entry_id = redis_client.xadd(broker.keys(queue_name).log, {"payload": deep})
-    sub = broker.subscribe(queue_name, "g", consumer="c")
+    sub = broker.subscribe(queue_name, "g", instance="c")
     # When it is fetched
     # Then it is not delivered but dead-lettered as undecodable
     assert sub.fetch(count=10, block_ms=0) == []

@@ -59,7 +59,7 @@ def test_c1_each_logical_consumer_gets_every_message_also_when_offline(
             assert len(got) == n, group
             assert set(ids(got)) == set(published), group
             assert {m.id: m.payload for m in got} == expected, group
-            assert all(m.attempts == 1 and m.group == group for m in got)
+            assert all(m.attempts == 1 and m.consumer == group for m in got)
             assert fetch_nothing(sub, wait_ms=50) == []
     stats = broker.stats(queue_name)
     assert [(c.name, c.lag, c.in_flight) for c in stats.consumers] == [

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.message import Message
 from redisq_django.core.worker import Every, Ticker
@@ -16,7 +17,7 @@ from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_int
 
 @dataclass
 class FakeSub:
-    consumer: str
+    instance: str
     calls: list[tuple[str, object]] = field(default_factory=list)
     broken: bool = False
 
@@ -25,18 +26,17 @@ class FakeSub:
             raise RedisUnavailable("gone")
         self.calls.append(("heartbeat", ttl_ms))
 
-    def extend(self, held: list[Message]) -> list[Message]:
+    def extend(self, held: list[Delivery]) -> list[Delivery]:
         if self.broken:
             raise RuntimeError("NOGROUP")
         self.calls.append(("extend", tuple(m.id for m in held)))
         return []
 
 
-def msg(message_id: str, lease_ms: int | None = None) -> Message:
-    m = Message(id=message_id, queue="q", payload=None, headers={}, attempts=1, group="g",
-                published_at_ms=0, entry_id=message_id.encode())  # fmt: skip
-    m.lease_ms = lease_ms
-    return m
+def msg(message_id: str, lease_ms: int | None = None) -> Delivery:
+    m = Message(id=message_id, queue="q", payload=None, headers={}, attempts=1, consumer="g",
+                published_at_ms=0)  # fmt: skip
+    return Delivery(m, entry_id=message_id.encode(), lease_ms=lease_ms)
 
 
 class FakeThread:

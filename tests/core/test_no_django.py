@@ -28,7 +28,7 @@ broker = core.Broker(redis.Redis.from_url(sys.argv[1]))
 queue = sys.argv[2]
 broker.ensure_consumer(queue, "worker", start="latest")
 message_id = broker.publish(queue, {"n": 1}, headers={"from": "script"})
-with broker.subscribe(queue, "worker", consumer="w1") as sub:
+with broker.subscribe(queue, "worker", instance="w1") as sub:
     messages = sub.fetch(count=10, block_ms=1000)
     acked = sub.ack(messages)
 print(json.dumps({

@@ -9,14 +9,14 @@ import pytest
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.message import Message, Stream
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_store import TaskResultStore
 
 G = "tasks"
 
 
-def _delivered(broker: Broker, queue: str) -> Message:
+def _delivered(broker: Broker, queue: str) -> Delivery:
     broker.ensure_consumer(queue, G, "earliest")
     broker.client.xadd(broker.keys(queue).log, {"payload": "{}", "id": "r1"})
     with broker.subscribe(queue, G, "c1") as sub:

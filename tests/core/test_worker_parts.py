@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from redisq_django.core import Message, Outcome
+from redisq_django.core import Delivery, Message, Outcome
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.worker import Every, Middleware, MiddlewareChain, Quota, Ticker
 
@@ -15,25 +15,27 @@ class Recorder(Middleware):
     def __init__(self, name: str, calls: list[str]) -> None:
         self.name, self.calls = name, calls
 
-    def before_batch(self, messages: Sequence[Message]) -> None:
+    def before_batch(self, messages: Sequence[Delivery]) -> None:
         self.calls.append(f"{self.name}.before_batch")
 
-    def after_batch(self, messages: Sequence[Message]) -> None:
+    def after_batch(self, messages: Sequence[Delivery]) -> None:
         self.calls.append(f"{self.name}.after_batch")
 
-    def before_process(self, message: Message) -> None:
+    def before_process(self, message: Delivery) -> None:
         self.calls.append(f"{self.name}.before_process")
 
-    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         self.calls.append(f"{self.name}.after_process")
 
-    def after_settle(self, message: Message, outcome: Outcome) -> None:
+    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
         self.calls.append(f"{self.name}.after_settle:{outcome}")
 
 
-def message() -> Message:
-    return Message(
-        id="1-0", queue="q", payload={}, headers={}, attempts=1, group="g", published_at_ms=1
+def message() -> Delivery:
+    return Delivery(
+        Message(
+            id="1-0", queue="q", payload={}, headers={}, attempts=1, consumer="g", published_at_ms=1
+        )
     )
 
 
@@ -66,7 +68,7 @@ def test_a_failing_hook_is_logged_and_the_others_still_run(
     calls: list[str] = []
 
     class Broken(Middleware):
-        def before_process(self, message: Message) -> None:
+        def before_process(self, message: Delivery) -> None:
             raise RuntimeError("boom")
 
     chain = MiddlewareChain([Broken(), Recorder("after", calls)])
@@ -77,7 +79,7 @@ def test_a_failing_hook_is_logged_and_the_others_still_run(
 
 def test_per_message_hooks_are_skipped_when_nobody_implements_them() -> None:
     class BatchOnly(Middleware):
-        def before_batch(self, messages: Sequence[Message]) -> None: ...
+        def before_batch(self, messages: Sequence[Delivery]) -> None: ...
 
     assert MiddlewareChain([BatchOnly()]).per_message is False
     assert MiddlewareChain([Recorder("r", [])]).per_message is True

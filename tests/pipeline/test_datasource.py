@@ -278,7 +278,7 @@ def test_events_written_by_a_subscription_with_history_on(
     broker = Broker(redis_client, CoreConfig(history=True))
     broker.ensure_consumer(queue_name, "billing", start="earliest")
     ids = broker.publish_many(queue_name, [1, 2, 3])
-    with broker.subscribe(queue_name, "billing", consumer="w-1") as sub:
+    with broker.subscribe(queue_name, "billing", instance="w-1") as sub:
         first, second, third = sub.fetch(count=3, block_ms=100)
         sub.ack([first, second])
         sub.fail(third, ValueError("later"))

@@ -48,7 +48,7 @@ def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = Tru
     made.retrying, made.dead, made.in_flight = first[:2], [first[2]], first[3:]
     made.running = got[3]
     sub.heartbeat(60_000, running=got[3])
-    broker.client.hset(sub.gkeys.running, sub.consumer, f"log:{got[3].entry_id.decode()}")
+    broker.client.hset(sub.gkeys.running, sub.instance, f"log:{got[3].entry_id.decode()}")
     made.instance = sub
     made.waiting = broker.publish_many(queue, [{"order": 200 + n} for n in range(waiting)])
     made.delayed = [broker.publish(queue, {"later": n}, delay=3600 + n) for n in range(2)]

@@ -19,6 +19,8 @@ from typing import Any, Literal, get_args
 
 from redis.commands.core import Script
 
+from redisq_django.core.types import AsyncRedisClient, RedisClient
+
 ScriptName = Literal[
     "ack",
     "archive_commit",
@@ -73,13 +75,13 @@ class Scripts:
     emptied the script cache), loads the script and calls it again.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
 
     def __call__(
-        self, name: ScriptName, keys: list[str], args: list[Any], client: Any = None
+        self, name: ScriptName, keys: list[str], args: list[Any], client: RedisClient | None = None
     ) -> Any:
         """Run script ``name``; with ``client`` (a pipeline), queue it there instead."""
         return self._scripts[name](keys=keys, args=versioned(args), client=client)
@@ -103,7 +105,7 @@ class AsyncScripts:
     """The scripts of one ``redis.asyncio`` client, registered on first use (its
     ``AsyncScript`` sends EVALSHA and loads the script on NOSCRIPT)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: AsyncRedisClient) -> None:
         self._client = client
         self._scripts: dict[str, Any] = {}
 

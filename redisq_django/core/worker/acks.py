@@ -37,11 +37,12 @@ from hiredis import pack_command
 
 from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_batch
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
-from redisq_django.core.message import Message, Stream
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
+from redisq_django.core.types import execute
 from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
@@ -60,10 +61,10 @@ class AckPipe:
             (or found settled already), in order, once their reply is read.
     """
 
-    def __init__(self, sub: Subscription, on_acked: Callable[[list[Message]], None]) -> None:
+    def __init__(self, sub: Subscription, on_acked: Callable[[list[Delivery]], None]) -> None:
         self.sub = sub
         self.client = sub.client
-        self.queue, self.group = sub.queue, sub.group  # for translate_errors
+        self.queue, self.consumer = sub.queue, sub.consumer  # for translate_errors
         self._on_acked = on_acked
         self._pool: Any = getattr(sub.client, "connection_pool", None)
         self._conn: Any = None
@@ -71,22 +72,22 @@ class AckPipe:
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
         #: Trend counts of this batch not written yet (handled, their handler ms, ...).
         self._counts: dict[str, int] = {}
-        self._handled_field = trends.per_consumer(trends.HANDLED, sub.group)
-        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.group)
-        self._queued: list[Message] = []  # handled; acknowledgement not written yet
+        self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
+        self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
+        self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
         #: Acknowledgements written whose reply is not read yet, in order.
-        self._unread: list[list[Message]] = []
+        self._unread: list[list[Delivery]] = []
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
         return len(self._queued) + sum(len(ms) for ms in self._unread)
 
-    def unconfirmed(self) -> list[Message]:
+    def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
         return [m for ms in self._unread for m in ms] + self._queued
 
-    def add(self, message: Message) -> None:
+    def add(self, message: Delivery) -> None:
         """``message``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(message)
@@ -96,14 +97,14 @@ class AckPipe:
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
         counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
 
-    def count_settled(self, message: Message, outcome: Outcome, failed: bool) -> None:
+    def count_settled(self, message: Delivery, outcome: Outcome, failed: bool) -> None:
         """``message``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
         if outcome is Outcome.ACKED:
-            counts = trends.handled_counts(self.sub.group, [message.duration_ms])
+            counts = trends.handled_counts(self.sub.consumer, [message.duration_ms])
         elif outcome in (Outcome.RETRIED, Outcome.DEAD):
             counts = trends.settle_counts(
-                self.sub.group, failed, outcome.value, message.duration_ms
+                self.sub.consumer, failed, outcome.value, message.duration_ms
             )
         else:
             return
@@ -111,7 +112,7 @@ class AckPipe:
             self._counts[name] = self._counts.get(name, 0) + n
 
     @translate_errors
-    def send(self, mark: Message | None = None, *, counts: bool = False) -> None:
+    def send(self, mark: Delivery | None = None, *, counts: bool = False) -> None:
         """Write the queued acknowledgements (and ``mark``, the message about to start;
         with ``counts``, the trend counters of what was handled) now, without waiting
         for the reply."""
@@ -160,7 +161,7 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Message]) -> bytes:
+    def _packed_command(self, messages: list[Delivery]) -> bytes:
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
@@ -177,24 +178,24 @@ class AckPipe:
         commands = self._counter.commands(self._counts)
         return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
 
-    def _ack_command(self, messages: list[Message]) -> tuple[Any, ...]:
+    def _ack_command(self, messages: list[Delivery]) -> tuple[Any, ...]:
         sub = self.sub
-        name, keys, args = settle.ack_parts(sub.gkeys, sub.consumer, messages, sub.history)
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
         if name is None:
             return ("XACK", *keys, *args)
         return sub.scripts.command(name, keys, args)
 
-    def _mark_command(self, message: Message) -> tuple[Any, ...]:
-        return ("HSET", self.sub.gkeys.running, self.sub.consumer, started_tag(message))
+    def _mark_command(self, message: Delivery) -> tuple[Any, ...]:
+        return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
 
-    def _run_now(self, mark: Message | None) -> None:
+    def _run_now(self, mark: Delivery | None) -> None:
         acked = self._queued
         if acked:
             self.sub.ack(acked)
             self._queued = []
             self._on_acked(acked)
         if mark is not None:
-            self.client.execute_command(*self._mark_command(mark))
+            execute(self.client, *self._mark_command(mark))
         if self._counts and self._counter is not None:  # what handlers settled themselves
             run_batch(
                 self.client, [], transaction=False, quiet=self._counter.commands(self._counts)
@@ -251,19 +252,19 @@ class _Prepacked:
     is the worker's hot path, and hiredis would encode the same keys every time."""
 
     def __init__(self, sub: Subscription) -> None:
-        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.group
+        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.consumer
         self.xack = _head(4, "XACK", log, group)  # + the entry id
         # ack.lua's history layout for one id: KEYS log, direct, events; ARGV (after the
         # protocol token) group, n, instance, m = 1, the id, its records (core/settle.py)
         hist = [log, direct, sub.keys.events]
-        recorded = sub.scripts.command("ack", hist, [group, 1, sub.consumer, 1])
+        recorded = sub.scripts.command("ack", hist, [group, 1, sub.instance, 1])
         self.recorded = _head(len(recorded) + 2, *recorded)  # + the entry id, its records
-        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.consumer, 1])
+        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.instance, 1])
         self.recorded_direct = _head(len(recorded_direct) + 2, *recorded_direct)
         # ack.lua without history, one direct id: ARGV group, n = 0, the id
         xack_direct = sub.scripts.command("ack", [log, direct], [group, 0])
         self.xack_direct = _head(len(xack_direct) + 1, *xack_direct)  # + the entry id
-        self.mark = _head(4, "HSET", sub.gkeys.running, sub.consumer)  # + the started tag
+        self.mark = _head(4, "HSET", sub.gkeys.running, sub.instance)  # + the started tag
 
 
 def _read(conn: Any) -> Any:

@@ -41,7 +41,7 @@ from redisq_django.core.wire import loggable
 from redisq_django.core.worker.ticker import Every, Ticker
 
 if TYPE_CHECKING:
-    from redisq_django.core.message import Message
+    from redisq_django.core.delivery import Delivery
     from redisq_django.core.worker.threads import HandlerThread
 
 logger = logging.getLogger("redisq.worker")
@@ -150,7 +150,7 @@ class LivenessThread(threading.Thread):
             for m in list(t.held):
                 if not m.lease_ms:
                     continue
-                key = (t.sub.consumer, m.entry_id)
+                key = (t.sub.instance, m.entry_id)
                 last = renewed[key] = self._renewed.get(key, now)  # new: its start renewed it
                 if now - last >= lease_renewal_interval([m.lease_ms]):
                     due.append(m)
@@ -159,7 +159,7 @@ class LivenessThread(threading.Thread):
                 self._extend(t, due)
         self._renewed = renewed
 
-    def _extend(self, thread: HandlerThread, messages: list[Message]) -> None:
+    def _extend(self, thread: HandlerThread, messages: list[Delivery]) -> None:
         with _each(thread, "lease renewal"):
             for m in thread.sub.extend(messages):
                 logger.warning(
@@ -174,6 +174,6 @@ def _each(thread: HandlerThread, what: str) -> Iterator[None]:
     try:
         yield
     except (RedisUnavailable, ConsumerNotFound) as exc:  # handler threads report these
-        logger.debug("%s of %s skipped: %s", what, thread.sub.consumer, exc)
+        logger.debug("%s of %s skipped: %s", what, thread.sub.instance, exc)
     except Exception as exc:
-        logger.warning("%s of %s failed: %r", what.capitalize(), thread.sub.consumer, exc)
+        logger.warning("%s of %s failed: %r", what.capitalize(), thread.sub.instance, exc)

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.handler import ConsumerSpec
-from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.worker.state import Tally
 
@@ -39,7 +39,12 @@ class RunningWorker(Protocol):
 
 
 class Middleware:
-    """No-op hooks the worker calls around each batch and each message."""
+    """No-op hooks the worker calls around each batch and each message.
+
+    Hooks get the :class:`~redisq_django.core.delivery.Delivery` of each message: its
+    handler's timings, its stream entry, and its message (``delivery.message``, which
+    it also reads as: ``delivery.id``, ``delivery.headers``, …).
+    """
 
     def on_worker_start(self, worker: RunningWorker) -> None:
         """Called in the main thread before any message is fetched."""
@@ -47,19 +52,19 @@ class Middleware:
     def on_worker_stop(self, worker: RunningWorker) -> None:
         """Called in the main thread after the last handler finished."""
 
-    def before_batch(self, messages: Sequence[Message]) -> None:
+    def before_batch(self, messages: Sequence[Delivery]) -> None:
         """Called in the handler's thread before the handlers of a fetched batch run."""
 
-    def after_batch(self, messages: Sequence[Message]) -> None:
+    def after_batch(self, messages: Sequence[Delivery]) -> None:
         """Called in the handler's thread once a batch is handled."""
 
-    def before_process(self, message: Message) -> None:
+    def before_process(self, message: Delivery) -> None:
         """Called in the handler's thread just before the handler runs."""
 
-    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         """Called in the handler's thread after the handler returned or raised."""
 
-    def after_settle(self, message: Message, outcome: Outcome) -> None:
+    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
         """Called once the message is ``ACKED``, ``RETRIED``, ``DEAD`` or ``LOST``
         (another instance took it over)."""
 
@@ -111,27 +116,27 @@ class MiddlewareChain:
     def on_worker_stop(self, worker: RunningWorker) -> None:
         self._call("on_worker_stop", worker)
 
-    def before_batch(self, messages: Sequence[Message]) -> None:
+    def before_batch(self, messages: Sequence[Delivery]) -> None:
         self._call("before_batch", messages)
 
-    def after_batch(self, messages: Sequence[Message]) -> None:
+    def after_batch(self, messages: Sequence[Delivery]) -> None:
         self._call("after_batch", messages)
 
-    def before_process(self, message: Message) -> None:
+    def before_process(self, message: Delivery) -> None:
         for fn in self._before_process:
             try:
                 fn(message)
             except Exception:
                 _failed(fn)
 
-    def after_process(self, message: Message, *, error: BaseException | None) -> None:
+    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         for fn in self._after_process:
             try:
                 fn(message, error=error)
             except Exception:
                 _failed(fn)
 
-    def after_settle(self, message: Message, outcome: Outcome) -> None:
+    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
         for fn in self._after_settle:
             try:
                 fn(message, outcome)

@@ -34,7 +34,7 @@ def describe(exc: BaseException) -> str:
     """The log line of a condition's start."""
     if isinstance(exc, ConsumerNotFound):
         return (
-            f"Logical consumer {exc.group!r} of queue {exc.queue!r} is missing in Redis "
+            f"Logical consumer {exc.consumer!r} of queue {exc.queue!r} is missing in Redis "
             "(Redis came back empty, or the group was removed); registering it again from "
             "the start of its log"
         )

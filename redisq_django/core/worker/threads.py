@@ -12,14 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
 from redisq_django.core.dead_entry import Failure
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import ensure_group
-from redisq_django.core.handler import ConsumerSpec, Reject, Settled
-from redisq_django.core.message import Message
+from redisq_django.core.handler import ConsumerSpec, Reject, Settled, settles_itself
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
@@ -86,7 +87,7 @@ class HandlerThread(threading.Thread):
         self.tally = tally
         self.on_crash = on_crash
         self.gate = gate  # a priority level: fetch only when higher levels hold no work
-        self.held: list[Message] = []  # the running message (its lease is renewed)
+        self.held: list[Delivery] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
         self._unsettled: list[Callable[[], None]] = []
@@ -99,6 +100,9 @@ class HandlerThread(threading.Thread):
         """Use ``spec`` (changed in the admin) from the next message on."""
         self.spec = spec
         self.sub.policy = spec.policy
+        # A handler gets the message; one that settles its delivery itself (a Django
+        # task's, see ``settles_itself``) gets the delivery, which it settles.
+        self._handles_delivery = settles_itself(spec.handler)
 
     @property
     def stopping(self) -> bool:
@@ -182,7 +186,7 @@ class HandlerThread(threading.Thread):
             return False
         return True
 
-    def _receive(self) -> list[Message]:
+    def _receive(self) -> list[Delivery]:
         try:
             return self._fetch_or_reclaim()
         finally:
@@ -196,7 +200,7 @@ class HandlerThread(threading.Thread):
             self._dead_counted += made
             self._count("dead", made)
 
-    def _fetch_or_reclaim(self) -> list[Message]:
+    def _fetch_or_reclaim(self) -> list[Delivery]:
         now = time.monotonic()
         if now - self._last_reclaim >= self.pace.reclaim_interval:
             self._last_reclaim = now
@@ -205,7 +209,7 @@ class HandlerThread(threading.Thread):
                 self._count("reclaimed", len(reclaimed))
                 logger.info(
                     "%s took over %d message(s) of stopped instances",
-                    self.sub.consumer,
+                    self.sub.instance,
                     len(reclaimed),
                 )
                 return reclaimed
@@ -215,7 +219,7 @@ class HandlerThread(threading.Thread):
     def _drained(self) -> bool:
         return not self._unsettled and not self.acks.pending and self.sub.waiting_retries() == 0
 
-    def _process(self, batch: list[Message], fetched_at: float) -> None:
+    def _process(self, batch: list[Delivery], fetched_at: float) -> None:
         started = time.monotonic()
         # Leases of prefetched messages run out while a long handler runs (only the
         # running one's is renewed), so that idle instances can take them over.
@@ -247,7 +251,7 @@ class HandlerThread(threading.Thread):
         elif elapsed > SLOW_BATCH_S:
             self._batch_size = max(1, self._batch_size // 2)
 
-    def _run_handler(self, message: Message) -> bool:
+    def _run_handler(self, message: Delivery) -> bool:
         """Run the handler; True when the message is to be acked."""
         hooks = self.hooks
         if hooks.wants_before_process:
@@ -256,7 +260,10 @@ class HandlerThread(threading.Thread):
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         try:
-            self.spec.handler(message)
+            if self._handles_delivery:
+                cast("Callable[[Delivery], object]", self.spec.handler)(message)
+            else:
+                self.spec.handler(message.message)
         except Settled as exc:  # the handler settled the delivery itself
             _stop_watch(message, started)
             error, settled = exc.error, True
@@ -307,7 +314,7 @@ class HandlerThread(threading.Thread):
                 )
             self._settle_failed = True
 
-    def _send_acks(self, starting: Message) -> None:
+    def _send_acks(self, starting: Delivery) -> None:
         # One write, no waiting: the previous message's ack and the record that this one
         # starts, which reclaim.lua needs to count only started deliveries.
         try:
@@ -328,13 +335,13 @@ class HandlerThread(threading.Thread):
                 "Redis is reachable again (%s); settled %d waiting message(s)", self.sub, settled
             )
 
-    def _acked(self, messages: list[Message]) -> None:
+    def _acked(self, messages: list[Delivery]) -> None:
         self._count("handled", len(messages))
         if self.hooks.wants_after_settle:
             for m in messages:
                 self.hooks.after_settle(m, Outcome.ACKED)
 
-    def _fail(self, message: Message, exc: BaseException, *, reject: bool) -> None:
+    def _fail(self, message: Delivery, exc: BaseException, *, reject: bool) -> None:
         failure = Failure.from_exception(exc)
         outcome = self.sub.reject(message, failure) if reject else self.sub.fail(message, failure)
         self._count(outcome.value)
@@ -349,13 +356,13 @@ class HandlerThread(threading.Thread):
             )
         self.hooks.after_settle(message, outcome)
 
-    def _release(self, messages: list[Message]) -> None:
+    def _release(self, messages: list[Delivery]) -> None:
         released = self.sub.release(messages)
         if released:
-            logger.info("%s handed back %d unstarted message(s)", self.sub.consumer, released)
+            logger.info("%s handed back %d unstarted message(s)", self.sub.instance, released)
 
 
-def _stop_watch(message: Message, started_ns: int) -> None:
+def _stop_watch(message: Delivery, started_ns: int) -> None:
     """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
     message.ended_ns = ended = time.perf_counter_ns()
     message.duration_ns = elapsed = ended - started_ns

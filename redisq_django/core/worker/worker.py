@@ -383,7 +383,7 @@ class Worker:
                 # Leases of their own would hold tasks back that this process stops running.
                 end_own_leases(t.sub.client, t.sub.gkeys, list(t.held))
             except Exception:
-                logger.debug("Could not expire the heartbeat of %s", t.sub.consumer, exc_info=True)
+                logger.debug("Could not expire the heartbeat of %s", t.sub.instance, exc_info=True)
 
 
 def _tunables(spec: ConsumerSpec) -> dict[str, object]:

@@ -1,0 +1,91 @@
+"""A handler gets a ``Message``: what it needs, nothing of the worker's bookkeeping. The
+entry id, raw fields, stream, lease and timings of that delivery are the ``Delivery``
+the subscription fetches, settles and renews."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import redis
+
+from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Delivery, Message, Reject
+from redisq_django.core.delivery import Stream
+from redisq_django.core.worker import Worker, WorkerOptions
+
+#: What a handler reads from its message (docs/layout.md, issue 21).
+MESSAGE_FIELDS = {
+    "id",
+    "queue",
+    "payload",
+    "headers",
+    "attempts",
+    "consumer",
+    "instance",
+    "published_at_ms",
+    "due_at_ms",
+    "first_failed_at_ms",
+    "failures",
+}
+#: What only the worker (and a handler that settles itself) uses.
+BOOKKEEPING = {"entry_id", "fields", "stream", "lease_ms", "policy", "duration_ms", "failed"}
+
+
+def test_a_handler_gets_a_message_without_the_workers_bookkeeping(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a consumer whose handler keeps what it got, rejecting one message
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
+    got: list[object] = []
+    lock = threading.Lock()
+
+    def handler(message: Message) -> None:
+        with lock:
+            got.append(message)
+        if message.payload["n"] == 0:
+            raise Reject("the first one is bad")
+
+    spec = ConsumerSpec(queue_name, "billing", handler, start="earliest")
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    ids = broker.publish_many(queue_name, [{"n": i} for i in range(5)])
+
+    # When a worker runs it
+    options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)
+    assert Worker(broker, [spec], options).run() == 0
+
+    # Then every message reached it as a plain Message, with no transport details
+    assert sorted(m.id for m in got) == sorted(ids)  # type: ignore[attr-defined]
+    for message in got:
+        assert type(message) is Message
+        assert {f.name for f in dataclasses.fields(message)} == MESSAGE_FIELDS
+        assert not any(hasattr(message, name) for name in BOOKKEEPING)
+    # ...and the worker still settled each: four acked, the rejected one dead
+    assert redis_client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0
+    dead = broker.dead_letters(queue_name, "billing")
+    assert [d.id for d in dead] == [ids[0]]
+
+
+def test_a_subscription_fetches_deliveries_that_read_as_their_message(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a published message
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    message_id = broker.publish(queue_name, {"n": 7}, headers={"k": "v"})
+
+    # When an instance fetches it
+    with broker.subscribe(queue_name, "billing", "w-1") as sub:
+        (delivery,) = sub.fetch(count=1, block_ms=500)
+
+        # Then it is a delivery of the log entry, holding the message a handler gets
+        assert isinstance(delivery, Delivery)
+        assert delivery.stream is Stream.LOG
+        assert delivery.entry_id.decode() == message_id
+        assert delivery.policy == sub.policy
+        message = delivery.message
+        assert (message.id, message.payload, message.headers) == (message_id, {"n": 7}, {"k": "v"})
+        assert (message.consumer, message.instance, message.attempts) == ("billing", "w-1", 1)
+        # ...and reads as it, so code written against fetch() and ack() keeps working
+        assert (delivery.id, delivery.payload, delivery.attempts) == (message_id, {"n": 7}, 1)
+        assert sub.ack([delivery]) == 1
+    assert redis_client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0

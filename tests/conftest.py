@@ -124,22 +124,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CORE_TESTS in item.path.parents:
             item.add_marker(pytest.mark.servers)
-
-    # The Spark tests run first and the browser tests last (a stable sort: the order
-    # within each group stays as collected).
-    # - Spark first: they are the longest files (a JVM each, jobs of a minute), and with
-    #   one process per core (make test, pytest-xdist --dist loadfile) a long file
-    #   handed out last keeps one process busy while the others idle.
-    # - Browser last: pytest-playwright's sync API keeps an event loop running in the
-    #   main thread until the session ends, and every later test that calls
-    #   asyncio.run() (the async client, the async pipelines) would be refused with
-    #   "cannot be called from a running event loop".
-    def rank(item: pytest.Item) -> int:
-        if BROWSER_TESTS in item.path.parents:
-            return 2
-        return 0 if item.get_closest_marker("spark") else 1
-
-    items.sort(key=rank)
+    # The browser tests run last: pytest-playwright's sync API keeps an event loop
+    # running in the main thread until the session ends, and every later test that
+    # calls asyncio.run() (the async client, the async pipelines) would be refused with
+    # "cannot be called from a running event loop". The sort is stable: the order within
+    # each group stays as collected.
+    items.sort(key=lambda item: BROWSER_TESTS in item.path.parents)
 
 
 @pytest.fixture(autouse=True)

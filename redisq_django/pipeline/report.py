@@ -21,14 +21,17 @@ Percentiles are ``percentile_approx`` with accuracy :data:`PERCENTILE_ACCURACY` 
 the value returned is one whose rank among the ``n`` values is within ``n / 10000`` of the
 exact rank (for fewer than 10000 values, an exact one of them).
 
-Each aggregate is written as a Parquet dataset ``DIR/<name>.parquet``; only those small
-aggregates come back to the driver, to draw ``DIR/report.html`` (:mod:`.report_html`).
+Only those small aggregates come back to the driver (as Arrow tables: one Spark job
+each, the backlog computed from the counts in the driver); the driver writes each as a
+Parquet dataset ``DIR/<name>.parquet`` and draws ``DIR/report.html`` from them
+(:mod:`.report_html`).
 ``DIR`` defaults to ``ROOT/reports/<UTC time>/``, and ``ROOT/reports/latest`` then points
 at it (a symlink, or a text file holding the directory's name where symlinks fail).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,8 +39,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from redisq_django.core.errors import InvalidName
@@ -58,6 +63,16 @@ MINUTE_BUCKETS_UP_TO = timedelta(hours=6)
 LATENCY_LOOKBACK = timedelta(days=1)
 #: Error classes shown in the HTML (the Parquet dataset has them all).
 TOP_ERRORS = 20
+BACKLOG_SCHEMA = pa.schema(
+    [
+        ("queue", pa.string()),
+        ("consumer", pa.string()),
+        ("bucket", pa.timestamp("us", tz="UTC")),
+        ("published_total", pa.int64()),
+        ("settled_total", pa.int64()),
+        ("backlog", pa.int64()),
+    ]
+)
 AGGREGATES = ("counts", "latency", "backlog", "attempts", "errors", "totals")
 #: The events' columns the aggregates read (the others are not cached).
 EVENT_COLUMNS = (
@@ -164,11 +179,15 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
     # plan) made the report 3.5x slower on 2 cores.
     timed = _timed(messages, events).coalesce(spark.sparkContext.defaultParallelism).persist()
     try:
-        frames = _aggregates(messages, events, timed, since, bucket)
-        for name, frame in frames.items():
-            _write(frame, out_dir, name)
-        counts = spark.read.parquet(_local_uri(out_dir / "counts.parquet"))
-        _write(_backlog(counts), out_dir, "backlog")
+        # Fetched, not written by Spark and read back: a job per aggregate instead of
+        # three (write, read, collect), and the files land on the driver, beside the HTML.
+        tables = {
+            name: frame.toArrow()
+            for name, frame in _aggregates(messages, events, timed, since, bucket).items()
+        }
+        tables["backlog"] = _backlog(tables["counts"])
+        for name, table in tables.items():
+            _write(table, out_dir, name)
         data = ReportData(
             since=since,
             until=until,
@@ -177,7 +196,7 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
             queues=options.queues,
             accuracy=PERCENTILE_ACCURACY,
             gaps=gaps.lines(spark, options.root, since, until, options.queues),
-            **{name: _collect(spark, out_dir, name) for name in AGGREGATES},
+            **{name: _rows(name, tables[name]) for name in AGGREGATES},
         )
     finally:
         timed.unpersist()
@@ -208,14 +227,13 @@ def _queue_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return list({row["queue"]: row for row in rows}.values())
 
 
-def _write(frame: DataFrame, out_dir: Path, name: str) -> None:
-    # One file per aggregate: they are small, and a reader gets one tidy dataset.
-    frame.coalesce(1).write.mode("overwrite").parquet(_local_uri(out_dir / f"{name}.parquet"))
-
-
-def _local_uri(path: Path) -> str:
-    # A plain path would be resolved against Spark's default file system (HDFS on a cluster).
-    return path.as_uri()
+def _write(table: pa.Table, out_dir: Path, name: str) -> None:
+    """``table`` as the dataset ``DIR/<name>.parquet`` (replacing one of an earlier run):
+    one file, as Spark would lay it out, so Spark, pyarrow and DuckDB all read it."""
+    dataset = out_dir / f"{name}.parquet"
+    shutil.rmtree(dataset, ignore_errors=True)
+    dataset.mkdir(parents=True)
+    pq.write_table(table, dataset / "part-00000.parquet")
 
 
 def _read(
@@ -348,35 +366,52 @@ def _aggregates(
     }
 
 
-def _backlog(counts: DataFrame) -> DataFrame:
+def _backlog(counts: pa.Table) -> pa.Table:
     """Per consumer and bucket: published minus handled + dead, cumulated in bucket
-    order from the range's start. Read from the written ``counts`` (not recomputed)."""
-    keys = ["queue", "consumer", "bucket"]
-    order = Window.partitionBy("queue", "consumer").orderBy("bucket")
-    running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    return (
-        counts.where(F.col("consumer").isNotNull())
-        .withColumn("published_total", F.sum("published").over(running))
-        .withColumn("settled_total", F.sum(F.col("handled") + F.col("dead")).over(running))
-        .select(*keys, "published_total", "settled_total")
-        .withColumn("backlog", F.col("published_total") - F.col("settled_total"))
-    )
-
-
-def _collect(spark: SparkSession, out_dir: Path, name: str) -> list[dict[str, Any]]:
-    """An aggregate read back from its Parquet dataset (small: one row per queue,
-    consumer and bucket at most), sorted, as plain dicts; errors: the top ones only."""
-    frame = spark.read.parquet(_local_uri(out_dir / f"{name}.parquet"))
-    if name == "errors":
-        frame = frame.orderBy(F.desc("count"), "queue", "consumer", "error_class").limit(TOP_ERRORS)
-    else:
-        frame = frame.orderBy(
-            *[c for c in ("queue", "consumer", "bucket", "event", "attempt") if c in frame.columns]
+    order from the range's start, from the counts (a row per consumer and bucket: small)."""
+    rows = [row for row in counts.to_pylist() if row["consumer"] is not None]
+    rows.sort(key=lambda row: (row["queue"], row["consumer"], row["bucket"]))
+    out: list[dict[str, Any]] = []
+    published = settled = 0
+    for i, row in enumerate(rows):
+        if i == 0 or (row["queue"], row["consumer"]) != (
+            rows[i - 1]["queue"],
+            rows[i - 1]["consumer"],
+        ):
+            published = settled = 0
+        published += row["published"]
+        settled += row["handled"] + row["dead"]
+        out.append(
+            {
+                "queue": row["queue"],
+                "consumer": row["consumer"],
+                "bucket": row["bucket"],
+                "published_total": published,
+                "settled_total": settled,
+                "backlog": published - settled,
+            }
         )
-    return [{k: _utc(v) for k, v in row.asDict().items()} for row in frame.collect()]
+    return pa.Table.from_pylist(out, schema=BACKLOG_SCHEMA)
+
+
+def _rows(name: str, table: pa.Table) -> list[dict[str, Any]]:
+    """An aggregate's rows, sorted (nulls first, as Spark sorts), as plain dicts with
+    aware UTC timestamps; errors: the top ones only (the dataset has them all)."""
+    rows = [{k: _utc(v) for k, v in row.items()} for row in table.to_pylist()]
+    if name == "errors":
+        rows.sort(key=lambda r: (-r["count"], *_nulls_first(r, "queue", "consumer", "error_class")))
+        return rows[:TOP_ERRORS]
+    order = [
+        c for c in ("queue", "consumer", "bucket", "event", "attempt") if c in table.column_names
+    ]
+    rows.sort(key=lambda r: _nulls_first(r, *order))
+    return rows
+
+
+def _nulls_first(row: dict[str, Any], *columns: str) -> tuple[tuple[bool, Any], ...]:
+    return tuple((row[c] is not None, row[c]) for c in columns)
 
 
 def _utc(value: Any) -> Any:
-    """PySpark returns timestamps as naive datetimes in the driver's local time zone;
-    the report speaks UTC, so make them aware UTC ones."""
+    """The report speaks UTC: timestamps as aware UTC datetimes (Arrow's are already)."""
     return value.astimezone(UTC) if isinstance(value, datetime) else value

@@ -18,11 +18,13 @@ predicate that fails on some value (Spark 4's ANSI mode: ``'1499.00'`` compared 
 ``1000`` cannot be cast to BIGINT) so publishes nothing, and :class:`ReplayError` says
 which value and how to compare typed instead (``try_cast``).
 
-Publishing: each task hands its rows, as Arrow batches (``mapInArrow``), to the writer's
-``publish_rows`` and yields how many it published; the job sums them. The same code as
-``df.write.format("redisq")``, without a data source write's planning and commit steps,
-each a Python process of its own (about 3 s of a 25 s cold replay of 200,000 messages on
-2 cores, bench/RESULTS.md).
+Publishing: on a local master (``local``, ``local[N]``) the driver hands the rows, a
+partition at a time, to the writer's ``publish_rows`` itself: no Python worker starts,
+which is most of a one-off replay's time otherwise (bench/RESULTS.md). On a cluster, and
+with ``rate``, each task hands its rows, as Arrow batches (``mapInArrow``), to
+``publish_rows`` and yields how many it published; the job sums them. Either way the
+writer's code of ``df.write.format("redisq")``, without a data source write's planning
+and commit steps, each a Python process of its own.
 
 Rate: ``rate`` messages/s for the whole job. It is enforced per task, before the writer:
 the task's batches are handed on in small slices, with sleeps so that each of the P
@@ -56,8 +58,9 @@ from pyspark.sql.types import StructType
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
 from redisq_django.pipeline.schemas import Table, archive_schema
+from redisq_django.pipeline.session import runs_in_driver
 from redisq_django.pipeline.source_options import SourceOptions
-from redisq_django.pipeline.writer import RowLayout
+from redisq_django.pipeline.writer import RowLayout, publish_rows
 
 __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_messages"]
 
@@ -258,11 +261,23 @@ def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> i
         batch_size = max(1, min(batch_size, int(per_task / 4)))
         throttle = _throttle(per_task, batch_size)
     source = writer_options(options, batch_size)
-    RowLayout.of(rows.schema, SourceOptions.parse(source))  # bad options: fail here, at once
+    layout = RowLayout.of(rows.schema, SourceOptions.parse(source))  # bad options: fail now
+    if throttle is None and runs_in_driver(spark.sparkContext.master or "local"):
+        return _publish_in_driver(rows, layout, SourceOptions.parse(source))
     publish = _publisher(source, rows.schema, throttle)
     with _arrow_batch_rows(spark, batch_size if throttle is not None else None):
         counts = rows.mapInArrow(publish, "published long").collect()
     return sum(int(row["published"]) for row in counts)
+
+
+def _publish_in_driver(rows: DataFrame, layout: RowLayout, options: SourceOptions) -> int:
+    """Publish ``rows`` from this process, a partition at a time: on a local master the
+    executors share this machine, and the Python workers a ``mapInArrow`` starts cost a
+    one-off replay most of its time (bench/RESULTS.md); the rows come from the JVM
+    directly, one partition (and the next, prefetched) in memory at once. ``where``
+    stays all or nothing: the shuffle before the first partition arrives evaluates it on
+    every row."""
+    return publish_rows(options, layout, rows.toLocalIterator(prefetchPartitions=True))
 
 
 def _publisher(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline.archive import archive_frame
@@ -127,6 +127,31 @@ def test_to_the_queue_every_consumer_gets_them(
             f"m-{i}" for i in range(40)
         )
         assert {m.payload["n"] for m in got} == set(range(40))
+
+
+def test_on_a_local_master_the_driver_publishes_and_no_python_worker_runs(
+    spark: SparkSession,
+    archived: Path,
+    broker: Broker,
+    redis_url: str,
+    queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a local master (the shared session's), where the executors share this machine
+    assert spark.sparkContext.master.startswith("local")
+
+    # When a replay without a rate runs, with the executors' way of publishing taken away
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a replay on a local master started Python workers")
+
+    monkeypatch.setattr(DataFrame, "mapInArrow", refused)
+    options = ReplayOptions(redis_url=redis_url, root=str(archived), queue=queue_name)
+    summary = replay(spark, options)
+
+    # Then every selected message was published, once, from the driver
+    assert (summary.selected, summary.published) == (80, 80)
+    got = fetch_all(broker, "billing", queue_name)
+    assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(f"m-{i}" for i in range(80))
 
 
 def test_dry_run_publishes_nothing(

@@ -215,7 +215,7 @@ def test_the_management_commands_never_import_the_admin() -> None:
     reached = _reachable(graph, [n for n in MODULES if n.startswith("redisq_django.management")])
     assert {n for n in reached if _is_our_admin(n)} == set()
     # ...nor imports django.contrib.admin, but the admin-history module, which asks first
-    # whether it is installed (tests/django/test_without_admin.py runs every command).
+    # whether it is installed (tests/management/test_without_admin.py runs every command).
     admin_users = {
         n
         for n in reached

@@ -15,9 +15,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "redisq_django",
-    # Consumers of the queues only tests/test_faults.py uses (faults, graceful, chaos).
+    # Consumers of the queues only tests/faults/test_faults.py uses (faults, graceful, chaos).
     "tests.faultapp",
-    # An Order model publishing model events (tests/django/test_transactional.py).
+    # An Order model publishing model events (tests/publishing/test_transactional.py).
     "tests.shopapp",
 ]
 

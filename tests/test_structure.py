@@ -215,7 +215,7 @@ def test_the_management_commands_never_import_the_admin() -> None:
     reached = _reachable(graph, [n for n in MODULES if n.startswith("redisq_django.management")])
     assert {n for n in reached if _is_our_admin(n)} == set()
     # ...nor imports django.contrib.admin, but the admin-history module, which asks first
-    # whether it is installed (tests/django/test_without_admin.py runs every command).
+    # whether it is installed (tests/management/test_without_admin.py runs every command).
     admin_users = {
         n
         for n in reached
@@ -369,3 +369,39 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
     assert {m for m in graph["redisq_django.operations"] if m in wing} == set()
     # ...and its functions say what they take and give: no Any.
     assert [f for m in wing for f in _public_signatures_with_any(m)] == []
+
+
+# -- tests/ mirrors the package (CONTRIBUTING.md, "Where a new test goes") ----------------
+
+TESTS_DIR = Path(__file__).resolve().parent
+#: The directories of tests/ that mirror no package, besides the test apps (``*app``):
+#: shared helpers, what a browser shows, the faults that cross packages (real processes,
+#: signals, Redis restarts, clocks), and the worker-only project.
+TESTS_OF_NO_PACKAGE = {"support", "browser", "faults", "workeronly"}
+
+
+def _test_dirs() -> list[Path]:
+    """The directories under tests/ that must mirror a package, relative to tests/."""
+    found = []
+    for path in sorted(TESTS_DIR.rglob("*")):
+        rel = path.relative_to(TESTS_DIR)
+        if not path.is_dir() or any(p.startswith((".", "__")) for p in rel.parts):
+            continue
+        if rel.parts[0] in TESTS_OF_NO_PACKAGE or rel.parts[0].endswith("app"):
+            continue
+        found.append(rel)
+    return found
+
+
+def test_the_tests_are_laid_out_like_the_package() -> None:
+    # A newcomer finds the tests of redisq_django/X/ in tests/X/, and nowhere else (a
+    # grab-bag directory such as tests/django/ cannot come back)...
+    dirs = _test_dirs()
+    assert Path("core") in dirs and Path("core", "worker") in dirs
+    assert {
+        str(rel): "mirrors no package of redisq_django"
+        for rel in dirs
+        if not (PACKAGE_DIR / rel / "__init__.py").is_file()
+    } == {}
+    # ...and each is a package: pytest tells test files of one basename apart by it.
+    assert [str(rel) for rel in dirs if not (TESTS_DIR / rel / "__init__.py").is_file()] == []

@@ -2,7 +2,7 @@
 server: log in through the login form, filter, press Retry while a real worker consumes
 the queue, permissions, escaping; screenshots go to test-artifacts/.
 
-The test-client versions of these checks are in tests/django/test_admin.py.
+The test-client versions of these checks are in tests/admin/test_admin.py.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Consumers used only by the fault-injection tests (tests/test_faults.py)."""
+"""Consumers used only by the fault-injection tests (tests/faults/test_faults.py)."""

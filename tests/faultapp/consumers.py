@@ -1,9 +1,9 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
-``pills``, ``metered``) are used by no other test (tests/test_faults.py,
-tests/test_liveness.py, tests/test_supervisor.py, tests/test_start_together.py,
-tests/metrics/test_endpoints.py).
+``pills``, ``metered``) are used by no other test (tests/faults/test_faults.py,
+tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
+tests/faults/test_start_together.py, tests/metrics/test_endpoints.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -111,8 +111,8 @@ def beta(message: Message) -> None:
     _obey(message, "beta")
 
 
-# Liveness tests (tests/test_liveness.py): a long handler must keep its lease while the
-# database is locked (a short visibility timeout, so a missed extension shows at once)...
+# Liveness tests (tests/faults/test_liveness.py): a long handler must keep its lease while
+# the database is locked (a short visibility timeout, so a missed extension shows at once)...
 @consumer("liveness", name="steady", visibility_timeout=3, max_retries=3, start="earliest")
 def steady(message: Message) -> None:
     _obey(message, "steady")
@@ -125,8 +125,8 @@ def steady_frozen(message: Message) -> None:
     _obey(message, "steady")
 
 
-# Workers started all at once (tests/test_start_together.py): two logical consumers with
-# the default start point ("latest"), so a group created late would miss messages.
+# Workers started all at once (tests/faults/test_start_together.py): two logical consumers
+# with the default start point ("latest"), so a group created late would miss messages.
 @consumer("together", name="first")
 def together_first(message: Message) -> None:
     _obey(message, "first")
@@ -137,7 +137,7 @@ def together_second(message: Message) -> None:
     _obey(message, "second")
 
 
-# Crash isolation (tests/test_faults.py): the defaults (max_retries 5; runconsumer's
+# Crash isolation (tests/faults/test_faults.py): the defaults (max_retries 5; runconsumer's
 # prefetch 100) with a short visibility timeout, so that each crash costs about one
 # worker start-up, and a message that kills its process among many good ones.
 @consumer("pills", name="eater", visibility_timeout=1, start="earliest")

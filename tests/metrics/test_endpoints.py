@@ -24,6 +24,10 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from redisq_django.core import Broker
+
+# The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
+# teardown (imported fixtures are shadowed by the test arguments of the same name).
+from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import (
     WorkerProcess,
     Workers,
@@ -31,10 +35,6 @@ from tests.support.workers import (
     wait_for,
     wait_ids,
 )
-
-# The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
-# teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 
 pytestmark = [
     pytest.mark.slow,

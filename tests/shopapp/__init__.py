@@ -1,1 +1,1 @@
-"""A shop app whose ``Order`` publishes model events (tests/django/test_transactional.py)."""
+"""A shop app whose ``Order`` publishes model events (tests/publishing/test_transactional.py)."""

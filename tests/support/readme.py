@@ -3,7 +3,7 @@
 A fenced block is taken as it is written. A comment on the line just before its fence
 says how a test uses it::
 
-    <!-- readme-test -->                  the quick start (tests/django/test_readme.py)
+    <!-- readme-test -->                  the quick start (tests/test_readme.py)
     <!-- readme-test: spark-history -->   Python run against the demo's archive
     <!-- readme-test: skip: REASON -->    not run here; the test reports REASON
 

@@ -1,4 +1,4 @@
-"""The one consumer of the worker-only project (tests/django/test_without_admin.py): it
+"""The one consumer of the worker-only project (tests/management/test_without_admin.py): it
 refuses payloads with ``"fail"``, which become dead letters at once (no retries)."""
 
 from __future__ import annotations

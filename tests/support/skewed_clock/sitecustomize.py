@@ -1,9 +1,10 @@
 """Skews this process's wall clock, by a constant or by an offset the test steps.
 
-The clock tests (tests/test_clock_skew.py, tests/test_clock_steps.py) put this
-directory first on the ``PYTHONPATH`` of one subprocess, so that process behaves as if
-it ran on a host whose clock is off: ``time.time()`` and ``time.time_ns()`` are offset
-(Redis and the other processes keep the true time).
+The clock tests (tests/faults/test_clock_skew.py, and tests/schedules/ through
+tests/support/clock_steps.py) put this directory first on the ``PYTHONPATH`` of one
+subprocess, so that process behaves as if it ran on a host whose clock is off:
+``time.time()`` and ``time.time_ns()`` are offset (Redis and the other processes keep
+the true time).
 
 * ``$REDISQ_TEST_CLOCK_SKEW_S``: a constant offset, seconds.
 * ``$REDISQ_TEST_CLOCK_SKEW_FILE``: a file holding the offset in seconds, read again

@@ -33,12 +33,12 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
-from tests.support.clock_steps import SteppedClock, redis_ms, skew_env
-from tests.support.workers import REPO_ROOT, Workers, read_deliveries, wait_deliveries, wait_for
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
+from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
+from tests.support.clock_steps import SteppedClock, redis_ms, skew_env
+from tests.support.workers import REPO_ROOT, Workers, read_deliveries, wait_deliveries, wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -32,7 +32,7 @@ from redisq_django.management.commands.runconsumer import Command as RunConsumer
 from redisq_django.models import TUNABLES, Consumer, Queue
 from redisq_django.tasks.backend_options import OPTION_DEFAULTS, option_problems
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BACKEND = "redisq_django.tasks.RedisqBackend"
 
 #: Bad visibility timeouts: none (0), negative, not a number, not finite, a bool.

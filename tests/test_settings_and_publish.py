@@ -22,7 +22,7 @@ from redisq_django.conf import SettingsError, get_core_config
 from redisq_django.connection import get_broker
 from redisq_django.core import PayloadNotSerializable, PayloadTooLarge, RedisUnavailable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def receive_all(queue: str, group: str, expected: int) -> list[Any]:

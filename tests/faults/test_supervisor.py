@@ -21,6 +21,10 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
+
+# The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
+# teardown (imported fixtures are shadowed by the test arguments of the same name).
+from tests.faults.test_faults import _pending, broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import (
     WorkerProcess,
     Workers,
@@ -29,10 +33,6 @@ from tests.support.workers import (
     wait_for,
     wait_ids,
 )
-
-# The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
-# teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.test_faults import _pending, broker, db_file, migrated_db, workers  # noqa: F401
 
 pytestmark = [
     pytest.mark.slow,

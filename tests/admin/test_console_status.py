@@ -29,7 +29,7 @@ from redisq_django.core.worker import WorkerOptions
 from redisq_django.figures import HELP, STALLED_TEXT
 from redisq_django.models import Consumer, DeadLetter, Queue
 from redisq_django.runner import build_worker
-from tests.django.test_admin import cell
+from tests.admin.test_admin import cell
 from tests.support.console_data import incident
 from tests.support.hung_server import HungServer
 

@@ -1,7 +1,7 @@
 """The one retry on database contention (``redisq_django.database``) that both syncs use.
 
 The real contention (several ``runconsumer`` starting on one SQLite file) is
-``tests/test_start_together.py``; here, the policy: which errors are tried again, how
+``tests/faults/test_start_together.py``; here, the policy: which errors are tried again, how
 often, and never inside a transaction.
 """
 

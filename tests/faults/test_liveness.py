@@ -19,11 +19,11 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
-from tests.support.workers import Workers, read_deliveries, wait_deliveries
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
+from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
+from tests.support.workers import Workers, read_deliveries, wait_deliveries
 
 pytestmark = [
     pytest.mark.slow,

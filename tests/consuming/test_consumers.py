@@ -1,5 +1,5 @@
 """@consumer declarations, their database mirror, runconsumer's wiring and the operator
-command (in-process; the real-process fault tests are in tests/test_faults.py)."""
+command (in-process; the real-process fault tests are in tests/faults/test_faults.py)."""
 
 from __future__ import annotations
 

@@ -26,13 +26,13 @@ pytestmark = pytest.mark.slow
 # Never copied into the build: local environments, caches and build output (anywhere),
 # the worktree's git data and the demo's state (at the top).
 _JUNK_ANYWHERE = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis"}
-_JUNK_AT_TOP = {".git", ".venv", ".tox", "build", "dist", "test-artifacts"}
+_JUNK_AT_TOP = {".git", ".tox", "build", "dist", "test-artifacts"}
 
 
 def _ignore(directory: str, names: list[str]) -> set[str]:
     junk = {n for n in names if n in _JUNK_ANYWHERE or n.endswith(".egg-info") or n == ".demo"}
-    if Path(directory) == ROOT:
-        junk |= _JUNK_AT_TOP & set(names)
+    if Path(directory) == ROOT:  # .venv, .venv-demo, a developer's .venv-3.11...
+        junk |= {n for n in names if n in _JUNK_AT_TOP or n.startswith(".venv")}
     return junk
 
 

@@ -21,7 +21,9 @@ from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+# The build and the install (the module's fixture, timed with its first test) take one to
+# two minutes on 2 cores, several when the machine is loaded.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 # Never copied into the build: local environments, caches and build output (anywhere),
 # the worktree's git data and the demo's state (at the top).

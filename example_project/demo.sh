@@ -4,10 +4,14 @@
 # orders, runs the consumers until the queue is drained, prints what happened, archives
 # the history to Parquet with Spark and reads it back, and leaves Redis running so you
 # can look at the dead letters in the admin. Also enqueues a Django task, runs it with
-# `runconsumer --tasks --burst` and prints its result.
+# `runconsumer --tasks --burst` and prints its result. Spark's steps print their own lines
+# only (quiet_spark.sh). Ends with the line that opens the admin on the demo's Redis.
+#
+# DEMO_PYTHON: the interpreter (make demo passes .venv-demo's, where the package is
+# installed with its pipeline extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."  # the repository root
-PY="$PWD/.venv/bin/python"
+PY="${DEMO_PYTHON:-$PWD/.venv-demo/bin/python}"
 demo="$PWD/example_project/.demo"
 
 server="${REDISQ_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"
@@ -31,10 +35,19 @@ done
 export REDISQ_URL="redis://127.0.0.1:$port/0"
 export EXAMPLE_DB="$demo/db.sqlite3"
 export EXAMPLE_ARCHIVE="$demo/archive"
+# Spark: Python workers on the demo's interpreter, bound to loopback, logging errors only.
+export PYSPARK_PYTHON="$PY" SPARK_LOCAL_IP=127.0.0.1
+export SPARK_CONF_DIR="$PWD/example_project/spark-conf"
+# What another terminal needs to work on the demo: its Redis, database and archive, Spark's
+# settings, and its interpreter first on PATH (so `python` is the demo's).
 cat > "$demo/env" <<ENV
 export REDISQ_URL=$REDISQ_URL
 export EXAMPLE_DB=$EXAMPLE_DB
 export EXAMPLE_ARCHIVE=$EXAMPLE_ARCHIVE
+export PYSPARK_PYTHON=$PYSPARK_PYTHON
+export SPARK_LOCAL_IP=$SPARK_LOCAL_IP
+export SPARK_CONF_DIR=$SPARK_CONF_DIR
+export PATH="$(dirname "$PY"):\$PATH"
 ENV
 cd example_project
 echo "== Redis for the demo on 127.0.0.1:$port; database $EXAMPLE_DB"
@@ -72,21 +85,18 @@ kill -TERM "${pids[@]}"  # a warm stop: each exits 0
 wait "${pids[@]}"
 "$PY" manage.py shop_demo schedule
 # History is on in this project: every settle above was recorded as a lifecycle event.
-export PYSPARK_PYTHON="$PY" SPARK_LOCAL_IP=127.0.0.1
 echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline archive --once)"
-"$PY" manage.py redisq_pipeline archive --once --master 'local[2]'
+./quiet_spark.sh "$PY" manage.py redisq_pipeline archive --once --master 'local[2]'
 echo "== read back from the archive ($EXAMPLE_ARCHIVE) with Spark"
-"$PY" manage.py shop_demo history
+./quiet_spark.sh "$PY" manage.py shop_demo history
 echo "== the history report (manage.py redisq_pipeline report)"
-"$PY" manage.py redisq_pipeline report --since "$(date -u +%Y-%m-%dT00:00:00)" --master 'local[2]'
+./quiet_spark.sh "$PY" manage.py redisq_pipeline report \
+  --since "$(date -u +%Y-%m-%dT00:00:00)" --master 'local[2]'
 cat <<TXT
 
-== see and retry the dead letters in the admin
-   cd example_project && source .demo/env
-   ../.venv/bin/python manage.py runconsumer orders     # in one terminal
-   ../.venv/bin/python manage.py runserver              # in another
-   open http://127.0.0.1:8000/admin/redisq_django/deadletter/  (user admin, password admin)
-   The history report: example_project/.demo/archive/reports/latest/report.html (a file
-   any browser opens), also linked from the admin's "Overview (live)" page.
-   The demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
+== the history report: example_project/.demo/archive/reports/latest/report.html (any
+   browser opens it; the admin's "Overview (live)" page links to it)
+== the demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
+== the admin and a worker on the demo's Redis, from this directory, each in a terminal:
+source example_project/.demo/env && python example_project/manage.py runserver  # http://127.0.0.1:8000/admin/ (admin/admin); a worker: the same with runconsumer orders
 TXT

@@ -184,6 +184,41 @@ def test_importing_the_package_reads_no_settings() -> None:
     assert out.stdout.strip() == "ok"
 
 
+def test_example_project_refuses_to_start_without_the_demo_redis_url(tmp_path: Path) -> None:
+    # Given a terminal that did not source example_project/.demo/env (no REDISQ_URL)
+    env = {k: v for k, v in os.environ.items() if k not in {"REDISQ_URL", "DJANGO_SETTINGS_MODULE"}}
+    env["EXAMPLE_DB"] = str(tmp_path / "db.sqlite3")
+    cwd = ROOT / "example_project"
+
+    # When it runs a command of the example project, or imports its settings otherwise
+    command = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", "import example_project.settings"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    # Then both stop, saying how to reach the demo's Redis, never guessing 127.0.0.1:6379;
+    # manage.py says it in one message, without a traceback
+    assert command.returncode == 1
+    assert "REDISQ_URL is not set" in command.stderr
+    assert "source example_project/.demo/env" in command.stderr
+    assert "Traceback" not in command.stderr
+    assert imported.returncode == 1
+    assert "ImproperlyConfigured: REDISQ_URL is not set" in imported.stderr
+    assert not (tmp_path / "db.sqlite3").exists()
+
+
 @pytest.mark.slow
 # The example project declares its consumers in code, on the fixed queue "orders".
 @pytest.mark.usefixtures("empty_redis")

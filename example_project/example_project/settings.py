@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
@@ -59,8 +61,18 @@ TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The Redis the site already uses as its cache is also the message broker.
-REDIS_URL = os.environ.get("REDISQ_URL", "redis://127.0.0.1:6379/0")
+# The Redis the site already uses as its cache is also the message broker: the demo's own
+# (`make demo` starts it and writes its URL to .demo/env). No default: a terminal that
+# forgot the env file must not publish to, or flush, whatever Redis listens on 6379.
+REDIS_URL = os.environ.get("REDISQ_URL", "")
+if not REDIS_URL:
+    raise ImproperlyConfigured(
+        "REDISQ_URL is not set, so the example project does not know which Redis to use "
+        "(it never guesses: redis://127.0.0.1:6379 may be someone else's). Run `make demo` "
+        "once, then `source example_project/.demo/env` in this terminal (it sets "
+        "REDISQ_URL to the demo's Redis, and the demo's database and archive), and run "
+        "manage.py again."
+    )
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

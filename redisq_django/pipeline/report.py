@@ -31,7 +31,6 @@ at it (a symlink, or a text file holding the directory's name where symlinks fai
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,15 +38,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
-from redisq_django.pipeline import gaps
+from redisq_django.pipeline import gaps, report_tables
 from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
 
 __all__ = ["ReportOptions", "ReportSummary", "report"]
@@ -61,18 +58,6 @@ MINUTE_BUCKETS_UP_TO = timedelta(hours=6)
 #: How long before ``since`` a handled message may have been published and still get its
 #: latency measured (the join reads those messages' partitions too).
 LATENCY_LOOKBACK = timedelta(days=1)
-#: Error classes shown in the HTML (the Parquet dataset has them all).
-TOP_ERRORS = 20
-BACKLOG_SCHEMA = pa.schema(
-    [
-        ("queue", pa.string()),
-        ("consumer", pa.string()),
-        ("bucket", pa.timestamp("us", tz="UTC")),
-        ("published_total", pa.int64()),
-        ("settled_total", pa.int64()),
-        ("backlog", pa.int64()),
-    ]
-)
 AGGREGATES = ("counts", "latency", "backlog", "attempts", "errors", "totals")
 #: The events' columns the aggregates read (the others are not cached).
 EVENT_COLUMNS = (
@@ -185,9 +170,9 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
             name: frame.toArrow()
             for name, frame in _aggregates(messages, events, timed, since, bucket).items()
         }
-        tables["backlog"] = _backlog(tables["counts"])
+        tables["backlog"] = report_tables.backlog(tables["counts"])
         for name, table in tables.items():
-            _write(table, out_dir, name)
+            report_tables.write(table, out_dir, name)
         data = ReportData(
             since=since,
             until=until,
@@ -196,7 +181,7 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
             queues=options.queues,
             accuracy=PERCENTILE_ACCURACY,
             gaps=gaps.lines(spark, options.root, since, until, options.queues),
-            **{name: _rows(name, tables[name]) for name in AGGREGATES},
+            **{name: report_tables.rows(name, tables[name]) for name in AGGREGATES},
         )
     finally:
         timed.unpersist()
@@ -225,15 +210,6 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
 def _queue_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per queue (``published`` repeats on each consumer of a queue)."""
     return list({row["queue"]: row for row in rows}.values())
-
-
-def _write(table: pa.Table, out_dir: Path, name: str) -> None:
-    """``table`` as the dataset ``DIR/<name>.parquet`` (replacing one of an earlier run):
-    one file, as Spark would lay it out, so Spark, pyarrow and DuckDB all read it."""
-    dataset = out_dir / f"{name}.parquet"
-    shutil.rmtree(dataset, ignore_errors=True)
-    dataset.mkdir(parents=True)
-    pq.write_table(table, dataset / "part-00000.parquet")
 
 
 def _read(
@@ -364,54 +340,3 @@ def _aggregates(
         "errors": errors,
         "totals": totals,
     }
-
-
-def _backlog(counts: pa.Table) -> pa.Table:
-    """Per consumer and bucket: published minus handled + dead, cumulated in bucket
-    order from the range's start, from the counts (a row per consumer and bucket: small)."""
-    rows = [row for row in counts.to_pylist() if row["consumer"] is not None]
-    rows.sort(key=lambda row: (row["queue"], row["consumer"], row["bucket"]))
-    out: list[dict[str, Any]] = []
-    published = settled = 0
-    for i, row in enumerate(rows):
-        if i == 0 or (row["queue"], row["consumer"]) != (
-            rows[i - 1]["queue"],
-            rows[i - 1]["consumer"],
-        ):
-            published = settled = 0
-        published += row["published"]
-        settled += row["handled"] + row["dead"]
-        out.append(
-            {
-                "queue": row["queue"],
-                "consumer": row["consumer"],
-                "bucket": row["bucket"],
-                "published_total": published,
-                "settled_total": settled,
-                "backlog": published - settled,
-            }
-        )
-    return pa.Table.from_pylist(out, schema=BACKLOG_SCHEMA)
-
-
-def _rows(name: str, table: pa.Table) -> list[dict[str, Any]]:
-    """An aggregate's rows, sorted (nulls first, as Spark sorts), as plain dicts with
-    aware UTC timestamps; errors: the top ones only (the dataset has them all)."""
-    rows = [{k: _utc(v) for k, v in row.items()} for row in table.to_pylist()]
-    if name == "errors":
-        rows.sort(key=lambda r: (-r["count"], *_nulls_first(r, "queue", "consumer", "error_class")))
-        return rows[:TOP_ERRORS]
-    order = [
-        c for c in ("queue", "consumer", "bucket", "event", "attempt") if c in table.column_names
-    ]
-    rows.sort(key=lambda r: _nulls_first(r, *order))
-    return rows
-
-
-def _nulls_first(row: dict[str, Any], *columns: str) -> tuple[tuple[bool, Any], ...]:
-    return tuple((row[c] is not None, row[c]) for c in columns)
-
-
-def _utc(value: Any) -> Any:
-    """The report speaks UTC: timestamps as aware UTC datetimes (Arrow's are already)."""
-    return value.astimezone(UTC) if isinstance(value, datetime) else value

@@ -1,0 +1,88 @@
+"""The report's aggregates as the driver holds them (Arrow tables, small): written as the
+Parquet datasets ``DIR/<name>.parquet``, the backlog derived from the counts, and the rows
+the HTML is drawn from."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+__all__ = ["backlog", "rows", "write"]
+
+#: Error classes shown in the HTML (the Parquet dataset has them all).
+TOP_ERRORS = 20
+BACKLOG_SCHEMA = pa.schema(
+    [
+        ("queue", pa.string()),
+        ("consumer", pa.string()),
+        ("bucket", pa.timestamp("us", tz="UTC")),
+        ("published_total", pa.int64()),
+        ("settled_total", pa.int64()),
+        ("backlog", pa.int64()),
+    ]
+)
+
+
+def write(table: pa.Table, out_dir: Path, name: str) -> None:
+    """``table`` as the dataset ``DIR/<name>.parquet`` (replacing one of an earlier run):
+    one file, as Spark would lay it out, so Spark, pyarrow and DuckDB all read it."""
+    dataset = out_dir / f"{name}.parquet"
+    shutil.rmtree(dataset, ignore_errors=True)
+    dataset.mkdir(parents=True)
+    pq.write_table(table, dataset / "part-00000.parquet")
+
+
+def backlog(counts: pa.Table) -> pa.Table:
+    """Per consumer and bucket: published minus handled + dead, cumulated in bucket
+    order from the range's start, from the counts (a row per consumer and bucket: small)."""
+    rows = [row for row in counts.to_pylist() if row["consumer"] is not None]
+    rows.sort(key=lambda row: (row["queue"], row["consumer"], row["bucket"]))
+    out: list[dict[str, Any]] = []
+    published = settled = 0
+    for i, row in enumerate(rows):
+        if i == 0 or (row["queue"], row["consumer"]) != (
+            rows[i - 1]["queue"],
+            rows[i - 1]["consumer"],
+        ):
+            published = settled = 0
+        published += row["published"]
+        settled += row["handled"] + row["dead"]
+        out.append(
+            {
+                "queue": row["queue"],
+                "consumer": row["consumer"],
+                "bucket": row["bucket"],
+                "published_total": published,
+                "settled_total": settled,
+                "backlog": published - settled,
+            }
+        )
+    return pa.Table.from_pylist(out, schema=BACKLOG_SCHEMA)
+
+
+def rows(name: str, table: pa.Table) -> list[dict[str, Any]]:
+    """An aggregate's rows, sorted (nulls first, as Spark sorts), as plain dicts with
+    aware UTC timestamps; errors: the top ones only (the dataset has them all)."""
+    rows = [{k: _utc(v) for k, v in row.items()} for row in table.to_pylist()]
+    if name == "errors":
+        rows.sort(key=lambda r: (-r["count"], *_nulls_first(r, "queue", "consumer", "error_class")))
+        return rows[:TOP_ERRORS]
+    order = [
+        c for c in ("queue", "consumer", "bucket", "event", "attempt") if c in table.column_names
+    ]
+    rows.sort(key=lambda r: _nulls_first(r, *order))
+    return rows
+
+
+def _nulls_first(row: dict[str, Any], *columns: str) -> tuple[tuple[bool, Any], ...]:
+    return tuple((row[c] is not None, row[c]) for c in columns)
+
+
+def _utc(value: Any) -> Any:
+    """The report speaks UTC: timestamps as aware UTC datetimes (Arrow's are already)."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value

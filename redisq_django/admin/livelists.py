@@ -64,7 +64,7 @@ def _preview(entry: Entry) -> SafeString:
 
 def _deliver(links: Links, entry: Entry) -> SafeString:
     if not links.can_change:
-        return format_html("")
+        return SafeString("")  # format_html() without arguments is a TypeError on Django 6
     return format_html(
         '<form method="post" action="{}" class="redisq-deliver-form">'
         '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'

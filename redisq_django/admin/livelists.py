@@ -59,6 +59,12 @@ def _link(links: Links, entry: Entry) -> SafeString:
 
 
 def _preview(entry: Entry) -> SafeString:
+    if entry.unreadable:  # another client wrote a member that is no envelope: show it raw
+        return format_html(
+            '{} <code class="redisq-preview">{}</code>',
+            figures.unreadable(_("not a JSON object of strings")),
+            entry.preview,
+        )
     return format_html('<code class="redisq-preview">{}</code>', entry.preview)
 
 
@@ -167,7 +173,12 @@ def instance_rows(instances: Sequence[Instance], message_url: str) -> list[Row]:
                             label,
                         ),
                     ),
-                    Cell(_("host"), _number(r.get("host"))),
+                    Cell(
+                        _("host"),
+                        figures.unreadable(_("report: %(why)s") % {"why": i.unreadable})
+                        if i.unreadable
+                        else _number(r.get("host")),
+                    ),
                     Cell(_("pid"), _number(r.get("pid"))),
                     Cell(_("started"), figures.moment(r.get("started"))),
                     Cell(_("last heartbeat"), figures.moment(i.last_heartbeat_ms)),

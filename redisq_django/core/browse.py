@@ -116,6 +116,12 @@ class Entry:
         return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
     @property
+    def unreadable(self) -> bool:
+        """A delayed or retry member that is no JSON object of strings (another client
+        wrote it): shown raw, marked unreadable."""
+        return env.F_RAW_MEMBER in self.fields and len(self.fields) == 1
+
+    @property
     def headers_text(self) -> str:
         return self.fields.get(env.F_HEADERS, b"").decode("utf-8", "replace")
 
@@ -141,7 +147,7 @@ def member_fields(member: bytes) -> dict[bytes, bytes]:
         return {env.F_RAW_MEMBER: member}
     try:
         decoded = json.loads(member)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[…" nested past the limit
         return {env.F_RAW_MEMBER: member}
     if not isinstance(decoded, dict):
         return {env.F_RAW_MEMBER: member}

@@ -42,4 +42,4 @@ def test_a_result_written_by_another_client_leaves_the_pages_up(
     assert listing.status_code == 200 and page.status_code == 200
     assert result.id.encode() in listing.content
     assert b"[20, 22]" in page.content
-    assert b"unreadable" in page.content
+    assert b"unreadable:" in page.content

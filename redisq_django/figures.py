@@ -113,6 +113,11 @@ def unknown(title: Any = UNKNOWN_TITLE) -> SafeString:
     return format_html('<span class="redisq-unknown" title="{}">?</span>', title)
 
 
+def unreadable(reason: Any) -> SafeString:
+    """A value that another Redis client wrote and no page can read, marked as such."""
+    return format_html('<span class="redisq-unreadable">{} {}</span>', _("unreadable:"), reason)
+
+
 def absent() -> SafeString:
     return format_html('<span class="redisq-absent" title="{}">&ndash;</span>', ABSENT_TITLE)
 
@@ -182,13 +187,19 @@ def badge(state: str) -> SafeString:
     )
 
 
-def moment(ms: int | None, *, now_ms: int | None = None) -> SafeString:
+def moment(ms: Any, *, now_ms: int | None = None) -> SafeString:
     """A time as ``12s ago`` / ``in 4.0m`` with the date and time (local) as its title;
-    ``-`` for none."""
+    ``-`` for none, ``unreadable: …`` for what is no time in ms (another client wrote
+    it: a string, or a number beyond the calendar)."""
     if ms is None:
         return format_html("{}", "-")
+    if isinstance(ms, bool) or not isinstance(ms, int | float):
+        return unreadable(_("not a time in ms: %(value)s") % {"value": repr(ms)[:40]})
+    try:
+        when = timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+    except (OverflowError, ValueError, OSError):
+        return unreadable(_("time out of range: %(value)s") % {"value": repr(ms)[:40]})
     now = time.time() * 1000 if now_ms is None else now_ms
-    when = timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
     delta = (ms - now) / 1000
     text = (
         _("in %(age)s") % {"age": age(delta)}

@@ -11,6 +11,7 @@ import django
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.constants import LOOKUP_SEP
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -71,6 +72,21 @@ class ReadOnlyPages(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+#: Lookups no querystring may use: the database runs a pattern over every row, and one
+#: like ``(a+)+$`` backtracks exponentially, so anyone who may view could tie it up.
+REFUSED_LOOKUPS = frozenset({"regex", "iregex"})
+
+
+class NoPatternLookups(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Refuses :data:`REFUSED_LOOKUPS` in the changelist's querystring (Django's admin
+    allows any lookup on a model's own fields, ``?payload__regex=…`` included)."""
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        if lookup.rsplit(LOOKUP_SEP, 1)[-1] in REFUSED_LOOKUPS:
+            return False
+        return bool(super().lookup_allowed(lookup, value, request))
 
 
 class HonestDelete(admin.ModelAdmin):  # type: ignore[type-arg]

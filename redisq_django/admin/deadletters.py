@@ -32,7 +32,7 @@ from django.utils.translation import gettext_lazy as _
 
 from redisq_django import deadletters
 from redisq_django.admin import live
-from redisq_django.admin.common import HonestDelete
+from redisq_django.admin.common import HonestDelete, NoPatternLookups
 from redisq_django.admin.deadletter_triage import TriageViews
 from redisq_django.admin.detail import FailureInline, fold, pretty_json
 from redisq_django.admin.live import admin_broker
@@ -53,7 +53,7 @@ DELETE_NOTE = _(
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(TriageViews, HonestDelete):
+class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
     list_display = (
         "message_id",
         "where",

@@ -3,8 +3,9 @@ now, replay a consumer from a point (earliest, a time, an id), purge (typed
 confirmation).
 
 Every change is a POST with CSRF protection (the admin's views), needs the model's
-change permission, is reported through ``messages`` and written to the admin history
-(``LogEntry``) of the consumer's or queue's row. Replay and purge first show a
+change permission (a purge, which destroys messages, its delete permission too), is
+reported through ``messages`` and written to the admin history (``LogEntry``) of the
+consumer's or queue's row. Replay and purge first show a
 confirmation page (a GET that changes nothing). Redis is reached through the admin's
 broker (short timeouts, no retries): a sick Redis gives an error message, not a hang.
 """
@@ -41,6 +42,8 @@ CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "purge")
 QUEUE_ACTIONS = ("pause", "resume", "deliver", "purge")
 #: Actions that show a confirmation page first.
 CONFIRMED = ("replay", "purge")
+#: Actions that destroy messages: they need the delete permission too.
+DESTRUCTIVE = ("purge",)
 #: Start points a replay offers.
 STARTS = ("earliest", "time", "id")
 
@@ -62,6 +65,8 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         self._check(request, queue, name)
         if action not in (CONSUMER_ACTIONS if name is not None else QUEUE_ACTIONS):
             raise Http404(_("No such action: %(action)s") % {"action": action})
+        if action in DESTRUCTIVE and not self.has_delete_permission(request):
+            raise PermissionDenied  # destroying messages is more than changing a row
         if request.method == "GET" and action in CONFIRMED:
             return self._confirm_page(request, queue, name, action)
         if request.method != "POST":
@@ -122,6 +127,8 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.model._meta,
             "breadcrumbs_ol": BREADCRUMBS_OL,
             "can_change": self.has_change_permission(request),
+            "can_purge": self.has_change_permission(request)
+            and self.has_delete_permission(request),
         }
 
     def _row(self, queue: str, name: str | None) -> Any:

@@ -59,12 +59,18 @@ def _link(links: Links, entry: Entry) -> SafeString:
 
 
 def _preview(entry: Entry) -> SafeString:
+    if entry.unreadable:  # another client wrote a member that is no envelope: show it raw
+        return format_html(
+            '{} <code class="redisq-preview">{}</code>',
+            figures.unreadable(_("not a JSON object of strings")),
+            entry.preview,
+        )
     return format_html('<code class="redisq-preview">{}</code>', entry.preview)
 
 
 def _deliver(links: Links, entry: Entry) -> SafeString:
     if not links.can_change:
-        return format_html("")
+        return SafeString("")  # format_html() without arguments is a TypeError on Django 6
     return format_html(
         '<form method="post" action="{}" class="redisq-deliver-form">'
         '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
@@ -167,7 +173,12 @@ def instance_rows(instances: Sequence[Instance], message_url: str) -> list[Row]:
                             label,
                         ),
                     ),
-                    Cell(_("host"), _number(r.get("host"))),
+                    Cell(
+                        _("host"),
+                        figures.unreadable(_("report: %(why)s") % {"why": i.unreadable})
+                        if i.unreadable
+                        else _number(r.get("host")),
+                    ),
                     Cell(_("pid"), _number(r.get("pid"))),
                     Cell(_("started"), figures.moment(r.get("started"))),
                     Cell(_("last heartbeat"), figures.moment(i.last_heartbeat_ms)),

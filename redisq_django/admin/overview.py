@@ -26,6 +26,8 @@ from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.admin.livedata import overview_trends
 from redisq_django.conf import get_settings
 from redisq_django.core.clock import now_ms
+from redisq_django.core.errors import InvalidName
+from redisq_django.core.keys import validate_name
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.figures import HELP, consumer_state
 from redisq_django.models import Consumer, DeadLetter, Overview, Queue
@@ -203,9 +205,10 @@ def overview_context() -> dict[str, Any]:
     """Every queue (in Redis or in the database) with its consumers' states and live
     figures: three queries and three Redis round trips, whatever their number."""
     names = queue_names()
+    readable, unreadable = _split_names(names.value or [])
     rows = list(Consumer.objects.select_related("queue"))
     queues = {q.name: q for q in Queue.objects.all()}
-    all_names = sorted(set(names.value or []) | set(queues))
+    all_names = sorted(set(readable) | set(queues))
     live = live_stats(all_names)
     dead_rows = dead_rows_by_consumer()
     by_queue: dict[str, dict[str, Consumer]] = defaultdict(dict)
@@ -234,9 +237,22 @@ def overview_context() -> dict[str, Any]:
         )
     return {
         "queues": lines,
+        "unreadable_queues": unreadable,
         "redisq_error": names.error or live.error,
         "redisq_glossary": [(k, HELP[k]) for k in GLOSSARY],
     }
+
+
+def _split_names(names: list[str]) -> tuple[list[str], list[str]]:
+    """``names`` as (valid queue names, the others). Any Redis client may add a member to
+    the registry; one that is no queue name must not take every queue's figures down."""
+    readable, unreadable = [], []
+    for name in names:
+        try:
+            readable.append(validate_name("queue", name))
+        except InvalidName:
+            unreadable.append(name)
+    return readable, unreadable
 
 
 #: The figures the overview explains under its table.

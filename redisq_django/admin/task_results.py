@@ -26,6 +26,7 @@ from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import STATUSES
+from redisq_django.core.wire import wire_int
 from redisq_django.models import DeadLetter, TaskResults
 from redisq_django.tasks.configured import redisq_backends
 
@@ -49,16 +50,42 @@ def task_queues() -> list[str]:
     )
 
 
-def _time(ms: str | None) -> Any:
-    return ms_to_datetime(int(ms)) if ms else None
+def _time(ms: str | None, problems: list[str], name: str) -> Any:
+    if not ms:
+        return None
+    value = wire_int(ms)
+    try:
+        return ms_to_datetime(value) if value is not None else None
+    except (OverflowError, ValueError, OSError):
+        value = None
+    if value is None:
+        problems.append(f"{name} is no time in ms")
+    return None
+
+
+def _json_list(text: str | None, problems: list[str], name: str) -> list[Any]:
+    """The JSON list ``text`` (none: []); another client's text that is none: [] and
+    ``problems`` says so."""
+    try:
+        value = json.loads(text or "[]")
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, list):
+        problems.append(f"{name} is no JSON list")
+        return []
+    return value
 
 
 def row(queue: str, result_id: str, fields: dict[str, str]) -> dict[str, Any]:
-    """What the list and the page show of one result hash."""
-    errors = json.loads(fields.get("errors") or "[]")
-    workers = json.loads(fields.get("worker_ids") or "[]")
+    """What the list and the page show of one result hash (any Redis client may write
+    it: what cannot be read is left out and named in ``unreadable``)."""
+    problems: list[str] = []
+    errors = [e for e in _json_list(fields.get("errors"), problems, "errors") if _error(e)]
+    workers = _json_list(fields.get("worker_ids"), problems, "worker_ids")
     args = f"{fields.get('args', '[]')} {fields.get('kwargs', '{}')}"
-    started, finished = fields.get("started_at"), fields.get("finished_at")
+    started = wire_int(fields.get("started_at") or "")
+    finished = wire_int(fields.get("finished_at") or "")
+    unreadable = "; ".join(problems)
     return {
         "id": result_id,
         "queue": queue,
@@ -70,15 +97,22 @@ def row(queue: str, result_id: str, fields: dict[str, str]) -> dict[str, Any]:
         "attempts": len(workers),
         "worker_ids": workers,
         "errors": errors,
-        "last_error": errors[-1]["exception_class_path"] if errors else "",
+        "last_error": errors[-1]["exception_class_path"]
+        if errors
+        else (f"unreadable: {unreadable}" if unreadable else ""),
         "return_value": fields.get("return_value"),
         "priority": fields.get("priority", "0"),
-        "enqueued_at": _time(fields.get("enqueued_at")),
-        "started_at": _time(started),
-        "finished_at": _time(finished),
-        "duration_s": (int(finished) - int(started)) / 1000 if started and finished else None,
-        "enqueued_ms": int(fields.get("enqueued_at") or 0),
+        "enqueued_at": _time(fields.get("enqueued_at"), problems, "enqueued_at"),
+        "started_at": _time(fields.get("started_at"), problems, "started_at"),
+        "finished_at": _time(fields.get("finished_at"), problems, "finished_at"),
+        "duration_s": (finished - started) / 1000 if started and finished else None,
+        "enqueued_ms": wire_int(fields.get("enqueued_at") or "") or 0,
+        "unreadable": "; ".join(problems),
     }
+
+
+def _error(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("exception_class_path"), str)
 
 
 def _filter_url(wanted: dict[str, str], name: str, value: str) -> str:

@@ -22,6 +22,7 @@ from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
 from redisq_django.core.dead_entry import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
+from redisq_django.core.peek import PREVIEW_BYTES, peek_member
 from redisq_django.core.types import RedisClient, ScoredMembers
 from redisq_django.core.wire import json_object, to_str, wire_int
 
@@ -30,6 +31,9 @@ PAGE_SIZE = 25
 MAX_PAGE = 200
 #: Characters of a payload shown in a list.
 PREVIEW_CHARS = 140
+#: A delayed or retry member larger than this is not JSON-decoded whole for a list:
+#: its fields are found by :func:`~.peek.peek_member`, its payload kept only in part.
+PEEK_MEMBER_BYTES = 64 * 1024
 
 # The kinds of lists and of entries.
 WAITING, DELAYED, RETRYING, IN_FLIGHT, LOG = "waiting", "delayed", "retrying", "in_flight", "log"
@@ -55,6 +59,8 @@ class Entry:
         since_ms: in flight only: when its handler started, when its instance reports
             running it (else None).
         member: for sorted sets, the member itself (what an action removes).
+        cut: its payload was kept only in part (a list's preview of a large member:
+            :func:`member_fields` with ``peek``); :func:`find` reads it whole.
     """
 
     where: str
@@ -65,6 +71,7 @@ class Entry:
     deliveries: int | None = None
     since_ms: int | None = None
     member: bytes = field(default=b"", repr=False)
+    cut: bool = False
 
     @property
     def message_id(self) -> str:
@@ -111,9 +118,21 @@ class Entry:
 
     @property
     def preview(self) -> str:
-        """The payload on one line, cut to :data:`PREVIEW_CHARS` characters."""
-        text = _SPACES.sub(" ", self.payload_text).strip()
-        return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+        """The payload on one line, cut to :data:`PREVIEW_CHARS` characters: only its first
+        :data:`PREVIEW_BYTES` bytes are decoded, however large it is."""
+        raw = self.fields.get(env.F_PAYLOAD, self.fields.get(env.F_RAW_MEMBER, b""))
+        cut = len(raw) > PREVIEW_BYTES or self.cut
+        head = raw[:PREVIEW_BYTES].decode("utf-8", "ignore" if cut else "replace")
+        text = _SPACES.sub(" ", head).strip()
+        if len(text) <= PREVIEW_CHARS and not cut:
+            return text
+        return text[: PREVIEW_CHARS - 1] + "…"
+
+    @property
+    def unreadable(self) -> bool:
+        """A delayed or retry member that is no JSON object of strings (another client
+        wrote it): shown raw, marked unreadable."""
+        return env.F_RAW_MEMBER in self.fields and len(self.fields) == 1
 
     @property
     def headers_text(self) -> str:
@@ -141,7 +160,7 @@ def member_fields(member: bytes) -> dict[bytes, bytes]:
         return {env.F_RAW_MEMBER: member}
     try:
         decoded = json.loads(member)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[…" nested past the limit
         return {env.F_RAW_MEMBER: member}
     if not isinstance(decoded, dict):
         return {env.F_RAW_MEMBER: member}
@@ -256,14 +275,21 @@ def _scored(client: RedisClient, key: str, where: str, cursor: str | None, n: in
         client.zrangebyscore(key, low, "+inf", start=skip, num=n + 1, withscores=True),
     )
     rows = [(member, _score(score)) for member, score in reply]
-    entries = [
-        Entry(where, score, member_fields(member), member=member) for member, score in rows[:n]
-    ]
+    entries = [_listed(where, score, member) for member, score in rows[:n]]
     if len(rows) <= n or not entries:
         return Page(entries)
     last = entries[-1].key
     same = sum(1 for e in entries if e.key == last)
     return Page(entries, f"{last}:{same + (skip if last == low else 0)}")
+
+
+def _listed(where: str, score: str, member: bytes) -> Entry:
+    """A member as a list shows it: a large one not JSON-decoded whole (its payload cut)."""
+    if len(member) > PEEK_MEMBER_BYTES and not member.startswith(b"\xef\xbb\xbf"):
+        peeked = peek_member(member)
+        if peeked is not None:
+            return Entry(where, score, peeked, member=member, cut=True)
+    return Entry(where, score, member_fields(member), member=member)
 
 
 def _score(score: float) -> str:

@@ -23,7 +23,7 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.types import RedisClient
-from redisq_django.core.wire import json_object, to_str
+from redisq_django.core.wire import json_object_or_reason, to_str
 
 #: A report outlives its instance's last heartbeat by this much, ms.
 REPORT_GRACE_MS = 60_000
@@ -93,6 +93,7 @@ class Instance:
         running: the entry its handler started last (``log:<id>``), "" for none.
         report: what it reported with its last heartbeat ({} when none is left:
             another language's client, or gone for more than a minute).
+        unreadable: why its report could not be read ("" when it was, or is missing).
     """
 
     name: str
@@ -101,6 +102,7 @@ class Instance:
     in_flight: int
     running: str
     report: dict[str, Any]
+    unreadable: str = ""
 
     @property
     def last_heartbeat_ms(self) -> int | None:
@@ -151,9 +153,12 @@ def read_instances(client: RedisClient, gkeys: GroupKeys) -> list[Instance]:
             expiry_ms=expiry[name],
             in_flight=held.get(name, 0),
             running=running.get(name, ""),
-            report=json_object(reply),
+            report=report,
+            unreadable=reason,
         )
-        for name, reply in zip(names, reports, strict=True)
+        for name, (report, reason) in zip(
+            names, (json_object_or_reason(r) for r in reports), strict=True
+        )
     ]
 
 

@@ -47,13 +47,23 @@ def json_object(value: Any) -> dict[str, Any]:
     """A reply holding a JSON object (an instance's report, say) as a dict; ``{}`` for
     anything else: a missing key, bytes that are not JSON, JSON that is not an object.
     A page or a stat shows such a value as unknown rather than failing."""
+    return json_object_or_reason(value)[0]
+
+
+def json_object_or_reason(value: Any) -> tuple[dict[str, Any], str]:
+    """:func:`json_object`, and why the value is unreadable ("" when it was read, or is
+    missing): bytes that are not JSON, JSON nested too deep, JSON that is no object."""
     if not isinstance(value, bytes):
-        return {}
+        return {}, ""
     try:
         parsed = json.loads(value)
     except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+        return {}, "not JSON"
+    except RecursionError:  # any client may write "[[[[…": a parse must not take a page down
+        return {}, "JSON nested too deep"
+    if not isinstance(parsed, dict):
+        return {}, "not a JSON object"
+    return parsed, ""
 
 
 def flatten(fields: Mapping[bytes, bytes]) -> list[bytes]:

@@ -1,0 +1,155 @@
+"""Records any Redis client may write (PROTOCOL.md does not stop it) never make a console
+page answer 500: each page shows what it can and marks the unreadable record. The
+records are written with raw redis-py, as another client would."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from redisq_django.admin import live
+from redisq_django.connection import get_broker
+from redisq_django.core.keys import registry_key
+from tests.support.live_data import Live, live_consumer
+
+pytestmark = pytest.mark.django_db
+
+#: JSON nested deeper than any parser's recursion limit.
+DEEP = b"[" * 100_000 + b"]" * 100_000
+DEEP_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+@pytest.fixture
+def broker(redisq_settings: Any) -> Any:
+    live.clear()
+    return get_broker()
+
+
+@pytest.fixture
+def made(broker: Any, queue_name: str) -> Live:
+    return live_consumer(broker, queue_name)
+
+
+@pytest.fixture(params=["root", "viewer"])
+def client(request: pytest.FixtureRequest) -> Client:
+    """A superuser, and a user who may only view."""
+    client = Client()
+    if request.param == "root":
+        client.force_login(User.objects.create_superuser("root", password="pw"))
+        return client
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="redisq_django", codename__startswith="view_"
+        )
+    )
+    client.force_login(user)
+    return client
+
+
+def consumer_page(queue: str, list_name: str) -> str:
+    url = reverse("admin:redisq_django_consumer_live", args=[queue, "billing"])
+    return f"{url}?list={list_name}"
+
+
+def queue_page(queue: str, list_name: str) -> str:
+    return f"{reverse('admin:redisq_django_queue_live', args=[queue])}?list={list_name}"
+
+
+def shown(client: Client, url: str) -> str:
+    """The page at ``url``, which must answer 200."""
+    response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    return response.content.decode()
+
+
+def test_a_queue_name_no_client_of_ours_would_write_leaves_the_overview_up(
+    broker: Any, made: Live, queue_name: str, client: Client
+) -> None:
+    # Given a member "evil/name" in the queue registry, next to a real queue (removed
+    # after: the registry is shared by every test of the session)
+    registry = registry_key(broker.config.prefix)
+    broker.client.sadd(registry, "evil/name")
+    try:
+        # When the overview, its JSON and the queue list are opened
+        overview = shown(client, reverse("admin:redisq_django_overview_changelist"))
+        data = client.get(reverse("admin:redisq_django_overview_data"))
+        queues = shown(client, reverse("admin:redisq_django_queue_changelist"))
+    finally:
+        broker.client.srem(registry, "evil/name")
+    # Then they answer, show the real queue, and mark the bad name as unreadable
+    assert data.status_code == 200
+    assert queue_name in overview and queue_name in queues
+    assert "unreadable:" in overview and "evil/name" in overview
+
+
+@pytest.mark.parametrize("digits", [20, 15])
+def test_a_log_entry_with_a_huge_publish_time_leaves_the_lists_up(
+    broker: Any, made: Live, queue_name: str, client: Client, digits: int
+) -> None:
+    # Given an entry in the queue's log whose published_at has 20 digits (no wire
+    # integer: the entry id's time is shown) or 15 (one, but past the calendar's end)
+    broker.client.xadd(
+        broker.keys(queue_name).log,
+        {"v": "1", "id": "evil-1", "payload": '{"x": 1}', "published_at": "9" * digits},
+    )
+    # When the log and billing's waiting list are shown (the entry waits for billing)
+    pages = [shown(client, queue_page(queue_name, "log"))]
+    pages.append(shown(client, consumer_page(queue_name, "waiting")))
+    # Then both list the entry and the other entries; a time past the calendar is
+    # marked unreadable
+    for page in pages:
+        assert "evil-1" in page
+        assert ("unreadable:" in page) is (digits == 15)
+    assert made.waiting[0] in pages[1]
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        json.dumps({"host": "h", "pid": 1, "started": "abc", "since": "abc", "ttl": "x"}).encode(),
+        json.dumps({"host": "h", "started": 10**30, "since": -(10**30), "ttl": 10**30}).encode(),
+        json.dumps({"host": "h", "started": 1e308, "handled": [1, {"a": 2}]}).encode(),
+        DEEP,
+        DEEP_OBJECT,
+        b"\xff\xfe not json",
+    ],
+    ids=["strings", "huge-ints", "huge-float", "deep-array", "deep-object", "bytes"],
+)
+def test_an_instance_report_of_any_shape_leaves_the_instances_list_up(
+    broker: Any, made: Live, queue_name: str, client: Client, report: bytes
+) -> None:
+    # Given billing's instance worker-1 whose report another client overwrote
+    gkeys = broker.keys(queue_name).group("billing")
+    broker.client.set(gkeys.instance("worker-1"), report)
+    # When the instances list is shown
+    page = shown(client, consumer_page(queue_name, "instances"))
+    # Then worker-1 is listed, and what cannot be read is marked so
+    assert "worker-1" in page
+    assert "unreadable:" in page
+
+
+@pytest.mark.parametrize("member", [DEEP, DEEP_OBJECT], ids=["deep-array", "deep-object"])
+def test_deeply_nested_delayed_and_retry_entries_leave_those_lists_up(
+    broker: Any, made: Live, queue_name: str, client: Client, member: bytes
+) -> None:
+    # Given a deeply nested member in the delayed set and in billing's retries
+    keys = broker.keys(queue_name)
+    broker.client.zadd(keys.delayed, {member: 1})
+    broker.client.zadd(keys.group("billing").retry, {member: 1})
+    # When the delayed and retrying lists are shown
+    pages = [
+        shown(client, queue_page(queue_name, "delayed")),
+        shown(client, consumer_page(queue_name, "delayed")),
+        shown(client, consumer_page(queue_name, "retrying")),
+    ]
+    # Then each lists its real entries and the hostile one, marked unreadable
+    for page in pages:
+        assert "unreadable:" in page
+    assert made.delayed[0] in pages[0] and made.delayed[0] in pages[1]
+    assert made.retrying[0] in pages[2]

@@ -244,6 +244,15 @@ class CommandDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
         prog = "python -m" if name == "redisq_django.pipeline" else "manage.py"
+        if name == "redisq_pipeline":
+            command = importlib.import_module(f"redisq_django.management.commands.{name}")
+            if command.MISSING:  # its sub-commands' options come with the pipeline extra
+                logger.warning(
+                    "the options of manage.py %s cannot be documented: %s",
+                    name,
+                    command.MISSING,
+                    location=self.get_location(),
+                )
         lines: list[str] = []
         for words, parser in sub_parsers(command_parser(name)):
             rows = list(option_rows(parser))

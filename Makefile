@@ -9,9 +9,10 @@
 #   make test-redis62              # the same as make test-server SERVER=redis62
 #   make demo                      # the example project end to end, in .venv-demo (only
 #                                  # the package and its pipeline extra; Java, redis-server)
+#   make docs                      # the documentation site, docs/_build/html (warnings are errors)
 #   make lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
 #
-# The venv gets the test, lint, pipeline, metrics and otel extras (pyproject.toml); ruff and mypy are
+# The venv gets the test, lint, pipeline, metrics, otel and docs extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
 # The pipeline tests (tests/pipeline, PySpark) need Java 17+: .ci/ensure-java.sh.
 
@@ -58,7 +59,7 @@ else
 XDIST := -n $(JOBS) --dist loadfile
 endif
 
-.PHONY: test test-fast test-server test-redis62 demo lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
+.PHONY: test test-fast test-server test-redis62 demo docs lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -80,7 +81,7 @@ endif
 		rm -rf $(VENV); \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -e '.[test,lint,pipeline,metrics,otel]' $(DJANGO_PIN)
+	$(VPY) -m pip install -e '.[test,lint,pipeline,metrics,otel,docs]' $(DJANGO_PIN)
 	@touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml
@@ -143,7 +144,7 @@ export PYSPARK_PYTHON="$(abspath $(VPY))"; \
 export SPARK_LOCAL_IP=127.0.0.1
 endef
 
-# The server matrix (README, "Operating Redis for redisq"): the whole suite runs on
+# The server matrix (docs/howto/redis.md, "Servers tested"): the whole suite runs on
 # Redis 7 (the system server), then each lane of SERVER_LANES runs the tests marked
 # `servers` on its server (.ci/server-lane.sh says which binaries and tests). Every lane
 # runs even when one fails; make test fails when any did. With PYTEST_ARGS only those
@@ -171,7 +172,7 @@ test-server: $(VENV) redis postgres
 	PYTEST_XDIST="$(XDIST)" VENV_PYTHON=$(VPY) bash .ci/server-lane.sh $(SERVER) $(PYTEST_ARGS)
 
 # The fast lane for daily work: every test but the slow, Spark, browser and cluster
-# ones, on Redis 7, in parallel (README, "Development", says how long it takes).
+# ones, on Redis 7, in parallel (docs/development.md says how long it takes).
 FAST_MARKERS := not slow and not spark and not browser and not cluster
 test-fast: $(VENV) redis postgres
 	@$(redis_env); \
@@ -192,6 +193,11 @@ demo: $(DEMO_STAMP) java
 	fi; \
 	DEMO_PYTHON="$(abspath $(DEMO_PY))" REDISQ_TEST_REDIS_SERVER="$$(printf '%s\n' "$$out" | tail -n 1)" \
 		bash example_project/demo.sh
+
+# The documentation site (docs/, Sphinx + MyST + Furo): every warning is an error, so a
+# broken link, a setting without its reference entry or a bad docstring fails the build.
+docs: $(VENV)
+	$(VPY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 lint: $(VENV)
 	$(VENV)/bin/ruff check .
@@ -224,7 +230,7 @@ bench-pipeline: $(VENV) redis java
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
-		test-artifacts bench/out .tox
+		test-artifacts bench/out .tox docs/_build
 	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) \) -prune -o -name __pycache__ -type d \
 		-print -exec rm -rf {} +
 

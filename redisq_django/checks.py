@@ -19,7 +19,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             checks.Error(
                 str(exc),
-                hint="Fix settings.REDISQ; the README lists every key with its default.",
+                hint="Fix settings.REDISQ; docs/reference/settings.md lists its keys and defaults.",
                 id="redisq_django.E001",
             )
         ]

@@ -58,7 +58,7 @@ DATABASES = {
         # Several worker processes write the same file at start-up: take the write
         # lock up front and wait for it rather than failing with "database is locked".
         # REDISQ_TEST_SQLITE_DEFAULTS=1 keeps Django's defaults instead (deferred
-        # transactions), as a project that did not follow the README has them.
+        # transactions), as a project that did not follow the docs (docs/howto/workers.md) has them.
         "OPTIONS": (
             {"timeout": 30, "transaction_mode": "IMMEDIATE"}
             if _TEST_DB != ":memory:" and not os.environ.get("REDISQ_TEST_SQLITE_DEFAULTS")

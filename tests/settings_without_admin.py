@@ -1,5 +1,5 @@
 """Settings of a worker-only project: no ``django.contrib.admin`` (nor its URLs, sessions
-or messages), as the README's install section allows. tests/management/test_without_admin.py
+or messages), as docs/tutorial/install.md allows. tests/management/test_without_admin.py
 runs every management command of ours with them, in processes of their own."""
 
 from __future__ import annotations

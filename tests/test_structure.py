@@ -376,8 +376,9 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
 TESTS_DIR = Path(__file__).resolve().parent
 #: The directories of tests/ that mirror no package, besides the test apps (``*app``):
 #: shared helpers, what a browser shows, the faults that cross packages (real processes,
-#: signals, Redis restarts, clocks), and the worker-only project.
-TESTS_OF_NO_PACKAGE = {"support", "browser", "faults", "workeronly"}
+#: signals, Redis restarts, clocks), the documentation site (docs/), and the worker-only
+#: project.
+TESTS_OF_NO_PACKAGE = {"support", "browser", "faults", "docs", "workeronly"}
 
 
 def _test_dirs() -> list[Path]:

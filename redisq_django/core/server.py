@@ -1,5 +1,5 @@
 """What the guarantees need from the Redis server, checked: a version with the commands
-we use, no eviction, and an append-only file (README, "Operating Redis for redisq").
+we use, no eviction, and an append-only file (docs/howto/redis.md, "Operating Redis for redisq").
 
 Read by ``manage.py check --deploy`` and logged as warnings when ``runconsumer`` starts.
 """
@@ -20,7 +20,7 @@ logger = logging.getLogger("redisq.server")
 #: The oldest Redis whose commands the scripts use (XAUTOCLAIM, XTRIM MINID, ...).
 MIN_VERSION = (6, 2)
 
-_SECTION = "see the README, 'Operating Redis for redisq'"
+_SECTION = "see 'Operating Redis for redisq' in the documentation (docs/howto/redis.md)"
 
 
 class ServerProblem(NamedTuple):

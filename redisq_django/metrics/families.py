@@ -3,7 +3,7 @@
 Named by the Prometheus conventions: a ``redisq_`` prefix, base units (seconds), ``_total``
 on counters, labels for the dimensions an operator filters on (``queue``, ``consumer``
 = the logical consumer, ``outcome``) and never one that grows without bound (no message
-id, no instance name). README.md's table is checked against :data:`ALL`.
+id, no instance name). docs/reference/metrics.md's table is checked against :data:`ALL`.
 """
 
 from __future__ import annotations

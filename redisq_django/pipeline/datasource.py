@@ -7,7 +7,7 @@ registered archive that commits its position (:mod:`redisq_django.pipeline.strea
 ``df.write.format("redisq")`` publishes rows as messages
 (:mod:`redisq_django.pipeline.writer`). Options:
 :class:`~redisq_django.pipeline.source_options.SourceOptions`; schemas:
-:mod:`redisq_django.pipeline.schemas` (both documented in the README, "History on Spark").
+:mod:`redisq_django.pipeline.schemas` (both documented in docs/reference/datasource.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fixed schemas of the ``redisq`` data source's three tables (the README, "History on Spark").
+"""The fixed schemas of the ``redisq`` data source's three tables (docs/reference/datasource.md).
 
 ``messages`` is a queue's log, ``events`` its lifecycle events (one row per message of an
 event entry) and ``dead`` its dead letters still in Redis. The Arrow schemas are derived

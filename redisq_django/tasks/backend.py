@@ -71,7 +71,7 @@ class RedisqBackend(BaseTaskBackend):
     """Runs tasks through redisq: ``TASKS = {"default": {"BACKEND":
     "redisq_django.tasks.RedisqBackend", "QUEUES": ["default"], "OPTIONS": {...}}}``.
 
-    Workers: ``manage.py runconsumer --tasks``. See README.md, "Django Tasks".
+    Workers: ``manage.py runconsumer --tasks``. See docs/howto/tasks.md, "Django Tasks".
     """
 
     task_class = RedisqTask
@@ -139,7 +139,7 @@ class RedisqBackend(BaseTaskBackend):
         for problem in option_problems(self.options):
             yield checks.Error(
                 f"{where}['OPTIONS'] is invalid: {problem}.",
-                hint="See README.md, 'Django Tasks', for the options and their defaults.",
+                hint="See 'Django Tasks' in the docs (docs/howto/tasks.md) for the options.",
                 id="redisq_django.E030",
             )
         if not self.queues:

@@ -3,7 +3,7 @@
 receives every message published once they all say they run.
 
 The database keeps Django's default SQLite options (deferred transactions), as in a
-project that did not set ``transaction_mode`` as the README advises.
+project that did not set ``transaction_mode`` as docs/howto/workers.md advises.
 """
 
 from __future__ import annotations

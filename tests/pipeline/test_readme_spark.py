@@ -35,7 +35,7 @@ from redisq_django.pipeline import archive_dataset, archive_files
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.files import current_log_files
 from redisq_django.pipeline.options import ArchiveOptions
-from tests.support.readme import Block, blocks, section, shell_commands
+from tests.support.readme import DOCS, Block, blocks, section, shell_commands
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -141,7 +141,7 @@ def demo(
 
 
 def _cases() -> list[Any]:
-    body, first = section("History on Spark")
+    body, first = section("History on Spark", path=DOCS / "howto" / "history.md")
     cases = []
     for block in blocks(body, first):
         if block.lang == "sh":
@@ -388,5 +388,5 @@ def test_a_where_that_fails_on_the_data_says_so_in_one_line_and_publishes_nothin
 
 
 def test_redis_url_placeholder_is_what_the_readme_uses() -> None:
-    body, _ = section("History on Spark")
+    body, _ = section("History on Spark", path=DOCS / "howto" / "history.md")
     assert README_URL in body and README_VAR in body

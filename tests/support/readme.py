@@ -1,15 +1,16 @@
-"""The README's code blocks as the tests run them.
+"""The code blocks of README.md and of the documentation pages (docs/) as the tests run them.
 
 A fenced block is taken as it is written. A comment on the line just before its fence
 says how a test uses it::
 
-    <!-- readme-test -->                  the quick start (tests/test_readme.py)
+    <!-- readme-test -->                  Python run as written (tests/test_readme.py),
+                                          in README.md and in any page of docs/
     <!-- readme-test: spark-history -->   Python run against the demo's archive
     <!-- readme-test: skip: REASON -->    not run here; the test reports REASON
 
 Shell blocks of a section are run command by command (tests/pipeline/
-test_readme_spark.py): a command is a line, or lines joined by a trailing backslash;
-comments and blank lines are dropped.
+test_readme_spark.py reads docs/howto/history.md): a command is a line, or lines joined
+by a trailing backslash; comments and blank lines are dropped.
 """
 
 from __future__ import annotations
@@ -19,10 +20,15 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+# The info string whole: a MyST directive's (```{include}) too, so that its closing
+# fence is never taken for the opening of the next block.
+_FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```$", re.S | re.M)
 _MARK = re.compile(r"<!--\s*readme-test(?::\s*(.*?))?\s*-->\s*$")
+_HEADING = re.compile(r"^(#{1,6}) (.*)$")
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ def blocks(text: str, first_line: int = 1) -> list[Block]:
         mark = _MARK.search(before)
         out.append(
             Block(
-                lang=match[1],
+                lang=match[1].strip(),
                 code=match[2],
                 line=first_line + text[: match.start()].count("\n"),
                 mark=None if mark is None else (mark[1] or ""),
@@ -59,14 +65,36 @@ def blocks(text: str, first_line: int = 1) -> list[Block]:
     return out
 
 
-def section(title: str, text: str | None = None) -> tuple[str, int]:
-    """The text of the ``## title`` section (up to the next ``## `` heading) and the
-    line it starts on."""
-    text = README.read_text() if text is None else text
-    start = text.index(f"\n## {title}\n") + 1
-    end = text.find("\n## ", start)
-    body = text[start : end if end >= 0 else len(text)]
-    return body, text[:start].count("\n") + 1
+def section(title: str, text: str | None = None, path: Path = README) -> tuple[str, int]:
+    """The section headed ``title`` (at any level) of ``path``'s Markdown, or of ``text``,
+    up to the next heading of the same or a higher level, and the line it starts on.
+
+    Raises:
+        ValueError: no heading ``title`` (outside code blocks).
+    """
+    where = "the text" if text is not None else str(path)
+    text = path.read_text(encoding="utf-8") if text is None else text
+    lines = text.split("\n")
+    start = level = None
+    fenced = False
+    for n, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else _HEADING.match(line)
+        if heading is None:
+            continue
+        if start is None and heading[2].strip() == title:
+            start, level = n, len(heading[1])
+        elif start is not None and level is not None and len(heading[1]) <= level:
+            return "\n".join(lines[start:n]) + "\n", start + 1
+    if start is None:
+        raise ValueError(f"no heading {title!r} in {where}")
+    return "\n".join(lines[start:]), start + 1
+
+
+def pages() -> list[Path]:
+    """Every Markdown page of the documentation site (docs/), built output left out."""
+    return sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
 
 
 def shell_commands(code: str) -> list[str]:

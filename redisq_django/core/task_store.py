@@ -34,7 +34,8 @@ from redisq_django.core.leases import started_tag
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptCall, Scripts
+from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_wire import (
     FAILED,
     ONCE,
@@ -77,6 +78,10 @@ class TaskResultStore:
         self.history = history
         self._rng = random.Random()
 
+    def new_pipe(self) -> TaskPipe:
+        """A pipe of this store's task writes for one thread (``core/task_pipe.py``)."""
+        return TaskPipe(self.client, self.scripts)
+
     @translate_errors
     def enqueue(
         self,
@@ -92,24 +97,42 @@ class TaskResultStore:
         Returns:
             With ``ONCE``, the result already there (nothing written), else None.
         """
-        keys, args = enqueue_call(
-            self.keys(envelope.queue), envelope, result, expire_at_ms=expire_at_ms, mode=mode
-        )
-        if self.trends_on and mode == PUBLISH:
-            counter = trends.counter(self.keys(envelope.queue))
+        call = self.enqueue_command(envelope, result, expire_at_ms=expire_at_ms, mode=mode)
+        if not call.quiet:
+            reply = self.scripts(call.script, call.keys, call.args)
+        else:
             try:
-                quiet = counter.commands({trends.PUBLISHED: 1})
                 reply = run_script(
-                    self.client, self.scripts, "task_enqueue", keys, args, quiet=quiet
+                    self.client, self.scripts, call.script, call.keys, call.args, quiet=call.quiet
                 )
             except BaseException:
-                counter.forget()
+                call.failed()
                 raise
-        else:
-            reply = self.scripts("task_enqueue", keys, args)
         if mode == ONCE and reply:
             return decode_hash(reply)
         return None
+
+    def enqueue_command(
+        self,
+        envelope: Envelope,
+        result: Mapping[str, str],
+        *,
+        expire_at_ms: int,
+        mode: str = PUBLISH,
+    ) -> ScriptCall:
+        """The ``task_enqueue.lua`` call of :meth:`enqueue`, for whichever client runs
+        it (this store's, or an asyncio one: ``core.asyncio_client.run_call``): with
+        trends on, a published task counts in the queue's ``published`` trend in the
+        same round trip."""
+        keys = self.keys(envelope.queue)
+        script_keys, args = enqueue_call(
+            keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode
+        )
+        if not (self.trends_on and mode == PUBLISH):
+            return ScriptCall("task_enqueue", script_keys, args)
+        counter = trends.counter(keys)
+        quiet = counter.commands({trends.PUBLISHED: 1})
+        return ScriptCall("task_enqueue", script_keys, args, quiet, failed=counter.forget)
 
     @translate_errors
     def start(

@@ -23,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import lifecycle, settle, trends
+from redisq_django.core import lifecycle, settle
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
@@ -44,7 +44,9 @@ from redisq_django.core.task_wire import (
     decode_hash,
     enqueue_call,
     expires,
+    found,
     pairs,
+    read_commands,
 )
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -120,19 +122,13 @@ class TaskResultStore:
         expire_at_ms: int,
         mode: str = PUBLISH,
     ) -> ScriptCall:
-        """The ``task_enqueue.lua`` call of :meth:`enqueue`, for whichever client runs
-        it (this store's, or an asyncio one: ``core.asyncio_client.run_call``): with
-        trends on, a published task counts in the queue's ``published`` trend in the
-        same round trip."""
+        """The ``task_enqueue.lua`` call of :meth:`enqueue` (``task_wire.enqueue_call``),
+        for whichever client runs it: this store's, or an asyncio one
+        (``core.asyncio_client.run_call``)."""
         keys = self.keys(envelope.queue)
-        script_keys, args = enqueue_call(
-            keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode
+        return enqueue_call(
+            keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode, trends_on=self.trends_on
         )
-        if not (self.trends_on and mode == PUBLISH):
-            return ScriptCall("task_enqueue", script_keys, args)
-        counter = trends.counter(keys)
-        quiet = counter.commands({trends.PUBLISHED: 1})
-        return ScriptCall("task_enqueue", script_keys, args, quiet, failed=counter.forget)
 
     @translate_errors
     def start(
@@ -357,14 +353,11 @@ class TaskResultStore:
     def read(self, queues: Sequence[str], result_id: str) -> tuple[str, dict[str, str]] | None:
         """The result ``result_id`` from whichever of ``queues`` holds it, in one round
         trip: ``(queue, fields)``, or None when none does (unknown or expired)."""
+        keys = [self.keys(queue) for queue in queues]
         with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.hgetall(self.keys(queue).task_result(result_id))
-            replies = pipe.execute()
-        for queue, raw in zip(queues, replies, strict=True):
-            if raw:
-                return queue, decode_hash(raw)
-        return None
+            for command in read_commands(keys, result_id):
+                pipe.execute_command(*command)
+            return found(keys, pipe.execute())
 
     @translate_errors
     def latest(self, queue: str, count: int) -> list[tuple[str, dict[str, str]]]:

@@ -30,9 +30,7 @@ from redisq_django.connection import get_broker
 from redisq_django.core import Broker
 from redisq_django.core.asyncio_client import run_call
 from redisq_django.core.errors import RedisUnavailable
-from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import AsyncScripts, ScriptCall
-from redisq_django.core.task_wire import decode_hash
 from redisq_django.core.types import AsyncRedisClient
 
 
@@ -99,16 +97,10 @@ async def run(entry: _LoopClient, call: ScriptCall) -> Any:
     return await run_call(entry.conn, entry.loaded, call)
 
 
-async def read(
-    entry: _LoopClient, queues: Sequence[QueueKeys], result_id: str
-) -> dict[str, str] | None:
-    """The result ``result_id`` from whichever queue holds it (one round trip; on a
-    cluster, one per node holding some of those queues)."""
+async def pipelined(entry: _LoopClient, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """The replies to ``commands`` the core built (``core.task_wire.read_commands``), in
+    one round trip (on a cluster, one per node holding some of their keys)."""
     async with entry.conn.pipeline(transaction=False) as pipe:
-        for keys in queues:
-            pipe.hgetall(keys.task_result(result_id))
-        replies = await pipe.execute()
-    for raw in replies:
-        if raw:
-            return decode_hash(raw)
-    return None
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute())

@@ -20,6 +20,8 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.task_wire import found as read_found
+from redisq_django.core.task_wire import read_commands
 from redisq_django.tasks import aio, registry
 from redisq_django.tasks.backend_options import (
     TASKS_CONSUMER,
@@ -264,9 +266,10 @@ class RedisqBackend(BaseTaskBackend):
     async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
         """``get_result`` with the event loop's asyncio Redis client (as ``aenqueue``)."""
         broker = get_broker()
-        keys = [broker.keys(q) for q in self.result_queues()]
+        queues = [broker.keys(q) for q in self.result_queues()]
         async with aio.loop_client() as client:
-            found = await aio.read(client, keys, result_id)
+            replies = await aio.pipelined(client, read_commands(queues, result_id))
+        found = read_found(queues, replies)
         if found is None:
             raise TaskResultDoesNotExist(result_id)
-        return from_fields(result_id, found, self.alias)
+        return from_fields(result_id, found[1], self.alias)

@@ -95,19 +95,18 @@ def check_tracing_extra(app_configs: Any = None, **kwargs: Any) -> list[checks.C
 def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E004 (``check --deploy``): Redis cannot be reached."""
     from redisq_django.connection import get_broker
-    from redisq_django.core.errors import describe_client
 
     try:
         get_settings()
-        client = get_broker().client
+        broker = get_broker()
     except SettingsError:
         return []  # reported by E001
     try:
-        client.ping()
+        broker.operator.ping()
     except Exception as exc:
         return [
             checks.Error(
-                f"Cannot reach Redis at {describe_client(client)}: {exc}",
+                f"Cannot reach Redis at {broker.where}: {exc}",
                 hint="Start Redis or point REDISQ['URL'] / REDISQ['CONNECTION'] at it.",
                 id="redisq_django.E004",
             )
@@ -131,11 +130,10 @@ def check_redis_server(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     runs without AOF (or with ``appendfsync no``), is older than 6.2, or refuses
     ``CONFIG GET`` so that none of this can be checked."""
     from redisq_django.connection import get_broker
-    from redisq_django.core.server import server_problems
 
     try:
         get_settings()
-        problems = server_problems(get_broker().client)
+        problems = get_broker().operator.server_problems()
     except Exception:
         return []  # bad settings or Redis unreachable: reported by E001 / E004
     out: list[checks.CheckMessage] = []

@@ -86,8 +86,7 @@ def deliver_now(
     Returns:
         Its new entry id, or None when it is no longer waiting.
     """
-    b = broker or get_broker()
-    return actions.deliver_now(b.client, b.scripts, b.keys(queue), consumer, ref)
+    return (broker or get_broker()).operator.deliver_now(queue, consumer, ref)
 
 
 def deliver_waiting(
@@ -100,8 +99,7 @@ def deliver_waiting(
     """Deliver now the queue's delayed messages (``consumer`` None) or ``consumer``'s
     retries: those with these message ids, or all (``ids`` None). See
     ``core.actions.deliver_waiting``."""
-    b = broker or get_broker()
-    return actions.deliver_waiting(b.client, b.scripts, b.keys(queue), consumer, ids)
+    return (broker or get_broker()).operator.deliver_waiting(queue, consumer, ids)
 
 
 def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -> tuple[int, int]:
@@ -111,10 +109,7 @@ def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -
     Returns:
         ``(retries removed, private-input entries removed)``.
     """
-    b = broker or get_broker()
-    return actions.purge_consumer(
-        b.client, b.scripts, b.keys(queue), consumer, history=b.config.history
-    )
+    return (broker or get_broker()).operator.purge_consumer(queue, consumer)
 
 
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:

@@ -163,8 +163,8 @@ def build_worker(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
         )
     if broker.config.trends:  # the backlog samples of the admin's charts
-        sampled = [broker.keys(q) for q in sorted({d.queue for d in chosen})]
-        job = functools.partial(trends.sample, broker.client, sampled)
+        sampled = sorted({d.queue for d in chosen})
+        job = functools.partial(broker.operator.sample_trends, sampled)
         periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, job))
     return Worker(
         broker,

@@ -406,3 +406,59 @@ def test_the_tests_are_laid_out_like_the_package() -> None:
     } == {}
     # ...and each is a package: pytest tells test files of one basename apart by it.
     assert [str(rel) for rel in dirs if not (TESTS_DIR / rel / "__init__.py").is_file()] == []
+
+
+# -- docs/layout.md, "The core's seam": no reaching into the broker -----------------------
+
+#: Attributes of the broker (or of what it hands out) that only the core uses: its
+#: client, its scripts, its keys' prefix.
+_SEAM_ATTRIBUTES = ("client", "scripts")
+#: Where a module outside the core may still name one, (module, expression): why.
+SEAM_ALLOWED = {
+    # The pipeline's executors connect with a Redis URL alone (no Django settings, no
+    # process-wide broker): the client is the link's own, not a broker's.
+    ("redisq_django.pipeline.reading", "link.client"): "the executor's own connection",
+    ("redisq_django.pipeline.reading", "self.link.client"): "the executor's own connection",
+    ("redisq_django.pipeline.streaming", "self.link.client"): "the driver's own connection",
+    ("redisq_django.pipeline.writer", "self.link.client"): "the executor's own connection",
+    ("redisq_django.pipeline.outages", "redis_io.client"): "builds a connection from a URL",
+}
+
+
+def _seam_breaks(name: str, source: str) -> set[str]:
+    """The expressions of ``source`` that reach into a broker: ``x.client``,
+    ``x.scripts``, ``x.config.prefix``."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        reaches = node.attr in _SEAM_ATTRIBUTES or (
+            node.attr == "prefix"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "config"
+        )
+        if reaches and (name, ast.unparse(node)) not in SEAM_ALLOWED:
+            found.add(ast.unparse(node))
+    return found
+
+
+def test_outside_the_core_nothing_reaches_into_the_broker() -> None:
+    # The scan finds the broker's client, scripts and prefix, however reached...
+    leaks = "broker.client.ping(); get_broker().scripts; b.config.prefix; config.prefix"
+    assert _seam_breaks("redisq_django.checks", leaks) == {
+        "broker.client",
+        "get_broker().scripts",
+        "b.config.prefix",
+    }
+    # ...and no module outside the core does it: they call the broker and what it hands
+    # out (broker.operator, broker.task_results, broker.archives, broker.schedule_ledger).
+    outside = {n: p for n, p in MODULES.items() if not n.startswith("redisq_django.core")}
+    found = {n: sorted(_seam_breaks(n, p.read_text())) for n, p in outside.items()}
+    assert {n: f for n, f in found.items() if f} == {}
+
+
+def test_the_seam_exceptions_are_still_needed() -> None:
+    for module, expression in SEAM_ALLOWED:
+        tree = ast.parse(MODULES[module].read_text())
+        used = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert expression in used, f"{module} no longer uses {expression}: drop it"

@@ -15,7 +15,7 @@ consumer and queue pages, trends), reads Redis through this module:
   guarded read returns at once with the same reason, so a page with many reads, or many
   pages at once, wait at most one timeout between them.
 - :func:`live_stats` reads the stats of many queues through :func:`guarded` in two round
-  trips (:func:`redisq_django.core.stats.read_many`), cached for :data:`STATS_TTL_S`.
+  trips (``broker.operator.stats``), cached for :data:`STATS_TTL_S`.
 
 A page shows :attr:`Reading.error` in a banner ("Redis is unreachable …") and the
 figures it could not read as unknown ("?"), never a 500. Mutations from the admin
@@ -39,11 +39,8 @@ from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import quick_client
 from redisq_django.core import Broker
-from redisq_django.core.errors import RedisqError, RedisUnavailable, describe_client
-from redisq_django.core.keys import registry_key
-from redisq_django.core.stats import ConsumerStats, QueueStats, read_many
-from redisq_django.core.types import RedisClient
-from redisq_django.core.wire import to_str
+from redisq_django.core.errors import RedisqError, RedisUnavailable
+from redisq_django.core.stats import ConsumerStats, QueueStats
 
 logger = logging.getLogger("redisq.admin")
 
@@ -83,9 +80,9 @@ class Reading(Generic[T]):
         return not self.error
 
 
-def _unreachable(exc: BaseException, client: RedisClient | None) -> str:
+def _unreachable(exc: BaseException, broker: Broker | None) -> str:
     text = str(exc).rstrip(".")
-    where = describe_client(client) if client is not None else _configured()
+    where = broker.where if broker is not None else _configured()
     return (
         f"Redis at {where} is unreachable ({text}). Figures from Redis "
         "are shown as “?”; retrying dead letters waits until it is back."
@@ -125,7 +122,7 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
         if isinstance(exc, RedisClusterException) and not _cluster_outage(exc, broker):
             logger.warning("Admin: a read from Redis failed: %s", exc)
             return Reading(None, f"Redis could not answer ({str(exc).rstrip('.')}).")
-        reason = _unreachable(exc, broker.client if broker else None)
+        reason = _unreachable(exc, broker)
         logger.warning("Admin: %s", reason)
         with _lock:
             _down.update(until=time.monotonic() + DOWN_S, reason=reason)
@@ -170,11 +167,7 @@ def live_stats(queues: Iterable[str]) -> Live:
     if not missing:
         return Live(fresh)
 
-    def read(broker: Broker) -> list[QueueStats]:
-        keys = [broker.keys(n) for n in missing]
-        return read_many(broker.client, keys, history=broker.config.history)
-
-    reading = guarded(read)
+    reading = guarded(lambda broker: broker.operator.stats(missing))
     if reading.value is None:
         return Live(fresh, reading.error)
     read_at = time.monotonic()
@@ -187,16 +180,12 @@ def live_stats(queues: Iterable[str]) -> Live:
 def queue_names() -> Reading[list[str]]:
     """Every queue name Redis knows (published to or consumed from), sorted."""
 
-    def read(broker: Broker) -> list[str]:
-        members = broker.client.smembers(registry_key(broker.config.prefix))
-        return sorted(to_str(m) for m in members)
-
-    return guarded(read)
+    return guarded(lambda broker: broker.queues())
 
 
 def status() -> Reading[bool]:
     """Whether Redis answers (a PING), for pages that read nothing else from it."""
-    return guarded(lambda broker: bool(broker.client.ping()))
+    return guarded(lambda broker: broker.operator.ping())
 
 
 def forget_figures() -> None:

@@ -16,9 +16,9 @@ from redisq_django.admin.live import guarded, live_stats
 from redisq_django.core import Broker, browse
 from redisq_django.core.browse import Page
 from redisq_django.core.clock import now_ms
-from redisq_django.core.instances import Instance, read_instances
+from redisq_django.core.instances import Instance
 from redisq_django.core.stats import ConsumerStats, QueueStats
-from redisq_django.core.trends import Trend, read_trends
+from redisq_django.core.trends import Trend
 
 #: The lists of a consumer's page, in the order of its tabs.
 CONSUMER_LISTS = (
@@ -76,20 +76,19 @@ def consumer_snapshot(
     live = live_stats([queue])
 
     def read(broker: Broker) -> tuple[Any, Any, Any]:
-        client, keys = broker.client, broker.keys(queue)
-        gkeys = keys.group(name)
+        operator = broker.operator
         page: Page | None = None
         instances = None
         if list_name == browse.WAITING:
-            page = browse.waiting(client, gkeys, cursor, n)
+            page = operator.waiting(queue, name, cursor, n)
         elif list_name == browse.DELAYED:
-            page = browse.delayed(client, keys, cursor, n)
+            page = operator.delayed(queue, cursor, n)
         elif list_name == browse.RETRYING:
-            page = browse.retrying(client, gkeys, cursor, n)
+            page = operator.retrying(queue, name, cursor, n)
         elif list_name == browse.IN_FLIGHT:
-            page = browse.in_flight(client, gkeys, cursor, n)
+            page = operator.in_flight(queue, name, cursor, n)
         elif list_name == "instances":
-            instances = read_instances(client, gkeys)
+            instances = operator.instances(queue, name)
         return page, instances, _trends(broker, [queue], range_name)
 
     reading = guarded(read)
@@ -111,12 +110,11 @@ def queue_snapshot(
     live = live_stats([queue])
 
     def read(broker: Broker) -> tuple[Any, Any]:
-        client, keys = broker.client, broker.keys(queue)
         page: Page | None = None
         if list_name == browse.DELAYED:
-            page = browse.delayed(client, keys, cursor, n)
+            page = broker.operator.delayed(queue, cursor, n)
         elif list_name == browse.LOG:
-            page = browse.log(client, keys, cursor, n)
+            page = broker.operator.log(queue, cursor, n)
         return page, _trends(broker, [queue], range_name)
 
     reading = guarded(read)
@@ -136,4 +134,4 @@ def _trends(broker: Broker, queues: list[str], range_name: str | None) -> list[T
     if range_name is None or not broker.config.trends:
         return None
     _name, minutes, _size = range_of(range_name)
-    return read_trends(broker.client, [broker.keys(q) for q in queues], minutes)
+    return broker.operator.trends(queues, minutes)

@@ -108,7 +108,7 @@ class LivePages(LiveActions):
         self._check(request, queue, name)
         ref = request.GET.get("ref", "")
         try:
-            reading = guarded(lambda b: browse.find(b.client, b.keys(queue), name, ref))
+            reading = guarded(lambda b: b.operator.find(queue, name, ref))
         except ValueError as exc:
             raise Http404(str(exc)) from None
         context = {

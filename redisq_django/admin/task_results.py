@@ -24,7 +24,6 @@ from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.connection import get_broker
 from redisq_django.core.clock import ms_to_datetime
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import STATUSES
 from redisq_django.core.wire import wire_int
 from redisq_django.models import DeadLetter, TaskResults
@@ -146,8 +145,7 @@ class TaskResultsAdmin(ReadOnlyPages):
         if not self.has_view_permission(request):
             raise PermissionDenied
         wanted = {k: request.GET.get(k, "") for k in ("status", "task", "queue")}
-        broker = get_broker()
-        store = TaskResultStore(broker.client, broker.scripts, broker.keys)
+        store = get_broker().task_results
         rows: list[dict[str, Any]] = []
         unreachable = ""
         try:
@@ -191,8 +189,7 @@ class TaskResultsAdmin(ReadOnlyPages):
         """One result: arguments, return value, every attempt's error and traceback."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        broker = get_broker()
-        store = TaskResultStore(broker.client, broker.scripts, broker.keys)
+        store = get_broker().task_results
         try:
             found = store.read(task_queues(), result_id)
         except RedisqError as exc:

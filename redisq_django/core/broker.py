@@ -1,40 +1,46 @@
-"""The broker: build a message once and send it anywhere; logical consumers, replay,
-dead letters, retention and stats of one Redis."""
+"""The broker: build a message once and send it anywhere; logical consumers, replay and
+subscriptions (dead letters, retention, stats and what it hands out: ``broker_upkeep``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from dataclasses import replace
+from typing import Any
 
 import redis
 
-from redisq_django.core import named_archives, redelivery, retention
+from redisq_django.core import redelivery
+from redisq_django.core.broker_upkeep import BrokerUpkeep
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.envelope import Delay, Due, Envelope, due_of
-from redisq_django.core.errors import (
-    ConsumerNotFound,
-    describe_client,
-    is_nogroup,
-    translate_errors,
+from redisq_django.core.errors import ConsumerNotFound, is_nogroup, translate_errors
+from redisq_django.core.groups import (
+    default_instance_name,
+    ensure_call,
+    ensure_group,
+    group_names,
+    remove_group,
 )
-from redisq_django.core.groups import default_instance_name, ensure_group, group_names, remove_group
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
-from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
+from redisq_django.core.keys import registry_key
 from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptCall
 from redisq_django.core.sending import send_direct, send_once, send_queue
 from redisq_django.core.start import StartPoint
-from redisq_django.core.stats import QueueStats, read_stats
 from redisq_django.core.subscription import Subscription
-from redisq_django.core.types import RedisClient, StreamEntries
-from redisq_django.core.wire import to_bytes, to_str
+from redisq_django.core.types import RedisClient
+from redisq_django.core.wire import to_str
 
 
-class Broker:
+class Broker(BrokerUpkeep):
     """Talks to Redis for one application; thread-safe, share one per process.
+
+    What callers do goes through its methods (publish, subscribe, ensure_consumer,
+    dead letters, …); what an operator reads and does, through :attr:`operator`; task
+    results, named archives and the schedules' records through the objects it hands
+    out (:attr:`task_results`, :attr:`archives`, :attr:`schedule_ledger`).
 
     Args:
         client: a redis-py ``Redis`` or ``RedisCluster`` client (bytes responses, i.e.
@@ -49,23 +55,13 @@ class Broker:
         config: CoreConfig | None = None,
         hooks: Sequence[PublishHook] = (),
     ) -> None:
-        self.client = client
-        self.config = config or CoreConfig()
+        super().__init__(client, config)
         self.hooks = list(hooks)
         self.codec = JsonCodec(self.config.json_encoder)
-        self.scripts = Scripts(client)
-        self._keys: dict[str, QueueKeys] = {}
         self._registered: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"<Broker {describe_client(self.client)} prefix={self.config.prefix!r}>"
-
-    def keys(self, queue: str) -> QueueKeys:
-        """The keys of ``queue`` (validates the name once)."""
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = queue_keys(self.config.prefix, queue)
-        return keys
+        return f"<Broker {self.where} prefix={self.config.prefix!r}>"
 
     def _register(self, queue: str) -> None:
         # Queue names are recorded once per process: the operator views list them.
@@ -218,12 +214,6 @@ class Broker:
             out += sent if sent is not None else send_direct(self.client, to, mine)
         return out
 
-    @property
-    def archives(self) -> named_archives.Archives:
-        """The queues' named archives: register, commit, list, remove
-        (:class:`~redisq_django.core.named_archives.Archives`)."""
-        return named_archives.Archives(self.client, self.scripts, self.keys)
-
     # -- logical consumers -------------------------------------------------------------
 
     @translate_errors
@@ -246,6 +236,16 @@ class Broker:
         )
         self._register(queue)
         return created
+
+    def ensure_consumer_call(
+        self, queue: str, consumer: str, start: str | dt.datetime | StartPoint = "latest"
+    ) -> ScriptCall:
+        """The script call of :meth:`ensure_consumer`, the queue's name recorded in the
+        same round trip (a quiet ``SADD``), for a client of its own to run (an asyncio
+        one: ``core.asyncio_client.run_call``)."""
+        call = ensure_call(self.keys(queue).group(consumer), StartPoint.parse(start))
+        record = ("SADD", registry_key(self.config.prefix), queue)
+        return replace(call, quiet=[*call.quiet, record])
 
     @translate_errors
     def reset(self, queue: str, consumer: str, start: str | dt.datetime | StartPoint) -> None:
@@ -315,85 +315,3 @@ class Broker:
             instance=instance or default_instance_name(),
             policy=(policy or self.config.retry).evolve(**overrides),
         )
-
-    # -- dead letters ------------------------------------------------------------------
-
-    @translate_errors
-    def dead_letters(
-        self, queue: str, consumer: str, *, count: int = 100, after: str | None = None
-    ) -> list[DeadEntry]:
-        """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
-        after dead-stream entry id ``after`` when paging)."""
-        gkeys = self.keys(queue).group(consumer)
-        after_id = f"({after}" if after else "-"
-        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, after_id, "+", count=count))
-        return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
-
-    @translate_errors
-    def delete_dead(self, queue: str, consumer: str, entry_ids: Iterable[str]) -> int:
-        """Remove dead letters from Redis (once stored elsewhere, or to discard them)."""
-        ids = list(entry_ids)
-        return int(self.client.xdel(self.keys(queue).group(consumer).dead, *ids)) if ids else 0
-
-    @translate_errors
-    def redrive(self, queue: str, consumer: str, entry_id: str) -> str | None:
-        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only.
-
-        The attempt count starts again from zero; other consumers of the queue do not
-        see the message again.
-
-        Returns:
-            The new delivery's entry id, or None when the dead letter is gone.
-
-        Raises:
-            NotRedrivable: the dead letter is undecodable (it would only die again).
-        """
-        gkeys = self.keys(queue).group(consumer)
-        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
-        if not entries:
-            return None
-        new_id = redelivery.redrive(
-            self.scripts, gkeys, entry_id, redrive_fields(dict(entries[0][1])), self.config.history
-        )
-        return to_str(new_id) if new_id else None
-
-    @translate_errors
-    def redrive_envelope(self, queue: str, consumer: str, fields: Mapping[str | bytes, Any]) -> str:
-        """Deliver an envelope (e.g. a dead letter kept in a database) to ``consumer`` only.
-
-        Args:
-            fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
-                ``id``, ``headers`` and ``published_at`` keep the message's identity.
-
-        Returns:
-            The new delivery's entry id.
-        """
-        gkeys = self.keys(queue).group(consumer)
-        envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
-        return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
-
-    # -- retention, purge, stats -------------------------------------------------------
-
-    @translate_errors
-    def trim(self, queue: str, *, now: int | None = None) -> tuple[int, int]:
-        """Apply retention to ``queue``'s log (bounded work: call it periodically).
-
-        Removes entries every logical consumer has acknowledged and that are outside
-        the replay window; never one a consumer still needs, unless a hard cap
-        (``max_len`` / ``max_age_ms``) is set, in which case the drops are counted.
-
-        Returns:
-            ``(removed, dropped)``: removed safely, and unacknowledged ones dropped by a cap.
-        """
-        return retention.trim(self.scripts, self.keys(queue), self.config, now=now)
-
-    @translate_errors
-    def purge(self, queue: str) -> None:
-        """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
-        while keeping its logical consumers registered at the end of the (empty) log."""
-        retention.purge(self.client, self.keys(queue), self.consumers(queue))
-
-    @translate_errors
-    def stats(self, queue: str) -> QueueStats:
-        """Length, delayed, drops, archive lag, and per-consumer figures of ``queue``."""
-        return read_stats(self.client, self.keys(queue), history=self.config.history)

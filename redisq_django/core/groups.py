@@ -12,7 +12,7 @@ import redis
 
 from redisq_django.core.errors import ConsumerNotFound, is_nogroup
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptCall, Scripts
 from redisq_django.core.start import StartPoint
 from redisq_django.core.types import RedisClient, execute
 from redisq_django.core.wire import to_str
@@ -21,12 +21,17 @@ from redisq_django.core.wire import to_str
 def ensure_group(scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
     """Create the group on the log (at ``start``) and on the direct stream unless they
     exist; an existing group keeps its position. Returns True when it was created."""
-    created = scripts(
+    call = ensure_call(gkeys, start)
+    return bool(scripts(call.script, call.keys, call.args))
+
+
+def ensure_call(gkeys: GroupKeys, start: StartPoint) -> ScriptCall:
+    """The ``ensure_consumer.lua`` call of :func:`ensure_group`."""
+    return ScriptCall(
         "ensure_consumer",
         [gkeys.queue_keys.log, gkeys.direct],
         [gkeys.group, start.to_last_delivered_id()],
     )
-    return bool(created)
 
 
 def group_names(client: RedisClient, keys: QueueKeys) -> list[str]:

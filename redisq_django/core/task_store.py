@@ -23,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import lifecycle, settle, trends
+from redisq_django.core import lifecycle, settle
 from redisq_django.core.batch import run_script
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
@@ -34,7 +34,8 @@ from redisq_django.core.leases import started_tag
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptCall, Scripts
+from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_wire import (
     FAILED,
     ONCE,
@@ -43,7 +44,9 @@ from redisq_django.core.task_wire import (
     decode_hash,
     enqueue_call,
     expires,
+    found,
     pairs,
+    read_commands,
 )
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -77,6 +80,10 @@ class TaskResultStore:
         self.history = history
         self._rng = random.Random()
 
+    def new_pipe(self) -> TaskPipe:
+        """A pipe of this store's task writes for one thread (``core/task_pipe.py``)."""
+        return TaskPipe(self.client, self.scripts)
+
     @translate_errors
     def enqueue(
         self,
@@ -92,24 +99,36 @@ class TaskResultStore:
         Returns:
             With ``ONCE``, the result already there (nothing written), else None.
         """
-        keys, args = enqueue_call(
-            self.keys(envelope.queue), envelope, result, expire_at_ms=expire_at_ms, mode=mode
-        )
-        if self.trends_on and mode == PUBLISH:
-            counter = trends.counter(self.keys(envelope.queue))
+        call = self.enqueue_command(envelope, result, expire_at_ms=expire_at_ms, mode=mode)
+        if not call.quiet:
+            reply = self.scripts(call.script, call.keys, call.args)
+        else:
             try:
-                quiet = counter.commands({trends.PUBLISHED: 1})
                 reply = run_script(
-                    self.client, self.scripts, "task_enqueue", keys, args, quiet=quiet
+                    self.client, self.scripts, call.script, call.keys, call.args, quiet=call.quiet
                 )
             except BaseException:
-                counter.forget()
+                call.failed()
                 raise
-        else:
-            reply = self.scripts("task_enqueue", keys, args)
         if mode == ONCE and reply:
             return decode_hash(reply)
         return None
+
+    def enqueue_command(
+        self,
+        envelope: Envelope,
+        result: Mapping[str, str],
+        *,
+        expire_at_ms: int,
+        mode: str = PUBLISH,
+    ) -> ScriptCall:
+        """The ``task_enqueue.lua`` call of :meth:`enqueue` (``task_wire.enqueue_call``),
+        for whichever client runs it: this store's, or an asyncio one
+        (``core.asyncio_client.run_call``)."""
+        keys = self.keys(envelope.queue)
+        return enqueue_call(
+            keys, envelope, result, expire_at_ms=expire_at_ms, mode=mode, trends_on=self.trends_on
+        )
 
     @translate_errors
     def start(
@@ -334,14 +353,11 @@ class TaskResultStore:
     def read(self, queues: Sequence[str], result_id: str) -> tuple[str, dict[str, str]] | None:
         """The result ``result_id`` from whichever of ``queues`` holds it, in one round
         trip: ``(queue, fields)``, or None when none does (unknown or expired)."""
+        keys = [self.keys(queue) for queue in queues]
         with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.hgetall(self.keys(queue).task_result(result_id))
-            replies = pipe.execute()
-        for queue, raw in zip(queues, replies, strict=True):
-            if raw:
-                return queue, decode_hash(raw)
-        return None
+            for command in read_commands(keys, result_id):
+                pipe.execute_command(*command)
+            return found(keys, pipe.execute())
 
     @translate_errors
     def latest(self, queue: str, count: int) -> list[tuple[str, dict[str, str]]]:

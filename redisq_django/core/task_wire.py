@@ -1,19 +1,21 @@
 """The wire of task results (Django-free): statuses, the enqueue call, expiries, hashes.
 
-Shared by the sync store (:mod:`redisq_django.core.task_store`) and the asyncio
-enqueue of the Tasks backend (``redisq_django.tasks.aio``), so that both build the same
-``task_enqueue.lua`` call and read a result hash the same way (PROTOCOL.md, "Django task
-results").
+Shared by the sync store (:mod:`redisq_django.core.task_store`) and the asyncio side
+of the Tasks backend (``redisq_django.tasks.aio``), so that both run the same
+``task_enqueue.lua`` call, read results with the same commands and decode a result hash
+the same way (PROTOCOL.md, "Django task results").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.scripts import ScriptCall
 from redisq_django.core.wire import to_str
 
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
@@ -31,9 +33,11 @@ def enqueue_call(
     expire_at_ms: int,
     mode: str = PUBLISH,
     now: int | None = None,
-) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``task_enqueue.lua`` for ``envelope`` (its id is the result id)
-    and the result's fields: built once, run by a sync or an asyncio client."""
+    trends_on: bool = False,
+) -> ScriptCall:
+    """The ``task_enqueue.lua`` call for ``envelope`` (its id is the result id) and the
+    result's fields: built once, run by a sync or an asyncio client. With ``trends_on``,
+    a published task counts in the queue's ``published`` trend in the same round trip."""
     if envelope.id is None:
         raise ValueError("A task's envelope needs its id (the result id).")
     if envelope.delay_ms is not None:
@@ -52,7 +56,27 @@ def enqueue_call(
     ]
     if mode == PUBLISH and not due:
         args += envelope.fields()
-    return [keys.task_result(envelope.id), keys.task_results, keys.log, keys.delayed], args
+    script_keys = [keys.task_result(envelope.id), keys.task_results, keys.log, keys.delayed]
+    if not (trends_on and mode == PUBLISH):
+        return ScriptCall("task_enqueue", script_keys, args)
+    counter = trends.counter(keys)
+    quiet = counter.commands({trends.PUBLISHED: 1})
+    return ScriptCall("task_enqueue", script_keys, args, quiet, failed=counter.forget)
+
+
+def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:
+    """An ``HGETALL`` of result ``result_id`` in each of ``queues``; :func:`found` reads
+    the replies."""
+    return [("HGETALL", keys.task_result(result_id)) for keys in queues]
+
+
+def found(queues: Sequence[QueueKeys], replies: Sequence[Any]) -> tuple[str, dict[str, str]] | None:
+    """``(queue, fields)`` of the first of ``queues`` whose reply to
+    :func:`read_commands` holds the result, or None (unknown or expired)."""
+    for keys, raw in zip(queues, replies, strict=True):
+        if raw:
+            return keys.queue, decode_hash(raw)
+    return None
 
 
 def expires(expire_at_ms: int) -> str:

@@ -21,9 +21,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-import redis
 from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -31,10 +30,9 @@ from django.utils import timezone
 from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
-from redisq_django.core.dead_entry import DeadReason, redrive_fields
-from redisq_django.core.errors import RedisUnavailable, describe_client
-from redisq_django.core.redelivery import redrive
-from redisq_django.core.wire import loggable, to_bytes
+from redisq_django.core.dead_entry import DeadReason
+from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.wire import loggable
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
 
@@ -134,26 +132,13 @@ def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
     Raises:
         RedisUnavailable: Redis cannot be reached.
     """
-    envelopes = []
+    targets = []
     for row in rows:
         envelope = dict(row.envelope)
         envelope.setdefault("payload", row.payload)
         envelope.setdefault("id", row.message_id)
-        envelopes.append(redrive_fields({to_bytes(k): to_bytes(v) for k, v in envelope.items()}))
-    history = broker.config.history
-    try:
-        if not isinstance(broker.client, redis.Redis):  # Cluster: scripts one by one
-            return [
-                broker.redrive_envelope(r.queue, r.consumer, cast("dict[str | bytes, Any]", e))
-                for r, e in zip(rows, envelopes, strict=True)
-            ]
-        with broker.client.pipeline(transaction=False) as pipe:
-            for row, fields in zip(rows, envelopes, strict=True):
-                gkeys = broker.keys(row.queue).group(row.consumer)
-                redrive(broker.scripts, gkeys, "", fields, history, client=pipe)
-            return list(pipe.execute(raise_on_error=False))
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisUnavailable(describe_client(broker.client), exc) from exc
+        targets.append((row.queue, row.consumer, envelope))
+    return broker.redrive_envelopes(targets)
 
 
 def _retry_chunk(

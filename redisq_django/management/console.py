@@ -151,12 +151,11 @@ def deliver_now(opts: dict[str, Any], write: Write) -> None:
 
 
 def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:
-    broker = get_broker()
-    keys = broker.keys(queue)
+    operator = get_broker().operator
     if consumer is None:
-        page = browse.delayed(broker.client, keys, None, browse.MAX_PAGE)
+        page = operator.delayed(queue, None, browse.MAX_PAGE)
     else:
-        page = browse.retrying(broker.client, keys.group(consumer), None, browse.MAX_PAGE)
+        page = operator.retrying(queue, consumer, None, browse.MAX_PAGE)
     if not page.entries:
         write(empty)
         return

@@ -2,9 +2,10 @@
 
 Redis is the truth for backlog, in-flight, ages and instances: whichever workers run or
 not, the figures are those of the queue. They are read with the same pipelined commands
-as ``manage.py redisq status`` and the admin (:func:`~redisq_django.core.stats.read_stats`)
-plus one ``XINFO STREAM`` per queue for the published count. A Redis that does not answer
-in time makes ``redisq_redis_up`` 0 and the rest missing, never a failed scrape.
+as ``manage.py redisq status`` and the admin (``broker.operator.stats``) plus one
+``XINFO STREAM`` per queue for the published count (``broker.operator.entries_added``).
+A Redis that does not answer in time makes ``redisq_redis_up`` 0 and the rest missing,
+never a failed scrape.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from typing import Any
 
 import redis
 
+from redisq_django.core.broker import Broker
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
-from redisq_django.core.stats import QueueStats, read_stats
-from redisq_django.core.types import RedisClient
-from redisq_django.core.wire import to_str
+from redisq_django.core.stats import QueueStats
 from redisq_django.metrics import extras, families
 
 logger = logging.getLogger("redisq.metrics")
@@ -34,18 +33,17 @@ class QueueCollector:
     """A prometheus-client collector of the :data:`~.families` whose source is Redis.
 
     Args:
-        client: a redis-py client (with short timeouts: a scrape must not hang).
-        prefix: the key prefix (``REDISQ['PREFIX']``).
-        history: whether history is on (the archive's lag is exported then).
+        connect: the broker to read through, built at each scrape (its client with
+            short timeouts: a scrape must not hang); its failure to connect is an
+            outage like any other (``redisq_redis_up`` 0). With history on, the
+            archive's lag is exported too.
         queues: more queue names than Redis's registry of queues knows (declared ones).
         dead_letters: dead letters per (queue, consumer) kept elsewhere (database rows),
             added to those still in Redis.
         paused: paused consumers per (queue, consumer) (1.0) from their configuration.
     """
 
-    client: RedisClient
-    prefix: str
-    history: bool = False
+    connect: Callable[[], Broker]
     queues: Callable[[], Iterable[str]] = field(default=lambda: ())
     dead_letters: Callable[[], PerConsumer] = field(default=dict)
     paused: Callable[[], PerConsumer] = field(default=dict)
@@ -71,11 +69,9 @@ class QueueCollector:
     # -- reading -------------------------------------------------------------------------
 
     def _read(self) -> tuple[list[QueueStats], dict[str, int]]:
-        names = {to_str(q) for q in self.client.smembers(registry_key(self.prefix))}
-        names.update(self.queues())
-        keys = [queue_keys(self.prefix, q) for q in sorted(names)]
-        stats = [read_stats(self.client, k, history=self.history) for k in keys]
-        return stats, _entries_added(self.client, keys)
+        broker = self.connect()
+        names = sorted({*broker.queues(), *self.queues()})
+        return broker.operator.stats(names), broker.operator.entries_added(names)
 
     # -- families ------------------------------------------------------------------------
 
@@ -143,29 +139,3 @@ def _family(fam: families.Family) -> Any:
         families.Kind.COUNTER: core.CounterMetricFamily,
     }[fam.kind]
     return cls(fam.client_name, fam.help, labels=fam.labels)
-
-
-def _entries_added(client: RedisClient, keys: list[QueueKeys]) -> dict[str, int]:
-    """Messages ever appended to each queue's log (Redis >= 7; nothing before)."""
-    if not keys:
-        return {}
-    with client.pipeline(transaction=False) as pipe:
-        for k in keys:
-            pipe.execute_command("XINFO", "STREAM", k.log)
-        replies = pipe.execute(raise_on_error=False)
-    out: dict[str, int] = {}
-    for k, reply in zip(keys, replies, strict=True):
-        if isinstance(reply, Exception):  # no log yet (ERR no such key), or a wrong type
-            continue
-        info = _as_dict(reply)
-        added = info.get("entries-added")
-        if added is not None:
-            out[k.queue] = int(added)
-    return out
-
-
-def _as_dict(reply: Any) -> dict[str, Any]:
-    # RESP2: a flat [name, value, ...] list; RESP3: a map.
-    if isinstance(reply, dict):
-        return {to_str(k): v for k, v in reply.items()}
-    return {to_str(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}

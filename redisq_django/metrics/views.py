@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any, cast
 
 import redis
 from django.db.models import Count
@@ -31,7 +30,7 @@ from redis.exceptions import RedisClusterException
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import quick_client
-from redisq_django.core.types import RedisClient
+from redisq_django.core import Broker
 from redisq_django.metrics import extras
 from redisq_django.metrics.gauges import PerConsumer, QueueCollector
 
@@ -94,29 +93,18 @@ def _unauthorized(message: str) -> HttpResponse:
 
 
 def _collector() -> QueueCollector:
-    config = get_core_config()
-    try:
-        client: RedisClient = quick_client(REDIS_TIMEOUT_S)
-    except RedisClusterException as exc:  # no node answered: the scrape says Redis is down
-        client = cast("RedisClient", _Unreachable(exc))  # stands in: every call raises
     return QueueCollector(
-        client=client,
-        prefix=config.prefix,
-        history=config.history,
-        queues=_declared_queues,
-        dead_letters=_dead_letters,
-        paused=_paused,
+        connect=_broker, queues=_declared_queues, dead_letters=_dead_letters, paused=_paused
     )
 
 
-class _Unreachable:
-    """Stands for a client that could not be built: every call is an outage."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self._exc = exc
-
-    def __getattr__(self, name: str) -> Any:
-        raise redis.ConnectionError(str(self._exc))
+def _broker() -> Broker:
+    """A broker on the client of scrapes (short timeouts, no retries)."""
+    try:
+        client = quick_client(REDIS_TIMEOUT_S)
+    except RedisClusterException as exc:  # no node answered: the scrape says Redis is down
+        raise redis.ConnectionError(str(exc)) from exc
+    return Broker(client, get_core_config())
 
 
 def _declared_queues() -> list[str]:

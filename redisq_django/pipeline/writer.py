@@ -143,14 +143,15 @@ class _Sender:
         self.options = options
         self.link = Link(options)
         self._broker: Broker | None = None
+        self._client: Any = None  # the link's client the broker was built on
 
     def send(self, batch: list[Envelope]) -> None:
         self.link.run(lambda: _send_once(self._broker_now(), self.options, batch), "sending")
 
     def _broker_now(self) -> Broker:
         client = self.link.client
-        if self._broker is None or self._broker.client is not client:
-            self._broker = redis_io.broker(self.options, client)
+        if self._broker is None or self._client is not client:
+            self._broker, self._client = redis_io.broker(self.options, client), client
         return self._broker
 
 

@@ -60,13 +60,7 @@ def record_run(spec: ScheduleSpec, fired: Fired) -> None:
 def build_scheduler(broker: Broker, *, clock: Callable[[], int] | None = None) -> Scheduler:
     """A scheduler of the ``Schedule`` rows publishing through ``broker``."""
     return Scheduler(
-        broker.client,
-        broker.config.prefix,
-        RowLoader(),
-        firer(broker),
-        record=record_run,
-        clock=clock,
-        scripts=broker.scripts,
+        broker.schedule_ledger, RowLoader(), firer(broker), record=record_run, clock=clock
     )
 
 

@@ -11,14 +11,13 @@ would be stale after downtime.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from redisq_django.core.clock import ms_to_datetime
-from redisq_django.core.errors import RedisUnavailable, translate_errors
-from redisq_django.core.keys import schedule_keys
-from redisq_django.core.types import RedisClient
+from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.schedules.spec import ScheduleSpec
 from redisq_django.schedules.timing import ScheduleError
 
@@ -133,30 +132,10 @@ def listed(now_ms: int) -> list[ScheduleState]:
     return [found[name] for name in sorted(found)]
 
 
-@translate_errors
-def redis_ticks(
-    client: RedisClient, prefix: str, names: Iterable[str]
-) -> dict[str, tuple[int, int]]:
-    """The latest claimed and sent tick of each schedule (0: none), in one round trip.
-
-    Raises:
-        RedisUnavailable: Redis cannot be reached.
-    """
-    names = list(names)
-    if not names:
-        return {}
-    keys = schedule_keys(prefix)
-    pipe = client.pipeline(transaction=False)
-    pipe.zmscore(keys.claimed, names)
-    pipe.zmscore(keys.sent, names)
-    claimed, sent = pipe.execute()
-    return {n: (int(c or 0), int(s or 0)) for n, c, s in zip(names, claimed, sent, strict=True)}
-
-
 def with_ticks(
     states: list[ScheduleState], ticks: Mapping[str, tuple[int, int]]
 ) -> list[ScheduleState]:
-    """``states`` with the last claimed and sent ticks of ``ticks`` (from :func:`redis_ticks`)."""
+    """``states`` with the last claimed and sent ticks of ``ticks`` (``ScheduleLedger.ticks``)."""
     out = []
     for s in states:
         claimed, sent = ticks.get(s.name, (0, 0))
@@ -164,7 +143,7 @@ def with_ticks(
     return out
 
 
-def current(client: RedisClient, prefix: str) -> tuple[list[ScheduleState], str]:
+def current(ledger: ScheduleLedger) -> tuple[list[ScheduleState], str]:
     """Every schedule (:func:`listed`) with its ticks in Redis, "now" being Redis's clock
     as for the workers.
 
@@ -176,12 +155,12 @@ def current(client: RedisClient, prefix: str) -> tuple[list[ScheduleState], str]
     from redisq_django.schedules.scheduler import RedisClock
 
     try:
-        now = RedisClock(client)()
+        now = RedisClock(ledger)()
     except RedisUnavailable as exc:
         return listed(now_ms()), str(exc)
     states = listed(now)
     try:
-        return with_ticks(states, redis_ticks(client, prefix, [s.name for s in states])), ""
+        return with_ticks(states, ledger.ticks(s.name for s in states)), ""
     except RedisUnavailable as exc:
         return states, str(exc)
 

@@ -34,10 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redisq_django.core.errors import RedisUnavailable, translate_errors
-from redisq_django.core.keys import schedule_keys
-from redisq_django.core.scripts import Scripts
-from redisq_django.core.types import RedisClient
+from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.schedules.spec import ScheduleSpec
 from redisq_django.schedules.timing import Missed
 
@@ -67,21 +65,16 @@ class RedisClock:
     clocks over an interval, a few ppm); the claim script has the last word anyway.
     """
 
-    def __init__(self, client: RedisClient, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
-        self.client = client
+    def __init__(self, ledger: ScheduleLedger, *, resync_s: float = CLOCK_SYNC_INTERVAL_S) -> None:
+        self.ledger = ledger
         self.resync_ns = int(resync_s * 1e9)
         #: (Redis's ms, this host's monotonic ns) of the last reading; one tuple, so a
         #: thread never sees half of a new reading.
         self._base: tuple[int, int] | None = None
 
-    @translate_errors
     def _sync(self) -> tuple[int, int]:
-        reply = self.client.time()
-        received = time.monotonic_ns()
-        if isinstance(reply, dict):  # RedisCluster answers per node: any one will do
-            reply = next(iter(reply.values()))
-        seconds, micros = reply
-        self._base = base = (int(seconds) * 1000 + int(micros) // 1000, received)
+        redis_ms = self.ledger.redis_time()
+        self._base = base = (redis_ms, time.monotonic_ns())
         return base
 
     def observe(self, redis_ms: int) -> None:
@@ -119,8 +112,7 @@ class Scheduler:
     """Fires the due ticks of the schedules ``load`` returns (see the module docstring).
 
     Args:
-        client: a redis-py client (bytes responses).
-        prefix: the keys' prefix (``REDISQ["PREFIX"]``).
+        ledger: the claimed and sent ticks in Redis (``broker.schedule_ledger``).
         load: the current schedules; asked every ``reload_s`` seconds (its failures are
             logged, the schedules known last stay in force).
         fire: publishes a tick (queue message or task); see ``schedules.targets``.
@@ -128,28 +120,23 @@ class Scheduler:
         clock: "now" in ms since the epoch (default: :class:`RedisClock`). Whatever
             it says, a tick is claimed only once Redis's clock says it is due.
         reload_s: seconds between two calls of ``load``.
-        scripts: the client's registered scripts (default: registered here).
     """
 
     def __init__(
         self,
-        client: RedisClient,
-        prefix: str,
+        ledger: ScheduleLedger,
         load: Callable[[], Sequence[ScheduleSpec]],
         fire: Fire,
         *,
         record: Record | None = None,
         clock: Callable[[], int] | None = None,
         reload_s: float = RELOAD_INTERVAL_S,
-        scripts: Scripts | None = None,
     ) -> None:
-        self.client = client
-        self.scripts = scripts or Scripts(client)
-        self.keys = schedule_keys(prefix)
+        self.ledger = ledger
         self.load = load
         self.fire = fire
         self.record = record
-        self.clock: Callable[[], int] = clock or RedisClock(client)
+        self.clock: Callable[[], int] = clock or RedisClock(ledger)
         self.reload_s = reload_s
         self.specs: dict[str, ScheduleSpec] = {}
         self._loaded_at = float("-inf")
@@ -192,7 +179,6 @@ class Scheduler:
             return MAX_PAUSE_S
         return min(MAX_PAUSE_S, max(MIN_PAUSE_S, wait_ms / 1000))
 
-    @translate_errors
     def evaluate(self) -> list[Fired]:
         """Fire every due tick of every enabled schedule that no worker claimed yet.
 
@@ -215,14 +201,10 @@ class Scheduler:
                 candidates.append(spec)
         if not candidates:
             return []
-        names = [s.name for s in candidates]
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zmscore(self.keys.claimed, names)
-        pipe.zmscore(self.keys.sent, names)
-        claimed, sent = pipe.execute()
+        ticks = self.ledger.ticks(s.name for s in candidates)
         fired: list[Fired] = []
-        for spec, c, s in zip(candidates, claimed, sent, strict=True):
-            fired += self._evaluate_one(spec, now, int(c or 0), int(s or 0))
+        for spec in candidates:
+            fired += self._evaluate_one(spec, now, *ticks[spec.name])
         return fired
 
     def _evaluate_one(self, spec: ScheduleSpec, now: int, claimed: int, sent: int) -> list[Fired]:
@@ -243,7 +225,7 @@ class Scheduler:
         for _ in range(2):
             refused_at = None
             for tick in spec.timing.due(last, now - ahead, spec.missed, spec.catch_up_ms):
-                won, redis_now = self._claim(spec.name, tick)
+                won, redis_now = self.ledger.claim(spec.name, tick)
                 if won is None:
                     refused_at = redis_now
                     break
@@ -273,17 +255,6 @@ class Scheduler:
         self._next[spec.name] = (spec, (redis_now if pending else later) + shift)
         return fired
 
-    def _claim(self, name: str, tick: int) -> tuple[bool | None, int]:
-        """Claim ``tick`` of schedule ``name`` (``schedule_claim.lua``).
-
-        Returns:
-            (True: this worker publishes it, False: claimed already, None: not due yet
-            by Redis's clock), and Redis's clock (ms) as the script read it.
-        """
-        answer, redis_now = self.scripts("schedule_claim", [self.keys.claimed], [name, tick])
-        answer = int(answer)
-        return (None if answer < 0 else bool(answer)), int(redis_now)
-
     def _attempts_left(self, name: str, tick: int) -> bool:
         return self._failures.get((name, tick), 0) < MAX_FIRE_ATTEMPTS
 
@@ -308,7 +279,7 @@ class Scheduler:
             )
             return []
         self._failures.pop(key, None)
-        self.client.zadd(self.keys.sent, {spec.name: tick}, gt=True)
+        self.ledger.mark_sent(spec.name, tick)
         result = Fired(spec.name, tick, message_id, repaired)
         logger.info("Schedule %s fired: %s", spec.name, message_id)
         if self.record is not None:

@@ -20,7 +20,8 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_store import TaskResultStore
-from redisq_django.core.task_wire import PUBLISH
+from redisq_django.core.task_wire import found as read_found
+from redisq_django.core.task_wire import read_commands
 from redisq_django.tasks import aio, registry
 from redisq_django.tasks.backend_options import (
     TASKS_CONSUMER,
@@ -83,7 +84,6 @@ class RedisqBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._ensured: set[str] = set()
-        self._results: TaskResultStore | None = None
 
     @functools.cached_property
     def task_options(self) -> TaskOptions:
@@ -100,16 +100,7 @@ class RedisqBackend(BaseTaskBackend):
     @property
     def results(self) -> TaskResultStore:
         """The task results of the current broker (rebuilt when settings change it)."""
-        broker = get_broker()
-        if self._results is None or self._results.client is not broker.client:
-            self._results = TaskResultStore(
-                broker.client,
-                broker.scripts,
-                broker.keys,
-                history=broker.config.history,
-                trends_on=broker.config.trends,
-            )
-        return self._results
+        return get_broker().task_results
 
     # -- validation --------------------------------------------------------------------
 
@@ -240,21 +231,17 @@ class RedisqBackend(BaseTaskBackend):
         one per loop, standalone or Cluster; see ``tasks/aio.py``): never blocks the event
         loop on Redis."""
         result, envelope, message, expire_at = self.prepare(task, args, kwargs)
-        broker = get_broker()
-        keys = broker.keys(envelope.queue)
-        async with aio.client() as client:
-            if envelope.queue not in self._ensured:
-                await aio.ensure_consumer(client, keys, TASKS_CONSUMER)
-                self._ensured.add(envelope.queue)
-            await aio.enqueue(
-                client,
-                keys,
-                envelope,
-                message.result_fields(),
-                expire_at,
-                PUBLISH,
-                trends_on=broker.config.trends,  # counted as enqueue counts
-            )
+        queue = envelope.queue
+        async with aio.loop_client() as client:
+            if queue not in self._ensured:
+                # From the log's start, as ensure_queue does.
+                call = get_broker().ensure_consumer_call(queue, TASKS_CONSUMER, "earliest")
+                await aio.run(client, call)
+                self._ensured.add(queue)
+            fields = message.result_fields()
+            # The same call as enqueue's (its trend counted in the same round trip).
+            call = self.results.enqueue_command(envelope, fields, expire_at_ms=expire_at)
+            await aio.run(client, call)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -279,9 +266,10 @@ class RedisqBackend(BaseTaskBackend):
     async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
         """``get_result`` with the event loop's asyncio Redis client (as ``aenqueue``)."""
         broker = get_broker()
-        keys = [broker.keys(q) for q in self.result_queues()]
-        async with aio.client() as client:
-            found = await aio.read(client, keys, result_id)
+        queues = [broker.keys(q) for q in self.result_queues()]
+        async with aio.loop_client() as client:
+            replies = await aio.pipelined(client, read_commands(queues, result_id))
+        found = read_found(queues, replies)
         if found is None:
             raise TaskResultDoesNotExist(result_id)
-        return from_fields(result_id, found, self.alias)
+        return from_fields(result_id, found[1], self.alias)

@@ -176,10 +176,11 @@ _local = threading.local()
 def _pipe(store: TaskResultStore) -> TaskPipe:
     """This thread's pipe of task writes (a new one when the broker changed)."""
     pipe: TaskPipe | None = getattr(_local, "pipe", None)
-    if pipe is None or pipe.client is not store.client:
+    if pipe is None or getattr(_local, "store", None) is not store:
         if pipe is not None:
             pipe.close()
-        pipe = _local.pipe = TaskPipe(store.client, store.scripts)
+        pipe = _local.pipe = store.new_pipe()
+        _local.store = store
     return pipe
 
 

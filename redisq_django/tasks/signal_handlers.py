@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models.signals import post_save
 
@@ -12,6 +12,9 @@ from redisq_django.core.dead_entry import DeadReason
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_retried
 from redisq_django.tasks.backend_options import TASKS_CONSUMER
+
+if TYPE_CHECKING:
+    from redisq_django.core.task_store import TaskResultStore
 
 
 def _task_queue_ttls() -> dict[str, int]:
@@ -26,12 +29,10 @@ def _task_queue_ttls() -> dict[str, int]:
     }
 
 
-def _results() -> Any:
+def _results() -> TaskResultStore:
     from redisq_django.connection import get_broker
-    from redisq_django.core.task_store import TaskResultStore
 
-    broker = get_broker()
-    return TaskResultStore(broker.client, broker.scripts, broker.keys)
+    return get_broker().task_results
 
 
 def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:

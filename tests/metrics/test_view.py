@@ -293,7 +293,7 @@ def test_the_collector_reads_a_redis_cluster(redis_cluster: Any) -> None:
 
     # When collected
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(QueueCollector(client=client, prefix="redisq"))
+    registry.register(QueueCollector(connect=lambda: broker))
     text = generate_latest(registry).decode()
 
     # Then every figure is there, per queue

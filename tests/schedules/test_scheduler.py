@@ -43,7 +43,7 @@ class SimClock:
 def make_worker(
     broker: Broker, specs: Callable[[], Sequence[ScheduleSpec]], clock: Callable[[], int]
 ) -> Scheduler:
-    return Scheduler(broker.client, broker.config.prefix, specs, firer(broker), clock=clock)
+    return Scheduler(broker.schedule_ledger, specs, firer(broker), clock=clock)
 
 
 def published(client: redis.Redis, queue: str) -> list[str]:
@@ -171,8 +171,7 @@ def test_workers_that_read_the_same_state_at_once_fire_a_tick_once(
     broker = Broker(redis_client)
     workers = [
         Scheduler(
-            ReadTogether(redis_client, barrier),
-            "redisq",
+            Broker(ReadTogether(redis_client, barrier)).schedule_ledger,
             lambda: [spec],
             firer(broker),
             clock=lambda: t0 + 1500,
@@ -354,7 +353,7 @@ def test_a_disabled_schedule_fires_nothing_and_a_failing_one_does_not_stop_other
         return real(spec, tick)
 
     clock = SimClock(t0)
-    worker = Scheduler(broker.client, "redisq", lambda: specs, fire, clock=clock.view())
+    worker = Scheduler(broker.schedule_ledger, lambda: specs, fire, clock=clock.view())
     # When it evaluates for 3 s (every 100 ms)
     for step in range(1, 31):
         clock.now = t0 + step * 100

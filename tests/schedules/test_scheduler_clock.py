@@ -33,7 +33,7 @@ def test_redis_clock_ignores_a_step_of_this_hosts_wall_clock(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a RedisClock that has read Redis's clock
-    clock = RedisClock(redis_client)
+    clock = RedisClock(Broker(redis_client).schedule_ledger)
     before = redis_ms(redis_client)
     assert before <= clock() <= redis_ms(redis_client)
     # When this host's wall clock steps 5 s forward, then 5 s back
@@ -54,7 +54,7 @@ def test_redis_clock_ignores_a_step_of_this_hosts_wall_clock(
 def test_redis_clock_takes_an_earlier_now_that_redis_answered(redis_client: redis.Redis) -> None:
     # Given a RedisClock, and a "now" from Redis 3 s earlier than it reads (Redis's
     # clock was stepped back)
-    clock = RedisClock(redis_client)
+    clock = RedisClock(Broker(redis_client).schedule_ledger)
     earlier = clock() - 3000
     # When it is told, then it reads from there on; a later "now" changes nothing
     clock.observe(earlier)
@@ -83,7 +83,7 @@ def test_a_worker_whose_clock_runs_ahead_fires_no_tick_early_and_blocks_none(
     )
 
     def worker(clock: Callable[[], int]) -> Scheduler:
-        return Scheduler(broker.client, "redisq", lambda: [spec], firer(broker), clock=clock)
+        return Scheduler(broker.schedule_ledger, lambda: [spec], firer(broker), clock=clock)
 
     workers = [worker(lambda: redis_ms(redis_client) + 5 * SECOND)]
     if beside:
@@ -123,7 +123,7 @@ def test_a_foreign_client_claims_ticks_by_redis_clock_beside_a_python_worker(
         queue_name, Timing.of(every=1), QueueTarget(queue_name), since_ms=tick - 60 * SECOND
     )
     python = Scheduler(
-        broker.client, "redisq", lambda: [spec], firer(broker), clock=lambda: tick + 500
+        broker.schedule_ledger, lambda: [spec], firer(broker), clock=lambda: tick + 500
     )
 
     # When the foreign client, whose clock runs 5 s ahead, claims the tick it thinks due

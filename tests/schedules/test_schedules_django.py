@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from redisq_django.connection import get_broker
+from redisq_django.core import Broker
 from redisq_django.core.keys import queue_keys
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.models import Schedule
@@ -216,7 +217,12 @@ def test_task_schedules_call_enqueue_once_once_per_tick_with_the_tick_id(
     )
     now = [t0]
     workers = [
-        Scheduler(redis_client, "redisq", lambda: [spec], firer(get_broker()), clock=lambda: now[0])
+        Scheduler(
+            Broker(redis_client).schedule_ledger,
+            lambda: [spec],
+            firer(get_broker()),
+            clock=lambda: now[0],
+        )
         for _ in range(3)
     ]
     for step in range(1, 101):

@@ -18,6 +18,7 @@ import redis
 from django.core.management import call_command
 
 from redisq_django.connection import get_broker
+from redisq_django.core import Broker
 from redisq_django.schedules.declared import registry
 from redisq_django.schedules.scheduler import Scheduler
 from redisq_django.schedules.spec import ScheduleSpec, TaskTarget
@@ -74,7 +75,12 @@ def test_three_workers_enqueue_a_periodic_task_once_per_tick(
     )
     now = [t0]
     workers = [
-        Scheduler(redis_client, "redisq", lambda: [spec], firer(get_broker()), clock=lambda: now[0])
+        Scheduler(
+            Broker(redis_client).schedule_ledger,
+            lambda: [spec],
+            firer(get_broker()),
+            clock=lambda: now[0],
+        )
         for _ in range(3)
     ]
     fired = []

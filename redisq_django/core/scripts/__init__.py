@@ -13,7 +13,8 @@ every way our code calls a script (:meth:`Scripts.__call__`, :meth:`Scripts.comm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, get_args
 
@@ -61,6 +62,33 @@ PROTOCOL_TOKEN = f"redisq/{PROTOCOL_VERSION}".encode()
 def versioned(args: Sequence[Any]) -> list[Any]:
     """A script's ARGV as sent: the protocol token, then ``args``."""
     return [PROTOCOL_TOKEN, *args]
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """One call of a script, built once by the core and run by whichever client runs it:
+    the synchronous one (``core.batch.run_script``) or an asyncio one
+    (``core.asyncio_client.run_call``).
+
+    Attributes:
+        script: the script's name.
+        keys: its KEYS.
+        args: its ARGV (without the protocol token, added when it is sent).
+        quiet: commands sent in the same round trip whose replies are not read (the
+            trend counters, ``core/trends.py``).
+        failed: to call when the call failed: its quiet commands may be lost too (a
+            trend counter sends its ``EXPIRE`` again next time).
+    """
+
+    script: ScriptName
+    keys: list[str]
+    args: list[Any]
+    quiet: Sequence[Sequence[Any]] = ()
+    failed: Callable[[], None] = field(default=_nothing, compare=False)
 
 
 def script_source(name: str) -> str:

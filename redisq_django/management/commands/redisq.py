@@ -319,8 +319,7 @@ class Command(BaseCommand):
         console.deliver_now(opts, self.stdout.write)
 
     def do_schedules(self, opts: dict[str, Any]) -> None:
-        broker = get_broker()
-        states, problem = listing.current(broker.client, broker.config.prefix)
+        states, problem = listing.current(get_broker().schedule_ledger)
         if not states:
             self.stdout.write(
                 "No schedules (declare them with periodic(), or add them in the admin)."

@@ -20,8 +20,7 @@ from redisq_django.connection import get_broker
 from redisq_django.consuming.consumer_sync import sync_declarations
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
-from redisq_django.core.errors import RedisqError, describe_client
-from redisq_django.core.server import warn_server_problems
+from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
@@ -145,11 +144,9 @@ class Command(BaseCommand):
         elif not opts["queues"]:
             raise CommandError("Name at least one QUEUE to consume (or use --tasks).")
         try:
-            get_broker().client.ping()
+            get_broker().operator.ping()
         except Exception as exc:  # RedisUnavailable or a redis-py connection error
-            raise CommandError(
-                f"Cannot reach Redis at {describe_client(get_broker().client)}: {exc}"
-            ) from None
+            raise CommandError(f"Cannot reach Redis at {get_broker().where}: {exc}") from None
         grace = opts["grace_period"]
         if grace is None:
             grace = get_settings()["SHUTDOWN_GRACE_PERIOD"]
@@ -179,7 +176,7 @@ class Command(BaseCommand):
         except RedisqError as exc:
             raise CommandError(str(exc)) from None
         if not is_supervised():  # its supervisor warned already
-            warn_server_problems(get_broker().client)  # eviction, no AOF, Redis < 6.2
+            get_broker().operator.warn_server_problems()  # eviction, no AOF, Redis < 6.2
         self._banner(worker, opts)
         if server is not None:
             self.stdout.write(f"  metrics: {server.url}")
@@ -206,7 +203,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         finally:
             close_old_connections()
-        warn_server_problems(get_broker().client)  # once for all children
+        get_broker().operator.warn_server_problems()  # once for all children
         env = _child_env()
         server = on_exit = None
         if opts["metrics_port"] is not None:
@@ -274,7 +271,7 @@ class Command(BaseCommand):
         lines = [
             f"redisq worker {socket.gethostname()}:{os.getpid()} ({mode}"
             f"{', supervised' if is_supervised() else ''}), Redis "
-            f"{describe_client(broker.client)}, prefix {config.prefix!r}",
+            f"{broker.where}, prefix {config.prefix!r}",
         ]
         rows = {
             (r.queue.name, r.name): r

@@ -1,0 +1,208 @@
+"""The broker's base: its Redis, the objects it hands out (archives, task results, the
+operator's reads and actions, the schedules' ledger), and its upkeep of what is stored:
+dead letters, retention, purge and stats."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+import redis
+
+from redisq_django.core import named_archives, redelivery, retention
+from redisq_django.core.asyncio_client import new_client
+from redisq_django.core.config import CoreConfig
+from redisq_django.core.dead_entry import DeadEntry, redrive_fields
+from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
+from redisq_django.core.groups import group_names
+from redisq_django.core.keys import QueueKeys, queue_keys
+from redisq_django.core.queue_operator import QueueOperator
+from redisq_django.core.schedule_ledger import ScheduleLedger
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.stats import QueueStats, read_stats
+from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.types import AsyncRedisClient, RedisClient, StreamEntries
+from redisq_django.core.wire import to_bytes, to_str
+
+
+class BrokerUpkeep:
+    """What :class:`~redisq_django.core.Broker` is built on; use the ``Broker``.
+
+    Args:
+        client: a redis-py ``Redis`` or ``RedisCluster`` client (bytes responses).
+        config: settings; defaults when omitted.
+    """
+
+    def __init__(self, client: RedisClient, config: CoreConfig | None = None) -> None:
+        self.client = client
+        self.config = config or CoreConfig()
+        self.scripts = Scripts(client)
+        self._keys: dict[str, QueueKeys] = {}
+
+    @property
+    def where(self) -> str:
+        """Where its Redis is, for messages (``host:port/db``, never a password)."""
+        return describe_client(self.client)
+
+    def new_async_client(self) -> AsyncRedisClient:
+        """A new ``redis.asyncio`` client of its Redis, with its client's connection
+        settings (``core/asyncio_client.py``); the caller closes it."""
+        return new_client(self.client)
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of ``queue`` (validates the name once)."""
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = queue_keys(self.config.prefix, queue)
+        return keys
+
+    # -- what it hands out -------------------------------------------------------------
+
+    @property
+    def archives(self) -> named_archives.Archives:
+        """The queues' named archives: register, commit, list, remove
+        (:class:`~redisq_django.core.named_archives.Archives`)."""
+        return named_archives.Archives(self.client, self.scripts, self.keys)
+
+    @functools.cached_property
+    def operator(self) -> QueueOperator:
+        """An operator's reads and actions: the lists of a queue, one message, instances,
+        figures and trends, the server's shortcomings, delivering now, purging
+        (:class:`~redisq_django.core.queue_operator.QueueOperator`)."""
+        return QueueOperator(self.client, self.scripts, self.config, self.keys)
+
+    @functools.cached_property
+    def task_results(self) -> TaskResultStore:
+        """The task queues' results (:class:`~redisq_django.core.task_store.TaskResultStore`),
+        with this broker's history and trends settings."""
+        return TaskResultStore(
+            self.client,
+            self.scripts,
+            self.keys,
+            history=self.config.history,
+            trends_on=self.config.trends,
+        )
+
+    @functools.cached_property
+    def schedule_ledger(self) -> ScheduleLedger:
+        """The schedules' claimed and sent ticks, and Redis's clock
+        (:class:`~redisq_django.core.schedule_ledger.ScheduleLedger`)."""
+        return ScheduleLedger(self.client, self.scripts, self.config.prefix)
+
+    # -- dead letters ------------------------------------------------------------------
+
+    @translate_errors
+    def dead_letters(
+        self, queue: str, consumer: str, *, count: int = 100, after: str | None = None
+    ) -> list[DeadEntry]:
+        """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
+        after dead-stream entry id ``after`` when paging)."""
+        gkeys = self.keys(queue).group(consumer)
+        after_id = f"({after}" if after else "-"
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, after_id, "+", count=count))
+        return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
+
+    @translate_errors
+    def delete_dead(self, queue: str, consumer: str, entry_ids: Iterable[str]) -> int:
+        """Remove dead letters from Redis (once stored elsewhere, or to discard them)."""
+        ids = list(entry_ids)
+        return int(self.client.xdel(self.keys(queue).group(consumer).dead, *ids)) if ids else 0
+
+    @translate_errors
+    def redrive(self, queue: str, consumer: str, entry_id: str) -> str | None:
+        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only.
+
+        The attempt count starts again from zero; other consumers of the queue do not
+        see the message again.
+
+        Returns:
+            The new delivery's entry id, or None when the dead letter is gone.
+
+        Raises:
+            NotRedrivable: the dead letter is undecodable (it would only die again).
+        """
+        gkeys = self.keys(queue).group(consumer)
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
+        if not entries:
+            return None
+        new_id = redelivery.redrive(
+            self.scripts, gkeys, entry_id, redrive_fields(dict(entries[0][1])), self.config.history
+        )
+        return to_str(new_id) if new_id else None
+
+    @translate_errors
+    def redrive_envelope(self, queue: str, consumer: str, fields: Mapping[str | bytes, Any]) -> str:
+        """Deliver an envelope (e.g. a dead letter kept in a database) to ``consumer`` only.
+
+        Args:
+            fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
+                ``id``, ``headers`` and ``published_at`` keep the message's identity.
+
+        Returns:
+            The new delivery's entry id.
+        """
+        gkeys = self.keys(queue).group(consumer)
+        envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+        return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
+
+    def redrive_envelopes(
+        self, targets: Sequence[tuple[str, str, Mapping[str | bytes, Any]]]
+    ) -> list[object]:
+        """Deliver each ``(queue, consumer, fields)`` envelope to its consumer only, as
+        :meth:`redrive_envelope` does, all in one pipelined round trip (one call each on
+        a Redis Cluster client).
+
+        Returns:
+            Each new delivery's entry id, or the exception Redis answered for that one.
+
+        Raises:
+            NotRedrivable: an envelope has no ``payload`` (nothing is sent then).
+            RedisUnavailable: Redis cannot be reached.
+        """
+        envelopes = [
+            redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+            for _queue, _consumer, fields in targets
+        ]
+        history = self.config.history
+        try:
+            if not isinstance(self.client, redis.Redis):  # Cluster: scripts one by one
+                return [
+                    self.redrive_envelope(q, c, cast("dict[str | bytes, Any]", e))
+                    for (q, c, _f), e in zip(targets, envelopes, strict=True)
+                ]
+            with self.client.pipeline(transaction=False) as pipe:
+                for (queue, consumer, _fields), fields in zip(targets, envelopes, strict=True):
+                    gkeys = self.keys(queue).group(consumer)
+                    redelivery.redrive(self.scripts, gkeys, "", fields, history, client=pipe)
+                replies = pipe.execute(raise_on_error=False)
+            return [r if isinstance(r, Exception) else to_str(r) for r in replies]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailable(self.where, exc) from exc
+
+    # -- retention, purge, stats -------------------------------------------------------
+
+    @translate_errors
+    def trim(self, queue: str, *, now: int | None = None) -> tuple[int, int]:
+        """Apply retention to ``queue``'s log (bounded work: call it periodically).
+
+        Removes entries every logical consumer has acknowledged and that are outside
+        the replay window; never one a consumer still needs, unless a hard cap
+        (``max_len`` / ``max_age_ms``) is set, in which case the drops are counted.
+
+        Returns:
+            ``(removed, dropped)``: removed safely, and unacknowledged ones dropped by a cap.
+        """
+        return retention.trim(self.scripts, self.keys(queue), self.config, now=now)
+
+    @translate_errors
+    def purge(self, queue: str) -> None:
+        """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
+        while keeping its logical consumers registered at the end of the (empty) log."""
+        keys = self.keys(queue)
+        retention.purge(self.client, keys, group_names(self.client, keys))
+
+    @translate_errors
+    def stats(self, queue: str) -> QueueStats:
+        """Length, delayed, drops, archive lag, and per-consumer figures of ``queue``."""
+        return read_stats(self.client, self.keys(queue), history=self.config.history)

@@ -4,6 +4,7 @@ are :mod:`redisq_django.deadletters`)."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,16 +13,28 @@ from django.utils.dateparse import parse_datetime
 from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
+from redisq_django.core.errors import InvalidName
+from redisq_django.core.keys import validate_name
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
 
+logger = logging.getLogger(__name__)
+
 
 def all_queue_names() -> list[str]:
-    """Queues known to Redis or declared in the database, sorted."""
+    """Queues known to Redis or declared in the database, sorted. A registry member
+    that is no queue name (any Redis client may write one) is left out with a warning,
+    so that one bad record does not stop every command that lists the queues."""
     from redisq_django.models import Queue
 
     names = set(get_broker().queues()) | set(Queue.objects.values_list("name", flat=True))
-    return sorted(names)
+    readable = []
+    for name in sorted(names):
+        try:
+            readable.append(validate_name("queue", name))
+        except InvalidName as exc:
+            logger.warning("Skipping %r in the queue registry: %s", name, exc)
+    return readable
 
 
 def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:

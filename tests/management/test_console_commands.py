@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
+from redisq_django.core.keys import registry_key
 from tests.support.live_data import Live, live_consumer
 
 pytestmark = pytest.mark.django_db
@@ -189,3 +190,22 @@ def test_with_redis_stopped_the_commands_say_so(
         redisq("deliver-now", queue_name, "--all")
     with pytest.raises(CommandError, match=says):
         redisq("purge", queue_name, "--consumer", "billing", "--yes")
+
+
+def test_a_registry_member_that_is_no_queue_name_leaves_the_commands_up(
+    broker: Any, made: Live, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a member "evil/name" in the queue registry, which any Redis client may write
+    # (removed after: the registry is shared by every test of the session)
+    registry = registry_key(broker.config.prefix)
+    broker.client.sadd(registry, "evil/name")
+    try:
+        # When the commands that list every queue run
+        status = redisq("status")
+        archives = redisq("archives")
+    finally:
+        broker.client.srem(registry, "evil/name")
+    # Then they list the real queue, leave the bad name out and say so in the log
+    assert queue_name in status and "evil/name" not in status
+    assert "evil/name" not in archives
+    assert any("evil/name" in r.getMessage() for r in caplog.records)

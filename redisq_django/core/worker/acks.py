@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from hiredis import pack_command
 
 from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_batch
@@ -41,15 +40,13 @@ from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.pipelining import SKIP_REPLY, Expect, Pipe, packed, skipping_replies
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
 from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
 MAX_UNREAD_WRITES = 256
-#: Sent before each start marker: Redis sends no reply to it (nothing to read back).
-_NO_REPLY_COMMAND: Any = ("CLIENT", "REPLY", "SKIP")
-_NO_REPLY = pack_command(_NO_REPLY_COMMAND)
 
 
 class AckPipe:
@@ -66,8 +63,10 @@ class AckPipe:
         self.client = sub.client
         self.queue, self.consumer = sub.queue, sub.consumer  # for translate_errors
         self._on_acked = on_acked
-        self._pool: Any = getattr(sub.client, "connection_pool", None)
-        self._conn: Any = None
+        #: Acknowledgements written whose reply is not read yet, each tagged with the
+        #: messages it settles.
+        self._pipe: Pipe[list[Delivery]] = Pipe(sub.client, sub.scripts)
+        self._pooled = self._pipe.available
         self._packed = _Prepacked(sub)
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
         #: Trend counts of this batch not written yet (handled, their handler ms, ...).
@@ -75,23 +74,22 @@ class AckPipe:
         self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
-        #: Acknowledgements written whose reply is not read yet, in order.
-        self._unread: list[list[Delivery]] = []
+        self._unread = 0  # handled messages written for, their reply not read yet
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
-        return len(self._queued) + sum(len(ms) for ms in self._unread)
+        return len(self._queued) + self._unread
 
     def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
-        return [m for ms in self._unread for m in ms] + self._queued
+        return [m for ms in self._pipe.tags() for m in ms] + self._queued
 
     def add(self, message: Delivery) -> None:
         """``message``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(message)
-        if self._pool is None:  # acknowledged (and counted) by Subscription.ack
+        if not self._pooled:  # acknowledged (and counted) by Subscription.ack
             return
         counts = self._counts
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
@@ -120,25 +118,27 @@ class AckPipe:
         counted = counts and self._counter is not None and bool(self._counts)
         if not acked and mark is None and not counted:
             return
-        if self._pool is None:  # no single connection to pipeline on: synchronous
+        if not self._pooled:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
             return
-        if len(self._unread) >= MAX_UNREAD_WRITES:
+        if self._pipe.unread >= MAX_UNREAD_WRITES:
             self._read_replies()
-        if self._conn is None:
-            self._conn = self._pool.get_connection()
-        packed = self._packed_command(acked) if acked else b""
-        if counted:  # their replies are skipped too
-            packed += self._packed_counts()
-        if mark is not None:  # its reply is skipped: only the ack's is read back
-            packed += _NO_REPLY + self._packed.mark + _bulk(started_tag(mark))
-        self._queued = []
+        expect: tuple[Expect[list[Delivery]], ...] = ()
+        packed_ack = b""
         if acked:
-            self._unread.append(acked)
+            packed_ack, script = self._packed_command(acked)
+            expect = (Expect(acked, script, packed_ack),)
+            self._unread += len(acked)
+        data = packed_ack
+        if counted:  # their replies are skipped too
+            data += self._packed_counts()
+        if mark is not None:  # its reply is skipped: only the ack's is read back
+            data += SKIP_REPLY + self._packed.mark + _bulk(started_tag(mark))
+        self._queued = []
         try:
-            self._conn.send_packed_command([packed], check_health=False)
+            self._pipe.write(data, expect)
         except BaseException:
-            self._drop_connection()
+            self._read_replies()  # no reading: the failure (acknowledged again later)
             raise
         if counted:
             self._counts = {}
@@ -150,40 +150,43 @@ class AckPipe:
         ``after_settle`` hooks ran)."""
         self.send(counts=True)
         self._read_replies()
-        if self._conn is not None:
-            self._pool.release(self._conn)
-            self._conn = None
+        self._pipe.release()
 
     def close(self) -> None:
         """Give the connection back (unread replies: it is closed instead)."""
-        if self._conn is not None:
-            self._drop_connection()
+        self._pipe.release()
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Delivery]) -> bytes:
+    def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, Any]:
+        """The acknowledgement of ``messages``, packed, and the script it calls (None:
+        a plain ``XACK``)."""
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
             if not self.sub.history:
-                return (self._packed.xack if log else self._packed.xack_direct) + _bulk(m.entry_id)
+                if log:
+                    return self._packed.xack + _bulk(m.entry_id), None
+                return self._packed.xack_direct + _bulk(m.entry_id), "ack"
             records = b"[" + lifecycle.record(m.id, m.attempts, m.duration_ms) + b"]"
             head = self._packed.recorded if log else self._packed.recorded_direct
-            return head + _bulk(m.entry_id) + _bulk(records)
-        return bytes(pack_command(self._ack_command(messages)))
+            return head + _bulk(m.entry_id) + _bulk(records), "ack"
+        command, script = self._ack_command(messages)
+        return packed(command), script
+
+    def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], Any]:
+        """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
+        sub = self.sub
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
+        if name is None:
+            return ("XACK", *keys, *args), None
+        return sub.scripts.command(name, keys, args), name
 
     def _packed_counts(self) -> bytes:
         """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
         assert self._counter is not None
         commands = self._counter.commands(self._counts)
-        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
-
-    def _ack_command(self, messages: list[Delivery]) -> tuple[Any, ...]:
-        sub = self.sub
-        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
-        if name is None:
-            return ("XACK", *keys, *args)
-        return sub.scripts.command(name, keys, args)
+        return skipping_replies(commands)
 
     def _mark_command(self, message: Delivery) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
@@ -203,38 +206,24 @@ class AckPipe:
             self._counts = {}
 
     def _read_replies(self) -> None:
-        conn = self._conn
+        """Read every reply: messages acknowledged go to ``on_acked``; the others are
+        queued again (acknowledging twice is harmless), and the first failure raised."""
         failure: BaseException | None = None
-        while self._unread:
-            acked = self._unread[0]
-            try:
-                answer = _read(conn)
-            except BaseException:  # connection lost: whether they were applied is unknown
-                self._drop_connection()
-                raise
-            self._unread.pop(0)
-            if isinstance(answer, Exception):
-                self._queued[:0] = acked  # not acknowledged: send again (counted already)
-                if isinstance(answer, redis.exceptions.NoScriptError):
-                    self.sub.scripts.load("ack")  # Redis restarted: load it, send again
-                elif failure is None:
-                    failure = answer
+        failed: list[Delivery] = []
+        for acked, reply in self._pipe.read():
+            self._unread -= len(acked)
+            if isinstance(reply, BaseException):  # not acknowledged: send again
+                failed += acked
+                failure = failure or reply
                 continue
             self.sub.report.handled += len(acked)
             self._on_acked(acked)
-        if failure is not None:
-            raise failure
-
-    def _drop_connection(self) -> None:
-        if self._counter is not None:
-            self._counter.forget()  # a write with an EXPIRE may be lost
-        for acked in reversed(self._unread):
-            self._queued[:0] = acked
-        self._unread = []
-        if self._conn is not None:
-            self._conn.disconnect()
-            self._pool.release(self._conn)
-            self._conn = None
+        if failure is None:
+            return
+        self._queued[:0] = failed
+        if not isinstance(failure, redis.ResponseError) and self._counter is not None:
+            self._counter.forget()  # the connection was lost: a write with an EXPIRE may be
+        raise failure
 
 
 def _bulk(value: bytes) -> bytes:

@@ -238,26 +238,33 @@ def _head(count: int, *parts: Any) -> bytes:
 
 class _Prepacked:
     """What one instance's single-message writes share, packed once: a write per message
-    is the worker's hot path, and hiredis would encode the same keys every time."""
+    is the worker's hot path, and hiredis would encode the same keys every time. Each
+    is a command without its last arguments (the entry id, and with history its
+    records), as ``settle.ack_call`` builds it."""
 
     def __init__(self, sub: Subscription) -> None:
-        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.consumer
-        self.xack = _head(4, "XACK", log, group)  # + the entry id
-        # ack.lua's history layout for one id: KEYS log, direct, events; ARGV (after the
-        # protocol token) group, n, instance, m = 1, the id, its records (core/settle.py)
-        hist = [log, direct, sub.keys.events]
-        recorded = sub.scripts.command("ack", hist, [group, 1, sub.instance, 1])
-        self.recorded = _head(len(recorded) + 2, *recorded)  # + the entry id, its records
-        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.instance, 1])
-        self.recorded_direct = _head(len(recorded_direct) + 2, *recorded_direct)
-        # ack.lua without history, one direct id: ARGV group, n = 0, the id
-        xack_direct = sub.scripts.command("ack", [log, direct], [group, 0])
-        self.xack_direct = _head(len(xack_direct) + 1, *xack_direct)  # + the entry id
-        self.mark = _head(4, "HSET", sub.gkeys.running, sub.instance)  # + the started tag
+        gkeys, instance, scripts = sub.gkeys, sub.instance, sub.scripts
+        self.xack = _head(4, "XACK", sub.keys.log, gkeys.group)  # + the entry id
+
+        def head(*, log: bool, history: bool) -> bytes:
+            ids = ([_ID], []) if log else ([], [_ID])
+            if not history:
+                keys, args = settle.ack_call(gkeys, *ids)
+                return _head_of(scripts.command("ack", keys, args), tail=(_ID,))
+            keys, args = settle.ack_call(gkeys, *ids, instance=instance, records=_RECORDS)
+            return _head_of(scripts.command("ack", keys, args), tail=(_ID, _RECORDS))
+
+        self.recorded = head(log=True, history=True)  # + the entry id, its records
+        self.recorded_direct = head(log=False, history=True)  # + the entry id, its records
+        self.xack_direct = head(log=False, history=False)  # + the entry id
+        self.mark = _head(4, "HSET", gkeys.running, instance)  # + the started tag
 
 
-def _read(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except redis.ResponseError as exc:  # read and consumed: the next reply follows
-        return exc
+#: Stand-ins for the last arguments of a prepacked command, sent with each write.
+_ID, _RECORDS = object(), object()
+
+
+def _head_of(command: tuple[Any, ...], tail: tuple[object, ...]) -> bytes:
+    """``command`` packed without ``tail``, its last arguments (the header counts them)."""
+    assert command[-len(tail) :] == tail, "ack.lua's layout changed: see settle.ack_call"
+    return _head(len(command), *command[: -len(tail)])

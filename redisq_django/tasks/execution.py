@@ -211,7 +211,7 @@ def _failed(
     error = _error(exc)
     finished = max(now_ms(), started)
     policy = _policy(delivery, job, backend.task_options.max_retries)
-    outcome = backend.results.fail(
+    settlement = backend.results.fail(
         delivery,
         Failure(error.exception_class_path, str(exc), error.traceback),
         policy,
@@ -221,11 +221,11 @@ def _failed(
         duration_ms=duration_ms,
     )
     result.errors.append(error)
-    if outcome is Outcome.DEAD:
+    if settlement.outcome is Outcome.DEAD:
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", to_datetime(finished))
         task_finished.send(sender=type(backend), task_result=result)
-    elif outcome is Outcome.RETRIED:
+    elif settlement.outcome is Outcome.RETRIED:
         object.__setattr__(result, "status", TaskResultStatus.READY)
         logger.info(
             "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
@@ -236,7 +236,7 @@ def _failed(
             delivery.failures + 1,
             policy.max_retries + 1,
         )
-    raise Settled(outcome, exc) from exc
+    raise Settled(settlement.outcome, exc) from exc
 
 
 def task_missing(*args: object, **kwargs: object) -> None:

@@ -39,7 +39,7 @@ from redisq_django.core.batch import run_batch
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.pipelining import SKIP_REPLY, Expect, Pipe, packed, skipping_replies
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
@@ -95,14 +95,15 @@ class AckPipe:
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
         counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
 
-    def count_settled(self, message: Delivery, outcome: Outcome, failed: bool) -> None:
+    def count_settled(self, message: Delivery, settlement: Settlement) -> None:
         """``message``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
+        outcome = settlement.outcome
         if outcome is Outcome.ACKED:
             counts = trends.handled_counts(self.sub.consumer, [message.duration_ms])
         elif outcome in (Outcome.RETRIED, Outcome.DEAD):
             counts = trends.settle_counts(
-                self.sub.consumer, failed, outcome.value, message.duration_ms
+                self.sub.consumer, settlement.failed, outcome.value, message.duration_ms
             )
         else:
             return

@@ -27,8 +27,8 @@ from django.utils.json import normalize_json
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery, Stream
-from redisq_django.core.handler import Reject, Settled, settling
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.handler import Reject, settling
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_store import TaskResultStore
@@ -67,17 +67,20 @@ def _error(exc: BaseException) -> TaskError:
 
 
 @settling  # the worker hands it the delivery, which it settles itself
-def execute(delivery: Delivery) -> None:
+def execute(delivery: Delivery) -> Settlement:
     """Run the task of ``delivery``'s message and settle the delivery with its result.
+
+    Returns:
+        How the attempt was settled here: ``ACKED`` with its result (written without
+        waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED`` or ``DEAD``
+        (the settlement's ``error`` is the task's exception); ``LOST`` when another
+        instance holds the message.
 
     Raises:
         Reject: the message is not a task message, names a backend that is not ours, or
             has an id with unprintable characters (a dead letter at once: retrying
             cannot help). A task path this process did not declare is the attempt's
             failure (``UnknownTask``; its module is never imported).
-        Settled: the attempt was settled here: ``ACKED`` with its result (written
-            without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
-            or ``DEAD``; ``LOST`` when another instance holds the message.
     """
     message = delivery.message
     if not message.id.isprintable():
@@ -144,8 +147,7 @@ def execute(delivery: Delivery) -> None:
         # worker by its handlers), so they fail the task, recorded, as django-tasks' worker
         # does; only Django's immediate backend lets KeyboardInterrupt through.
         pipe.read_all()  # the start is applied before the failure is settled
-        _failed(delivery, job, backend, result, exc, started, _ms_since(began))
-        raise AssertionError("unreachable") from exc  # _failed always raises
+        return _failed(delivery, job, backend, result, exc, started, _ms_since(began))
     duration = _ms_since(began)
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
@@ -158,10 +160,11 @@ def execute(delivery: Delivery) -> None:
         call = store.succeed_call(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration)
         pipe.write("task_settle", *call)
         task_finished.send(sender=type(backend), task_result=result)
-        raise Settled(Outcome.ACKED)
+        return Settlement.acked()
     if not store.succeed(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration):
-        raise Settled(Outcome.LOST)
+        return Settlement.lost()
     task_finished.send(sender=type(backend), task_result=result)
+    return Settlement.acked()
 
 
 def _ms_since(began_ns: int) -> int:
@@ -205,9 +208,13 @@ def _failed(
     exc: BaseException,
     started: int,
     duration_ms: int,
-) -> None:
+) -> Settlement:
     """Settle a failed attempt (retry or dead letter) and send ``task_finished``; called
-    inside the ``except`` block, so that Django's log line carries the traceback."""
+    inside the ``except`` block, so that Django's log line carries the traceback.
+
+    Returns:
+        Its settlement, whose ``error`` is ``exc``.
+    """
     error = _error(exc)
     finished = max(now_ms(), started)
     policy = _policy(delivery, job, backend.task_options.max_retries)
@@ -236,7 +243,7 @@ def _failed(
             delivery.failures + 1,
             policy.max_retries + 1,
         )
-    raise Settled(settlement.outcome, exc) from exc
+    return settlement.with_error(exc)
 
 
 def task_missing(*args: object, **kwargs: object) -> None:

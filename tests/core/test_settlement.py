@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import redis
 
 from redisq_django.core import (
@@ -20,6 +21,7 @@ from redisq_django.core import (
     RetryPolicy,
     Settlement,
 )
+from redisq_django.core.handler import Settled, settling
 from redisq_django.core.worker import Middleware, Worker, WorkerOptions
 
 
@@ -88,3 +90,60 @@ def test_settling_returns_a_settlement(redis_client: redis.Redis, queue_name: st
         assert (dead.outcome, dead.reason) == (Outcome.DEAD, DeadReason.FAILED)
         # and settling one again, no longer held, is lost
         assert sub.fail(first, error) == Settlement.lost()
+
+
+def _run(broker: Broker, spec: ConsumerSpec, recorder: Settlements) -> dict[str, int]:
+    options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)
+    worker = Worker(broker, [spec], options, middleware=[recorder])
+    assert worker.run() == 0
+    return {"handled": 0, "failed": 0, **worker.totals()}
+
+
+def test_a_handler_that_settles_its_delivery_returns_how_and_is_not_acked_again(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a handler that gets the delivery and settles it itself: it acknowledges one
+    # message and leaves the other pending, returning "acknowledged" for both
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
+    broker.ensure_consumer(queue_name, "billing")
+    log = broker.keys(queue_name).log
+    broker.publish_many(queue_name, [{"do": "ack"}, {"do": "leave"}])
+
+    @settling
+    def handler(delivery: Delivery) -> Settlement:
+        if delivery.payload["do"] == "ack":
+            redis_client.xack(log, "billing", delivery.entry_id)
+        return Settlement.acked()
+
+    recorder = Settlements()
+    # When a worker drains the queue
+    totals = _run(broker, ConsumerSpec(queue_name, "billing", handler), recorder)
+    # Then both count as handled, and the worker acknowledged neither itself
+    assert totals["handled"] == 2
+    assert totals["failed"] == 0
+    assert sorted((do, s) for do, _, s in recorder.seen) == [
+        ("ack", Settlement.acked()),
+        ("leave", Settlement.acked()),
+    ]
+    assert redis_client.xpending(log, "billing")["pending"] == 1
+
+
+def test_raising_settled_still_works_and_warns(redis_client: redis.Redis, queue_name: str) -> None:
+    # Given a settling handler written for the old way: it raises Settled(ACKED)
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
+    broker.ensure_consumer(queue_name, "billing")
+    log = broker.keys(queue_name).log
+    broker.publish(queue_name, {"do": "ack"})
+
+    @settling
+    def handler(delivery: Delivery) -> None:
+        redis_client.xack(log, "billing", delivery.entry_id)
+        raise Settled(Outcome.ACKED)
+
+    recorder = Settlements()
+    # When a worker runs it
+    with pytest.warns(DeprecationWarning, match="return the Settlement instead"):
+        totals = _run(broker, ConsumerSpec(queue_name, "billing", handler), recorder)
+    # Then it counts as handled, not failed, and its middleware sees the settlement
+    assert (totals["handled"], totals["failed"]) == (1, 0)
+    assert [s for _, _, s in recorder.seen] == [Settlement.acked()]

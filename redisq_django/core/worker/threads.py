@@ -259,16 +259,15 @@ class HandlerThread(threading.Thread):
         error: BaseException | None = None
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
+        returned: object = None
         try:
             if self._handles_delivery:
-                cast("Callable[[Delivery], object]", self.spec.handler)(message)
+                returned = cast("Callable[[Delivery], object]", self.spec.handler)(message)
             else:
                 self.spec.handler(message.message)
-        except Settled as exc:  # the handler settled the delivery itself
+        except Settled as exc:  # deprecated: how a handler said it before Settlement
             _stop_watch(message, started)
-            settlement = Settlement(exc.outcome, error=exc.error)
-            error, settled = settlement.error, True
-            self._settled_by_handler(message, settlement)
+            returned = exc.settlement
         except Reject as exc:
             _stop_watch(message, started)
             message.failed = True
@@ -293,6 +292,9 @@ class HandlerThread(threading.Thread):
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
             _stop_watch(message, started)
+        if isinstance(returned, Settlement):  # the handler settled the delivery itself
+            error, settled = returned.error, True
+            self._settled_by_handler(message, returned)
         if hooks.wants_after_process:
             hooks.after_process(message, error=error)
         return error is None and not settled

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from traceback import format_exception
 from typing import Any
 
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks import Task, TaskContext, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
@@ -37,7 +37,7 @@ from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask
 from redisq_django.tasks.registry import UnknownTask, declared_task
-from redisq_django.tasks.results import TaskMessage, task_for, to_datetime
+from redisq_django.tasks.results import RedisqTaskResult, TaskMessage, task_for, to_datetime
 
 logger = logging.getLogger("redisq.tasks")
 
@@ -118,7 +118,7 @@ def execute(delivery: Delivery) -> Settlement:
         )
     if job.lease_ms:  # the start began the attempt's own lease: the worker renews that one
         delivery.lease_ms = job.lease_ms
-    result = TaskResult(
+    result = RedisqTaskResult(
         task=task_object,
         id=message.id,
         status=TaskResultStatus.RUNNING,
@@ -151,9 +151,12 @@ def execute(delivery: Delivery) -> Settlement:
     duration = _ms_since(began)
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
-    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(result, "finished_at", to_datetime(finished))
-    object.__setattr__(result, "_return_value", json.loads(value_json))
+    result = dataclasses.replace(
+        result,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=to_datetime(finished),
+        _return_value=json.loads(value_json),
+    )
     if pipe.available:
         # Acknowledged with its result by this write (the worker must not ack it too:
         # its own ack could reach Redis first); the reply is read with the next write.
@@ -204,7 +207,7 @@ def _failed(
     delivery: Delivery,
     job: TaskMessage,
     backend: RedisqBackend,
-    result: TaskResult[..., Any],
+    result: RedisqTaskResult,
     exc: BaseException,
     started: int,
     duration_ms: int,
@@ -227,13 +230,13 @@ def _failed(
         expire_at_ms=finished + backend.task_options.result_ttl_ms,
         duration_ms=duration_ms,
     )
-    result.errors.append(error)
+    errors = [*result.errors, error]
     if settlement.outcome is Outcome.DEAD:
-        object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        object.__setattr__(result, "finished_at", to_datetime(finished))
+        result = dataclasses.replace(
+            result, status=TaskResultStatus.FAILED, finished_at=to_datetime(finished), errors=errors
+        )
         task_finished.send(sender=type(backend), task_result=result)
     elif settlement.outcome is Outcome.RETRIED:
-        object.__setattr__(result, "status", TaskResultStatus.READY)
         logger.info(
             "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
             result.id,

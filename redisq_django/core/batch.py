@@ -145,3 +145,39 @@ def run_script(
     call = packed(command)
     [reply] = _sent(client, call + skipping_replies(quiet), 1, [Expect(None, name, call)], scripts)
     return _checked([reply], True)[0]
+
+
+def run_scripts(
+    client: RedisClient,
+    scripts: Scripts,
+    name: ScriptName,
+    calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+    *,
+    quiet: Sequence[Command] = (),
+) -> list[Any]:
+    """Script ``name`` once per ``(KEYS, ARGV)`` of ``calls``, and ``quiet`` commands, in
+    one write (see :func:`run_batch`); the replies in order, error replies in place.
+
+    After NOSCRIPT replies the script is loaded and exactly the refused calls are sent
+    again (they never ran; the others and the quiet commands did).
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: the connection failed; whether the
+            calls ran is unknown.
+    """
+    commands = [scripts.command(name, keys, args) for keys, args in calls]
+    if getattr(client, "connection_pool", None) is None:  # through redis-py's pipeline
+        replies = run_batch(client, commands, transaction=False, raise_on_error=False, quiet=quiet)
+        refused = [
+            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if refused:
+            scripts.load(name)
+            again = [commands[i] for i in refused]
+            again_replies = run_batch(client, again, transaction=False, raise_on_error=False)
+            for i, reply in zip(refused, again_replies, strict=True):
+                replies[i] = reply
+        return replies
+    each = [packed(c) for c in commands]
+    expect = [Expect(None, name, call) for call in each]
+    return _sent(client, b"".join(each) + skipping_replies(quiet), len(each), expect, scripts)

@@ -137,3 +137,20 @@ def test_acknowledgements_flushed_after_redis_lost_its_scripts_are_all_applied(
     assert sorted(acked) == sorted(m.id for m in fetched)
     assert pipe.pending == 0
     pipe.close()
+
+
+def test_publishing_once_after_redis_lost_its_scripts_sends_each_call_once(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a Redis that lost its scripts (restarted)
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    redis_client.script_flush()
+    # When a batch is published once per message id
+    envelopes = [broker.prepare(queue_name, {"n": n}, id=f"m{n}") for n in range(3)]
+    ids = broker.send(envelopes, once=True)
+    # Then each message is in the log once
+    assert ids == ["m0", "m1", "m2"]
+    entries = redis_client.xrange(broker.keys(queue_name).log)
+    assert [f[b"id"] for _, f in entries] == [b"m0", b"m1", b"m2"]
+    assert broker.stats(queue_name).consumers[0].backlog == 3

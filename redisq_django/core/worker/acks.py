@@ -24,6 +24,10 @@ with their replies skipped: the counters ride in the same pipeline as the batch'
 acknowledgements, at one small command per batch instead of one per message. A worker
 killed in the middle of a batch leaves that batch uncounted.
 
+The connection, the unread replies and their errors are the pipelining layer's
+(``core/pipelining.py``): after a NOSCRIPT (Redis restarted) it loads ``ack.lua`` and
+sends the refused acknowledgements again before :meth:`AckPipe.flush` returns.
+
 Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
 """
 
@@ -41,6 +45,7 @@ from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.pipelining import SKIP_REPLY, Expect, Pipe, packed, skipping_replies
+from redisq_django.core.scripts import ScriptName
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
 from redisq_django.core.wire import to_bytes
@@ -159,7 +164,7 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, Any]:
+    def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, ScriptName | None]:
         """The acknowledgement of ``messages``, packed, and the script it calls (None:
         a plain ``XACK``)."""
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
@@ -175,7 +180,7 @@ class AckPipe:
         command, script = self._ack_command(messages)
         return packed(command), script
 
-    def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], Any]:
+    def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
         """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
         sub = self.sub
         name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)

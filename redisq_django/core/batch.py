@@ -31,6 +31,9 @@ from redisq_django.core.types import RedisClient
 
 Command = Sequence[Any]
 
+#: A reply expected, nobody's in particular.
+_REPLY: Expect[None] = Expect(None)
+
 _MULTI = packed(("MULTI",))
 _EXEC = packed(("EXEC",))
 
@@ -87,13 +90,14 @@ def _sent(
     NOSCRIPT may send one again); a lost connection is raised."""
     pipe: Pipe[None] = Pipe(client, scripts)
     try:
-        pipe.write(data, calls or [Expect(None)] * count)
+        pipe.write(data, calls or [_REPLY] * count)
     finally:
-        replies = [reply for _, reply in pipe.read()]
+        replies = pipe.read_replies()
         pipe.release()
-    for reply in replies:
-        if isinstance(reply, BaseException) and not isinstance(reply, redis.ResponseError):
-            raise reply  # the connection failed: what ran is unknown
+    # A lost connection is the reply of every command from the one it failed at.
+    last = replies[-1] if replies else None
+    if isinstance(last, BaseException) and not isinstance(last, redis.ResponseError):
+        raise last  # what ran is unknown
     return replies
 
 

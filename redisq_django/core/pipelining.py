@@ -69,6 +69,10 @@ class Expect(NamedTuple, Generic[T]):
     command: bytes = b""
 
 
+#: An :class:`Expect`'s fields: tag, script, command.
+_Pending = tuple[T, ScriptName | None, bytes]
+
+
 class Pipe(Generic[T]):
     """Writes to one connection of ``client``'s pool, replies read later (not
     thread-safe: one per thread).
@@ -84,9 +88,11 @@ class Pipe(Generic[T]):
         self.scripts = scripts
         self._pool: Any = getattr(client, "connection_pool", None)
         self._conn: Any = None
-        self._unread: list[Expect[T]] = []  # in the order Redis answers them
+        # Each unread reply as an Expect's fields (a plain tuple: one per message on the
+        # worker's hot path), in the order Redis answers them.
+        self._unread: list[_Pending[T]] = []
         #: Replies known without reading (a write failed): returned by the next read.
-        self._known: list[tuple[Expect[T], Any]] = []
+        self._known: list[tuple[_Pending[T], Any]] = []
 
     @property
     def available(self) -> bool:
@@ -100,9 +106,9 @@ class Pipe(Generic[T]):
 
     def tags(self) -> list[T]:
         """The tags of the replies not read back yet, in order."""
-        return [e.tag for e, _ in self._known] + [e.tag for e in self._unread]
+        return [e[0] for e, _ in self._known] + [e[0] for e in self._unread]
 
-    def write(self, data: bytes, expect: Sequence[Expect[T]] = ()) -> None:
+    def write(self, data: bytes, expect: Sequence[_Pending[T]] = ()) -> None:
         """Send ``data`` (packed commands) now, without waiting: Redis answers with the
         replies ``expect`` lists, in order (commands after a ``CLIENT REPLY SKIP`` get
         none), read by a later :meth:`read`.
@@ -114,9 +120,23 @@ class Pipe(Generic[T]):
         """
         if self._conn is None:
             self._conn = self._pool.get_connection()
-        self._unread.extend(expect)
+        self._unread += expect
         try:
             # No health check: a PING would read a reply meant for an earlier write.
+            self._conn.send_packed_command([data], check_health=False)
+        except BaseException as exc:
+            self._lose(exc)
+            raise
+
+    def write_one(
+        self, data: bytes, tag: T, script: ScriptName | None = None, command: bytes = b""
+    ) -> None:
+        """:meth:`write` of commands that expect one reply, ``Expect(tag, script,
+        command)`` (the hot path's: no ``Expect`` object made)."""
+        if self._conn is None:
+            self._conn = self._pool.get_connection()
+        self._unread.append((tag, script, command))
+        try:
             self._conn.send_packed_command([data], check_health=False)
         except BaseException as exc:
             self._lose(exc)
@@ -127,15 +147,12 @@ class Pipe(Generic[T]):
         reply or a lost connection as the exception in its place. Calls refused with
         NOSCRIPT that were marked with their script are sent again first (once), and
         their new replies stand in their place."""
-        replies = self._collect()
-        rerun = [
-            i
-            for i, (expect, reply) in enumerate(replies)
-            if expect.script is not None and isinstance(reply, redis.exceptions.NoScriptError)
-        ]
-        if rerun and self.scripts is not None:
-            self._rerun(replies, rerun, self.scripts)
-        return [(expect.tag, reply) for expect, reply in replies]
+        pending, replies = self._settled()
+        return [(p[0], r) for p, r in zip(pending, replies, strict=True)]
+
+    def read_replies(self) -> list[Any]:
+        """:meth:`read`, the replies alone."""
+        return self._settled()[1]
 
     def release(self) -> None:
         """Give the connection back to the pool (closed first when replies are unread:
@@ -150,43 +167,61 @@ class Pipe(Generic[T]):
 
     # -- internals ---------------------------------------------------------------------
 
-    def _collect(self) -> list[tuple[Expect[T], Any]]:
-        """The replies known already, then every unread one, read in order."""
+    def _settled(self) -> tuple[list[_Pending[T]], list[Any]]:
+        """What :meth:`read` returns, as two lists: what each reply was for, and it."""
+        pending, replies = self._collect()
+        if self.scripts is not None:  # else nothing can be sent again
+            rerun = [
+                i
+                for i, reply in enumerate(replies)
+                if isinstance(reply, redis.exceptions.NoScriptError) and pending[i][1] is not None
+            ]
+            if rerun:
+                self._rerun(pending, replies, rerun, self.scripts)
+        return pending, replies
+
+    def _collect(self) -> tuple[list[_Pending[T]], list[Any]]:
+        """The replies known already, then every unread one, read in order: what each
+        was for, and it."""
         # Known first: a failed write discarded the connection, so they came before.
-        out, self._known = self._known, []
+        known, self._known = self._known, []
+        pending = [p for p, _ in known]
+        replies = [r for _, r in known]
         unread, self._unread = self._unread, []
-        for i, expect in enumerate(unread):
+        pending += unread
+        for n in range(len(unread)):
             try:
-                reply = self._conn.read_response()
+                replies.append(self._conn.read_response())
             except redis.ResponseError as exc:  # read and consumed: the next reply follows
-                reply = exc
+                replies.append(exc)
             except BaseException as exc:  # lost: what the rest did is unknown
-                self._unread = unread[i:]
+                self._unread = unread[n:]
                 self._lose(exc)
                 if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
-                    self._known[:0] = out  # what was read stays for the next read
+                    # What was read stays for the next read.
+                    self._known[:0] = list(zip(pending, replies, strict=False))
                     raise
+                replies += [exc] * (len(unread) - n)
+                self._known = []
                 break
-            out.append((expect, reply))
-        lost, self._known = self._known, []  # the unread rest of a lost connection
-        return out + lost
+        return pending, replies
 
     def _rerun(
-        self, replies: list[tuple[Expect[T], Any]], rerun: list[int], scripts: Scripts
+        self, pending: list[_Pending[T]], replies: list[Any], rerun: list[int], scripts: Scripts
     ) -> None:
+        calls = [pending[i] for i in rerun]
         try:
-            for name in dict.fromkeys(replies[i][0].script for i in rerun):
+            for name in dict.fromkeys(script for _, script, _ in calls):
                 assert name is not None
                 scripts.load(name)
-            calls = [replies[i][0] for i in rerun]
-            self.write(b"".join(call.command for call in calls), calls)
+            self.write(b"".join(command for _, _, command in calls), calls)
         except Exception as exc:  # not loaded or not written: they did not run
             for i in rerun:
-                replies[i] = (replies[i][0], exc)
+                replies[i] = exc
             self._known = []  # the failed write's replies: the ones set here
             return
-        for i, (_, reply) in zip(rerun, self._collect(), strict=True):
-            replies[i] = (replies[i][0], reply)
+        for i, reply in zip(rerun, self._collect()[1], strict=True):
+            replies[i] = reply
 
     def _lose(self, exc: BaseException) -> None:
         """Discard the connection; every reply it owed becomes ``exc``."""

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from redisq_django.core.errors import describe_client
-from redisq_django.core.pipelining import Expect, Pipe, packed
+from redisq_django.core.pipelining import Pipe, packed
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
 
@@ -59,7 +59,7 @@ class TaskPipe:
                 self.scripts.load(piped)
             self._loaded = True
         call = packed(self.scripts.command(name, keys, args))
-        self._pipe.write(call, (Expect(name, name, call),))
+        self._pipe.write_one(call, name, name, call)
 
     def read_all(self) -> None:
         """Read every unread reply (they arrived while the tasks ran): calls refused for

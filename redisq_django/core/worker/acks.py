@@ -44,7 +44,7 @@ from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.outcome import Outcome, Settlement
-from redisq_django.core.pipelining import SKIP_REPLY, Expect, Pipe, packed, skipping_replies
+from redisq_django.core.pipelining import SKIP_REPLY, Pipe, packed, skipping_replies
 from redisq_django.core.scripts import ScriptName
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
@@ -129,12 +129,7 @@ class AckPipe:
             return
         if self._pipe.unread >= MAX_UNREAD_WRITES:
             self._read_replies()
-        expect: tuple[Expect[list[Delivery]], ...] = ()
-        packed_ack = b""
-        if acked:
-            packed_ack, script = self._packed_command(acked)
-            expect = (Expect(acked, script, packed_ack),)
-            self._unread += len(acked)
+        packed_ack, script = self._packed_command(acked) if acked else (b"", None)
         data = packed_ack
         if counted:  # their replies are skipped too
             data += self._packed_counts()
@@ -142,7 +137,11 @@ class AckPipe:
             data += SKIP_REPLY + self._packed.mark + _bulk(started_tag(mark))
         self._queued = []
         try:
-            self._pipe.write(data, expect)
+            if acked:  # the one reply read back: the ack's (sent again after a NOSCRIPT)
+                self._unread += len(acked)
+                self._pipe.write_one(data, acked, script, packed_ack)
+            else:
+                self._pipe.write(data)
         except BaseException:
             self._read_replies()  # no reading: the failure (acknowledged again later)
             raise

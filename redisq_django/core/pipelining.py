@@ -169,30 +169,29 @@ class Pipe(Generic[T]):
 
     def _settled(self) -> tuple[list[_Pending[T]], list[Any]]:
         """What :meth:`read` returns, as two lists: what each reply was for, and it."""
-        pending, replies = self._collect()
-        if self.scripts is not None:  # else nothing can be sent again
-            rerun = [
-                i
-                for i, reply in enumerate(replies)
-                if isinstance(reply, redis.exceptions.NoScriptError) and pending[i][1] is not None
-            ]
+        pending, replies, refused = self._collect()
+        if refused and self.scripts is not None:  # else nothing can be sent again
+            rerun = [i for i in refused if pending[i][1] is not None]
             if rerun:
                 self._rerun(pending, replies, rerun, self.scripts)
         return pending, replies
 
-    def _collect(self) -> tuple[list[_Pending[T]], list[Any]]:
+    def _collect(self) -> tuple[list[_Pending[T]], list[Any], list[int]]:
         """The replies known already, then every unread one, read in order: what each
-        was for, and it."""
+        was for, it, and which were NOSCRIPT."""
         # Known first: a failed write discarded the connection, so they came before.
         known, self._known = self._known, []
         pending = [p for p, _ in known]
         replies = [r for _, r in known]
+        refused: list[int] = []
         unread, self._unread = self._unread, []
         pending += unread
         for n in range(len(unread)):
             try:
                 replies.append(self._conn.read_response())
             except redis.ResponseError as exc:  # read and consumed: the next reply follows
+                if isinstance(exc, redis.exceptions.NoScriptError):
+                    refused.append(len(replies))
                 replies.append(exc)
             except BaseException as exc:  # lost: what the rest did is unknown
                 self._unread = unread[n:]
@@ -204,7 +203,7 @@ class Pipe(Generic[T]):
                 replies += [exc] * (len(unread) - n)
                 self._known = []
                 break
-        return pending, replies
+        return pending, replies, refused
 
     def _rerun(
         self, pending: list[_Pending[T]], replies: list[Any], rerun: list[int], scripts: Scripts

@@ -79,12 +79,12 @@ class AckPipe:
         self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
-        self._unread = 0  # handled messages written for, their reply not read yet
+        self._unread_writes = 0  # acknowledgements written, their reply not read yet
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
-        return len(self._queued) + self._unread
+        return len(self._queued) + sum(len(ms) for ms in self._pipe.tags())
 
     def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
@@ -127,7 +127,7 @@ class AckPipe:
         if not self._pooled:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
             return
-        if self._pipe.unread >= MAX_UNREAD_WRITES:
+        if self._unread_writes >= MAX_UNREAD_WRITES:
             self._read_replies()
         packed_ack, script = self._packed_command(acked) if acked else (b"", None)
         data = packed_ack
@@ -138,7 +138,7 @@ class AckPipe:
         self._queued = []
         try:
             if acked:  # the one reply read back: the ack's (sent again after a NOSCRIPT)
-                self._unread += len(acked)
+                self._unread_writes += 1
                 self._pipe.write_one(data, acked, script, packed_ack)
             else:
                 self._pipe.write(data)
@@ -215,8 +215,8 @@ class AckPipe:
         queued again (acknowledging twice is harmless), and the first failure raised."""
         failure: BaseException | None = None
         failed: list[Delivery] = []
+        self._unread_writes = 0
         for acked, reply in self._pipe.read():
-            self._unread -= len(acked)
             if isinstance(reply, BaseException):  # not acknowledged: send again
                 failed += acked
                 failure = failure or reply

@@ -75,7 +75,7 @@ def run_batch(
         data = _MULTI + data + b"".join(packed(c) for c in quiet) + _EXEC
         outcome = _transaction(_sent(client, data, len(commands) + len(quiet) + 2))
     else:
-        outcome = _sent(client, data + skipping_replies(quiet), len(commands))
+        outcome = _sent(client, data + skipping_replies(quiet) if quiet else data, len(commands))
     return _checked(outcome[: len(commands)], raise_on_error)
 
 

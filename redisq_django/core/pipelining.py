@@ -180,9 +180,12 @@ class Pipe(Generic[T]):
         """The replies known already, then every unread one, read in order: what each
         was for, it, and which were NOSCRIPT."""
         # Known first: a failed write discarded the connection, so they came before.
-        known, self._known = self._known, []
-        pending = [p for p, _ in known]
-        replies = [r for _, r in known]
+        pending: list[_Pending[T]] = []
+        replies: list[Any] = []
+        if self._known:
+            known, self._known = self._known, []
+            pending = [p for p, _ in known]
+            replies = [r for _, r in known]
         refused: list[int] = []
         unread, self._unread = self._unread, []
         pending += unread

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 
 from redisq_django.core.pipelining import Expect, Pipe, packed, skipping_replies
 from redisq_django.core.scripts import ScriptName, Scripts
@@ -70,9 +71,9 @@ def run_batch(
                 pipe.execute_command(*command)
             replies = list(pipe.execute(raise_on_error=False))
         return _checked(replies[: len(commands)], raise_on_error)
-    data = b"".join(packed(c) for c in commands)
+    data = b"".join(pack_command(tuple(c)) for c in commands)  # the hot path: no wrapper
     if transaction:  # +OK, a +QUEUED per command, then EXEC's array
-        data = _MULTI + data + b"".join(packed(c) for c in quiet) + _EXEC
+        data = _MULTI + data + b"".join(pack_command(tuple(c)) for c in quiet) + _EXEC
         outcome = _transaction(_sent(client, data, len(commands) + len(quiet) + 2))
     else:
         outcome = _sent(client, data + skipping_replies(quiet) if quiet else data, len(commands))

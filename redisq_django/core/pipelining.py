@@ -50,7 +50,7 @@ SKIP_REPLY = packed(("CLIENT", "REPLY", "SKIP"))
 
 def skipping_replies(commands: Iterable[Sequence[Any]]) -> bytes:
     """``commands`` packed, each after a ``CLIENT REPLY SKIP``: no reply to read back."""
-    return b"".join(SKIP_REPLY + packed(c) for c in commands)
+    return b"".join(SKIP_REPLY + pack_command(tuple(c)) for c in commands)
 
 
 class Expect(NamedTuple, Generic[T]):
@@ -147,12 +147,17 @@ class Pipe(Generic[T]):
         reply or a lost connection as the exception in its place. Calls refused with
         NOSCRIPT that were marked with their script are sent again first (once), and
         their new replies stand in their place."""
-        pending, replies = self._settled()
+        pending, replies, refused = self._collect()
+        if refused:
+            self._rerun_refused(pending, replies, refused)
         return [(p[0], r) for p, r in zip(pending, replies, strict=True)]
 
     def read_replies(self) -> list[Any]:
         """:meth:`read`, the replies alone."""
-        return self._settled()[1]
+        pending, replies, refused = self._collect()
+        if refused:
+            self._rerun_refused(pending, replies, refused)
+        return replies
 
     def release(self) -> None:
         """Give the connection back to the pool (closed first when replies are unread:
@@ -167,14 +172,14 @@ class Pipe(Generic[T]):
 
     # -- internals ---------------------------------------------------------------------
 
-    def _settled(self) -> tuple[list[_Pending[T]], list[Any]]:
-        """What :meth:`read` returns, as two lists: what each reply was for, and it."""
-        pending, replies, refused = self._collect()
-        if refused and self.scripts is not None:  # else nothing can be sent again
-            rerun = [i for i in refused if pending[i][1] is not None]
-            if rerun:
-                self._rerun(pending, replies, rerun, self.scripts)
-        return pending, replies
+    def _rerun_refused(
+        self, pending: list[_Pending[T]], replies: list[Any], refused: list[int]
+    ) -> None:
+        """Send again the calls refused with NOSCRIPT (``refused``: their indexes) that
+        were marked with their script."""
+        rerun = [i for i in refused if pending[i][1] is not None]
+        if rerun and self.scripts is not None:
+            self._rerun(pending, replies, rerun, self.scripts)
 
     def _collect(self) -> tuple[list[_Pending[T]], list[Any], list[int]]:
         """The replies known already, then every unread one, read in order: what each

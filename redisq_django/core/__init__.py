@@ -39,7 +39,7 @@ from redisq_django.core.errors import (
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.message import Message
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats
@@ -71,6 +71,7 @@ __all__ = [
     "RedisqError",
     "Reject",
     "RetryPolicy",
+    "Settlement",
     "StartPoint",
     "Stream",
     "Subscription",

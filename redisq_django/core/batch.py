@@ -4,10 +4,11 @@ redis-py's pipeline spends several microseconds per command in Python (a command
 per-argument encoding, a response callback per reply): more than Redis itself spends on
 an ``XADD``. Batches of messages are our hot path (``publish_many``, the transaction's
 batch after a commit, the outbox relay, the Spark writer and replay), so they are packed
-here with hiredis' C encoder and written to one connection at once; the replies are read
-back in order. Clients without a single connection pool (a Redis Cluster client) go
-through redis-py's pipeline, which routes to the slot's node; all of a queue's keys share
-one hash tag, so one batch touches one node either way.
+here with hiredis' C encoder and written to one connection at once, through the
+pipelining layer (``core/pipelining.py``); the replies are read back in order. Clients
+without a single connection pool (a Redis Cluster client) go through redis-py's
+pipeline, which routes to the slot's node; all of a queue's keys share one hash tag, so
+one batch touches one node either way.
 
 Nothing is retried here: after a lost connection the outcome of the batch is unknown, and
 only the caller knows whether sending again is safe (publish-once batches are).
@@ -25,15 +26,17 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
+from redisq_django.core.pipelining import Expect, Pipe, packed, skipping_replies
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
 
 Command = Sequence[Any]
 
-_MULTI = pack_command(("MULTI",))
-_EXEC = pack_command(("EXEC",))
-_SKIP_COMMAND: Any = ("CLIENT", "REPLY", "SKIP")
-_SKIP = pack_command(_SKIP_COMMAND)
+#: A reply expected, nobody's in particular.
+_REPLY: Expect[None] = Expect(None)
+
+_MULTI = packed(("MULTI",))
+_EXEC = packed(("EXEC",))
 
 
 def run_batch(
@@ -62,36 +65,41 @@ def run_batch(
         redis.ConnectionError, redis.TimeoutError: the connection failed; whether the
             batch ran is unknown.
     """
-    pool = getattr(client, "connection_pool", None)
-    if pool is None:
+    if getattr(client, "connection_pool", None) is None:
         with client.pipeline(transaction=transaction) as pipe:
             for command in (*commands, *quiet):
                 pipe.execute_command(*command)
             replies = list(pipe.execute(raise_on_error=False))
         return _checked(replies[: len(commands)], raise_on_error)
-    connection = pool.get_connection()
-    complete = False  # every reply read: the connection may be reused
-    try:
-        packed = b"".join(pack_command(tuple(c)) for c in commands)
-        if transaction:
-            packed += b"".join(pack_command(tuple(c)) for c in quiet)
-            packed = _MULTI + packed + _EXEC
-        else:
-            packed += b"".join(_SKIP + pack_command(tuple(c)) for c in quiet)
-        connection.send_packed_command([packed])
-        outcome: list[Any] | Exception
-        if transaction:
-            outcome = _read_transaction(connection, len(commands) + len(quiet))
-        else:
-            outcome = [_read_one(connection) for _ in commands]
-        complete = True
-    finally:
-        if not complete:  # unread replies would answer the next user's commands
-            connection.disconnect()
-        pool.release(connection)
-    if isinstance(outcome, Exception):
-        raise outcome
+    data = b"".join(pack_command(tuple(c)) for c in commands)  # the hot path: no wrapper
+    if transaction:  # +OK, a +QUEUED per command, then EXEC's array
+        data = _MULTI + data + b"".join(pack_command(tuple(c)) for c in quiet) + _EXEC
+        outcome = _transaction(_sent(client, data, len(commands) + len(quiet) + 2))
+    else:
+        outcome = _sent(client, data + skipping_replies(quiet) if quiet else data, len(commands))
     return _checked(outcome[: len(commands)], raise_on_error)
+
+
+def _sent(
+    client: RedisClient,
+    data: bytes,
+    count: int,
+    calls: Sequence[Expect[None]] = (),
+    scripts: Scripts | None = None,
+) -> list[Any]:
+    """Write ``data`` and read its ``count`` replies (``calls``: what they are, when a
+    NOSCRIPT may send one again); a lost connection is raised."""
+    pipe: Pipe[None] = Pipe(client, scripts)
+    try:
+        pipe.write(data, calls or [_REPLY] * count)
+    finally:
+        replies = pipe.read_replies()
+        pipe.release()
+    # A lost connection is the reply of every command from the one it failed at.
+    last = replies[-1] if replies else None
+    if isinstance(last, BaseException) and not isinstance(last, redis.ResponseError):
+        raise last  # what ran is unknown
+    return replies
 
 
 def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
@@ -102,25 +110,18 @@ def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
     return replies
 
 
-def _read_one(connection: Any) -> Any:
-    try:
-        return connection.read_response()
-    except redis.ResponseError as exc:  # read and consumed: the next reply follows
-        return exc
-
-
-def _read_transaction(connection: Any, count: int) -> list[Any] | Exception:
-    """The ``EXEC`` reply after ``+OK`` and ``count`` ``+QUEUED``, or the error to raise:
-    a command refused while queued (``-OOM``, a wrong arity) aborts the transaction."""
-    queued = [_read_one(connection) for _ in range(count + 1)]
-    reply = _read_one(connection)
-    refused = [r for r in queued if isinstance(r, Exception)]
+def _transaction(replies: list[Any]) -> list[Any]:
+    """The commands' replies from ``EXEC``'s, after ``+OK`` and their ``+QUEUED``; a
+    command refused while queued (``-OOM``, a wrong arity) aborted the transaction."""
+    count = len(replies) - 2
+    reply = replies[-1]
+    refused = [r for r in replies[:-1] if isinstance(r, Exception)]
     if refused:
-        return refused[0]
+        raise refused[0]
     if isinstance(reply, Exception):
-        return reply
+        raise reply
     if reply is None or len(reply) != count:  # WATCH is never used here
-        return redis.ResponseError(f"EXEC answered {reply!r} to {count} commands")
+        raise redis.ResponseError(f"EXEC answered {reply!r} to {count} commands")
     return list(reply)
 
 
@@ -140,8 +141,48 @@ def run_script(
     called again, alone: the quiet commands went through the first time.
     """
     command = scripts.command(name, keys, args)
-    try:
-        return run_batch(client, [command], transaction=False, quiet=quiet)[0]
-    except redis.exceptions.NoScriptError:
-        scripts.load(name)
-        return run_batch(client, [command], transaction=False)[0]
+    if getattr(client, "connection_pool", None) is None:
+        try:
+            return run_batch(client, [command], transaction=False, quiet=quiet)[0]
+        except redis.exceptions.NoScriptError:
+            scripts.load(name)
+            return run_batch(client, [command], transaction=False)[0]
+    call = packed(command)
+    [reply] = _sent(client, call + skipping_replies(quiet), 1, [Expect(None, name, call)], scripts)
+    return _checked([reply], True)[0]
+
+
+def run_scripts(
+    client: RedisClient,
+    scripts: Scripts,
+    name: ScriptName,
+    calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+    *,
+    quiet: Sequence[Command] = (),
+) -> list[Any]:
+    """Script ``name`` once per ``(KEYS, ARGV)`` of ``calls``, and ``quiet`` commands, in
+    one write (see :func:`run_batch`); the replies in order, error replies in place.
+
+    After NOSCRIPT replies the script is loaded and exactly the refused calls are sent
+    again (they never ran; the others and the quiet commands did).
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: the connection failed; whether the
+            calls ran is unknown.
+    """
+    commands = [scripts.command(name, keys, args) for keys, args in calls]
+    if getattr(client, "connection_pool", None) is None:  # through redis-py's pipeline
+        replies = run_batch(client, commands, transaction=False, raise_on_error=False, quiet=quiet)
+        refused = [
+            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if refused:
+            scripts.load(name)
+            again = [commands[i] for i in refused]
+            again_replies = run_batch(client, again, transaction=False, raise_on_error=False)
+            for i, reply in zip(refused, again_replies, strict=True):
+                replies[i] = reply
+        return replies
+    each = [packed(c) for c in commands]
+    expect = [Expect(None, name, call) for call in each]
+    return _sent(client, b"".join(each) + skipping_replies(quiet), len(each), expect, scripts)

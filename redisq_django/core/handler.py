@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.message import Message
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
 
 
@@ -22,9 +23,9 @@ class Reject(Exception):
 
 
 class Settled(Exception):
-    """Raise from a handler that settled its delivery itself (for example in one script
-    with writes of its own, as the Django tasks backend records a task's result): the
-    worker then neither acknowledges nor retries it, and counts ``outcome``.
+    """Deprecated: a handler that settled its delivery itself returns its
+    :class:`~redisq_django.core.outcome.Settlement` instead (see :func:`settling`).
+    Raising it still works until the next minor version, with a ``DeprecationWarning``.
 
     Attributes:
         outcome: ``ACKED`` (counted as handled), ``RETRIED``, ``DEAD`` or ``LOST``
@@ -33,9 +34,21 @@ class Settled(Exception):
     """
 
     def __init__(self, outcome: Outcome, error: BaseException | None = None) -> None:
+        warnings.warn(
+            "raising redisq_django.core.handler.Settled from a handler is deprecated and "
+            "stops working in the next minor version: return the Settlement instead, e.g. "
+            "`return Settlement.acked()` (redisq_django.core.Settlement)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         super().__init__(f"{outcome.value}: {error!r}" if error is not None else outcome.value)
         self.outcome = outcome
         self.error = error
+
+    @property
+    def settlement(self) -> Settlement:
+        """What the handler would return instead."""
+        return Settlement(self.outcome, error=self.error)
 
 
 Handler = Callable[[Message], Any]
@@ -44,10 +57,16 @@ Handler = Callable[[Message], Any]
 _SETTLES = "redisq_settles_itself"
 
 
-def settling(handler: Callable[[Delivery], Any]) -> Handler:
-    """Mark ``handler`` as one that settles its delivery itself (and raises
-    :class:`Settled`): the worker then calls it with the :class:`Delivery`, whose entry
-    id, stream and lease it needs, instead of the :class:`Message` alone.
+def settling(handler: Callable[[Delivery], Settlement | None]) -> Handler:
+    """Mark ``handler`` as one that settles its delivery itself: the worker then calls it
+    with the :class:`Delivery`, whose entry id, stream and lease it needs, instead of the
+    :class:`Message` alone.
+
+    Such a handler returns how it settled the delivery (a
+    :class:`~redisq_django.core.outcome.Settlement`, its ``error`` the exception it
+    caught, if any): the worker then neither acknowledges nor retries it, and counts it.
+    Returning None leaves the delivery to the worker, as any handler's return; raising
+    fails it, as any handler's raise.
 
     Returns:
         ``handler``, marked, usable as a :class:`ConsumerSpec`'s handler.

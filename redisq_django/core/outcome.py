@@ -1,8 +1,11 @@
-"""How a delivery was settled."""
+"""How a delivery was settled: the outcome, and the settlement value that carries it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+
+from redisq_django.core.dead_entry import DeadReason
 
 
 class Outcome(StrEnum):
@@ -16,3 +19,66 @@ class Outcome(StrEnum):
     RETRIED = "retried"
     DEAD = "dead"
     LOST = "lost"
+
+    @property
+    def counted_as(self) -> str:
+        """The worker's count (and metric label) it adds to: ``handled`` for
+        ``ACKED``, else its value (``retried``, ``dead``, ``lost``)."""
+        return "handled" if self is Outcome.ACKED else self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one delivery was settled: what ``Subscription.fail``, ``dead_letter`` and
+    ``reject`` return, what a handler that settles its own delivery returns
+    (``core.handler.settling``), and what the worker counts, logs and hands to the
+    middleware's ``after_settle`` hook.
+
+    Attributes:
+        outcome: acknowledged, retry scheduled, dead-lettered, or lost.
+        retry_in_ms: ``RETRIED``: the backoff, after which it is delivered again (by
+            Redis's clock).
+        reason: ``DEAD``: why it became a dead letter.
+        error: what its handler raised, as the worker hands it on (None: it returned,
+            or never ran, or the settlement comes from a ``Subscription`` method).
+    """
+
+    outcome: Outcome
+    retry_in_ms: int | None = None
+    reason: DeadReason | None = None
+    error: BaseException | None = None
+
+    @classmethod
+    def acked(cls) -> Settlement:
+        """Acknowledged: its handler returned."""
+        return ACKED
+
+    @classmethod
+    def retried(cls, in_ms: int, error: BaseException | None = None) -> Settlement:
+        """Failed, delivered again in ``in_ms`` ms."""
+        return cls(Outcome.RETRIED, retry_in_ms=in_ms, error=error)
+
+    @classmethod
+    def dead(cls, reason: DeadReason, error: BaseException | None = None) -> Settlement:
+        """Made a dead letter, for ``reason``."""
+        return cls(Outcome.DEAD, reason=reason, error=error)
+
+    @classmethod
+    def lost(cls, error: BaseException | None = None) -> Settlement:
+        """Not settled here: another instance holds the message now."""
+        return cls(Outcome.LOST, error=error)
+
+    @property
+    def failed(self) -> bool:
+        """Whether its handler raised."""
+        return self.error is not None
+
+    def with_error(self, error: BaseException | None) -> Settlement:
+        """The same settlement, after its handler raised ``error``."""
+        if error is self.error:
+            return self
+        return Settlement(self.outcome, self.retry_in_ms, self.reason, error)
+
+
+#: The settlement of every handled message (one value: acks are the hot path).
+ACKED = Settlement(Outcome.ACKED)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 from redisq_django.core import trends
-from redisq_django.core.batch import Command, run_batch, run_script
+from redisq_django.core.batch import Command, run_batch, run_script, run_scripts
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import Scripts
@@ -148,7 +146,8 @@ def send_once(
     "once" is per consumer (its own marker).
 
     Each script call is atomic on its own; after a failure, sending the whole batch again
-    is safe because the ones that went through are no-ops the second time.
+    is safe because the ones that went through are no-ops the second time. (After a
+    NOSCRIPT only the refused calls are sent again: ``batch.run_scripts``.)
 
     Returns:
         The message ids in order.
@@ -167,23 +166,15 @@ def send_once(
             [SENT_MARKER_TTL_MS, due, member, *e.fields()],
         )
 
-    replies: list[Any] = []
-    # Counted as published (to the queue, not to one consumer) with the first pass.
+    calls = [call(e) for e in envelopes]
+    # Counted as published to the queue, not to one consumer.
     counted = _published(keys, len(envelopes), trends_on and to is None)
-    for _ in range(2):  # a second pass only after loading the script (NOSCRIPT)
-        commands = [scripts.command("publish_once", k, a) for k, a in map(call, envelopes)]
-        try:
-            replies = run_batch(
-                client, commands, transaction=False, raise_on_error=False, quiet=counted
-            )
-        except BaseException:
-            if counted:
-                trends.counter(keys).forget()
-            raise
-        counted = []
-        if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
-            break
-        scripts.load("publish_once")
+    try:
+        replies = run_scripts(client, scripts, "publish_once", calls, quiet=counted)
+    except BaseException:
+        if counted:
+            trends.counter(keys).forget()
+        raise
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply

@@ -44,30 +44,43 @@ def ack_parts(
     """What acknowledges ``messages``: ``(None, KEYS, ARGV)`` of a plain ``XACK`` (log
     entries, history off: ``XACK log group ids…``), else ``("ack", KEYS, ARGV)`` of
     ``ack.lua`` (direct entries are deleted; with history, its ``handled`` event)."""
+    log = [m for m in messages if m.stream is Stream.LOG]
+    direct = [m for m in messages if m.stream is not Stream.LOG] if len(log) < len(messages) else []
+    if not history and not direct:
+        return None, [gkeys.queue_keys.log], [gkeys.group, *(m.entry_id for m in log)]
+    records = None
     if history:
-        return ("ack", *ack_call(gkeys, instance, messages))
-    qkeys = gkeys.queue_keys
-    if all(m.stream is Stream.LOG for m in messages):
-        return None, [qkeys.log], [gkeys.group, *(m.entry_id for m in messages)]
-    log = [m.entry_id for m in messages if m.stream is Stream.LOG]
-    direct = [m.entry_id for m in messages if m.stream is not Stream.LOG]
-    return "ack", [qkeys.log, gkeys.direct], [gkeys.group, len(log), *log, *direct]
+        ordered = [*log, *direct]
+        records = lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in ordered])
+    keys, args = ack_call(
+        gkeys,
+        [m.entry_id for m in log],
+        [m.entry_id for m in direct],
+        instance=instance if history else None,
+        records=records,
+    )
+    return "ack", keys, args
 
 
 def ack_call(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery]
+    gkeys: GroupKeys,
+    log: Sequence[Any],
+    direct: Sequence[Any],
+    *,
+    instance: str | None = None,
+    records: Any = None,
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``ack.lua`` in its history layout (log entries first)."""
-    log: list[Delivery] = []
-    direct: list[Delivery] = []
-    for m in messages:
-        (log if m.stream is Stream.LOG else direct).append(m)
-    ordered = [*log, *direct] if direct else log
-    records = lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in ordered])
+    """KEYS and ARGV of ``ack.lua`` (its header), the one place they are built: the
+    entry ids ``log`` and ``direct``; with ``instance`` (history on) the history layout,
+    whose ``handled`` event carries ``records`` (``lifecycle.records_array`` of the
+    messages, log entries first). The ids, then the records, come last: the worker packs
+    the rest once (``core/worker/acks.py``)."""
     qkeys = gkeys.queue_keys
+    if instance is None:
+        return [qkeys.log, gkeys.direct], [gkeys.group, len(log), *log, *direct]
     return (
         [qkeys.log, gkeys.direct, qkeys.events],
-        [gkeys.group, len(log), instance, len(ordered), *(m.entry_id for m in ordered), records],
+        [gkeys.group, len(log), instance, len(log) + len(direct), *log, *direct, records],
     )
 
 

@@ -19,7 +19,7 @@ from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
@@ -228,7 +228,7 @@ class Subscription:
         return bool(self._call("fail", keys, args, counts))
 
     @translate_errors
-    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
+    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
 
         The delivery is retried while it has had fewer than ``max_retries + 1``
@@ -236,8 +236,9 @@ class Subscription:
         error class, message and traceback of ``failure`` (or of the exception).
 
         Returns:
-            ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds the
-            delivery (its lease expired; the instance that took it over settles it).
+            Its settlement: ``RETRIED`` (with its backoff), ``DEAD`` (with the reason),
+            or ``LOST`` when this instance no longer holds the delivery (its lease
+            expired; the instance that took it over settles it).
         """
         if not self.policy.should_retry(delivery.attempts):
             return self.dead_letter(delivery, failure, DeadReason.FAILED)
@@ -258,16 +259,17 @@ class Subscription:
         settled = self._settle(
             delivery.stream, delivery.entry_id, settle.RETRY, due, fields, event, counts
         )
-        return Outcome.RETRIED if settled else Outcome.LOST
+        return Settlement.retried(wait_ms) if settled else Settlement.lost()
 
     @translate_errors
     def dead_letter(
         self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
-    ) -> Outcome:
+    ) -> Settlement:
         """Make ``delivery`` a dead letter now, whatever its retry budget.
 
         Returns:
-            ``DEAD``, or ``LOST`` when this instance no longer holds the delivery.
+            Its settlement: ``DEAD`` (for ``reason``), or ``LOST`` when this instance no
+            longer holds the delivery.
         """
         now = now_ms()  # the failure time kept for the operators: this host's clock
         failure = Failure.of(failure)
@@ -290,9 +292,9 @@ class Subscription:
         settled = self._settle(
             delivery.stream, delivery.entry_id, settle.DEAD, 0, dead, event, counts
         )
-        return Outcome.DEAD if settled else Outcome.LOST
+        return Settlement.dead(reason) if settled else Settlement.lost()
 
-    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Outcome:
+    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
         return self.dead_letter(delivery, failure, DeadReason.REJECTED)
 
@@ -357,7 +359,7 @@ class Subscription:
                     message.message.attempts -= 1
                     failure = Failure.lease_expired(message.attempts, message.failures)
                     dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
-                    self.dead_on_receive += dead is Outcome.DEAD
+                    self.dead_on_receive += dead.outcome is Outcome.DEAD
                     continue
                 out.append(message)
         return out

@@ -6,7 +6,8 @@ replies; they are read when the thread writes next, or at the end of its batch
 (:meth:`TaskPipe.read_all`). Each script is atomic on its own, so what a reply says
 changes nothing but the log: a settle Redis refused (or that found the message taken
 over) leaves the message pending, and it is delivered again (at-least-once). After a
-NOSCRIPT (Redis restarted and lost its scripts) the failed calls run again, in order.
+NOSCRIPT (Redis restarted and lost its scripts) the refused calls run again, in order
+(``core/pipelining.py``): a refused call never ran.
 
 Only a client with one connection pool can pipeline; with Redis Cluster
 (:attr:`TaskPipe.available` is False) the caller writes synchronously instead.
@@ -20,6 +21,7 @@ from typing import Any
 import redis
 
 from redisq_django.core.errors import describe_client
+from redisq_django.core.pipelining import Pipe, packed
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
 
@@ -35,21 +37,19 @@ class TaskPipe:
     def __init__(self, client: RedisClient, scripts: Scripts) -> None:
         self.client = client
         self.scripts = scripts
-        self._pool: Any = getattr(client, "connection_pool", None)
-        self._conn: Any = None
-        self._unread: list[tuple[ScriptName, list[str], list[Any]]] = []
+        self._pipe: Pipe[ScriptName] = Pipe(client, scripts)
         self._loaded = False
 
     @property
     def available(self) -> bool:
         """Whether calls can be pipelined (a client with one connection pool)."""
-        return self._pool is not None
+        return self._pipe.available
 
     def write(self, name: ScriptName, keys: list[str], args: list[Any]) -> None:
         """Send script ``name`` now; its reply is read by a later :meth:`read_all`.
 
         Raises:
-            redis.ConnectionError: the write failed (nothing is pending then).
+            redis.ConnectionError: the write failed (:meth:`read_all` logs what it lost).
         """
         if not self._loaded:
             # Loaded before the first write, so that a fresh Redis does not refuse a task's
@@ -58,53 +58,31 @@ class TaskPipe:
             for piped in PIPED_SCRIPTS:
                 self.scripts.load(piped)
             self._loaded = True
-        if self._conn is None:
-            self._conn = self._pool.get_connection()
-        try:
-            self._conn.send_command(*self.scripts.command(name, keys, args))
-        except BaseException:
-            self._drop()
-            raise
-        self._unread.append((name, keys, args))
+        call = packed(self.scripts.command(name, keys, args))
+        self._pipe.write_one(call, name, name, call)
 
     def read_all(self) -> None:
         """Read every unread reply (they arrived while the tasks ran): calls refused for
         NOSCRIPT run again in order, other errors are logged (their messages are
         delivered again)."""
-        rerun: list[tuple[ScriptName, list[str], list[Any]]] = []
-        while self._unread:
-            call = self._unread.pop(0)
-            try:
-                self._conn.read_response()
-            except redis.exceptions.NoScriptError:
-                rerun.append(call)
-            except redis.ResponseError as exc:
-                logger.warning("Redis refused %s for a task (%s); it will run again", call[0], exc)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                logger.warning(
-                    "Lost the connection to %s with %d task write(s) unconfirmed (%s); "
-                    "their tasks run again unless Redis applied them",
-                    describe_client(self.client),
-                    len(self._unread) + 1,
-                    exc,
-                )
-                self._drop()
-                return
-        for name, keys, args in rerun:
-            self.scripts(name, keys, args)
+        lost: list[BaseException] = []
+        for name, reply in self._pipe.read():
+            if isinstance(reply, redis.ResponseError):
+                logger.warning("Redis refused %s for a task (%s); it will run again", name, reply)
+            elif isinstance(reply, BaseException):
+                lost.append(reply)
+        if lost:
+            logger.warning(
+                "Lost the connection to %s with %d task write(s) unconfirmed (%s); "
+                "their tasks run again unless Redis applied them",
+                describe_client(self.client),
+                len(lost),
+                lost[0],
+            )
 
     def close(self) -> None:
         """Read what is unread and give the connection back."""
         try:
             self.read_all()
         finally:
-            if self._conn is not None:
-                self._pool.release(self._conn)
-                self._conn = None
-
-    def _drop(self) -> None:
-        self._unread = []
-        if self._conn is not None:
-            self._conn.disconnect()
-            self._pool.release(self._conn)
-            self._conn = None
+            self._pipe.release()

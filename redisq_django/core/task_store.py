@@ -32,7 +32,7 @@ from redisq_django.core.envelope import F_FAILURES, Envelope
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
 from redisq_django.core.lifecycle import EventName
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Settlement
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import ScriptCall, Scripts
 from redisq_django.core.task_pipe import TaskPipe
@@ -229,7 +229,7 @@ class TaskResultStore:
         finished_at_ms: int,
         expire_at_ms: int,
         duration_ms: int | None = None,
-    ) -> Outcome:
+    ) -> Settlement:
         """Settle a failed attempt with its result: a retry after the policy's backoff
         (status READY) while the task has failed at most ``max_retries`` times, else a
         dead letter (status FAILED), with its ``retried`` or ``dead`` event (history
@@ -238,7 +238,8 @@ class TaskResultStore:
         ``Subscription.reclaim`` bounds those), so FAILED means ``max_retries + 1`` errors.
 
         Returns:
-            ``RETRIED``, ``DEAD``, or ``LOST`` when this instance no longer holds it.
+            Its settlement: ``RETRIED`` (with its backoff), ``DEAD`` (reason
+            ``failed``), or ``LOST`` when this instance no longer holds it.
         """
         now = now_ms()
         error_json = json.dumps(dict(error)).encode()
@@ -253,7 +254,8 @@ class TaskResultStore:
                 message, "retry", f"+{wait_ms}", {"status": READY}, error_json, retry_fields,
                 expire_at_ms, event,
             )  # fmt: skip
-            return Outcome.RETRIED if self.scripts("task_settle", keys, args) else Outcome.LOST
+            settled = self.scripts("task_settle", keys, args)
+            return Settlement.retried(wait_ms) if settled else Settlement.lost()
         dead = dead_fields(
             retry_fields,
             consumer=message.consumer,
@@ -268,7 +270,8 @@ class TaskResultStore:
         keys, args = self.settle_call(
             message, "dead", "", result, error_json, dead, expire_at_ms, event
         )
-        return Outcome.DEAD if self.scripts("task_settle", keys, args) else Outcome.LOST
+        settled = self.scripts("task_settle", keys, args)
+        return Settlement.dead(DeadReason.FAILED) if settled else Settlement.lost()
 
     def _event(
         self, name: EventName, message: Delivery, duration_ms: int | None, **details: Any

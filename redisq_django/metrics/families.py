@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from redisq_django.core.outcome import Outcome
+
 
 class Kind(StrEnum):
     COUNTER = "counter"
@@ -90,7 +92,7 @@ LATENCY = Family(
 )
 
 #: Outcomes of :data:`MESSAGES`, as the worker's tally names them.
-OUTCOMES = ("handled", "retried", "dead", "lost")
+OUTCOMES = tuple(outcome.counted_as for outcome in Outcome)
 #: Handler durations: 1 ms to 5 min (seconds).
 DURATION_BUCKETS = (
     0.001,

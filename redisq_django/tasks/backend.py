@@ -32,7 +32,7 @@ from redisq_django.tasks.backend_options import (
     queue_name_problem,
 )
 from redisq_django.tasks.configured import shared_queues
-from redisq_django.tasks.results import TaskMessage, from_fields, now_to_the_ms
+from redisq_django.tasks.results import RedisqTaskResult, TaskMessage, from_fields, now_to_the_ms
 
 if TYPE_CHECKING:
     _Task = Task[..., Any]
@@ -174,7 +174,7 @@ class RedisqBackend(BaseTaskBackend):
         if result_id is not None and not result_id.isprintable():
             raise ValueError(f"A task id must be printable (no newlines): {result_id!r}.")
         self.validate_task(task)
-        result = TaskResult(
+        result = RedisqTaskResult(
             task=task,
             id=result_id if result_id is not None else new_message_id(),
             status=TaskResultStatus.READY,

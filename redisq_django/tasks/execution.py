@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from traceback import format_exception
 from typing import Any
 
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks import Task, TaskContext, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
@@ -27,8 +27,8 @@ from django.utils.json import normalize_json
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery, Stream
-from redisq_django.core.handler import Reject, Settled, settling
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.handler import Reject, settling
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.task_pipe import TaskPipe
 from redisq_django.core.task_store import TaskResultStore
@@ -37,7 +37,7 @@ from redisq_django.core.wire import loggable
 from redisq_django.core.worker.middleware import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask
 from redisq_django.tasks.registry import UnknownTask, declared_task
-from redisq_django.tasks.results import TaskMessage, task_for, to_datetime
+from redisq_django.tasks.results import RedisqTaskResult, TaskMessage, task_for, to_datetime
 
 logger = logging.getLogger("redisq.tasks")
 
@@ -67,17 +67,20 @@ def _error(exc: BaseException) -> TaskError:
 
 
 @settling  # the worker hands it the delivery, which it settles itself
-def execute(delivery: Delivery) -> None:
+def execute(delivery: Delivery) -> Settlement:
     """Run the task of ``delivery``'s message and settle the delivery with its result.
+
+    Returns:
+        How the attempt was settled here: ``ACKED`` with its result (written without
+        waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED`` or ``DEAD``
+        (the settlement's ``error`` is the task's exception); ``LOST`` when another
+        instance holds the message.
 
     Raises:
         Reject: the message is not a task message, names a backend that is not ours, or
             has an id with unprintable characters (a dead letter at once: retrying
             cannot help). A task path this process did not declare is the attempt's
             failure (``UnknownTask``; its module is never imported).
-        Settled: the attempt was settled here: ``ACKED`` with its result (written
-            without waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED``
-            or ``DEAD``; ``LOST`` when another instance holds the message.
     """
     message = delivery.message
     if not message.id.isprintable():
@@ -115,7 +118,7 @@ def execute(delivery: Delivery) -> None:
         )
     if job.lease_ms:  # the start began the attempt's own lease: the worker renews that one
         delivery.lease_ms = job.lease_ms
-    result = TaskResult(
+    result = RedisqTaskResult(
         task=task_object,
         id=message.id,
         status=TaskResultStatus.RUNNING,
@@ -144,24 +147,27 @@ def execute(delivery: Delivery) -> None:
         # worker by its handlers), so they fail the task, recorded, as django-tasks' worker
         # does; only Django's immediate backend lets KeyboardInterrupt through.
         pipe.read_all()  # the start is applied before the failure is settled
-        _failed(delivery, job, backend, result, exc, started, _ms_since(began))
-        raise AssertionError("unreachable") from exc  # _failed always raises
+        return _failed(delivery, job, backend, result, exc, started, _ms_since(began))
     duration = _ms_since(began)
     finished = max(now_ms(), started)
     done = {"status": SUCCESSFUL, "finished_at": str(finished), "return_value": value_json}
-    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(result, "finished_at", to_datetime(finished))
-    object.__setattr__(result, "_return_value", json.loads(value_json))
+    result = dataclasses.replace(
+        result,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=to_datetime(finished),
+        _return_value=json.loads(value_json),
+    )
     if pipe.available:
         # Acknowledged with its result by this write (the worker must not ack it too:
         # its own ack could reach Redis first); the reply is read with the next write.
         call = store.succeed_call(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration)
         pipe.write("task_settle", *call)
         task_finished.send(sender=type(backend), task_result=result)
-        raise Settled(Outcome.ACKED)
+        return Settlement.acked()
     if not store.succeed(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration):
-        raise Settled(Outcome.LOST)
+        return Settlement.lost()
     task_finished.send(sender=type(backend), task_result=result)
+    return Settlement.acked()
 
 
 def _ms_since(began_ns: int) -> int:
@@ -202,17 +208,21 @@ def _failed(
     delivery: Delivery,
     job: TaskMessage,
     backend: RedisqBackend,
-    result: TaskResult[..., Any],
+    result: RedisqTaskResult,
     exc: BaseException,
     started: int,
     duration_ms: int,
-) -> None:
+) -> Settlement:
     """Settle a failed attempt (retry or dead letter) and send ``task_finished``; called
-    inside the ``except`` block, so that Django's log line carries the traceback."""
+    inside the ``except`` block, so that Django's log line carries the traceback.
+
+    Returns:
+        Its settlement, whose ``error`` is ``exc``.
+    """
     error = _error(exc)
     finished = max(now_ms(), started)
     policy = _policy(delivery, job, backend.task_options.max_retries)
-    outcome = backend.results.fail(
+    settlement = backend.results.fail(
         delivery,
         Failure(error.exception_class_path, str(exc), error.traceback),
         policy,
@@ -221,13 +231,13 @@ def _failed(
         expire_at_ms=finished + backend.task_options.result_ttl_ms,
         duration_ms=duration_ms,
     )
-    result.errors.append(error)
-    if outcome is Outcome.DEAD:
-        object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        object.__setattr__(result, "finished_at", to_datetime(finished))
+    errors = [*result.errors, error]
+    if settlement.outcome is Outcome.DEAD:
+        result = dataclasses.replace(
+            result, status=TaskResultStatus.FAILED, finished_at=to_datetime(finished), errors=errors
+        )
         task_finished.send(sender=type(backend), task_result=result)
-    elif outcome is Outcome.RETRIED:
-        object.__setattr__(result, "status", TaskResultStatus.READY)
+    elif settlement.outcome is Outcome.RETRIED:
         logger.info(
             "Task id=%s path=%s attempt %d failed (%s), its error %d of at most %d; retrying",
             result.id,
@@ -237,7 +247,7 @@ def _failed(
             delivery.failures + 1,
             policy.max_retries + 1,
         )
-    raise Settled(outcome, exc) from exc
+    return settlement.with_error(exc)
 
 
 def task_missing(*args: object, **kwargs: object) -> None:

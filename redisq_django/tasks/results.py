@@ -18,7 +18,7 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.conf import settings
 from django.tasks import Task, TaskResult, TaskResultStatus
@@ -35,6 +35,26 @@ class LeaseExpired(Exception):
     """A task's workers kept dying while they ran it (or it outran the visibility
     timeout each time): the error a result gets when its message becomes a dead letter
     with reason ``lease_expired``."""
+
+
+if TYPE_CHECKING:  # generic for django-stubs only: Django's class is not subscriptable
+    _TaskResult: TypeAlias = TaskResult[Any, Any]
+else:
+    _TaskResult = TaskResult
+
+
+# Frozen as Django's is (django-stubs declare it mutable: hence the ignore).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisqTaskResult(_TaskResult):  # type: ignore[misc]
+    """Django's ``TaskResult``, whose return value may be given when it is made.
+
+    Django's is set after construction (``init=False``), which a frozen dataclass only
+    allows by writing past its ``frozen``; with this one a result's next state is a
+    copy, ``dataclasses.replace(result, status=…, _return_value=…)``. It is a
+    ``TaskResult`` in every other way (Django's ``refresh()`` included).
+    """
+
+    _return_value: Any | None = None
 
 
 #: The ``@task`` options a message carries in ``retry`` (when set on the task).
@@ -217,9 +237,10 @@ def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskRe
         TaskResultDoesNotExist: the hash is not a task result, or its task is not
             declared in this process (``tasks/registry.py``: nothing is imported).
     """
+    returned = json.loads(fields["return_value"]) if "return_value" in fields else None
     try:
         task = task_for(fields["task"], fields)
-        result = TaskResult(
+        result = RedisqTaskResult(
             task=task,
             id=result_id,
             status=TaskResultStatus(fields["status"]),
@@ -232,11 +253,10 @@ def from_fields(result_id: str, fields: Mapping[str, str], alias: str) -> TaskRe
             backend=alias,
             errors=errors_of(json.loads(fields.get("errors") or "[]")),
             worker_ids=list(json.loads(fields.get("worker_ids") or "[]")),
+            _return_value=returned,
         )
     except (KeyError, ValueError, UnknownTask) as exc:
         raise TaskResultDoesNotExist(
             f"Task result {result_id!r} cannot be read back: {exc}"
         ) from exc
-    if "return_value" in fields:
-        object.__setattr__(result, "_return_value", json.loads(fields["return_value"]))
     return result

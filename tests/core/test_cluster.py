@@ -11,6 +11,7 @@ import pytest
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.keys import schedule_keys
+from redisq_django.core.outcome import Outcome
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
 pytestmark = pytest.mark.cluster
@@ -48,7 +49,7 @@ def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> 
     ok = broker.publish(queue, {"n": 1}, headers={"h": "x"})
     [first] = drain(sub, expected=1, ack=False)
     assert (first.id, first.payload, first.headers, first.attempts) == (ok, {"n": 1}, {"h": "x"}, 1)
-    assert sub.fail(first, RuntimeError("once")) == "retried"
+    assert sub.fail(first, RuntimeError("once")).outcome is Outcome.RETRIED
     # Then the retry is promoted after the backoff and acked on its second attempt
     [retry] = drain(sub, expected=1, ack=False, timeout_s=3)
     assert (retry.id, retry.attempts) == (ok, 2)
@@ -60,9 +61,9 @@ def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> 
     for _ in range(2):
         [m] = drain(sub, expected=1, ack=False, timeout_s=3)
         assert m.id == bad
-        outcomes.append(sub.fail(m, ValueError("always")))
+        outcomes.append(sub.fail(m, ValueError("always")).outcome)
     # Then it is a dead letter after exactly 2 deliveries
-    assert outcomes == ["retried", "dead"]
+    assert outcomes == [Outcome.RETRIED, Outcome.DEAD]
     [dead] = broker.dead_letters(queue, "billing")
     assert (dead.id, dead.attempts, dead.reason, dead.error_class) == (
         bad,
@@ -149,7 +150,7 @@ def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: s
         _good, bad = broker.publish_many(queue, [{"n": 1}, {"n": 2}])
         first, second = drain(sub, expected=2, ack=False)
         assert sub.ack([first]) == 1
-        assert sub.fail(second, ValueError("no")) == "dead"
+        assert sub.fail(second, ValueError("no")).outcome is Outcome.DEAD
         (dead,) = broker.dead_letters(queue, "billing")
         assert broker.redrive(queue, "billing", dead.entry_id)
         drain(sub, expected=1)

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, Message
+from redisq_django.core.outcome import Outcome
 from tests.core.guarantee_helpers import age_pending, drain, fetch_nothing, ids, wait_for
 
 
@@ -239,7 +240,7 @@ def test_c3_unacked_message_is_reclaimed_after_visibility_timeout(
     # Then it is the same message, second delivery
     assert (again.id, again.payload, again.attempts) == (mid, {"order": 1}, 2)
     # A's late outcome no longer counts; B settles it
-    assert a.fail(first, RuntimeError("late")) == "lost"
+    assert a.fail(first, RuntimeError("late")).outcome is Outcome.LOST
     assert b.ack([again]) == 1
     assert broker.stats(queue_name).consumers[0].in_flight == 0
     assert broker.dead_letters(queue_name, "billing") == []
@@ -344,13 +345,13 @@ def test_c4_poison_message_is_retried_with_backoff_then_dead_after_max_retries_p
     poison = broker.publish(queue_name, {"poison": True}, headers={"trace": "t-1"})
     deliveries: list[tuple[float, int]] = []  # (time, attempts) of the poison message
     failures: list[float] = []
-    outcomes: list[str] = []
+    outcomes: list[Outcome] = []
     others: list[str] = []
     others_received: list[tuple[str, float]] = []
     deadline = time.monotonic() + 10
 
     for _ in range(2_000):
-        if time.monotonic() > deadline or "dead" in outcomes:
+        if time.monotonic() > deadline or Outcome.DEAD in outcomes:
             break
         for msg in sub.fetch(count=10, block_ms=50):
             now = time.time()
@@ -364,13 +365,13 @@ def test_c4_poison_message_is_retried_with_backoff_then_dead_after_max_retries_p
                 raise ValueError(f"cannot bill order, attempt {msg.attempts}")
             except ValueError as exc:
                 failures.append(time.time())
-                outcomes.append(sub.fail(msg, exc))
+                outcomes.append(sub.fail(msg, exc).outcome)
             # another message published while the poison one waits for its retry
             others.append(broker.publish(queue_name, {"normal": len(others)}))
 
     # Then: 4 deliveries (attempts 1..4), retried 3 times, dead on the 4th failure
     assert [a for _, a in deliveries] == [1, 2, 3, 4]
-    assert outcomes == ["retried", "retried", "retried", "dead"]
+    assert outcomes == [Outcome.RETRIED] * 3 + [Outcome.DEAD]
     # each redelivery came no sooner than the lower bound of its backoff
     for k in (1, 2, 3):
         lower = 0.05 / 2 * 2 ** (k - 1)
@@ -410,7 +411,7 @@ def test_c4_reject_dead_letters_at_once(queue_name: str, broker: Broker) -> None
     [msg] = drain(sub, expected=1, ack=False)
 
     # When the handler rejects the message
-    assert sub.reject(msg, ValueError("malformed order")) == "dead"
+    assert sub.reject(msg, ValueError("malformed order")).outcome is Outcome.DEAD
 
     # Then it is a dead letter at once, never retried
     [dead] = broker.dead_letters(queue_name, "billing")
@@ -507,7 +508,7 @@ def test_c4_redrive_goes_to_that_consumer_only_starting_at_attempt_one(
     billing = broker.subscribe(queue_name, "billing", "b1", max_retries=0)
     email = broker.subscribe(queue_name, "email", "e1")
     [msg] = drain(billing, expected=1, ack=False)
-    assert billing.fail(msg, KeyError("customer")) == "dead"
+    assert billing.fail(msg, KeyError("customer")).outcome is Outcome.DEAD
     assert ids(drain(email, expected=1)) == [mid]
     [dead] = broker.dead_letters(queue_name, "billing")
     assert dead.attempts == 1

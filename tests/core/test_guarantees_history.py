@@ -11,6 +11,7 @@ import redis
 
 from redisq_django.core import Broker, ConsumerNotFound, CoreConfig
 from redisq_django.core.clock import ms_from_entry_id
+from redisq_django.core.outcome import Outcome
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
 
@@ -261,9 +262,9 @@ def test_stats_reflect_a_constructed_situation(queue_name: str, broker: Broker) 
     fetched = drain(sub, expected=6, count=6, ack=False)
     assert ids(fetched) == published[:6]
     sub.ack([fetched[1]])  # acked
-    assert sub.fail(fetched[2], RuntimeError("x")) == "retried"  # waiting 30-60 s
-    assert sub.reject(fetched[3], RuntimeError("y")) == "dead"
-    assert sub.reject(fetched[4], RuntimeError("z")) == "dead"
+    assert sub.fail(fetched[2], RuntimeError("x")).outcome is Outcome.RETRIED  # waiting 30-60 s
+    assert sub.reject(fetched[3], RuntimeError("y")).outcome is Outcome.DEAD
+    assert sub.reject(fetched[4], RuntimeError("z")).outcome is Outcome.DEAD
     [dead, _] = broker.dead_letters(queue_name, "billing")
     broker.redrive(queue_name, "billing", dead.entry_id)  # waits in billing's direct input
     # fetched[0] and fetched[5] stay in flight

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, Failure
+from redisq_django.core.outcome import Outcome
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def test_handled_after_two_failures_records_exactly_these_events_in_order(
     for _ in range(2):
         (m,) = sub.fetch(count=1, block_ms=500)
         m.duration_ms = 3
-        assert sub.fail(m, Failure("KeyError", "customer")) == "retried"
+        assert sub.fail(m, Failure("KeyError", "customer")).outcome is Outcome.RETRIED
     (m,) = sub.fetch(count=1, block_ms=500)
     m.duration_ms = 7
     assert sub.ack([m]) == 1
@@ -89,7 +90,7 @@ def test_dead_rejected_released_and_undecodable_are_recorded(
     sub = broker.subscribe(queue_name, "billing", "w1")
     fetched = sub.fetch(count=10, block_ms=500)  # the garbage entry dies on the way
     assert [m.id for m in fetched] == [a, b]
-    assert sub.reject(fetched[0], ValueError("bad order")) == "dead"
+    assert sub.reject(fetched[0], ValueError("bad order")).outcome is Outcome.DEAD
     assert sub.release([fetched[1]]) == 1
     recorded = events(broker, queue_name)
     assert [e["e"] for e in recorded] == ["dead", "dead", "released"]
@@ -112,7 +113,7 @@ def test_reclaim_redrive_and_reset_are_recorded(queue_name: str, broker: Broker)
     )
     (taken,) = rescuer.reclaim()
     assert taken.id == mid and taken.attempts == 2
-    assert rescuer.fail(taken, RuntimeError("still broken")) == "dead"
+    assert rescuer.fail(taken, RuntimeError("still broken")).outcome is Outcome.DEAD
     (dead,) = broker.dead_letters(queue_name, "billing")
     assert broker.redrive(queue_name, "billing", dead.entry_id)
     broker.reset(queue_name, "billing", "earliest")

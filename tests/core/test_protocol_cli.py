@@ -694,8 +694,8 @@ def test_python_dead_letters_have_the_fields_protocol_md_pins(
     try:
         raise ValueError(long_text)
     except ValueError as exc:
-        assert py.fail(got[failed], exc) is Outcome.DEAD
-    assert py.reject(got[rejected], Reject("order deleted")) is Outcome.DEAD
+        assert py.fail(got[failed], exc).outcome is Outcome.DEAD
+    assert py.reject(got[rejected], Reject("order deleted")).outcome is Outcome.DEAD
 
     # Then redis-cli reads dead letters with exactly the documented fields
     dead = {}

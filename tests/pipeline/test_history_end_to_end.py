@@ -14,6 +14,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig, Failure
+from redisq_django.core.outcome import Outcome
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.options import ArchiveOptions
 from tests.pipeline.archive_support import count_and_distinct, read_table
@@ -33,7 +34,7 @@ def test_retention_waits_for_the_archive_job_then_trims_behind_it(
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(200)])
     sub = broker.subscribe(queue_name, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
     batch = sub.fetch(count=500, block_ms=500)
-    assert sub.fail(batch[0], Failure("KeyError", "customer")) == "retried"
+    assert sub.fail(batch[0], Failure("KeyError", "customer")).outcome is Outcome.RETRIED
     sub.ack(batch[1:])
     (again,) = sub.fetch(count=10, block_ms=1000)
     sub.ack([again])

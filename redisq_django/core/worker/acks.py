@@ -24,6 +24,10 @@ with their replies skipped: the counters ride in the same pipeline as the batch'
 acknowledgements, at one small command per batch instead of one per message. A worker
 killed in the middle of a batch leaves that batch uncounted.
 
+The connection, the unread replies and their errors are the pipelining layer's
+(``core/pipelining.py``): after a NOSCRIPT (Redis restarted) it loads ``ack.lua`` and
+sends the refused acknowledgements again before :meth:`AckPipe.flush` returns.
+
 Clients without one connection pool (a Redis Cluster client) acknowledge synchronously.
 """
 
@@ -33,23 +37,21 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from hiredis import pack_command
 
 from redisq_django.core import lifecycle, settle, trends
 from redisq_django.core.batch import run_batch
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
 from redisq_django.core.leases import started_tag
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
+from redisq_django.core.pipelining import SKIP_REPLY, Pipe, packed, skipping_replies
+from redisq_django.core.scripts import ScriptName
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import execute
 from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
 MAX_UNREAD_WRITES = 256
-#: Sent before each start marker: Redis sends no reply to it (nothing to read back).
-_NO_REPLY_COMMAND: Any = ("CLIENT", "REPLY", "SKIP")
-_NO_REPLY = pack_command(_NO_REPLY_COMMAND)
 
 
 class AckPipe:
@@ -66,8 +68,10 @@ class AckPipe:
         self.client = sub.client
         self.queue, self.consumer = sub.queue, sub.consumer  # for translate_errors
         self._on_acked = on_acked
-        self._pool: Any = getattr(sub.client, "connection_pool", None)
-        self._conn: Any = None
+        #: Acknowledgements written whose reply is not read yet, each tagged with the
+        #: messages it settles.
+        self._pipe: Pipe[list[Delivery]] = Pipe(sub.client, sub.scripts)
+        self._pooled = self._pipe.available
         self._packed = _Prepacked(sub)
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
         #: Trend counts of this batch not written yet (handled, their handler ms, ...).
@@ -75,36 +79,36 @@ class AckPipe:
         self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
-        #: Acknowledgements written whose reply is not read yet, in order.
-        self._unread: list[list[Delivery]] = []
+        self._unread_writes = 0  # acknowledgements written, their reply not read yet
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
-        return len(self._queued) + sum(len(ms) for ms in self._unread)
+        return len(self._queued) + sum(len(ms) for ms in self._pipe.tags())
 
     def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
-        return [m for ms in self._unread for m in ms] + self._queued
+        return [m for ms in self._pipe.tags() for m in ms] + self._queued
 
     def add(self, message: Delivery) -> None:
         """``message``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(message)
-        if self._pool is None:  # acknowledged (and counted) by Subscription.ack
+        if not self._pooled:  # acknowledged (and counted) by Subscription.ack
             return
         counts = self._counts
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
         counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
 
-    def count_settled(self, message: Delivery, outcome: Outcome, failed: bool) -> None:
+    def count_settled(self, message: Delivery, settlement: Settlement) -> None:
         """``message``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
+        outcome = settlement.outcome
         if outcome is Outcome.ACKED:
             counts = trends.handled_counts(self.sub.consumer, [message.duration_ms])
         elif outcome in (Outcome.RETRIED, Outcome.DEAD):
             counts = trends.settle_counts(
-                self.sub.consumer, failed, outcome.value, message.duration_ms
+                self.sub.consumer, settlement.failed, outcome.value, message.duration_ms
             )
         else:
             return
@@ -120,25 +124,26 @@ class AckPipe:
         counted = counts and self._counter is not None and bool(self._counts)
         if not acked and mark is None and not counted:
             return
-        if self._pool is None:  # no single connection to pipeline on: synchronous
+        if not self._pooled:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
             return
-        if len(self._unread) >= MAX_UNREAD_WRITES:
+        if self._unread_writes >= MAX_UNREAD_WRITES:
             self._read_replies()
-        if self._conn is None:
-            self._conn = self._pool.get_connection()
-        packed = self._packed_command(acked) if acked else b""
+        packed_ack, script = self._packed_command(acked) if acked else (b"", None)
+        data = packed_ack
         if counted:  # their replies are skipped too
-            packed += self._packed_counts()
+            data += self._packed_counts()
         if mark is not None:  # its reply is skipped: only the ack's is read back
-            packed += _NO_REPLY + self._packed.mark + _bulk(started_tag(mark))
+            data += SKIP_REPLY + self._packed.mark + _bulk(started_tag(mark))
         self._queued = []
-        if acked:
-            self._unread.append(acked)
         try:
-            self._conn.send_packed_command([packed], check_health=False)
+            if acked:  # the one reply read back: the ack's (sent again after a NOSCRIPT)
+                self._unread_writes += 1
+                self._pipe.write_one(data, acked, script, packed_ack)
+            else:
+                self._pipe.write(data)
         except BaseException:
-            self._drop_connection()
+            self._read_replies()  # no reading: the failure (acknowledged again later)
             raise
         if counted:
             self._counts = {}
@@ -150,40 +155,43 @@ class AckPipe:
         ``after_settle`` hooks ran)."""
         self.send(counts=True)
         self._read_replies()
-        if self._conn is not None:
-            self._pool.release(self._conn)
-            self._conn = None
+        self._pipe.release()
 
     def close(self) -> None:
         """Give the connection back (unread replies: it is closed instead)."""
-        if self._conn is not None:
-            self._drop_connection()
+        self._pipe.release()
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Delivery]) -> bytes:
+    def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, ScriptName | None]:
+        """The acknowledgement of ``messages``, packed, and the script it calls (None:
+        a plain ``XACK``)."""
         if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
             if not self.sub.history:
-                return (self._packed.xack if log else self._packed.xack_direct) + _bulk(m.entry_id)
+                if log:
+                    return self._packed.xack + _bulk(m.entry_id), None
+                return self._packed.xack_direct + _bulk(m.entry_id), "ack"
             records = b"[" + lifecycle.record(m.id, m.attempts, m.duration_ms) + b"]"
             head = self._packed.recorded if log else self._packed.recorded_direct
-            return head + _bulk(m.entry_id) + _bulk(records)
-        return bytes(pack_command(self._ack_command(messages)))
+            return head + _bulk(m.entry_id) + _bulk(records), "ack"
+        command, script = self._ack_command(messages)
+        return packed(command), script
+
+    def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
+        """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
+        sub = self.sub
+        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
+        if name is None:
+            return ("XACK", *keys, *args), None
+        return sub.scripts.command(name, keys, args), name
 
     def _packed_counts(self) -> bytes:
         """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
         assert self._counter is not None
         commands = self._counter.commands(self._counts)
-        return b"".join(_NO_REPLY + pack_command(tuple(c)) for c in commands)
-
-    def _ack_command(self, messages: list[Delivery]) -> tuple[Any, ...]:
-        sub = self.sub
-        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
-        if name is None:
-            return ("XACK", *keys, *args)
-        return sub.scripts.command(name, keys, args)
+        return skipping_replies(commands)
 
     def _mark_command(self, message: Delivery) -> tuple[Any, ...]:
         return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
@@ -203,38 +211,24 @@ class AckPipe:
             self._counts = {}
 
     def _read_replies(self) -> None:
-        conn = self._conn
+        """Read every reply: messages acknowledged go to ``on_acked``; the others are
+        queued again (acknowledging twice is harmless), and the first failure raised."""
         failure: BaseException | None = None
-        while self._unread:
-            acked = self._unread[0]
-            try:
-                answer = _read(conn)
-            except BaseException:  # connection lost: whether they were applied is unknown
-                self._drop_connection()
-                raise
-            self._unread.pop(0)
-            if isinstance(answer, Exception):
-                self._queued[:0] = acked  # not acknowledged: send again (counted already)
-                if isinstance(answer, redis.exceptions.NoScriptError):
-                    self.sub.scripts.load("ack")  # Redis restarted: load it, send again
-                elif failure is None:
-                    failure = answer
+        failed: list[Delivery] = []
+        self._unread_writes = 0
+        for acked, reply in self._pipe.read():
+            if isinstance(reply, BaseException):  # not acknowledged: send again
+                failed += acked
+                failure = failure or reply
                 continue
             self.sub.report.handled += len(acked)
             self._on_acked(acked)
-        if failure is not None:
-            raise failure
-
-    def _drop_connection(self) -> None:
-        if self._counter is not None:
-            self._counter.forget()  # a write with an EXPIRE may be lost
-        for acked in reversed(self._unread):
-            self._queued[:0] = acked
-        self._unread = []
-        if self._conn is not None:
-            self._conn.disconnect()
-            self._pool.release(self._conn)
-            self._conn = None
+        if failure is None:
+            return
+        self._queued[:0] = failed
+        if not isinstance(failure, redis.ResponseError) and self._counter is not None:
+            self._counter.forget()  # the connection was lost: a write with an EXPIRE may be
+        raise failure
 
 
 def _bulk(value: bytes) -> bytes:
@@ -249,26 +243,33 @@ def _head(count: int, *parts: Any) -> bytes:
 
 class _Prepacked:
     """What one instance's single-message writes share, packed once: a write per message
-    is the worker's hot path, and hiredis would encode the same keys every time."""
+    is the worker's hot path, and hiredis would encode the same keys every time. Each
+    is a command without its last arguments (the entry id, and with history its
+    records), as ``settle.ack_call`` builds it."""
 
     def __init__(self, sub: Subscription) -> None:
-        log, direct, group = sub.keys.log, sub.gkeys.direct, sub.consumer
-        self.xack = _head(4, "XACK", log, group)  # + the entry id
-        # ack.lua's history layout for one id: KEYS log, direct, events; ARGV (after the
-        # protocol token) group, n, instance, m = 1, the id, its records (core/settle.py)
-        hist = [log, direct, sub.keys.events]
-        recorded = sub.scripts.command("ack", hist, [group, 1, sub.instance, 1])
-        self.recorded = _head(len(recorded) + 2, *recorded)  # + the entry id, its records
-        recorded_direct = sub.scripts.command("ack", hist, [group, 0, sub.instance, 1])
-        self.recorded_direct = _head(len(recorded_direct) + 2, *recorded_direct)
-        # ack.lua without history, one direct id: ARGV group, n = 0, the id
-        xack_direct = sub.scripts.command("ack", [log, direct], [group, 0])
-        self.xack_direct = _head(len(xack_direct) + 1, *xack_direct)  # + the entry id
-        self.mark = _head(4, "HSET", sub.gkeys.running, sub.instance)  # + the started tag
+        gkeys, instance, scripts = sub.gkeys, sub.instance, sub.scripts
+        self.xack = _head(4, "XACK", sub.keys.log, gkeys.group)  # + the entry id
+
+        def head(*, log: bool, history: bool) -> bytes:
+            ids = ([_ID], []) if log else ([], [_ID])
+            if not history:
+                keys, args = settle.ack_call(gkeys, *ids)
+                return _head_of(scripts.command("ack", keys, args), tail=(_ID,))
+            keys, args = settle.ack_call(gkeys, *ids, instance=instance, records=_RECORDS)
+            return _head_of(scripts.command("ack", keys, args), tail=(_ID, _RECORDS))
+
+        self.recorded = head(log=True, history=True)  # + the entry id, its records
+        self.recorded_direct = head(log=False, history=True)  # + the entry id, its records
+        self.xack_direct = head(log=False, history=False)  # + the entry id
+        self.mark = _head(4, "HSET", gkeys.running, instance)  # + the started tag
 
 
-def _read(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except redis.ResponseError as exc:  # read and consumed: the next reply follows
-        return exc
+#: Stand-ins for the last arguments of a prepacked command, sent with each write.
+_ID, _RECORDS = object(), object()
+
+
+def _head_of(command: tuple[Any, ...], tail: tuple[object, ...]) -> bytes:
+    """``command`` packed without ``tail``, its last arguments (the header counts them)."""
+    assert command[-len(tail) :] == tail, "ack.lua's layout changed: see settle.ack_call"
+    return _head(len(command), *command[: -len(tail)])

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.handler import ConsumerSpec
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Settlement
 from redisq_django.core.worker.state import Tally
 
 logger = logging.getLogger("redisq.worker")
@@ -64,9 +64,11 @@ class Middleware:
     def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         """Called in the handler's thread after the handler returned or raised."""
 
-    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
-        """Called once the message is ``ACKED``, ``RETRIED``, ``DEAD`` or ``LOST``
-        (another instance took it over)."""
+    def after_settle(self, message: Delivery, settlement: Settlement) -> None:
+        """Called once the message is settled: ``settlement.outcome`` is ``ACKED``,
+        ``RETRIED`` (``settlement.retry_in_ms``), ``DEAD`` (``settlement.reason``) or
+        ``LOST`` (another instance took it over); ``settlement.error`` is what its
+        handler raised."""
 
 
 def _overrides(middleware: Sequence[Middleware], hook: str) -> list[Callable[..., None]]:
@@ -136,10 +138,10 @@ class MiddlewareChain:
             except Exception:
                 _failed(fn)
 
-    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
+    def after_settle(self, message: Delivery, settlement: Settlement) -> None:
         for fn in self._after_settle:
             try:
-                fn(message, outcome)
+                fn(message, settlement)
             except Exception:
                 _failed(fn)
 

@@ -21,7 +21,7 @@ from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import ensure_group
 from redisq_django.core.handler import ConsumerSpec, Reject, Settled, settles_itself
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import ACKED, Outcome, Settlement
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import loggable
@@ -259,20 +259,15 @@ class HandlerThread(threading.Thread):
         error: BaseException | None = None
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
+        returned: object = None
         try:
             if self._handles_delivery:
-                cast("Callable[[Delivery], object]", self.spec.handler)(message)
+                returned = cast("Callable[[Delivery], object]", self.spec.handler)(message)
             else:
                 self.spec.handler(message.message)
-        except Settled as exc:  # the handler settled the delivery itself
+        except Settled as exc:  # deprecated: how a handler said it before Settlement
             _stop_watch(message, started)
-            error, settled = exc.error, True
-            message.failed = error is not None
-            if error is not None:
-                self._count("failed")
-            self._count("handled" if exc.outcome is Outcome.ACKED else exc.outcome.value)
-            self.acks.count_settled(message, exc.outcome, error is not None)  # the trends
-            self.hooks.after_settle(message, exc.outcome)
+            returned = exc.settlement
         except Reject as exc:
             _stop_watch(message, started)
             message.failed = True
@@ -297,6 +292,9 @@ class HandlerThread(threading.Thread):
             self._settle(functools.partial(self._fail, message, exc, reject=False))
         else:
             _stop_watch(message, started)
+        if isinstance(returned, Settlement):  # the handler settled the delivery itself
+            error, settled = returned.error, True
+            self._settled_by_handler(message, returned)
         if hooks.wants_after_process:
             hooks.after_process(message, error=error)
         return error is None and not settled
@@ -339,22 +337,35 @@ class HandlerThread(threading.Thread):
         self._count("handled", len(messages))
         if self.hooks.wants_after_settle:
             for m in messages:
-                self.hooks.after_settle(m, Outcome.ACKED)
+                self.hooks.after_settle(m, ACKED)
 
     def _fail(self, message: Delivery, exc: BaseException, *, reject: bool) -> None:
         failure = Failure.from_exception(exc)
-        outcome = self.sub.reject(message, failure) if reject else self.sub.fail(message, failure)
-        self._count(outcome.value)
-        if outcome is Outcome.DEAD:
+        settled = self.sub.reject(message, failure) if reject else self.sub.fail(message, failure)
+        self._settled(message, settled.with_error(exc))
+
+    def _settled_by_handler(self, message: Delivery, settlement: Settlement) -> None:
+        """Count (with the trends: the batch's last write) a delivery its handler
+        settled itself, as the worker counts the ones it settles."""
+        message.failed = settlement.failed
+        if settlement.failed:
+            self._count("failed")
+        self.acks.count_settled(message, settlement)
+        self._settled(message, settlement)
+
+    def _settled(self, message: Delivery, settlement: Settlement) -> None:
+        """Count, log and hand on how a delivery was settled (but by an ack)."""
+        self._count(settlement.outcome.counted_as)
+        if settlement.outcome is Outcome.DEAD:
             logger.warning(
                 "Message %s of %s/%s is a dead letter after %d attempt(s): %r",
                 loggable(message.id),
                 self.spec.queue,
                 self.spec.name,
                 message.attempts,
-                exc,
+                settlement.error,
             )
-        self.hooks.after_settle(message, outcome)
+        self.hooks.after_settle(message, settlement)
 
     def _release(self, messages: list[Delivery]) -> None:
         released = self.sub.release(messages)

@@ -76,6 +76,7 @@ def test_a_single_acknowledgement_is_packed_as_hiredis_would(
     message.stream = Stream(stream)
     message.duration_ms = 12
     pipe = AckPipe(sub, lambda acked: None)
-    assert pipe._packed_command([message]) == pack_command(pipe._ack_command([message]))
+    command, script = pipe._ack_command([message])
+    assert pipe._packed_command([message]) == (pack_command(command), script)
     mark = pipe._packed.mark + _bulk(started_tag(message))
     assert mark == pack_command(pipe._mark_command(message))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from redisq_django.core import Delivery, Message, Outcome
+from redisq_django.core import Delivery, Message, Settlement
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.worker import Every, Middleware, MiddlewareChain, Quota, Ticker
 
@@ -27,8 +27,8 @@ class Recorder(Middleware):
     def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
         self.calls.append(f"{self.name}.after_process")
 
-    def after_settle(self, message: Delivery, outcome: Outcome) -> None:
-        self.calls.append(f"{self.name}.after_settle:{outcome}")
+    def after_settle(self, message: Delivery, settlement: Settlement) -> None:
+        self.calls.append(f"{self.name}.after_settle:{settlement.outcome}")
 
 
 def message() -> Delivery:
@@ -46,7 +46,7 @@ def test_before_hooks_run_in_order_and_after_hooks_in_reverse() -> None:
     chain.before_batch([m])
     chain.before_process(m)
     chain.after_process(m, error=None)
-    chain.after_settle(m, Outcome.ACKED)
+    chain.after_settle(m, Settlement.acked())
     chain.after_batch([m])
     assert calls == [
         "outer.before_batch",

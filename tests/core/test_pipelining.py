@@ -1,0 +1,156 @@
+"""The pipelining layer (core/pipelining.py): replies in order, each error in its place,
+exactly the calls refused with NOSCRIPT sent again, a lost connection reported per reply
+and never handed back to the pool, and the acknowledgements built on it."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.pipelining import Expect, Pipe, packed, skipping_replies
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.worker.acks import AckPipe
+
+
+def test_replies_come_back_in_order_with_each_error_in_its_place(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given two writes of three commands, the second refused by Redis
+    pipe: Pipe[str] = Pipe(redis_client)
+    key = f"{queue_name}:n"
+    pipe.write(packed(("INCR", key)) + packed(("HSET", key, "f", "v")), [Expect("a"), Expect("b")])
+    pipe.write(packed(("INCR", key)) + skipping_replies([("INCR", key)]), [Expect("c")])
+    # When the replies are read
+    replies = pipe.read()
+    pipe.release()
+    # Then each comes back with its tag, the refusal as its exception, the rest applied
+    assert [tag for tag, _ in replies] == ["a", "b", "c"]
+    assert replies[0][1] == 1
+    assert isinstance(replies[1][1], redis.ResponseError)
+    assert "WRONGTYPE" in str(replies[1][1])
+    assert replies[2][1] == 2
+    assert redis_client.get(key) == b"3"  # the skipped one ran too, unanswered
+    assert pipe.unread == 0
+
+
+def test_after_noscript_exactly_the_refused_calls_run_again(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a Redis that lost its scripts, and a write of a plain command between two
+    # script calls: one marked to be sent again, one not
+    scripts = Scripts(redis_client)
+    redis_client.script_flush()
+    key = f"{queue_name}:n"
+    # ack.lua acknowledging no id: a call that answers 0
+    ack = scripts.command("ack", [f"{queue_name}:log", f"{queue_name}:direct"], ["g", 0])
+    marked, unmarked = packed(ack), packed(ack)
+    pipe: Pipe[str] = Pipe(redis_client, scripts)
+    pipe.write(
+        marked + packed(("INCR", key)) + unmarked,
+        [Expect("marked", "ack", marked), Expect("incr"), Expect("unmarked")],
+    )
+    # When the replies are read
+    replies = dict(pipe.read())
+    pipe.release()
+    # Then the marked call ran after the script was loaded, the plain command once, and
+    # the unmarked call's refusal is its reply
+    assert replies["marked"] == 0
+    assert replies["incr"] == 1
+    assert redis_client.get(key) == b"1"
+    assert isinstance(replies["unmarked"], redis.exceptions.NoScriptError)
+    assert redis_client.script_exists(ack[1]) == [True]
+
+
+def test_a_lost_connection_is_each_unread_reply_and_never_goes_back_to_the_pool(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a write Redis is still answering (a blocked BLPOP, an INCR queued behind it)
+    key = f"{queue_name}:n"
+    pipe: Pipe[int] = Pipe(redis_client)
+    name = f"victim-{queue_name}"[:60]
+    pipe.write(
+        skipping_replies([("CLIENT", "SETNAME", name)])
+        + packed(("BLPOP", f"{queue_name}:never", 5))
+        + packed(("INCR", key)),
+        [Expect(0), Expect(1)],
+    )
+    assert pipe.tags() == [0, 1]
+    victim = None
+    for _ in range(200):  # bounded: 2 s
+        victim = next((c for c in redis_client.client_list() if c["name"] == name), None)
+        if victim is not None and victim["cmd"] == "blpop":
+            break
+        time.sleep(0.01)
+    assert victim is not None
+    # When Redis closes that connection before answering
+    redis_client.client_kill_filter(_id=victim["id"])
+    replies = pipe.read()
+    # Then each unread reply is the connection's failure, and the pool serves new work
+    # on a fresh connection, whose replies are its own
+    assert [tag for tag, _ in replies] == [0, 1]
+    assert all(isinstance(r, redis.ConnectionError) for _, r in replies)
+    assert pipe.unread == 0
+    pipe.write(packed(("INCR", key)), [Expect(2)])
+    assert pipe.read() == [(2, 1)]
+    pipe.release()
+    assert redis_client.get(key) == b"1"
+
+
+def test_a_connection_given_back_unread_is_closed_not_reused(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a write whose reply nobody read
+    key = f"{queue_name}:n"
+    redis_client.set(key, "mine")
+    pipe: Pipe[None] = Pipe(redis_client)
+    pipe.write(packed(("INCR", f"{key}:other")), [Expect(None)])
+    # When the pipe gives its connection back
+    pipe.release()
+    # Then the client's next commands read their own replies, not that one
+    for _ in range(3):
+        assert redis_client.get(key) == b"mine"
+
+
+def test_acknowledgements_flushed_after_redis_lost_its_scripts_are_all_applied(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given handled messages acknowledged through ack.lua (history on) and a Redis that
+    # lost its scripts (restarted) before the acknowledgements were written
+    broker = Broker(redis_client, CoreConfig(history=True))
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish_many(queue_name, [{"n": i} for i in range(3)])
+    sub = broker.subscribe(queue_name, "billing", "w1")
+    fetched = sub.fetch(count=3, block_ms=500)
+    acked: list[str] = []
+    pipe = AckPipe(sub, lambda messages: acked.extend(m.id for m in messages))
+    redis_client.script_flush()
+    for m in fetched:
+        pipe.add(m)
+        pipe.send(mark=None)
+    # When the batch is flushed
+    pipe.flush()
+    # Then every one is acknowledged when flush returns, each reported once
+    log = broker.keys(queue_name).log
+    assert redis_client.xpending(log, "billing")["pending"] == 0
+    assert sorted(acked) == sorted(m.id for m in fetched)
+    assert pipe.pending == 0
+    pipe.close()
+
+
+def test_publishing_once_after_redis_lost_its_scripts_sends_each_call_once(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a Redis that lost its scripts (restarted)
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    redis_client.script_flush()
+    # When a batch is published once per message id
+    envelopes = [broker.prepare(queue_name, {"n": n}, id=f"m{n}") for n in range(3)]
+    ids = broker.send(envelopes, once=True)
+    # Then each message is in the log once
+    assert ids == ["m0", "m1", "m2"]
+    entries = redis_client.xrange(broker.keys(queue_name).log)
+    assert [f[b"id"] for _, f in entries] == [b"m0", b"m1", b"m2"]
+    assert broker.stats(queue_name).consumers[0].backlog == 3

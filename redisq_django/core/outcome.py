@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -72,6 +73,28 @@ class Settlement:
     def failed(self) -> bool:
         """Whether its handler raised."""
         return self.error is not None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Outcome):
+            # Until 0.10: code written when fail() and after_settle() gave an Outcome.
+            warnings.warn(
+                "comparing a Settlement with an Outcome is deprecated and stops working "
+                "in redisq-django 0.10: compare settlement.outcome",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.outcome is other
+        if not isinstance(other, Settlement):
+            return NotImplemented
+        return (self.outcome, self.retry_in_ms, self.reason, self.error) == (
+            other.outcome,
+            other.retry_in_ms,
+            other.reason,
+            other.error,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.outcome, self.retry_in_ms, self.reason, id(self.error)))
 
     def with_error(self, error: BaseException | None) -> Settlement:
         """The same settlement, after its handler raised ``error``."""

@@ -147,3 +147,17 @@ def test_raising_settled_still_works_and_warns(redis_client: redis.Redis, queue_
     # Then it counts as handled, not failed, and its middleware sees the settlement
     assert (totals["handled"], totals["failed"]) == (1, 0)
     assert [s for _, _, s in recorder.seen] == [Settlement.acked()]
+
+
+def test_a_settlement_compared_with_an_outcome_still_answers_and_warns() -> None:
+    # Code written when Subscription.fail() and after_settle() gave an Outcome keeps
+    # working for one minor version (docs/background/versioning.md), with a warning.
+    from redisq_django.core import Outcome, Settlement
+
+    settlement = Settlement.retried(1000)
+    with pytest.warns(DeprecationWarning, match="compare settlement.outcome"):
+        assert settlement == Outcome.RETRIED
+    with pytest.warns(DeprecationWarning):
+        assert settlement != Outcome.DEAD
+    assert settlement == Settlement.retried(1000) and settlement != Settlement.retried(5)
+    assert len({Settlement.acked(), Settlement.acked()}) == 1

@@ -40,10 +40,12 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
 
 def _clean_env(**extra: str) -> dict[str, str]:
     """The environment of a user's shell: nothing pointing at this checkout or this venv."""
+    # DJANGO_*: the test process's, e.g. DJANGO_ALLOW_ASYNC_UNSAFE, which the browser
+    # tests' Playwright sets and check --deploy refuses (async.E001).
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE"}
+        if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"} and not k.startswith("DJANGO_")
     }
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env.update(extra)

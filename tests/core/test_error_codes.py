@@ -7,7 +7,6 @@ made live on the server the suite runs against (each lane of the server matrix).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from redis.exceptions import (
 from redisq_django.core import Broker, ConsumerNotFound, RedisRefused
 from redisq_django.core.errors import REFUSALS, error_code, is_nogroup, refusal_condition
 from redisq_django.core.scripts import script_source, versioned
+from tests.support.aio import run_async
 from tests.support.redis_server import RedisServer
 
 # (server, what was done, the exception redis-py 8 raised, its text, the code). Collected
@@ -792,7 +792,7 @@ def test_nogroup_is_read_wherever_it_stands(
             "script in a pipeline": lambda: _in_pipeline(
                 client, lambda p: xpending(keys=["s"], client=p)
             ),
-            "async pipeline": lambda: asyncio.run(async_pipeline()),
+            "async pipeline": lambda: run_async(async_pipeline()),
         }
     )
 

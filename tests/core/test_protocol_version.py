@@ -10,7 +10,6 @@ name is caught by ``test_every_shipped_file_is_a_named_script``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from redisq_django.core.batch import run_batch, run_script
 from redisq_django.core.keys import QueueKeys, queue_keys
 from redisq_django.core.scripts import SCRIPT_NAMES, AsyncScripts, ScriptName, Scripts
 from redisq_django.core.task_pipe import TaskPipe
+from tests.support.aio import run_async
 
 SCRIPTS_DIR = Path(shipped.__file__).parent
 PACKAGE_DIR = Path(redisq_django.__file__).parent
@@ -189,7 +189,7 @@ def test_the_asyncio_scripts_send_the_protocol_version(
             return not str(exc).startswith("REDISQ_PROTOCOL")
         return True
 
-    assert asyncio.run(both()) == (True, True)
+    assert run_async(both()) == (True, True)
 
 
 # -- a refusal reaches the caller as ProtocolMismatch ---------------------------------------

@@ -4,7 +4,6 @@ the core builds for a client the caller runs itself (the asyncio one of the task
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.scripts import AsyncScripts, ScriptCall
 from redisq_django.core.task_wire import PUBLISH, decode_hash
+from tests.support.aio import run_async
 
 C = "billing"
 
@@ -125,7 +125,7 @@ def test_the_asyncio_client_runs_the_calls_the_core_builds(
         finally:
             await conn.aclose()
 
-    asyncio.run(run())
+    run_async(run())
     # Then the consumer and the queue's name are registered, the task is in the log with
     # its READY result, and it counted in the queue's trends
     assert broker.consumers(queue_name) == ["tasks"]

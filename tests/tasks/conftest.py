@@ -3,11 +3,8 @@ and a burst worker (``runconsumer --tasks QUEUE --burst``) to run what was enque
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import importlib
 import io
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -15,6 +12,7 @@ from typing import Any, TypeVar
 import pytest
 from django.core.management import call_command
 
+from tests.support.aio import run_async  # noqa: F401  (the tasks tests import it from here)
 from tests.support.workers import Workers
 
 BACKEND = "redisq_django.tasks.RedisqBackend"
@@ -42,13 +40,6 @@ class TasksEnv:
             stdout=out,
         )  # fmt: skip
         return out.getvalue()
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coro)`` on a thread of its own: in the full suite an event loop may
-    already run in the main thread (Playwright's sync API leaves one)."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result(timeout=60)
 
 
 def tasks_setting(queue: str, **options: Any) -> dict[str, Any]:

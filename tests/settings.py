@@ -14,6 +14,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Serves the console's static files (charts.js, the vendored uPlot) to browser tests.
+    "django.contrib.staticfiles",
     "redisq_django",
     # Consumers of the queues only tests/faults/test_faults.py uses (faults, graceful, chaos).
     "tests.faultapp",

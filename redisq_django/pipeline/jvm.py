@@ -53,6 +53,12 @@ def start_in_own_session(settings: Mapping[str, str]) -> None:
         SparkContext._ensure_initialized(gateway=gateway)
 
 
+def is_running() -> bool:
+    """Whether a JVM serves this process already (one it started, or the ``spark-submit``
+    that started it): settings that shape the JVM can no longer take effect."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None
+
+
 def _process() -> subprocess.Popen[bytes] | None:
     """The JVM, when this process started it (not under ``spark-submit``)."""
     proc = getattr(SparkContext._gateway, "proc", None)

@@ -4,8 +4,9 @@ our package shipped to executors.
 Defaults: no web UI (a job on a shared machine should not open a port) and no console
 progress bar, session time zone UTC (timestamps shown and parsed as UTC, as the archive's
 ``date`` partitions are UTC days), all overridable with ``conf``; in a session it
-creates, adaptive query execution and shuffle partitions from the cores
-(:mod:`.tuning`) unless the configuration sets them; Python workers running
+creates, adaptive query execution and shuffle partitions from the cores, and for a local
+master that starts its own JVM a driver heap of a quarter of the machine's memory (1 to 4
+GB; :mod:`.tuning`), each unless the configuration sets it; Python workers running
 this interpreter (``PYSPARK_PYTHON``) and Spark bound to the loopback interface
 (``SPARK_LOCAL_IP``) unless the environment already says otherwise.
 
@@ -38,7 +39,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from redisq_django.pipeline import jvm, register
-from redisq_django.pipeline.tuning import apply_job_defaults
+from redisq_django.pipeline.tuning import apply_job_defaults, local_driver_memory, machine_memory_mb
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "redisq-pipeline"
@@ -80,6 +81,9 @@ def build_session(
     settings = {"spark.app.name": app_name, **DEFAULT_CONF, **(conf or {})}
     if master is not None:
         settings["spark.master"] = master
+    if created and not jvm.is_running():
+        # Only before the JVM starts: its heap cannot change afterwards.
+        settings.update(local_driver_memory(settings, machine_memory_mb()))
     jvm.start_in_own_session(settings)
     builder = SparkSession.builder
     for key, value in settings.items():

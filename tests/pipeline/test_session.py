@@ -79,7 +79,7 @@ import redisq_django.pipeline.report as report_module
 from redisq_django.pipeline.cli import main
 
 KEYS = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
-        "spark.sql.adaptive.coalescePartitions.enabled")
+        "spark.sql.adaptive.coalescePartitions.enabled", "spark.driver.memory")
 
 class Probed:
     def __init__(self, spark):
@@ -113,12 +113,17 @@ def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_f
     tmp_path: Path,
 ) -> None:
     # When the command line builds its session on 3 local cores, the user saying nothing
+    from redisq_django.pipeline.tuning import local_driver_memory, machine_memory_mb
+
     chosen = probe_session("--root", str(tmp_path), "--master", "local[3]")
-    # Then adaptive execution is on and a shuffle has 2 partitions per core, not 200
+    # Then adaptive execution is on and a shuffle has 2 partitions per core, not 200,
+    # and the local driver's heap comes of the machine's memory, not Spark's 1 GB
+    memory = local_driver_memory({"spark.master": "local[3]"}, machine_memory_mb())
     assert chosen == {
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "spark.driver.memory": memory["spark.driver.memory"],
     }
     # And the user's own --conf wins over each
     chosen = probe_session(
@@ -130,9 +135,37 @@ def test_the_session_of_the_command_line_has_adaptive_execution_and_partitions_f
         "spark.sql.shuffle.partitions=7",
         "--conf",
         "spark.sql.adaptive.enabled=false",
+        "--conf",
+        "spark.driver.memory=1500m",
     )
     assert chosen["spark.sql.shuffle.partitions"] == "7"
     assert chosen["spark.sql.adaptive.enabled"] == "false"
+    assert chosen["spark.driver.memory"] == "1500m"
+
+
+def test_a_local_driver_gets_a_quarter_of_the_memory_between_1_and_4_gb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redisq_django.pipeline.tuning import local_driver_memory
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    local = {"spark.master": "local[2]"}
+    assert local_driver_memory(local, 24 * 1024) == {"spark.driver.memory": "4096m"}
+    assert local_driver_memory(local, 8 * 1024) == {"spark.driver.memory": "2048m"}
+    assert local_driver_memory(local, 2 * 1024) == {"spark.driver.memory": "1024m"}
+    assert local_driver_memory({"spark.master": "local"}, 6 * 1024) == {
+        "spark.driver.memory": "1536m"
+    }
+    # Not on a cluster, not when the machine does not say, never over the user's choice
+    assert local_driver_memory({"spark.master": "spark://127.0.0.1:7077"}, 24 * 1024) == {}
+    assert local_driver_memory(local, None) == {}
+    assert local_driver_memory({**local, "spark.driver.memory": "2g"}, 24 * 1024) == {}
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-memory 3g pyspark-shell")
+    assert local_driver_memory(local, 24 * 1024) == {}
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.memory   6g\n")
+    assert local_driver_memory(local, 24 * 1024) == {}
 
 
 def test_cores_and_shuffle_partitions_from_the_configuration() -> None:

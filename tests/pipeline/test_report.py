@@ -89,7 +89,7 @@ def generate() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                     reason="failed",
                 )
             )
-        # 110..119: mail never got to them (backlog 10 + 10 dead... dead ones are settled)
+        # 110..119: mail never got to them (a backlog of 10; the dead ones are settled)
     events.append(_event("orders", "mail", "redriven", T0 + timedelta(hours=3), "o100", 2))
     for i in range(30):  # audit: every 10 minutes from 00:00 to 04:50, handled after 1 s
         mid = f"a{i}"
@@ -162,7 +162,10 @@ def made(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     root = tmp_path_factory.mktemp("archive")
     write_archive(spark, root)
-    options = ReportOptions(root=str(root), since=SINCE, until=UNTIL, queues=("orders", "audit"))
+    # Hours asked for: the data spans five hours, which alone would get minutes.
+    options = ReportOptions(
+        root=str(root), since=SINCE, until=UNTIL, queues=("orders", "audit"), bucket="hour"
+    )
     return root, report(spark, options)
 
 
@@ -233,7 +236,8 @@ def test_buckets_backlog_attempts_errors(spark: Any, made: Any) -> None:
     backlog = {
         (r["consumer"], r["bucket"].hour): r["backlog"] for r in read(spark, summary, "backlog")
     }
-    assert backlog["mail", 0] == 0 and backlog["mail", 1] == 10 and backlog["mail", 3] == 10
+    # o100, re-driven at 03:00, waits for mail again.
+    assert backlog["mail", 0] == 0 and backlog["mail", 1] == 10 and backlog["mail", 3] == 11
     assert backlog["billing", 1] == 0 and backlog["archiver", 4] == 0
     attempts = {
         (r["consumer"], r["event"], r["attempt"]): r["count"]
@@ -314,7 +318,8 @@ def test_cli_report_prints_one_line_with_the_page(
     assert main([*argv, "--queue", "audit", "--master", "local[2]"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].endswith("report.html")
-    assert "per hour, 1 queue(s), 1 consumer(s): published=30 handled=30" in out[0]
+    # A day asked for, five hours of data: minutes.
+    assert "per minute, 1 queue(s), 1 consumer(s): published=30 handled=30" in out[0]
     page = (root / "reports" / "latest" / "report.html").read_text()
     assert "audit" in page and "2026-11-21 00:00:00 UTC" in page
     assert spark.sparkContext._jsc is not None  # the shared session was not stopped
@@ -329,10 +334,12 @@ def test_manage_py_report_uses_archive_root(spark: Any, made: Any, settings: Any
     settings.REDISQ = {"ARCHIVE_ROOT": str(root)}
     out = io.StringIO()
     argv = ["--since", "2026-11-20T00:00", "--until", "2026-11-20T12:00", "--queue", "orders"]
+    argv += ["--bucket", "hour"]
     call_command("redisq_pipeline", "report", *argv, stdout=out)
     line = out.getvalue().strip()
     assert "published=120 handled=220 failed=20 dead=10 redriven=1" in line
-    assert line.endswith("report.html") and str(root / "reports") in line
+    assert " per hour, " in line and line.endswith("report.html")
+    assert str(root / "reports") in line
 
 
 def test_empty_archive_still_makes_a_page(spark: Any, tmp_path: Path) -> None:

@@ -138,3 +138,33 @@ def test_a_consumer_stalled_the_whole_range_is_reported(
     assert slow[-1]["backlog"] == 100 and min(r["backlog"] for r in slow) >= 0
     page = summary.html.read_text()
     assert "slow" in page.split('id="report-totals"', 1)[1].split("</table>", 1)[0]
+
+
+def test_a_week_with_an_hour_of_data_is_drawn_on_the_data_axis(
+    spark: Any, root: Path, tmp_path: Path
+) -> None:
+    import json
+    import re
+
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    # Given a week's range whose data sits in its last hours; when the report covers it
+    until = T0 + timedelta(hours=3)
+    options = ReportOptions(
+        root=str(root), out=str(tmp_path / "r"), since=until - timedelta(days=7), until=until
+    )
+    summary = report(spark, options)
+
+    # Then it counts per minute and every chart's axis spans the data, not the week
+    assert summary.bucket == "minute"
+    page = summary.html.read_text()
+    found = re.findall(r'<script type="application/json">(.*?)</script>', page)
+    charts = [json.loads(text) for text in found]
+    first = (T0 - timedelta(hours=1)).timestamp()  # e0..e4 published
+    last = (T0 + timedelta(hours=1, minutes=2)).timestamp()  # m89 handled at 01:02:29
+    assert len(charts) == 4
+    for chart in charts:
+        assert (chart["xMin"], chart["xMax"]) == (first, last), chart["title"]
+        assert len(chart["series"]) <= 6
+    backlog = next(c for c in charts if c["title"].startswith("Backlog"))
+    assert {s["label"] for s in backlog["series"]} == {"hooks / webhook", "hooks / slow"}

@@ -171,7 +171,8 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
     events = raw.where(F.col("message_id").isNotNull()).withColumn(
         "bucket", _bucket(F.col("time"), bucket)
     )
-    consumers = _consumers(spark, options, raw, since)
+    # Read by counts and totals: the scan of earlier events runs once.
+    consumers = _consumers(spark, options, raw, since).persist()
     # The join is read twice (latency, totals). One partition per core: each partition's
     # percentile summaries (accuracy 10000) are merged per group, so 200 of them (Spark's
     # default shuffle partitions, which adaptive execution cannot coalesce for a cached
@@ -201,6 +202,7 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
         )
     finally:
         timed.unpersist()
+        consumers.unpersist()
         raw.unpersist()
     html = write_html(data, out_dir / "report.html")
     if is_default:

@@ -1,8 +1,9 @@
 """The report's backlog and consumers on an incident's archive: a bulk retry of dead letters,
 messages published before the range and settled in it, a consumer stalled the whole range.
 
-Written with Spark in the archive's layout (as tests/pipeline/test_report.py does); the
-expected figures follow from the rows.
+Written with Spark in the archive's layout (as tests/pipeline/test_report.py does), the
+expected figures following from the rows; and once end to end, on a real queue whose
+dead letters are re-driven by the broker and archived by the archive job.
 """
 
 from __future__ import annotations
@@ -168,3 +169,56 @@ def test_a_week_with_an_hour_of_data_is_drawn_on_the_data_axis(
         assert len(chart["series"]) <= 6
     backlog = next(c for c in charts if c["title"].startswith("Backlog"))
     assert {s["label"] for s in backlog["series"]} == {"hooks / webhook", "hooks / slow"}
+
+
+def test_on_a_real_queue_the_backlog_after_a_bulk_retry_is_what_redis_says(
+    queue_name: str, spark: Any, redis_client: Any, redis_url: str, tmp_path: Path
+) -> None:
+    from redisq_django.core import Broker, CoreConfig, Failure
+    from redisq_django.pipeline.archive import archive
+    from redisq_django.pipeline.options import ArchiveOptions
+    from redisq_django.pipeline.report import ReportOptions, report
+
+    # Given history on, "webhook" rejecting 8 of 20 messages, every dead letter re-driven
+    # (a bulk retry) and 5 of them handled again; "stalled" handled one and stopped
+    broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
+    started = datetime.now(UTC) - timedelta(minutes=1)
+    for consumer in ("webhook", "stalled"):
+        broker.ensure_consumer(queue_name, consumer)
+    broker.publish_many(queue_name, [{"n": n} for n in range(20)])
+    webhook = broker.subscribe(queue_name, "webhook", "w1")
+    batch = webhook.fetch(count=20, block_ms=1000)
+    assert len(batch) == 20
+    for delivery in batch[:8]:
+        webhook.reject(delivery, Failure("HTTPError", "502"))
+    webhook.ack(batch[8:])
+    stalled = broker.subscribe(queue_name, "stalled", "s1")
+    (first,) = stalled.fetch(count=1, block_ms=1000)
+    stalled.ack([first])
+    dead = broker.dead_letters(queue_name, "webhook")
+    assert len(dead) == 8
+    assert all(broker.redrive(queue_name, "webhook", d.entry_id) for d in dead)
+    again = webhook.fetch(count=5, block_ms=1000)
+    assert len(again) == 5
+    webhook.ack(again)
+    waiting = {c.name: c.backlog + c.in_flight for c in broker.stats(queue_name).consumers}
+    assert waiting == {"webhook": 3, "stalled": 19}
+
+    # When the archive stores it and the report covers it
+    root = tmp_path / "archive"
+    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(root), queues=(queue_name,)))
+    options = ReportOptions(
+        root=str(root),
+        out=str(tmp_path / "r"),
+        since=started,
+        until=datetime.now(UTC) + timedelta(minutes=1),
+    )
+    summary = report(spark, options)
+
+    # Then each consumer's backlog ends at what Redis says waits, and never went negative
+    rows = sorted(read(spark, summary, "backlog"), key=lambda r: r["bucket"])
+    assert all(r["backlog"] >= 0 for r in rows)
+    last = {r["consumer"]: r["backlog"] for r in rows}
+    assert last == waiting
+    totals = {r["consumer"]: r for r in read(spark, summary, "totals")}
+    assert (totals["webhook"]["dead"], totals["webhook"]["redriven"]) == (8, 8)

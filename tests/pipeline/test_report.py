@@ -427,3 +427,24 @@ def test_durations_read_as_people_read_them() -> None:
         "2.05 min",
         "2 h",
     ]
+
+
+def test_inlined_assets_cannot_end_their_element_and_need_no_spark() -> None:
+    import subprocess
+    import sys
+
+    from redisq_django.pipeline.report_assets import _inline, inline_head, scripts
+
+    assert _inline("a</script>b<!--c</STYLE>") == "a<\\/script>b<\\!--c<\\/STYLE>"
+    head = inline_head()
+    assert head.count("<script>") == 2 and head.count("</script>") == 2
+    assert "RedisqCharts" in scripts()[1] and "uPlot" in scripts()[0]
+    # The admin may read the scripts' hashes without the pipeline's dependencies.
+    code = (
+        "import sys; from redisq_django.pipeline.report_assets import script_sources; "
+        "print(script_sources()); print(sorted(m for m in ('pyspark', 'pyarrow', 'django') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    sources, imported = out.stdout.splitlines()
+    assert sources.count("'sha256-") == 2 and imported == "[]"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 Row = dict[str, Any]
@@ -21,6 +21,8 @@ Values = list[float | None]
 
 #: Lines per chart, "other" included (charts.js's Okabe-Ito palette has 8 colours).
 MAX_SERIES = 6
+#: Points per line at most on a dense axis (a year of hours is 8,760).
+MAX_POINTS = 20_000
 #: Chart height in pixels; the width follows the page's.
 HEIGHT = 260
 EMPTY = "No data in the range."
@@ -61,9 +63,14 @@ def spec_json(spec: dict[str, Any]) -> str:
     return json.dumps(spec, separators=(",", ":"), allow_nan=False).translate(_SCRIPT_UNSAFE)
 
 
-def axis(rows: Iterable[Row]) -> list[datetime]:
-    """The shared time axis: every bucket the rows hold, in order."""
-    return sorted({row["bucket"] for row in rows if row.get("bucket") is not None})
+def axis(rows: Iterable[Row], step: timedelta) -> list[datetime]:
+    """The shared time axis: every bucket from the rows' first to their last, those
+    without a row included (a quiet hour is a zero or a flat backlog, not a straight line
+    between its neighbours); only the buckets the rows hold beyond :data:`MAX_POINTS`."""
+    held = sorted({row["bucket"] for row in rows if row.get("bucket") is not None})
+    if not held or (held[-1] - held[0]) / step >= MAX_POINTS:
+        return held
+    return [held[0] + i * step for i in range(int((held[-1] - held[0]) / step) + 1)]
 
 
 def _consumer(row: Row) -> str:

@@ -15,7 +15,7 @@ import html
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -212,7 +212,8 @@ the legend shows the values under the pointer.</p>
 
 def _charts(data: ReportData) -> list[report_charts.Chart]:
     """The four charts, on the time axis of the range's data."""
-    times = report_charts.axis(data.counts)
+    step = timedelta(minutes=1) if data.bucket == "minute" else timedelta(hours=1)
+    times = report_charts.axis(data.counts, step)
     return [
         report_charts.throughput_chart(data.counts, data.bucket, times),
         report_charts.failures_chart(data.counts, data.bucket, times),

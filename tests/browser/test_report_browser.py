@@ -337,3 +337,41 @@ def test_a_policy_allowing_only_the_report_scripts_draws_it(
             assert watch.requests == ["http://report.invalid/"]
         finally:
             page.close()
+
+
+def test_long_durations_fit_their_axis_and_a_lone_bucket_gets_a_dot(
+    browser: Any, tmp_path: Path
+) -> None:
+    data = aggregates()
+    # billing handled messages in hours 0, 5, 7 and 8 only, tens of minutes after publishing
+    data["latency"] = [
+        {**row, "latency_p95": 1_000_000.0 + row["bucket"].hour}
+        for row in data["latency"]
+        if row["consumer"] == "billing" and row["bucket"].hour in (0, 5, 7, 8)
+    ]
+    path = write_page(tmp_path / "report.html", data)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    watch = Watch(page)
+    try:
+        page.goto(path.as_uri())
+        got = page.evaluate(
+            """() => {
+                const el = document.querySelector("#chart-latency .redisq-uplot");
+                const u = el._redisqChart, axis = u.axes[1];
+                // uPlot draws the axis on its canvas: measure its labels with its font.
+                const ctx = document.createElement("canvas").getContext("2d");
+                ctx.font = axis.font[0];
+                const labels = axis._values.filter(t => t);
+                const widest = Math.max(...labels.map(t => ctx.measureText(t).width));
+                return {labels, need: widest + axis.ticks.size + axis.gap, size: axis._size,
+                        dots: u.series[1].points.filter(u, 1, false, null)};
+            }"""
+        )
+        # "16.7 min" and the like, each whole inside the axis
+        assert any(t.endswith(" min") for t in got["labels"]), got
+        assert got["need"] <= got["size"], got
+        # Hours 0 and 5 stand alone between gaps; 7 and 8 make a line.
+        assert got["dots"] == [0, 5], got
+        assert watch.errors == []
+    finally:
+        page.close()

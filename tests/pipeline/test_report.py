@@ -397,7 +397,8 @@ def test_many_consumers_fold_into_a_handful_of_lines() -> None:
         for h in range(24)
         if not (i == 8 and h == 3)  # a bucket without a row: the backlog carries on
     ]
-    times = axis(rows)
+    times = axis(rows, timedelta(hours=1))
+    assert len(times) == 24 and axis(rows[:1] + rows[-1:], timedelta(hours=1)) == times
     backlog = backlog_chart(rows, times).spec
     labels = [s["label"] for s in backlog["series"]]
     assert len(labels) == MAX_SERIES and labels[-1] == "other (4)"

@@ -31,7 +31,7 @@ _SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 @dataclass(frozen=True, slots=True)
-class Series:
+class Line:
     """One line: its label and a value (or None, a gap) per point of the shared axis."""
 
     label: str
@@ -40,10 +40,10 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
-class Group:
+class ChartGroup:
     """Lines of one kind on a chart, folded to ``keep`` lines at most."""
 
-    series: list[Series]
+    series: list[Line]
     keep: int
     other: str  # the folded line's label, with {n}
     combine: Callable[[Iterable[float]], float] = sum
@@ -85,7 +85,7 @@ def _lines(
     *,
     missing: float | None,
     carry: bool = False,
-) -> list[Series]:
+) -> list[Line]:
     """A line per ``key`` over ``times``; a bucket without a row is ``missing`` (0 for
     counts, a gap for percentiles) or, with ``carry``, the line's last value (a backlog
     stays what it was while nothing happens)."""
@@ -105,16 +105,16 @@ def _lines(
                 values.append(last)
             else:
                 values.append(last if carry else missing)
-        out.append(Series(label, values))
+        out.append(Line(label, values))
     return out
 
 
-def _size(series: Series, combine: Callable[[Iterable[float]], float]) -> float:
+def _size(series: Line, combine: Callable[[Iterable[float]], float]) -> float:
     present = [v for v in series.values if v is not None]
     return combine(present) if present else 0.0
 
 
-def fold(group: Group) -> list[Series]:
+def fold(group: ChartGroup) -> list[Line]:
     """The ``keep - 1`` largest lines and one "other (N)" line of the rest (or all
     lines, when they fit)."""
     if len(group.series) <= group.keep:
@@ -125,10 +125,10 @@ def fold(group: Group) -> list[Series]:
     for i in range(len(rest[0].values)):
         present = [v for s in rest if (v := s.values[i]) is not None]
         other.append(group.combine(present) if present else None)
-    return [*kept, Series(group.other.format(n=len(rest)), other, other=True)]
+    return [*kept, Line(group.other.format(n=len(rest)), other, other=True)]
 
 
-def chart(title: str, unit: str, times: Sequence[datetime], groups: Sequence[Group]) -> Chart:
+def chart(title: str, unit: str, times: Sequence[datetime], groups: Sequence[ChartGroup]) -> Chart:
     """A chart's spec for charts.js (see its header) and its summary in words."""
     series = [s for g in groups for s in fold(g)]
     x = [int(t.timestamp()) for t in times]
@@ -151,7 +151,7 @@ def chart(title: str, unit: str, times: Sequence[datetime], groups: Sequence[Gro
     return Chart(spec, f"{title}: {lines}")
 
 
-def _shares(first: Sequence[Series], second: Sequence[Series], cap: int) -> tuple[int, int]:
+def _shares(first: Sequence[Line], second: Sequence[Line], cap: int) -> tuple[int, int]:
     """How many lines each of two groups keeps: ``first`` at most ``cap`` (all of
     :data:`MAX_SERIES` when ``second`` is empty), ``second`` the rest."""
     keep = min(len(first), cap if second else MAX_SERIES)
@@ -168,8 +168,8 @@ def throughput_chart(counts: Sequence[Row], bucket: str, times: Sequence[datetim
     handled = _lines(consumers, times, lambda r: f"{_consumer(r)} handled", "handled", missing=0)
     queues, rest = _shares(published, handled, 2)
     groups = [
-        Group(published, queues, "other ({n} queues) published"),
-        Group(handled, rest, "other ({n}) handled"),
+        ChartGroup(published, queues, "other ({n} queues) published"),
+        ChartGroup(handled, rest, "other ({n}) handled"),
     ]
     return chart(f"Throughput per {bucket}", f"per {bucket}", times, groups)
 
@@ -178,15 +178,15 @@ def failures_chart(counts: Sequence[Row], bucket: str, times: Sequence[datetime]
     """Dead and retried per consumer, per bucket (consumers without any left out)."""
     consumers = [r for r in counts if r.get("consumer")]
 
-    def lines(kind: str) -> list[Series]:
+    def lines(kind: str) -> list[Line]:
         found = _lines(consumers, times, lambda r: f"{_consumer(r)} {kind}", kind, missing=0)
         return [s for s in found if any(s.values)]
 
     dead, retried = lines("dead"), lines("retried")
     keep_dead, keep_retried = _shares(dead, retried, MAX_SERIES // 2)
     groups = [
-        Group(dead, keep_dead, "other ({n}) dead"),
-        Group(retried, keep_retried, "other ({n}) retried"),
+        ChartGroup(dead, keep_dead, "other ({n}) dead"),
+        ChartGroup(retried, keep_retried, "other ({n}) retried"),
     ]
     return chart(f"Failures per {bucket} (dead, retried)", f"per {bucket}", times, groups)
 
@@ -194,7 +194,7 @@ def failures_chart(counts: Sequence[Row], bucket: str, times: Sequence[datetime]
 def latency_chart(latency: Sequence[Row], times: Sequence[datetime]) -> Chart:
     """Publish → handled latency p95 per consumer (the totals table has p50 and p99)."""
     p95 = _lines(latency, times, _consumer, "latency_p95", missing=None)
-    groups = [Group(p95, MAX_SERIES, "other ({n}), the highest", combine=max)]
+    groups = [ChartGroup(p95, MAX_SERIES, "other ({n}), the highest", combine=max)]
     return chart("Latency p95, publish to handled", "ms", times, groups)
 
 
@@ -202,5 +202,8 @@ def backlog_chart(backlog: Sequence[Row], times: Sequence[datetime]) -> Chart:
     """What waits for each consumer at each bucket's end."""
     lines = _lines(backlog, times, _consumer, "backlog", missing=None, carry=True)
     return chart(
-        "Backlog (messages waiting)", "messages", times, [Group(lines, MAX_SERIES, "other ({n})")]
+        "Backlog (messages waiting)",
+        "messages",
+        times,
+        [ChartGroup(lines, MAX_SERIES, "other ({n})")],
     )

@@ -27,8 +27,9 @@ from redisq_django.conf import SettingsError
 from redisq_django.connection import get_broker
 from redisq_django.core import trends
 from redisq_django.core.keys import queue_keys, registry_key
+from tests.metrics.test_tracing import global_exporter  # noqa: F401  (a fixture)
 from tests.support.aio import run_async
-from tests.support.redis_server import HOST, RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.sentinel import SentinelProcess
 
 T = TypeVar("T")
@@ -173,35 +174,25 @@ def test_the_event_loop_runs_on_while_apublish_waits_for_redis(
 
 
 def test_apublish_carries_the_trace_context_in_a_send_span(
-    settings: Any, redis_url: str, redis_client: redis.Redis, queue_name: str
+    settings: Any,
+    redis_url: str,
+    redis_client: redis.Redis,
+    queue_name: str,
+    global_exporter: Any,  # noqa: F811  (the fixture imported above)
 ) -> None:
-    pytest.importorskip("opentelemetry.sdk")
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
     settings.REDISQ = {"URL": redis_url, "TRACING": True}
-    try:
 
-        async def in_a_request() -> None:
-            with trace.get_tracer("test").start_as_current_span("request"):
-                await apublish(queue_name, 1)
-                await apublish_many(queue_name, [2, 3])
+    async def in_a_request() -> None:
+        with trace.get_tracer("test").start_as_current_span("request"):
+            await apublish(queue_name, 1)
+            await apublish_many(queue_name, [2, 3])
 
-        run_async(in_a_request())
-    finally:
-        processor.shutdown()
+    run_async(in_a_request())
     # Then each send made a span of the request's trace, whose context the messages carry
-    sends = [s for s in exporter.get_finished_spans() if s.name == f"send {queue_name}"]
-    (request,) = [s for s in exporter.get_finished_spans() if s.name == "request"]
+    sends = [s for s in global_exporter.get_finished_spans() if s.name == f"send {queue_name}"]
+    (request,) = [s for s in global_exporter.get_finished_spans() if s.name == "request"]
     assert len(sends) == 2
     assert {s.context.trace_id for s in sends} == {request.context.trace_id}
     carried = [json.loads(f[b"headers"])["traceparent"] for _, f in _log(redis_client, queue_name)]
@@ -245,18 +236,7 @@ def sentinel_service(
     """REDISQ on a django-redis cache that finds its master through a real sentinel."""
     master = RedisServer(redis_server_binary, tmp_path / "master").start()
     sentinel = SentinelProcess(redis_server_binary, tmp_path / "sentinel", master.port).start()
-    settings.CACHES = {
-        **settings.CACHES,
-        "queues": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://{sentinel.service}/0",
-            "OPTIONS": {
-                "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": [(HOST, sentinel.port)],
-            },
-        },
-    }
+    settings.CACHES = {**settings.CACHES, "queues": sentinel.cache()}
     settings.REDISQ = {"CONNECTION": "queues"}
     try:
         yield master

@@ -256,3 +256,37 @@ def test_apublish_behind_sentinel_reaches_the_master(
     with sentinel_service.client() as direct:
         assert [i for i, _ in _log(direct, queue_name)] == ids
         assert _payloads(direct, queue_name) == [1, 2, 3]
+
+
+class Rollback(Exception):
+    """Raised inside ``transaction.atomic`` to roll it back."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_from_async_code_a_transaction_publishes_on_commit_through_sync_to_async(
+    redisq_settings: Any, redis_client: redis.Redis, queue_name: str
+) -> None:
+    from asgiref.sync import sync_to_async
+    from django.db import transaction
+
+    from redisq_django import publish_on_commit
+    from tests.shopapp.models import Order
+
+    # The pattern docs/howto/publishing.md shows instead of an apublish_on_commit
+    @sync_to_async
+    def place_order(total: int, fail: bool) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(total=total)
+            publish_on_commit(queue_name, {"order": order.pk})
+            if fail:
+                raise Rollback
+
+    async def checkout() -> None:
+        await place_order(1, fail=False)
+        with pytest.raises(Rollback):
+            await place_order(2, fail=True)
+
+    run_async(checkout())
+    # Then the committed order was published, the rolled-back one not
+    (order,) = Order.objects.all()
+    assert _payloads(redis_client, queue_name) == [{"order": order.pk}]

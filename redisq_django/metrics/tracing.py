@@ -80,7 +80,7 @@ class Tracing(Middleware, PublishHook):
         self._live = False
         self._recheck_at = 0.0
         # The running span per context: per thread, and per asyncio task for async
-        # handlers, which run together on one thread (core/worker/aio.py).
+        # handlers, which run together on one thread (core/worker/coroutines.py).
         self._running: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
             f"redisq_running_span_{id(self)}", default=None
         )

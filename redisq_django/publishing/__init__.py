@@ -10,9 +10,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from redisq_django.aio import loop_client
 from redisq_django.conf import check_queue_known, outbox_enabled
-from redisq_django.connection import get_broker
+from redisq_django.connection import get_broker, loop_client
 from redisq_django.core import async_publish
 from redisq_django.core.envelope import Delay, Envelope, new_message_id
 from redisq_django.publishing.commit import relay_after_commit, send_after_commit
@@ -83,7 +82,7 @@ async def apublish(
 ) -> str:
     """:func:`publish` for async code (an ``async def`` view, an async consumer): the
     same message, validation, errors, tracing and trends, sent on this event loop's own
-    ``redis.asyncio`` client (``redisq_django/aio.py``), so the loop is never blocked
+    ``redis.asyncio`` client (``redisq_django/connection.py``), so the loop is never blocked
     on Redis.
 
     There is no ``apublish_on_commit``: Django runs no transaction in async code (the

@@ -1,6 +1,6 @@
 """The asyncio side of the tasks backend: ``aenqueue`` and ``aget_result`` talk to Redis
 with ``redis.asyncio``, never through a thread, on this event loop's client
-(``redisq_django/aio.py``: one per loop, closed with it).
+(``redisq_django/connection.py``: one per loop, closed with it).
 
 What it runs, the core builds, the same calls as the synchronous side runs
 (``core.scripts.ScriptCall``): nothing of the wire is rebuilt here.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redisq_django.aio import LoopClient, loop_client
+from redisq_django.connection import LoopClient, loop_client
 from redisq_django.core.asyncio_client import run_call
 from redisq_django.core.scripts import ScriptCall
 

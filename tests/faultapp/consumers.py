@@ -43,7 +43,7 @@ import redis
 from django.conf import settings
 
 from redisq_django import consumer
-from redisq_django.aio import loop_client
+from redisq_django.connection import loop_client
 from redisq_django.core.message import Message
 
 KEY_PREFIX = "redisqtest"

@@ -3,7 +3,7 @@
 One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`);
 one with an ``async def`` handler gets one instance running up to ``concurrency``
-handlers together on the process's event loop (:mod:`~redisq_django.core.worker.aio`).
+handlers together on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
 A liveness thread heartbeats and extends the leases of long handlers
 (:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
 main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
@@ -25,15 +25,15 @@ from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.leases import end_own_leases
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
-from redisq_django.core.worker.aio import AsyncHandlerThread, EventLoop, is_async_handler
+from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
 from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_interval
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
-from redisq_django.core.worker.options import WorkerOptions
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
 from redisq_django.core.worker.ticker import Every, Ticker
+from redisq_django.core.worker.worker_options import WorkerOptions
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -85,7 +85,7 @@ class Worker:
         self.gates: dict[str, PriorityGate] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
-        self.loop: EventLoop | None = None  # async handlers' (core/worker/aio.py)
+        self.loop: EventLoop | None = None  # async handlers' (core/worker/coroutines.py)
         self._promotion = Condition("promotion of due delayed messages and retries", logger)
         self.started_at = time.monotonic()
         self._last_summary = (self.started_at, 0)

@@ -16,7 +16,7 @@ import redis
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, Reject, RetryPolicy
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.worker import Middleware, Worker, WorkerOptions
-from redisq_django.core.worker.aio import is_async_handler
+from redisq_django.core.worker.coroutines import is_async_handler
 
 POLICY = RetryPolicy.from_seconds(
     max_retries=2, backoff=0.01, max_backoff=0.02, visibility_timeout=30

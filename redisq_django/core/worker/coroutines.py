@@ -61,7 +61,7 @@ class EventLoop:
             self.loop.run_forever()
         finally:
             # Closes what handlers opened on this loop: async generators, and with them
-            # the loop's own Redis client (redisq_django/aio.py) that apublish uses.
+            # the loop's own Redis client (redisq_django/connection.py) that apublish uses.
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 

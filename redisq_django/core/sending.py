@@ -44,7 +44,8 @@ def _published(keys: QueueKeys, n: int, trends_on: bool) -> list[Command]:
     return trends.counter(keys).commands({trends.PUBLISHED: n}) if trends_on else []
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass costs several times as much to build, once per publish.
+@dataclass(slots=True)
 class QueueSend:
     """Sending one queue's envelopes, built once by the core (:func:`plan_queue`) and run
     by either client: the synchronous one (:func:`run_send`) or an asyncio one

@@ -165,12 +165,7 @@ def queue_instances(alive: int | None, stalled: Sequence[str]) -> SafeString:
         return unknown()
     if not stalled:
         return figure(alive, "instances")
-    names = ", ".join(f"`{name}`" for name in stalled)
-    text = ngettext(
-        "consumer %(names)s: backlog, no instance alive",
-        "consumers %(names)s: backlog, no instance alive",
-        len(stalled),
-    ) % {"names": names}
+    text = stalled_text(stalled)
     return format_html(
         '<span class="redisq-fig redisq-stalled" title="{}">{} ⚠'
         '<span class="redisq-stalled-text"> {}</span></span>',
@@ -178,6 +173,16 @@ def queue_instances(alive: int | None, stalled: Sequence[str]) -> SafeString:
         alive,
         text,
     )
+
+
+def stalled_text(stalled: Sequence[str]) -> str:
+    """``consumer `slow`: backlog, no instance alive`` for the consumers ``stalled``."""
+    names = ", ".join(f"`{name}`" for name in stalled)
+    return ngettext(
+        "consumer %(names)s: backlog, no instance alive",
+        "consumers %(names)s: backlog, no instance alive",
+        len(stalled),
+    ) % {"names": names}
 
 
 def queue_badge(paused: bool, consumers_paused: int, consumers: int) -> SafeString:

@@ -192,7 +192,21 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         ]
         if stats.archive_lag is not None:
             cells.append(("archive_lag", stats.archive_lag))
-        return format_html("{}{}", live, figures.figure_table(cells))
+        stalled = [c.name for c in stats.consumers if c.stalled]
+        cells.append(
+            ("instances", figures.queue_instances(stats.total("instances_alive"), stalled))
+        )
+        warning = (
+            format_html(
+                '<p class="redisq-warning" role="alert">⚠ {}. {}</p>',
+                figures.stalled_text(stalled),
+                figures.STALLED_TITLE,
+            )
+            if stalled
+            else ""
+        )
+        state = format_html('<p class="redisq-state">{}</p>', self.state(obj))
+        return format_html("{}{}{}{}", live, warning, state, figures.figure_table(cells))
 
     @admin.display(description=_("consumers"))
     def consumers_live(self, obj: Queue) -> SafeString:

@@ -126,3 +126,14 @@ def test_a_consumer_page_keeps_its_own_warning(orders: Queue, root: Client) -> N
     fast_page = root.get(reverse("admin:redisq_django_consumer_change", args=[fast.pk]))
     assert "no instance of this consumer is alive" in slow_page.content.decode()
     assert "no instance of this consumer is alive" not in fast_page.content.decode()
+
+
+def test_the_queue_page_names_the_stalled_consumer_and_the_partial_pause(
+    orders: Queue, root: Client
+) -> None:
+    page = text(
+        root.get(reverse("admin:redisq_django_queue_change", args=[orders.pk])).content.decode()
+    )
+    assert "⚠ consumer `slow`: backlog, no instance alive." in page
+    assert "Active · 1 of 3 consumers paused" in page
+    assert "4 ⚠ consumer `slow`: backlog, no instance alive" in page

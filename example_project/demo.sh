@@ -81,6 +81,14 @@ for n in 1 2 3; do
   "$PY" manage.py runconsumer stock --stats-interval 0 >"$demo/schedule-worker-$n.log" 2>&1 &
   pids+=("$!")
 done
+# Each prints its banner once started (a loaded machine can take seconds to set Django
+# up); a SIGTERM before that would kill it with 143 instead of stopping it warm.
+for n in 1 2 3; do
+  for _ in $(seq 600); do
+    [ -s "$demo/schedule-worker-$n.log" ] && break
+    sleep 0.1
+  done
+done
 sleep 8
 kill -TERM "${pids[@]}"  # a warm stop: each exits 0
 wait "${pids[@]}"

@@ -18,6 +18,10 @@ t0``) with its library's normal API and one worker process. Each run of a row:
 * latency: the worker now idle and waiting, the driver enqueues 200 jobs/s for 10 s;
   p50 and p99 of ``now - t0`` in the job.
 
+Each worker logs at its default level but RQ and Huey, which log every job at INFO
+by default (``--logging_level WARNING``, ``-q``): the rows measure the queue, not log
+formatting. The rows and their command lines are in ``rows.py``.
+
 Bulk enqueue (RQ's ``enqueue_many``, our ``publish_many``) runs as rows of its own. Every
 round runs every row once in a freshly shuffled order (``--seed``); the table gives the
 median and the min-max over the rounds, each figure with the median 1-minute load
@@ -29,16 +33,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,118 +48,14 @@ BENCH_DIR = PEERS_DIR.parent
 REPO = BENCH_DIR.parent
 sys.path[:0] = [str(REPO), str(PEERS_DIR)]
 
-import redis  # noqa: E402
 from common import COUNTER, LATENCY  # noqa: E402
-from harness import (  # noqa: E402
-    cell,
-    command_calls,
-    command_delta,
-    fmt,
-    interleaved,
-    markdown_table,
-    percentile,
-    ratios_per_round,
-    summary,
-)
+from harness import command_calls, command_delta, interleaved, percentile  # noqa: E402
+from report import machine, peer_versions, report  # noqa: E402
+from rows import ROWS, Row  # noqa: E402
 
 from tests.support.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 OUT = BENCH_DIR / "out"
-OURS = "ours c=1"
-PEER_PACKAGES = ["celery", "kombu", "rq", "dramatiq", "huey", "redis", "hiredis"]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One library in one worker mode.
-
-    ``worker`` is the command line, with ``{bin}`` (the peers' venv's bin directory),
-    ``{py}`` (our interpreter), ``{url}`` and ``{dir}`` (bench/peers) filled in.
-    """
-
-    key: str
-    module: str
-    worker: tuple[str, ...] = ()
-    ours: bool = False
-    #: At most this many jobs (RQ's fork per job drains at a few hundred a second).
-    max_jobs: int | None = None
-    #: A bulk-enqueue row: no worker, the driver's ``bulk`` command.
-    bulk: bool = False
-    note: str = field(default="", compare=False)
-
-
-_OURS_CMD = ("{py}", "-m", "django", "runconsumer", "peers", "--settings", "peersproject")
-ROWS = [
-    Row(
-        "celery solo",
-        "peer_celery",
-        ("{bin}/celery", "-A", "peer_celery", "worker", "--pool", "solo", "-c", "1"),
-        note="Celery 5, pool solo (the job runs in the worker process)",
-    ),
-    Row(
-        "celery prefork c=1",
-        "peer_celery",
-        ("{bin}/celery", "-A", "peer_celery", "worker", "--pool", "prefork", "-c", "1"),
-        note="Celery's default pool, one child process",
-    ),
-    Row(
-        "rq fork",
-        "peer_rq",
-        ("{bin}/rq", "worker", "-u", "{url}", "-P", "{dir}", "--logging_level", "WARNING", "peers"),
-        max_jobs=2000,
-        note="rq worker: a work horse forked per job (RQ's default); at most 2,000 jobs",
-    ),
-    Row(
-        "rq simple",
-        "peer_rq",
-        (
-            "{bin}/rq",
-            "worker",
-            "-u",
-            "{url}",
-            "-P",
-            "{dir}",
-            "--logging_level",
-            "WARNING",
-            "--worker-class",
-            "rq.worker.SimpleWorker",
-            "peers",
-        ),
-        note="SimpleWorker: jobs run in the worker process, no fork",
-    ),
-    Row(
-        "dramatiq t=1",
-        "peer_dramatiq",
-        ("{bin}/dramatiq", "peer_dramatiq", "--processes", "1", "--threads", "1", "-P", "{dir}"),
-        note="one worker process (under Dramatiq's supervisor), one thread",
-    ),
-    Row(
-        "dramatiq t=8",
-        "peer_dramatiq",
-        ("{bin}/dramatiq", "peer_dramatiq", "--processes", "1", "-P", "{dir}"),
-        note="one worker process, its default 8 threads",
-    ),
-    Row(
-        "huey",
-        "peer_huey",
-        ("{bin}/huey_consumer", "peer_huey.huey", "-w", "1", "-k", "thread", "-q"),
-        note="huey_consumer -w 1 -k thread (RedisHuey, blocking reads)",
-    ),
-    Row(OURS, "peer_ours", (*_OURS_CMD, "--concurrency", "1"), ours=True),
-    Row("ours c=8", "peer_ours", (*_OURS_CMD, "--concurrency", "8"), ours=True),
-    Row(
-        "ours processes=2",
-        "peer_ours",
-        (*_OURS_CMD, "--concurrency", "1", "--processes", "2"),
-        ours=True,
-        note="two worker processes under the supervisor (not one process: for scale)",
-    ),
-    Row(
-        "ours batch-ack", "peer_ours", (*_OURS_CMD, "--concurrency", "1", "--batch-ack"), ours=True
-    ),
-    Row("bulk rq", "peer_rq", bulk=True, note="Queue.enqueue_many, 1,000 per call"),
-    Row("bulk ours", "peer_ours", ours=True, bulk=True, note="publish_many, 1,000 per call"),
-]
 
 
 def log(msg: str) -> None:
@@ -289,6 +186,7 @@ class Harness:
             "drain_wall_rate": queued / (last - spawned),
             "drain_span_rate": (queued - first_count) / span if span > 0 else None,
             "drain_load": load1(),
+            "startup_s": first - spawned,
             "commands_per_job": sum(others.values()) / queued,
             "commands": {k: v / queued for k, v in sorted(others.items(), key=lambda kv: -kv[1])},
         }
@@ -311,6 +209,7 @@ class Harness:
             "latency_p50": percentile(waits, 50) if waits else None,
             "latency_p99": percentile(waits, 99) if waits else None,
             "latency_n": len(waits),
+            "latency_sent": res["n"],
             "latency_load": load1(),
         }
 
@@ -332,116 +231,6 @@ def tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-# ---------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------
-
-
-def _stats(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    return summary(r.get(key) for r in runs)
-
-
-def report(results: list[dict[str, Any]], rows: list[Row], meta: dict[str, Any]) -> str:
-    """The markdown: the rows' table, bulk enqueue, ours over the fastest peer."""
-    main, bulk = [], []
-    for row in rows:
-        runs = [r for r in results if r["key"] == row.key]
-        if not runs:
-            continue
-        n = fmt(runs[0]["n"])
-        if row.bulk:
-            bulk.append([row.key, n, cell(_stats(runs, "bulk_rate"), _stats(runs, "bulk_load"))])
-            continue
-        drain_load = _stats(runs, "drain_load")
-        lat_load = _stats(runs, "latency_load")
-        main.append(
-            [
-                row.key,
-                n,
-                cell(_stats(runs, "enqueue_rate"), _stats(runs, "enqueue_load")),
-                cell(_stats(runs, "drain_wall_rate"), drain_load),
-                cell(_stats(runs, "drain_span_rate"), drain_load),
-                cell(_stats(runs, "commands_per_job"), drain_load, 2),
-                cell(_stats(runs, "latency_p50"), lat_load, 2),
-                cell(_stats(runs, "latency_p99"), lat_load, 2),
-            ]
-        )
-    parts = [
-        f"Peers, {meta['date']}: {meta['rounds']} interleaved round(s), seed {meta['seed']}; "
-        f"{meta['cpu']} ({meta['cores']} cores), Python {meta['python']}, "
-        f"Redis {meta['redis']}; {meta['versions_text']}.",
-        "",
-        "Each cell: median (min-max over the rounds) @ the median 1-minute load average "
-        "when it was taken. Jobs/s unless marked.",
-        "",
-        markdown_table(
-            [
-                "row",
-                "jobs",
-                "enqueue/s",
-                "drain wall/s",
-                "drain first→last/s",
-                "Redis cmds/job",
-                f"p50 ms @{meta['rate']:.0f}/s",
-                f"p99 ms @{meta['rate']:.0f}/s",
-            ],
-            main,
-        ),
-    ]
-    if bulk:
-        parts += ["", markdown_table(["bulk enqueue", "jobs", "jobs/s"], bulk)]
-    peers = [r.key for r in rows if not r.ours and not r.bulk]
-    for metric, label in (("drain_span_rate", "first→last"), ("drain_wall_rate", "wall")):
-        ratios = ratios_per_round(results, OURS, peers, metric)
-        if not ratios:
-            continue
-        parts += [
-            "",
-            f"{OURS} over the fastest peer, drain {label}, per round "
-            f"(goal >= 2x in every round): "
-            + "; ".join(
-                f"round {r['round']}: {r['ratio']:.2f}x "
-                f"({fmt(r['ours'])} vs {r['best_key']} {fmt(r['best'])})"
-                for r in ratios
-            ),
-        ]
-    notes = [f"- {r.key}: {r.note}" for r in rows if r.note]
-    parts += ["", "Rows:", *notes]
-    return "\n".join(parts) + "\n"
-
-
-def peer_versions(peers_python: str) -> dict[str, str]:
-    code = (
-        "import importlib.metadata as m, json, sys\n"
-        "out = {}\n"
-        "for p in sys.argv[1:]:\n"
-        "    try: out[p] = m.version(p)\n"
-        "    except m.PackageNotFoundError: out[p] = 'absent'\n"
-        "print(json.dumps(out))"
-    )
-    done = subprocess.run(
-        [peers_python, "-c", code, *PEER_PACKAGES], capture_output=True, check=True
-    )
-    versions: dict[str, str] = json.loads(done.stdout)
-    return versions
-
-
-def machine(conn: redis.Redis) -> dict[str, Any]:
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "redis": conn.info("server")["redis_version"],
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ def report(results: list[dict[str, Any]], rows: list[Row], meta: dict[str, Any])
     main, bulk = [], []
     flagged = False
     for row in rows:
-        runs = [r for r in results if r["key"] == row.key]
+        runs = [r for r in results if r["key"] == row.key and "error" not in r]
         if not runs:
             continue
         n = fmt(runs[0]["n"])
@@ -94,6 +94,10 @@ def report(results: list[dict[str, Any]], rows: list[Row], meta: dict[str, Any])
                 for r in ratios
             ),
         ]
+    failed = [r for r in results if "error" in r]
+    if failed:
+        parts += ["", "Failed runs (left out of the figures; the errors are in peers.json):"]
+        parts += [f"- round {r['round']}: {r['key']}" for r in failed]
     notes = [f"- {r.key}: {r.note}" for r in rows if r.note]
     if flagged:
         parts += [

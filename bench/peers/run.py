@@ -293,7 +293,13 @@ def main() -> int:
             for rnd, keys in enumerate(order, 1):
                 for key in keys:
                     log(f"round {rnd}/{args.rounds}: {key} (load {load1():.1f})")
-                    results.append(harness.run(by_key[key], rnd))
+                    try:
+                        results.append(harness.run(by_key[key], rnd))
+                    except (RuntimeError, subprocess.SubprocessError) as exc:
+                        # One row failing (a peer's worker dying, a timeout) should not
+                        # throw away the others' runs: it is reported, the round goes on.
+                        log(f"  {key} failed: {exc}")
+                        results.append({"key": key, "round": rnd, "error": str(exc)})
         finally:
             server.stop()
     text = report(results, rows, meta)

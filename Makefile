@@ -12,7 +12,7 @@
 #   make screenshots               # PNGs of every console page and the history report from a
 #                                  # staged incident, in test-artifacts/screenshots/
 #   make docs                      # the documentation site, docs/_build/html (warnings are errors)
-#   make lint | type | bench | bench-tasks | bench-async | bench-pipeline | clean | distclean
+#   make lint | type | bench | bench-tasks | bench-async | bench-peers | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics, otel and docs extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
@@ -50,6 +50,9 @@ REDIS_PATH_FILE := $(VENV)/.redis-server
 DEMO_VENV := .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
+PEERS_VENV := .venv-peers
+PEERS_PY := $(PEERS_VENV)/bin/python
+PEERS_STAMP := $(PEERS_VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core, at most 4 (each may start a Spark JVM);
 # JOBS=1 runs in this process (for --pdb). A test file stays on one process
@@ -61,7 +64,7 @@ else
 XDIST := -n $(JOBS) --dist loadfile
 endif
 
-.PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-pipeline clean distclean redis chromium \
+.PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-peers bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -235,6 +238,25 @@ bench-async: $(VENV) redis
 	@$(redis_env); \
 	$(VPY) bench/async_io.py
 
+# Celery, RQ, Dramatiq and Huey vs our runconsumer on one harness (bench/peers/run.py):
+# enqueue, drain, Redis commands per job, latency at 200/s, interleaved rounds. The peers
+# are installed from PyPI, pinned in bench/peers/requirements.txt, into $(PEERS_VENV)
+# only (never the project's venv). A quick run: make bench-peers PEERS_ARGS="--jobs 2000
+# --rounds 1"; one row: PEERS_ARGS='--only "huey,ours c=1"'.
+PEERS_ARGS ?=
+$(PEERS_STAMP): bench/peers/requirements.txt
+	@if ! $(PEERS_PY) -c 'pass' >/dev/null 2>&1; then \
+		echo "Creating $(PEERS_VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))"; \
+		rm -rf $(PEERS_VENV); \
+		$(PYTHON) -m venv $(PEERS_VENV); \
+	fi
+	$(PEERS_PY) -m pip install --quiet -r bench/peers/requirements.txt
+	@touch $(PEERS_STAMP)
+
+bench-peers: $(VENV) redis $(PEERS_STAMP)
+	@$(redis_env); \
+	$(VPY) bench/peers/run.py --peers-python $(PEERS_PY) $(PEERS_ARGS)
+
 # The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop, then
 # on a synthetic archive of BENCH_EVENTS events: report and replay as a user runs them
 # (python -m redisq_django.pipeline, a fresh JVM each), replay vs pipelined XADD of the
@@ -250,8 +272,8 @@ bench-pipeline: $(VENV) redis java
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
 		test-artifacts bench/out .tox docs/_build
-	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) \) -prune -o -name __pycache__ -type d \
+	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) -o -path ./$(PEERS_VENV) \) -prune -o -name __pycache__ -type d \
 		-print -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(DEMO_VENV)
+	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV)

@@ -100,6 +100,26 @@
     return kept;
   }
 
+  // A value between two gaps draws no line: such a series shows its points (a backlog
+  // sampled once in a range of gaps would otherwise be invisible).
+  function hasLone(values) {
+    for (var i = 0; i < values.length; i++) {
+      if (values[i] !== null && values[i] !== undefined &&
+          (i === 0 || values[i - 1] === null || values[i - 1] === undefined) &&
+          (i === values.length - 1 || values[i + 1] === null || values[i + 1] === undefined)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The value axis as wide as its longest label ("0.75 ms", "12.5k"), so none is cut.
+  function axisSize(u, values) {
+    var longest = 0;
+    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
+    return Math.max(40, 14 + longest * 7);
+  }
+
   function isEmpty(series) {
     return series.every(function (s) {
       return s.values.every(function (v) { return v === null || v === undefined || v === 0; });
@@ -131,13 +151,14 @@
       }}},
       axes: [
         {},
-        {values: function (u, ticks) { return ticks.map(tick); }, size: 60,
+        {values: function (u, ticks) { return ticks.map(tick); }, size: axisSize,
          label: unit === "ms" ? "" : unit, labelSize: unit && unit !== "ms" ? 20 : 0}
       ],
       series: [{}].concat(series.map(function (s, i) {
         var colour = s.other ? "#9a9a9a" : COLOURS[i % COLOURS.length];
         return {label: s.label, stroke: colour, width: 2, spanGaps: false,
-                points: {show: (spec.x || []).length < 3}, value: function (u, v) { return fmt(v); }};
+                points: {show: (spec.x || []).length < 3 || hasLone(s.values)},
+                value: function (u, v) { return fmt(v); }};
       }))
     };
     var data = [spec.x || []].concat(series.map(function (s) { return s.values; }));

@@ -52,6 +52,11 @@ def test_wheel_ships_scripts_templates_migrations_and_types(wheel: Path) -> None
     assert len([n for n in expected if n.endswith(".lua")]) >= 9
     assert expected <= names, sorted(expected - names)
     assert "redisq_django/py.typed" in names
+    # The history report inlines the chart code from the package (report_assets).
+    from redisq_django.pipeline.report_assets import SCRIPTS, STYLES
+
+    assets = {f"redisq_django/static/redisq_django/{name}" for name in (*SCRIPTS, *STYLES)}
+    assert assets <= names, sorted(assets - names)
     assert not any(n.startswith(("tests/", "example_project/", "bench/")) for n in names)
 
 

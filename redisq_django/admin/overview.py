@@ -31,6 +31,7 @@ from redisq_django.core.keys import validate_name
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.figures import HELP, consumer_state
 from redisq_django.models import Consumer, DeadLetter, Overview, Queue
+from redisq_django.pipeline import report_assets
 from redisq_django.publishing.outbox import pending_count
 
 
@@ -48,8 +49,13 @@ def dead_rows_by_consumer() -> dict[str, dict[str, int]]:
     return dict(counts)  # plain: a template lookup must not add keys
 
 
-#: The report page may not run scripts or load anything: it is self-contained by design.
-REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+#: The report page loads nothing and runs only the chart scripts this version of the
+#: package inlines into it (allowed by their hashes): anything else in a report file, which
+#: holds archived payloads and error texts, stays inert on the admin's origin.
+REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    f"script-src {report_assets.script_sources()}"
+)
 
 
 def latest_report() -> tuple[Path | None, str]:

@@ -81,6 +81,12 @@ def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
         metavar="Q",
         help="queue(s) to report on (repeatable; default: every queue in the archive)",
     )
+    parser.add_argument(
+        "--bucket",
+        choices=("minute", "hour"),
+        help="the charts' step (default: minutes when the range's data spans 6 hours or "
+        "less, else hours)",
+    )
     add_spark_arguments(parser)
 
 
@@ -100,6 +106,7 @@ def run_report(args: argparse.Namespace) -> str:
         since=parse_time(args.since, "--since") if args.since else None,
         until=parse_time(args.until, "--until", end=True) if args.until else None,
         queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
+        bucket=args.bucket,
     )
     with pipeline_session(args.master, parse_conf(args.conf)) as spark:
         set_log_level(spark, args.spark_log_level)

@@ -2,20 +2,26 @@
 
 It reads the archive (``ROOT/messages`` and ``ROOT/events``, see :mod:`.archive`), keeps the
 rows of the range (``[since, until)``, UTC) and of the queues asked for, and computes in
-Spark, per queue, logical consumer and bucket (an hour; a minute when the range is at most
-six hours):
+Spark, per queue, logical consumer and bucket (an hour; a minute when the range's data spans
+at most six hours, so that a short incident in a long range is still drawn as a curve):
 
 - ``counts``: published (messages; the same figure on every consumer of the queue, as each
   consumer gets every message), handled, failed (= retried + dead), retried, dead, redriven;
 - ``latency``: publish → handled latency (handled events joined to their message on queue and
   message id) and the handler's ``duration_ms``, p50/p95/p99, in milliseconds;
-- ``backlog``: cumulative published minus cumulative handled + dead since the range began
-  (messages published before ``since`` are not counted, so it can dip below zero when
-  older messages are settled in the range);
+- ``backlog``: what waits for each consumer at each bucket's end: published + re-driven
+  - handled - dead, cumulated from the least start the events allow, never negative
+  (:func:`.report_tables.backlog` says why and when it is exact);
 - ``attempts``: how many handled and dead events had each attempt number;
 - ``errors``: error classes of retried and dead events, with count, first and last seen
   and a sample message id;
 - ``totals``: the range as a whole per queue and consumer (counts and percentiles).
+
+The consumers are those with events in the range **or before it** (a consumer stalled the
+whole range has none in it, but its messages wait all the same): each gets its queue's
+published messages, its backlog and a row of the totals, zeros included. A consumer that
+has never settled, released or reset anything is in no event, so the archive cannot know
+it.
 
 Percentiles are ``percentile_approx`` with accuracy :data:`PERCENTILE_ACCURACY` (10000):
 the value returned is one whose rank among the ``n`` values is within ``n / 10000`` of the
@@ -55,6 +61,8 @@ PERCENTILES = (0.5, 0.95, 0.99)
 DEFAULT_DAYS = 7
 #: Ranges up to this long get minute buckets, longer ones hour buckets.
 MINUTE_BUCKETS_UP_TO = timedelta(hours=6)
+#: Bucket sizes in seconds.
+BUCKETS = {"minute": 60, "hour": 3600}
 #: How long before ``since`` a handled message may have been published and still get its
 #: latency measured (the join reads those messages' partitions too).
 LATENCY_LOOKBACK = timedelta(days=1)
@@ -83,6 +91,8 @@ class ReportOptions:
             and ``ROOT/reports/latest`` is moved to it.
         since, until: the range ``[since, until)``; default the last seven days.
         queues: the queues to report on; empty means every queue in the archive.
+        bucket: ``"minute"`` or ``"hour"``; None chooses from the span of the range's data
+            (minutes up to :data:`MINUTE_BUCKETS_UP_TO`).
     """
 
     root: str
@@ -90,6 +100,7 @@ class ReportOptions:
     since: datetime | None = None
     until: datetime | None = None
     queues: tuple[str, ...] = ()
+    bucket: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -100,6 +111,8 @@ class ReportOptions:
                 validate_name("queue", queue)
             except InvalidName as exc:
                 problems.append(str(exc).rstrip("."))
+        if self.bucket not in (None, *BUCKETS):
+            problems.append(f"the bucket must be one of {', '.join(BUCKETS)}, not {self.bucket!r}")
         since, until = self.window()
         if since >= until:
             problems.append(f"--since ({since.isoformat()}) must be before --until")
@@ -148,16 +161,18 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
 
     started = time.monotonic()
     since, until = options.window()
-    bucket = "minute" if until - since <= MINUTE_BUCKETS_UP_TO else "hour"
     made_at = datetime.now(UTC)
     out_dir, is_default = out_dir_for(options.out, options.root, made_at)
     messages = _read(spark, options, "messages", "published_at", since - LATENCY_LOOKBACK, until)
-    events = _read(spark, options, "events", "time", since, until).where(
-        F.col("message_id").isNotNull()
+    # Cached once for the aggregates: only the columns they read. Rows without a message
+    # (a reset) still say that their consumer exists.
+    raw = _read(spark, options, "events", "time", since, until).select(*EVENT_COLUMNS).persist()
+    bucket = options.bucket or _choose_bucket(_data_span(raw, messages, since), since, until)
+    events = raw.where(F.col("message_id").isNotNull()).withColumn(
+        "bucket", _bucket(F.col("time"), bucket)
     )
-    # Cached once for the six aggregates: only the columns they read.
-    events = events.select(*EVENT_COLUMNS).withColumn("bucket", _bucket(F.col("time"), bucket))
-    events = events.persist()
+    # Read by counts and totals: the scan of earlier events runs once.
+    consumers = _consumers(spark, options, raw, since).persist()
     # The join is read twice (latency, totals). One partition per core: each partition's
     # percentile summaries (accuracy 10000) are merged per group, so 200 of them (Spark's
     # default shuffle partitions, which adaptive execution cannot coalesce for a cached
@@ -168,7 +183,9 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
         # three (write, read, collect), and the files land on the driver, beside the HTML.
         tables = {
             name: frame.toArrow()
-            for name, frame in _aggregates(messages, events, timed, since, bucket).items()
+            for name, frame in _aggregates(
+                messages, events, consumers, timed, since, bucket
+            ).items()
         }
         tables["backlog"] = report_tables.backlog(tables["counts"])
         for name, table in tables.items():
@@ -185,7 +202,8 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
         )
     finally:
         timed.unpersist()
-        events.unpersist()
+        consumers.unpersist()
+        raw.unpersist()
     html = write_html(data, out_dir / "report.html")
     if is_default:
         point_latest(out_dir)
@@ -217,11 +235,12 @@ def _read(
     options: ReportOptions,
     table: str,
     time_column: str,
-    since: datetime,
+    since: datetime | None,
     until: datetime,
 ) -> DataFrame:
-    """``table``'s archived rows of the queues in ``[since, until)``; the ``date``
-    partitions outside the range are pruned before any file is opened."""
+    """``table``'s archived rows of the queues in ``[since, until)`` (``since`` None: all
+    before ``until``); the ``date`` partitions outside are pruned before any file is
+    opened."""
     from redisq_django.pipeline.schemas import Table, archive_schema, spark_schema
 
     path = join_path(normalize_root(options.root), table)
@@ -231,20 +250,53 @@ def _read(
         if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
             raise
         return spark.createDataFrame([], spark_schema(Table(table)))
-    frame = frame.where(
-        (F.col("date") >= F.lit(since.date())) & (F.col("date") <= F.lit(until.date()))
-    )
+    frame = frame.where(F.col("date") <= F.lit(until.date()))
+    if since is not None:
+        frame = frame.where(F.col("date") >= F.lit(since.date()))
     if options.queues:
         frame = frame.where(F.col("queue").isin(list(options.queues)))
-    return frame.where(
-        (F.col(time_column) >= F.lit(since)) & (F.col(time_column) < F.lit(until))
-    ).drop("date")
+    frame = frame.where(F.col(time_column) < F.lit(until))
+    if since is not None:
+        frame = frame.where(F.col(time_column) >= F.lit(since))
+    return frame.drop("date")
+
+
+def _data_span(events: DataFrame, messages: DataFrame, since: datetime) -> tuple[int, int] | None:
+    """The first and last time (epoch microseconds) of the range's events and published
+    messages, or None when it has none: one small job, which also fills ``events``' cache."""
+    times = events.select(F.col("time").alias("t")).unionByName(
+        messages.where(F.col("published_at") >= F.lit(since)).select(
+            F.col("published_at").alias("t")
+        )
+    )
+    row = times.agg(F.unix_micros(F.min("t")), F.unix_micros(F.max("t"))).first()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
+
+
+def _choose_bucket(span: tuple[int, int] | None, since: datetime, until: datetime) -> str:
+    """Minutes when the data (else the range) spans at most :data:`MINUTE_BUCKETS_UP_TO`:
+    a 20-minute incident in a week's report is 20 points, not one hour's."""
+    length = timedelta(microseconds=span[1] - span[0]) if span else until - since
+    return "minute" if length <= MINUTE_BUCKETS_UP_TO else "hour"
+
+
+def _consumers(
+    spark: SparkSession, options: ReportOptions, events: DataFrame, since: datetime
+) -> DataFrame:
+    """The (queue, consumer) pairs the report covers: those with events in the range or
+    before it. A consumer stalled the whole range has none in it; its earlier events
+    (reading only the ``queue`` and ``consumer`` columns) still say that it exists."""
+    earlier = _read(spark, options, "events", "time", None, since)
+    pairs = events.select("queue", "consumer").unionByName(earlier.select("queue", "consumer"))
+    return pairs.where(F.col("consumer").isNotNull()).distinct()
 
 
 def _bucket(moment: Column, bucket: str) -> Column:
     """The start of ``moment``'s bucket, computed on epoch seconds so that it does not
     depend on the session time zone."""
-    step = 60 if bucket == "minute" else 3600
+    step = BUCKETS[bucket]
     return F.timestamp_seconds(F.floor(F.unix_seconds(moment) / step) * step)
 
 
@@ -284,13 +336,17 @@ def _timed(messages: DataFrame, events: DataFrame) -> DataFrame:
 
 
 def _aggregates(
-    messages: DataFrame, events: DataFrame, timed: DataFrame, since: datetime, bucket: str
+    messages: DataFrame,
+    events: DataFrame,
+    consumers: DataFrame,
+    timed: DataFrame,
+    since: datetime,
+    bucket: str,
 ) -> dict[str, DataFrame]:
     """The report's aggregates as lazy frames (nothing runs until they are written)."""
     in_range = messages.where(F.col("published_at") >= F.lit(since))
     published = in_range.groupBy("queue", _bucket(F.col("published_at"), bucket).alias("bucket"))
     published_counts = published.agg(F.count(F.lit(1)).alias("published"))
-    consumers = events.select("queue", "consumer").distinct()
     keys = ["queue", "consumer", "bucket"]
     counts = (
         published_counts.join(consumers, "queue", "left")
@@ -323,13 +379,13 @@ def _aggregates(
         )
     )
     queue_published = in_range.groupBy("queue").agg(F.count(F.lit(1)).alias("published"))
+    per_consumer = consumers.join(
+        events.groupBy("queue", "consumer").agg(*_event_counts()), ["queue", "consumer"], "left"
+    )
+    # Full outer on the queue: a consumer of a queue with nothing published in the range
+    # keeps its row, and a queue without any consumer keeps one (consumer null).
     totals = (
-        queue_published.join(consumers, "queue", "left")
-        .join(
-            events.groupBy("queue", "consumer").agg(*_event_counts()),
-            ["queue", "consumer"],
-            "full_outer",
-        )
+        queue_published.join(per_consumer, "queue", "full_outer")
         .na.fill(0)
         .join(timed.groupBy("queue", "consumer").agg(*timing[1:]), ["queue", "consumer"], "left")
     )

@@ -1,168 +1,209 @@
-"""The report's charts: matplotlib figures rendered to inline SVG strings.
+"""The report's charts: a JSON spec per chart, drawn in the page by charts.js (uPlot).
 
-The page must stand alone (no CDN, no file next to it), so each figure is saved with the
-SVG backend into memory and its ``<svg>`` element embedded in the HTML. Text stays text
-(``svg.fonttype: none``: smaller, searchable, drawn in the page's font) and is never
-parsed as mathtext (a ``$`` in a queue name is just a character).
+One chart per concern (throughput, failures, latency, backlog), each with a handful of
+lines at most: the largest keep theirs and the rest are folded here into one "other (N)"
+line, summed for counts and the backlog and their maximum for latencies (a sum of p95s
+means nothing). Every chart shares one time axis, from the first bucket of the range's data
+to its last (not the range asked for, whose days before a short incident would squeeze it
+into a sliver), in UTC like the rest of the report.
 """
 
 from __future__ import annotations
 
-import io
-import math
-import re
+import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-import matplotlib
-import numpy as np
-
-matplotlib.use("Agg")  # no display here; set before pyplot is imported
-
-import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.ticker import FuncFormatter
-
 Row = dict[str, Any]
+Values = list[float | None]
 
-#: Typed loosely: matplotlib types rcParams keys as one long Literal.
-_RC: dict[Any, Any] = {
-    "svg.fonttype": "none",
-    "svg.hashsalt": "redisq-report",  # stable element ids: same data, same page
-    "text.parse_math": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "font.size": 9,
-}
-_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
-_STYLES = {"p50": ":", "p95": "--", "p99": "-"}
-
-
-Span = tuple[datetime, datetime]
-
-#: Legend entries in one column before the legend gets a second one.
-LEGEND_ROWS = 12
+#: Lines per chart, "other" included (charts.js's Okabe-Ito palette has 8 colours).
+MAX_SERIES = 6
+#: Points per line at most on a dense axis (a year of hours is 8,760).
+MAX_POINTS = 20_000
+#: Chart height in pixels; the width follows the page's.
+HEIGHT = 260
+EMPTY = "No data in the range."
+#: What must not appear raw in a script element's text (JSON keeps its meaning escaped).
+_SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
-def _naive_utc(when: datetime) -> np.datetime64:
-    # numpy datetime64 (naive UTC): matplotlib's own date axis, no time zone guessing.
-    return np.datetime64(when.astimezone(UTC).replace(tzinfo=None), "ms")
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line: its label and a value (or None, a gap) per point of the shared axis."""
+
+    label: str
+    values: Values
+    other: bool = False  # a fold of several (charts.js draws it grey)
 
 
-def svg(draw: Callable[[Axes], None], *, title: str, ylabel: str, span: Span) -> str:
-    """A figure drawn by ``draw`` on one Axes, as an ``<svg>`` element (no XML prolog).
+@dataclass(frozen=True, slots=True)
+class ChartGroup:
+    """Lines of one kind on a chart, folded to ``keep`` lines at most."""
 
-    The time axis always shows the report's range (``span``): left to itself matplotlib
-    widens a single bucket to years around it.
-    """
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(9, 3.2), layout="constrained")
-        try:
-            draw(ax)
-            ax.set_xlim(_naive_utc(span[0]), _naive_utc(span[1]))  # type: ignore[arg-type]
-            ax.set_title(title, loc="left")
-            ax.set_ylabel(ylabel)
-            locator = AutoDateLocator()  # type: ignore[no-untyped-call]
-            ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-            entries = len(ax.get_legend_handles_labels()[0])
-            if entries:
-                # Many series (a line per consumer and percentile): the legend gets columns
-                # and the figure the height it needs, or the plot would be squeezed to nothing.
-                columns = 1 if entries <= LEGEND_ROWS else 2
-                rows = math.ceil(entries / columns)
-                fig.set_size_inches(9 + 2 * (columns - 1), max(3.2, 0.9 + 0.19 * rows))
-                ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), ncols=columns)
-            else:
-                ax.text(0.5, 0.5, "no data in the range", transform=ax.transAxes, ha="center")
-            buffer = io.StringIO()
-            fig.savefig(buffer, format="svg")
-        finally:
-            plt.close(fig)
-    text = buffer.getvalue()
-    # The prolog cannot stand inside HTML; the RDF metadata only names namespaces.
-    return _METADATA.sub("", text[text.index("<svg") :], count=1)
+    series: list[Line]
+    keep: int
+    other: str  # the folded line's label, with {n}
+    combine: Callable[[Iterable[float]], float] = sum
 
 
-def _series(
-    rows: Iterable[Row], key: Callable[[Row], str], value: str
-) -> dict[str, tuple[list[datetime], list[float]]]:
-    """label -> (bucket times, values), rows with a null value left out."""
-    out: dict[str, tuple[list[datetime], list[float]]] = {}
-    for row in rows:
-        if row.get(value) is None or row.get("bucket") is None:
-            continue
-        xs, ys = out.setdefault(key(row), ([], []))
-        xs.append(row["bucket"])
-        ys.append(float(row[value]))
-    return out
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A chart as the page needs it: the spec, and the summary for its aria-label."""
+
+    spec: dict[str, Any]
+    summary: str
+
+
+def spec_json(spec: dict[str, Any]) -> str:
+    """``spec`` as the text of a ``<script type="application/json">`` element: ``<``,
+    ``>`` and ``&`` escaped, so no queue name or label can end the element."""
+    return json.dumps(spec, separators=(",", ":"), allow_nan=False).translate(_SCRIPT_UNSAFE)
+
+
+def axis(rows: Iterable[Row], step: timedelta) -> list[datetime]:
+    """The shared time axis: every bucket from the rows' first to their last, those
+    without a row included (a quiet hour is a zero or a flat backlog, not a straight line
+    between its neighbours); only the buckets the rows hold beyond :data:`MAX_POINTS`."""
+    held = sorted({row["bucket"] for row in rows if row.get("bucket") is not None})
+    if not held or (held[-1] - held[0]) / step >= MAX_POINTS:
+        return held
+    return [held[0] + i * step for i in range(int((held[-1] - held[0]) / step) + 1)]
 
 
 def _consumer(row: Row) -> str:
     return f"{row['queue']} / {row['consumer']}"
 
 
-def _lines(ax: Axes, series: dict[str, tuple[list[datetime], list[float]]], **kw: Any) -> None:
-    for label, (xs, ys) in sorted(series.items()):
-        times = np.array([_naive_utc(x) for x in xs], "datetime64[ms]")
-        # Bigger markers when a series has few points: a single bucket is a dot, not a line.
-        size = 6 if len(xs) < 3 else 3
-        ax.plot(times, np.array(ys), marker="o", markersize=size, label=label, **kw)
+def _lines(
+    rows: Iterable[Row],
+    times: Sequence[datetime],
+    key: Callable[[Row], str],
+    value: str,
+    *,
+    missing: float | None,
+    carry: bool = False,
+) -> list[Line]:
+    """A line per ``key`` over ``times``; a bucket without a row is ``missing`` (0 for
+    counts, a gap for percentiles) or, with ``carry``, the line's last value (a backlog
+    stays what it was while nothing happens)."""
+    index = {t: i for i, t in enumerate(times)}
+    found: dict[str, dict[int, float | None]] = {}
+    for row in rows:
+        if row.get("bucket") not in index:
+            continue
+        v = row.get(value)
+        found.setdefault(key(row), {})[index[row["bucket"]]] = None if v is None else float(v)
+    out = []
+    for label in sorted(found):
+        points, values, last = found[label], [], None
+        for i in range(len(times)):
+            if i in points:
+                last = points[i]
+                values.append(last)
+            else:
+                values.append(last if carry else missing)
+        out.append(Line(label, values))
+    return out
 
 
-def throughput_chart(counts: Sequence[Row], unit: str, span: Span) -> str:
-    """Published per queue (dashed) and handled per consumer, per bucket."""
+def _size(series: Line, combine: Callable[[Iterable[float]], float]) -> float:
+    present = [v for v in series.values if v is not None]
+    return combine(present) if present else 0.0
+
+
+def fold(group: ChartGroup) -> list[Line]:
+    """The ``keep - 1`` largest lines and one "other (N)" line of the rest (or all
+    lines, when they fit)."""
+    if len(group.series) <= group.keep:
+        return group.series
+    ranked = sorted(group.series, key=lambda s: -_size(s, group.combine))
+    kept, rest = ranked[: group.keep - 1], ranked[group.keep - 1 :]
+    other: Values = []
+    for i in range(len(rest[0].values)):
+        present = [v for s in rest if (v := s.values[i]) is not None]
+        other.append(group.combine(present) if present else None)
+    return [*kept, Line(group.other.format(n=len(rest)), other, other=True)]
+
+
+def chart(title: str, unit: str, times: Sequence[datetime], groups: Sequence[ChartGroup]) -> Chart:
+    """A chart's spec for charts.js (see its header) and its summary in words."""
+    series = [s for g in groups for s in fold(g)]
+    x = [int(t.timestamp()) for t in times]
+    spec: dict[str, Any] = {
+        "title": title,
+        "unit": unit,
+        "x": x,
+        "series": [
+            {"label": s.label, "values": s.values, **({"other": True} if s.other else {})}
+            for s in series
+        ],
+        "empty": EMPTY,
+        "maxSeries": MAX_SERIES,
+        "height": HEIGHT,
+        "tz": "UTC",
+    }
+    if x:
+        spec["xMin"], spec["xMax"] = x[0], x[-1]
+    lines = ", ".join(s.label for s in series) or "no data"
+    return Chart(spec, f"{title}: {lines}")
+
+
+def _shares(first: Sequence[Line], second: Sequence[Line], cap: int) -> tuple[int, int]:
+    """How many lines each of two groups keeps: ``first`` at most ``cap`` (all of
+    :data:`MAX_SERIES` when ``second`` is empty), ``second`` the rest."""
+    keep = min(len(first), cap if second else MAX_SERIES)
+    return keep, MAX_SERIES - keep
+
+
+def throughput_chart(counts: Sequence[Row], bucket: str, times: Sequence[datetime]) -> Chart:
+    """Published per queue and handled per consumer, per bucket."""
     per_queue = list({(r["queue"], r["bucket"]): r for r in counts}.values())
+    published = _lines(
+        per_queue, times, lambda r: f"{r['queue']} published", "published", missing=0
+    )
+    consumers = [r for r in counts if r.get("consumer")]
+    handled = _lines(consumers, times, lambda r: f"{_consumer(r)} handled", "handled", missing=0)
+    queues, rest = _shares(published, handled, 2)
+    groups = [
+        ChartGroup(published, queues, "other ({n} queues) published"),
+        ChartGroup(handled, rest, "other ({n}) handled"),
+    ]
+    return chart(f"Throughput per {bucket}", f"per {bucket}", times, groups)
 
-    def draw(ax: Axes) -> None:
-        _lines(ax, _series(per_queue, lambda r: f"{r['queue']} published", "published"), ls="--")
-        consumers = [r for r in counts if r.get("consumer")]
-        _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} handled", "handled"))
 
-    return svg(draw, title="Throughput", ylabel=f"messages per {unit}", span=span)
-
-
-def failures_chart(counts: Sequence[Row], unit: str, span: Span) -> str:
-    """Retried and dead per consumer, per bucket."""
+def failures_chart(counts: Sequence[Row], bucket: str, times: Sequence[datetime]) -> Chart:
+    """Dead and retried per consumer, per bucket (consumers without any left out)."""
     consumers = [r for r in counts if r.get("consumer")]
 
-    def draw(ax: Axes) -> None:
-        _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} retried", "retried"), ls="--")
-        _lines(ax, _series(consumers, lambda r: f"{_consumer(r)} dead", "dead"))
+    def lines(kind: str) -> list[Line]:
+        found = _lines(consumers, times, lambda r: f"{_consumer(r)} {kind}", kind, missing=0)
+        return [s for s in found if any(s.values)]
 
-    return svg(draw, title="Failures (retried, dead)", ylabel=f"events per {unit}", span=span)
-
-
-def _labelled(suffix: str) -> Callable[[Row], str]:
-    return lambda row: f"{_consumer(row)} {suffix}"
-
-
-def latency_chart(latency: Sequence[Row], span: Span) -> str:
-    """Publish → handled latency p50 (dotted), p95 (dashed), p99 per consumer."""
-
-    def draw(ax: Axes) -> None:
-        values = []
-        for p, style in _STYLES.items():
-            series = _series(latency, _labelled(p), f"latency_{p}")
-            _lines(ax, series, ls=style)
-            values += [v for _, ys in series.values() for v in ys]
-        # A log scale only when latencies span decades; within one decade it would show no
-        # tick at all.
-        if values and max(values) > 50 * max(min(values), 1.0):
-            ax.set_yscale("symlog", linthresh=1.0)
-            # The log scale's own labels are mathtext ("10^3"), which parse_math=False
-            # would print raw: plain numbers instead.
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-
-    return svg(draw, title="Latency, publish to handled", ylabel="ms", span=span)
+    dead, retried = lines("dead"), lines("retried")
+    keep_dead, keep_retried = _shares(dead, retried, MAX_SERIES // 2)
+    groups = [
+        ChartGroup(dead, keep_dead, "other ({n}) dead"),
+        ChartGroup(retried, keep_retried, "other ({n}) retried"),
+    ]
+    return chart(f"Failures per {bucket} (dead, retried)", f"per {bucket}", times, groups)
 
 
-def backlog_chart(backlog: Sequence[Row], span: Span) -> str:
-    """Published minus handled + dead, cumulated from the range's start, per consumer."""
+def latency_chart(latency: Sequence[Row], times: Sequence[datetime]) -> Chart:
+    """Publish → handled latency p95 per consumer (the totals table has p50 and p99)."""
+    p95 = _lines(latency, times, _consumer, "latency_p95", missing=None)
+    groups = [ChartGroup(p95, MAX_SERIES, "other ({n}), the highest", combine=max)]
+    return chart("Latency p95, publish to handled", "ms", times, groups)
 
-    def draw(ax: Axes) -> None:
-        _lines(ax, _series(backlog, _consumer, "backlog"), drawstyle="steps-post")
 
-    return svg(draw, title="Backlog since the range began", ylabel="messages", span=span)
+def backlog_chart(backlog: Sequence[Row], times: Sequence[datetime]) -> Chart:
+    """What waits for each consumer at each bucket's end."""
+    lines = _lines(backlog, times, _consumer, "backlog", missing=None, carry=True)
+    return chart(
+        "Backlog (messages waiting)",
+        "messages",
+        times,
+        [ChartGroup(lines, MAX_SERIES, "other ({n})")],
+    )

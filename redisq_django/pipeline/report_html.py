@@ -1,10 +1,12 @@
-"""The report's one self-contained HTML page (inline CSS, inline SVG charts, no scripts),
-and where it goes: ``ROOT/reports/<UTC time>/`` with ``ROOT/reports/latest`` pointing at
-the newest, or a directory of the user's.
+"""The report's one self-contained HTML page, and where it goes: ``ROOT/reports/<UTC time>/``
+with ``ROOT/reports/latest`` pointing at the newest, or a directory of the user's.
 
-Every piece of text that comes from the data (queue and consumer names, error classes and
-messages, message ids) goes through :func:`html.escape`; the charts are matplotlib's SVG,
-whose text the SVG writer escapes itself.
+The page stands alone and opens offline from ``file://``: its CSS, the vendored uPlot and
+charts.js are inlined (:mod:`.report_assets`), and each chart is a JSON spec in a
+``<script type="application/json">`` element that charts.js draws. Every piece of text that
+comes from the data (queue and consumer names, error classes and messages, message ids)
+goes through :func:`html.escape`, or for a spec :func:`.report_charts.spec_json`, which
+escapes ``<``, ``>`` and ``&``; the page's own scripts never build HTML from it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import html
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from redisq_django.pipeline import report_charts
+from redisq_django.pipeline import report_assets, report_charts
 from redisq_django.pipeline.options import JobError, join_path, normalize_root
 
 Row = dict[str, Any]
@@ -30,10 +32,15 @@ LATEST = "latest"
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem 2rem;color:#222}
 h1{font-size:1.4rem;margin:0 0 .3rem}h2{font-size:1.1rem;margin:1.6rem 0 .4rem}
-.meta{color:#555}.chart svg{max-width:100%;height:auto}
+.meta{color:#555}figure.chart{margin:0 0 1.2rem;max-width:1400px}
+body:has(.redisq-uplot[data-drawn]) .charts-off{display:none}
+.charts-off{border-left:3px solid #E69F00;padding-left:.5rem}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ccc;padding:.2rem .5rem}
 th{background:#f3f3f3;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
 """
+#: Columns holding milliseconds, shown as people read durations (850 ms, 12.3 s, 2.05 min).
+DURATIONS = frozenset(f"{kind}_p{p}" for kind in ("latency", "duration") for p in (50, 95, 99))
+_CHARTS = ("throughput", "failures", "latency", "backlog")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +78,31 @@ def _time(value: Any) -> str:
     return e(value.strftime("%Y-%m-%d %H:%M:%S UTC") if isinstance(value, datetime) else value)
 
 
+def duration(ms: float | None) -> str:
+    """Milliseconds as people read them, as charts.js shows them: ``0.25 ms``, ``8.5 ms``,
+    ``850 ms``, ``12.3 s``, ``2.05 min``, ``1.5 h``; None as a dash."""
+    if ms is None:
+        return "-"
+    size = abs(ms)
+    if size == 0:
+        return "0"
+    if size < 1:
+        return f"{ms:.2f} ms"
+    if size < 1000:
+        return f"{ms:.1f} ms" if size < 10 else f"{round(ms)} ms"
+    for unit, scale in (("s", 1000), ("min", 60_000), ("h", 3_600_000)):
+        if size < scale * (60 if unit != "h" else float("inf")):
+            return f"{_trim(ms / scale)} {unit}"
+    raise AssertionError("unreachable: hours take any size")
+
+
+def _trim(value: float) -> str:
+    """Three significant figures at most, no trailing zeros: 12.3, 120, 1.5."""
+    size = abs(value)
+    text = f"{value:.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _num(value: Any) -> str:
     if value is None:
         return "-"
@@ -89,7 +121,9 @@ def table(
         cells = []
         for key, _ in columns:
             value = row.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if key in DURATIONS and (value is None or isinstance(value, (int, float))):
+                cells.append(f'<td class="n">{e(duration(value))}</td>')
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 cells.append(f'<td class="n">{_num(value)}</td>')
             elif isinstance(value, datetime):
                 cells.append(f"<td>{_time(value)}</td>")
@@ -112,10 +146,10 @@ _TOTALS = [
     ("retried", "retried"),
     ("dead", "dead"),
     ("redriven", "redriven"),
-    ("latency_p50", "latency p50 (ms)"),
+    ("latency_p50", "latency p50"),
     ("latency_p95", "p95"),
     ("latency_p99", "p99"),
-    ("duration_p50", "duration p50 (ms)"),
+    ("duration_p50", "duration p50"),
     ("duration_p95", "p95"),
     ("duration_p99", "p99"),
 ]
@@ -141,32 +175,32 @@ _ATTEMPTS = [
 def render(data: ReportData) -> str:
     """The whole page as a string."""
     queues = ", ".join(data.queue_names()) or "none found"
-    span = (data.since, data.until)
-    charts = [
-        report_charts.throughput_chart(data.counts, data.bucket, span),
-        report_charts.failures_chart(data.counts, data.bucket, span),
-        report_charts.latency_chart(data.latency, span),
-        report_charts.backlog_chart(data.backlog, span),
-    ]
-    names = ["throughput", "failures", "latency", "backlog"]
     figures = "".join(
-        f'<figure class="chart" id="chart-{name}">{chart}</figure>'
-        for name, chart in zip(names, charts, strict=True)
+        _figure(name, chart) for name, chart in zip(_CHARTS, _charts(data), strict=True)
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1">
 <title>redisq report {_time(data.since)} to {_time(data.until)}</title>
-<style>{_CSS}</style></head><body>
+<style>{_CSS}</style>
+{report_assets.inline_head()}</head><body>
 <h1>redisq history report</h1>
 <p class="meta" id="report-meta">Range <b>{_time(data.since)}</b> to <b>{_time(data.until)}</b>
 (per {e(data.bucket)}); queues: <b id="report-queues">{e(queues)}</b>;
 made {_time(data.made_at)}.</p>
 <p class="meta">Percentiles are Spark's <code>percentile_approx</code> with accuracy
 {data.accuracy}: each is a value whose rank is within n/{data.accuracy} of the exact rank.
-Backlog counts only messages published since the range began.</p>
+The backlog is what waits for each consumer: published + re-driven &minus; handled
+&minus; dead, from the least start the range's events allow (never negative; exact once
+the consumer was drained in the range, else a lower bound).</p>
 {_gaps(data.gaps)}<h2>Totals</h2>
 {table(data.totals, _TOTALS, css_id="report-totals", empty="No messages or events in the range.")}
 <h2>Charts</h2>
+<p class="meta charts-off">The charts are drawn by this page's own scripts, which did not
+run here (JavaScript is off, or a Content-Security-Policy blocks them): the tables hold
+the figures.</p>
+<p class="meta">Times in UTC. Drag across a chart to zoom in, double-click to zoom out;
+the legend shows the values under the pointer.</p>
 {figures}
 <h2>Top error classes</h2>
 {table(data.errors, _ERRORS, css_id="report-errors", empty="No retried or dead events.")}
@@ -174,6 +208,28 @@ Backlog counts only messages published since the range began.</p>
 {table(data.attempts, _ATTEMPTS, css_id="report-attempts", empty="No handled or dead events.")}
 </body></html>
 """
+
+
+def _charts(data: ReportData) -> list[report_charts.Chart]:
+    """The four charts, on the time axis of the range's data."""
+    step = timedelta(minutes=1) if data.bucket == "minute" else timedelta(hours=1)
+    times = report_charts.axis(data.counts, step)
+    return [
+        report_charts.throughput_chart(data.counts, data.bucket, times),
+        report_charts.failures_chart(data.counts, data.bucket, times),
+        report_charts.latency_chart(data.latency, times),
+        report_charts.backlog_chart(data.backlog, times),
+    ]
+
+
+def _figure(name: str, chart: report_charts.Chart) -> str:
+    """A chart's element: charts.js draws the spec into the div."""
+    spec = report_charts.spec_json(chart.spec)
+    return (
+        f'<figure class="chart" id="chart-{name}"><div class="redisq-uplot" role="img" '
+        f'aria-label="{e(chart.summary)}"><script type="application/json">{spec}</script>'
+        "</div></figure>\n"
+    )
 
 
 def _gaps(lines: Sequence[str]) -> str:

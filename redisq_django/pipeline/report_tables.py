@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from datetime import UTC, datetime
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ BACKLOG_SCHEMA = pa.schema(
         ("queue", pa.string()),
         ("consumer", pa.string()),
         ("bucket", pa.timestamp("us", tz="UTC")),
+        ("start", pa.int64()),
         ("published_total", pa.int64()),
+        ("redriven_total", pa.int64()),
         ("settled_total", pa.int64()),
         ("backlog", pa.int64()),
     ]
@@ -38,29 +41,46 @@ def write(table: pa.Table, out_dir: Path, name: str) -> None:
 
 
 def backlog(counts: pa.Table) -> pa.Table:
-    """Per consumer and bucket: published minus handled + dead, cumulated in bucket
-    order from the range's start, from the counts (a row per consumer and bucket: small)."""
+    """Per consumer and bucket, the messages waiting for it at the bucket's end.
+
+    What enters a consumer's backlog is what the range's rows say: messages published to
+    its queue and dead letters re-driven to it (``redriven`` events: a bulk retry hands
+    them to the consumer again without publishing them again); what leaves it is
+    ``handled`` and ``dead``. Retried messages still wait, so they stay in.
+
+    The backlog at the range's start is not in the range's rows: messages published
+    before it and settled in it would make a count started from 0 negative. So each
+    consumer starts from the least backlog its events allow, the one that keeps the
+    cumulated count at 0 or more (``start``): it is the true one whenever the consumer
+    was drained at some bucket's end in the range, and a lower bound otherwise. Nothing
+    cheaper is exact either way: messages published before the range and still waiting
+    at its end leave no row in it. Counted from the counts aggregate (a row per consumer
+    and bucket: small), in the driver.
+    """
     rows = [row for row in counts.to_pylist() if row["consumer"] is not None]
     rows.sort(key=lambda row: (row["queue"], row["consumer"], row["bucket"]))
     out: list[dict[str, Any]] = []
-    published = settled = 0
-    for i, row in enumerate(rows):
-        if i == 0 or (row["queue"], row["consumer"]) != (
-            rows[i - 1]["queue"],
-            rows[i - 1]["consumer"],
-        ):
-            published = settled = 0
-        published += row["published"]
-        settled += row["handled"] + row["dead"]
-        out.append(
+    for (queue, consumer), group in groupby(rows, key=lambda r: (r["queue"], r["consumer"])):
+        cumulated: list[tuple[dict[str, Any], int, int, int]] = []
+        published = redriven = settled = 0
+        for row in group:
+            published += row["published"]
+            redriven += row["redriven"]
+            settled += row["handled"] + row["dead"]
+            cumulated.append((row, published, redriven, settled))
+        start = max(0, *(s - p - r for _, p, r, s in cumulated))
+        out.extend(
             {
-                "queue": row["queue"],
-                "consumer": row["consumer"],
+                "queue": queue,
+                "consumer": consumer,
                 "bucket": row["bucket"],
-                "published_total": published,
-                "settled_total": settled,
-                "backlog": published - settled,
+                "start": start,
+                "published_total": p,
+                "redriven_total": r,
+                "settled_total": s,
+                "backlog": start + p + r - s,
             }
+            for row, p, r, s in cumulated
         )
     return pa.Table.from_pylist(out, schema=BACKLOG_SCHEMA)
 

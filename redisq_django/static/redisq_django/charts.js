@@ -67,6 +67,25 @@
     return function (v) { return v === null || v === undefined ? "–" : count(v) + suffix; };
   }
 
+  // Wide enough for the longest tick label ("16.7 min", "1.5k per minute"): a fixed
+  // width cut the first characters off long ones.
+  function valueAxisSize(u, values) {
+    var longest = 0;
+    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
+    return Math.max(60, Math.ceil(longest * 7.5) + 20);
+  }
+
+  // A value between two gaps (a lone bucket with data) draws no line: give it a dot.
+  function isolated(u, seriesIdx, shown) {
+    if (shown) { return null; }  // every point is drawn already
+    var d = u.data[seriesIdx], out = [];
+    for (var i = 0; i < d.length; i++) {
+      if (d[i] !== null && d[i] !== undefined && (i === 0 || d[i - 1] === null) &&
+          (i === d.length - 1 || d[i + 1] === null)) { out.push(i); }
+    }
+    return out.length ? out : null;
+  }
+
   function timeRange(spec) {
     var x = spec.x || [];
     var lo = spec.xMin !== undefined ? spec.xMin : x[0];
@@ -100,26 +119,6 @@
     return kept;
   }
 
-  // A value between two gaps draws no line: such a series shows its points (a backlog
-  // sampled once in a range of gaps would otherwise be invisible).
-  function hasLone(values) {
-    for (var i = 0; i < values.length; i++) {
-      if (values[i] !== null && values[i] !== undefined &&
-          (i === 0 || values[i - 1] === null || values[i - 1] === undefined) &&
-          (i === values.length - 1 || values[i + 1] === null || values[i + 1] === undefined)) {
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // The value axis as wide as its longest label ("0.75 ms", "12.5k"), so none is cut.
-  function axisSize(u, values) {
-    var longest = 0;
-    (values || []).forEach(function (v) { longest = Math.max(longest, String(v).length); });
-    return Math.max(40, 14 + longest * 7);
-  }
-
   function isEmpty(series) {
     return series.every(function (s) {
       return s.values.every(function (v) { return v === null || v === undefined || v === 0; });
@@ -151,14 +150,13 @@
       }}},
       axes: [
         {},
-        {values: function (u, ticks) { return ticks.map(tick); }, size: axisSize,
+        {values: function (u, ticks) { return ticks.map(tick); }, size: valueAxisSize,
          label: unit === "ms" ? "" : unit, labelSize: unit && unit !== "ms" ? 20 : 0}
       ],
       series: [{}].concat(series.map(function (s, i) {
         var colour = s.other ? "#9a9a9a" : COLOURS[i % COLOURS.length];
         return {label: s.label, stroke: colour, width: 2, spanGaps: false,
-                points: {show: (spec.x || []).length < 3 || hasLone(s.values)},
-                value: function (u, v) { return fmt(v); }};
+                points: {show: (spec.x || []).length < 3, filter: isolated}, value: function (u, v) { return fmt(v); }};
       }))
     };
     var data = [spec.x || []].concat(series.map(function (s) { return s.values; }));

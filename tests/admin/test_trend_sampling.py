@@ -105,6 +105,8 @@ def test_a_running_worker_samples_the_consumers_no_worker_runs(
     # Given billing's worker running, and two stalled consumers nobody runs: one on the
     # same queue, one on a queue no worker consumes
     broker = get_broker()
+    # (no lease left by a worker of an earlier test on the session's server)
+    broker.client.delete(sampler_key("redisq"))
     broker.ensure_consumer(queue_name, "billing")
     stall(broker, queue_name, "audit", 3)
     other = f"{queue_name}.other"

@@ -1,6 +1,7 @@
 """The live pages' charts in a real browser: drawn by charts.js from their specs, values
-in the legend under the pointer, a chosen range redrawn over its whole span, still drawn
-after the live refresh swapped them, no console error; screenshots in test-artifacts/."""
+in the legend under the pointer, a chosen range redrawn over its whole span, zoom by
+drag kept across the live refresh that swaps them, no console error; screenshots in
+test-artifacts/."""
 
 from __future__ import annotations
 
@@ -142,7 +143,20 @@ def test_the_charts_survive_the_live_refresh(
     page.goto(f"{live_server.url}{url}?range=15m")
     expect(page.locator(CHARTS)).to_have_count(4)
     expect(page.locator(CHARTS).first).to_have_attribute("data-drawn", "2")
+    # ... and the operator, updates paused, zoomed into the throughput chart by dragging
+    page.get_by_role("button", name="Pause updates").click()
     page.locator(CHARTS).evaluate_all("els => els.forEach(el => { el.dataset.before = '1'; })")
+    box = page.locator("#redisq-chart-throughput .u-over").bounding_box()
+    assert box
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    window = page.locator("#redisq-chart-throughput .redisq-uplot").evaluate(
+        "el => [el._redisqChart.scales.x.min, el._redisqChart.scales.x.max]"
+    )
+    assert 0 < window[1] - window[0] < 15 * 60 * 0.5
+    page.get_by_role("button", name="Resume updates").click()
 
     # When the poll has swapped the charts region in (bounded by Playwright's timeout)
     expect(page.locator("#redisq-live")).not_to_have_attribute("data-polls", "0")
@@ -155,6 +169,14 @@ def test_the_charts_survive_the_live_refresh(
             "data-drawn", "1" if i > 1 else ("2", "3")[i]
         )
     assert x_span(page, "redisq-chart-backlog") == 900
+    # ... but the throughput chart still shows the window zoomed into
+    kept = page.locator("#redisq-chart-throughput .redisq-uplot").evaluate(
+        "el => [el._redisqChart.scales.x.min, el._redisqChart.scales.x.max]"
+    )
+    assert kept == pytest.approx(window)
+    # ... until a double-click zooms out to the whole range
+    page.locator("#redisq-chart-throughput .u-over").dblclick()
+    assert x_span(page, "redisq-chart-throughput") == 900
     assert errors == []
 
 

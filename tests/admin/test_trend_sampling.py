@@ -23,7 +23,7 @@ from redisq_django import consumer
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.consuming.declarations import registry
-from redisq_django.core import Message, trends
+from redisq_django.core import Broker, CoreConfig, Message, trends
 from redisq_django.core.keys import sampler_key
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.runner import build_worker
@@ -218,3 +218,26 @@ def test_an_open_console_samples_when_no_worker_runs(
     assert "unreachable" in answer["error"]
     assert "Trends unknown" in answer["html"]["charts"]
     assert writes.count() == {}
+
+
+@pytest.mark.cluster
+def test_the_site_sampler_works_on_a_redis_cluster(redis_cluster: Any) -> None:
+    # Given two queues in different slots, a stalled consumer on each, on a cluster
+    redis_cluster.flushall()
+    client = redis_cluster.client()
+    try:
+        broker = Broker(client, CoreConfig())
+        queues = ["orders", "mail"]  # different slots: {orders} and {mail}
+        for n, queue in enumerate(queues, start=2):
+            stall(broker, queue, "stalled", n)
+        first, second = (broker.operator.site_sampler() for _ in range(2))
+
+        # When two workers tick
+        sampled = [first.tick(), second.tick()]
+
+        # Then one of them sampled every queue, and the backlogs are in the trends
+        assert sampled == [sorted(queues), []]
+        for n, queue in enumerate(queues, start=2):
+            assert backlog_samples(client, broker, queue, "stalled") == [n]
+    finally:
+        client.close()

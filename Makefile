@@ -9,8 +9,10 @@
 #   make test-redis62              # the same as make test-server SERVER=redis62
 #   make demo                      # the example project end to end, in .venv-demo (only
 #                                  # the package and its pipeline extra; Java, redis-server)
+#   make screenshots               # PNGs of every console page and the history report from a
+#                                  # staged incident, in test-artifacts/screenshots/
 #   make docs                      # the documentation site, docs/_build/html (warnings are errors)
-#   make lint | type | bench | bench-tasks | bench-pipeline | clean | distclean
+#   make lint | type | bench | bench-tasks | bench-async | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics, otel and docs extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
@@ -59,7 +61,7 @@ else
 XDIST := -n $(JOBS) --dist loadfile
 endif
 
-.PHONY: test test-fast test-server test-redis62 demo docs lint type bench bench-tasks bench-pipeline clean distclean redis chromium \
+.PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -194,6 +196,16 @@ demo: $(DEMO_STAMP) java
 	DEMO_PYTHON="$(abspath $(DEMO_PY))" REDISQ_TEST_REDIS_SERVER="$$(printf '%s\n' "$$out" | tail -n 1)" \
 		bash example_project/demo.sh
 
+# Screenshots of every console page and of the history report, for a person to look at,
+# from a staged incident in a private Redis archived and reported with Spark
+# (tests/browser/test_screenshots_browser.py, skipped unless REDISQ_SCREENSHOTS=1), into
+# test-artifacts/screenshots/ (git-ignored).
+screenshots: $(VENV) redis chromium java
+	@$(redis_env); \
+	$(spark_env); \
+	REDISQ_SCREENSHOTS=1 $(VPY) -m pytest -p no:xdist -p no:cacheprovider -q -s \
+		tests/browser/test_screenshots_browser.py
+
 # The documentation site (docs/, Sphinx + MyST + Furo): every warning is an error, so a
 # broken link, a setting without its reference entry or a bad docstring fails the build.
 docs: $(VENV)
@@ -215,6 +227,13 @@ bench-tasks: $(VENV) redis postgres
 	$(VPY) -m pip install --quiet 'django-tasks-db>=0.13'
 	@$(redis_env); \
 	$(VPY) bench/tasks.py
+
+# I/O-bound handlers: 1,000 handlers waiting 50 ms each, async def at 100 and 1,000 in
+# flight vs thread handlers at --concurrency 8 and 32; time and memory per in-flight
+# handler (~1 min).
+bench-async: $(VENV) redis
+	@$(redis_env); \
+	$(VPY) bench/async_io.py
 
 # The archive job (local[2]) vs a single-process XRANGE -> pyarrow -> Parquet loop, then
 # on a synthetic archive of BENCH_EVENTS events: report and replay as a user runs them

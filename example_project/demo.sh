@@ -3,7 +3,8 @@
 # demo (free loopback port, data in example_project/.demo/), creates a staff user and
 # orders, runs the consumers until the queue is drained, prints what happened, archives
 # the history to Parquet with Spark and reads it back, and leaves Redis running so you
-# can look at the dead letters in the admin. Also enqueues a Django task, runs it with
+# can look at the dead letters in the admin (and, after an incident step and a few minutes
+# of background traffic during the Spark steps, a console worth looking at). Also enqueues a Django task, runs it with
 # `runconsumer --tasks --burst` and prints its result. Spark's steps print their own lines
 # only (quiet_spark.sh). Ends with the line that opens the admin on the demo's Redis.
 #
@@ -80,10 +81,32 @@ for n in 1 2 3; do
   "$PY" manage.py runconsumer stock --stats-interval 0 >"$demo/schedule-worker-$n.log" 2>&1 &
   pids+=("$!")
 done
+# Each prints its banner once started (a loaded machine can take seconds to set Django
+# up); a SIGTERM before that would kill it with 143 instead of stopping it warm.
+for n in 1 2 3; do
+  for _ in $(seq 600); do
+    [ -s "$demo/schedule-worker-$n.log" ] && break
+    sleep 0.1
+  done
+done
 sleep 8
 kill -TERM "${pids[@]}"  # a warm stop: each exits 0
 wait "${pids[@]}"
 "$PY" manage.py shop_demo schedule
+echo "== an incident for the console: messages for deleted orders, a malformed one, two delayed"
+"$PY" manage.py shop_demo incident
+# Its worker also consumes 'stock': every worker fires the schedule's ticks, and a queue
+# with ticks and no worker would read "backlog, no instance alive" in the console.
+"$PY" manage.py runconsumer orders stock --burst --stats-interval 0 >"$demo/incident-worker.log" 2>&1
+"$PY" manage.py shop_demo report | sed -n '/^dead letters/,$p'
+# Spark's steps take a few minutes: meanwhile, an order every 3 s and a worker on 'orders'
+# and 'stock', so the console's trends span those minutes. Both stop before the demo ends.
+echo "== in the background while Spark works: an order every 3 s and a worker (runconsumer orders stock)"
+"$PY" manage.py shop_demo traffic --every 3 >"$demo/traffic.log" 2>&1 &
+traffic=$!
+"$PY" manage.py runconsumer orders stock --stats-interval 0 >"$demo/worker.log" 2>&1 &
+worker=$!
+trap 'kill -TERM "$traffic" "$worker" 2>/dev/null || true' EXIT
 # History is on in this project: every settle above was recorded as a lifecycle event.
 echo "== archiving the history to Parquet with Spark (manage.py redisq_pipeline archive --once)"
 ./quiet_spark.sh "$PY" manage.py redisq_pipeline archive --once --master 'local[2]'
@@ -92,11 +115,25 @@ echo "== read back from the archive ($EXAMPLE_ARCHIVE) with Spark"
 echo "== the history report (manage.py redisq_pipeline report)"
 ./quiet_spark.sh "$PY" manage.py redisq_pipeline report \
   --since "$(date -u +%Y-%m-%dT00:00:00)" --master 'local[2]'
+kill -TERM "$traffic" 2>/dev/null || true
+wait "$traffic" || true  # SIGTERM ends it (143)
+kill -TERM "$worker"  # a warm stop: it finishes what it holds and exits 0
+wait "$worker"
+trap - EXIT
+"$PY" manage.py shell --verbosity 0 -c "
+from redisq_django.deadletters.sinking import sink_all
+from redisq_django.models import DeadLetter
+from shop.models import Order
+sink_all()
+dead = DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count()
+print(f'{Order.objects.count()} orders in all; {dead} dead letters to look at')"
 cat <<TXT
 
 == the history report: example_project/.demo/archive/reports/latest/report.html (any
    browser opens it; the admin's "Overview (live)" page links to it)
 == the demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
 == the admin and a worker on the demo's Redis, from this directory, each in a terminal:
-source example_project/.demo/env && python example_project/manage.py runserver  # http://127.0.0.1:8000/admin/ (admin/admin); a worker: the same with runconsumer orders
+source example_project/.demo/env && python example_project/manage.py runserver  # http://127.0.0.1:8000/admin/ (admin/admin); a worker: the same with runconsumer orders stock
+== in the console: trends over the last minutes, dead letters with three different errors
+   (Dead letters by error), two delayed reminders, the schedule stock-check and its queue
 TXT

@@ -3,7 +3,8 @@
 The public API is imported lazily (PEP 562), so ``import redisq_django`` needs neither
 Django settings nor Redis: declare consumers with :func:`consumer` and schedules with
 :func:`periodic`, publish with :func:`publish`, :func:`publish_many` and
-:func:`publish_on_commit`, and catch the errors below (every one a :class:`RedisqError`).
+:func:`publish_on_commit` (from async code: :func:`apublish`, :func:`apublish_many`),
+and catch the errors below (every one a :class:`RedisqError`).
 The Django-free core lives in :mod:`redisq_django.core`; docs/layout.md lists the public
 names.
 """
@@ -28,6 +29,8 @@ __all__ = [
     "RedisUnavailable",
     "RedisqError",
     "Reject",
+    "apublish",
+    "apublish_many",
     "consumer",
     "periodic",
     "publish",
@@ -65,12 +68,20 @@ if TYPE_CHECKING:  # the real signatures, for type checkers and IDEs
     )
     from redisq_django.core.handler import Reject
     from redisq_django.core.message import Message
-    from redisq_django.publishing import publish, publish_many, publish_on_commit
+    from redisq_django.publishing import (
+        apublish,
+        apublish_many,
+        publish,
+        publish_many,
+        publish_on_commit,
+    )
     from redisq_django.schedules import periodic
 
 _WHERE = {
     "Message": "redisq_django.core.message",
     "Reject": "redisq_django.core.handler",
+    "apublish": "redisq_django.publishing",
+    "apublish_many": "redisq_django.publishing",
     "consumer": "redisq_django.consuming.declarations",
     "publish": "redisq_django.publishing",
     "publish_many": "redisq_django.publishing",

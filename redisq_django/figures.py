@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 #: What each figure means: the title of its cells and the glossary of every page.
 HELP: dict[str, Any] = {
@@ -154,6 +156,63 @@ def instances(alive: int | None, stalled: bool) -> SafeString:
             STALLED_TEXT,
         )
     return figure(alive, "instances")
+
+
+def queue_instances(alive: int | None, stalled: Sequence[str]) -> SafeString:
+    """A queue's instances alive, with the stalled warning naming the consumers it
+    concerns: the queue's other consumers may well have instances alive."""
+    if alive is None:
+        return unknown()
+    if not stalled:
+        return figure(alive, "instances")
+    text = stalled_text(stalled)
+    return format_html(
+        '<span class="redisq-fig redisq-stalled" title="{}">{} ⚠'
+        '<span class="redisq-stalled-text"> {}</span></span>',
+        format_html("{} {}", text, STALLED_TITLE),
+        alive,
+        text,
+    )
+
+
+def stalled_text(stalled: Sequence[str]) -> str:
+    """``consumer `slow`: backlog, no instance alive`` for the consumers ``stalled``."""
+    names = ", ".join(f"`{name}`" for name in stalled)
+    return ngettext(
+        "consumer %(names)s: backlog, no instance alive",
+        "consumers %(names)s: backlog, no instance alive",
+        len(stalled),
+    ) % {"names": names}
+
+
+def queue_badge(paused: bool, consumers_paused: int, consumers: int) -> SafeString:
+    """A queue's state: paused, active, or active with some of its consumers paused
+    (``Active · 1 of 3 consumers paused``), so a partial pause is never read as *Active*.
+
+    Args:
+        paused: whether the queue itself is paused.
+        consumers_paused: how many of its consumers (rows) are paused.
+        consumers: how many consumers (rows) it has.
+    """
+    if paused:
+        return badge("paused")
+    if not consumers_paused:
+        return badge("active")
+    if consumers_paused >= consumers:
+        label = ngettext(
+            "Active · its consumer paused", "Active · all %(n)d consumers paused", consumers
+        ) % {"n": consumers}
+        css = "redisq-paused"
+    else:
+        label = ngettext(
+            "Active · %(paused)d of %(n)d consumer paused",
+            "Active · %(paused)d of %(n)d consumers paused",
+            consumers,
+        ) % {"paused": consumers_paused, "n": consumers}
+        css = "redisq-partial"
+    return format_html(
+        '<span class="redisq-badge {}" title="{}">{}</span>', css, HELP["state"], label
+    )
 
 
 #: (css class, label) of each state a queue or consumer can be in.

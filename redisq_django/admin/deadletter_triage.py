@@ -29,6 +29,8 @@ from redisq_django.models import DeadLetter
 
 #: The verbs of the bulk operations, as they appear in URLs.
 OPS = ("retry", "discard")
+#: The groups page's parameter choosing the grouping (by error, or by task).
+BY = "by"
 
 
 class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -81,29 +83,43 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
     # -- groups --------------------------------------------------------------------------
 
     def groups_view(self, request: HttpRequest) -> HttpResponse:
-        """Dead letters grouped by consumer, error class and normalised message (the
-        current filters apply; status *dead* unless a status is chosen)."""
+        """Dead letters grouped by consumer, task, error class and normalised message,
+        or with ``?by=task`` by consumer and task (the current filters apply; status
+        *dead* unless a status is chosen)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         query = request.GET
+        by = query.get(BY, deadletters.BY_ERROR)
+        if by not in (deadletters.BY_ERROR, deadletters.BY_TASK):
+            by = deadletters.BY_ERROR
         if not any(k.startswith("status") for k in query):  # triage is about the dead
             dead = query.copy()
             dead["status__exact"] = DeadLetter.Status.DEAD
             url = reverse("admin:redisq_django_deadletter_groups")
             return HttpResponseRedirect(f"{url}?{dead.urlencode()}")
+        filters = query.copy()
+        filters.pop(BY, None)  # the grouping, not a filter of the changelist
+        filters._mutable = False
+        request.GET = filters  # type: ignore[assignment]  # (immutable again, as Django's)
         try:
             rows = self.filtered(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(self.changelist_url("e=1"))
-        found, total = deadletters.groups(rows)
+        found, total = deadletters.groups(rows, by=by)
         status = query.get("status__exact", "")
         lines = [
             (g, urlencode({**g.lookup, **({"status__exact": status} if status else {})}))
             for g in found
         ]
+        url = reverse("admin:redisq_django_deadletter_groups")
+        by_task = filters.copy()
+        by_task[BY] = deadletters.BY_TASK
         context = self.context(
             request,
-            _("Dead letters by error"),
+            _("Dead letters by task") if by == deadletters.BY_TASK else _("Dead letters by error"),
+            by=by,
+            by_error_url=f"{url}?{filters.urlencode()}",
+            by_task_url=f"{url}?{by_task.urlencode()}",
             groups=lines,
             total_groups=total,
             can_retry=self.has_retry_permission(request),

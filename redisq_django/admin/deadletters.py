@@ -23,18 +23,16 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
-from django.utils.safestring import SafeString
-from django.utils.text import Truncator
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete, NoPatternLookups
+from redisq_django.admin.deadletter_columns import Columns, TaskFilter
 from redisq_django.admin.deadletter_triage import TriageViews
-from redisq_django.admin.detail import FailureInline, fold, pretty_json
+from redisq_django.admin.detail import FailureInline
 from redisq_django.admin.live import admin_broker
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.models import Consumer, DeadLetter
@@ -53,9 +51,9 @@ DELETE_NOTE = _(
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
+class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
     list_display = (
-        "message_id",
+        "short_id",
         "where",
         "error_summary",
         "payload_preview",
@@ -66,12 +64,22 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
         "retry_count",
         "retry_button",
     )
-    list_filter = ("queue", "consumer", "error_class", "status", "reason", "last_failed_at")
-    search_fields = ("message_id", "error_class", "error_message", "payload", "headers")
+    list_display_links = ("short_id",)
+    list_filter = (
+        "queue",
+        "consumer",
+        TaskFilter,
+        "error_class",
+        "status",
+        "reason",
+        "last_failed_at",
+    )
+    search_fields = ("message_id", "task", "error_class", "error_message", "payload", "headers")
     date_hierarchy = "last_failed_at"
     readonly_fields = (
         "queue",
         "consumer",
+        "task",
         "message_id",
         "status",
         "reason",
@@ -105,7 +113,17 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
         (_("Message"), {"fields": ("pretty_payload", "pretty_headers", "published_at")}),
         (
             None,
-            {"fields": ("queue", "consumer", "message_id", "status", "reason", "attempts")},
+            {
+                "fields": (
+                    "task",
+                    "queue",
+                    "consumer",
+                    "message_id",
+                    "status",
+                    "reason",
+                    "attempts",
+                )
+            },
         ),
         (_("Retries"), {"fields": ("deaths", "retry_count", "retried_at", "retried_by")}),
     )
@@ -129,6 +147,15 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
         if not self.has_retry_permission(request):
             shown.remove("retry_button")
         return shown
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and obj.task:
+            return self.fieldsets
+        # Not a task's dead letter: no empty "task" line.
+        return [
+            (name, {**opts, "fields": tuple(f for f in opts["fields"] if f != "task")})
+            for name, opts in self.fieldsets
+        ]
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
@@ -188,6 +215,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
             "error_class": row.error_class,
             "error_key": row.error_key,
             "status__exact": "dead",
+            **({"task": row.task} if row.task else {}),
         }
         return {
             "not_redrivable": deadletters.not_redrivable_reason(row),
@@ -202,57 +230,6 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, HonestDelete):
             + urlencode({"queue": row.queue, "consumer": row.consumer, "status__exact": "dead"}),
             "group_url": changelist + "?" + urlencode(group),
         }
-
-    # -- display -------------------------------------------------------------------------
-
-    @admin.display(description=_("where"), ordering="consumer")
-    def where(self, obj: DeadLetter) -> str:
-        return f"{obj.queue}/{obj.consumer}"
-
-    @admin.display(description=_("error"), ordering="error_class")
-    def error_summary(self, obj: DeadLetter) -> SafeString:
-        return format_html(
-            '<span class="redisq-error-class">{}</span>{}',
-            obj.error_class or "-",
-            Truncator(obj.error_message).chars(120),
-        )
-
-    @admin.display(description=_("payload"))
-    def payload_preview(self, obj: DeadLetter) -> SafeString:
-        return format_html("<code>{}</code>", Truncator(obj.payload).chars(60))
-
-    @admin.display(description=_("payload"))
-    def pretty_payload(self, obj: DeadLetter) -> SafeString:
-        return fold(_("payload"), pretty_json(obj.payload), "redisq-json")
-
-    @admin.display(description=_("headers"))
-    def pretty_headers(self, obj: DeadLetter) -> SafeString:
-        return format_html('<pre class="redisq-json">{}</pre>', pretty_json(obj.headers))
-
-    @admin.display(description=_("traceback"))
-    def formatted_traceback(self, obj: DeadLetter) -> SafeString:
-        return fold(_("traceback"), obj.traceback, "redisq-traceback")
-
-    @admin.display(description=_("retry"))
-    def retry_button(self, obj: DeadLetter) -> str:
-        if obj.status != DeadLetter.Status.DEAD:
-            return "-"
-        if not deadletters.redrivable(obj):
-            return format_html(
-                '<span class="redisq-warning" title="{}">{}</span>',
-                deadletters.not_redrivable_reason(obj),
-                _("cannot retry"),
-            )
-        url = reverse("admin:redisq_django_deadletter_retry", args=[obj.pk])
-        # Inside the changelist form, which carries the CSRF token: formaction posts the
-        # whole form (token included) to the retry view.
-        return format_html(
-            '<button type="submit" class="button redisq-retry" formaction="{}" '
-            'name="redisq_retry" value="{}">{}</button>',
-            url,
-            obj.pk,
-            _("Retry"),
-        )
 
     # -- one dead letter -----------------------------------------------------------------
 

@@ -250,8 +250,9 @@ class LivePages(LiveActions):
     ) -> dict[str, Any]:
         """The figures at the top, and the same as numbers for the JSON."""
         s, c = snapshot.stats, snapshot.consumer
+        state: Any
         if name is not None:
-            state = figures.consumer_state(row) if row else "undeclared"
+            state = figures.badge(figures.consumer_state(row) if row else "undeclared")
             paused = bool(row and (row.paused or row.queue.paused))
             known = c is not None
             numbers: dict[str, Any] = {
@@ -266,7 +267,13 @@ class LivePages(LiveActions):
                 "stalled": bool(c and c.stalled),
             }
         else:
-            state = "paused" if row and row.paused else "active"
+            consumer_rows = list(Consumer.objects.filter(queue__name=row.name)) if row else []
+            state = figures.queue_badge(
+                bool(row and row.paused),
+                sum(c.paused for c in consumer_rows),
+                len(consumer_rows),
+            )
+            stalled = [x.name for x in s.consumers if x.stalled] if s else []
             known = s is not None
             numbers = {
                 "backlog": s.total("backlog") if s else None,
@@ -277,20 +284,27 @@ class LivePages(LiveActions):
                 "oldest_unacked": s.oldest_unacked_age_s if s else None,
                 "instances": s.total("instances_alive") if s else None,
                 "paused": bool(row and row.paused),
-                "stalled": bool(s and any(x.stalled for x in s.consumers)),
+                "stalled": bool(stalled),
+                "stalled_consumers": stalled,
                 "length": s.length if s else None,
             }
         missing = figures.unknown() if snapshot.error else figures.absent()
         shown = []
         for key, value in numbers.items():
-            if key in ("stalled",):
+            if key in ("stalled", "stalled_consumers"):
                 continue
             if key == "paused":
                 html = figures.badge("paused") if value else format_html("{}", _("no"))
             elif key == "oldest_unacked":
                 html = figures.figure(figures.age(value), key) if known else missing
             elif key == "instances":
-                html = figures.instances(value, numbers["stalled"]) if known else missing
+                html = (
+                    figures.queue_instances(value, numbers["stalled_consumers"])
+                    if known and name is None
+                    else figures.instances(value, numbers["stalled"])
+                    if known
+                    else missing
+                )
             elif key == "dead":
                 rows_only = f"{dead_rows}+?" if snapshot.error else dead_rows
                 html = figures.figure(value if known else rows_only, key)

@@ -18,8 +18,10 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
+from redisq_django import figures
 from redisq_django.admin.charts import range_links, range_of, trend_charts, unknown_charts
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.admin.live import live_stats, queue_names
@@ -203,8 +205,20 @@ class QueueLine:
         return self.stats.total("dead") if self.stats else None
 
     @property
-    def stalled(self) -> bool:
-        return any(c.stats.stalled for c in self.consumers if c.stats)
+    def stalled(self) -> list[str]:
+        """The consumers with a backlog and no instance alive (the warning names them)."""
+        return [c.name for c in self.consumers if c.stats and c.stats.stalled]
+
+    @property
+    def instances(self) -> SafeString:
+        alive = self.stats.total("instances_alive") if self.stats else None
+        return figures.queue_instances(alive, self.stalled)
+
+    @property
+    def state(self) -> SafeString:
+        """Paused, active, or active with some consumers paused."""
+        rows = [c.row for c in self.consumers if c.row is not None]
+        return figures.queue_badge(self.paused, sum(r.paused for r in rows), len(rows))
 
 
 def overview_context() -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -107,7 +107,11 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Queue]:
         queues: QuerySet[Queue] = super().get_queryset(request)
-        return queues.annotate(dead_rows=dead_letter_count(queue="name"))
+        return queues.annotate(
+            dead_rows=dead_letter_count(queue="name"),
+            consumer_rows=Count("consumers", distinct=True),
+            consumers_paused=Count("consumers", filter=Q(consumers__paused=True), distinct=True),
+        )
 
     def queue_of(self, obj: Queue) -> str:
         return obj.name
@@ -130,7 +134,10 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
 
     @admin.display(description=_("state"), ordering="paused")
     def state(self, obj: Queue) -> SafeString:
-        return figures.badge("paused" if obj.paused else "active")
+        rows, paused = getattr(obj, "consumer_rows", None), getattr(obj, "consumers_paused", 0)
+        if rows is None:  # not from the changelist's query
+            rows, paused = obj.consumers.count(), obj.consumers.filter(paused=True).count()
+        return figures.queue_badge(obj.paused, paused, rows)
 
     backlog = live_column("backlog", lambda q: q.total("backlog"), _("backlog"))
     in_flight = live_column("in_flight", lambda q: q.total("in_flight"), _("in flight"))
@@ -147,8 +154,8 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         stats, _error = self.live_of(obj)
         if stats is None:
             return figures.unknown()
-        stalled = any(c.stalled for c in stats.consumers)
-        return figures.instances(stats.total("instances_alive"), stalled)
+        stalled = [c.name for c in stats.consumers if c.stalled]
+        return figures.queue_instances(stats.total("instances_alive"), stalled)
 
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Queue) -> SafeString:
@@ -185,7 +192,21 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         ]
         if stats.archive_lag is not None:
             cells.append(("archive_lag", stats.archive_lag))
-        return format_html("{}{}", live, figures.figure_table(cells))
+        stalled = [c.name for c in stats.consumers if c.stalled]
+        cells.append(
+            ("instances", figures.queue_instances(stats.total("instances_alive"), stalled))
+        )
+        warning = (
+            format_html(
+                '<p class="redisq-warning" role="alert">⚠ {}. {}</p>',
+                figures.stalled_text(stalled),
+                figures.STALLED_TITLE,
+            )
+            if stalled
+            else ""
+        )
+        state = format_html('<p class="redisq-state">{}</p>', self.state(obj))
+        return format_html("{}{}{}{}", live, warning, state, figures.figure_table(cells))
 
     @admin.display(description=_("consumers"))
     def consumers_live(self, obj: Queue) -> SafeString:

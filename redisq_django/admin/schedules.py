@@ -10,11 +10,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import formats, timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from redisq_django import figures
+from redisq_django.admin.live import status
 from redisq_django.conf import check_queue_known
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.errors import ConfigurationError
@@ -30,6 +34,18 @@ from redisq_django.schedules.timing import ScheduleError, Timing, every_to_ms
 ENABLED_LOG = "Enabled"
 DISABLED_LOG = "Disabled"
 RESET_LOG = "Reset to the code's declaration"
+
+#: The attribute of a listed row holding why Redis did not answer ("" when it did).
+REDIS_ERROR = "_redisq_error"
+NEXT_RUN_UNKNOWN = _(
+    "Unknown: Redis does not answer, and no schedule fires until it does (then the due "
+    "runs are caught up as each schedule's missed policy says)."
+)
+
+
+def _banner(error: str) -> dict[str, Any]:
+    return {"redisq_error": error}
+
 
 #: Columns of a declared schedule that only the code changes.
 CODE_OWNED = ("name", "queue", "task", "payload")
@@ -74,6 +90,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ScheduleForm
+    change_list_template = "admin/redisq_django/change_list.html"
+    change_form_template = "admin/redisq_django/live_change_form.html"
     list_display = (
         "name",
         "timing_display",
@@ -131,11 +149,36 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except ScheduleError as exc:
             return gettext("invalid: %(error)s") % {"error": exc}
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # One PING per page: schedules fire through Redis, so while it does not answer
+        # the page says so (the banner) and shows no next run it cannot know.
+        error = status().error
+        response = super().changelist_view(request, {**(extra_context or {}), **_banner(error)})
+        cl = (getattr(response, "context_data", None) or {}).get("cl")
+        for row in cl.result_list if cl is not None else ():
+            setattr(row, REDIS_ERROR, error)
+        return response
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra = {**(extra_context or {}), **_banner(status().error)}
+        return super().changeform_view(request, object_id, form_url, extra)
+
     @admin.display(description=_("next run"))
-    def next_tick(self, obj: Schedule) -> str | None:
+    def next_tick(self, obj: Schedule) -> str | SafeString | None:
         # Computed from the clock as the page is shown: the stored next_run_at is only
         # as fresh as the last save or fire, so it reads stale after downtime. Formatted
         # here, so the list and the change page (which would show str()) agree.
+        error = getattr(obj, REDIS_ERROR, None)
+        if error is None:  # the change page (the outage, if any, is remembered)
+            error = status().error
+        if error:
+            return format_html("{} {}", figures.unknown(NEXT_RUN_UNKNOWN), _("unknown"))
         tick = row_next_tick(obj, datetime_to_ms(timezone.now()))
         if tick is None:
             return None

@@ -1,9 +1,12 @@
-"""Task results (Django tasks on redisq): a read-only list from Redis, filterable by
-status, task and queue, and a page per result with its errors and tracebacks.
+"""Task results (Django tasks on redisq): a list from Redis with status colours,
+filters by status, task and queue, and pages; a page per result with its errors and
+tracebacks; Retry of a FAILED result.
 
-Results live in Redis (with their TTL), not in the database: the list reads the
-:data:`PER_QUEUE` most recently changed results of each task queue, one pipelined read
-per queue, and filters them here. Retrying a FAILED task is done from its dead letter.
+Results live in Redis (with their TTL), not in the database: the list looks at the
+latest results only, in three round trips (:mod:`.task_result_reads`), through the
+admin's guarded access to Redis (:mod:`.live`), so a hung Redis costs one short timeout
+and the page says it is unreachable. Retry enqueues the task again through its Tasks
+backend (a new result) and discards the FAILED one's dead letter.
 """
 
 from __future__ import annotations
@@ -15,38 +18,32 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.translation import gettext_lazy as _
 
+from redisq_django.admin import live
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
-from redisq_django.connection import get_broker
+from redisq_django.admin.task_result_reads import PER_PAGE, WINDOW, read_page, task_queues
+from redisq_django.admin.task_retry import RETRY_PERMISSION, TaskRetry
 from redisq_django.core.clock import ms_to_datetime
-from redisq_django.core.errors import RedisqError
 from redisq_django.core.task_wire import STATUSES
 from redisq_django.core.wire import wire_int
 from redisq_django.models import DeadLetter, TaskResults
-from redisq_django.tasks.configured import redisq_backends
 
 logger = logging.getLogger("redisq.admin")
 
-#: Results read per task queue (the most recently changed first).
-PER_QUEUE = 200
 #: Characters of the args preview in the list.
 PREVIEW_CHARS = 80
-
-
-def task_queues() -> list[str]:
-    """Every redisq queue of every task queue of the redisq backends."""
-    return sorted(
-        {
-            q
-            for options, names in redisq_backends().values()
-            for name in names
-            for q in options.level_queues(name)
-        }
-    )
+#: The badge of each status, in the colours of the other lists (dead letters, states).
+STATUS_BADGES = {
+    "READY": "redisq-off",
+    "RUNNING": "redisq-retried",
+    "SUCCESSFUL": "redisq-active",
+    "FAILED": "redisq-dead",
+}
 
 
 def _time(ms: str | None, problems: list[str], name: str) -> Any:
@@ -90,6 +87,7 @@ def row(queue: str, result_id: str, fields: dict[str, str]) -> dict[str, Any]:
         "queue": queue,
         "task": fields.get("task", "?"),
         "status": fields.get("status", "?"),
+        "badge": STATUS_BADGES.get(fields.get("status", ""), "redisq-unknown"),
         "args_preview": args if len(args) <= PREVIEW_CHARS else args[: PREVIEW_CHARS - 1] + "…",
         "args": fields.get("args", "[]"),
         "kwargs": fields.get("kwargs", "{}"),
@@ -121,17 +119,25 @@ def _filter_url(wanted: dict[str, str], name: str, value: str) -> str:
 
 
 @admin.register(TaskResults)
-class TaskResultsAdmin(ReadOnlyPages):
+class TaskResultsAdmin(TaskRetry, ReadOnlyPages):
     """The results of Django tasks, read from Redis."""
 
     def get_urls(self) -> list[URLPattern]:
         info = (self.model._meta.app_label, self.model._meta.model_name)
-        detail = path(
-            "result/<str:result_id>/",
-            self.admin_site.admin_view(self.result_view),
-            name="{}_{}_result".format(*info),
-        )
-        return [detail, *super().get_urls()]
+        view = self.admin_site.admin_view
+        mine = [
+            path(
+                "result/<str:result_id>/",
+                view(self.result_view),
+                name="{}_{}_result".format(*info),
+            ),
+            path(
+                "result/<str:result_id>/retry/",
+                view(self.retry_view),
+                name="{}_{}_retry".format(*info),
+            ),
+        ]
+        return [*mine, *super().get_urls()]
 
     def _context(self, request: HttpRequest, title: Any) -> dict[str, Any]:
         return {
@@ -139,28 +145,33 @@ class TaskResultsAdmin(ReadOnlyPages):
             "title": title,
             "opts": self.model._meta,
             "breadcrumbs_ol": BREADCRUMBS_OL,
+            "can_retry": request.user.has_perm(RETRY_PERMISSION),
         }
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         wanted = {k: request.GET.get(k, "") for k in ("status", "task", "queue")}
-        store = get_broker().task_results
-        rows: list[dict[str, Any]] = []
-        unreachable = ""
-        try:
-            for queue in task_queues():
-                rows += [row(queue, i, f) for i, f in store.latest(queue, PER_QUEUE)]
-        except RedisqError as exc:
-            logger.warning("Task results unavailable: %s", exc)
-            unreachable = str(exc)
-        rows.sort(key=lambda r: r["enqueued_ms"], reverse=True)
-        choices = {
-            "status": list(STATUSES),
-            "task": sorted({r["task"] for r in rows}),
-            "queue": sorted({r["queue"] for r in rows}),
-        }
-        shown = [r for r in rows if all(not v or r[k] == v for k, v in wanted.items())]
+        number = wire_int(request.GET.get("p", "1")) or 1
+        queues = [q for q in task_queues() if not wanted["queue"] or q == wanted["queue"]]
+        reading = live.guarded(
+            lambda broker: read_page(
+                broker.task_results,
+                queues,
+                status=wanted["status"],
+                task=wanted["task"],
+                page=max(1, min(number, WINDOW // PER_PAGE)),
+            )
+        )
+        found = reading.value
+        rows = [row(q, i, f) for q, i, f in found.rows] if found else []
+        matching = found.matching if found else 0
+        paginator = Paginator(range(matching), PER_PAGE)
+        current = paginator.get_page(number)
+        tasks = sorted(
+            {*(found.tasks if found else []), *([wanted["task"]] if wanted["task"] else [])}
+        )
+        choices = {"status": list(STATUSES), "task": tasks, "queue": task_queues()}
         filters = [
             {
                 "name": name,
@@ -177,11 +188,16 @@ class TaskResultsAdmin(ReadOnlyPages):
         ]
         context = {
             **self._context(request, _("Task results")),
-            "rows": shown,
-            "total": len(rows),
+            "rows": rows,
+            "found": found,
+            "window": WINDOW,
             "filters": filters,
-            "per_queue": PER_QUEUE,
-            "unreachable": unreachable,
+            "page": current,
+            "previous_url": _page_url(wanted, current.previous_page_number())
+            if current.has_previous()
+            else "",
+            "next_url": _page_url(wanted, current.next_page_number()) if current.has_next() else "",
+            "redisq_error": reading.error,
         }
         return TemplateResponse(request, "admin/redisq_django/task_results.html", context)
 
@@ -189,17 +205,21 @@ class TaskResultsAdmin(ReadOnlyPages):
         """One result: arguments, return value, every attempt's error and traceback."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        store = get_broker().task_results
-        try:
-            found = store.read(task_queues(), result_id)
-        except RedisqError as exc:
-            logger.warning("Task result unavailable: %s", exc)
-            found = None
+        queues = task_queues()
+        reading = live.guarded(lambda broker: broker.task_results.read(queues, result_id))
+        found = reading.value
         if found is None:
-            raise Http404("No such task result (unknown, expired, or Redis is unreachable).")
+            if reading.error:
+                context = {**self._context(request, result_id), "redisq_error": reading.error}
+                return TemplateResponse(request, "admin/redisq_django/task_result.html", context)
+            raise Http404("No such task result (unknown, or expired).")
         shown = row(found[0], result_id, found[1])
         dead = DeadLetter.objects.filter(
             queue=found[0], consumer="tasks", message_id=result_id
         ).first()
         context = {**self._context(request, shown["task"]), "r": shown, "dead_letter": dead}
         return TemplateResponse(request, "admin/redisq_django/task_result.html", context)
+
+
+def _page_url(wanted: dict[str, str], number: int) -> str:
+    return _filter_url(wanted, "p", str(number) if number > 1 else "")

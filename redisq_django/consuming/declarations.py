@@ -63,6 +63,12 @@ def consumer(
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
+    The handler may be an ``async def`` function: ``runconsumer`` then runs it on an
+    event loop of its process, ``concurrency`` handlers at a time, with the same acks,
+    retries, dead letters, leases and shutdown as a plain function. It must not block
+    the loop: call the ORM through ``asgiref.sync.sync_to_async`` (or its ``a``-prefixed
+    async methods) and HTTP APIs with an async client.
+
     Put it in an installed app's ``consumers.py``; ``manage.py runconsumer QUEUE`` finds
     it there. The handler receives a :class:`~redisq_django.core.Message`. Returning
     acknowledges the message; raising retries it with exponential backoff, up to
@@ -79,7 +85,9 @@ def consumer(
         max_backoff: cap of one backoff wait, seconds.
         visibility_timeout: seconds a delivery may stay unacknowledged before another
             instance gets it (the worker extends it while the handler runs); at least 1.
-        concurrency: handler threads per ``runconsumer`` process.
+        concurrency: handler threads per ``runconsumer`` process; for an ``async def``
+            handler, how many of its handlers run together (in flight) on the process's
+            event loop.
         start: where the consumer starts when first registered: ``"latest"``,
             ``"earliest"``, an aware datetime or a message id.
     """

@@ -27,7 +27,7 @@ from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import registry_key
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import ScriptCall
-from redisq_django.core.sending import send_direct, send_once, send_queue
+from redisq_django.core.sending import QueueSend, plan_queue, run_send, send_direct, send_once
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import RedisClient
@@ -99,9 +99,9 @@ class Broker(BrokerUpkeep):
             PayloadNotSerializable: payload or headers hold a non-JSON value.
             ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
         """
-        return self._prepare(queue, payload, headers, due_of(delay, eta), id)
+        return self.prepare_due(queue, payload, headers, due_of(delay, eta), id)
 
-    def _prepare(
+    def prepare_due(
         self,
         queue: str,
         payload: Any,
@@ -109,6 +109,8 @@ class Broker(BrokerUpkeep):
         due: Due | None,
         id: str | None = None,
     ) -> Envelope:
+        """:meth:`prepare` with the due time computed (``envelope.due_of``): a batch's
+        messages share one."""
         self.keys(queue)
         for hook in self.hooks:
             headers = hook.before_prepare(queue, headers)
@@ -137,22 +139,48 @@ class Broker(BrokerUpkeep):
             RedisUnavailable: Redis cannot be reached (with ``once`` or ``batch``, sending
                 again is safe; without, some queues' messages may have been published).
         """
+        ids, plans = self.plan_send(envelopes, once=once, batch=batch)
+        for indexes, plan in plans:
+            self._register(plan.keys.queue)
+            replies = run_send(self.client, self.scripts, plan)
+            for i, reply in zip(indexes, replies, strict=True):
+                ids[i] = ids[i] or to_str(reply)
+        return ids
+
+    def plan_send(
+        self,
+        envelopes: Sequence[Envelope],
+        *,
+        once: bool = False,
+        batch: str | None = None,
+        register: bool = False,
+    ) -> tuple[list[str], list[tuple[list[int], QueueSend]]]:
+        """What :meth:`send` sends, for either client to run (``run_send`` of
+        ``core.sending`` or of ``core.asyncio_client``): the ids known now ("" for those
+        the replies give) and, per queue, the indexes of its envelopes and its send.
+        With ``register``, a queue not recorded yet by this process is recorded in the
+        same round trip (a quiet ``SADD``; :meth:`send` records it with a call of its
+        own)."""
         prepared = [e.with_id() for e in envelopes] if once or batch else list(envelopes)
         by_queue: dict[str, list[int]] = {}
         for index, envelope in enumerate(prepared):
             by_queue.setdefault(envelope.queue, []).append(index)
-        ids = [e.id or "" for e in prepared]
+        plans = []
         for queue, indexes in by_queue.items():
             keys = self.keys(queue)
-            self._register(queue)
+            record = [] if not register or queue in self._registered else [self._record(queue)]
             mine = [prepared[i] for i in indexes]
             counted = self.config.trends  # the queue's `published` trend, same write
-            replies = send_queue(
-                self.client, self.scripts, keys, mine, once=once, batch=batch, trends_on=counted
-            )
-            for i, reply in zip(indexes, replies, strict=True):
-                ids[i] = ids[i] or to_str(reply)
-        return ids
+            plan = plan_queue(keys, mine, once=once, batch=batch, trends_on=counted, quiet=record)
+            plans.append((indexes, plan))
+        return [e.id or "" for e in prepared], plans
+
+    def _record(self, queue: str) -> tuple[str, str, str]:
+        return ("SADD", registry_key(self.config.prefix), queue)
+
+    def recorded(self, queue: str) -> None:
+        """``queue`` is recorded in Redis (a send planned with ``register`` went through)."""
+        self._registered.add(queue)
 
     def publish(
         self,
@@ -196,7 +224,7 @@ class Broker(BrokerUpkeep):
         due = due_of(delay, eta)  # one due time for the whole batch
         payloads = list(payloads)
         with sending(self.hooks, queue, len(payloads)):
-            return self.send([self._prepare(queue, p, headers, due) for p in payloads])
+            return self.send([self.prepare_due(queue, p, headers, due) for p in payloads])
 
     @translate_errors
     def send_to_consumer(

@@ -323,19 +323,26 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
         try:
             return method(*args, **kwargs)
         except redis.RedisError as exc:
-            owner = args[0]
-            condition = refusal_condition(exc)
-            if condition is not None:
-                address = describe_client(getattr(owner, "client", None))
-                raise RedisRefused(address, condition, exc) from exc
-            if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-                address = describe_client(getattr(owner, "client", None))
-                raise RedisUnavailable(address, exc) from exc
-            queue, consumer = getattr(owner, "queue", None), getattr(owner, "consumer", None)
-            if is_nogroup(exc) and isinstance(queue, str) and isinstance(consumer, str):
-                raise ConsumerNotFound(queue, consumer) from exc
-            if _is_protocol_mismatch(exc):
-                raise ProtocolMismatch(exc) from exc
-            raise
+            ours = translated(exc, args[0])
+            if ours is exc:
+                raise
+            raise ours from exc
 
     return wrapper
+
+
+def translated(exc: redis.RedisError, owner: object) -> BaseException:
+    """Our error for redis-py error ``exc`` of a call by ``owner`` (an object with a
+    ``client``; see :func:`translate_errors`), or ``exc`` itself when none fits."""
+    client = getattr(owner, "client", None)
+    condition = refusal_condition(exc)
+    if condition is not None:
+        return RedisRefused(describe_client(client), condition, exc)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return RedisUnavailable(describe_client(client), exc)
+    queue, consumer = getattr(owner, "queue", None), getattr(owner, "consumer", None)
+    if is_nogroup(exc) and isinstance(queue, str) and isinstance(consumer, str):
+        return ConsumerNotFound(queue, consumer)
+    if _is_protocol_mismatch(exc):
+        return ProtocolMismatch(exc)
+    return exc

@@ -1,15 +1,18 @@
 """Sending prepared envelopes to one queue in one round trip (``Broker.send``), with the
-queue's ``published`` trend counter in the same write (``core/trends.py``)."""
+queue's ``published`` trend counter in the same write (``core/trends.py``): planned once
+(:class:`QueueSend`), run by the synchronous client here or by an asyncio one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from redisq_django.core import trends
 from redisq_django.core.batch import Command, run_batch, run_script, run_scripts
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
@@ -41,78 +44,128 @@ def _published(keys: QueueKeys, n: int, trends_on: bool) -> list[Command]:
     return trends.counter(keys).commands({trends.PUBLISHED: n}) if trends_on else []
 
 
-def send_all(
-    client: RedisClient,
-    keys: QueueKeys,
-    envelopes: list[Envelope],
-    scripts: Scripts,
-    *,
-    trends_on: bool = False,
-) -> list[Any]:
-    """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI),
-    with the ``published`` trend counter in the same write.
+# Not frozen: a frozen dataclass costs several times as much to build, once per publish.
+@dataclass(slots=True)
+class QueueSend:
+    """Sending one queue's envelopes, built once by the core (:func:`plan_queue`) and run
+    by either client: the synchronous one (:func:`run_send`) or an asyncio one
+    (``core.asyncio_client.run_send``). Nothing of the wire is built twice.
 
-    A batch holding a ``delay=`` message goes through ``publish_delayed.lua`` instead
-    (still all or none), which makes delays due times by Redis's clock.
-
-    Returns:
-        The replies in order: entry ids for immediate messages.
+    Attributes:
+        keys: the queue's keys.
+        commands: plain commands (``XADD``/``ZADD``) whose replies are the result...
+        transaction: ...sent in ``MULTI``/``EXEC`` (all or none).
+        script: else the script called, once per ``calls`` item...
+        calls: ...each its ``(KEYS, ARGV)``.
+        each: one reply per call, an error reply raised (``publish_once``); False: one
+            call whose reply is the list of replies (``publish_delayed``).
+        quiet: commands in the same round trip whose replies are not read (the trend
+            counter, a queue's registration).
+        ids: the result instead of the replies (message ids known beforehand).
+        counted: the trend counter rides along (forgotten when the send fails).
     """
-    counted = _published(keys, len(envelopes), trends_on)
+
+    keys: QueueKeys
+    commands: list[Command] = field(default_factory=list)
+    transaction: bool = False
+    script: ScriptName | None = None
+    calls: list[tuple[list[str], list[Any]]] = field(default_factory=list)
+    each: bool = False
+    quiet: list[Command] = field(default_factory=list)
+    ids: list[str] | None = None
+    counted: bool = False
+
+    def failed(self) -> None:
+        """The send failed: its trend counter's ``EXPIRE`` may be lost, send it again."""
+        if self.counted:
+            trends.counter(self.keys).forget()
+
+
+def run_send(client: RedisClient, scripts: Scripts, s: QueueSend) -> list[Any]:
+    """Run ``s`` on the synchronous client: one reply per envelope (see
+    :class:`QueueSend`), errors raised."""
     try:
-        if any(e.delay_ms is not None for e in envelopes):
-            args: list[Any] = [len(envelopes)]
-            for e in envelopes:
-                fields = e.fields()
-                args += [_due_arg(e), len(fields) // 2, *fields]
-            to = [keys.delayed, keys.log]
-            return list(run_script(client, scripts, "publish_delayed", to, args, quiet=counted))
-        commands = [_command(keys, e) for e in envelopes]
-        # The common publish, one message: no MULTI around one command (and its counter)
-        return run_batch(client, commands, transaction=len(commands) > 1, quiet=counted)
+        if s.script is None:
+            # The common publish, one message: no MULTI around one command (and its counter)
+            replies = run_batch(client, s.commands, transaction=s.transaction, quiet=s.quiet)
+        elif not s.each:
+            keys, args = s.calls[0]
+            replies = list(run_script(client, scripts, s.script, keys, args, quiet=s.quiet))
+        else:
+            replies = run_scripts(client, scripts, s.script, s.calls, quiet=s.quiet)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
     except BaseException:
-        if counted:
-            trends.counter(keys).forget()
+        s.failed()
         raise
+    return replies if s.ids is None else s.ids
 
 
-def send_queue(
-    client: RedisClient,
-    scripts: Scripts,
+def plan_queue(
     keys: QueueKeys,
     envelopes: list[Envelope],
     *,
     once: bool = False,
     batch: str | None = None,
     trends_on: bool = False,
-) -> list[Any]:
-    """Send envelopes of one queue: at most once per batch id (``batch``), per message id
-    (``once``), or plainly (:func:`send_all`); with ``trends_on``, count them in the same
-    write. Returns one reply per envelope."""
+    quiet: Sequence[Command] = (),
+) -> QueueSend:
+    """How to send envelopes of one queue: at most once per batch id (``batch``), per
+    message id (``once``), or plainly; with ``trends_on``, counted in the same write;
+    ``quiet``: more commands for the same round trip."""
     if batch is not None:
-        return send_batch_once(client, scripts, keys, envelopes, batch, trends_on=trends_on)
-    if once:
-        return send_once(client, scripts, keys, envelopes, trends_on=trends_on)
-    return send_all(client, keys, envelopes, scripts, trends_on=trends_on)
+        s = plan_batch_once(keys, envelopes, batch, trends_on=trends_on)
+    elif once:
+        s = plan_once(keys, envelopes, trends_on=trends_on)
+    else:
+        s = plan_all(keys, envelopes, trends_on=trends_on)
+    if quiet:
+        s.quiet.extend(quiet)
+    return s
 
 
-def send_batch_once(
-    client: RedisClient,
-    scripts: Scripts,
+def plan_all(keys: QueueKeys, envelopes: list[Envelope], *, trends_on: bool = False) -> QueueSend:
+    """XADD (or ZADD when delayed) every envelope of one queue, all or none (MULTI),
+    with the ``published`` trend counter in the same write; the replies are the entry
+    ids of immediate messages.
+
+    A batch holding a ``delay=`` message goes through ``publish_delayed.lua`` instead
+    (still all or none), which makes delays due times by Redis's clock.
+    """
+    counted = _published(keys, len(envelopes), trends_on)
+    if any(e.delay_ms is not None for e in envelopes):
+        args: list[Any] = [len(envelopes)]
+        for e in envelopes:
+            fields = e.fields()
+            args += [_due_arg(e), len(fields) // 2, *fields]
+        calls = [([keys.delayed, keys.log], args)]
+        return QueueSend(
+            keys, script="publish_delayed", calls=calls, quiet=counted, counted=bool(counted)
+        )
+    commands: list[Command] = [_command(keys, e) for e in envelopes]
+    return QueueSend(
+        keys,
+        commands=commands,
+        transaction=len(commands) > 1,
+        quiet=counted,
+        counted=bool(counted),
+    )
+
+
+def plan_batch_once(
     keys: QueueKeys,
     envelopes: list[Envelope],
     batch: str,
     *,
     trends_on: bool = False,
-) -> list[Any]:
+) -> QueueSend:
     """Publish every envelope of one queue, all or none, at most once per ``batch`` id
     (``publish_batch_once.lua``), in one round trip: sending the same batch again after
     an unknown outcome (a timeout, a lost connection) is safe, a no-op if it went through.
 
     Every envelope needs a message id of its own (the only way to know it afterwards).
-
-    Returns:
-        The message ids in order.
+    The result is the message ids in order.
     """
     args: list[Any] = [BATCH_MARKER_TTL_MS, len(envelopes)]
     for e in envelopes:
@@ -122,24 +175,23 @@ def send_batch_once(
         args += [_due_arg(e), len(fields) // 2, *fields]
     script_keys = [keys.log, keys.delayed, keys.batch_marker(batch)]
     counted = _published(keys, len(envelopes), trends_on)
-    try:
-        run_script(client, scripts, "publish_batch_once", script_keys, args, quiet=counted)
-    except BaseException:
-        if counted:
-            trends.counter(keys).forget()
-        raise
-    return [e.id for e in envelopes]
+    return QueueSend(
+        keys,
+        script="publish_batch_once",
+        calls=[(script_keys, args)],
+        quiet=counted,
+        ids=[e.id or "" for e in envelopes],
+        counted=bool(counted),
+    )
 
 
-def send_once(
-    client: RedisClient,
-    scripts: Scripts,
+def plan_once(
     keys: QueueKeys,
     envelopes: list[Envelope],
     *,
     to: GroupKeys | None = None,
     trends_on: bool = False,
-) -> list[Any]:
+) -> QueueSend:
     """Publish every envelope of one queue at most once per message id
     (``publish_once.lua``), in one round trip: to the queue's log (or delayed set), or
     with ``to`` to that one logical consumer's private input (delays ignored), where
@@ -147,10 +199,8 @@ def send_once(
 
     Each script call is atomic on its own; after a failure, sending the whole batch again
     is safe because the ones that went through are no-ops the second time. (After a
-    NOSCRIPT only the refused calls are sent again: ``batch.run_scripts``.)
-
-    Returns:
-        The message ids in order.
+    NOSCRIPT only the refused calls are sent again: ``batch.run_scripts``.) The result is
+    the message ids in order.
     """
 
     def call(e: Envelope) -> tuple[list[str], list[Any]]:
@@ -169,16 +219,44 @@ def send_once(
     calls = [call(e) for e in envelopes]
     # Counted as published to the queue, not to one consumer.
     counted = _published(keys, len(envelopes), trends_on and to is None)
-    try:
-        replies = run_scripts(client, scripts, "publish_once", calls, quiet=counted)
-    except BaseException:
-        if counted:
-            trends.counter(keys).forget()
-        raise
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return [e.id for e in envelopes]
+    return QueueSend(
+        keys,
+        script="publish_once",
+        calls=calls,
+        each=True,
+        quiet=counted,
+        ids=[e.id or "" for e in envelopes],
+        counted=bool(counted),
+    )
+
+
+def send_queue(
+    client: RedisClient,
+    scripts: Scripts,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    *,
+    once: bool = False,
+    batch: str | None = None,
+    trends_on: bool = False,
+) -> list[Any]:
+    """Send envelopes of one queue (:func:`plan_queue`, then :func:`run_send`). Returns
+    one reply per envelope."""
+    s = plan_queue(keys, envelopes, once=once, batch=batch, trends_on=trends_on)
+    return run_send(client, scripts, s)
+
+
+def send_once(
+    client: RedisClient,
+    scripts: Scripts,
+    keys: QueueKeys,
+    envelopes: list[Envelope],
+    *,
+    to: GroupKeys | None = None,
+    trends_on: bool = False,
+) -> list[Any]:
+    """:func:`plan_once` run on the synchronous client (the message ids)."""
+    return run_send(client, scripts, plan_once(keys, envelopes, to=to, trends_on=trends_on))
 
 
 def send_direct(client: RedisClient, gkeys: GroupKeys, envelopes: list[Envelope]) -> list[str]:

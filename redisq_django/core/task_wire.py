@@ -21,6 +21,21 @@ from redisq_django.core.wire import to_str
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
 STATUSES = (READY, RUNNING, SUCCESSFUL, FAILED)
 
+#: The logical consumer of every task queue (PROTOCOL.md, "Django task results").
+TASKS_CONSUMER = "tasks"
+
+
+def task_of(consumer: str, payload: Any) -> str:
+    """The module path of the Django task a message of ``consumer`` carries ("" for no
+    task): the payload's ``task`` for the consumer of task queues, cut to 200 characters.
+
+    >>> task_of("tasks", {"task": "shop.tasks.send_receipt", "args": [42]})
+    'shop.tasks.send_receipt'
+    """
+    task = payload.get("task") if consumer == TASKS_CONSUMER and isinstance(payload, dict) else ""
+    return task[:200] if isinstance(task, str) else ""
+
+
 #: What ``task_enqueue.lua`` does: publish with the result, or write the result once.
 PUBLISH, ONCE = "publish", "once"
 

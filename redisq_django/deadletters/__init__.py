@@ -3,7 +3,15 @@ the sink from Redis (:mod:`.sinking`), which rows an operator means (:mod:`.sele
 retry and discard of a few or of every one matching (:mod:`.triage`), and groups by error
 and summaries (:mod:`.breakdown`). The Redis entry itself is the core's ``DeadEntry``."""
 
-from redisq_django.deadletters.breakdown import GROUPS_LIMIT, Group, Summary, groups, summary
+from redisq_django.deadletters.breakdown import (
+    BY_ERROR,
+    BY_TASK,
+    GROUPS_LIMIT,
+    Group,
+    Summary,
+    groups,
+    summary,
+)
 from redisq_django.deadletters.selection import rows
 from redisq_django.deadletters.sinking import SINK_BATCH, row_message_id, sink, sink_all
 from redisq_django.deadletters.triage import (
@@ -20,6 +28,8 @@ from redisq_django.deadletters.triage import (
 )
 
 __all__ = [
+    "BY_ERROR",
+    "BY_TASK",
     "CHUNK",
     "DISCARDED_LOG",
     "GROUPS_LIMIT",

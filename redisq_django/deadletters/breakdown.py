@@ -8,45 +8,62 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Max, Min, QuerySet
+from django.db.models.functions import Substr
 
 from redisq_django.core.dead_entry import DeadReason
 from redisq_django.models import DeadLetter
 
 #: The most groups a listing of groups returns (the largest first).
 GROUPS_LIMIT = 200
+#: Characters of a group's sample error message.
+SAMPLE_CHARS = 300
 
 DEAD = DeadLetter.Status.DEAD
 
 
-@dataclass(frozen=True)
+#: What groups can be made of: the same error (consumer, task, error class and
+#: normalised message), or the same task (consumer and task, whatever the error).
+BY_ERROR, BY_TASK = "error", "task"
+_KEYS = {
+    BY_ERROR: ("queue", "consumer", "task", "error_class", "error_key"),
+    BY_TASK: ("queue", "consumer", "task"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Group:
-    """Dead letters of one consumer that failed with one error (class and normalised
-    message), with their earliest first failure and latest last failure."""
+    """Dead letters of one consumer (and task, for a task queue) that failed with one
+    error (class and normalised message; grouped by task: any), with their earliest
+    first failure, latest last failure and one raw error message as a sample."""
 
     queue: str
     consumer: str
-    error_class: str
-    error_key: str
+    task: str = ""
+    error_class: str = ""
+    error_key: str = ""
     count: int
     first_seen: dt.datetime | None
     last_seen: dt.datetime | None
+    sample: str = ""
+    by: str = BY_ERROR
 
     @property
     def lookup(self) -> dict[str, str]:
         """The filter that selects exactly this group's rows."""
-        return {
-            "queue": self.queue,
-            "consumer": self.consumer,
-            "error_class": self.error_class,
-            "error_key": self.error_key,
-        }
+        found = {key: getattr(self, key) for key in _KEYS[self.by]}
+        if not self.task:  # no task queue: every row has task ""
+            del found["task"]
+        return found
 
 
-def groups(rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT) -> tuple[list[Group], int]:
-    """The groups of ``rows`` by consumer, error class and normalised message, the
-    largest first (at most ``limit``), with counts and first/last failure; and how
-    many groups there are. Two queries, whatever the number of rows."""
-    keys = ("queue", "consumer", "error_class", "error_key")
+def groups(
+    rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT, *, by: str = BY_ERROR
+) -> tuple[list[Group], int]:
+    """The groups of ``rows`` by consumer, task, error class and normalised message (by
+    :data:`BY_TASK`: consumer and task), the largest first (at most ``limit``), with
+    counts, first/last failure and a sample error message; and how many groups there
+    are. Two queries, whatever the number of rows."""
+    keys = _KEYS[by]
     grouped = (
         rows.order_by()
         .values(*keys)
@@ -54,10 +71,12 @@ def groups(rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT) -> tuple[list[
             count=Count("pk"),
             first_seen=Min("first_failed_at"),
             last_seen=Max("last_failed_at"),
+            # One raw message of the group, as written (the key has placeholders).
+            sample=Max(Substr("error_message", 1, SAMPLE_CHARS)),
         )
     )
     top = grouped.order_by("-count", *keys)[:limit]
-    return [Group(**g) for g in top], grouped.count()
+    return [Group(**g, by=by) for g in top], grouped.count()
 
 
 @dataclass

@@ -24,6 +24,7 @@ from redisq_django.connection import get_broker
 from redisq_django.core.dead_entry import DeadEntry, normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.task_wire import task_of
 from redisq_django.models import DeadLetter, DeadLetterFailure
 
 logger = logging.getLogger("redisq.deadletters")
@@ -48,6 +49,7 @@ def _row_values(d: DeadEntry) -> dict[str, Any]:
         "error_class": d.error_class[:200],
         "error_message": d.error_message,
         "error_key": normalise_error(d.error_message),
+        "task": task_of(d.consumer, d.payload),
         "traceback": d.traceback,
         "published_at": d.published_at,
         "first_failed_at": d.first_failed_at,

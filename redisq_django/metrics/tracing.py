@@ -33,7 +33,6 @@ import contextlib
 import contextvars
 import functools
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -80,7 +79,11 @@ class Tracing(Middleware, PublishHook):
         self._provider = tracer_provider
         self._live = False
         self._recheck_at = 0.0
-        self._local = _Handling()
+        # The running span per context: per thread, and per asyncio task for async
+        # handlers, which run together on one thread (core/worker/coroutines.py).
+        self._running: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
+            f"redisq_running_span_{id(self)}", default=None
+        )
         self._shortcut: Any = None
 
     def live(self) -> bool:
@@ -174,15 +177,15 @@ class Tracing(Middleware, PublishHook):
             if span_context.is_valid:
                 span.add_link(span_context)
         token = self._context.attach(trace.set_span_in_context(span))
-        self._local.running = (span, token)
+        self._running.set((span, token))
 
     def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
-        running = self._local.running
+        running = self._running.get()
         if running is None:  # a dropped span, or before_process failed (and was logged)
             if self._shortcut is not None:
                 self._shortcut.release()
             return
-        self._local.running = None
+        self._running.set(None)
         span, token = running
         try:
             if error is not None:
@@ -215,14 +218,6 @@ def publish_hooks() -> list[PublishHook]:
         MissingExtra: ``TRACING`` is on but opentelemetry-api is not installed.
     """
     return [get_tracing()] if get_settings()["TRACING"] else []
-
-
-class _Handling(threading.local):
-    """The span of the message a handler thread runs, and its context token."""
-
-    # A class attribute, so that a thread's first look finds it: a default via getattr
-    # costs an AttributeError, half a microsecond, on every dropped message.
-    running: tuple[Any, Any] | None = None
 
 
 def _shortcut(tracer: Any) -> Any:

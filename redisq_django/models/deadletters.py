@@ -50,6 +50,14 @@ class DeadLetter(models.Model):
         default="",
         help_text=_("The error message with numbers, ids and times replaced: the grouping key."),
     )
+    task = models.CharField(
+        _("task"),
+        max_length=200,
+        blank=True,
+        default="",
+        db_index=True,
+        help_text=_("The Django task's module path, for a dead letter of a task queue."),
+    )
     deaths = models.PositiveIntegerField(
         _("deaths"), default=1, help_text=_("How many times this message died.")
     )

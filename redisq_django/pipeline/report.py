@@ -17,11 +17,12 @@ at most six hours, so that a short incident in a long range is still drawn as a 
   and a sample message id;
 - ``totals``: the range as a whole per queue and consumer (counts and percentiles).
 
-The consumers are those with events in the range **or before it** (a consumer stalled the
-whole range has none in it, but its messages wait all the same): each gets its queue's
-published messages, its backlog and a row of the totals, zeros included. A consumer that
-has never settled, released or reset anything is in no event, so the archive cannot know
-it.
+The consumers are those with events in the range **or in the**
+:data:`CONSUMER_LOOKBACK` **before it** (a consumer stalled the whole range has none in it,
+but its messages wait all the same): each gets its queue's published messages, its backlog
+and a row of the totals, zeros included. A consumer that has settled, released or reset
+nothing in that time is in no event the report reads, so it cannot know it; the lookback
+is bounded so that a week's report of a year's archive does not read the year.
 
 Percentiles are ``percentile_approx`` with accuracy :data:`PERCENTILE_ACCURACY` (10000):
 the value returned is one whose rank among the ``n`` values is within ``n / 10000`` of the
@@ -66,6 +67,8 @@ BUCKETS = {"minute": 60, "hour": 3600}
 #: How long before ``since`` a handled message may have been published and still get its
 #: latency measured (the join reads those messages' partitions too).
 LATENCY_LOOKBACK = timedelta(days=1)
+#: How long before ``since`` the report looks for consumers with no event in the range.
+CONSUMER_LOOKBACK = timedelta(days=30)
 AGGREGATES = ("counts", "latency", "backlog", "attempts", "errors", "totals")
 #: The events' columns the aggregates read (the others are not cached).
 EVENT_COLUMNS = (
@@ -235,12 +238,11 @@ def _read(
     options: ReportOptions,
     table: str,
     time_column: str,
-    since: datetime | None,
+    since: datetime,
     until: datetime,
 ) -> DataFrame:
-    """``table``'s archived rows of the queues in ``[since, until)`` (``since`` None: all
-    before ``until``); the ``date`` partitions outside are pruned before any file is
-    opened."""
+    """``table``'s archived rows of the queues in ``[since, until)``; the ``date``
+    partitions outside are pruned before any file is opened."""
     from redisq_django.pipeline.schemas import Table, archive_schema, spark_schema
 
     path = join_path(normalize_root(options.root), table)
@@ -250,14 +252,10 @@ def _read(
         if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
             raise
         return spark.createDataFrame([], spark_schema(Table(table)))
-    frame = frame.where(F.col("date") <= F.lit(until.date()))
-    if since is not None:
-        frame = frame.where(F.col("date") >= F.lit(since.date()))
+    frame = frame.where(F.col("date").between(F.lit(since.date()), F.lit(until.date())))
     if options.queues:
         frame = frame.where(F.col("queue").isin(list(options.queues)))
-    frame = frame.where(F.col(time_column) < F.lit(until))
-    if since is not None:
-        frame = frame.where(F.col(time_column) >= F.lit(since))
+    frame = frame.where((F.col(time_column) >= F.lit(since)) & (F.col(time_column) < F.lit(until)))
     return frame.drop("date")
 
 
@@ -286,9 +284,10 @@ def _consumers(
     spark: SparkSession, options: ReportOptions, events: DataFrame, since: datetime
 ) -> DataFrame:
     """The (queue, consumer) pairs the report covers: those with events in the range or
-    before it. A consumer stalled the whole range has none in it; its earlier events
-    (reading only the ``queue`` and ``consumer`` columns) still say that it exists."""
-    earlier = _read(spark, options, "events", "time", None, since)
+    the :data:`CONSUMER_LOOKBACK` before it. A consumer stalled the whole range has none
+    in it; its earlier events (reading only the ``queue`` and ``consumer`` columns) still
+    say that it exists."""
+    earlier = _read(spark, options, "events", "time", since - CONSUMER_LOOKBACK, since)
     pairs = events.select("queue", "consumer").unionByName(earlier.select("queue", "consumer"))
     return pairs.where(F.col("consumer").isNotNull()).distinct()
 

@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from redisq_django.conf import check_queue_known, outbox_enabled
-from redisq_django.connection import get_broker
+from redisq_django.connection import get_broker, loop_client
+from redisq_django.core import async_publish
 from redisq_django.core.envelope import Delay, Envelope, new_message_id
 from redisq_django.publishing.commit import relay_after_commit, send_after_commit
 
-__all__ = ["publish", "publish_many", "publish_on_commit"]
+__all__ = ["apublish", "apublish_many", "publish", "publish_many", "publish_on_commit"]
 
 
 def publish(
@@ -69,6 +70,69 @@ def publish_many(
     """
     check_queue_known(queue)
     return get_broker().publish_many(queue, payloads, headers=headers, delay=delay, eta=eta)
+
+
+async def apublish(
+    queue: str,
+    payload: Any,
+    *,
+    headers: Mapping[str, Any] | None = None,
+    delay: Delay = None,
+    eta: dt.datetime | None = None,
+) -> str:
+    """:func:`publish` for async code (an ``async def`` view, an async consumer): the
+    same message, validation, errors, tracing and trends, sent on this event loop's own
+    ``redis.asyncio`` client (``redisq_django/connection.py``), so the loop is never blocked
+    on Redis.
+
+    There is no ``apublish_on_commit``: Django runs no transaction in async code (the
+    ORM's async methods each run in a thread), so an async caller is always in
+    autocommit, where "on commit" means "now", which is ``apublish``. Publish what a
+    transaction changes with :func:`publish_on_commit` inside the synchronous function
+    that holds the transaction, run with ``sync_to_async`` (docs: "Publishing from
+    async code").
+
+    Returns:
+        The message id.
+
+    Raises:
+        As :func:`publish`.
+    """
+    check_queue_known(queue)
+    broker = get_broker()
+    async with loop_client() as entry:
+        return await async_publish.apublish(
+            broker, entry.conn, entry.loaded, queue, payload, headers=headers, delay=delay, eta=eta
+        )
+
+
+async def apublish_many(
+    queue: str,
+    payloads: Iterable[Any],
+    *,
+    headers: Mapping[str, Any] | None = None,
+    delay: Delay = None,
+    eta: dt.datetime | None = None,
+) -> list[str]:
+    """:func:`publish_many` for async code (see :func:`apublish`): one round trip, all
+    or none, every payload encoded before anything is sent.
+
+    Returns:
+        The message ids in the order of ``payloads``.
+    """
+    check_queue_known(queue)
+    broker = get_broker()
+    async with loop_client() as entry:
+        return await async_publish.apublish_many(
+            broker,
+            entry.conn,
+            entry.loaded,
+            queue,
+            payloads,
+            headers=headers,
+            delay=delay,
+            eta=eta,
+        )
 
 
 def publish_on_commit(

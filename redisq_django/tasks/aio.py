@@ -1,14 +1,6 @@
 """The asyncio side of the tasks backend: ``aenqueue`` and ``aget_result`` talk to Redis
-with ``redis.asyncio``, never through a thread.
-
-One native client per event loop: an asyncio client belongs to the loop it runs on, and
-a process may run several loops (one per thread, ``asyncio.run`` per call, tests), so
-each loop gets its own, built with the connection settings of the broker's client
-(``broker.new_async_client()``: ``redis.asyncio.Redis``, or
-``redis.asyncio.cluster.RedisCluster`` when the broker's client is a Redis Cluster one)
-and reused by every call on that loop. It is closed when the loop shuts down
-(``loop.shutdown_asyncgens()``, which ``asyncio.run``, asgiref's ``async_to_sync`` and
-ASGI servers call), or at once when the broker changes (settings changed).
+with ``redis.asyncio``, never through a thread, on this event loop's client
+(``redisq_django/connection.py``: one per loop, closed with it).
 
 What it runs, the core builds, the same calls as the synchronous side runs
 (``core.scripts.ScriptCall``): nothing of the wire is rebuilt here.
@@ -16,88 +8,23 @@ What it runs, the core builds, the same calls as the synchronous side runs
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-import weakref
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-import redis
-
-from redisq_django.connection import get_broker
-from redisq_django.core import Broker
+from redisq_django.connection import LoopClient, loop_client
 from redisq_django.core.asyncio_client import run_call
-from redisq_django.core.errors import RedisUnavailable
-from redisq_django.core.scripts import AsyncScripts, ScriptCall
-from redisq_django.core.types import AsyncRedisClient
+from redisq_django.core.scripts import ScriptCall
+
+__all__ = ["loop_client", "pipelined", "run"]
 
 
-@dataclass
-class _LoopClient:
-    """The client of one event loop."""
-
-    source: Broker  # the broker whose Redis it talks to
-    conn: AsyncRedisClient
-    closer: Any  # the async generator that closes it at the loop's shutdown
-    loaded: AsyncScripts = field(init=False)  # its scripts, registered on first use
-
-    def __post_init__(self) -> None:
-        self.loaded = AsyncScripts(self.conn)
-
-
-_lock = threading.Lock()
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def _closed_at_shutdown(conn: AsyncRedisClient) -> AsyncIterator[None]:
-    # Started once, it stays suspended at its yield; the loop's shutdown_asyncgens()
-    # closes every unfinished async generator started on the loop, running this finally.
-    try:
-        yield
-    finally:
-        await conn.aclose()
-
-
-async def _entry() -> _LoopClient:
-    """This event loop's client (built on first use, or when the broker changed)."""
-    loop = asyncio.get_running_loop()
-    broker = get_broker()
-    with _lock:
-        entry = _clients.get(loop)
-        if entry is not None and entry.source is broker:
-            return entry
-        stale, conn = entry, broker.new_async_client()
-        entry = _clients[loop] = _LoopClient(broker, conn, _closed_at_shutdown(conn))
-    # Its first step registers the generator with the loop (its asyncgen hooks); the
-    # entry keeps it referenced, as the loop holds its generators weakly.
-    await anext(entry.closer)
-    if stale is not None:
-        await stale.closer.aclose()
-    return entry
-
-
-@contextlib.asynccontextmanager
-async def loop_client() -> AsyncIterator[_LoopClient]:
-    """This event loop's client; connection errors become ``RedisUnavailable`` as in the
-    synchronous API."""
-    entry = await _entry()
-    try:
-        yield entry
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise RedisUnavailable(entry.source.where, exc) from exc
-
-
-async def run(entry: _LoopClient, call: ScriptCall) -> Any:
+async def run(entry: LoopClient, call: ScriptCall) -> Any:
     """Run a script call the core built (``broker.ensure_consumer_call``,
     ``TaskResultStore.enqueue_command``) on this loop's client."""
     return await run_call(entry.conn, entry.loaded, call)
 
 
-async def pipelined(entry: _LoopClient, commands: Sequence[Sequence[Any]]) -> list[Any]:
+async def pipelined(entry: LoopClient, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """The replies to ``commands`` the core built (``core.task_wire.read_commands``), in
     one round trip (on a cluster, one per node holding some of their keys)."""
     async with entry.conn.pipeline(transaction=False) as pipe:

@@ -20,7 +20,7 @@ from django.urls import reverse
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from tests.support.live_data import console_pages, live_consumer
-from tests.support.redis_server import HOST, RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.sentinel import SentinelProcess
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -49,18 +49,7 @@ def sentinel(redis_server_binary: str, tmp_path: Path, master: RedisServer) -> I
 @pytest.fixture
 def on_sentinel(settings: Any, sentinel: SentinelProcess) -> None:
     """REDISQ on a django-redis cache that finds its master through the sentinel."""
-    settings.CACHES = {
-        **settings.CACHES,
-        "queues": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://{sentinel.service}/0",
-            "OPTIONS": {
-                "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": [(HOST, sentinel.port)],
-            },
-        },
-    }
+    settings.CACHES = {**settings.CACHES, "queues": sentinel.cache()}
     settings.REDISQ = {"CONNECTION": "queues", "ADMIN_REDIS_TIMEOUT": 0.3}
     live.clear()
 

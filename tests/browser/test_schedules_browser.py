@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
+from redisq_django.admin import live
 from redisq_django.models import Schedule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -32,8 +33,10 @@ def log_in(page: Page, live_server: Any, user: User) -> None:
 
 
 def test_staff_add_edit_and_disable_a_schedule_in_the_admin(
-    page: Page, live_server: Any, artifacts: Path
+    page: Page, live_server: Any, artifacts: Path, redisq_settings: Any
 ) -> None:
+    # (the list asks Redis whether it answers: its next runs are only known when it does)
+    live.clear()
     user = User.objects.create_superuser("boss", password=PASSWORD)
     log_in(page, live_server, user)
     # Given the schedules page, reached from the admin index
@@ -81,3 +84,26 @@ def test_staff_add_edit_and_disable_a_schedule_in_the_admin(
     assert schedule.next_run_at is None
     assert "Disabled" in [e.change_message for e in LogEntry.objects.filter(action_flag=CHANGE)]
     page.screenshot(path=str(artifacts / "schedules-disabled.png"), full_page=True)
+
+
+def test_the_schedules_page_shows_the_banner_when_redis_is_down(
+    page: Page, live_server: Any, artifacts: Path, settings: Any, volatile_redis_server: Any
+) -> None:
+    # Given a schedule, and Redis stopped
+    Schedule.objects.create(
+        name="digest", cron="*/5 * * * *", timezone="UTC", queue="mail", origin="admin"
+    )
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    volatile_redis_server.stop()
+    live.clear()
+    log_in(page, live_server, User.objects.create_superuser("boss", password=PASSWORD))
+    # When staff open the schedules page
+    page.goto(f"{live_server.url}{reverse('admin:redisq_django_schedule_changelist')}")
+    # Then the banner says Redis does not answer, and the next run is unknown, not a date
+    expect(page.locator("#redisq-banner")).to_contain_text("is unreachable")
+    row = page.locator("#result_list tbody tr").filter(has_text="digest")
+    expect(row.locator("td.field-next_tick")).to_have_text("? unknown")
+    expect(row.locator("td.field-next_tick .redisq-unknown")).to_have_attribute(
+        "title", re.compile("no schedule fires")
+    )
+    page.screenshot(path=str(artifacts / "schedules-redis-down.png"), full_page=True)

@@ -23,10 +23,16 @@ returns. The payload (a dict) says what to do:
 Recording uses a plain redis-py client built from ``settings.REDISQ["URL"]`` (the
 server the worker consumes from); when Redis is away the handler raises, which the
 worker treats as a failure to retry, like any real handler.
+
+The ``async def`` twins (queues ``afaults``, ``agraceful``, ``achaos``) do the same
+without blocking the worker's event loop: they record with the loop's own asyncio
+client (the one ``apublish`` uses) and sleep with ``asyncio.sleep``; each runs up to 10
+handlers in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import sys
@@ -37,6 +43,7 @@ import redis
 from django.conf import settings
 
 from redisq_django import consumer
+from redisq_django.connection import loop_client
 from redisq_django.core.message import Message
 
 KEY_PREFIX = "redisqtest"
@@ -76,6 +83,22 @@ def _obey(message: Message, name: str) -> None:
     if payload.get("sleep"):
         time.sleep(float(payload["sleep"]))
     _client().rpush(done_key(message.queue, name), line)
+
+
+async def _aobey(message: Message, name: str) -> None:
+    """:func:`_obey` for an async handler."""
+    line = f"{message.id} {message.attempts} {os.getpid()}"
+    async with loop_client() as entry:
+        await entry.conn.rpush(deliveries_key(message.queue, name), line)
+    payload: Any = message.payload if isinstance(message.payload, dict) else {}
+    if payload.get("exit"):
+        os._exit(int(payload["exit"]))
+    if payload.get("fail") or payload.get("poison"):
+        raise PoisonError(f"told to fail on attempt {message.attempts}")
+    if payload.get("sleep"):
+        await asyncio.sleep(float(payload["sleep"]))
+    async with loop_client() as entry:
+        await entry.conn.rpush(done_key(message.queue, name), line)
 
 
 # Crash, retry, poison, pause, burst and --max-messages tests. The short visibility
@@ -152,3 +175,45 @@ def eater(message: Message) -> None:
 )
 def counted(message: Message) -> None:
     _obey(message, "counted")
+
+
+# The async twins of recorder, patient, alpha and beta (tests/faults/test_faults.py runs
+# the crash, graceful-shutdown, Redis-restart, chaos and poison tests on both).
+@consumer(
+    "afaults",
+    name="arecorder",
+    visibility_timeout=2,
+    max_retries=3,
+    backoff=0.05,
+    max_backoff=0.5,
+    start="earliest",
+    concurrency=10,
+)
+async def arecorder(message: Message) -> None:
+    await _aobey(message, "arecorder")
+
+
+@consumer(
+    "agraceful",
+    name="apatient",
+    visibility_timeout=60,
+    max_retries=3,
+    start="earliest",
+    concurrency=10,
+)
+async def apatient(message: Message) -> None:
+    await _aobey(message, "apatient")
+
+
+@consumer(
+    "achaos", name="aalpha", visibility_timeout=2, max_retries=5, start="earliest", concurrency=10
+)
+async def aalpha(message: Message) -> None:
+    await _aobey(message, "aalpha")
+
+
+@consumer(
+    "achaos", name="abeta", visibility_timeout=2, max_retries=5, start="earliest", concurrency=10
+)
+async def abeta(message: Message) -> None:
+    await _aobey(message, "abeta")

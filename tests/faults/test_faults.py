@@ -19,6 +19,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,29 @@ pytestmark = [
 FAULTS, RECORDER = "faults", "recorder"  # visibility 2 s, max_retries 3, backoff 0.05 s
 GRACEFUL, PATIENT = "graceful", "patient"  # visibility 60 s
 CHAOS = "chaos"  # consumers alpha and beta, visibility 2 s
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The consumers a test drives: thread handlers, or their ``async def`` twins
+    (10 handlers in flight each, same settings otherwise)."""
+
+    faults: str
+    recorder: str
+    graceful: str
+    patient: str
+    chaos: str
+    alpha: str
+    beta: str
+    is_async: bool
+
+
+THREADS = Kind(FAULTS, RECORDER, GRACEFUL, PATIENT, CHAOS, "alpha", "beta", False)
+ASYNC = Kind("afaults", "arecorder", "agraceful", "apatient", "achaos", "aalpha", "abeta", True)
+#: Run the test for thread handlers and for async handlers (``-k async`` picks those).
+both_kinds = pytest.mark.parametrize(
+    "kind", [pytest.param(THREADS, id="threads"), pytest.param(ASYNC, id="async")]
+)
 
 
 # ---------------------------------------------------------------------------
@@ -99,9 +123,11 @@ def _pending(client: redis.Redis, queue: str, group: str) -> int:
 # C3: a crashed instance's message is delivered again
 # ---------------------------------------------------------------------------
 @pytest.mark.servers
+@both_kinds
 def test_sigkill_during_handling_redelivers_to_another_instance(
-    workers: Workers, broker: Broker, redis_client: redis.Redis
+    workers: Workers, broker: Broker, redis_client: redis.Redis, kind: Kind
 ) -> None:
+    FAULTS, RECORDER = kind.faults, kind.recorder
     # Given two instances of faults/recorder and a message whose handler takes 3 s
     first, second = workers.start(FAULTS), workers.start(FAULTS)
     first.wait_ready()
@@ -134,32 +160,38 @@ def test_sigkill_during_handling_redelivers_to_another_instance(
 # C12: graceful shutdown
 # ---------------------------------------------------------------------------
 @pytest.mark.servers
+@both_kinds
 def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
-    workers: Workers, broker: Broker, redis_client: redis.Redis
+    workers: Workers, broker: Broker, redis_client: redis.Redis, kind: Kind
 ) -> None:
-    # Given one instance that prefetched five messages, the first taking 2 s
+    GRACEFUL, PATIENT = kind.graceful, kind.patient
+    # Given one instance that prefetched five messages, the first taking 2 s (async: two
+    # handlers in flight, the first two running together, the other three not fetched)
     ids = [broker.publish(GRACEFUL, {"sleep": 2, "n": 0})]
     ids += broker.publish_many(GRACEFUL, [{"sleep": 0.2, "n": i} for i in range(1, 5)])
-    first = workers.start(GRACEFUL, "--prefetch", "10", "--grace-period", "20")
+    flight = ("--concurrency", "2") if kind.is_async else ()
+    first = workers.start(GRACEFUL, "--prefetch", "10", "--grace-period", "20", *flight)
+    in_flight = ids[:2] if kind.is_async else ids[:1]
 
     # When it gets SIGTERM while the first handler runs
-    (started,) = wait_deliveries(redis_client, GRACEFUL, PATIENT, 1, timeout=30)
-    assert started.id == ids[0]
+    started = wait_deliveries(redis_client, GRACEFUL, PATIENT, len(in_flight), timeout=30)
+    assert sorted(d.id for d in started) == sorted(in_flight)
     first.send(signal.SIGTERM)
     term_at = time.monotonic()
 
-    # Then it finishes and acks the in-flight message and exits 0 within the grace period
+    # Then it finishes and acks the in-flight messages and exits 0 within the grace period
     code = first.wait_exit(timeout=20)
     exit_s = time.monotonic() - term_at
     assert code == 0, first.tail()
-    assert [d.id for d in read_done(redis_client, GRACEFUL, PATIENT)] == [ids[0]]
-    assert "handed back 4 unstarted message(s)" in first.stderr
+    assert sorted(d.id for d in read_done(redis_client, GRACEFUL, PATIENT)) == sorted(in_flight)
+    if not kind.is_async:  # (an async instance starts all it fetched)
+        assert "handed back 4 unstarted message(s)" in first.stderr
     assert _pending(redis_client, GRACEFUL, PATIENT) == 0  # nothing stuck on the dead pid
 
-    # And another instance gets the four unstarted ones at once (visibility is 60 s)
+    # And another instance gets the others at once (visibility is 60 s)
     # as first deliveries
     second = workers.start(GRACEFUL, "--prefetch", "10")
-    wait_deliveries(redis_client, GRACEFUL, PATIENT, 2, timeout=40)
+    wait_deliveries(redis_client, GRACEFUL, PATIENT, len(in_flight) + 1, timeout=40)
     took = time.monotonic() - term_at
     done = wait_deliveries(redis_client, GRACEFUL, PATIENT, 5, timeout=30, done=True)
     print(
@@ -170,15 +202,17 @@ def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
     deliveries = read_deliveries(redis_client, GRACEFUL, PATIENT)
     assert sorted(d.id for d in deliveries) == sorted(ids)  # each exactly once
     assert {d.attempts for d in deliveries} == {1}
-    assert {d.pid for d in deliveries[1:]} == {second.pid}
+    assert {d.pid for d in deliveries[len(in_flight) :]} == {second.pid}
     assert sorted(d.id for d in done) == sorted(ids)
     wait_for(lambda: _pending(redis_client, GRACEFUL, PATIENT) == 0, timeout=10, what="acks")
 
 
 @pytest.mark.servers
+@both_kinds
 def test_second_sigterm_exits_now_and_the_message_comes_back(
-    workers: Workers, broker: Broker, redis_client: redis.Redis
+    workers: Workers, broker: Broker, redis_client: redis.Redis, kind: Kind
 ) -> None:
+    GRACEFUL, PATIENT = kind.graceful, kind.patient
     # Given an instance running a 60-second handler, with a long grace period
     mid = broker.publish(GRACEFUL, {"sleep": 60})
     first = workers.start(GRACEFUL, "--grace-period", "60")
@@ -230,9 +264,11 @@ def _publish_retrying(broker: Broker, queue: str, payloads: list[dict[str, int]]
 
 
 @pytest.mark.servers
+@both_kinds
 def test_worker_survives_a_redis_restart(
-    fresh_redis_server: RedisServer, db_file: Path, tmp_path: Path
+    fresh_redis_server: RedisServer, db_file: Path, tmp_path: Path, kind: Kind
 ) -> None:
+    FAULTS, RECORDER = kind.faults, kind.recorder
     n, batch = 2000, 100
     pool = Workers(fresh_redis_server.url, db_file, tmp_path / "logs")
     client = fresh_redis_server.client()
@@ -261,7 +297,13 @@ def test_worker_survives_a_redis_restart(
         took = time.monotonic() - restarted_at
         assert worker.alive, worker.tail()
         stderr = worker.stderr
-        assert "reachable again" in stderr, stderr[-3000:]
+        if kind.is_async and "Cannot reach Redis" not in stderr:
+            # An async instance writes to Redis once per batch (its acks), and redis-py
+            # retries a failed fetch or handler call once on a new connection: a quick
+            # restart between two batches can go unnoticed (about 1 run in 5), nothing lost.
+            print("\nthe async worker saw no failed call during the restart")
+        else:
+            assert "reachable again" in stderr, stderr[-3000:]
         print(
             f"\nall {n} handled {took:.2f}s after the restart; "
             f"{duplicates(done)} duplicate(s); dead={len(broker.dead_letters(FAULTS, RECORDER))}"
@@ -281,16 +323,18 @@ def test_worker_survives_a_redis_restart(
 
 
 @pytest.mark.timeout(150)
+@both_kinds
 def test_chaos_kills_lose_nothing(
-    workers: Workers, broker: Broker, redis_client: redis.Redis
+    workers: Workers, broker: Broker, redis_client: redis.Redis, kind: Kind
 ) -> None:
+    CHAOS, ALPHA, BETA = kind.chaos, kind.alpha, kind.beta
     n, rounds, prefetch = 20_000, 40, 10  # a batch every 0.5 s, a kill every second
     per_round = n // rounds
-    broker.ensure_consumer(CHAOS, "alpha", "earliest")
-    broker.ensure_consumer(CHAOS, "beta", "earliest")
+    broker.ensure_consumer(CHAOS, ALPHA, "earliest")
+    broker.ensure_consumer(CHAOS, BETA, "earliest")
     args = ("--prefetch", str(prefetch), "--stats-interval", "0")
-    alphas = [workers.start(CHAOS, "--consumer", "alpha", *args) for _ in range(3)]
-    beta = workers.start(CHAOS, "--consumer", "beta", *args)
+    alphas = [workers.start(CHAOS, "--consumer", ALPHA, *args) for _ in range(3)]
+    beta = workers.start(CHAOS, "--consumer", BETA, *args)
     for w in [*alphas, beta]:
         w.wait_ready()
 
@@ -306,13 +350,13 @@ def test_chaos_kills_lose_nothing(
             slot = rng.randrange(len(alphas))
             alphas[slot].kill()
             kills += 1
-            alphas[slot] = workers.start(CHAOS, "--consumer", "alpha", *args)
+            alphas[slot] = workers.start(CHAOS, "--consumer", ALPHA, *args)
         time.sleep(max(0.0, t0 + (r + 1) * 0.5 - time.monotonic()))
     chaos_s = time.monotonic() - t0
 
     # Then each logical consumer handled every message at least once
-    alpha_done = wait_ids(redis_client, CHAOS, "alpha", ids, timeout=90)
-    beta_done = wait_ids(redis_client, CHAOS, "beta", ids, timeout=60)
+    alpha_done = wait_ids(redis_client, CHAOS, ALPHA, ids, timeout=90)
+    beta_done = wait_ids(redis_client, CHAOS, BETA, ids, timeout=60)
     drained_s = time.monotonic() - t0
     lost_alpha = len(set(ids) - {d.id for d in alpha_done})
     lost_beta = len(set(ids) - {d.id for d in beta_done})
@@ -320,14 +364,15 @@ def test_chaos_kills_lose_nothing(
     print(
         f"\nchaos: {n} messages, {kills} SIGKILLs in {chaos_s:.1f}s, drained after "
         f"{drained_s:.1f}s; alpha lost={lost_alpha} duplicates={dups_alpha} "
-        f"(started handlers: {duplicates(read_deliveries(redis_client, CHAOS, 'alpha'))}); "
+        f"(started handlers: {duplicates(read_deliveries(redis_client, CHAOS, ALPHA))}); "
         f"beta lost={lost_beta} duplicates={dups_beta}"
     )
     assert lost_alpha == 0 and lost_beta == 0
-    # Duplicates come from the kills: each killed instance held at most one batch.
+    # Duplicates come from the kills: each killed instance held at most one batch
+    # (async: its 10 handlers in flight, the --prefetch of threads).
     assert dups_alpha <= kills * prefetch, workers.report()
-    assert broker.dead_letters(CHAOS, "alpha") == []
-    assert broker.dead_letters(CHAOS, "beta") == []
+    assert broker.dead_letters(CHAOS, ALPHA) == []
+    assert broker.dead_letters(CHAOS, BETA) == []
     assert beta.alive and all(a.alive for a in alphas), workers.report()
 
 
@@ -335,9 +380,11 @@ def test_chaos_kills_lose_nothing(
 # C4: poison messages
 # ---------------------------------------------------------------------------
 @pytest.mark.servers
+@both_kinds
 def test_poison_message_dies_after_max_retries_plus_one_while_others_flow(
-    workers: Workers, broker: Broker, redis_client: redis.Redis
+    workers: Workers, broker: Broker, redis_client: redis.Redis, kind: Kind
 ) -> None:
+    FAULTS, RECORDER = kind.faults, kind.recorder
     # Given a poison message among 200 good ones (max_retries=3)
     good = broker.publish_many(FAULTS, [{"n": i} for i in range(100)])
     poison = broker.publish(FAULTS, {"poison": True})

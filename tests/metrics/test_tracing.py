@@ -189,6 +189,45 @@ def test_a_failing_handler_marks_its_span_and_each_attempt_has_one(
         assert p.links[0].context.span_id == send.context.span_id
 
 
+def test_async_handlers_running_together_each_run_in_their_own_span(
+    redis_client: redis.Redis, queue_name: str, tracing: Tracing, exporter: InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
+    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    ids = broker.publish_many(queue_name, [0.03, 0.01, 0.02])
+    current: dict[str, list[int]] = {}
+
+    async def handler(message: Message) -> None:
+        # Started together on one thread, ending in another order than they started
+        current[message.id] = [trace.get_current_span().get_span_context().span_id]
+        await asyncio.sleep(message.payload)
+        current[message.id].append(trace.get_current_span().get_span_context().span_id)
+        if message.payload == 0.01:
+            raise ValueError("the middle one fails")
+
+    policy = RetryPolicy.from_seconds(
+        max_retries=0, backoff=0.01, max_backoff=0.02, visibility_timeout=30
+    )
+    spec = ConsumerSpec(queue_name, GROUP, handler, policy=policy, start="earliest", concurrency=3)
+    options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)
+    assert Worker(broker, [spec], options, middleware=[tracing]).run() == 0
+
+    # Then each handler ran in its own process span, current throughout (before and
+    # after its await), and only the failing one's span has the error
+    processes = {
+        (p.attributes or {})["messaging.message.id"]: p
+        for p in spans(exporter, f"process {queue_name}")
+    }
+    assert sorted(processes) == sorted(ids)
+    for message_id, process in processes.items():
+        assert current[message_id] == [process.context.span_id] * 2
+    assert processes[ids[1]].status.status_code is StatusCode.ERROR
+    assert processes[ids[0]].status.status_code is not StatusCode.ERROR
+    assert processes[ids[2]].status.status_code is not StatusCode.ERROR
+
+
 def test_the_callers_traceparent_wins_and_a_handler_span_is_a_child(
     redis_client: redis.Redis, queue_name: str, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:

@@ -3,10 +3,12 @@ against the real redis-server: every figure equals what the handlers did."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 
+import pytest
 import redis
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -54,8 +56,9 @@ def test_bulk_observations_equal_observe_one_by_one() -> None:
     assert value(bulk, "h_bucket", q="a", le="+Inf") == len(observations)
 
 
+@pytest.mark.parametrize("kind", ["threads", "async"])
 def test_counters_and_histograms_equal_what_the_handlers_did(
-    redis_client: redis.Redis, queue_name: str
+    redis_client: redis.Redis, queue_name: str, kind: str
 ) -> None:
     # Given 10 good messages, one slow (0.3 s), 2 poison ones (max_retries 1: each fails
     # twice, is retried once, then dead), and one message an instance that vanished had
@@ -83,9 +86,20 @@ def test_counters_and_histograms_equal_what_the_handlers_did(
         if message.payload.get("fail"):
             raise RuntimeError("poison")
 
+    async def async_handler(message: Message) -> None:  # 4 in flight, the same figures
+        with lock:
+            runs.append(time.monotonic())
+        if message.payload.get("sleep"):
+            await asyncio.sleep(message.payload["sleep"])
+        if message.payload.get("fail"):
+            raise RuntimeError("poison")
+
     registry = CollectorRegistry()
     middleware = PrometheusMiddleware(registry, flush_interval=0.05)
-    spec = ConsumerSpec(queue_name, GROUP, handler, policy=policy, start="earliest")
+    handle, flight = (handler, 1) if kind == "threads" else (async_handler, 4)
+    spec = ConsumerSpec(
+        queue_name, GROUP, handle, policy=policy, start="earliest", concurrency=flight
+    )
     options = WorkerOptions(block_ms=50, burst=True, stats_interval=0, reclaim_interval=0.05)
 
     # When a worker with the middleware drains the queue

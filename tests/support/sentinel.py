@@ -79,6 +79,19 @@ class SentinelProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def cache(self) -> dict[str, Any]:
+        """A django-redis cache (``CACHES`` entry) that finds the master through this
+        sentinel (django-redis's ``SentinelClient``)."""
+        return {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{self.service}/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": [(HOST, self.port)],
+            },
+        }
+
     def master_address(self) -> Any:
         client = redis.Redis(host=HOST, port=self.port, socket_timeout=1, decode_responses=True)
         try:

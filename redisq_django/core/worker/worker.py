@@ -1,7 +1,9 @@
 """The worker: runs the handlers of one or more logical consumers in threads.
 
 One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
-threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`).
+threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`);
+one with an ``async def`` handler gets one instance running up to ``concurrency``
+handlers together on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
 A liveness thread heartbeats and extends the leases of long handlers
 (:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
 main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
@@ -14,8 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redisq_django.core.clock import monotonic_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
@@ -24,18 +25,15 @@ from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.leases import end_own_leases
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
-from redisq_django.core.worker.liveness import (
-    DEFAULT_HEARTBEAT_INTERVAL_S,
-    DEFAULT_HEARTBEAT_TTL_S,
-    LivenessThread,
-    lease_renewal_interval,
-)
+from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
+from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_interval
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.threads import HandlerThread, Pace
 from redisq_django.core.worker.ticker import Every, Ticker
+from redisq_django.core.worker.worker_options import WorkerOptions
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -44,47 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("redisq.worker")
 
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How a worker runs (times in seconds unless the name says otherwise).
-
-    Attributes:
-        prefetch: most messages fetched per round trip by each handler thread. Each
-            thread starts at 10 (or less) and doubles its batch while batches come back
-            full and are handled quickly, halving it when a batch is slow, so fast
-            handlers get big batches and slow ones don't hoard messages.
-        block_ms: longest wait for messages in one fetch; also bounds how long a
-            stop request waits for an idle thread.
-        burst: exit once nothing is left to do (no new message, no retry waiting).
-        max_messages: exit after handling this many messages (None: no limit).
-        grace_period: on a warm stop, how long in-flight handlers may take to finish.
-        heartbeat_interval: how often instances announce they are alive.
-        heartbeat_ttl: an instance silent this long is dead; others take its messages.
-            Also how long a stall of liveness (e.g. a frozen Redis) may last, minus one
-            interval, before live instances look dead (see ``liveness``).
-        reclaim_interval: how often each thread looks for expired leases.
-        trim_interval: how often retention runs on each queue.
-        refresh_interval: how often ``refresh`` is asked for configuration changes.
-        stats_interval: how often a summary line is logged (0: never).
-        batch_ack: acknowledge once per batch instead of as each handler returns, and
-            record no starts: faster for tiny handlers, but a crash then repeats the
-            whole batch and counts a delivery for each of its messages (a message that
-            kills its process can take others to the dead letters with it).
-    """
-
-    prefetch: int = 100
-    block_ms: int = 500
-    burst: bool = False
-    max_messages: int | None = None
-    grace_period: float = 30.0
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S
-    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_S
-    reclaim_interval: float = 2.0
-    trim_interval: float = 10.0
-    refresh_interval: float = 2.0
-    stats_interval: float = 30.0
-    batch_ack: bool = False
+__all__ = ["Worker", "WorkerOptions"]
 
 
 class Worker:
@@ -127,6 +85,7 @@ class Worker:
         self.gates: dict[str, PriorityGate] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
+        self.loop: EventLoop | None = None  # async handlers' (core/worker/coroutines.py)
         self._promotion = Condition("promotion of due delayed messages and retries", logger)
         self.started_at = time.monotonic()
         self._last_summary = (self.started_at, 0)
@@ -184,6 +143,8 @@ class Worker:
             code = self._shutdown()
         finally:
             self.liveness.stop()  # last: after in-flight messages are settled
+        if self.loop is not None and code == 0:  # else handlers may still run on it
+            self.loop.stop()
         self.middleware.on_worker_stop(self)
         self._log_summary(final=True)
         return code
@@ -214,18 +175,22 @@ class Worker:
         self._stop.request()
 
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
+        is_async = is_async_handler(spec.handler)
+        if is_async:  # one instance, its concurrency the handlers it runs together
+            wanted = min(wanted, 1)
         running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
         for t in running[wanted:]:
             t.retire = True
         for index in range(len(running), wanted):
-            thread = HandlerThread(
+            sub = self.broker.subscribe(
+                spec.queue,
+                spec.name,
+                f"{self.instance_prefix}-{spec.name}-{index}",
+                policy=spec.policy,
+            )
+            parts: dict[str, Any] = dict(
                 spec=spec,
-                sub=self.broker.subscribe(
-                    spec.queue,
-                    spec.name,
-                    f"{self.instance_prefix}-{spec.name}-{index}",
-                    policy=spec.policy,
-                ),
+                sub=sub,
                 index=index,
                 stop=self._stop,
                 pace=self._pace,
@@ -235,8 +200,18 @@ class Worker:
                 on_crash=self._on_crash,
                 gate=self._gate_slot(spec),
             )
+            if is_async:
+                thread: HandlerThread = AsyncHandlerThread(loop=self._event_loop(), **parts)
+            else:
+                thread = HandlerThread(**parts)
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
+
+    def _event_loop(self) -> EventLoop:
+        """The process's event loop for async handlers, started on first use."""
+        if self.loop is None:
+            self.loop = EventLoop()
+        return self.loop
 
     def _gate_slot(self, spec: ConsumerSpec) -> GateSlot | None:
         if spec.priority is None:

@@ -71,7 +71,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency",
             type=bounds.argument("concurrency"),
-            help="handler threads per consumer (wins over code and admin)",
+            help="handler threads per consumer; for an async def consumer, its handlers in "
+            "flight on the process's event loop (wins over code and admin)",
         )
         parser.add_argument(
             "--burst",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import time
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +14,7 @@ from django.db import transaction
 
 from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import DeadLetter
-from shop.demo_data import TOTALS
+from shop.demo_data import TOTALS, order_payload
 from shop.models import Order
 
 
@@ -24,10 +26,62 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("step", choices=["setup", "report", "history", "schedule"])
+        parser.add_argument(
+            "step", choices=["setup", "report", "history", "schedule", "incident", "traffic"]
+        )
+        parser.add_argument(
+            "--seconds",
+            type=float,
+            default=600.0,
+            help="traffic: stop after this long at the latest (default 600; SIGTERM stops it)",
+        )
+        parser.add_argument(
+            "--every", type=float, default=3.0, help="traffic: seconds between two orders"
+        )
 
     def handle(self, *args: Any, step: str, **options: Any) -> None:
-        getattr(self, step)()
+        if step == "traffic":
+            self.traffic(options["seconds"], options["every"])
+        else:
+            getattr(self, step)()
+
+    def incident(self) -> None:
+        """What the console should have to show after the demo, beyond the fraud check's
+        dead letters: orders deleted before their messages were handled (each consumer
+        rejects them: another error), a malformed message (no order key: it fails, is
+        retried, then dies: a third error), and two reminders due in an hour (delayed)."""
+        from redisq_django import publish
+
+        gone = [order_payload(90_000 + n, "10.00") for n in (1, 2)]
+        for payload in gone:
+            publish("orders", payload)
+        publish("orders", {"event": "created", "total": "12.00"})  # no "order": malformed
+        first = Order.objects.order_by("pk").first()
+        for hours in (1, 2):
+            assert first is not None  # setup ran first
+            publish(
+                "orders",
+                order_payload(first.pk, first.total, event="reminder"),
+                delay=timedelta(hours=hours),
+            )
+        self.stdout.write(
+            "published 2 messages for orders that no longer exist, 1 malformed message "
+            "and 2 reminders delayed by 1 and 2 hours"
+        )
+
+    def traffic(self, seconds: float, every: float) -> None:
+        """An order every ``every`` seconds (totals as in setup, so some fail the fraud
+        check) for at most ``seconds``: the trends of the console span minutes."""
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            total = TOTALS[n % len(TOTALS)]
+            n += 1
+            with transaction.atomic():
+                Order.objects.create(email=f"walk-in{n}@example.com", total=Decimal(total))
+            self.stdout.write(f"order {n}: {total}")
+            self.stdout.flush()
+            time.sleep(every)
 
     def setup(self) -> None:
         if not User.objects.filter(username="admin").exists():

@@ -1,0 +1,130 @@
+"""The dead-letter list's columns (one line per row: each cell cut with an ellipsis,
+the full value in its tooltip), its task filter and the detail page's folded texts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django.utils.translation import gettext_lazy as _
+
+from redisq_django import deadletters
+from redisq_django.admin.detail import fold, pretty_json
+from redisq_django.models import DeadLetter
+
+#: Characters of an error message or payload written into a list cell (the cell shows
+#: what fits) and into its tooltip.
+CELL_CHARS = 200
+TOOLTIP_CHARS = 1000
+
+
+class TaskFilter(admin.SimpleListFilter):
+    """By task, for the dead letters of task queues (shown only when there are some)."""
+
+    title = _("task")
+    parameter_name = "task"
+    #: The most tasks the filter lists (by name).
+    limit = 100
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = (
+            DeadLetter.objects.exclude(task="")
+            .order_by("task")
+            .values_list("task", flat=True)
+            .distinct()[: self.limit]
+        )
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> Any:
+        value = self.value()
+        return queryset.filter(task=value) if value else queryset
+
+
+class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
+    """What the dead-letter admin shows of a row, in the list and on its page."""
+
+    # -- display -------------------------------------------------------------------------
+
+    # The list's cells stay on one line: each is cut with an ellipsis at a width of its
+    # own (styles in deadletter/change_list.html), the full value in its tooltip.
+
+    @admin.display(description=_("message id"), ordering="message_id")
+    def short_id(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '<span class="redisq-cut redisq-id" title="{}">{}</span>',
+            obj.message_id,
+            obj.message_id,
+        )
+
+    @admin.display(description=_("where"), ordering="consumer")
+    def where(self, obj: DeadLetter) -> SafeString:
+        where = f"{obj.queue}/{obj.consumer}"
+        if obj.task:  # a task's dead letter: every one is in tasks.<queue>/tasks
+            return format_html(
+                '<span class="redisq-cut redisq-where" title="{} ({})">'
+                '<span class="redisq-task">{}</span></span>',
+                obj.task,
+                where,
+                obj.task,
+            )
+        return format_html(
+            '<span class="redisq-cut redisq-where" title="{}">{}</span>', where, where
+        )
+
+    @admin.display(description=_("error"), ordering="error_class")
+    def error_summary(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '<span class="redisq-cut redisq-error" title="{}: {}">'
+            '<span class="redisq-error-class">{}</span> {}</span>',
+            obj.error_class or "-",
+            Truncator(obj.error_message).chars(TOOLTIP_CHARS),
+            obj.error_class or "-",
+            Truncator(obj.error_message).chars(CELL_CHARS),
+        )
+
+    @admin.display(description=_("payload"))
+    def payload_preview(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '<code class="redisq-cut redisq-payload" title="{}">{}</code>',
+            Truncator(obj.payload).chars(TOOLTIP_CHARS),
+            Truncator(obj.payload).chars(CELL_CHARS),
+        )
+
+    @admin.display(description=_("payload"))
+    def pretty_payload(self, obj: DeadLetter) -> SafeString:
+        return fold(_("payload"), pretty_json(obj.payload), "redisq-json")
+
+    @admin.display(description=_("headers"))
+    def pretty_headers(self, obj: DeadLetter) -> SafeString:
+        return format_html('<pre class="redisq-json">{}</pre>', pretty_json(obj.headers))
+
+    @admin.display(description=_("traceback"))
+    def formatted_traceback(self, obj: DeadLetter) -> SafeString:
+        return fold(_("traceback"), obj.traceback, "redisq-traceback")
+
+    @admin.display(description=_("retry"))
+    def retry_button(self, obj: DeadLetter) -> str:
+        if obj.status != DeadLetter.Status.DEAD:
+            return "-"
+        if not deadletters.redrivable(obj):
+            return format_html(
+                '<span class="redisq-warning" title="{}">{}</span>',
+                deadletters.not_redrivable_reason(obj),
+                _("cannot retry"),
+            )
+        url = reverse("admin:redisq_django_deadletter_retry", args=[obj.pk])
+        # Inside the changelist form, which carries the CSRF token: formaction posts the
+        # whole form (token included) to the retry view.
+        return format_html(
+            '<button type="submit" class="button redisq-retry" formaction="{}" '
+            'name="redisq_retry" value="{}">{}</button>',
+            url,
+            obj.pk,
+            _("Retry"),
+        )

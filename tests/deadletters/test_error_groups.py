@@ -1,0 +1,84 @@
+"""Group by error merges what differs only by identifiers (codes, UUIDs, hex ids,
+numbers, quoted values, e-mail addresses, URL query values), as error trackers do, and
+keeps genuinely different errors apart; each group shows one raw message."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from redisq_django import deadletters
+from redisq_django.connection import get_broker
+from redisq_django.core.dead_entry import normalise_error
+from tests.support.console_data import failure, kill
+
+pytestmark = pytest.mark.django_db
+
+#: Variants of one error each, as they arrive from a handler.
+SAME = {
+    "sku": [f"unknown SKU X{i:04}" for i in range(1, 31)],
+    "uuid": [f"customer {uuid.uuid4()} has no address" for _ in range(5)],
+    "quoted": [f"no template named '{name}'" for name in ("receipt", "refund", "welcome x2")],
+    "number": [f"amount {a} exceeds the limit of {b}" for a, b in ((12.5, 10), (300, 250))],
+    "codes": [f"order {code} not found" for code in ("SKU-42A", "ord_9f3k", "b7e23ec29af2")],
+    "email": [f"mailbox {m} is full" for m in ("ann@example.com", "bob.k+x@mail.example.org")],
+    "url": [
+        f"GET https://api.example.com/pay?order={o}&sig={s} failed"
+        for o, s in ((1, "ab12"), (2, "zz"))
+    ],
+}
+#: Errors that must stay apart from each other and from the ones above.
+APART = ["connection refused", "connection reset by peer", "unknown SKU", "unknown warehouse"]
+
+
+@pytest.mark.parametrize("kind", sorted(SAME))
+def test_variants_of_one_error_have_one_key(kind: str) -> None:
+    keys = {normalise_error(text) for text in SAME[kind]}
+    assert len(keys) == 1, keys
+
+
+def test_different_errors_keep_different_keys() -> None:
+    keys = [normalise_error(t) for t in [*APART, *(v[0] for v in SAME.values())]]
+    assert len(set(keys)) == len(keys), keys
+    assert normalise_error("can't decode: don't retry") == "can't decode: don't retry"
+    assert normalise_error("unknown SKU X0001") == "unknown SKU <id>"
+
+
+def test_30_failures_of_one_sku_error_are_one_group_with_a_sample(
+    redisq_settings: Any, queue_name: str
+) -> None:
+    # Given 30 "unknown SKU X00nn", 3 UUID and 2 quoted variants, and 2 other errors
+    broker = get_broker()
+    broker.ensure_consumer(queue_name, "stock")
+    texts = [*SAME["sku"], *SAME["uuid"][:3], *SAME["quoted"][:2], *APART[:2]]
+    for i, text in enumerate(texts):
+        kill(broker, queue_name, "stock", {"i": i}, failure(text))
+    assert deadletters.sink(queue_name, "stock") == len(texts)
+
+    # When staff open the groups page
+    ops = Client()
+    ops.force_login(User.objects.create_superuser("ops", password="pw"))
+    url = reverse("admin:redisq_django_deadletter_groups")
+    page = ops.get(url, {"queue": queue_name, "status__exact": "dead"})
+
+    # Then each error is one group, the largest first, with a raw message as its sample
+    found = [(g.error_key, g.count) for g, _ in page.context["groups"]]
+    assert found == [
+        ("unknown SKU <id>", 30),
+        ("customer <uuid> has no address", 3),
+        ("no template named <str>", 2),
+        ("connection refused", 1),
+        ("connection reset by peer", 1),
+    ]
+    sku = page.context["groups"][0][0]
+    assert sku.sample in SAME["sku"]
+    assert sku.sample.encode() in page.content
+    # And its Show link lists exactly its 30
+    changelist = reverse("admin:redisq_django_deadletter_changelist")
+    listing = ops.get(f"{changelist}?{page.context['groups'][0][1]}")
+    assert listing.context["cl"].result_count == 30

@@ -1,0 +1,63 @@
+"""Dead letters of Django tasks name their task (not only ``tasks.<queue>/tasks``) in
+the list, on their page and in the groups, and triage can group them by task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django.tasks", reason="the tasks backend needs Django >= 6.0 (django.tasks)")
+
+from django.urls import reverse
+
+from redisq_django import deadletters
+from redisq_django.models import DeadLetter
+from tests.tasks.conftest import TasksEnv
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAILING = "tests.tasks.sample_tasks.failing"
+FLAKY = "tests.tasks.sample_tasks.flaky"
+
+
+def test_a_failed_tasks_dead_letter_shows_its_task(tasks_env: TasksEnv, admin_client: Any) -> None:
+    # Given two tasks of one queue that fail every attempt through a real worker
+    failed = [tasks_env.task("failing").enqueue(f"bad order {i}") for i in range(3)]
+    flaky = tasks_env.task("flaky").enqueue(f"runs:{tasks_env.queue}", 99)
+    tasks_env.run_worker()
+    deadletters.sink(f"tasks.{tasks_env.queue}", "tasks")  # unless the worker's sink did
+    rows = DeadLetter.objects.filter(queue=f"tasks.{tasks_env.queue}")
+    assert {r.message_id: r.task for r in rows} == {
+        **{r.id: FAILING for r in failed},
+        flaky.id: FLAKY,
+    }
+
+    # Then the list names the task of each, and filters by task
+    changelist = reverse("admin:redisq_django_deadletter_changelist")
+    page = admin_client.get(changelist)
+    assert page.content.count(f'<span class="redisq-task">{FAILING}</span>'.encode()) == 3
+    assert page.content.count(f'<span class="redisq-task">{FLAKY}</span>'.encode()) == 1
+    assert admin_client.get(changelist, {"task": FLAKY}).context["cl"].result_count == 1
+
+    # And a dead letter's page shows it
+    row = rows.get(message_id=failed[0].id)
+    detail = admin_client.get(reverse("admin:redisq_django_deadletter_change", args=[row.pk]))
+    assert FAILING.encode() in detail.content
+
+    # And the groups by error keep the tasks apart, with the task named
+    groups_url = reverse("admin:redisq_django_deadletter_groups")
+    by_error = admin_client.get(groups_url, {"status__exact": "dead"})
+    found = {(g.task, g.error_key, g.count) for g, _ in by_error.context["groups"]}
+    assert found == {
+        (FAILING, "bad order <n>", 3),
+        (FLAKY, "attempt <n> fails", 1),
+    }
+    assert f'<span class="redisq-task">{FAILING}</span>'.encode() in by_error.content
+
+    # And grouped by task, one group per task whose link lists exactly its rows
+    by_task = admin_client.get(groups_url, {"status__exact": "dead", "by": "task"})
+    groups = {g.task: (g.count, query) for g, query in by_task.context["groups"]}
+    assert {task: count for task, (count, _) in groups.items()} == {FAILING: 3, FLAKY: 1}
+    listing = admin_client.get(f"{changelist}?{groups[FAILING][1]}")
+    assert {r.message_id for r in listing.context["cl"].result_list} == {r.id for r in failed}

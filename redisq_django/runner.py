@@ -9,7 +9,6 @@ what it does, and this module puts them together.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -162,10 +161,9 @@ def build_worker(
         periodic.append(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))
         )
-    if broker.config.trends:  # the backlog samples of the admin's charts
-        sampled = sorted({d.queue for d in chosen})
-        job = functools.partial(broker.operator.sample_trends, sampled)
-        periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, job))
+    if broker.config.trends:  # the backlog samples of the admin's charts, every queue's
+        sampler = broker.operator.site_sampler()
+        periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, sampler.tick))
     return Worker(
         broker,
         specs,

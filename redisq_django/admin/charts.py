@@ -1,23 +1,31 @@
-"""Trend charts drawn on the server as inline SVG: no script, no CDN, no image files.
+"""Trend charts of the live pages: per-minute trends as data, drawn in the browser.
 
-Each chart is a ``<figure>``: a caption with its legend, the largest value of its scale,
-an SVG of lines (its strokes keep their width however the SVG is stretched, so one
-drawing fits a phone and a wide screen), the first and last times, and a column per
-point whose tooltip gives the values. Its ``data-total-*`` attributes carry the sums.
+Each chart is a ``<figure>`` holding a ``<div class="redisq-uplot">`` and, inside it, a
+``<script type="application/json">`` spec (``static/redisq_django/charts.js`` documents
+the format) that ``RedisqCharts.drawAll`` draws with the vendored uPlot. The figure's
+``data-total-*`` attributes carry the sums and the div's ``aria-label`` a summary in words,
+so that what the charts say is in the page even where no script runs.
 
-:func:`trend_charts` turns per-minute trends (``core/trends.py``) into the three charts
-of the live pages: throughput, failures, backlog (and handler time).
+Why data and a script where these were server-drawn SVG: an operator reading an incident
+needs the values under the pointer (hover), a close look at a few minutes of a long range
+(zoom by drag) and a range of their choosing (5 minutes to 48 hours) drawn with readable,
+labelled axes. A static drawing can do none of that without a reload per question; the
+spec stays data (a JSON script is never run), so a Content-Security-Policy needs nothing
+but the static files allowed.
+
+:func:`trend_charts` turns per-minute trends (``core/trends.py``) into the four charts of
+the live pages: throughput, failures, backlog and handler time.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html, format_html_join, json_script
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from redisq_django.core.trends import (
@@ -26,6 +34,7 @@ from redisq_django.core.trends import (
     FAILED,
     HANDLED,
     HANDLER_MS,
+    MINUTE_MS,
     PUBLISHED,
     RETRIED,
     Bucket,
@@ -34,26 +43,36 @@ from redisq_django.core.trends import (
 
 #: The ranges a page offers: name -> (minutes shown, minutes per point).
 RANGES: dict[str, tuple[int, int]] = {
+    "5m": (5, 1),
+    "15m": (15, 1),
     "1h": (60, 1),
     "6h": (360, 5),
     "24h": (1440, 15),
     "48h": (2880, 30),
 }
+#: What the range links read.
+RANGE_LABELS: dict[str, str] = {
+    "5m": "5 min",
+    "15m": "15 min",
+    "1h": "1 h",
+    "6h": "6 h",
+    "24h": "24 h",
+    "48h": "48 h",
+}
 DEFAULT_RANGE = "1h"
-
-WIDTH, HEIGHT = 600, 100
-#: Strokes keep their width however the drawing is stretched.
-_FIXED_STROKE = mark_safe('vector-effect="non-scaling-stroke"')
+#: Pixels: tall enough to read a trend, short enough for two charts on a laptop's screen.
+HEIGHT = 220
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line: its label, its colour (a css class) and a value per point (None: none)."""
+    """One line: its label, its key (the ``data-total-<key>`` attribute) and a value per
+    point (None: none)."""
 
     label: str
-    css: str
+    key: str
     values: Sequence[float | None]
-    total: float | None = None  # what the caption's data attribute says (None: not shown)
+    total: float | None = None  # what the figure's data attribute says (None: not shown)
 
 
 def range_of(name: str | None) -> tuple[str, int, int]:
@@ -62,15 +81,9 @@ def range_of(name: str | None) -> tuple[str, int, int]:
     return (key, *RANGES[key])
 
 
-def _ceiling(value: float) -> float:
-    """A round scale maximum at or above ``value`` (1, 2 or 5 times a power of 10)."""
-    if value <= 1:
-        return 1
-    magnitude = 10 ** (len(str(int(value))) - 1)
-    for step in (1, 2, 5, 10):
-        if value <= step * magnitude:
-            return float(step * magnitude)
-    return float(10 * magnitude)
+def range_links(url_of: Callable[[str], str]) -> list[tuple[str, str, str]]:
+    """Each range's name, label and link (``url_of(name)``), shortest first."""
+    return [(r, RANGE_LABELS[r], url_of(r)) for r in RANGES]
 
 
 def _number(value: float | None) -> str:
@@ -79,111 +92,46 @@ def _number(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:,.1f}"
 
 
-def _time(ms: int) -> str:
-    return timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)).strftime("%H:%M")
-
-
 def chart(
     chart_id: str,
     title: str,
     unit: str,
     series: Sequence[Series],
     starts_ms: Sequence[int],
+    span_ms: tuple[int, int],
     empty_text: str = "",
 ) -> SafeString:
-    """One chart of ``series`` over the points starting at ``starts_ms``; ``empty_text``
+    """One chart of ``series`` over the points starting at ``starts_ms``, its time axis
+    spanning ``span_ms`` (the whole range, however few points it holds); ``empty_text``
     is shown over it when it has nothing but gaps (and zeros, for counted series)."""
-    n = len(starts_ms)
-    peak = max((v for s in series for v in s.values if v is not None), default=0.0)
-    top = _ceiling(peak)
-
-    def x(i: int) -> float:
-        return 0.0 if n < 2 else i * WIDTH / (n - 1)
-
-    def y(v: float) -> float:
-        return HEIGHT - v / top * HEIGHT
-
-    lines = []
-    for s in series:
-        runs: list[list[str]] = [[]]
-        for i, v in enumerate(s.values):
-            if v is None:
-                runs.append([])
-            else:
-                runs[-1].append(f"{x(i):.1f},{y(v):.1f}")
-        for run in runs:
-            if len(run) == 1:  # a lone point: a dot, as a line of no length shows nothing
-                run.append(run[0])
-            if run:
-                lines.append((s.css, " ".join(run)))
-    step = WIDTH / max(1, n - 1) if n > 1 else WIDTH
-    columns = [
-        (
-            f"{max(0.0, x(i) - step / 2):.1f}",
-            f"{step:.1f}",
-            " · ".join([_time(start)] + [f"{s.label} {_number(s.values[i])}" for s in series]),
-        )
-        for i, start in enumerate(starts_ms)
-    ]
-    svg = format_html(
-        '<svg class="redisq-chart-svg" viewBox="0 0 {} {}" preserveAspectRatio="none" '
-        'role="img" aria-label="{}">'
-        '<line class="redisq-grid" x1="0" y1="0.5" x2="{}" y2="0.5" {}/>'
-        '<line class="redisq-grid" x1="0" y1="{}" x2="{}" y2="{}" {}/>'
-        "{}{}</svg>",
-        WIDTH,
-        HEIGHT,
-        _summary(title, series),
-        WIDTH,
-        _FIXED_STROKE,
-        HEIGHT / 2,
-        WIDTH,
-        HEIGHT / 2,
-        _FIXED_STROKE,
-        format_html_join(
-            "",
-            '<polyline class="{}" points="{}" fill="none" vector-effect="non-scaling-stroke"/>',
-            lines,
-        ),
-        format_html_join(
-            "",
-            '<rect x="{}" y="0" width="{}" height="' + str(HEIGHT) + '"><title>{}</title></rect>',
-            columns,
-        ),
-    )
-    legend = format_html_join(
-        "", '<span class="redisq-key {}">{}</span>', ((s.css, s.label) for s in series)
-    )
+    empty = all(v is None or (v == 0 and s.total is not None) for s in series for v in s.values)
+    spec: dict[str, Any] = {
+        "title": title,
+        "unit": unit,
+        "x": [start // 1000 for start in starts_ms],
+        "xMin": span_ms[0] // 1000,
+        "xMax": span_ms[1] // 1000,
+        "series": [
+            {"label": s.label, "values": [None if v is None else round(v, 3) for v in s.values]}
+            for s in series
+        ],
+        "height": HEIGHT,
+        "tz": timezone.get_current_timezone_name(),
+    }
+    if empty and empty_text:
+        spec["empty"] = empty_text
     totals = format_html_join(
         "",
         ' data-total-{}="{}"',
-        (
-            (s.css.removeprefix("redisq-s-"), _number(s.total))
-            for s in series
-            if s.total is not None
-        ),
+        ((s.key, _number(s.total)) for s in series if s.total is not None),
     )
-    empty = (
-        format_html('<span class="redisq-chart-empty">{}</span>', empty_text)
-        if all(v is None or (v == 0 and s.total is not None) for s in series for v in s.values)
-        else ""
-    )
-    first = _time(starts_ms[0]) if starts_ms else ""
-    last = _time(starts_ms[-1]) if starts_ms else ""
     return format_html(
-        '<figure class="redisq-chart" id="{}"{}><figcaption><strong>{}</strong> {}</figcaption>'
-        '<div class="redisq-chart-plot"><span class="redisq-chart-top">{} {}</span>{}{}</div>'
-        '<div class="redisq-chart-x"><span>{}</span><span>{}</span></div></figure>',
+        '<figure class="redisq-chart" id="{}"{}>'
+        '<div class="redisq-uplot" role="img" aria-label="{}">{}</div></figure>',
         chart_id,
         totals,
-        title,
-        legend,
-        _number(top),
-        unit,
-        svg,
-        empty,
-        first,
-        last,
+        _summary(title, series),
+        json_script(spec),
     )
 
 
@@ -213,8 +161,8 @@ def trend_charts(
     queues given), for every consumer or only ``consumers``.
 
     Counters are per minute (a point of several minutes shows their average per minute);
-    the backlog is the largest sample of each point (sampled by running workers every
-    15 s: a point without any worker running has none).
+    the backlog is the largest sample of each point (sampled every 15 s for every consumer
+    while any worker runs, or while a live page is open: ``core/trends.py``).
     """
     _name, minutes, size = range_of(range_name)
     columns: list[list[Bucket]] = [t.buckets(size) for t in trends]
@@ -222,6 +170,8 @@ def trend_charts(
         return format_html("")
     points = list(zip(*columns, strict=True))
     starts = [group[0].start_ms for group in points]
+    first = trends[0].first_minute * MINUTE_MS
+    span = (first, first + minutes * MINUTE_MS)
     names = (
         sorted({c for t in trends for c in t.consumers()}) if consumers is None else list(consumers)
     )
@@ -247,41 +197,52 @@ def trend_charts(
             out.append(spent / runs if runs else None)
         return out
 
-    throughput = [
-        Series(
-            _("published"),
-            "redisq-s-published",
-            per_minute(PUBLISHED, None),
-            total(PUBLISHED, None),
-        ),
-        Series(_("handled"), "redisq-s-handled", per_minute(HANDLED, names), total(HANDLED, names)),
-    ]
-    failures = [
-        Series(_("failed"), "redisq-s-failed", per_minute(FAILED, names), total(FAILED, names)),
-        Series(_("retried"), "redisq-s-retried", per_minute(RETRIED, names), total(RETRIED, names)),
-        Series(_("dead"), "redisq-s-dead", per_minute(DEAD, names), total(DEAD, names)),
-    ]
-    per_min = _("/min")
+    def counted(label: str, name: str, of: Sequence[str] | None) -> Series:
+        return Series(label, name, per_minute(name, of), total(name, of))
+
+    per_min = _("per minute")
     nothing = _("nothing in this range")
     return format_html(
         '<div class="redisq-charts" data-minutes="{}">{}{}{}{}</div>',
         minutes,
-        chart("redisq-chart-throughput", _("Throughput"), per_min, throughput, starts, nothing),
-        chart("redisq-chart-failures", _("Failures"), per_min, failures, starts, nothing),
+        chart(
+            "redisq-chart-throughput",
+            _("Throughput"),
+            per_min,
+            [counted(_("published"), PUBLISHED, None), counted(_("handled"), HANDLED, names)],
+            starts,
+            span,
+            nothing,
+        ),
+        chart(
+            "redisq-chart-failures",
+            _("Failures"),
+            per_min,
+            [
+                counted(_("failed"), FAILED, names),
+                counted(_("retried"), RETRIED, names),
+                counted(_("dead"), DEAD, names),
+            ],
+            starts,
+            span,
+            nothing,
+        ),
         chart(
             "redisq-chart-backlog",
             _("Backlog"),
-            "",
-            [Series(_("backlog"), "redisq-s-backlog", backlog())],
+            _("messages"),
+            [Series(_("backlog"), BACKLOG, backlog())],
             starts,
-            _("no samples: running workers sample it every 15 s"),
+            span,
+            _("no samples yet: sampled every 15 s while a worker runs or this page is open"),
         ),
         chart(
             "redisq-chart-duration",
-            _("Handler time"),
+            _("Handler time (average)"),
             "ms",
-            [Series(_("average"), "redisq-s-duration", handler_ms())],
+            [Series(_("average"), "duration", handler_ms())],
             starts,
+            span,
             _("no handler ran in this range"),
         ),
     )

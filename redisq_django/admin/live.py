@@ -41,6 +41,7 @@ from redisq_django.connection import quick_client
 from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError, RedisUnavailable
 from redisq_django.core.stats import ConsumerStats, QueueStats
+from redisq_django.core.trends import SAMPLE_INTERVAL_S
 
 logger = logging.getLogger("redisq.admin")
 
@@ -54,6 +55,7 @@ DOWN_S = 5.0
 _lock = threading.Lock()
 _stats: dict[str, tuple[float, QueueStats]] = {}
 _down: dict[str, Any] = {"until": 0.0, "reason": ""}
+_sampled: dict[str, float] = {}  # queue -> when this process last recorded its samples
 
 
 @functools.cache
@@ -174,7 +176,24 @@ def live_stats(queues: Iterable[str]) -> Live:
     with _lock:
         for stats in reading.value:
             _stats[stats.name] = (read_at, stats)
+    _record_samples(reading.value, read_at)
     return Live({**fresh, **{s.name: s for s in reading.value}})
+
+
+def _record_samples(read: list[QueueStats], read_at: float) -> None:
+    """Keep the trends' backlog samples going while no worker runs: the figures just
+    read, written once per :data:`~redisq_django.core.trends.SAMPLE_INTERVAL_S` per queue
+    (by this process), only right after Redis answered, never while it is known down."""
+    with _lock:
+        due = [
+            s
+            for s in read
+            if read_at - _sampled.get(s.name, -SAMPLE_INTERVAL_S) >= SAMPLE_INTERVAL_S
+        ]
+        for stats in due:
+            _sampled[stats.name] = read_at
+    if due:
+        guarded(lambda b: b.config.trends and b.operator.record_trend_samples(due))
 
 
 def queue_names() -> Reading[list[str]]:
@@ -200,5 +219,6 @@ def clear() -> None:
     Redis, changed)."""
     with _lock:
         _stats.clear()
+        _sampled.clear()
         _down.update(until=0.0, reason="")
     admin_broker.cache_clear()

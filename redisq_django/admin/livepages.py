@@ -31,7 +31,7 @@ from django.utils.translation import gettext as _
 
 from redisq_django import figures
 from redisq_django.admin import livedata
-from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
+from redisq_django.admin.charts import range_links, range_of, trend_charts, unknown_charts
 from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import guarded
 from redisq_django.admin.liveactions import LiveActions
@@ -178,9 +178,9 @@ class LivePages(LiveActions):
             refresh_seconds=self.refresh_seconds,
             chart_refresh_seconds=self.chart_refresh_seconds,
             range_name=range_name,
-            ranges=[
-                (r, f"{context['page_url']}?{urlencode({**params, 'range': r})}") for r in RANGES
-            ],
+            ranges=range_links(
+                lambda r: f"{context['page_url']}?{urlencode({**params, 'range': r})}"
+            ),
             next_url=links.next_url,
             dead_rows=dead_rows,
             redisq_glossary=[(k, figures.HELP[k]) for k in self.glossary],

@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import figures
-from redisq_django.admin.charts import RANGES, range_of, trend_charts, unknown_charts
+from redisq_django.admin.charts import range_links, range_of, trend_charts, unknown_charts
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.admin.livedata import overview_trends
@@ -136,7 +136,7 @@ class OverviewAdmin(ReadOnlyPages):
             refresh_seconds=self.refresh_seconds,
             chart_refresh_seconds=self.chart_refresh_seconds,
             range_name=range_name,
-            ranges=[(r, "?" + urlencode({"range": r})) for r in RANGES],
+            ranges=range_links(lambda r: "?" + urlencode({"range": r})),
         )
         if charts:
             found, error = overview_trends([q.name for q in context["queues"]], range_name)

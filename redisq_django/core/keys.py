@@ -28,6 +28,7 @@ key                               type    role
                                           (``log:<id>``); score = when it ends (ms)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
+``redisq:trends:sampler``         string  the worker sampling every queue's backlog (a lease)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
 ``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
 ================================  ======  ====================================================
@@ -179,6 +180,12 @@ def queue_keys(prefix: str, queue: str) -> QueueKeys:
 def registry_key(prefix: str) -> str:
     """The set of all queue names (a single-key structure, outside any hash tag)."""
     return f"{prefix}:queues"
+
+
+def sampler_key(prefix: str) -> str:
+    """Who samples the backlog of every queue for the trends: a lease a worker holds
+    (a single-key string outside any hash tag, like :func:`registry_key`)."""
+    return f"{prefix}:trends:sampler"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from redisq_django.core import actions, browse, trends
+from redisq_django.core import actions, browse, trend_sampler, trends
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.instances import Instance, read_instances
 from redisq_django.core.keys import QueueKeys
@@ -121,6 +121,15 @@ class QueueOperator:
     def sample_trends(self, queues: Sequence[str]) -> None:
         """Sample the queues' backlog figures into this minute's trends (a worker's job)."""
         trends.sample(self._client, [self._keys(q) for q in queues])
+
+    def site_sampler(self) -> trend_sampler.SiteSampler:
+        """What a worker ticks to sample every queue's backlog while it holds the lease."""
+        return trend_sampler.SiteSampler(self._client, self._config.prefix, self._keys)
+
+    def record_trend_samples(self, read: Sequence[QueueStats]) -> bool:
+        """Record the figures just ``read`` as this minute's backlog samples, unless a
+        worker samples every queue (``core/trend_sampler.py``); whether they were."""
+        return trend_sampler.record(self._client, self._config.prefix, self._keys, read)
 
     # -- the server --------------------------------------------------------------------
 

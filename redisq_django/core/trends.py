@@ -15,7 +15,8 @@ field                  what
 ``ms:<g>``             handler time of the handled and failed deliveries, whole ms
 ``backlog:<g>`` …      samples (``backlog``, ``in_flight``, ``retrying`` per
                        consumer, ``delayed`` per queue), the last one of the minute
-                       (every ``runconsumer`` samples its queues every 15 s)
+                       (one worker samples every queue every 15 s, or the admin
+                       while none runs: ``core/trend_sampler.py``)
 =====================  =========================================================
 
 Counters go in the same round trip as what they count: the ``HINCRBY`` rides in the
@@ -50,7 +51,7 @@ TTL_S = 48 * 3600
 #: Minutes in :data:`TTL_S`: the longest range a chart can show.
 KEPT_MINUTES = TTL_S // 60
 MINUTE_MS = 60_000
-#: How often each ``runconsumer`` samples the backlogs of its queues, seconds.
+#: How often the backlogs are sampled (``core/trend_sampler.py``), seconds.
 SAMPLE_INTERVAL_S = 15.0
 
 PUBLISHED = "published"

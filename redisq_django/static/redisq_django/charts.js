@@ -125,7 +125,7 @@
     });
   }
 
-  function draw(el) {
+  function draw(el, zoom) {
     var source = el.querySelector('script[type="application/json"]');
     if (!source || !window.uPlot) { return null; }
     var spec = JSON.parse(source.textContent);
@@ -142,7 +142,13 @@
       height: spec.height || 220,
       tzDate: tz ? function (ts) { return uPlot.tzDate(new Date(ts * 1000), tz); } : undefined,
       cursor: {drag: {x: true, y: false}},
-      scales: {x: {time: true, range: function (u, lo, hi) { return xRange || [lo, hi]; }},
+      // The whole range when uPlot ranges on the data (first drawing, double-click), the
+      // window asked for otherwise (a drag: always returning the whole range undid it).
+      scales: {x: {time: true, range: function (u, lo, hi) {
+        var x = spec.x || [];
+        var auto = lo === null || lo === undefined || (lo === x[0] && hi === x[x.length - 1]);
+        return xRange && auto ? xRange : [lo, hi];
+      }},
                y: {range: function (u, lo, hi) {
         var floor = spec.yMin === undefined ? 0 : spec.yMin;
         var top = hi > floor ? hi : floor + 1;
@@ -162,6 +168,8 @@
     var data = [spec.x || []].concat(series.map(function (s) { return s.values; }));
     var chart = new uPlot(opts, data, el);
     el._redisqChart = chart;
+    el._redisqFull = xRange;
+    if (zoom) { chart.setScale("x", {min: zoom[0], max: zoom[1]}); }
     el.dataset.drawn = String(series.length);
     if (spec.empty && isEmpty(series)) {
       var note = document.createElement("span");
@@ -172,9 +180,31 @@
     return chart;
   }
 
-  function drawAll(root) {
+  // What names a chart across redraws: its own id, or its figure's.
+  function keyOf(el) {
+    return el.id || (el.parentElement && el.parentElement.id) || "";
+  }
+
+  // zooms: {key: [min, max]} from release(), the time windows to show again.
+  function drawAll(root, zooms) {
     var els = (root || document).querySelectorAll(".redisq-uplot");
-    for (var i = 0; i < els.length; i++) { draw(els[i]); }
+    for (var i = 0; i < els.length; i++) { draw(els[i], zooms ? zooms[keyOf(els[i])] : null); }
+  }
+
+  // Before a live page replaces its charts' elements: destroys their charts (each holds
+  // listeners on the window) and returns the time windows the user had zoomed into, by
+  // key, so that drawAll(root, zooms) keeps them.
+  function release(root) {
+    var zooms = {}, els = (root || document).querySelectorAll(".redisq-uplot");
+    for (var i = 0; i < els.length; i++) {
+      var c = els[i]._redisqChart, full = els[i]._redisqFull, key = keyOf(els[i]);
+      if (!c) { continue; }
+      var x = c.scales.x;
+      if (key && full && (x.min > full[0] + 1 || x.max < full[1] - 1)) { zooms[key] = [x.min, x.max]; }
+      c.destroy();
+      els[i]._redisqChart = null;
+    }
+    return zooms;
   }
 
   var resizing = null;
@@ -189,7 +219,8 @@
     }, 150);
   });
 
-  window.RedisqCharts = {drawAll: drawAll, draw: draw, duration: duration, count: count, fold: fold};
+  window.RedisqCharts = {drawAll: drawAll, draw: draw, release: release, duration: duration,
+                         count: count, fold: fold};
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
   } else {

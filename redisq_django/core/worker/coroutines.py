@@ -26,13 +26,14 @@ started.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
+import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from redisq_django.core.delivery import Delivery
@@ -55,8 +56,8 @@ REFILL_POLL_S = 0.05
 #: How often a paused consumer looks whether it is resumed (s), as a handler thread.
 PAUSED_POLL_S = 0.2
 
-#: A handler's return value, or the error it raised.
-_Outcome = tuple[object, BaseException | None]
+#: A message whose handler ended, with what it returned, or the error it raised.
+_Ended = tuple[Delivery, object, BaseException | None]
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -84,10 +85,6 @@ class EventLoop:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        """Run ``coro`` on the loop (from any other thread)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
     def stop(self) -> None:
         """Stop the loop once what runs now returns to it, and wait for its thread."""
         if self.loop.is_closed():
@@ -105,8 +102,15 @@ class AsyncHandlerThread(HandlerThread):
     def __init__(self, *, loop: EventLoop, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.event_loop = loop
-        #: The handlers running on the loop, in the order they started, and their message.
-        self._flight: dict[concurrent.futures.Future[_Outcome], Delivery] = {}
+        #: The messages whose handlers run on the loop, by ``id()``, in the order started.
+        self._flight: dict[int, Delivery] = {}
+        #: Handlers that ended, handed over by the loop once per loop iteration (handlers
+        #: ending together wake this thread once), taken by this thread: no future per
+        #: message to watch (a few KiB each, and a wait on all of them per round).
+        self._ended: queue.SimpleQueue[list[_Ended]] = queue.SimpleQueue()
+        self._ending: list[_Ended] = []  # (loop only) ended in this loop iteration
+        self._taken: list[_Ended] = []  # taken from _ended while waiting, not settled yet
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps weak references only
 
     def _loop(self) -> None:
         # Redis refusing is waited out as by a handler thread (logged once); handlers
@@ -176,9 +180,9 @@ class AsyncHandlerThread(HandlerThread):
     def _idle(self, seconds: float) -> None:
         """Wait up to ``seconds``: until a handler ends, or a stop request if none runs."""
         if self._flight:
-            concurrent.futures.wait(
-                list(self._flight), timeout=seconds, return_when=concurrent.futures.FIRST_COMPLETED
-            )
+            if not self._taken:
+                with contextlib.suppress(queue.Empty):
+                    self._taken += self._ended.get(timeout=seconds)
         else:
             self.stop_signal.wait(seconds)
 
@@ -186,30 +190,59 @@ class AsyncHandlerThread(HandlerThread):
         """Start the handlers of ``batch`` on the loop (the ones a stop or the message
         budget leaves unstarted are handed back)."""
         self.hooks.before_batch(batch)
+        starting: list[Delivery] = []
         for i, message in enumerate(batch):
             if self.stopping or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
-            self._flight[self.event_loop.submit(self._run_one(message))] = message
+            starting.append(message)
+            self._flight[id(message)] = message
         self.held = list(self._flight.values())  # every running message's lease is renewed
+        if starting:
+            self.event_loop.loop.call_soon_threadsafe(self._create_tasks, starting)
 
     def _settle_ended(self) -> None:
         """Settle the messages whose handlers ended (acked together, with one reply read)."""
-        ended = [(f, m) for f, m in self._flight.items() if f.done()]
+        ended, self._taken = self._taken, []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                ended += self._ended.get_nowait()
         if not ended:
             return
-        for future, message in ended:
-            del self._flight[future]
-            returned, error = _outcome(future)
+        for message, returned, error in ended:
+            del self._flight[id(message)]
             if self._finish(message, returned, error):
                 self.acks.add(message)
         self.held = list(self._flight.values())
-        self.hooks.after_batch([m for _, m in ended])
+        self.hooks.after_batch([m for m, _, _ in ended])
         self._settle(self.acks.flush)
 
-    async def _run_one(self, message: Delivery) -> _Outcome:
-        # In a task of its own: the middleware's per-message hooks run in its context, so
-        # a span made current in before_process is current in this handler only.
+    def _create_tasks(self, messages: list[Delivery]) -> None:
+        """Start the handlers of ``messages`` (on the loop)."""
+        for message in messages:
+            # In a task of its own: the middleware's per-message hooks run in its
+            # context, so a span made current in before_process is current in this
+            # handler only.
+            task = self.event_loop.loop.create_task(self._run(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, message: Delivery) -> None:
+        """Run ``message``'s handler and hand what it returned (or raised) to the thread."""
+        try:
+            returned, error = await self._run_one(message)
+        except BaseException as exc:  # escaped a hook (hooks log Exception): the message fails
+            returned, error = None, exc
+        if not self._ending:  # the first to end in this iteration: hand over after it
+            self.event_loop.loop.call_soon(self._hand_over)
+        self._ending.append((message, returned, error))
+
+    def _hand_over(self) -> None:
+        """Hand the handlers that ended in the last loop iteration to the thread."""
+        ending, self._ending = self._ending, []
+        self._ended.put(ending)
+
+    async def _run_one(self, message: Delivery) -> tuple[object, BaseException | None]:
         hooks = self.hooks
         if hooks.wants_before_process:
             hooks.before_process(message)
@@ -249,12 +282,3 @@ class AsyncHandlerThread(HandlerThread):
         )
         self._settle(functools.partial(self._fail, message, error, reject=False))
         return False
-
-
-def _outcome(future: concurrent.futures.Future[_Outcome]) -> _Outcome:
-    """What a handler returned, or its error (a task cancelled by the loop's end: the
-    error of its message)."""
-    try:
-        return future.result()
-    except BaseException as exc:  # _run_one catches the handler's: only a cancellation
-        return None, exc

@@ -194,6 +194,7 @@ def test_a_long_async_handler_keeps_its_lease(redis_client: redis.Redis, queue_n
     spec = ConsumerSpec(
         queue_name, "billing", handler, policy=policy, start="earliest", concurrency=2
     )
+    broker.ensure_consumer(queue_name, "billing", "earliest")  # before other's first look
     other = broker.subscribe(queue_name, "billing", "other", policy=policy)
     taken: list[str] = []
     worker = Worker(broker, [spec], WorkerOptions(block_ms=50, burst=True, stats_interval=0))

@@ -1,43 +1,63 @@
-"""``async def`` handlers: one event loop per worker process, and instances that run their
-batches on it.
+"""``async def`` handlers: one event loop per worker process, and instances that keep
+``concurrency`` handlers running on it.
 
 A logical consumer whose handler is a coroutine function gets one
 :class:`AsyncHandlerThread` per worker process instead of ``concurrency`` handler
-threads: one instance (one subscription) that fetches up to ``concurrency`` messages,
-starts all their handlers at once on the process's event loop (:class:`EventLoop`, a
-thread of its own shared by every async consumer of the process) and settles them when
-the batch is done. ``concurrency`` is thus the number of handlers in flight, not of
-threads. Fetching, acknowledging, retries, dead letters, leases (every running message's
-lease is renewed by the liveness thread), heartbeats, graceful shutdown and the
-middleware are the handler thread's own: only running the handlers differs.
+threads: one instance (one subscription) that keeps up to ``concurrency`` handlers in
+flight on the process's event loop (:class:`EventLoop`, a thread of its own shared by
+every async consumer of the process). As soon as handlers end, their messages are settled
+and as many new ones fetched as slots are free, so a slow handler holds its own slot
+only: ``concurrency`` is the number of handlers in flight at any time, not of threads,
+and nothing is prefetched (``--prefetch`` does not apply). A fetch waits for messages only
+while no handler runs; otherwise it does not block, and the instance waits for the first
+handler to end (or :data:`REFILL_POLL_S`, to look for new messages again). Fetching,
+acknowledging, retries, dead letters, leases (every running message's lease is renewed
+by the liveness thread), heartbeats, graceful shutdown (no new fetch; the running
+handlers end within the grace period and are settled) and the middleware are the
+handler thread's own: only running the handlers differs. ``before_batch`` sees each
+fetch, ``after_batch`` the messages of each set of handlers settled together.
 
-Every handler of a batch starts at once, so the instance records no single "started"
-message in ``running`` (PROTOCOL.md: "record every start, or none"): when its process
-dies, each message it held counts a delivery, as they all started.
+Every message an instance holds is running (it fetches only what it starts at once), so
+it records no single "started" message in ``running`` (PROTOCOL.md: "record every start,
+or none"): when its process dies, each message it held counts a delivery, as they all
+started.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import functools
 import inspect
 import logging
+import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from redisq_django.core.delivery import Delivery
-from redisq_django.core.handler import ConsumerSpec, Reject
+from redisq_django.core.errors import ConsumerNotFound
+from redisq_django.core.handler import Reject
 from redisq_django.core.outcome import Settlement
 from redisq_django.core.wire import loggable
+from redisq_django.core.worker.priority import GATE_POLL_S
+from redisq_django.core.worker.refusals import TEMPORARY, Condition
+from redisq_django.core.worker.state import WAKE_S
 from redisq_django.core.worker.threads import HandlerThread, _stop_watch
 
 logger = logging.getLogger("redisq.worker")
 
 #: How long stopping the loop waits for its thread (s).
 LOOP_STOP_TIMEOUT_S = 5.0
+#: While handlers run and the queue is empty, how often an instance looks for new
+#: messages (s); a handler that ends wakes it at once.
+REFILL_POLL_S = 0.05
+#: How often a paused consumer looks whether it is resumed (s), as a handler thread.
+PAUSED_POLL_S = 0.2
+
+#: A message whose handler ended, with what it returned, or the error it raised.
+_Ended = tuple[Delivery, object, BaseException | None]
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -65,10 +85,6 @@ class EventLoop:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        """Run ``coro`` on the loop (from any other thread)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
     def stop(self) -> None:
         """Stop the loop once what runs now returns to it, and wait for its thread."""
         if self.loop.is_closed():
@@ -78,56 +94,155 @@ class EventLoop:
 
 
 class AsyncHandlerThread(HandlerThread):
-    """One instance of a logical consumer with an ``async def`` handler: fetches up to
-    ``spec.concurrency`` messages, runs their handlers together on ``loop``, settles
-    them (see the module docstring). Takes :class:`HandlerThread`'s arguments and
-    ``loop``."""
+    """One instance of a logical consumer with an ``async def`` handler: keeps up to
+    ``spec.concurrency`` handlers running on ``loop``, settling each message as its
+    handler ends and fetching as many as slots are free (see the module docstring).
+    Takes :class:`HandlerThread`'s arguments and ``loop``."""
 
     def __init__(self, *, loop: EventLoop, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.event_loop = loop
-        self._batch_size = self.spec.concurrency
+        #: The messages whose handlers run on the loop, by ``id()``, in the order started.
+        self._flight: dict[int, Delivery] = {}
+        #: Handlers that ended, handed over by the loop once per loop iteration (handlers
+        #: ending together wake this thread once), taken by this thread: no future per
+        #: message to watch (a few KiB each, and a wait on all of them per round).
+        self._ended: queue.SimpleQueue[list[_Ended]] = queue.SimpleQueue()
+        self._ending: list[_Ended] = []  # (loop only) ended in this loop iteration
+        self._taken: list[_Ended] = []  # taken from _ended while waiting, not settled yet
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps weak references only
 
-    def apply(self, spec: ConsumerSpec) -> None:
-        """Use ``spec`` from the next batch on (its concurrency: the next fetch's size)."""
-        super().apply(spec)
-        self._batch_size = spec.concurrency
+    def _loop(self) -> None:
+        # Redis refusing is waited out as by a handler thread (logged once); handlers
+        # that end meanwhile are settled when it is back (their leases still renewed).
+        redis_state = Condition(self.sub, logger)
+        while True:
+            self._settle_ended()
+            if self.stopping or self.quota.exhausted:  # fetch nothing more; let them end
+                if not self._flight:
+                    return
+                self._idle(WAKE_S)
+                continue
+            try:
+                self._flush_unsettled()
+                batch = self._refill()
+                redis_state.ok()
+            except TEMPORARY as exc:
+                wait = redis_state.failed(exc)
+                if isinstance(exc, ConsumerNotFound) and self._register_again(redis_state):
+                    continue
+                self._idle(wait)
+                continue
+            if batch is None:  # a burst is over: the queue is drained
+                return
+            if batch:
+                self._start(batch)
 
-    def _adapt_batch(self, size: int, elapsed: float) -> None:
-        """A batch is always ``concurrency`` messages: they run together."""
+    def _refill(self) -> list[Delivery] | None:
+        """Fetch as many messages as slots are free, or wait a little ([] : nothing
+        fetched; None: a burst is over)."""
+        free = self.spec.concurrency - len(self._flight)  # < 0: concurrency lowered
+        if self.spec.paused:
+            if self.gate is not None:
+                self.gate.report(busy=False)  # a paused level holds back no other
+            self._idle(PAUSED_POLL_S)
+            return []
+        if free <= 0:
+            self._idle(WAKE_S)  # wakes as soon as a handler ends
+            return []
+        if self.gate is not None and not self.gate.may_fetch():
+            self._idle(GATE_POLL_S)
+            return []
+        self._batch_size = free
+        batch = self._receive()
+        if self.gate is not None:
+            self.gate.report(busy=bool(batch))
+        if batch:
+            return batch
+        if self._flight:
+            self._idle(REFILL_POLL_S)  # wakes as soon as a handler ends
+            return []
+        if self.pace.burst and self._drained():
+            # A retry promoted between that fetch and the count in _drained() is in the
+            # direct stream now: a burst ends only when a look finds none.
+            try:
+                batch = self.sub.fetch(count=free, block_ms=0)
+            finally:
+                self._count_dead_on_receive()
+            return batch or None
+        return []
 
-    def _process(self, batch: list[Delivery], fetched_at: float) -> None:
-        # fetched_at unused: every message starts at once, none waits for a stale lease
+    def _block_ms(self) -> int:
+        """A fetch waits only while no handler runs: one that ends is settled, and its
+        slot refilled, at once."""
+        return 0 if self._flight else super()._block_ms()
+
+    def _idle(self, seconds: float) -> None:
+        """Wait up to ``seconds``: until a handler ends, or a stop request if none runs."""
+        if self._flight:
+            if not self._taken:
+                with contextlib.suppress(queue.Empty):
+                    self._taken += self._ended.get(timeout=seconds)
+        else:
+            self.stop_signal.wait(seconds)
+
+    def _start(self, batch: list[Delivery]) -> None:
+        """Start the handlers of ``batch`` on the loop (the ones a stop or the message
+        budget leaves unstarted are handed back)."""
         self.hooks.before_batch(batch)
-        running: list[Delivery] = []
+        starting: list[Delivery] = []
         for i, message in enumerate(batch):
             if self.stopping or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
-            running.append(message)
-        if running:
-            self.held = running  # every running message's lease is renewed
-            outcomes = self._run_all(running)
-            for message, (returned, error) in zip(running, outcomes, strict=True):
-                if self._finish(message, returned, error):
-                    self.acks.add(message)
-            self.held = []
-        self.hooks.after_batch(batch)
+            starting.append(message)
+            self._flight[id(message)] = message
+        self.held = list(self._flight.values())  # every running message's lease is renewed
+        if starting:
+            self.event_loop.loop.call_soon_threadsafe(self._create_tasks, starting)
+
+    def _settle_ended(self) -> None:
+        """Settle the messages whose handlers ended (acked together, with one reply read)."""
+        ended, self._taken = self._taken, []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                ended += self._ended.get_nowait()
+        if not ended:
+            return
+        for message, returned, error in ended:
+            del self._flight[id(message)]
+            if self._finish(message, returned, error):
+                self.acks.add(message)
+        self.held = list(self._flight.values())
+        self.hooks.after_batch([m for m, _, _ in ended])
         self._settle(self.acks.flush)
 
-    def _run_all(self, messages: list[Delivery]) -> list[tuple[object, BaseException | None]]:
-        """Run the handlers of ``messages`` together on the loop and wait for them all
-        (a cold stop, or a grace period that runs out, leaves this thread waiting here: the
-        process exits and the messages come back)."""
-        future = self.event_loop.submit(self._gather(messages))
-        return cast("list[tuple[object, BaseException | None]]", future.result())
+    def _create_tasks(self, messages: list[Delivery]) -> None:
+        """Start the handlers of ``messages`` (on the loop)."""
+        for message in messages:
+            # In a task of its own: the middleware's per-message hooks run in its
+            # context, so a span made current in before_process is current in this
+            # handler only.
+            task = self.event_loop.loop.create_task(self._run(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _gather(self, messages: list[Delivery]) -> list[tuple[object, BaseException | None]]:
-        return list(await asyncio.gather(*(self._run_one(m) for m in messages)))
+    async def _run(self, message: Delivery) -> None:
+        """Run ``message``'s handler and hand what it returned (or raised) to the thread."""
+        try:
+            returned, error = await self._run_one(message)
+        except BaseException as exc:  # escaped a hook (hooks log Exception): the message fails
+            returned, error = None, exc
+        if not self._ending:  # the first to end in this iteration: hand over after it
+            self.event_loop.loop.call_soon(self._hand_over)
+        self._ending.append((message, returned, error))
+
+    def _hand_over(self) -> None:
+        """Hand the handlers that ended in the last loop iteration to the thread."""
+        ending, self._ending = self._ending, []
+        self._ended.put(ending)
 
     async def _run_one(self, message: Delivery) -> tuple[object, BaseException | None]:
-        # In a task of its own: the middleware's per-message hooks run in its context, so
-        # a span made current in before_process is current in this handler only.
         hooks = self.hooks
         if hooks.wants_before_process:
             hooks.before_process(message)

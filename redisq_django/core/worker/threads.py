@@ -213,8 +213,11 @@ class HandlerThread(threading.Thread):
                     len(reclaimed),
                 )
                 return reclaimed
-        block = min(self.pace.block_ms, BURST_BLOCK_MS) if self.pace.burst else self.pace.block_ms
-        return self.sub.fetch(count=self._batch_size, block_ms=block)
+        return self.sub.fetch(count=self._batch_size, block_ms=self._block_ms())
+
+    def _block_ms(self) -> int:
+        """How long the next fetch waits for a first message (ms)."""
+        return min(self.pace.block_ms, BURST_BLOCK_MS) if self.pace.burst else self.pace.block_ms
 
     def _drained(self) -> bool:
         return not self._unsettled and not self.acks.pending and self.sub.waiting_retries() == 0

@@ -2,8 +2,8 @@
 
 One process runs :class:`Worker`; each logical consumer gets ``concurrency`` handler
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`);
-one with an ``async def`` handler gets one instance running up to ``concurrency``
-handlers together on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
+one with an ``async def`` handler gets one instance keeping up to ``concurrency``
+handlers in flight on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
 A liveness thread heartbeats and extends the leases of long handlers
 (:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
 main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
@@ -176,7 +176,7 @@ class Worker:
 
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
         is_async = is_async_handler(spec.handler)
-        if is_async:  # one instance, its concurrency the handlers it runs together
+        if is_async:  # one instance, its concurrency the handlers it keeps in flight
             wanted = min(wanted, 1)
         running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
         for t in running[wanted:]:

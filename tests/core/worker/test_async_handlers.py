@@ -1,5 +1,5 @@
-"""``async def`` handlers: one instance per consumer running up to ``concurrency``
-handlers together on the worker's event loop, with the acks, retries, dead letters,
+"""``async def`` handlers: one instance per consumer keeping up to ``concurrency``
+handlers in flight on the worker's event loop, with the acks, retries, dead letters,
 leases, middleware and counts of handler threads; beside sync consumers in one worker.
 Real redis-server; the worker in this process."""
 
@@ -194,6 +194,7 @@ def test_a_long_async_handler_keeps_its_lease(redis_client: redis.Redis, queue_n
     spec = ConsumerSpec(
         queue_name, "billing", handler, policy=policy, start="earliest", concurrency=2
     )
+    broker.ensure_consumer(queue_name, "billing", "earliest")  # before other's first look
     other = broker.subscribe(queue_name, "billing", "other", policy=policy)
     taken: list[str] = []
     worker = Worker(broker, [spec], WorkerOptions(block_ms=50, burst=True, stats_interval=0))
@@ -214,7 +215,7 @@ def test_a_long_async_handler_keeps_its_lease(redis_client: redis.Redis, queue_n
     assert len(ids) == 2
 
 
-def test_concurrency_changed_at_run_time_sizes_the_next_batch(
+def test_concurrency_changed_at_run_time_sets_the_handlers_in_flight(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given an async consumer running 3 handlers at a time
@@ -230,7 +231,117 @@ def test_concurrency_changed_at_run_time_sizes_the_next_batch(
         refresh=lambda: [spec.evolve(concurrency=7)],
     )
     assert worker.run() == 0
-    # Then the next batches run 7 handlers together, still on one instance
+    # Then it keeps 7 handlers in flight from then on, still on one instance
     assert len(flight.seen) == 40
     assert flight.most == 7
     assert len(worker.threads[spec.key]) == 1
+
+
+def _call_on_loop(worker: Worker, fn: Any) -> None:
+    """Run ``fn`` on the worker's event loop (where its handlers' asyncio objects live)."""
+    assert worker.loop is not None
+    worker.loop.loop.call_soon_threadsafe(fn)
+
+
+def _wait_until(condition: Any, what: str, timeout: float = 20.0) -> bool:
+    """Poll ``condition`` until true or ``timeout`` s; whether it became true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    print(f"gave up waiting for {what}")
+    return False
+
+
+def test_a_slow_async_handler_holds_one_slot_and_the_others_are_refilled(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a slow message (its handler waits until the test lets it go), then 20 fast ones
+    broker = Broker(redis_client)
+    slow = broker.publish(queue_name, {"slow": True})
+    fast = broker.publish_many(queue_name, [{"slow": False, "n": i} for i in range(20)])
+    release = asyncio.Event()
+    flight = InFlight()
+    done: list[str] = []
+
+    async def handler(message: Message) -> None:
+        flight.now += 1  # on the one loop thread: no lock needed
+        flight.most = max(flight.most, flight.now)
+        try:
+            if message.payload["slow"]:
+                await release.wait()
+            else:
+                await asyncio.sleep(0.01)
+            done.append(message.id)
+        finally:
+            flight.now -= 1
+
+    spec = ConsumerSpec(queue_name, "billing", handler, start="earliest", concurrency=4)
+    worker = Worker(broker, [spec], WorkerOptions(block_ms=50, burst=True, stats_interval=0))
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        # When the worker runs it with concurrency 4 while the slow handler waits
+        _wait_until(
+            lambda: len(done) == 20 and _pending(redis_client, broker, queue_name, "billing") == 1,
+            "the fast messages to be handled and acked",
+        )
+        # Then the three other slots were refilled: every fast message is handled and
+        # acknowledged while the slow one still runs, the only one pending
+        assert sorted(done) == sorted(fast)
+        assert flight.now == 1
+        log = broker.keys(queue_name).log
+        pending = redis_client.xpending_range(log, "billing", "-", "+", 100)
+        assert [p["message_id"].decode() for p in pending] == [slow]
+        assert worker.totals()["handled"] == 20
+    finally:
+        if worker.loop is not None:
+            _call_on_loop(worker, release.set)
+        runner.join(timeout=30)
+    # And once it is let go, the slow one is handled and acked too, 4 in flight at most
+    assert not runner.is_alive()
+    assert sorted(done) == sorted([slow, *fast])
+    assert flight.most == 4
+    assert _pending(redis_client, broker, queue_name, "billing") == 0
+    assert worker.totals()["handled"] == 21
+
+
+def test_graceful_stop_lets_async_handlers_in_flight_finish_and_acks_them(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given an async consumer with 4 handlers in flight, each waiting for the test
+    broker = Broker(redis_client)
+    ids = broker.publish_many(queue_name, list(range(10)))
+    release = asyncio.Event()
+    started: list[str] = []
+    done: list[str] = []
+
+    async def handler(message: Message) -> None:
+        started.append(message.id)
+        await release.wait()
+        done.append(message.id)
+
+    spec = ConsumerSpec(queue_name, "billing", handler, start="earliest", concurrency=4)
+    options = WorkerOptions(block_ms=50, stats_interval=0, grace_period=30)
+    worker = Worker(broker, [spec], options)
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(worker.run()))
+    runner.start()
+    try:
+        assert _wait_until(lambda: len(started) == 4, "4 handlers in flight")
+        # When the worker is asked to stop warm while they run, and they finish after
+        worker.stop()
+    finally:
+        if worker.loop is not None:
+            _call_on_loop(worker, release.set)
+        runner.join(timeout=30)
+    # Then the worker exits cleanly, the 4 in flight handled and acknowledged, and no
+    # other message fetched: nothing is pending, the other 6 wait in the log
+    assert codes == [0]
+    assert sorted(done) == sorted(started) == sorted(ids[:4])
+    assert worker.totals()["handled"] == 4
+    assert _pending(redis_client, broker, queue_name, "billing") == 0
+    # (the next worker gets them)
+    assert burst(broker, [spec]).totals()["handled"] == 6
+    assert sorted(done) == sorted(ids)

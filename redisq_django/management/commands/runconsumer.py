@@ -302,21 +302,23 @@ class Command(BaseCommand):
             if supervised and signum != COLD_SIGNAL:
                 # A supervisor asks once; a service manager may signal us too.
                 if not worker.stopping:
-                    logger.warning("%s: finishing in-flight messages", name)
                     worker.stop()
+                    logger.warning("%s: finishing in-flight messages", name)
             elif worker.stopping or signum == COLD_SIGNAL:
                 logger.warning(
                     "%s again: exiting now; in-flight messages will be redelivered", name
                 )
                 worker.stop(cold=True)
             else:
+                # Stop first: a second signal can interrupt this handler while it logs,
+                # and must then find the worker stopping to mean "exit now".
+                worker.stop()
                 logger.warning(
                     "%s: finishing in-flight messages (grace period %.0f s); "
                     "send it again to exit now",
                     name,
                     grace,
                 )
-                worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)

@@ -17,6 +17,7 @@ PostgreSQL cluster, started only when at least one such test is selected (so
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -145,6 +146,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.get_closest_marker("spark") is None,
         )
     )
+
+
+@pytest.fixture(autouse=True)
+def _redisq_logger_restored() -> Iterator[None]:
+    # runconsumer called in-process (call_command) gives the "redisq" logger a handler of
+    # its own and stops it propagating, as a command should; left so, every later test
+    # of the xdist process that reads the log with caplog (attached to the root) sees none.
+    logger = logging.getLogger("redisq")
+    saved = (logger.level, list(logger.handlers), logger.propagate)
+    yield
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+    logger.propagate = saved[2]
 
 
 @pytest.fixture(autouse=True)

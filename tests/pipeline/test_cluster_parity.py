@@ -181,5 +181,7 @@ def test_on_a_cluster_shuffle_partitions_follow_the_cores_the_configuration_give
     capped = probe_session(*common, "--conf", "spark.cores.max=3")
     assert capped["spark.sql.shuffle.partitions"] == "6"
     assert capped["spark.sql.adaptive.enabled"] == "true"
+    # A cluster's driver memory is the cluster's business: not chosen from this machine
+    assert capped["spark.driver.memory"] is None
     # Without a cap, Spark's default parallelism when the session starts (at least 2)
     assert probe_session(*common)["spark.sql.shuffle.partitions"] == "4"

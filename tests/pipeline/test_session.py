@@ -83,7 +83,7 @@ KEYS = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
 
 class Probed:
     def __init__(self, spark):
-        self.conf = {key: spark.conf.get(key) for key in KEYS}
+        self.conf = {key: spark.conf.get(key, None) for key in KEYS}
     def line(self):
         return json.dumps(self.conf)
 

@@ -150,11 +150,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _redisq_logger_restored() -> Iterator[None]:
-    # runconsumer called in-process (call_command) gives the "redisq" logger a handler of
-    # its own and stops it propagating, as a command should; left so, every later test
-    # of the xdist process that reads the log with caplog (attached to the root) sees none.
+    # runconsumer called in-process (call_command) gives a "redisq" logger without
+    # handlers a stderr handler of its own and stops it propagating, as a command should;
+    # in a test that would hide its lines from caplog (attached to the root), in that test
+    # and every later one of the xdist process. A handler that does nothing tells it the
+    # logging is configured already; the logger's state is put back after each test.
     logger = logging.getLogger("redisq")
     saved = (logger.level, list(logger.handlers), logger.propagate)
+    logger.handlers[:] = [logging.NullHandler()]
+    logger.propagate = True
     yield
     logger.setLevel(saved[0])
     logger.handlers[:] = saved[1]

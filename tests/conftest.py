@@ -136,16 +136,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # running in the main thread until the session ends, and every later test that
     # calls asyncio.run() (the async client, the async pipelines) would be refused with
     # "cannot be called from a running event loop". The sort is stable: the order within
-    # each group stays as collected. Before them, the Spark tests come first: their
-    # files are the longest (minutes each, ``--dist loadfile`` gives a file to one
-    # worker), and collected in alphabetical order they came near the end, where one
-    # worker finished a long file while the other had nothing left.
-    items.sort(
-        key=lambda item: (
-            BROWSER_TESTS in item.path.parents,
-            item.get_closest_marker("spark") is None,
-        )
-    )
+    # each group stays as collected.
+    items.sort(key=lambda item: BROWSER_TESTS in item.path.parents)
 
 
 @pytest.fixture(autouse=True)

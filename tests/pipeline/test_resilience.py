@@ -280,10 +280,18 @@ def test_a_continuous_archive_survives_a_restart_and_loading(
             client.bgrewriteaof()  # into the AOF's RDB base, which key-load-delay slows
             wait_until(lambda: not client.info("persistence")["aof_rewrite_in_progress"], 60, "AOF")
 
+        errors = tmp_path / "archive.err"  # archive_through's log of the archive
+
         def restart(publisher: Publisher) -> None:
             publisher.running.clear()
             time.sleep(0.3)  # let a publish under way finish
-            server.restart()  # SIGTERM, then start: refused, then LOADING for ~5 s
+            # SIGTERM, then start: refused, then LOADING for ~5 s. A query busy with a
+            # micro-batch on a loaded machine may not ask Redis in that window: restart
+            # again (up to 4 times) until it has met LOADING
+            for _ in range(4):
+                server.restart()  # returns once loading is over
+                if "refusing commands (loading)" in errors.read_text():
+                    break
             publisher.running.set()
 
         log = archive_through(spark, server.url, queue_name, tmp_path / "root", restart)

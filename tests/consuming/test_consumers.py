@@ -355,3 +355,37 @@ def test_runconsumer_batch_ack_acknowledges_per_batch_and_children_get_it(
         **{dest: None for dest, _ in Command.CHILD_OPTIONS},
     }
     assert "--batch-ack" in Command()._child_argv(opts)
+
+
+def test_runconsumer_fixed_threads_keeps_every_thread_and_children_get_it(
+    queue_name: str, declared: None, redisq_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redisq_django.core import worker as worker_module
+    from redisq_django.management.commands.runconsumer import Command
+
+    # Given the command run with --fixed-threads (the worker it builds is kept)
+    built: list[Any] = []
+    real_run = worker_module.Worker.run
+
+    def run(self: Any) -> int:
+        built.append(self)
+        return real_run(self)
+
+    monkeypatch.setattr(worker_module.Worker, "run", run)
+    out = io.StringIO()
+    call_command(
+        "runconsumer", queue_name, "--burst", "--fixed-threads", "--stats-interval", "0", stdout=out
+    )
+    # Then its banner says so and its worker keeps every thread fetching
+    assert "fixed threads" in out.getvalue()
+    assert [w.crews.elastic for w in built] == [False]
+    # And a supervisor's children are started with the same choice
+    opts = {
+        "queues": [queue_name],
+        "consumer": [],
+        "burst": False,
+        "batch_ack": False,
+        "fixed_threads": True,
+        **{dest: None for dest, _ in Command.CHILD_OPTIONS},
+    }
+    assert "--fixed-threads" in Command()._child_argv(opts)

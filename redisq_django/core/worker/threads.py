@@ -26,6 +26,7 @@ from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.acks import AckPipe
+from redisq_django.core.worker.crew import Crew
 from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
@@ -75,6 +76,7 @@ class HandlerThread(threading.Thread):
         tally: Tally,
         on_crash: Callable[[HandlerThread, BaseException], None],
         gate: GateSlot | None = None,
+        crew: Crew | None = None,
     ) -> None:
         super().__init__(name=f"redisq-{spec.queue}-{spec.name}-{index}", daemon=True)
         self.sub = sub
@@ -87,6 +89,10 @@ class HandlerThread(threading.Thread):
         self.tally = tally
         self.on_crash = on_crash
         self.gate = gate  # a priority level: fetch only when higher levels hold no work
+        self.crew = crew  # the consumer's threads: a spare fetches only when its turn came
+        if crew is not None:
+            crew.join(self)
+        self.finished = False  # run() returned
         self.held: list[Delivery] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
         self.retire = False  # finish the current batch, then exit (concurrency lowered)
@@ -130,6 +136,9 @@ class HandlerThread(threading.Thread):
                 logger.debug("Could not leave the consumer group cleanly", exc_info=True)
             finally:
                 self.acks.close()
+                self.finished = True
+                if self.crew is not None:
+                    self.crew.wake()  # a spare takes this thread's place
 
     def _loop(self) -> None:
         # Redis refusing (down, full, read-only, loading, group gone...) is a condition
@@ -148,6 +157,11 @@ class HandlerThread(threading.Thread):
                 if self.gate is not None and not self.gate.may_fetch():
                     self.stop_signal.wait(GATE_POLL_S)
                     continue
+                if self.crew is not None and not self.crew.may_fetch(self):
+                    if self.pace.burst and self.crew.drained:
+                        return  # a crew-mate found the queue drained: nothing to help with
+                    self.crew.wait_turn(lambda: self.stopping)
+                    continue
                 fetched_at = time.monotonic()  # the leases start later than this
                 batch = self._receive()
                 if self.gate is not None:
@@ -160,6 +174,8 @@ class HandlerThread(threading.Thread):
                     finally:
                         self._count_dead_on_receive()
                     if not batch:
+                        if self.crew is not None:
+                            self.crew.drained = True
                         return
                 redis_state.ok()
             except TEMPORARY as exc:

@@ -26,6 +26,7 @@ from redisq_django.core.leases import end_own_leases
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
+from redisq_django.core.worker.crew import Crews
 from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_interval
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
@@ -83,6 +84,8 @@ class Worker:
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
         #: One gate per priority group (its levels are read highest first).
         self.gates: dict[str, PriorityGate] = {}
+        #: Each sync consumer's threads, its spares fetching only while handlers wait.
+        self.crews = Crews(elastic=self.options.elastic_threads)
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
         self.loop: EventLoop | None = None  # async handlers' (core/worker/coroutines.py)
@@ -140,6 +143,7 @@ class Worker:
         try:
             self.middleware.on_worker_start(self)
             self._main_loop()
+            self.crews.wake_all()  # waiting spares see the stop now, not in 0.2 s
             code = self._shutdown()
         finally:
             self.liveness.stop()  # last: after in-flight messages are settled
@@ -203,7 +207,7 @@ class Worker:
             if is_async:
                 thread: HandlerThread = AsyncHandlerThread(loop=self._event_loop(), **parts)
             else:
-                thread = HandlerThread(**parts)
+                thread = HandlerThread(crew=self.crews.crew(spec.key), **parts)
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
 
@@ -234,7 +238,7 @@ class Worker:
             if not any(t.is_alive() for t in self._all_threads()) and not self._paused_only():
                 return  # burst drained, message budget spent, or every thread gone
             ticker.run_due()
-            self._stop.wait(self._promote_due())
+            self._stop.wait(min(self._promote_due(), self.crews.tick()))
 
     def _promote_due(self) -> float:
         """Promote due delayed messages and retries on time; seconds until the next check.

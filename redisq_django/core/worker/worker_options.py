@@ -34,6 +34,10 @@ class WorkerOptions:
             record no starts: faster for tiny handlers, but a crash then repeats the
             whole batch and counts a delivery for each of its messages (a message that
             kills its process can take others to the dead letters with it).
+        elastic_threads: a consumer's threads past the first fetch only while its
+            handlers wait and the process has CPU to spare, so ``concurrency`` costs
+            nothing for handlers that do not wait (:mod:`~redisq_django.core.worker.crew`).
+            False: every thread always fetches (handlers that run outside the GIL).
     """
 
     prefetch: int = 100
@@ -48,3 +52,4 @@ class WorkerOptions:
     refresh_interval: float = 2.0
     stats_interval: float = 30.0
     batch_ack: bool = False
+    elastic_threads: bool = True

@@ -111,6 +111,13 @@ class Command(BaseCommand):
             "each of its messages",
         )
         parser.add_argument(
+            "--fixed-threads",
+            action="store_true",
+            help="keep every one of a consumer's --concurrency threads fetching; by "
+            "default the threads past the first fetch only while handlers wait (I/O) and "
+            "the process has CPU to spare, so threads cost nothing for handlers that do not",
+        )
+        parser.add_argument(
             "--processes",
             type=bounds.argument("processes"),
             default=1,
@@ -161,6 +168,7 @@ class Command(BaseCommand):
             grace_period=grace,
             stats_interval=opts["stats_interval"],
             batch_ack=opts["batch_ack"],
+            elastic_threads=not opts["fixed_threads"],
         )
         metrics = opts["metrics_port"] is not None
         try:
@@ -256,6 +264,8 @@ class Command(BaseCommand):
             argv.append("--burst")
         if opts["batch_ack"]:
             argv.append("--batch-ack")
+        if opts.get("fixed_threads"):
+            argv.append("--fixed-threads")
         for dest, flag in self.CHILD_OPTIONS:
             if opts[dest] is not None:
                 argv += [flag, str(opts[dest])]
@@ -267,6 +277,8 @@ class Command(BaseCommand):
         mode = "burst" if opts["burst"] else "continuous"
         if opts["batch_ack"]:
             mode += ", acks per batch"
+        if opts.get("fixed_threads"):
+            mode += ", fixed threads"
         if opts["max_messages"]:
             mode += f", at most {opts['max_messages']} messages"
         lines = [

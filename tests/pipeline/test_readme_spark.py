@@ -275,15 +275,22 @@ def test_readme_history_on_spark(
     if job == "compact":  # each compaction on an archive of its own: each has work to do
         var = tmp_path / "var-lib-redisq"
         # An archive of its own name (the demo's "default" is past every entry), in
-        # micro-batches of 9 rows that split some days' 6 orders over two files, as a
-        # history archived through the day has them (one batch leaves nothing to compact).
+        # micro-batches of 20 rows that split some days' orders over several files, as a
+        # history archived through the day has them. Compaction takes a partition once
+        # one log file names all its files: the sink gathers its log every 3rd batch here
+        # (every 10th by default, which took 10 micro-batches of this test's time).
         options = ArchiveOptions(
             redis_url=demo.url,
             root=str(var / "archive"),
             name=f"compact-{tmp_path.name}",
-            max_records_per_trigger=9,
+            max_records_per_trigger=20,
         )
-        archive(spark, options)
+        interval = "spark.sql.streaming.fileSink.log.compactInterval"
+        spark.conf.set(interval, "3")
+        try:
+            archive(spark, options)
+        finally:
+            spark.conf.unset(interval)
     argv, cwd = _argv(command.replace(README_URL, demo.url), var)
     env = _env(demo, var)
     if job == "archive":

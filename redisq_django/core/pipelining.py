@@ -27,8 +27,6 @@ to pipeline on (:attr:`Pipe.available` is False): their callers go through redis
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -160,47 +158,6 @@ class Pipe(Generic[T]):
         if refused:
             self._rerun_refused(pending, replies, refused)
         return replies
-
-    def call(self, data: bytes, replies: int) -> list[Any]:
-        """Send ``data`` and read its ``replies`` at once, an error reply as the
-        exception in its place (the connection owes no earlier reply).
-
-        Raises:
-            redis.ConnectionError, redis.TimeoutError: the connection failed; it is
-                discarded.
-        """
-        assert not self._unread and not self._known, "replies are owed: read them first"
-        if self._conn is None:
-            self._conn = self._pool.get_connection()
-        try:
-            self._conn.send_packed_command([data], check_health=False)
-            out: list[Any] = []
-            for _ in range(replies):
-                try:
-                    out.append(self._conn.read_response())
-                except redis.ResponseError as exc:  # read: the next reply follows
-                    out.append(exc)
-            return out
-        except BaseException as exc:
-            self._lose(exc)
-            raise
-
-    def coalesce(self, on: bool) -> None:
-        """Let the kernel gather small writes into fewer packets (Nagle's algorithm) on
-        a TCP connection, or stop it (which sends what it holds at once)."""
-        if self._conn is None:
-            self._conn = self._pool.get_connection()
-        sock = getattr(self._conn, "_sock", None)
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Only a matter of speed: a socket that fails here fails the write after it
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0 if on else 1)
-
-    def discard(self, why: str) -> None:
-        """Close the connection instead of giving it back (its state is not a fresh
-        one's, e.g. replies switched off)."""
-        if self._conn is not None:
-            self._lose(redis.ConnectionError(why))
 
     def release(self) -> None:
         """Give the connection back to the pool (closed first when replies are unread:

@@ -4,7 +4,6 @@ and never handed back to the pool, and the acknowledgements built on it."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import redis
@@ -155,97 +154,3 @@ def test_publishing_once_after_redis_lost_its_scripts_sends_each_call_once(
     entries = redis_client.xrange(broker.keys(queue_name).log)
     assert [f[b"id"] for _, f in entries] == [b"m0", b"m1", b"m2"]
     assert broker.stats(queue_name).consumers[0].backlog == 3
-
-
-# -- quiet runs: the per-message writes of a batch with replies off (core/worker/acks.py)
-
-
-def _quiet_batch(
-    redis_client: redis.Redis, queue: str, n: int, *, history: bool
-) -> tuple[Broker, AckPipe, list, list[str]]:
-    """A fetched batch of ``n`` and an AckPipe that reports what it confirmed."""
-    broker = Broker(redis_client, CoreConfig(history=history))
-    broker.ensure_consumer(queue, "billing")
-    broker.publish_many(queue, [{"n": i} for i in range(n)])
-    sub = broker.subscribe(queue, "billing", "w1")
-    fetched = sub.fetch(count=n, block_ms=500)
-    assert len(fetched) == n
-    confirmed: list[str] = []
-    return broker, AckPipe(sub, lambda ms: confirmed.extend(m.id for m in ms)), fetched, confirmed
-
-
-def _run_batch(pipe: AckPipe, fetched: list, between: object = None) -> None:
-    """As a handler thread does: before each handler, the last ack and the start record;
-    ``between`` (a callable) runs after the first half."""
-    for i, m in enumerate(fetched):
-        pipe.send(mark=m)
-        if i == len(fetched) // 2 and callable(between):
-            between()
-        pipe.add(m)
-    pipe.flush()
-
-
-def _pool_answers(client: redis.Redis) -> None:
-    """Every idle connection of the pool reads its own replies (none has replies off)."""
-    pool = client.connection_pool
-    idle = list(pool._available_connections)
-    assert idle, "the pool holds no idle connection to look at"
-    for conn in idle:
-        conn.send_command("PING")
-        assert conn.read_response() in (b"PONG", "PONG", True)
-
-
-def test_a_quiet_run_confirms_every_acknowledgement_once_and_leaves_replies_on(
-    redis_client: redis.Redis, queue_name: str
-) -> None:
-    # Given a batch acknowledged message by message with replies off (history on)
-    broker, pipe, fetched, confirmed = _quiet_batch(redis_client, queue_name, 50, history=True)
-    _run_batch(pipe, fetched)
-    # Then each one is acknowledged and reported once when flush returns
-    log = broker.keys(queue_name).log
-    assert redis_client.xpending(log, "billing")["pending"] == 0
-    assert sorted(confirmed) == sorted(m.id for m in fetched)
-    events = redis_client.xrange(broker.keys(queue_name).events)
-    handled = [e for _, e in events if e[b"e"] == b"handled"]
-    assert sum(len(json.loads(e[b"m"])) for e in handled) == 50  # one handled record each
-    # And the connection went back to the pool with replies on
-    pipe.close()
-    _pool_answers(redis_client)
-
-
-def test_acknowledgements_refused_silently_in_a_quiet_run_are_applied_at_its_end(
-    redis_client: redis.Redis, queue_name: str
-) -> None:
-    # Given a quiet run whose ack.lua calls Redis refuses (NOSCRIPT, unanswered) from the
-    # middle of the batch on: its scripts were flushed
-    broker, pipe, fetched, confirmed = _quiet_batch(redis_client, queue_name, 40, history=True)
-    _run_batch(pipe, fetched, between=redis_client.script_flush)  # another connection
-    # Then, when flush returns, every message is acknowledged, each recorded once
-    log = broker.keys(queue_name).log
-    assert redis_client.xpending(log, "billing")["pending"] == 0
-    assert sorted(confirmed) == sorted(m.id for m in fetched)
-    events = redis_client.xrange(broker.keys(queue_name).events)
-    records = [r[0] for _, e in events if e[b"e"] == b"handled" for r in json.loads(e[b"m"])]
-    assert sorted(records) == sorted(m.id for m in fetched)
-
-
-def test_a_connection_closed_in_a_quiet_run_never_goes_back_to_the_pool(
-    redis_client: redis.Redis, queue_name: str
-) -> None:
-    # Given a quiet run left in the middle (a cold stop)
-    broker, pipe, fetched, _ = _quiet_batch(redis_client, queue_name, 10, history=False)
-    for m in fetched[:5]:
-        pipe.send(mark=m)
-        pipe.add(m)
-    pipe.close()
-    # Then its connection was closed (replies off), and what it wrote reached Redis: the
-    # first 4 acknowledged, the 5th recorded as started
-    redis_client.ping()
-    _pool_answers(redis_client)
-    log = broker.keys(queue_name).log
-    deadline = time.monotonic() + 5
-    while redis_client.xpending(log, "billing")["pending"] > 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert redis_client.xpending(log, "billing")["pending"] == 6
-    running = broker.keys(queue_name).group("billing").running
-    assert redis_client.hget(running, "w1") == b"log:" + fetched[4].entry_id

@@ -24,19 +24,6 @@ with their replies skipped: the counters ride in the same pipeline as the batch'
 acknowledgements, at one small command per batch instead of one per message. A worker
 killed in the middle of a batch leaves that batch uncounted.
 
-**Quiet runs.** The per-message writes of a batch (ack + start record) go with the
-connection's replies switched off (``CLIENT REPLY OFF``) and Nagle's algorithm on, so
-that the kernel gathers them into fewer packets and nothing comes back to parse: a
-write costs about half as much. :meth:`AckPipe.flush` switches replies on again and asks
-``XPENDING`` (one round trip, as reading the replies was) which of the messages written
-as acknowledged are still pending for this instance; those are acknowledged again the
-usual way (an ``ack.lua`` refused with NOSCRIPT, a script refused by a full Redis).
-Why a crash loses none of them: the writes wait in the kernel, not in this process, and
-a process that dies with nothing unread on its socket has them sent before the
-connection closes (with replies owed, the kernel would reset it and drop them: which is
-why replies are off, and every earlier one was read before). A connection in a quiet
-run is never given back to the pool: it is closed.
-
 The connection, the unread replies and their errors are the pipelining layer's
 (``core/pipelining.py``): after a NOSCRIPT (Redis restarted) it loads ``ack.lua`` and
 sends the refused acknowledgements again before :meth:`AckPipe.flush` returns.
@@ -65,9 +52,6 @@ from redisq_django.core.wire import to_bytes
 
 #: Writes whose replies may wait unread before :meth:`AckPipe.send` reads them.
 MAX_UNREAD_WRITES = 256
-#: How a quiet run starts and ends (see the module).
-REPLY_OFF = packed(("CLIENT", "REPLY", "OFF"))
-REPLY_ON = packed(("CLIENT", "REPLY", "ON"))
 
 
 class AckPipe:
@@ -96,19 +80,15 @@ class AckPipe:
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
         self._unread_writes = 0  # acknowledgements written, their reply not read yet
-        #: In a quiet run: acknowledgements written with replies off, not confirmed yet.
-        self._quiet: list[Delivery] | None = None
 
     @property
     def pending(self) -> int:
         """Handled messages whose acknowledgement Redis has not confirmed yet."""
-        quiet = len(self._quiet) if self._quiet is not None else 0
-        return quiet + len(self._queued) + sum(len(ms) for ms in self._pipe.tags())
+        return len(self._queued) + sum(len(ms) for ms in self._pipe.tags())
 
     def unconfirmed(self) -> list[Delivery]:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
-        quiet = self._quiet or []
-        return quiet + [m for ms in self._pipe.tags() for m in ms] + self._queued
+        return [m for ms in self._pipe.tags() for m in ms] + self._queued
 
     def add(self, message: Delivery) -> None:
         """``message``'s handler returned: acknowledge it with the next write (and count
@@ -147,9 +127,6 @@ class AckPipe:
         if not self._pooled:  # no single connection to pipeline on: synchronous
             self._run_now(mark)
             return
-        if mark is not None and not counted:  # the per-message write of a batch
-            self._send_quiet(mark)
-            return
         if self._unread_writes >= MAX_UNREAD_WRITES:
             self._read_replies()
         packed_ack, script = self._packed_command(acked) if acked else (b"", None)
@@ -176,81 +153,13 @@ class AckPipe:
         """Write what is queued, with the batch's trend counters, and read every reply:
         when this returns, every handled message is acknowledged (and its
         ``after_settle`` hooks ran)."""
-        if self._quiet is not None:
-            self._end_quiet()
         self.send(counts=True)
         self._read_replies()
         self._pipe.release()
 
     def close(self) -> None:
-        """Give the connection back (unread replies, or replies off: it is closed)."""
-        if self._quiet is not None:
-            self._pipe.discard("closed in a quiet run (replies off)")
-            self._queued[:0], self._quiet = self._quiet, None
+        """Give the connection back (unread replies: it is closed instead)."""
         self._pipe.release()
-
-    # -- quiet runs (see the module) ---------------------------------------------------
-
-    def _send_quiet(self, mark: Delivery) -> None:
-        acked = self._queued
-        data = self._packed_command(acked)[0] if acked else b""
-        data += self._packed.mark + _bulk(started_tag(mark))
-        if self._quiet is None:  # the run starts: nothing may be owed on the socket
-            if self._pipe.unread:
-                self._read_replies()
-            self._pipe.coalesce(True)
-            data = REPLY_OFF + data
-            self._quiet = []
-        self._queued = []
-        self._quiet += acked
-        try:
-            self._pipe.write(data)
-        except BaseException:
-            self._quiet_lost()
-            raise
-
-    def _end_quiet(self) -> None:
-        """Replies on again; the acknowledgements Redis did not apply are queued again."""
-        assert self._quiet is not None
-        written = self._quiet
-        sub, data = self.sub, REPLY_ON
-        streams = [
-            (stream, [m.entry_id for m in written if m.stream is stream]) for stream in Stream
-        ]
-        asked = [(stream, ids) for stream, ids in streams if ids]
-        for stream, ids in asked:
-            key = sub.keys.log if stream is Stream.LOG else sub.gkeys.direct
-            order = sorted(ids, key=_id_order)
-            room = _room(len(ids))
-            command = ("XPENDING", key, sub.gkeys.group, order[0], order[-1], room)
-            data += packed((*command, sub.instance))
-        try:
-            self._pipe.coalesce(False)  # sends what the kernel holds, with this
-            replies = self._pipe.call(data, 1 + len(asked))
-        except BaseException:
-            self._quiet_lost()
-            raise
-        self._quiet = None
-        still = set()
-        for (stream, ids), reply in zip(asked, replies[1:], strict=True):
-            if isinstance(reply, BaseException) or len(reply) >= _room(len(ids)):
-                # Unknown (refused, or more pending than asked for): acknowledge them
-                # all again, which is harmless
-                still |= {(stream, m.entry_id) for m in written if m.stream is stream}
-                continue
-            still |= {(stream, to_bytes(entry[0])) for entry in reply}
-        done = [m for m in written if (m.stream, m.entry_id) not in still]
-        if done:
-            self.sub.report.handled += len(done)
-            self._on_acked(done)
-        self._queued[:0] = [m for m in written if (m.stream, m.entry_id) in still]
-
-    def _quiet_lost(self) -> None:
-        """The connection failed in a quiet run: whether its writes were applied is
-        unknown, so they are queued again (acknowledging twice is harmless)."""
-        self._pipe.discard("a quiet run failed")
-        if self._quiet is not None:
-            self._queued[:0], self._quiet = self._quiet, None
 
     # -- internals ---------------------------------------------------------------------
 
@@ -320,19 +229,6 @@ class AckPipe:
         if not isinstance(failure, redis.ResponseError) and self._counter is not None:
             self._counter.forget()  # the connection was lost: a write with an EXPIRE may be
         raise failure
-
-
-def _room(written: int) -> int:
-    """How many pending entries a quiet run's ``XPENDING`` asks for: its ``written``
-    ones and room for the instance's others in their range (messages of the batch
-    settled otherwise or not started yet), which are not looked at."""
-    return 2 * written + 100
-
-
-def _id_order(entry_id: bytes) -> tuple[int, int]:
-    """A stream entry id as Redis orders it (``b"10-0"`` after ``b"9-0"``)."""
-    ms, _, seq = entry_id.partition(b"-")
-    return int(ms), int(seq or 0)
 
 
 def _bulk(value: bytes) -> bytes:

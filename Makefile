@@ -54,10 +54,12 @@ PEERS_VENV := .venv-peers
 PEERS_PY := $(PEERS_VENV)/bin/python
 PEERS_STAMP := $(PEERS_VENV)/.installed
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist): one per core, at most 4 (each may start a Spark JVM);
-# JOBS=1 runs in this process (for --pdb). A test file stays on one process
-# (--dist loadfile): its fixtures and its order hold as written.
-JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
+# Test processes (pytest-xdist): one more than the cores, at most 4 (each may start a
+# Spark JVM). Most tests spend their time waiting (on Redis, a subprocess, a timeout they
+# provoke): with one process per core the suite used about a third of two cores. JOBS=1
+# runs in this process (for --pdb). A test file stays on one process (--dist loadfile):
+# its fixtures and its order hold as written.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n + 1)); [ "$$n" -gt 4 ] && n=4; echo $$n)
 ifeq ($(JOBS),1)
 XDIST := -p no:xdist
 else

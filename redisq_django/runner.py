@@ -163,7 +163,9 @@ def build_worker(
         )
     if broker.config.trends:  # the backlog samples of the admin's charts, every queue's
         sampler = broker.operator.site_sampler()
-        periodic.append(Every("trend samples", trends.SAMPLE_INTERVAL_S, sampler.tick))
+        periodic.append(
+            Every("trend samples", trends.SAMPLE_INTERVAL_S, sampler.tick, on_stop=sampler.release)
+        )
     return Worker(
         broker,
         specs,

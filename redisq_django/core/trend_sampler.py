@@ -4,10 +4,10 @@ The backlog chart of a consumer needs samples most when nothing consumes it (a s
 consumer), so no worker samples only its own queues. Every worker runs
 :meth:`SiteSampler.tick` every :data:`~redisq_django.core.trends.SAMPLE_INTERVAL_S`
 seconds; the one holding the lease ``redisq:trends:sampler`` (``SET NX PX``, renewed by
-its holder each tick, lost :data:`LEASE_MS` after its holder stopped) samples every queue
-of the registry, so N workers write one sample per tick, not N. With no worker at all,
-the console records what it has just read (:func:`record`), as long as nobody holds the
-lease.
+its holder each tick, given back by a holder that stops, or lost :data:`LEASE_MS` after a
+holder died) samples every queue of the registry, so N workers write one sample per
+tick, not N. With no worker at all, the console records what it has just read
+(:func:`record`), as long as nobody holds the lease.
 
 A tick's work is bounded: one round trip for the lease and the registry, two to read at
 most :data:`MAX_QUEUES` queues (``XINFO GROUPS`` and a few counts each,
@@ -21,6 +21,8 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+
+import redis
 
 from redisq_django.core.batch import Command, run_batch
 from redisq_django.core.errors import InvalidName
@@ -88,6 +90,23 @@ class SiteSampler:
         commands.append(("PEXPIRE", self.lease, LEASE_MS))
         run_batch(self.client, commands, transaction=False)
         return [k.queue for k in keys]
+
+    def release(self) -> bool:
+        """Give the lease back if this process holds it, so that another worker samples
+        from its next tick instead of :data:`LEASE_MS` later (a worker's warm stop);
+        whether it held it. Best effort: the lease expires by itself anyway."""
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.watch(self.lease)  # a holder that took it meanwhile keeps it
+                holder = pipe.get(self.lease)
+                if holder is None or to_str(holder) != self.holder:
+                    return False
+                pipe.multi()
+                pipe.delete(self.lease)
+                return bool(pipe.execute()[0])
+        except redis.RedisError as exc:
+            logger.debug("Trends: the sampling lease was not given back (%s)", exc)
+            return False
 
 
 def record(

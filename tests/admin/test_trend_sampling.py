@@ -99,6 +99,17 @@ class HashWrites:
         return out
 
 
+def run_closing(worker: Worker) -> None:
+    """``worker.run()`` in a thread of its own, closing that thread's database connection."""
+    try:
+        worker.run()
+    finally:
+        conn = connections["default"]
+        if conn.vendor == "sqlite" and conn.connection is not None:
+            conn.connection.close()  # Django ignores close() on in-memory databases
+        connections.close_all()
+
+
 def test_a_running_worker_samples_the_consumers_no_worker_runs(
     redisq_settings: Any, declared: None, queue_name: str
 ) -> None:
@@ -112,17 +123,7 @@ def test_a_running_worker_samples_the_consumers_no_worker_runs(
     other = f"{queue_name}.other"
     stall(broker, other, "stalled", 5)
     worker = build_worker([queue_name], options=WorkerOptions(stats_interval=0, block_ms=50))
-
-    def run() -> None:
-        try:
-            worker.run()
-        finally:  # this thread's own database connection
-            conn = connections["default"]
-            if conn.vendor == "sqlite" and conn.connection is not None:
-                conn.connection.close()  # Django ignores close() on in-memory databases
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
+    thread = threading.Thread(target=run_closing, args=(worker,), daemon=True)
     thread.start()
     try:
         # When it has ticked once (bounded wait)
@@ -172,6 +173,44 @@ def test_two_workers_write_one_sample_per_tick(
     assert sorted(writes.count().values()) == [1, 1]
     assert private.get(sampler_key("redisq")) != holder
     assert backlog_samples(private, broker, other, "stalled")[-1] == 4
+
+
+def test_a_worker_that_stops_gives_the_lease_back_and_another_samples_at_once(
+    private: redis.Redis, declared: None, queue_name: str
+) -> None:
+    # Given a worker that holds the sampling lease, and a second one that does not
+    broker = get_broker()
+    broker.ensure_consumer(queue_name, "billing")
+    other = f"{queue_name}.other"
+    stall(broker, other, "stalled", 2)
+    holder = build_worker([queue_name], options=WorkerOptions(stats_interval=0, block_ms=50))
+    second = build_worker([queue_name])
+    thread = threading.Thread(target=run_closing, args=(holder,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while private.get(sampler_key("redisq")) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert private.get(sampler_key("redisq")) is not None
+    assert sampler_job(second)() == []  # the first holds it
+    # When the holder stops warm
+    holder.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    # Then the lease is gone at once (not 30 s later), and the other worker samples now
+    assert private.get(sampler_key("redisq")) is None
+    assert sampler_job(second)() == sorted([queue_name, other])
+
+
+def test_only_the_holder_gives_the_lease_back(private: redis.Redis, queue_name: str) -> None:
+    broker = get_broker()
+    stall(broker, queue_name, "stalled", 1)
+    first, second = broker.operator.site_sampler(), broker.operator.site_sampler()
+    assert first.tick() == [queue_name]
+    assert second.release() is False  # not its lease: left alone
+    assert private.get(sampler_key("redisq")) is not None
+    assert first.release() is True
+    assert first.release() is False  # given back already
+    assert second.tick() == [queue_name]
 
 
 @pytest.fixture
@@ -239,5 +278,8 @@ def test_the_site_sampler_works_on_a_redis_cluster(redis_cluster: Any) -> None:
         assert sampled == [sorted(queues), []]
         for n, queue in enumerate(queues, start=2):
             assert backlog_samples(client, broker, queue, "stalled") == [n]
+        # And the holder gives the lease back on a cluster too
+        assert first.release() is True
+        assert second.tick() == sorted(queues)
     finally:
         client.close()

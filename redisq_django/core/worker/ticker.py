@@ -25,12 +25,15 @@ class Every:
         interval_s: seconds between runs (``float("inf")``: never again).
         job: what to run.
         first_after_s: delay before the first run (0: at once).
+        on_stop: run once when the worker stops warm, after its last handler (e.g. give
+            back a lease the job holds).
     """
 
     name: str
     interval_s: float | Callable[[], float]
     job: Callable[[], object]
     first_after_s: float = 0.0
+    on_stop: Callable[[], object] | None = None
     next_due: float = field(default=0.0, init=False)
 
     def interval(self) -> float:

@@ -145,6 +145,8 @@ class Worker:
             self._main_loop()
             self.crews.wake_all()  # waiting spares see the stop now, not in 0.2 s
             code = self._shutdown()
+            if not self.cold:
+                self._stop_periodic()
         finally:
             self.liveness.stop()  # last: after in-flight messages are settled
         if self.loop is not None and code == 0:  # else handlers may still run on it
@@ -152,6 +154,15 @@ class Worker:
         self.middleware.on_worker_stop(self)
         self._log_summary(final=True)
         return code
+
+    def _stop_periodic(self) -> None:
+        for job in self.periodic:
+            if job.on_stop is None:
+                continue
+            try:
+                job.on_stop()
+            except Exception:  # leaving anyway: what it gives back expires by itself
+                logger.debug("Stopping housekeeping job %r failed", job.name, exc_info=True)
 
     def _register(self, spec: ConsumerSpec) -> None:
         try:

@@ -29,11 +29,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from redisq_django.core.worker.threads import HandlerThread
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 #: How often the main thread looks at the crews while a handler runs (seconds).
 TICK_S = 0.01
@@ -49,24 +46,40 @@ SMOOTHING = 0.5
 SPARE_WAIT_S = 0.2
 
 
+class Member(Protocol):
+    """What a crew knows of a handler thread (``threads.HandlerThread``)."""
+
+    @property
+    def held(self) -> Sequence[object]:
+        """The messages it runs now (none: it is not in a handler)."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether it has stopped."""
+
+    @property
+    def retire(self) -> bool:
+        """Whether it leaves after its batch (a lowered concurrency)."""
+
+
 class Crew:
     """The handler threads of one logical consumer, the first ``active`` of which fetch."""
 
     def __init__(self) -> None:
-        self.members: list[HandlerThread] = []
+        self.members: list[Member] = []
         self.active = 1
         self.drained = False  # a burst thread found nothing left: idle spares may exit
         self._turn = threading.Condition()
 
-    def join(self, thread: HandlerThread) -> None:
+    def join(self, thread: Member) -> None:
         self.members.append(thread)
 
-    def _on_duty(self) -> list[HandlerThread]:
+    def _on_duty(self) -> list[Member]:
         # Threads that exited (a drained burst, a lowered concurrency) make room: the
         # next one takes their place, so a crew never waits on a thread that is gone.
         return [t for t in self.members if not t.finished and not t.retire]
 
-    def may_fetch(self, thread: HandlerThread) -> bool:
+    def may_fetch(self, thread: Member) -> bool:
         """Whether ``thread`` is among the crew's fetching threads now."""
         on_duty = self._on_duty()
         return thread not in on_duty or on_duty.index(thread) < self.active
@@ -82,7 +95,7 @@ class Crew:
         with self._turn:
             self._turn.notify_all()
 
-    def fetching(self) -> list[HandlerThread]:
+    def fetching(self) -> list[Member]:
         return self._on_duty()[: self.active]
 
     def grow(self) -> None:

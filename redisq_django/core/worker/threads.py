@@ -89,9 +89,7 @@ class HandlerThread(threading.Thread):
         self.tally = tally
         self.on_crash = on_crash
         self.gate = gate  # a priority level: fetch only when higher levels hold no work
-        self.crew = crew  # the consumer's threads: a spare fetches only when its turn came
-        if crew is not None:
-            crew.join(self)
+        self.crew = crew  # the consumer's threads (it joins them): a spare waits its turn
         self.finished = False  # run() returned
         self.held: list[Delivery] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
@@ -160,6 +158,8 @@ class HandlerThread(threading.Thread):
                 if self.crew is not None and not self.crew.may_fetch(self):
                     if self.pace.burst and self.crew.drained:
                         return  # a crew-mate found the queue drained: nothing to help with
+                    if self.gate is not None:
+                        self.gate.report(busy=False)  # a waiting spare holds back no level
                     self.crew.wait_turn(lambda: self.stopping)
                     continue
                 fetched_at = time.monotonic()  # the leases start later than this

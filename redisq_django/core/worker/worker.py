@@ -218,7 +218,9 @@ class Worker:
             if is_async:
                 thread: HandlerThread = AsyncHandlerThread(loop=self._event_loop(), **parts)
             else:
-                thread = HandlerThread(crew=self.crews.crew(spec.key), **parts)
+                crew = self.crews.crew(spec.key)
+                thread = HandlerThread(crew=crew, **parts)
+                crew.join(thread)
             self.threads.setdefault(spec.key, []).append(thread)
             thread.start()
 

@@ -119,6 +119,36 @@ def test_a_warm_stop_with_waiting_spares_returns_at_once(broker: Broker, queue_n
     assert not any(t.is_alive() for t in worker._all_threads())
 
 
+def test_spares_of_a_higher_priority_level_hold_back_no_lower_one(
+    broker: Broker, queue_name: str
+) -> None:
+    # Given two priority levels of 4 threads each (as the Tasks backend makes them), the
+    # higher one empty and 30 messages on the lower one
+    high, low = f"{queue_name}.high", f"{queue_name}.low"
+    running = Running(sleep=0)
+    specs = [
+        ConsumerSpec(
+            queue, "tasks", running.handler, start="earliest", concurrency=4, priority=("q", rank)
+        )
+        for rank, queue in enumerate((high, low))
+    ]
+    ids = _publish(broker, low, 30)
+    # When a (continuous) worker runs them; the higher level's spares never fetch
+    worker = Worker(broker, specs, WorkerOptions(block_ms=50, stats_interval=0))
+    worker.crews.cpu_clock = time.monotonic  # busy: the spares stay spares
+    worker.crews.restart_measure()
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while len(running.ids) < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.stop()
+    runner.join(timeout=10)
+    # Then the lower level was handled all the same
+    assert sorted(running.ids) == sorted(ids)
+    assert not runner.is_alive()
+
+
 # -- the rule, on threads that only say whether they are in a handler -------------------
 
 
@@ -140,7 +170,7 @@ def _crews(cpu_per_tick: float, members: int = 4) -> tuple[Crews, Crew, list[_Me
     crew = crews.crew(("q", "c"))
     threads = [_Member() for _ in range(members)]
     for t in threads:
-        crew.join(t)  # type: ignore[arg-type]
+        crew.join(t)
     return crews, crew, threads
 
 
@@ -155,7 +185,7 @@ def test_a_crew_grows_only_while_all_its_fetching_threads_wait_in_handlers() -> 
         crews.tick()
     assert crew.active == 4  # every thread, never more
     threads[3].retire = True
-    assert [crew.may_fetch(t) for t in threads[:3]] == [True] * 3  # type: ignore[arg-type]
+    assert [crew.may_fetch(t) for t in threads[:3]] == [True] * 3
 
 
 def test_every_crew_shrinks_while_the_process_uses_a_whole_core() -> None:
@@ -166,11 +196,11 @@ def test_every_crew_shrinks_while_the_process_uses_a_whole_core() -> None:
     for _ in range(10):
         crews.tick()
     assert crew.active == 1
-    assert [crew.may_fetch(t) for t in threads] == [True, False, False, False]  # type: ignore[arg-type]
+    assert [crew.may_fetch(t) for t in threads] == [True, False, False, False]
 
 
 def test_a_spare_takes_the_place_of_a_thread_that_finished() -> None:
     _, crew, threads = _crews(cpu_per_tick=10)
-    assert not crew.may_fetch(threads[1])  # type: ignore[arg-type]
+    assert not crew.may_fetch(threads[1])
     threads[0].finished = True
-    assert crew.may_fetch(threads[1])  # type: ignore[arg-type]
+    assert crew.may_fetch(threads[1])

@@ -67,6 +67,16 @@ def stall(broker: Any, queue: str, name: str, n: int) -> None:
     broker.publish_many(queue, [{"n": i} for i in range(n)])
 
 
+def billing_and_a_stalled_queue(queue: str, n: int) -> tuple[Any, str]:
+    """The site's broker with consumer billing of ``queue``, and a queue next to it with
+    a stalled consumer and ``n`` messages; (broker, that queue)."""
+    broker = get_broker()
+    broker.ensure_consumer(queue, "billing")
+    other = f"{queue}.other"
+    stall(broker, other, "stalled", n)
+    return broker, other
+
+
 def backlog_samples(client: redis.Redis, broker: Any, queue: str, name: str) -> list[int]:
     """The backlog samples of ``name`` over the last 2 minutes."""
     (trend,) = trends.read_trends(client, [broker.keys(queue)], 2)
@@ -145,10 +155,7 @@ def test_two_workers_write_one_sample_per_tick(
     private: redis.Redis, declared: None, queue_name: str
 ) -> None:
     # Given two workers of the site and a stalled consumer on another queue
-    broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
-    other = f"{queue_name}.other"
-    stall(broker, other, "stalled", 4)
+    broker, other = billing_and_a_stalled_queue(queue_name, 4)
     first, second = (build_worker([queue_name]) for _ in range(2))
     writes = HashWrites(private)
 
@@ -179,10 +186,7 @@ def test_a_worker_that_stops_gives_the_lease_back_and_another_samples_at_once(
     private: redis.Redis, declared: None, queue_name: str
 ) -> None:
     # Given a worker that holds the sampling lease, and a second one that does not
-    broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
-    other = f"{queue_name}.other"
-    stall(broker, other, "stalled", 2)
+    _, other = billing_and_a_stalled_queue(queue_name, 2)
     holder = build_worker([queue_name], options=WorkerOptions(stats_interval=0, block_ms=50))
     second = build_worker([queue_name])
     thread = threading.Thread(target=run_closing, args=(holder,), daemon=True)

@@ -150,6 +150,17 @@ def run_in_thread(worker: Worker) -> tuple[threading.Thread, list[int]]:
     return thread, codes
 
 
+class _Caught(logging.Handler):
+    """The WARNING and higher records of the logger it is added to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def options() -> WorkerOptions:
     return WorkerOptions(block_ms=100, reclaim_interval=0.5, stats_interval=0, grace_period=5)
 
@@ -161,9 +172,16 @@ def spec(queue: str, name: str, handler: Recorder) -> ConsumerSpec:
 
 @pytest.mark.slow
 def test_worker_under_oom_keeps_acking_and_promotes_once_memory_is_freed(
-    client: redis.Redis, queue_name: str, caplog: pytest.LogCaptureFixture
+    client: redis.Redis, queue_name: str
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="redisq.worker")
+    # The worker's lines, caught on its own logger: whatever an earlier test of this
+    # process did to propagation (caplog listens on the root), this test sees them
+    caught = _Caught()
+    worker_logger = logging.getLogger("redisq.worker")
+    saved = (worker_logger.level, worker_logger.disabled)
+    worker_logger.setLevel(logging.WARNING)
+    worker_logger.disabled = False
+    worker_logger.addHandler(caught)
     broker = Broker(client, CoreConfig(poll_interval_ms=50))
     handler = Recorder()
     worker = Worker(broker, [spec(queue_name, "billing", handler)], options())
@@ -198,8 +216,11 @@ def test_worker_under_oom_keeps_acking_and_promotes_once_memory_is_freed(
         handler.gate.set()
         worker.stop()
         thread.join(15)
+        worker_logger.removeHandler(caught)
+        worker_logger.setLevel(saved[0])
+        worker_logger.disabled = saved[1]
     assert codes == [0]
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caught.records]
     refused = [line for line in lines if "promotion" in line and "out of memory" in line]
     assert len(refused) == 1, lines  # logged once, not once per retry
     assert any("oom is over" in line for line in lines)

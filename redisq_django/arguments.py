@@ -10,12 +10,21 @@ import sys
 
 def positive_int(text: str) -> int:
     """An ``argparse`` type: a whole number >= 1."""
+    return _whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An ``argparse`` type: a whole number >= 0."""
+    return _whole_number(text, 0)
+
+
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
     return value
 
 

@@ -29,14 +29,21 @@ the message names them), or with ``fail_on_data_loss`` false are skipped and rec
 Two modes: once (``trigger(availableNow=True)``: everything there now, then stop) and
 continuous (a micro-batch every N seconds until :func:`archive` is told to stop; in the
 main thread SIGTERM and SIGINT do that, letting a running micro-batch finish first).
+
+A query that fails for a reason outside the data (a Python worker killed, a task Spark
+lost; a local master tries a task once) is started again from its checkpoint, up to
+``options.restarts`` times in a row, as a supervisor of a streaming job would: the
+checkpoint makes that exactly once. A failure our source chose (data loss, a Redis outage
+longer than ``retryTimeout``, an invalid option) is never retried: it would only repeat.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
@@ -50,6 +57,7 @@ from redisq_django.pipeline import gaps
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.loss import DataLossError
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
+from redisq_django.pipeline.outages import RedisOutage
 from redisq_django.pipeline.preflight import (
     commit_positions,
     last_entry_ids,
@@ -59,6 +67,7 @@ from redisq_django.pipeline.preflight import (
 from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
 from redisq_django.pipeline.redis_io import parse_id
 from redisq_django.pipeline.schemas import PARQUET_OPTIONS
+from redisq_django.pipeline.source_options import OptionError
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
 
@@ -69,6 +78,14 @@ PARTITION_COLUMNS = ("queue", "date")
 #: How often the driver looks at the queries (progress, failure, stop requests), seconds.
 POLL_SECONDS = 0.25
 _MICROS_PER_DAY = 86_400_000_000
+
+#: Failures our data source raises on purpose: starting the query again would repeat them.
+FINAL_FAILURES = tuple(f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError))
+
+#: The pause before starting a query again after a restart that could not start it, s.
+RESTART_PAUSE_S = 1.0
+
+logger = logging.getLogger("redisq.pipeline")
 
 
 class ArchiveError(JobError):
@@ -82,6 +99,8 @@ class _Run:
     table: str
     query: StreamingQuery
     tally: TableTally
+    restarts: int = 0  # in a row: since the query last archived a micro-batch
+    batches_then: int = 0  # the tally's batches when it was last started again
 
     def harvest(self) -> None:
         # lastProgress is one report; the list of recent ones (up to 100) crosses py4j
@@ -132,7 +151,7 @@ def archive(
         try:
             for table in tables:
                 runs.append(_start(spark, options, table, queues))
-            _watch(runs, options, stop, signals)
+            _watch(runs, options, stop, signals, lambda run: _restart(spark, options, queues, run))
         finally:
             for run in runs:
                 if run.query.isActive:
@@ -266,13 +285,19 @@ def _start_query(
 
 
 def _watch(
-    runs: list[_Run], options: ArchiveOptions, stop: threading.Event, signals: StopSignal
+    runs: list[_Run],
+    options: ArchiveOptions,
+    stop: threading.Event,
+    signals: StopSignal,
+    restart: Callable[[_Run], bool],
 ) -> None:
-    """Follow the queries until they end (once), one fails, or a stop is asked for."""
+    """Follow the queries until they end (once), one fails for good, or a stop is asked
+    for; ``restart`` starts a failed one again, or says it may not."""
     while True:
         for run in runs:
             run.harvest()
-        if any(run.failure() for run in runs):
+        failed = [run for run in runs if run.failure()]
+        if failed and not all(restart(run) for run in failed):
             return  # archive() stops the others and reports
         if not any(run.query.isActive for run in runs):
             return
@@ -280,6 +305,48 @@ def _watch(
             _stop_gracefully(runs, options.grace_seconds, signals)
             return
         stop.wait(POLL_SECONDS)
+
+
+def restartable(failure: str, restarts: int, limit: int) -> bool:
+    """Whether a query that failed with ``failure`` (its first line), after ``restarts``
+    restarts in a row, is started again: not past ``limit``, not a :data:`FINAL_FAILURES`."""
+    return restarts < limit and not any(marker in failure for marker in FINAL_FAILURES)
+
+
+def _restart(
+    spark: SparkSession, options: ArchiveOptions, queues: tuple[str, ...], run: _Run
+) -> bool:
+    """Start ``run``'s failed query again from its checkpoint, if :func:`restartable`.
+
+    Raises:
+        ArchiveError: the query could not be started again within the restarts left.
+    """
+    failure = run.failure() or ""
+    if run.tally.batches > run.batches_then:  # it archived since: a new failure, not a loop
+        run.restarts = 0
+    while restartable(failure, run.restarts, options.restarts):
+        run.restarts += 1
+        run.batches_then = run.tally.batches
+        logger.warning(
+            "redisq archive: the %s query failed (%s); starting it again from its "
+            "checkpoint (%d of at most %d in a row)",
+            run.table,
+            failure[:500],
+            run.restarts,
+            options.restarts,
+        )
+        try:
+            # The tally goes on: a restarted query continues the batch ids (and times).
+            run.query = _start(spark, options, run.table, queues).query
+            return True
+        except ArchiveError as exc:
+            # What killed the query may still be in the way for a moment (Spark finds a
+            # dead Python worker when it next asks one to plan, then starts a new one).
+            if not restartable(failure, run.restarts, options.restarts):
+                raise
+            failure = str(exc)
+            time.sleep(RESTART_PAUSE_S * run.restarts)
+    return False
 
 
 def _stop_gracefully(runs: list[_Run], grace: float, signals: StopSignal) -> None:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from redisq_django.arguments import positive_float, positive_int
+from redisq_django.arguments import non_negative_int, positive_float, positive_int
 from redisq_django.core.named_archives import DEFAULT_ARCHIVE
 from redisq_django.pipeline.cli_jobs import (
     add_compact_arguments,
@@ -115,6 +115,16 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         "(the report shows them). Default: stop",
     )
     parser.add_argument(
+        "--restarts",
+        type=non_negative_int,
+        default=5,
+        metavar="N",
+        help="times in a row a query that failed for a reason outside the data (a Python "
+        "worker killed, a task Spark lost) starts again from its checkpoint before the job "
+        "fails (default 5; 0: never). Data loss and a Redis outage longer than the source's "
+        "retryTimeout are never retried",
+    )
+    parser.add_argument(
         "--max-entries-per-trigger",
         type=positive_int,
         metavar="N",
@@ -176,6 +186,7 @@ def archive_options(
         grace_seconds=args.grace_period,
         name=args.name or name or DEFAULT_ARCHIVE,
         fail_on_data_loss=args.fail_on_data_loss,
+        restarts=args.restarts,
     )
 
 

@@ -56,6 +56,9 @@ class ArchiveOptions:
         fail_on_data_loss: stop, naming them, when entries were removed before the
             archive stored them (a hard cap); false: go on and record them in
             ``ROOT/_gaps`` for the report.
+        restarts: how many times in a row a query that failed for a reason outside the
+            data (a Python worker killed, a task Spark lost) is started again from its
+            checkpoint before the job fails (0: never).
         extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).
     """
 
@@ -70,6 +73,7 @@ class ArchiveOptions:
     grace_seconds: float = 30.0
     name: str = DEFAULT_ARCHIVE
     fail_on_data_loss: bool = True
+    restarts: int = 5
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -94,6 +98,8 @@ class ArchiveOptions:
             problems.append("max entries per trigger must be at least 1")
         if self.max_records_per_trigger is not None and self.max_records_per_trigger < 1:
             problems.append("max records per trigger must be at least 1")
+        if self.restarts < 0:
+            problems.append(f"restarts must be 0 or more, got {self.restarts}")
         if problems:
             raise OptionsError("; ".join(problems))
 

@@ -71,7 +71,11 @@ def run_batch(
                 pipe.execute_command(*command)
             replies = list(pipe.execute(raise_on_error=False))
         return _checked(replies[: len(commands)], raise_on_error)
-    data = b"".join(pack_command(tuple(c)) for c in commands)  # the hot path: no wrapper
+    # The hot path (one publish is one command): no wrapper, no generator.
+    if len(commands) == 1:
+        data = pack_command(tuple(commands[0]))
+    else:
+        data = b"".join(pack_command(tuple(c)) for c in commands)
     if transaction:  # +OK, a +QUEUED per command, then EXEC's array
         data = _MULTI + data + b"".join(pack_command(tuple(c)) for c in quiet) + _EXEC
         outcome = _transaction(_sent(client, data, len(commands) + len(quiet) + 2))

@@ -161,6 +161,12 @@ class Broker(BrokerUpkeep):
         With ``register``, a queue not recorded yet by this process is recorded in the
         same round trip (a quiet ``SADD``; :meth:`send` records it with a call of its
         own)."""
+        counted = self.config.trends  # the queue's `published` trend, same write
+        if len(envelopes) == 1 and not (once or batch):  # one publish: no grouping
+            e = envelopes[0]
+            record = [] if not register or e.queue in self._registered else [self._record(e.queue)]
+            plan = plan_queue(self.keys(e.queue), [e], trends_on=counted, quiet=record)
+            return [e.id or ""], [([0], plan)]
         prepared = [e.with_id() for e in envelopes] if once or batch else list(envelopes)
         by_queue: dict[str, list[int]] = {}
         for index, envelope in enumerate(prepared):
@@ -170,7 +176,6 @@ class Broker(BrokerUpkeep):
             keys = self.keys(queue)
             record = [] if not register or queue in self._registered else [self._record(queue)]
             mine = [prepared[i] for i in indexes]
-            counted = self.config.trends  # the queue's `published` trend, same write
             plan = plan_queue(keys, mine, once=once, batch=batch, trends_on=counted, quiet=record)
             plans.append((indexes, plan))
         return [e.id or "" for e in prepared], plans

@@ -49,8 +49,26 @@ SKIP_REPLY = packed(("CLIENT", "REPLY", "SKIP"))
 
 
 def skipping_replies(commands: Iterable[Sequence[Any]]) -> bytes:
-    """``commands`` packed, each after a ``CLIENT REPLY SKIP``: no reply to read back."""
-    return b"".join(SKIP_REPLY + pack_command(tuple(c)) for c in commands)
+    """``commands`` packed, each after a ``CLIENT REPLY SKIP``: no reply to read back.
+
+    A tuple of commands (immutable: a trend counter's, the same for a minute of
+    publishes) is packed once and remembered.
+    """
+    if isinstance(commands, tuple):
+        found = _skipping.get(id(commands))
+        if found is not None and found[0] is commands:
+            return found[1]
+    data = b"".join(SKIP_REPLY + pack_command(tuple(c)) for c in commands)
+    if isinstance(commands, tuple):
+        if len(_skipping) >= _SKIPPING_KEPT:
+            _skipping.clear()
+        _skipping[id(commands)] = (commands, data)  # holding it: its id stays its own
+    return data
+
+
+#: :func:`skipping_replies` of tuples, by id: a few per queue and minute.
+_skipping: dict[int, tuple[object, bytes]] = {}
+_SKIPPING_KEPT = 256
 
 
 class Expect(NamedTuple, Generic[T]):

@@ -39,9 +39,9 @@ def _due_arg(e: Envelope) -> str | int:
     return e.due_at_ms or 0
 
 
-def _published(keys: QueueKeys, n: int, trends_on: bool) -> list[Command]:
+def _published(keys: QueueKeys, n: int, trends_on: bool) -> Sequence[Command]:
     """The trend counter of ``n`` messages published to the queue (none when off)."""
-    return trends.counter(keys).commands({trends.PUBLISHED: n}) if trends_on else []
+    return trends.counter(keys).published(n) if trends_on else ()
 
 
 # Not frozen: a frozen dataclass costs several times as much to build, once per publish.
@@ -71,7 +71,7 @@ class QueueSend:
     script: ScriptName | None = None
     calls: list[tuple[list[str], list[Any]]] = field(default_factory=list)
     each: bool = False
-    quiet: list[Command] = field(default_factory=list)
+    quiet: Sequence[Command] = ()
     ids: list[str] | None = None
     counted: bool = False
 
@@ -121,7 +121,7 @@ def plan_queue(
     else:
         s = plan_all(keys, envelopes, trends_on=trends_on)
     if quiet:
-        s.quiet.extend(quiet)
+        s.quiet = [*s.quiet, *quiet]  # never extended in place: a counter's may be shared
     return s
 
 
@@ -134,6 +134,8 @@ def plan_all(keys: QueueKeys, envelopes: list[Envelope], *, trends_on: bool = Fa
     (still all or none), which makes delays due times by Redis's clock.
     """
     counted = _published(keys, len(envelopes), trends_on)
+    if len(envelopes) == 1 and envelopes[0].delay_ms is None:  # one publish: the hot path
+        return QueueSend(keys, [_command(keys, envelopes[0])], quiet=counted, counted=bool(counted))
     if any(e.delay_ms is not None for e in envelopes):
         args: list[Any] = [len(envelopes)]
         for e in envelopes:

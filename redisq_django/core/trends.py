@@ -86,6 +86,8 @@ class Counter:
         self.keys = keys
         self._expiring = -1  # the minute whose hash this counter gave its TTL
         self._lock = threading.Lock()
+        # (minute, n, commands) of the last published(n) without an EXPIRE.
+        self._published: tuple[int, int, tuple[Command, ...]] = (-1, 0, ())
 
     def commands(self, counts: Mapping[str, int], now: int | None = None) -> list[Command]:
         """``HINCRBY`` of each non-zero count in this minute's hash, and its ``EXPIRE``
@@ -97,6 +99,18 @@ class Counter:
             with self._lock:
                 self._expiring = minute
             out.append(("EXPIRE", key, TTL_S))
+        return out
+
+    def published(self, n: int) -> tuple[Command, ...]:
+        """:meth:`commands` of ``n`` messages published: the same tuple for every call of
+        a minute after its first (the publish path's, built once a minute, not per call).
+        """
+        minute = minute_of(now_ms())
+        cached = self._published
+        if cached[0] == minute and cached[1] == n and minute == self._expiring:
+            return cached[2]
+        out = tuple(self.commands({PUBLISHED: n}, minute * MINUTE_MS))
+        self._published = (minute, n, out[:1])  # the HINCRBY alone: the EXPIRE went once
         return out
 
     def forget(self) -> None:

@@ -25,6 +25,7 @@ from redisq_django.core import (
     trends,
 )
 from redisq_django.core.instances import read_instances
+from redisq_django.core.pipelining import skipping_replies
 from redisq_django.core.scripts import SCRIPT_NAMES
 from redisq_django.core.worker import Worker, WorkerOptions
 from tests.core.guarantee_helpers import drain
@@ -184,6 +185,24 @@ def test_a_write_that_failed_sends_the_expire_again(
     assert [c[0] for c in counter.commands({"published": 1}, now=2)] == ["HINCRBY", "EXPIRE"]
     assert [c[0] for c in counter.commands({"published": 1}, now=60_000)] == ["HINCRBY", "EXPIRE"]
     assert counter.commands({"published": 0}) == []
+
+
+def test_the_publish_counter_is_built_once_a_minute_and_sends_the_expire_again_after_a_failure(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    keys = Broker(redis_client).keys(queue_name)
+    counter = trends.Counter(keys)
+    first = counter.published(1)
+    assert [c[0] for c in first] == ["HINCRBY", "EXPIRE"]
+    again = counter.published(1)
+    assert [c[0] for c in again] == ["HINCRBY"]
+    assert counter.published(1) is again  # the same commands, packed once (below)
+    assert skipping_replies(again) is skipping_replies(again)
+    assert skipping_replies(again) == skipping_replies(list(again))
+    assert [c[0] for c in counter.published(3)] == ["HINCRBY"]
+    assert counter.published(3)[0][-1] == 3
+    counter.forget()
+    assert [c[0] for c in counter.published(1)] == ["HINCRBY", "EXPIRE"]
 
 
 def test_the_worker_samples_backlog_in_flight_retrying_and_delayed(

@@ -121,6 +121,14 @@ def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) 
     return None
 
 
+def content_fields(payload_json: bytes, headers_json: bytes | None) -> list[bytes]:
+    """The entry fields of a message's content: its payload, and its headers if any (an
+    immediate message without an id of its own has no others)."""
+    if headers_json:
+        return [F_PAYLOAD, payload_json, F_HEADERS, headers_json]
+    return [F_PAYLOAD, payload_json]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
     """One outgoing message, validated and encoded, ready to be sent (``Broker.send``).
@@ -179,9 +187,7 @@ class Envelope:
 
     def fields(self) -> list[bytes]:
         """The stream entry as a flat field/value list (for XADD)."""
-        out = [F_PAYLOAD, self.payload_json]
-        if self.headers_json:
-            out += [F_HEADERS, self.headers_json]
+        out = content_fields(self.payload_json, self.headers_json)
         if self.id is not None:
             out += [F_ID, self.id.encode()]
         if self.published_at_ms is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from redisq_django.core import trends
 from redisq_django.core.batch import Command, run_batch, run_script, run_scripts
-from redisq_django.core.envelope import Envelope
+from redisq_django.core.envelope import Envelope, content_fields
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
@@ -153,6 +153,16 @@ def plan_all(keys: QueueKeys, envelopes: list[Envelope], *, trends_on: bool = Fa
         quiet=counted,
         counted=bool(counted),
     )
+
+
+def plan_immediate(
+    keys: QueueKeys, payload_json: bytes, headers_json: bytes | None, *, trends_on: bool
+) -> QueueSend:
+    """:func:`plan_all` of one immediate message without an id of its own, from its
+    encoded content: the path most publishes take, with no :class:`Envelope` built."""
+    counted = _published(keys, 1, trends_on)
+    command = ("XADD", keys.log, "*", *content_fields(payload_json, headers_json))
+    return QueueSend(keys, [command], quiet=counted, counted=bool(counted))
 
 
 def plan_batch_once(

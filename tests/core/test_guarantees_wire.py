@@ -26,6 +26,7 @@ from redisq_django.core import (
     PayloadTooLarge,
     RedisUnavailable,
 )
+from redisq_django.core.hooks import PublishHook
 from tests.core.guarantee_helpers import drain, fetch_nothing, ids
 
 
@@ -286,6 +287,35 @@ def test_c11_oversized_payload_is_refused_with_size_and_limit(
     # exactly at the limit is fine
     broker.publish(queue_name, "x" * 98)
     assert redis_client.xlen(raw.log) == 1
+
+
+def test_c11_a_queue_published_to_before_refuses_and_writes_alike(
+    queue_name: str, raw: RawKeys, redis_client: redis.Redis
+) -> None:
+    # The first publish to a queue records it; later ones take the short path, which
+    # must refuse what the first refuses and write what it writes.
+    seen: list[str] = []
+
+    class Tagging(PublishHook):
+        def before_prepare(self, queue: str, headers: Any) -> Any:
+            seen.append(queue)
+            return {**(headers or {}), "tag": len(seen)}
+
+    broker = Broker(redis_client, CoreConfig(max_payload_bytes=100), hooks=[Tagging()])
+    first = broker.publish(queue_name, {"n": 1}, headers={"h": "x"})
+    second = broker.publish(queue_name, {"n": 1}, headers={"h": "x"})
+    entries = dict(redis_client.xrange(raw.log))
+    fields = [entries[i.encode()] for i in (first, second)]
+    assert fields[0] == {b"payload": b'{"n":1}', b"headers": b'{"h":"x","tag":1}'}
+    assert fields[1] == {b"payload": b'{"n":1}', b"headers": b'{"h":"x","tag":2}'}
+    assert seen == [queue_name, queue_name]
+    with pytest.raises(PayloadTooLarge):
+        broker.publish(queue_name, "x" * 200)
+    with pytest.raises(PayloadNotSerializable, match="Opaque"):
+        broker.publish(queue_name, {"when": Opaque()})
+    with pytest.raises(PayloadNotSerializable, match="object"):
+        broker.publish(queue_name, "fine", headers={"h": object()})
+    assert redis_client.xlen(raw.log) == 2
 
 
 class Opaque:

@@ -375,3 +375,28 @@ def test_long_durations_fit_their_axis_and_a_lone_bucket_gets_a_dot(
         assert watch.errors == []
     finally:
         page.close()
+
+
+def test_a_report_of_one_bucket_spans_ten_minutes_around_it(browser: Any, tmp_path: Path) -> None:
+    # A short incident reported per minute: every row in one bucket. uPlot's own range
+    # for a lone time stretched it over years, the point squeezed at the edge.
+    data = {
+        name: [row for row in rows if row.get("bucket") in (None, T0)]
+        for name, rows in aggregates().items()
+    }
+    assert all(data[name] for name in ("counts", "latency", "backlog"))
+    path = write_page(tmp_path / "report.html", data)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    watch = Watch(page)
+    try:
+        page.goto(path.as_uri())
+        charts = [chart for chart in drawn(page) if chart["drawn"]]
+        assert {c["id"] for c in charts} >= {"chart-throughput", "chart-latency"}, charts
+        for chart in charts:
+            assert (chart["xMin"], chart["xMax"]) == (
+                T0.timestamp() - 300,
+                T0.timestamp() + 300,
+            ), chart
+        assert watch.errors == []
+    finally:
+        page.close()

@@ -144,9 +144,12 @@
       cursor: {drag: {x: true, y: false}},
       // The whole range when uPlot ranges on the data (first drawing, double-click), the
       // window asked for otherwise (a drag: always returning the whole range undid it).
+      // A window reaching outside the whole range is uPlot's own: for a lone time it
+      // widens to years, which squeezed the point against the edge.
       scales: {x: {time: true, range: function (u, lo, hi) {
         var x = spec.x || [];
-        var auto = lo === null || lo === undefined || (lo === x[0] && hi === x[x.length - 1]);
+        var auto = lo === null || lo === undefined || (lo === x[0] && hi === x[x.length - 1]) ||
+          (xRange && (lo < xRange[0] || hi > xRange[1]));
         return xRange && auto ? xRange : [lo, hi];
       }},
                y: {range: function (u, lo, hi) {

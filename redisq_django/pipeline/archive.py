@@ -34,7 +34,8 @@ A query that fails for a reason outside the data (a Python worker killed, a task
 lost; a local master tries a task once) is started again from its checkpoint, up to
 ``options.restarts`` times in a row, as a supervisor of a streaming job would: the
 checkpoint makes that exactly once. A failure our source chose (data loss, a Redis outage
-longer than ``retryTimeout``, an invalid option) is never retried: it would only repeat.
+longer than ``retryTimeout``, an invalid option, the archive removed while it ran) is
+never retried: it would only repeat, or undo the removal.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from redisq_django.core.errors import ArchiveNotRegistered
 from redisq_django.core.worker.state import StopSignal
 from redisq_django.pipeline import gaps
 from redisq_django.pipeline.checkpoint import last_committed_offset
@@ -79,8 +81,11 @@ PARTITION_COLUMNS = ("queue", "date")
 POLL_SECONDS = 0.25
 _MICROS_PER_DAY = 86_400_000_000
 
-#: Failures our data source raises on purpose: starting the query again would repeat them.
-FINAL_FAILURES = tuple(f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError))
+#: Failures our data source raises on purpose: starting the query again would repeat them,
+#: or (the archive removed while it ran) register the archive again, undoing the removal.
+FINAL_FAILURES = tuple(
+    f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError, ArchiveNotRegistered)
+)
 
 #: The pause before starting a query again after a restart that could not start it, s.
 RESTART_PAUSE_S = 1.0

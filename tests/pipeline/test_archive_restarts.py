@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,9 @@ import redis
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.pipeline.archive import restartable
+from redisq_django.pipeline.archive import ArchiveError, ArchiveSummary, archive, restartable
 from redisq_django.pipeline.cli import build_parser
+from redisq_django.pipeline.options import ArchiveOptions
 from tests.pipeline.archive_support import (
     archive_running,
     count_and_distinct,
@@ -75,6 +79,7 @@ def test_killed_python_workers_restart_the_query_and_it_archives_everything_once
         ("pyspark.errors.PythonException: DataLossError: entries 1-0..5-0 were removed", 0, False),
         ("PythonException: RedisOutage: Redis at redis://127.0.0.1:1/0 is unreachable", 0, False),
         ("PythonException: OptionError: option 'table' must be messages or events", 0, False),
+        ("PythonException: ArchiveNotRegistered: Archive 'default' is not registered", 0, False),
     ],
 )
 def test_only_failures_outside_the_data_are_restarted_and_only_so_often_in_a_row(
@@ -90,3 +95,54 @@ def test_restarts_default_to_5_and_0_turns_them_off() -> None:
     assert parser.parse_args([*base, "--restarts", "0"]).restarts == 0
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--restarts", "-1"])
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_archive_removed_while_it_runs_stops_and_stays_removed(
+    spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    broker = Broker(redis_client, CoreConfig(history=False))
+    ids = publish(broker, queue_name, 20)
+    options = ArchiveOptions(
+        redis_url=redis_url, root=str(tmp_path), queues=(queue_name,), trigger_seconds=0.5
+    )
+    stop = threading.Event()
+    outcome: list[BaseException | ArchiveSummary] = []
+
+    def run() -> None:
+        try:
+            outcome.append(archive(spark, options, stop=stop))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        # Running for a while: a batch archived and committed (Spark commits a batch when
+        # it plans the next, so a second batch is what moves the position)
+        wait_until(lambda: (tmp_path / "messages" / "_spark_metadata" / "0").exists(), thread)
+        ids += publish(broker, queue_name, 5, start=20)
+        position = lambda: broker.archives.positions(queue_name, "default").get("messages")  # noqa: E731
+        wait_until(lambda: position() == ids[19], thread)
+        assert broker.archives.remove(queue_name, "default") >= 1  # messages (and events)
+        publish(broker, queue_name, 5, start=25)  # its next commit finds it removed
+        thread.join(120)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], ArchiveError), outcome
+    assert "ArchiveNotRegistered" in str(outcome[0]) or "not registered" in str(outcome[0])
+    # Not started again: that would have registered it anew, undoing the removal
+    assert broker.archives.positions(queue_name, "default") == {}
+
+
+def wait_until(
+    condition: Callable[[], bool], thread: threading.Thread, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert thread.is_alive(), "the archive ended first"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)

@@ -30,19 +30,21 @@ def _keys(messages: list[Message]) -> dict[str, str | None]:
 def test_an_immediate_message_carries_its_key_to_the_handler_and_none_without(
     queue_name: str, broker: Broker, redis_client: redis.Redis
 ) -> None:
-    # Given a consumer, a message with a key and one without
+    # Given a consumer, a message without a key (the queue is recorded by this process
+    # from then on: later publishes take its shortest path), one with, one without
     broker.ensure_consumer(queue_name, "billing")
+    first = broker.publish(queue_name, {"n": 0})
     with_key = broker.publish(queue_name, {"n": 1}, key="order-42")
     without = broker.publish(queue_name, {"n": 2})
     # When they are received
     sub = broker.subscribe(queue_name, "billing", "i1")
-    received = drain(sub, expected=2)
-    # Then the handler sees the key, and None for the other
-    assert _keys(received) == {with_key: "order-42", without: None}
+    received = drain(sub, expected=3)
+    # Then the handler sees the key, and None for the others
+    assert _keys(received) == {first: None, with_key: "order-42", without: None}
     # And on the wire: a `key` field only where there is a key
     log = {i.decode(): f for i, f in redis_client.xrange(broker.keys(queue_name).log)}
     assert log[with_key][b"key"] == b"order-42"
-    assert b"key" not in log[without]
+    assert b"key" not in log[without] and b"key" not in log[first]
 
 
 def test_publish_many_gives_every_message_of_the_batch_the_one_key(

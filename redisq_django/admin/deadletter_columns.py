@@ -24,6 +24,12 @@ CELL_CHARS = 200
 TOOLTIP_CHARS = 1000
 
 
+def ordering_key_of(row: DeadLetter) -> str | None:
+    """The ordering key in a dead letter's envelope (the fields a retry sends), or None."""
+    key = row.envelope.get("key") if isinstance(row.envelope, dict) else None
+    return key if isinstance(key, str) else None
+
+
 class TaskFilter(admin.SimpleListFilter):
     """By task, for the dead letters of task queues (shown only when there are some)."""
 
@@ -56,11 +62,27 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("message id"), ordering="message_id")
     def short_id(self, obj: DeadLetter) -> SafeString:
+        key = ordering_key_of(obj)
+        if key is None:
+            return format_html(
+                '<span class="redisq-cut redisq-id" title="{}">{}</span>',
+                obj.message_id,
+                obj.message_id,
+            )
+        # Still one line: the key after the id, both whole in the tooltip.
         return format_html(
-            '<span class="redisq-cut redisq-id" title="{}">{}</span>',
+            '<span class="redisq-cut redisq-id" title="{} ({}: {})">{} '
+            '<span class="redisq-key">{}</span></span>',
             obj.message_id,
+            _("ordering key"),
+            key,
             obj.message_id,
+            key,
         )
+
+    @admin.display(description=_("ordering key"))
+    def ordering_key(self, obj: DeadLetter) -> str:
+        return ordering_key_of(obj) or "-"
 
     @admin.display(description=_("where"), ordering="consumer")
     def where(self, obj: DeadLetter) -> SafeString:

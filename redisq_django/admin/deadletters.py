@@ -89,6 +89,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         "error_message",
         "pretty_payload",
         "pretty_headers",
+        "ordering_key",
         "formatted_traceback",
         "published_at",
         "first_failed_at",
@@ -110,7 +111,10 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
                 )
             },
         ),
-        (_("Message"), {"fields": ("pretty_payload", "pretty_headers", "published_at")}),
+        (
+            _("Message"),
+            {"fields": ("pretty_payload", "pretty_headers", "ordering_key", "published_at")},
+        ),
         (
             None,
             {

@@ -50,11 +50,17 @@ class Links:
 
 
 def _link(links: Links, entry: Entry) -> SafeString:
-    return format_html(
+    link = format_html(
         '<a class="redisq-msg" href="{}?{}">{}</a>',
         links.message_url,
         urlencode({"ref": entry.ref}),
         entry.message_id,
+    )
+    key = entry.ordering_key
+    if key is None:
+        return link
+    return format_html(
+        '{} <span class="redisq-key" title="{}">{}</span>', link, _("ordering key"), key
     )
 
 

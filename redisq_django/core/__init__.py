@@ -26,6 +26,7 @@ from redisq_django.core.envelope import Envelope, new_message_id
 from redisq_django.core.errors import (
     ConfigurationError,
     ConsumerNotFound,
+    InvalidKey,
     InvalidName,
     NotRedrivable,
     PayloadNotSerializable,
@@ -57,6 +58,7 @@ __all__ = [
     "Delivery",
     "Envelope",
     "Failure",
+    "InvalidKey",
     "InvalidName",
     "Message",
     "NotRedrivable",

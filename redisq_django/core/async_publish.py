@@ -66,10 +66,11 @@ async def apublish(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> str:
     """:meth:`Broker.publish` on asyncio client ``conn``: the message id."""
     with sending(broker.hooks, queue, 1):
-        envelope = broker.prepare(queue, payload, headers=headers, delay=delay, eta=eta)
+        envelope = broker.prepare(queue, payload, headers=headers, delay=delay, eta=eta, key=key)
         return (await asend(broker, conn, scripts, [envelope]))[0]
 
 
@@ -83,11 +84,12 @@ async def apublish_many(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> list[str]:
     """:meth:`Broker.publish_many` on asyncio client ``conn``: the message ids in order,
-    all or none."""
+    all or none (``key``: one ordering key for the batch)."""
     due = due_of(delay, eta)  # one due time for the whole batch
     payloads = list(payloads)
     with sending(broker.hooks, queue, len(payloads)):
-        envelopes = [broker.prepare_due(queue, p, headers, due) for p in payloads]
+        envelopes = [broker.prepare_due(queue, p, headers, due, None, key) for p in payloads]
         return await asend(broker, conn, scripts, envelopes)

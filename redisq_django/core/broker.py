@@ -13,7 +13,7 @@ import redis
 from redisq_django.core import redelivery
 from redisq_django.core.broker_upkeep import BrokerUpkeep
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.envelope import Delay, Due, Envelope, due_of
+from redisq_django.core.envelope import Delay, Due, Envelope, check_key, due_of
 from redisq_django.core.errors import ConsumerNotFound, is_nogroup, translate_errors
 from redisq_django.core.groups import (
     default_instance_name,
@@ -87,6 +87,7 @@ class Broker(BrokerUpkeep):
         delay: Delay = None,
         eta: dt.datetime | None = None,
         id: str | None = None,
+        key: str | None = None,
     ) -> Envelope:
         """Validate and encode a message now; :meth:`send` it later (or at once).
 
@@ -99,14 +100,18 @@ class Broker(BrokerUpkeep):
             eta: an aware datetime before which it is not delivered.
             id: a message id of your choosing (default: the log entry id for immediate
                 messages, 32 hex characters for delayed ones).
+            key: the ordering key, the entity the message is about (``"order-42"``): a
+                non-empty str of at most 256 bytes in UTF-8, carried with the message
+                (``message.key``) and shown; nothing is ordered by it yet.
 
         Raises:
             InvalidName: the queue name is not allowed.
             PayloadTooLarge: the encoded payload and headers are over ``max_payload_bytes``.
             PayloadNotSerializable: payload or headers hold a non-JSON value.
+            InvalidKey: ``key`` is not a str, is empty or is over 256 bytes.
             ValueError: both ``delay`` and ``eta``, a negative delay or a naive ``eta``.
         """
-        return self.prepare_due(queue, payload, headers, due_of(delay, eta), id)
+        return self.prepare_due(queue, payload, headers, due_of(delay, eta), id, key)
 
     def prepare_due(
         self,
@@ -115,16 +120,19 @@ class Broker(BrokerUpkeep):
         headers: Mapping[str, Any] | None,
         due: Due | None,
         id: str | None = None,
+        key: str | None = None,
     ) -> Envelope:
         """:meth:`prepare` with the due time computed (``envelope.due_of``): a batch's
         messages share one."""
         self.keys(queue)
+        if key is not None:
+            check_key(key)
         for hook in self.hooks:
             headers = hook.before_prepare(queue, headers)
         payload_json, headers_json = self.codec.encode_message(
             payload, headers, queue=queue, limit=self.config.max_payload_bytes
         )
-        return Envelope.build(queue, id, payload_json, headers_json, due)
+        return Envelope.build(queue, id, payload_json, headers_json, due, key)
 
     @translate_errors
     def send(
@@ -202,6 +210,7 @@ class Broker(BrokerUpkeep):
         headers: Mapping[str, Any] | None = None,
         delay: Delay = None,
         eta: dt.datetime | None = None,
+        key: str | None = None,
     ) -> str:
         """Publish one message; every logical consumer of ``queue`` receives it.
 
@@ -212,9 +221,10 @@ class Broker(BrokerUpkeep):
             (``"1700000000000-0"``); delayed ones a 32-character hex id.
         """
         with sending(self.hooks, queue, 1):
-            if delay is None and eta is None and queue in self._registered:
+            # A keyed message takes the Envelope path: the fast one writes no key.
+            if delay is None and eta is None and key is None and queue in self._registered:
                 return self._publish_now(queue, payload, headers)
-            envelope = self.prepare(queue, payload, headers=headers, delay=delay, eta=eta)
+            envelope = self.prepare(queue, payload, headers=headers, delay=delay, eta=eta, key=key)
             return self.send([envelope])[0]
 
     @translate_errors
@@ -239,12 +249,14 @@ class Broker(BrokerUpkeep):
         headers: Mapping[str, Any] | None = None,
         delay: Delay = None,
         eta: dt.datetime | None = None,
+        key: str | None = None,
     ) -> list[str]:
         """Publish several messages in one round trip, all or none.
 
         Every payload is encoded (and checked against the limit) before anything is
         sent, so an invalid payload publishes nothing. Arguments as :meth:`publish`;
-        ``headers``, ``delay`` and ``eta`` apply to every message.
+        ``headers``, ``delay``, ``eta`` and ``key`` (one ordering key for the whole
+        batch) apply to every message.
 
         Returns:
             The message ids, in the order of ``payloads``.
@@ -252,7 +264,8 @@ class Broker(BrokerUpkeep):
         due = due_of(delay, eta)  # one due time for the whole batch
         payloads = list(payloads)
         with sending(self.hooks, queue, len(payloads)):
-            return self.send([self.prepare_due(queue, p, headers, due) for p in payloads])
+            envelopes = [self.prepare_due(queue, p, headers, due, None, key) for p in payloads]
+            return self.send(envelopes)
 
     @translate_errors
     def send_to_consumer(

@@ -79,6 +79,13 @@ class Entry:
         return to_str(raw) if raw is not None else self.key
 
     @property
+    def ordering_key(self) -> str | None:
+        """The message's ordering key (its ``key`` field; ``key`` here is where the entry
+        is), or None."""
+        raw = self.fields.get(env.F_KEY)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    @property
     def ref(self) -> str:
         """How :func:`find` finds it again: ``log:<id>``, ``direct:<id>``,
         ``delayed:<score>:<message id>`` or ``retry:<score>:<message id>``."""

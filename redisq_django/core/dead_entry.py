@@ -195,7 +195,8 @@ class DeadEntry:
         reason: why it died (a :class:`DeadReason` value).
         error_class, error_message, traceback: the last failure.
         published_at, first_failed_at, last_failed_at: UTC datetimes.
-        fields: the raw fields (to re-drive the exact envelope).
+        fields: the raw fields (to re-drive the exact envelope); ``key`` gives the
+            ordering key among them.
     """
 
     entry_id: str
@@ -254,6 +255,12 @@ class DeadEntry:
             last_failed_at=when(F_LAST_FAILED_AT),
             fields=dict(fields),
         )
+
+    @property
+    def key(self) -> str | None:
+        """The message's ordering key, or None (as text, whatever bytes it held)."""
+        raw = self.fields.get(env.F_KEY)
+        return None if raw is None else raw.decode("utf-8", "backslashreplace")
 
     @property
     def group(self) -> str:

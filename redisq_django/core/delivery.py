@@ -98,6 +98,11 @@ class Delivery:
         return self.message.failures
 
     @property
+    def key(self) -> str | None:
+        """The message's ordering key, or None."""
+        return self.message.key
+
+    @property
     def published_at_ms(self) -> int:
         """When the message was published (ms since the epoch)."""
         return self.message.published_at_ms

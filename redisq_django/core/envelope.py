@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
+from redisq_django.core.errors import InvalidKey
 from redisq_django.core.json import loads
 from redisq_django.core.wire import MAX_INT_DIGITS, to_str, wire_int
 
@@ -30,6 +31,9 @@ ENVELOPE_VERSION = 1
 #: dead-letter rows and outbox rows hold an id in a column of this size, under a unique
 #: constraint, so a longer one is refused at publish and undecodable on the wire.
 MAX_ID_LENGTH = 64
+
+#: An ordering key is at most this many bytes, UTF-8 encoded (PROTOCOL.md, ``key``).
+MAX_KEY_BYTES = 256
 
 # Field names (bytes, as redis-py returns them).
 F_VERSION = b"v"
@@ -43,6 +47,8 @@ F_FIRST_FAILED_AT = b"first_failed_at"
 #: count failures apart from crashes (Django tasks write it); absent = 0.
 F_FAILURES = b"failures"
 F_DUE_AT = b"due_at"
+#: The ordering key: the entity a message is about (``"order-42"``); carried, shown.
+F_KEY = b"key"
 #: The one field of a delayed or retry member promoted as it was (not a valid envelope).
 F_RAW_MEMBER = b"raw"
 #: On a retry: the error of the failed delivery (``Class: message``), for operators.
@@ -51,7 +57,7 @@ F_LAST_ERROR = b"last_error"
 MAX_LAST_ERROR = 500
 
 #: Fields that a retry or re-drive carries over from the entry it came from.
-CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT)
+CARRIED_FIELDS = (F_VERSION, F_PAYLOAD, F_HEADERS, F_ID, F_PUBLISHED_AT, F_DUE_AT, F_KEY)
 
 Delay = float | int | dt.timedelta | None
 
@@ -63,6 +69,32 @@ def new_message_id() -> str:
     object, a fifth of the cost on a path that runs once per message.
     """
     return os.urandom(16).hex()
+
+
+def check_key(key: object) -> str:
+    """``key`` if it is a valid ordering key: a non-empty ``str`` of at most
+    :data:`MAX_KEY_BYTES` bytes in UTF-8.
+
+    Raises:
+        InvalidKey: it is not; the message says what is wrong and the limit.
+    """
+    if not isinstance(key, str):
+        raise InvalidKey(
+            f"An ordering key must be a str naming what the message is about (e.g. "
+            f"'order-42'), got {type(key).__name__}; pass key=None for no key."
+        )
+    if not key:
+        raise InvalidKey("An ordering key must not be empty; pass key=None for no key.")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it
+        raise InvalidKey(f"An ordering key must be valid Unicode text, got {key[:40]!r}.") from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidKey(
+            f"An ordering key is at most {MAX_KEY_BYTES} bytes in UTF-8, got {size} "
+            f"({key[:40]!r}...): name the entity (its id), not its data."
+        )
+    return key
 
 
 class Due(NamedTuple):
@@ -123,7 +155,7 @@ def due_at_ms(delay: Delay, eta: dt.datetime | None, *, now: int | None = None) 
 
 def content_fields(payload_json: bytes, headers_json: bytes | None) -> list[bytes]:
     """The entry fields of a message's content: its payload, and its headers if any (an
-    immediate message without an id of its own has no others)."""
+    immediate message without an id or ordering key of its own has no others)."""
     if headers_json:
         return [F_PAYLOAD, payload_json, F_HEADERS, headers_json]
     return [F_PAYLOAD, payload_json]
@@ -145,6 +177,7 @@ class Envelope:
             receives the message, by its own clock; ``due_at_ms`` is then only the
             publisher's estimate (kept where a message waits before it is sent, as in
             an outbox row) and the stream fields leave ``due_at`` to Redis.
+        key: the ordering key (checked by ``Broker.prepare``: :func:`check_key`), or None.
     """
 
     queue: str
@@ -154,6 +187,7 @@ class Envelope:
     published_at_ms: int | None = None
     due_at_ms: int | None = None
     delay_ms: int | None = None
+    key: str | None = None
 
     def __post_init__(self) -> None:
         delayed = self.due_at_ms is not None or self.delay_ms is not None
@@ -170,11 +204,14 @@ class Envelope:
         payload_json: bytes,
         headers_json: bytes | None,
         due: Due | None,
+        key: str | None = None,
     ) -> Envelope:
         """An immediate envelope, or, with ``due``, a delayed one published now (with an id
         of its own: ``id`` or a new one)."""
         if due is None:
-            return cls(queue=queue, id=id, payload_json=payload_json, headers_json=headers_json)
+            return cls(
+                queue=queue, id=id, payload_json=payload_json, headers_json=headers_json, key=key
+            )
         return cls(
             queue=queue,
             id=id or new_message_id(),
@@ -183,6 +220,7 @@ class Envelope:
             published_at_ms=now_ms(),
             due_at_ms=due.at_ms,
             delay_ms=due.delay_ms,
+            key=key,
         )
 
     def fields(self) -> list[bytes]:
@@ -194,6 +232,8 @@ class Envelope:
             out += [F_PUBLISHED_AT, str(self.published_at_ms).encode()]
         if self.due_at_ms is not None and self.delay_ms is None:
             out += [F_DUE_AT, str(self.due_at_ms).encode()]
+        if self.key is not None:
+            out += [F_KEY, self.key.encode()]
         return out
 
     def member(self) -> bytes:
@@ -214,6 +254,7 @@ class Envelope:
             published_at_ms=self.published_at_ms,
             due_at_ms=self.due_at_ms,
             delay_ms=self.delay_ms,
+            key=self.key,
         )
 
 
@@ -232,6 +273,7 @@ class Decoded(NamedTuple):
     first_failed_at_ms: int | None
     due_at_ms: int | None
     failures: int = 0
+    key: str | None = None
 
 
 def _int_field(fields: Mapping[bytes, bytes], name: bytes, *, time: bool = False) -> int | None:
@@ -287,6 +329,7 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
     if len(message_id) > MAX_ID_LENGTH:
         raise UndecodableEntry(f"field 'id' is longer than {MAX_ID_LENGTH} characters")
     published = _int_field(fields, F_PUBLISHED_AT, time=True)
+    raw_key = fields.get(F_KEY)
     return Decoded(
         message_id,
         payload,
@@ -296,7 +339,20 @@ def decode(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Decoded:
         _int_field(fields, F_FIRST_FAILED_AT, time=True),
         _int_field(fields, F_DUE_AT, time=True),
         _int_field(fields, F_FAILURES) or 0,
+        None if raw_key is None else _key_field(raw_key),
     )
+
+
+def _key_field(raw: bytes) -> str:
+    """An entry's ``key`` field, as ``Broker.prepare`` allows it (:func:`check_key`)."""
+    if not raw:
+        raise UndecodableEntry("field 'key' is empty")
+    if len(raw) > MAX_KEY_BYTES:
+        raise UndecodableEntry(f"field 'key' is longer than {MAX_KEY_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UndecodableEntry("field 'key' is not UTF-8") from None
 
 
 #: The lone surrogates ``surrogateescape`` decodes the bytes of invalid UTF-8 to.

@@ -50,6 +50,10 @@ class PayloadNotSerializable(PublishError):
         )
 
 
+class InvalidKey(PublishError, ValueError):
+    """An ordering key is not allowed: not a str, empty, or over its byte limit."""
+
+
 class NotRedrivable(RedisqError, ValueError):
     """A dead letter cannot be delivered again: it is undecodable or has no payload."""
 

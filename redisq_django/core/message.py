@@ -34,6 +34,9 @@ class Message:
         failures: of the deliveries before this one, those whose handler raised, for a
             consumer that counts them apart from crashes (Django tasks, whose
             ``max_retries`` counts failures only); 0 otherwise.
+        key: its ordering key (``publish(..., key="order-42")``), the entity it is
+            about, or None when it was published without one. Carried and shown only:
+            messages are not (yet) ordered or routed by it.
     """
 
     id: str
@@ -48,6 +51,8 @@ class Message:
     failures: int = 0
     #: The instance it was delivered to.
     instance: str = ""
+    #: Its ordering key, or None.
+    key: str | None = None
 
     @property
     def group(self) -> str:

@@ -185,6 +185,7 @@ class Subscription:
             parts.first_failed_at_ms,
             parts.failures,
             self.instance,
+            parts.key,
         )
         return Delivery(message, stream, entry_id, fields, self.policy)
 

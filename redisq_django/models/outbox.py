@@ -20,6 +20,9 @@ class OutboxMessage(models.Model):
     payload = models.TextField(_("payload (JSON)"))
     headers = models.TextField(_("headers (JSON)"), blank=True, default="")
     due_at = models.DateTimeField(_("due"), null=True, blank=True)
+    #: The ordering key ("" for none: an empty key is never valid). 256 characters hold
+    #: any key of at most 256 bytes in UTF-8.
+    key = models.CharField(_("ordering key"), max_length=256, blank=True, default="")
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     claimed_by = models.CharField(max_length=100, blank=True, default="", editable=False)
     claimed_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -78,6 +78,7 @@ def messages(stream: StreamRef, page: list[RawEntry]) -> pa.RecordBatch:
     published: list[int | None] = [None] * n
     due: list[int | None] = [None] * n
     attempts: list[int | None] = [0] * n
+    keys: list[bytes | None] = [None] * n
     for i, (_, flat) in enumerate(page):
         if len(flat) == 2 and flat[0] == b"payload":  # a plain publish: the common case
             payloads[i] = flat[1]
@@ -92,6 +93,7 @@ def messages(stream: StreamRef, page: list[RawEntry]) -> pa.RecordBatch:
             due[i] = _ms(fields[b"due_at"])
         if b"attempts" in fields:
             attempts[i] = _int(fields[b"attempts"])
+        keys[i] = fields.get(b"key")
     entry_ids = _strings(ids)
     entry_ms = _entry_ms(entry_ids)
     columns = [
@@ -103,6 +105,7 @@ def messages(stream: StreamRef, page: list[RawEntry]) -> pa.RecordBatch:
         _strings(payloads),
         _strings(headers),
         pa.array(attempts, pa.int32()),
+        _strings(keys),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(Table.MESSAGES))
 

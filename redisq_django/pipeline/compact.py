@@ -62,7 +62,7 @@ from pyspark.sql import functions as F
 
 from redisq_django.pipeline.job_options import CompactOptions
 from redisq_django.pipeline.options import ARCHIVED_TABLES, JobError, join_path, one_line
-from redisq_django.pipeline.schemas import PARQUET_OPTIONS
+from redisq_django.pipeline.schemas import PARQUET_OPTIONS, Table, archive_schema
 from redisq_django.pipeline.sink_log import (
     HadoopFs,
     LogFile,
@@ -210,7 +210,10 @@ def _compact_table(
     run = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = join_path(table_path, STAGING_DIR, run)
     old = [e["path"] for g in groups for e in g.entries]
-    frame = spark.read.option("basePath", fs.qualified(table_path)).parquet(*old)
+    # The table's schema, not one inferred from a file: files written before a column
+    # was added (messages.key) would drop it from the rewrite of newer ones.
+    reader = spark.read.schema(archive_schema(Table(table)))
+    frame = reader.option("basePath", fs.qualified(table_path)).parquet(*old)
     wanted = {g.partition: _files_wanted(g.size, options) for g in groups}
     # One bucket column per row: rows of a partition spread over its wanted file count.
     buckets = F.create_map(*[x for p, n in wanted.items() for x in (F.lit(p), F.lit(n))])

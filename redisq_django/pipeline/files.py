@@ -12,7 +12,8 @@ that takes a list of Parquet files sees every archived row exactly once::
     from redisq_django.pipeline.files import archive_dataset, archive_files
 
     table = archive_dataset("/var/lib/redisq/archive", "messages").to_table()
-    duckdb.sql("SELECT count(*) FROM read_parquet($files, hive_partitioning = true)",
+    duckdb.sql("SELECT count(*) FROM read_parquet($files, hive_partitioning = true, "
+               "union_by_name = true)",
                params={"files": archive_files("/var/lib/redisq/archive", "messages")})
 
 The log format (Spark's ``FileStreamSinkLog``): files named by batch id (``0``, ``1``, ...)
@@ -47,6 +48,9 @@ _BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
 _PARTITION_TAIL = re.compile(r"(?:^|/)(queue=[^/]+/date=[^/]+/[^/]+)$")
 #: The tables the archive job writes (``options.ARCHIVED_TABLES``, without its imports).
 TABLES = ("messages", "events")
+#: Columns added to a table after archives were first written (``schemas.py``): name,
+#: and the column it follows. Files written before hold none; they read as null.
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"messages": (("key", "attempts"),)}
 #: Hadoop schemes pyarrow knows under another name.
 _PYARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 
@@ -242,7 +246,9 @@ def archive_dataset(
 
     ``.to_table()``, ``.to_table(filter=...)``, ``.to_batches()``, or
     ``.to_table().to_pandas()`` for pandas; DuckDB queries it directly by name.
-    Arguments and errors as :func:`archive_files`.
+    Arguments and errors as :func:`archive_files`. A column added to the table since
+    some files were written (``messages.key``) is in the schema whichever file is
+    first, null in the files written before it.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -253,13 +259,20 @@ def archive_dataset(
         pa.schema([("queue", pa.string()), ("date", pa.date32())]), flavor="hive"
     )
     parquet = ds.ParquetFileFormat(read_options={"coerce_int96_timestamp_unit": "us"})
-    return ds.dataset(
-        files,
-        filesystem=pa_fs,
-        format=parquet,
-        partitioning=partitioning,
-        partition_base_dir=f"{base}/{table}",
-    )
+    options: dict[str, Any] = {
+        "filesystem": pa_fs,
+        "format": parquet,
+        "partitioning": partitioning,
+        "partition_base_dir": f"{base}/{table}",
+    }
+    found = ds.dataset(files, **options)
+    # pyarrow takes the schema of the first file: one written before a column was added
+    # would hide that column in every file. Add it; older files then read it as null.
+    schema = found.schema
+    for name, after in ADDED_COLUMNS.get(table, ()):
+        if name not in schema.names and after in schema.names:
+            schema = schema.insert(schema.get_field_index(after) + 1, pa.field(name, pa.string()))
+    return found if schema is found.schema else ds.dataset(files, schema=schema, **options)
 
 
 def write_manifests(

@@ -67,7 +67,7 @@ __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_me
 #: Seconds between progress lines.
 PROGRESS_SECONDS = 10.0
 #: Columns the writer reads.
-WRITTEN_COLUMNS = ("payload", "headers", "message_id")
+WRITTEN_COLUMNS = ("payload", "headers", "message_id", "key")
 #: Spark's error conditions for a value an expression cannot take (ANSI mode).
 VALUE_ERRORS = (
     "CAST_INVALID_INPUT",
@@ -229,6 +229,7 @@ def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
     return ordered.select(
         "payload",
         "headers",
+        "key",
         F.substring(F.sha2(key, 256), 1, 32).alias("message_id"),
         F.col("message_id").alias("original_id"),
     )

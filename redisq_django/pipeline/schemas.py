@@ -50,6 +50,8 @@ MESSAGES = _struct(
     ("payload", _S),
     ("headers", _S),
     ("attempts", _I),
+    # Added after the first archives were written: files without it read as null.
+    ("key", _S),
 )
 
 EVENTS = _struct(
@@ -101,7 +103,9 @@ def spark_schema(table: Table) -> StructType:
 def archive_schema(table: Table) -> StructType:
     """The schema of ``table`` as the archive stores it: its columns and the ``date``
     partition. A reader given it infers nothing (Spark would run a job to read a file's
-    footer, a second or more of a short job)."""
+    footer, a second or more of a short job), and reads a column added since a file was
+    written (``messages.key``) as null in that file: every reader of archived files
+    passes it, never a schema inferred from whichever file Spark opens first."""
     return StructType([*SCHEMAS[table].fields, StructField("date", DateType(), True)])
 
 

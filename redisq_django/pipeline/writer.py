@@ -1,7 +1,8 @@
 """Writing to the ``redisq`` data source: every row becomes a published message.
 
-Rows need a ``payload`` column (JSON text); ``headers`` (a JSON object as text) and
-``message_id`` are optional, and so is ``queue`` when option ``queue`` names the target.
+Rows need a ``payload`` column (JSON text); ``headers`` (a JSON object as text),
+``message_id`` and ``key`` (the ordering key; null: none) are optional, and so is
+``queue`` when option ``queue`` names the target.
 The original ``message_id`` travels in header ``redisq-original-id`` (or the value of an
 optional ``original_id`` column, for a job that publishes once under ids of its own, as
 ``replay --once`` does). Each task sends its rows in batches of ``batchSize`` (500)
@@ -34,7 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from redisq_django.core import Broker
-from redisq_django.core.envelope import Envelope
+from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.json import loads
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.outages import Link
@@ -63,6 +64,7 @@ class RowLayout:
     message_id: int | None
     queue: int | None
     original_id: int | None = None
+    key: int | None = None
 
     @classmethod
     def of(cls, schema: StructType, options: SourceOptions) -> RowLayout:
@@ -73,7 +75,7 @@ class RowLayout:
                 ``message_id`` column.
         """
         names = [f.name for f in schema.fields]
-        columns = ("payload", "headers", "message_id", "queue", "original_id")
+        columns = ("payload", "headers", "message_id", "queue", "original_id", "key")
         index = {n: names.index(n) for n in columns if n in names}
         if "payload" not in index:
             raise OptionError(f"Writing to redisq needs a 'payload' column; got {names}.")
@@ -89,6 +91,7 @@ class RowLayout:
             index.get("message_id"),
             index.get("queue"),
             index.get("original_id"),
+            index.get("key"),
         )
 
 
@@ -117,7 +120,8 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
     """The message one row publishes.
 
     Raises:
-        ValueError: the payload is missing or not JSON, or the headers not a JSON object.
+        ValueError: the payload is missing or not JSON, the headers not a JSON object,
+            or the key not one ``publish`` takes (``InvalidKey``).
     """
     payload = row[layout.payload]
     if payload is None:
@@ -127,11 +131,13 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
     original = row[layout.message_id] if layout.message_id is not None else None
     named = row[layout.original_id] if layout.original_id is not None else original
     queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]
+    key = row[layout.key] if layout.key is not None else None
     return Envelope(
         queue=queue,
         id=str(original) if options.once and original is not None else None,
         payload_json=payload_json,
         headers_json=_headers(row[layout.headers] if layout.headers is not None else None, named),
+        key=None if key is None else check_key(key),
     )
 
 

@@ -26,6 +26,7 @@ def publish(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> str:
     """Publish one message to ``queue`` now; every logical consumer of it receives it.
 
@@ -40,6 +41,9 @@ def publish(
         headers: optional JSON-serialisable metadata dict.
         delay: seconds (or a ``timedelta``) to wait before delivery.
         eta: an aware datetime before which it is not delivered.
+        key: an ordering key, the entity the message is about (``"order-42"``): a
+            non-empty str of at most 256 bytes in UTF-8; the handler sees it as
+            ``message.key``. Carried and shown only: nothing is ordered by it yet.
 
     Returns:
         The message id.
@@ -47,12 +51,13 @@ def publish(
     Raises:
         PayloadTooLarge: the payload is over ``REDISQ['MAX_PAYLOAD_BYTES']``.
         PayloadNotSerializable: the payload or headers hold a non-JSON value.
+        InvalidKey: ``key`` is not a str, is empty or is over 256 bytes.
         RedisUnavailable: Redis cannot be reached.
         RedisRefused: Redis refused the write for now; ``condition`` says why (``"oom"``,
             ``"readonly"``, ``"loading"``...). A ``RedisUnavailable`` too.
     """
     check_queue_known(queue)
-    return get_broker().publish(queue, payload, headers=headers, delay=delay, eta=eta)
+    return get_broker().publish(queue, payload, headers=headers, delay=delay, eta=eta, key=key)
 
 
 def publish_many(
@@ -62,14 +67,19 @@ def publish_many(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> list[str]:
-    """Publish several messages in one round trip, all or none (see :func:`publish`).
+    """Publish several messages in one round trip, all or none (see :func:`publish`);
+    ``headers``, ``delay``, ``eta`` and ``key`` (one ordering key for the batch) apply to
+    every message.
 
     Returns:
         The message ids in the order of ``payloads``.
     """
     check_queue_known(queue)
-    return get_broker().publish_many(queue, payloads, headers=headers, delay=delay, eta=eta)
+    return get_broker().publish_many(
+        queue, payloads, headers=headers, delay=delay, eta=eta, key=key
+    )
 
 
 async def apublish(
@@ -79,6 +89,7 @@ async def apublish(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> str:
     """:func:`publish` for async code (an ``async def`` view, an async consumer): the
     same message, validation, errors, tracing and trends, sent on this event loop's own
@@ -102,7 +113,15 @@ async def apublish(
     broker = get_broker()
     async with loop_client() as entry:
         return await async_publish.apublish(
-            broker, entry.conn, entry.loaded, queue, payload, headers=headers, delay=delay, eta=eta
+            broker,
+            entry.conn,
+            entry.loaded,
+            queue,
+            payload,
+            headers=headers,
+            delay=delay,
+            eta=eta,
+            key=key,
         )
 
 
@@ -113,6 +132,7 @@ async def apublish_many(
     headers: Mapping[str, Any] | None = None,
     delay: Delay = None,
     eta: dt.datetime | None = None,
+    key: str | None = None,
 ) -> list[str]:
     """:func:`publish_many` for async code (see :func:`apublish`): one round trip, all
     or none, every payload encoded before anything is sent.
@@ -132,6 +152,7 @@ async def apublish_many(
             headers=headers,
             delay=delay,
             eta=eta,
+            key=key,
         )
 
 
@@ -143,6 +164,7 @@ def publish_on_commit(
     delay: Delay = None,
     eta: dt.datetime | None = None,
     using: str | None = None,
+    key: str | None = None,
 ) -> str:
     """Publish once the current transaction of database ``using`` commits.
 
@@ -160,18 +182,20 @@ def publish_on_commit(
     naming the message. Nothing raises after the commit.
 
     Args:
-        queue, payload, headers, delay, eta: as :func:`publish`.
+        queue, payload, headers, delay, eta, key: as :func:`publish` (the key is kept
+            in the outbox row too).
         using: the database alias whose transaction to follow (default: "default").
 
     Returns:
         The message id (chosen now, kept when it is published).
 
     Raises:
-        PayloadTooLarge, PayloadNotSerializable: the payload is refused (at the call).
+        PayloadTooLarge, PayloadNotSerializable, InvalidKey: the message is refused (at
+            the call).
     """
     check_queue_known(queue)
     envelope = get_broker().prepare(
-        queue, payload, headers=headers, delay=delay, eta=eta, id=new_message_id()
+        queue, payload, headers=headers, delay=delay, eta=eta, id=new_message_id(), key=key
     )
     enqueue_on_commit(envelope, using=using)
     assert envelope.id is not None

@@ -11,7 +11,8 @@ on rollback), a message whose payload is ``payload(instance, event)`` — by def
 ``{"model": "shop.order", "pk": 42, "event": "created"}`` — with headers ``{"event":
 ..., "model": ...}``. The default payload deliberately carries only the key: consumers
 read the current row, and nothing (passwords, personal data) leaks by accident. Pass
-``payload=`` to send more.
+``payload=`` to send more, and ``key=`` to give each message an ordering key (a field
+name, e.g. ``key="pk"``, or ``f(instance, event)``).
 
 ``QuerySet.update()``, ``bulk_create()`` and ``bulk_update()`` send no model signals,
 so no events: call :func:`publish_bulk_events` with the affected objects.
@@ -33,6 +34,9 @@ from redisq_django.publishing import enqueue_on_commit, publish_on_commit
 
 EVENTS = ("created", "updated", "deleted")
 PayloadFunction = Callable[[Any, str], Any]
+#: How a model event names its ordering key: a field (attribute) name, whose value as
+#: text is the key, or ``f(instance, event)`` returning the key; None (either way): none.
+KeySource = str | Callable[[Any, str], str | None]
 
 
 def default_payload(instance: models.Model, event: str) -> dict[str, Any]:
@@ -46,9 +50,19 @@ class EventRegistration:
     queue: str
     on: tuple[str, ...]
     payload: PayloadFunction
+    key: KeySource | None = None
 
     def headers(self, event: str) -> dict[str, str]:
         return {"event": event, "model": self.model._meta.label_lower}
+
+    def key_of(self, instance: Any, event: str) -> str | None:
+        """The ordering key of ``instance``'s ``event`` message, or None."""
+        if self.key is None:
+            return None
+        if isinstance(self.key, str):
+            value = getattr(instance, self.key)
+            return None if value is None else str(value)
+        return self.key(instance, event)
 
 
 _registrations: list[EventRegistration] = []
@@ -60,6 +74,7 @@ def publish_model_events(
     queue: str,
     on: Sequence[str] = EVENTS,
     payload: PayloadFunction | None = None,
+    key: KeySource | None = None,
 ) -> None:
     """Publish ``model``'s ``on`` events to ``queue`` after each transaction commits.
 
@@ -70,14 +85,22 @@ def publish_model_events(
         payload: ``f(instance, event)`` returning the JSON payload; default
             :func:`default_payload`. For ``deleted`` it runs while the instance still
             has its pk.
+        key: each message's ordering key (``message.key``; carried and shown only,
+            nothing is ordered by it yet): the name of a field or attribute, whose value
+            as text is the key (``key="pk"`` gives ``"42"``; a None value gives no key),
+            or ``f(instance, event)`` returning the key or None. Default: no key. An
+            invalid key (empty, over 256 bytes) raises ``InvalidKey`` at the save.
 
     Raises:
         ValueError: an unknown event name.
+        TypeError: ``key`` is neither a str nor callable.
     """
     unknown = sorted(set(on) - set(EVENTS))
     if unknown:
         raise ValueError(f"Unknown model event(s) {unknown}; use {', '.join(EVENTS)}.")
-    registration = EventRegistration(model, queue, tuple(on), payload or default_payload)
+    if key is not None and not isinstance(key, str) and not callable(key):
+        raise TypeError(f"key must be a field name or f(instance, event), got {key!r}")
+    registration = EventRegistration(model, queue, tuple(on), payload or default_payload, key)
     # Declaring the same model and queue again (e.g. ready() running again when the app
     # registry reloads) replaces the earlier declaration instead of doubling events.
     _registrations[:] = [r for r in _registrations if (r.model, r.queue) != (model, queue)]
@@ -99,6 +122,7 @@ def _publish(registration: EventRegistration, instance: Any, event: str, using: 
         registration.payload(instance, event),
         headers=registration.headers(event),
         using=using,
+        key=registration.key_of(instance, event),
     )
 
 
@@ -159,6 +183,7 @@ def publish_bulk_events(
                 registration.payload(o, event),
                 headers=registration.headers(event),
                 id=new_message_id(),
+                key=registration.key_of(o, event),
             )
             for o in mine
         ]

@@ -47,13 +47,14 @@ def store(envelope: Envelope, *, using: str | None = None) -> OutboxMessage:
         payload=envelope.payload_json.decode("utf-8"),
         headers=(envelope.headers_json or b"").decode("utf-8"),
         due_at=ms_to_datetime(envelope.due_at_ms) if envelope.due_at_ms else None,
+        key=envelope.key or "",
     )
 
 
 def envelope_of(row: OutboxMessage) -> Envelope:
     """The message an outbox row holds, published at the row's creation time, due at
     the row's due time (one already passed too: Redis's clock, not this host's, says
-    whether it has)."""
+    whether it has), with its ordering key."""
     due = datetime_to_ms(row.due_at) if row.due_at is not None else None
     return Envelope(
         queue=row.queue,
@@ -62,6 +63,7 @@ def envelope_of(row: OutboxMessage) -> Envelope:
         headers_json=row.headers.encode("utf-8") or None,
         published_at_ms=datetime_to_ms(row.created_at),
         due_at_ms=due,
+        key=row.key or None,
     )
 
 

@@ -21,12 +21,14 @@ from redisq_django.models import Consumer, DeadLetter, Queue
 pytestmark = pytest.mark.django_db
 
 
-def make_dead(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> DeadLetter:
+def make_dead(
+    broker: Any, queue: str, payload: Any, consumer: str = "billing", key: str | None = None
+) -> DeadLetter:
     """A real dead letter: published, fetched, rejected, sunk into the database."""
     from redisq_django.deadletters.sinking import sink
 
     broker.ensure_consumer(queue, consumer)  # latest: only what is published next
-    broker.publish(queue, payload)
+    broker.publish(queue, payload, key=key)
     with broker.subscribe(queue, consumer) as sub:
         (message,) = sub.fetch(count=1, block_ms=500)
         sub.reject(message, ValueError("card declined <b>"))
@@ -158,6 +160,31 @@ def test_payload_and_traceback_are_escaped(queue_name: str, broker: Any) -> None
     assert b"<script>alert" not in page.content
     assert b"&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page.content
     assert b"card declined &lt;b&gt;" in page.content
+
+
+def test_a_dead_letters_ordering_key_is_shown_escaped_in_the_list_and_on_its_page(
+    queue_name: str, broker: Any
+) -> None:
+    # Given a dead letter whose message had a key holding markup, and one without
+    keyed = make_dead(broker, queue_name, {"order": 5}, key="<i>order-5</i>")
+    plain = make_dead(broker, queue_name, {"order": 6})
+    assert keyed.envelope["key"] == "<i>order-5</i>"  # kept with the fields a retry sends
+    client = Client()
+    client.force_login(staff("viewer", "view_deadletter"))
+    escaped = "&lt;i&gt;order-5&lt;/i&gt;"
+    # Then its page shows the key, escaped; the other's page shows none
+    page = client.get(reverse("admin:redisq_django_deadletter_change", args=[keyed.pk]))
+    text = page.content.decode()
+    assert "<i>order-5" not in text
+    assert re.search(r"(?i)ordering key:</label>\s*<div class=\"readonly\">" + escaped, text)
+    other = client.get(reverse("admin:redisq_django_deadletter_change", args=[plain.pk]))
+    assert re.search(
+        r"(?i)ordering key:</label>\s*<div class=\"readonly\">-<", other.content.decode()
+    )
+    # And the list shows it after the message id
+    listing = client.get(reverse("admin:redisq_django_deadletter_changelist")).content.decode()
+    assert f'<span class="redisq-key">{escaped}</span>' in listing
+    assert listing.count('class="redisq-key"') == 1
 
 
 def test_actions_ask_for_confirmation_then_act(queue_name: str, broker: Any) -> None:

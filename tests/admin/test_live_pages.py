@@ -421,3 +421,30 @@ def test_the_console_reads_a_redis_cluster(
     assert listed(root, url, list="delayed") == made.delayed
     assert sorted(listed(root, url, list="retrying")) == sorted(made.retrying)
     assert listed(root, url, list="in_flight") == made.in_flight
+
+
+def test_a_messages_ordering_key_is_shown_escaped_in_its_row_and_on_its_page(
+    root: Client, broker: Any, queue_name: str
+) -> None:
+    # Given a message whose key holds markup, and one without a key
+    broker.ensure_consumer(queue_name, "billing")
+    key = '<b class="x">order-1</b> & "more"'
+    keyed = broker.publish(queue_name, {"n": 1}, key=key)
+    plain = broker.publish(queue_name, {"n": 2})
+    escaped = "&lt;b class=&quot;x&quot;&gt;order-1&lt;/b&gt; &amp; &quot;more&quot;"
+    # When the waiting list is shown: the key beside the keyed message's id only
+    listing = root.get(page_url(queue_name, "billing"), {"list": "waiting"}).content.decode()
+    row = {r.split('"', 1)[0]: r for r in listing.split('<tr data-ref="')[1:]}
+    assert f'<span class="redisq-key" title="ordering key">{escaped}</span>' in row[f"log:{keyed}"]
+    assert "redisq-key" not in row[f"log:{plain}"]
+    assert key not in listing
+    # And on the message's own page
+    page = root.get(
+        page_url(queue_name, "billing", "_message"), {"ref": f"log:{keyed}"}
+    ).content.decode()
+    assert (
+        f'id="redisq-ordering-key">Ordering key: <code class="redisq-key">{escaped}</code>' in page
+    )
+    assert key not in page
+    plain_page = root.get(page_url(queue_name, "billing", "_message"), {"ref": f"log:{plain}"})
+    assert "redisq-ordering-key" not in plain_page.content.decode()

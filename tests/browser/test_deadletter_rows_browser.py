@@ -26,7 +26,8 @@ LAPTOP = {"width": 1366, "height": 768}
 
 def long_dead_letters(n: int) -> list[DeadLetter]:
     """``n`` dead letters with ids of 64 characters, errors and payloads of kilobytes
-    without spaces to break at, one of them a task's."""
+    without spaces to break at, one of them a task's; the odd ones with an ordering key
+    of 256 bytes."""
     made = []
     now = timezone.now()
     for i in range(n):
@@ -39,7 +40,12 @@ def long_dead_letters(n: int) -> list[DeadLetter]:
                 task="shop.tasks.fulfil_the_order_and_notify_the_warehouse" if i == 0 else "",
                 message_id=message_id[:64],
                 payload=payload,
-                envelope={"id": message_id[:64], "payload": payload, "published_at": "1"},
+                envelope={
+                    "id": message_id[:64],
+                    "payload": payload,
+                    "published_at": "1",
+                    **({"key": f"customer-{i:04}-" + "k" * 242} if i % 2 else {}),
+                },
                 reason="failed",
                 error_class="shop.errors.WarehouseRejectedTheOrderError",
                 error_message=f"warehouse rejected {message_id}: " + "no-stock/" * 300,
@@ -92,6 +98,14 @@ def test_100_dead_letters_are_100_lines(
     payload = first.locator(".redisq-payload")
     assert payload.get_attribute("title", timeout=5000) == rows[0].payload[:999] + "…"
     assert payload.evaluate("el => el.scrollWidth > el.clientWidth")  # cut, with an ellipsis
+    # And a dead letter's ordering key follows its id on the same line, whole in the tooltip
+    key = rows[1].envelope["key"]
+    second = page.locator("#result_list tbody tr").filter(has_text=rows[1].message_id[:10])
+    expect(second.locator(".redisq-id")).to_have_attribute(
+        "title", f"{rows[1].message_id} (ordering key: {key})"
+    )
+    expect(second.locator(".redisq-key")).to_have_text(key)
+    assert first.locator(".redisq-key").count() == 0
     # And the task's dead letter shows its task instead of tasks.<queue>/tasks
     expect(first.locator("td.field-where")).to_have_text(
         "shop.tasks.fulfil_the_order_and_notify_the_warehouse"

@@ -24,7 +24,7 @@ from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import Consumer, Queue
 from tests.browser.test_admin_browser import PASSWORD, log_in
 from tests.browser.test_console_browser import SIZES, assert_fits
-from tests.support.live_data import Live, live_consumer
+from tests.support.live_data import CART_KEY, Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -79,6 +79,20 @@ def test_every_list_fits_the_screen_and_shows_what_it_should(
         if name in expected:
             got = ids(page)
             assert (sorted(got) if name == "retrying" else got) == expected[name], name
+        if name in ("delayed", "retrying", "in_flight", "waiting"):
+            # Each message's ordering key beside its id, when it has one
+            keys = rows(page).evaluate_all(
+                "rs => rs.map(r => r.querySelector('.redisq-key')?.textContent ?? null)"
+            )
+            assert (
+                keys
+                == {
+                    "delayed": ["order-0", "order-1"],
+                    "retrying": [CART_KEY] * 2,
+                    "in_flight": [CART_KEY] * 3,
+                    "waiting": [None] * len(made.waiting),
+                }[name]
+            ), name
     expect(page.locator("#redisq-dead-link")).to_be_visible()
     for name in ("consumers", "delayed", "log"):
         page.goto(f"{live_server.url}{queue_page(made)}?list={name}")
@@ -90,6 +104,7 @@ def test_every_list_fits_the_screen_and_shows_what_it_should(
     page.goto(f"{live_server.url}{consumer_page(made)}?list=retrying")
     rows(page).first.locator("a.redisq-msg").click()
     expect(page.locator("#redisq-last-error")).to_contain_text("Error")
+    expect(page.locator("#redisq-ordering-key")).to_have_text(f"Ordering key: {CART_KEY}")
     page.screenshot(path=str(artifacts / f"live-message-{size}.png"), full_page=True)
     assert_fits(page, f"message at {size}px")
     page.goto(f"{live_server.url}{consumer_page(made)}")

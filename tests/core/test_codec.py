@@ -199,6 +199,7 @@ ENVELOPE_FIELDS = [
     codec.F_FIRST_FAILED_AT,
     codec.F_DUE_AT,
     codec.F_FAILURES,
+    codec.F_KEY,
 ]
 
 json_texts = st.recursive(
@@ -232,7 +233,9 @@ def _decode_or_undecodable(entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         "first_failed_at_ms",
         "due_at_ms",
         "failures",
+        "key",
     }
+    assert result["key"] is None or 0 < len(result["key"].encode()) <= codec.MAX_KEY_BYTES
     assert isinstance(result["headers"], dict)
     assert isinstance(result["id"], str)
     assert isinstance(result["attempts"], int)
@@ -269,6 +272,7 @@ def test_decode_minimal_entry_from_any_client() -> None:
         "first_failed_at_ms": None,
         "due_at_ms": None,
         "failures": 0,
+        "key": None,
     }
 
 
@@ -283,6 +287,7 @@ def test_decode_full_envelope() -> None:
         b"first_failed_at": b"20",
         b"due_at": b"30",
         b"failures": b"2",
+        b"key": "order-42 ✓".encode(),
     }
     assert codec.decode(b"99-0", fields)._asdict() == {
         "id": "abc",
@@ -293,6 +298,7 @@ def test_decode_full_envelope() -> None:
         "first_failed_at_ms": 20,
         "due_at_ms": 30,
         "failures": 2,
+        "key": "order-42 ✓",
     }
 
 

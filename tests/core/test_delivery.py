@@ -26,6 +26,7 @@ MESSAGE_FIELDS = {
     "due_at_ms",
     "first_failed_at_ms",
     "failures",
+    "key",
 }
 #: What only the worker (and a handler that settles itself) uses.
 BOOKKEEPING = {"entry_id", "fields", "stream", "lease_ms", "policy", "duration_ms", "failed"}

@@ -121,6 +121,7 @@ def test_batch_read_of_messages_equals_what_was_published(
             "published_at": "1700000000000",
             "due_at": "1700000060000",
             "attempts": "2",
+            "key": "order-42",
         },
     ).decode()
 
@@ -132,13 +133,13 @@ def test_batch_read_of_messages_equals_what_was_published(
     assert df.select("message_id").distinct().count() == n + 1
 
     def published(i: int, mid: str) -> tuple[Any, ...]:
-        # queue, message_id, entry_id, published_at, due_at, payload, headers, attempts
+        # queue, message_id, entry_id, published_at, due_at, payload, headers, attempts, key
         payload, headers = compact({"n": i, "text": "é"}), compact({"chunk": i - i % 100})
-        return (queue_name, mid, mid, utc(ms_from_entry_id(mid)), None, payload, headers, 0)
+        return (queue_name, mid, mid, utc(ms_from_entry_id(mid)), None, payload, headers, 0, None)
 
     expected = [published(i, mid) for i, mid in enumerate(ids)]
     late, due = utc(1700000000000), utc(1700000060000)
-    expected.append((queue_name, "custom-1", extra, late, due, "[1,2]", None, 2))
+    expected.append((queue_name, "custom-1", extra, late, due, "[1,2]", None, 2, "order-42"))
     assertDataFrameEqual(df, spark.createDataFrame(expected, schemas.MESSAGES))
 
 

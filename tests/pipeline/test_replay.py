@@ -37,7 +37,7 @@ def write_archive(spark: SparkSession, root: Path, rows: list[tuple[Any, ...]]) 
     """Write ``rows`` (queue, message_id, published_at, payload dict) as the archive
     job lays them out: ROOT/messages/queue=Q/date=D/, in several files per day."""
     data = [
-        (queue, mid, f"{int(at.timestamp() * 1000)}-0", at, None, json.dumps(p), None, 1)
+        (queue, mid, f"{int(at.timestamp() * 1000)}-0", at, None, json.dumps(p), None, 1, None)
         for queue, mid, at, p in rows
     ]
     frame = archive_frame(spark.createDataFrame(data, MESSAGES), "messages")

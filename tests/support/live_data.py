@@ -11,6 +11,9 @@ from redisq_django.core import Message
 from redisq_django.deadletters.sinking import sink
 from redisq_django.models import Consumer, Queue
 
+#: The ordering key of :func:`live_consumer`'s first six messages.
+CART_KEY = "cart-7"
+
 
 @dataclass
 class Live:
@@ -29,7 +32,9 @@ class Live:
 def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = True) -> Live:
     """Queue ``queue`` with consumers billing (the one to look at) and email; billing has
     2 retries (with errors), 3 messages in flight on instance ``worker-1`` (running the
-    first), ``waiting`` messages waiting and one dead letter; the queue has 2 delayed."""
+    first), ``waiting`` messages waiting and one dead letter; the queue has 2 delayed.
+    The first six (retrying, dead, in flight) have the ordering key :data:`CART_KEY`, the
+    delayed ones ``order-<n>``, the waiting ones none."""
     if rows:
         q = Queue.objects.create(name=queue)
         for name in ("billing", "email"):
@@ -37,7 +42,7 @@ def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = Tru
     for name in ("billing", "email"):
         broker.ensure_consumer(queue, name)
     made = Live(queue)
-    first = broker.publish_many(queue, [{"order": 100 + n} for n in range(6)])
+    first = broker.publish_many(queue, [{"order": 100 + n} for n in range(6)], key=CART_KEY)
     sub = broker.subscribe(queue, "billing", "worker-1")
     got = sub.fetch(count=6, block_ms=500)
     assert [m.id for m in got] == first
@@ -51,7 +56,9 @@ def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = Tru
     broker.client.hset(sub.gkeys.running, sub.instance, f"log:{got[3].entry_id.decode()}")
     made.instance = sub
     made.waiting = broker.publish_many(queue, [{"order": 200 + n} for n in range(waiting)])
-    made.delayed = [broker.publish(queue, {"later": n}, delay=3600 + n) for n in range(2)]
+    made.delayed = [
+        broker.publish(queue, {"later": n}, delay=3600 + n, key=f"order-{n}") for n in range(2)
+    ]
     return made
 
 

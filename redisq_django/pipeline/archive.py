@@ -31,11 +31,8 @@ continuous (a micro-batch every N seconds until :func:`archive` is told to stop;
 main thread SIGTERM and SIGINT do that, letting a running micro-batch finish first).
 
 A query that fails for a reason outside the data (a Python worker killed, a task Spark
-lost; a local master tries a task once) is started again from its checkpoint, up to
-``options.restarts`` times in a row, as a supervisor of a streaming job would: the
-checkpoint makes that exactly once. A failure our source chose (data loss, a Redis outage
-longer than ``retryTimeout``, an invalid option, the archive removed while it ran) is
-never retried: it would only repeat, or undo the removal.
+lost) starts again from its checkpoint (exactly once), up to ``options.restarts`` times in
+a row; never one our source chose to fail (:data:`FINAL_FAILURES`).
 """
 
 from __future__ import annotations
@@ -89,7 +86,6 @@ FINAL_FAILURES = tuple(
 
 #: The pause before starting a query again after a restart that could not start it, s.
 RESTART_PAUSE_S = 1.0
-
 logger = logging.getLogger("redisq.pipeline")
 
 
@@ -335,10 +331,7 @@ def _restart(
         logger.warning(
             "redisq archive: the %s query failed (%s); starting it again from its "
             "checkpoint (%d of at most %d in a row)",
-            run.table,
-            failure[:500],
-            run.restarts,
-            options.restarts,
+            *(run.table, failure[:500], run.restarts, options.restarts),
         )
         try:
             # The tally goes on: a restarted query continues the batch ids (and times).

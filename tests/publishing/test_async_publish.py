@@ -29,6 +29,7 @@ from redisq_django.core import trends
 from redisq_django.core.keys import queue_keys, registry_key
 from tests.metrics.test_tracing import global_exporter  # noqa: F401  (a fixture)
 from tests.support.aio import run_async
+from tests.support.databases import Rollback
 from tests.support.redis_server import RedisServer
 from tests.support.sentinel import SentinelProcess
 
@@ -256,10 +257,6 @@ def test_apublish_behind_sentinel_reaches_the_master(
     with sentinel_service.client() as direct:
         assert [i for i, _ in _log(direct, queue_name)] == ids
         assert _payloads(direct, queue_name) == [1, 2, 3]
-
-
-class Rollback(Exception):
-    """Raised inside ``transaction.atomic`` to roll it back."""
 
 
 @pytest.mark.django_db(transaction=True)

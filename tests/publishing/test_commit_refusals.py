@@ -22,15 +22,8 @@ from redisq_django.core import RedisRefused
 from redisq_django.models import OutboxMessage
 from redisq_django.publishing import publish, publish_many, publish_on_commit
 from redisq_django.publishing.outbox import relay_once
+from tests.support.databases import on_both_databases
 from tests.support.redis_server import RedisServer, free_port
-
-SQLITE = pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite")
-POSTGRES = pytest.param(
-    "pg",
-    marks=pytest.mark.django_db(databases=["default", "pg"], transaction=True),
-    id="postgresql",
-)
-on_both_databases = pytest.mark.parametrize("alias", [SQLITE, POSTGRES])
 
 pytestmark = pytest.mark.servers
 

@@ -23,19 +23,8 @@ from redisq_django.publishing.events import publish_bulk_events, publish_model_e
 from redisq_django.publishing.outbox import relay_once
 from tests.shopapp.models import Order
 from tests.support.aio import run_async
+from tests.support.databases import Rollback, on_both_databases
 from tests.support.redis_server import RedisServer
-
-SQLITE = pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite")
-POSTGRES = pytest.param(
-    "pg",
-    marks=pytest.mark.django_db(databases=["default", "pg"], transaction=True),
-    id="postgresql",
-)
-on_both_databases = pytest.mark.parametrize("alias", [SQLITE, POSTGRES])
-
-
-class Rollback(Exception):
-    """Raised inside ``transaction.atomic`` to roll it back."""
 
 
 def keys_in_log(queue: str) -> dict[str, str | None]:

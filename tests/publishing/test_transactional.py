@@ -41,20 +41,8 @@ from redisq_django.publishing.outbox import (
 )
 from tests.shopapp.apps import ORDER_EVENTS_QUEUE
 from tests.shopapp.models import Order
+from tests.support.databases import POSTGRES, SQLITE, Rollback, on_both_databases
 from tests.support.redis_server import RedisServer
-
-SQLITE = pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite")
-POSTGRES = pytest.param(
-    "pg",
-    marks=pytest.mark.django_db(databases=["default", "pg"], transaction=True),
-    id="postgresql",
-)
-#: Run the test once per database: ``alias`` is "default" (SQLite) or "pg".
-on_both_databases = pytest.mark.parametrize("alias", [SQLITE, POSTGRES])
-
-
-class Rollback(Exception):
-    """Raised inside ``transaction.atomic`` to roll it back."""
 
 
 def logged(queue: str) -> list[dict[str, Any]]:

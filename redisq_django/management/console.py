@@ -159,10 +159,11 @@ def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:
     if not page.entries:
         write(empty)
         return
-    rows = [["ID", "DUE", "ATTEMPTS", "LAST ERROR", "PAYLOAD"]]
+    rows = [["ID", "KEY", "DUE", "ATTEMPTS", "LAST ERROR", "PAYLOAD"]]
     for e in page.entries:
         due = "-" if e.due_ms is None else _iso(e.due_ms)
-        rows.append([e.message_id, due, str(e.attempts), e.last_error[:40], e.preview[:40]])
+        key = (e.ordering_key or "-")[:40]
+        rows.append([e.message_id, key, due, str(e.attempts), e.last_error[:40], e.preview[:40]])
     write(table(rows))
     if page.next:
         write(f"(the first {len(page.entries)} shown, soonest due first)")

@@ -214,6 +214,7 @@ def dead(stream: StreamRef, page: list[RawEntry]) -> pa.RecordBatch:
         when(b"published_at"),
         when(b"first_failed_at"),
         when(b"last_failed_at"),
+        field(b"key"),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(Table.DEAD))
 

@@ -86,6 +86,7 @@ DEAD = _struct(
     ("published_at", _T),
     ("first_failed_at", _T),
     ("last_failed_at", _T),
+    ("key", _S),
 )
 
 SCHEMAS: dict[Table, StructType] = {

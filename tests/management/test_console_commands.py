@@ -63,6 +63,12 @@ def test_deliver_now_delivers_the_named_delayed_message_next_and_records_it(
         sub.ack(sub.fetch(count=100, block_ms=100))
     listing = redisq("deliver-now", made.queue, "--list")
     assert all(i in listing for i in made.delayed)
+    header, *lines = listing.splitlines()
+    assert header.split()[:3] == ["ID", "KEY", "DUE"]
+    assert {line.split()[1] for line in lines if line.split()[0] in made.delayed} == {
+        "order-0",
+        "order-1",
+    }
 
     # When the operator delivers the second one now, as user ops
     out = redisq("deliver-now", made.queue, made.delayed[1], "--user", "ops")

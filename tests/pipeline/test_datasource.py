@@ -303,7 +303,7 @@ def test_dead_letters_of_a_rejected_message(
 ) -> None:
     broker.ensure_consumer(queue_name, "billing", start="earliest")
     broker.ensure_consumer(queue_name, "email", start="earliest")
-    message_id = broker.publish(queue_name, {"order": 42}, headers={"trace": "t-1"})
+    message_id = broker.publish(queue_name, {"order": 42}, headers={"trace": "t-1"}, key="o-42")
     with broker.subscribe(queue_name, "billing") as sub:
         fetched = sub.fetch(count=10, block_ms=100)
         sub.reject(fetched[0], ValueError("no such customer"))
@@ -331,6 +331,7 @@ def test_dead_letters_of_a_rejected_message(
         "error_class": "ValueError",
         "error_message": "no such customer",
         "published_at": collected(utc(ms_from_entry_id(message_id))),
+        "key": "o-42",
     }
 
 

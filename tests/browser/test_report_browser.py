@@ -9,6 +9,7 @@ tests/pipeline/test_report.py covers the Spark side, and that the page is writte
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,14 @@ def test_report_page_renders_charts_and_tables(
 
         # Hover: the legend shows the values under the pointer, durations as people read them.
         throughput = hover_values(page, "chart-throughput")
-        assert "2026" in throughput[0] and all(v[0].isdigit() for v in throughput[1:]), throughput
+        assert re.fullmatch(r"2026-11-20 \d\d:\d\d", throughput[0]), throughput
+        assert all(v[0].isdigit() for v in throughput[1:]), throughput
+        # The time axis in 24-hour ISO style, not uPlot's US one (11/20/26, 1pm)
+        ticks = page.evaluate(
+            """() => document.querySelector("#chart-throughput .redisq-uplot")
+                ._redisqChart.axes[0]._values.filter(t => t)"""
+        )
+        assert ticks and all(re.fullmatch(r"\d\d:\d\d(\n2026-11-20)?", t) for t in ticks), ticks
         latency = hover_values(page, "chart-latency")
         assert all(v.endswith((" ms", " s")) for v in latency[1:]), latency
 

@@ -86,6 +86,19 @@
     return out.length ? out : null;
   }
 
+  // The time axis in 24-hour ISO style (2026-11-27, 13:05), as the pages' tables and
+  // every operator reads it, not uPlot's US defaults (11/27/26, 1:05pm). Per tick spacing:
+  // the label, then the line under it where a year, month, day... begins (uPlot's table).
+  var TIME_TICKS = [
+    [3600 * 24 * 365, "{YYYY}", null, null, null, null, null, null, 1],
+    [3600 * 24 * 28, "{YYYY}-{MM}", "\n{YYYY}", null, null, null, null, null, 1],
+    [3600 * 24, "{MM}-{DD}", "\n{YYYY}", null, null, null, null, null, 1],
+    [3600, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{MM}-{DD}", null, null, null, 1],
+    [60, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{MM}-{DD}", null, null, null, 1],
+    [1, ":{ss}", "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null, "\n{MM}-{DD} {HH}:{mm}", null,
+     "\n{HH}:{mm}", null, 1]
+  ];
+
   function timeRange(spec) {
     var x = spec.x || [];
     var lo = spec.xMin !== undefined ? spec.xMin : x[0];
@@ -158,11 +171,11 @@
         return [Math.min(floor, lo), top + (top - floor) * 0.05];
       }}},
       axes: [
-        {},
+        {values: TIME_TICKS},
         {values: function (u, ticks) { return ticks.map(tick); }, size: valueAxisSize,
          label: unit === "ms" ? "" : unit, labelSize: unit && unit !== "ms" ? 20 : 0}
       ],
-      series: [{}].concat(series.map(function (s, i) {
+      series: [{value: "{YYYY}-{MM}-{DD} {HH}:{mm}"}].concat(series.map(function (s, i) {
         var colour = s.other ? "#9a9a9a" : COLOURS[i % COLOURS.length];
         return {label: s.label, stroke: colour, width: 2, spanGaps: false,
                 points: {show: (spec.x || []).length < 3, filter: isolated}, value: function (u, v) { return fmt(v); }};

@@ -52,7 +52,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from redisq_django.core.errors import ArchiveNotRegistered
 from redisq_django.core.worker.state import StopSignal
-from redisq_django.pipeline import gaps
+from redisq_django.pipeline import gaps, jvm
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.loss import DataLossError
 from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
@@ -80,8 +80,11 @@ _MICROS_PER_DAY = 86_400_000_000
 
 #: Failures our data source raises on purpose: starting the query again would repeat them,
 #: or (the archive removed while it ran) register the archive again, undoing the removal.
-FINAL_FAILURES = tuple(
-    f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError, ArchiveNotRegistered)
+FINAL_FAILURES = (
+    *(f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError, ArchiveNotRegistered)),
+    # Spark itself stopping (a signal to every process of the job reached its JVM too)
+    "SparkContext was shut down",
+    "stopped SparkContext",
 )
 
 #: The pause before starting a query again after a restart that could not start it, s.
@@ -298,7 +301,8 @@ def _watch(
         for run in runs:
             run.harvest()
         failed = [run for run in runs if run.failure()]
-        if failed and not all(restart(run) for run in failed):
+        stopping = stop.is_set() or signals.is_set() or jvm.has_exited()
+        if failed and (stopping or not all(restart(run) for run in failed)):
             return  # archive() stops the others and reports
         if not any(run.query.isActive for run in runs):
             return
@@ -325,7 +329,7 @@ def _restart(
     failure = run.failure() or ""
     if run.tally.batches > run.batches_then:  # it archived since: a new failure, not a loop
         run.restarts = 0
-    while restartable(failure, run.restarts, options.restarts):
+    while restartable(failure, run.restarts, options.restarts) and not jvm.has_exited():
         run.restarts += 1
         run.batches_then = run.tally.batches
         logger.warning(

@@ -77,7 +77,7 @@ STEPS = [
         ("redisq", "replay", QUEUE, "keeper", "--from", "earliest"),
         rf"{QUEUE}/keeper now reads from earliest\.",
     ),
-    Step(("deliver-now",), ("redisq", "deliver-now", QUEUE, "--list"), r"(?m)^ID\s+DUE"),
+    Step(("deliver-now",), ("redisq", "deliver-now", QUEUE, "--list"), r"(?m)^ID\s+KEY\s+DUE"),
     Step(None, ("redisq", "deliver-now", QUEUE, "--all"), r"Delivered 1 delayed message"),
     Step(("relay",), ("redisq", "relay", "--once"), r"Sent 0 outbox message\(s\); 0 waiting\."),
     Step(

@@ -62,10 +62,12 @@ def test_counters_and_histograms_equal_what_the_handlers_did(
 ) -> None:
     # Given 10 good messages, one slow (0.3 s), 2 poison ones (max_retries 1: each fails
     # twice, is retried once, then dead), and one message an instance that vanished had
-    # fetched (its lease of 0.2 s runs out: the worker takes it over)
+    # fetched (its lease of 1 s runs out: the worker takes it over). The lease is longer
+    # than the slow handler: on a loaded machine a renewal late by 0.1 s let the worker
+    # reclaim its own slow message under a 0.2 s lease and run it twice (at least once).
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
     policy = RetryPolicy.from_seconds(
-        max_retries=1, backoff=0.01, max_backoff=0.02, visibility_timeout=0.2
+        max_retries=1, backoff=0.01, max_backoff=0.02, visibility_timeout=1.0
     )
     broker.ensure_consumer(queue_name, GROUP, "earliest")
     broker.publish(queue_name, {"orphan": True})
@@ -74,7 +76,7 @@ def test_counters_and_histograms_equal_what_the_handlers_did(
     broker.publish_many(queue_name, [{"n": i} for i in range(10)])
     broker.publish(queue_name, {"sleep": 0.3})
     broker.publish_many(queue_name, [{"fail": True}, {"fail": True}])
-    time.sleep(0.25)  # the ghost's lease expires
+    time.sleep(1.05)  # the ghost's lease expires
     runs: list[float] = []
     lock = threading.Lock()
 

@@ -80,6 +80,8 @@ def test_killed_python_workers_restart_the_query_and_it_archives_everything_once
         ("PythonException: RedisOutage: Redis at redis://127.0.0.1:1/0 is unreachable", 0, False),
         ("PythonException: OptionError: option 'table' must be messages or events", 0, False),
         ("PythonException: ArchiveNotRegistered: Archive 'default' is not registered", 0, False),
+        ("Job 7 cancelled because SparkContext was shut down", 0, False),  # a signal to all
+        ("Cannot call methods on a stopped SparkContext.", 0, False),
     ],
 )
 def test_only_failures_outside_the_data_are_restarted_and_only_so_often_in_a_row(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -66,7 +67,12 @@ def test_killed_python_workers_restart_the_query_and_it_archives_everything_once
     assert count_and_distinct(archived, "message_id") == (len(ids), len(ids))
     assert {r[0] for r in archived.select("message_id").collect()} == set(ids)
     assert broker.archives.positions(queue, "default")["messages"] == ids[-1]
-    assert f"archived messages={len(ids)} " in out  # the summary counts each row once
+    # The summary counts the batches Spark reported: each at most once, and a batch whose
+    # files committed just as its query failed (its report never made) is archived (above)
+    # but not counted, at most one of 250 rows per restart
+    counted = int(re.search(r"archived messages=(\d+) ", out).group(1))  # type: ignore[union-attr]
+    restarts = err.count("starting it again from its checkpoint")
+    assert len(ids) - 250 * restarts <= counted <= len(ids), (out, restarts)
     assert descendants(proc.pid) == []
 
 

@@ -244,14 +244,16 @@ def _run_continuous(argv: list[str], cwd: Path, env: dict[str, str], root: Path)
         deadline = time.monotonic() + COMMAND_TIMEOUT
         while max((f.batch for f in current_log_files(os.listdir(log))), default=-1) <= before:
             assert proc.poll() is None, f"it exited {proc.returncode}: {proc.stderr.read()[-3000:]}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "no micro-batch committed"
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)  # what it said, for the failure message
+                pytest.fail(f"no micro-batch committed: {proc.communicate(timeout=30)[1][-3000:]}")
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        proc.communicate(timeout=30)  # its pipes closed: no warning in a later test
     assert proc.returncode == 0, err[-3000:]
     return out
 

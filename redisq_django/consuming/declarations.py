@@ -35,6 +35,8 @@ class ConsumerDeclaration:
     visibility_timeout: float | None = None
     concurrency: int = 1
     start: str | dt.datetime = "latest"
+    #: One message of an ordering key out at a time, in publish order (``core/ordered.py``).
+    ordered: bool = False
     #: ``(group, rank)``: one priority level of a group read highest first (rank 0);
     #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
     priority: tuple[str, int] | None = None
@@ -60,6 +62,7 @@ def consumer(
     visibility_timeout: float | None = None,
     concurrency: int = 1,
     start: str | dt.datetime = "latest",
+    ordered: bool = False,
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
@@ -90,6 +93,10 @@ def consumer(
             event loop.
         start: where the consumer starts when first registered: ``"latest"``,
             ``"earliest"``, an aware datetime or a message id.
+        ordered: handle the messages of one ordering key (``publish(..., key=...)``) one
+            at a time, in publish order, across all instances, crashes and retries: a
+            failing message holds back its key's later messages (no other key's) until
+            it succeeds or becomes a dead letter. Messages without a key are not held.
     """
     validate_name("queue", queue)
     _check_number("max_retries", max_retries)
@@ -98,6 +105,8 @@ def consumer(
     _check_number("visibility_timeout", visibility_timeout)
     _check_number("concurrency", concurrency)
     StartPoint.parse(start)
+    if not isinstance(ordered, bool):
+        raise ConfigurationError(f"@consumer ordered must be True or False, not {ordered!r}.")
 
     def decorate(handler: F) -> F:
         consumer_name = validate_name("consumer", name or handler.__name__)
@@ -113,6 +122,7 @@ def consumer(
             visibility_timeout=visibility_timeout,
             concurrency=concurrency,
             start=start,
+            ordered=ordered,
         )
         registry.add(declaration)
         return handler

@@ -362,6 +362,7 @@ class Broker(BrokerUpkeep):
         instance: str | None = None,
         *,
         policy: RetryPolicy | None = None,
+        ordered: bool = False,
         **overrides: Any,
     ) -> Subscription:
         """An instance of logical consumer ``consumer``: fetches, acks and fails messages.
@@ -372,6 +373,8 @@ class Broker(BrokerUpkeep):
             instance: the instance name, unique per running instance (default
                 ``host:pid:random``); the consumer's instances share its messages.
             policy: its retry policy (default: the config's).
+            ordered: the consumer is ordered (``core/ordered.py``): give it to every
+                instance of the consumer, or none.
             **overrides: fields of the policy to change (``max_retries``, ``backoff_s``,
                 ``max_backoff_s``, ``visibility_timeout_ms``).
         """
@@ -383,4 +386,5 @@ class Broker(BrokerUpkeep):
             consumer=consumer,
             instance=instance or default_instance_name(),
             policy=(policy or self.config.retry).evolve(**overrides),
+            ordered=ordered,
         )

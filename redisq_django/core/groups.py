@@ -67,10 +67,20 @@ def read_group(
     except redis.ResponseError as exc:
         if not is_nogroup(exc):
             raise
-    if group not in group_names(client, gkeys.queue_keys):
-        raise ConsumerNotFound(gkeys.queue_keys.queue, group)
-    ensure_group(scripts, gkeys, StartPoint.parse("latest"))
+    recover_group(client, scripts, gkeys)
     return execute(client, *args)
+
+
+def recover_group(client: RedisClient, scripts: Scripts, gkeys: GroupKeys) -> None:
+    """After a read found no group (NOGROUP): re-create the group on the direct stream
+    if the log still has it (someone deleted the direct stream), else raise.
+
+    Raises:
+        ConsumerNotFound: the group is missing on the log.
+    """
+    if gkeys.group not in group_names(client, gkeys.queue_keys):
+        raise ConsumerNotFound(gkeys.queue_keys.queue, gkeys.group)
+    ensure_group(scripts, gkeys, StartPoint.parse("latest"))
 
 
 def entries_of(reply: Any) -> Iterator[tuple[bytes, bytes, Any]]:
@@ -128,3 +138,6 @@ def remove_group(client: RedisClient, gkeys: GroupKeys) -> None:
             gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances, gkeys.running, gkeys.leases
         )
         pipe.execute(raise_on_error=False)
+    # An ordered consumer's keys (read after the group is gone: no read refills them).
+    waiting = [gkeys.waiting(to_str(k)) for k in client.hkeys(gkeys.holders)]
+    client.delete(gkeys.holders, *waiting)

@@ -94,6 +94,7 @@ class ConsumerSpec:
         start: where a newly registered consumer starts (see ``Broker.ensure_consumer``).
         paused: when true, the worker fetches nothing for it (in-flight work finishes).
         enabled: when false, the worker does not run it at all.
+        ordered: one message of an ordering key out at a time (``core/ordered.py``).
         priority: ``(group, rank)`` when this consumer is one priority level of a group
             whose levels a worker reads highest first (rank 0 is the highest): its
             threads fetch only while every higher level's last fetch came back empty.
@@ -108,6 +109,7 @@ class ConsumerSpec:
     paused: bool = False
     enabled: bool = True
     priority: tuple[str, int] | None = None
+    ordered: bool = False
 
     @property
     def key(self) -> tuple[str, str]:

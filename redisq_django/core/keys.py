@@ -27,6 +27,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:leases``       zset    started deliveries with a lease of their own
                                           (``log:<id>``); score = when it ends (ms)
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
+``redisq:{q}:g:<g>:holders``      hash    ordered ``g``: ordering key -> the message holding it
+``redisq:{q}:g:<g>:waiting:<k>``  list    ordered ``g``: later messages of key ``k``, in order
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ``redisq:trends:sampler``         string  the worker sampling every queue's backlog (a lease)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
@@ -170,6 +172,23 @@ class GroupKeys:
     def sent_marker(self, message_id: str) -> str:
         """Marker that ``message_id`` was delivered once to this consumer only."""
         return f"{self._base}:sent:{message_id}"
+
+    @property
+    def holders(self) -> str:
+        """Hash of an ordered consumer: ordering key -> id of the message that holds it
+        (delivered, retrying or handed on; the key's later messages wait meanwhile)."""
+        return f"{self._base}:holders"
+
+    @property
+    def waiting_prefix(self) -> str:
+        """What :meth:`waiting` puts before an ordering key (scripts append the key)."""
+        return f"{self._base}:waiting:"
+
+    def waiting(self, key: str) -> str:
+        """List of an ordered consumer: the messages of ordering key ``key`` waiting for
+        the one that holds it, oldest first (each an envelope as a JSON object). The key
+        may hold any character: it follows the hash tag, which stays the first ``{…}``."""
+        return self.waiting_prefix + key
 
 
 def queue_keys(prefix: str, queue: str) -> QueueKeys:

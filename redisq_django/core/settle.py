@@ -94,10 +94,12 @@ def settle_call(
     fields: dict[bytes, bytes],
     event: list[bytes],
     history: bool,
+    holder: tuple[str, str] | None = None,
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``fail.lua``: retry (``RETRY``, due at ``due`` ms, or ``"+<ms>"``
     from now by Redis's clock) or dead-letter (``DEAD``) one entry held by ``instance``,
-    with its event when ``history`` is on."""
+    with its event when ``history`` is on. ``holder``: an ordered consumer's entry, its
+    ``(ordering key or "", message id)``: a dead letter hands the key on."""
     source = gkeys.queue_keys.log if stream is Stream.LOG else gkeys.direct
     keys = [source, gkeys.retry, gkeys.dead]
     args: list[Any] = [
@@ -108,7 +110,10 @@ def settle_call(
         mode,
         due,
     ]
-    if history:  # the event goes in the same script as the settle
+    if history or holder is not None:  # the event goes in the same script as the settle
         keys.append(gkeys.queue_keys.events)
-        args += [len(event) // 2, *event]
+        args += [len(event) // 2, *event] if history else [0]
+    if holder is not None:
+        keys += [gkeys.holders, gkeys.direct]
+        args += [gkeys.waiting_prefix, *holder]
     return keys, [*args, *flatten(fields)]

@@ -8,18 +8,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import leases, lifecycle, settle, trends
+from redisq_django.core import leases, lifecycle, ordered, settle, trends
 from redisq_django.core.clock import monotonic_ms, now_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields, undecodable_fields
+from redisq_django.core.dead_entry import DeadReason, Failure, undecodable_fields
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import RedisRefused, translate_errors
+from redisq_django.core.failing import FailureSettling
 from redisq_django.core.groups import entries_of, leave_group, read_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message
-from redisq_django.core.outcome import Outcome, Settlement
+from redisq_django.core.outcome import Outcome
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
@@ -29,7 +30,7 @@ from redisq_django.core.wire import to_str
 PROMOTE_RETRY_MS = 1000
 
 
-class Subscription:
+class Subscription(FailureSettling):
     """An instance of logical consumer ``consumer`` on a queue (see ``Broker.subscribe``).
 
     Not thread-safe: give each thread its own (they may share the client).
@@ -50,6 +51,7 @@ class Subscription:
         consumer: str,
         instance: str,
         policy: RetryPolicy,
+        ordered: bool = False,
     ) -> None:
         self.client = client
         self.scripts = scripts
@@ -60,6 +62,7 @@ class Subscription:
         self.consumer = consumer
         self.instance = instance
         self.policy = policy
+        self.ordered = ordered  # one message of an ordering key out at a time (core/ordered.py)
         self.history = config.history  # on: each settle records its event (same script)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
         #: When (``monotonic_ms()``) due delayed messages and retries should next be
@@ -135,7 +138,8 @@ class Subscription:
                     self.promote(now)
                 now = monotonic_ms()
             wait = min(deadline, self.next_promote_ms) - now
-            reply = read_group(
+            read = ordered.read_or_wait if self.ordered else read_group
+            reply = read(
                 self.client,
                 self.scripts,
                 self.gkeys,
@@ -169,7 +173,8 @@ class Subscription:
                 reason=DeadReason.UNDECODABLE,
             )
             counts = trends.settle_counts(self.consumer, False, trends.DEAD, None)
-            if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts):
+            holder = ordered.holder_of(entry_id, fields or {}) if self.ordered else None
+            if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts, holder):
                 self.dead_on_receive += 1
             return None
         # Positional: once per message fetched, where keywords cost a measurable share.
@@ -202,102 +207,16 @@ class Subscription:
         batch = list(deliveries)
         if not batch:
             return 0
-        name, keys, args = settle.ack_parts(self.gkeys, self.instance, batch, self.history)
+        name, keys, args = self.ack_parts(batch)
         self.report.handled += len(batch)
         counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
         return int(self._call(name, keys, args, counts))
 
-    def _event(self, name: EventName, records: list[bytes], **details: Any) -> list[bytes]:
-        """The event entry of a settle, or nothing when history is off."""
-        if not self.history:
-            return []
-        return lifecycle.fields(name, self.consumer, self.instance, records, **details)
-
-    def _settle(
-        self,
-        stream: Stream,
-        entry_id: bytes,
-        mode: str,
-        due: int | str,
-        fields: dict[bytes, bytes],
-        event: list[bytes],
-        counts: dict[str, int],
-    ) -> bool:
-        keys, args = settle.settle_call(
-            self.gkeys, self.instance, stream, entry_id, mode, due, fields, event, self.history
-        )
-        return bool(self._call("fail", keys, args, counts))
-
-    @translate_errors
-    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
-        """Settle a failed delivery: retry after a backoff, or dead-letter it.
-
-        The delivery is retried while it has had fewer than ``max_retries + 1``
-        deliveries; otherwise it becomes a dead letter (reason ``failed``) with the
-        error class, message and traceback of ``failure`` (or of the exception).
-
-        Returns:
-            Its settlement: ``RETRIED`` (with its backoff), ``DEAD`` (with the reason),
-            or ``LOST`` when this instance no longer holds the delivery (its lease
-            expired; the instance that took it over settles it).
-        """
-        if not self.policy.should_retry(delivery.attempts):
-            return self.dead_letter(delivery, failure, DeadReason.FAILED)
-        now = now_ms()  # the failure time kept for the operators: this host's clock
-        wait_ms = max(1, int(self.policy.backoff(delivery.attempts, self._rng) * 1000))
-        failure = Failure.of(failure)
-        fields = settle.next_delivery(delivery, now, failed=True, error=failure)
-        # Without `next_due`: fail.lua adds the due time it makes, by Redis's clock.
-        event = self._event(
-            EventName.RETRIED,
-            [lifecycle.record(delivery.id, delivery.attempts, delivery.duration_ms)],
-            failure=failure,
-        )
-        self.report.failed += 1
-        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
-        # "+<ms>": fail.lua makes it a due time by Redis's clock, never this host's.
-        due = f"+{wait_ms}"
-        settled = self._settle(
-            delivery.stream, delivery.entry_id, settle.RETRY, due, fields, event, counts
-        )
-        return Settlement.retried(wait_ms) if settled else Settlement.lost()
-
-    @translate_errors
-    def dead_letter(
-        self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
-    ) -> Settlement:
-        """Make ``delivery`` a dead letter now, whatever its retry budget.
-
-        Returns:
-            Its settlement: ``DEAD`` (for ``reason``), or ``LOST`` when this instance no
-            longer holds the delivery.
-        """
-        now = now_ms()  # the failure time kept for the operators: this host's clock
-        failure = Failure.of(failure)
-        dead = dead_fields(
-            settle.next_delivery(delivery, now, failed=True),
-            consumer=self.consumer,
-            reason=reason,
-            failure=failure,
-            failed_at_ms=now,
-        )
-        event = self._event(
-            EventName.DEAD,
-            [lifecycle.record(delivery.id, delivery.attempts, delivery.duration_ms)],
-            failure=failure,
-            reason=reason,
-        )
-        ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
-        self.report.failed += ran
-        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
-        settled = self._settle(
-            delivery.stream, delivery.entry_id, settle.DEAD, 0, dead, event, counts
-        )
-        return Settlement.dead(reason) if settled else Settlement.lost()
-
-    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
-        """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
-        return self.dead_letter(delivery, failure, DeadReason.REJECTED)
+    def ack_parts(self, batch: Sequence[Delivery]) -> tuple[Any, list[str], list[Any]]:
+        """What acknowledges ``batch``: ``(script name or None for XACK, KEYS, ARGV)``."""
+        if self.ordered:
+            return ordered.ack_parts(self.gkeys, self.instance, batch, self.history)
+        return settle.ack_parts(self.gkeys, self.instance, batch, self.history)
 
     @translate_errors
     def extend(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
@@ -383,18 +302,3 @@ class Subscription:
     def leave(self) -> None:
         """Withdraw this instance (``groups.leave_group``)."""
         leave_group(self.client, self.gkeys, self.instance)
-
-    @translate_errors
-    def release(self, deliveries: Sequence[Delivery]) -> int:
-        """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).
-
-        Each goes to the consumer's retry set due now, without counting an attempt, so
-        another instance receives it within one poll interval instead of waiting for the
-        visibility timeout. Returns how many were released (held by this instance).
-        """
-        released = 0
-        for m in deliveries:
-            fields = settle.next_delivery(m, now_ms(), failed=False)
-            event = self._event(EventName.RELEASED, [lifecycle.record(m.id, m.attempts - 1)])
-            released += self._settle(m.stream, m.entry_id, settle.RETRY, 0, fields, event, {})
-        return released

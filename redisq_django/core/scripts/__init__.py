@@ -24,6 +24,7 @@ from redisq_django.core.types import AsyncRedisClient, RedisClient
 
 ScriptName = Literal[
     "ack",
+    "ack_ordered",
     "archive_commit",
     "archive_gap",
     "archive_register",
@@ -39,6 +40,7 @@ ScriptName = Literal[
     "publish_delayed",
     "publish_once",
     "purge_consumer",
+    "read_ordered",
     "reclaim",
     "redrive",
     "schedule_claim",

@@ -21,6 +21,16 @@
 --                  `retried` event gets `next_due` here: the retry's due time (ms, by
 --                  Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
 -- ARGV[9+2k ..]    field, value pairs of the envelope to write
+-- With KEYS[5] and KEYS[6] (an ordered consumer; KEYS[4] is then given too, with k = 0 when history
+-- is off):
+-- KEYS[5]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
+-- KEYS[6]  stream  redisq:{q}:g:<g>:direct    where the key's next message goes
+-- ARGV[9+2k]   the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
+-- ARGV[10+2k]  the entry's ordering key ("": none)
+-- ARGV[11+2k]  its message id
+-- ARGV[12+2k ..]  field, value pairs of the envelope to write
+-- A dead letter hands its ordering key on, as ack_ordered.lua does; a retry keeps it (the
+-- key's later messages wait for the retries).
 --
 -- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
 -- lease expired and another instance owns it now: that instance settles it instead).
@@ -54,6 +64,30 @@ for _, key in ipairs(wanted) do
   end
 end
 
+-- An ordered consumer's dead letter hands its key on to the next message of the key's
+-- waiting list (or frees it), as ack_ordered.lua does for a handled message.
+local function hand_on(o)
+  local holders, direct = KEYS[5], KEYS[6]
+  if redis.call('HGET', holders, o.key) ~= o.mid then return end
+  for _ = 1, 100 do
+    local member = redis.call('LPOP', o.prefix .. o.key)
+    if not member then break end
+    local ok, decoded = pcall(cjson.decode, member)
+    if ok and type(decoded) == 'table' and type(decoded.id) == 'string' then
+      local flat = {}
+      for f, v in pairs(decoded) do
+        flat[#flat + 1] = f
+        flat[#flat + 1] = tostring(v)
+      end
+      redis.call('XADD', direct, '*', unpack(flat))
+      redis.call('HSET', holders, o.key, decoded.id)
+      return
+    end
+    redis.call('XADD', direct, '*', 'raw', member)
+  end
+  redis.call('HDEL', holders, o.key)
+end
+
 local due = ARGV[7]
 if mode == 'retry' and string.sub(due, 1, 1) == '+' then
   -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
@@ -63,10 +97,14 @@ if mode == 'retry' and string.sub(due, 1, 1) == '+' then
   due = string.format('%d', now + tonumber(string.sub(due, 2)))
 end
 
-local first = 8
+local first, ordered = 8, nil
 if #KEYS >= 4 then
   local k = tonumber(ARGV[8])
   first = 9 + 2 * k
+  if KEYS[5] then
+    ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
+    first = first + 3
+  end
   if k > 0 then
     -- The event as given, but its `next_due`: a `retried` event's is the due time above.
     local event, retried = {}, false
@@ -94,5 +132,6 @@ if mode == 'retry' then
   redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
 else
   redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
+  if ordered and ordered.key ~= '' then hand_on(ordered) end
 end
 return 1

@@ -166,7 +166,7 @@ class AckPipe:
     def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, ScriptName | None]:
         """The acknowledgement of ``messages``, packed, and the script it calls (None:
         a plain ``XACK``)."""
-        if len(messages) == 1:  # the usual write: one message, its command mostly prepacked
+        if len(messages) == 1 and not self.sub.ordered:  # the usual write: mostly prepacked
             m = messages[0]
             log = m.stream is Stream.LOG
             if not self.sub.history:
@@ -182,7 +182,7 @@ class AckPipe:
     def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
         """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
         sub = self.sub
-        name, keys, args = settle.ack_parts(sub.gkeys, sub.instance, messages, sub.history)
+        name, keys, args = sub.ack_parts(messages)
         if name is None:
             return ("XACK", *keys, *args), None
         return sub.scripts.command(name, keys, args), name

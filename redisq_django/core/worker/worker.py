@@ -202,6 +202,7 @@ class Worker:
                 spec.name,
                 f"{self.instance_prefix}-{spec.name}-{index}",
                 policy=spec.policy,
+                ordered=spec.ordered,
             )
             parts: dict[str, Any] = dict(
                 spec=spec,

@@ -1,0 +1,271 @@
+"""Ordered consumers: the messages of one ordering key handled one at a time, in order.
+
+A logical consumer declared ordered receives a message with an ordering key only while
+no other message of that key is out: delivered to one of its instances, waiting for a
+retry, or handed on to its private input. The key is held by that message (the group's
+``holders`` hash: key -> message id) from the read that lets it out
+(``read_ordered.lua``) until it is acknowledged (``ack_ordered.lua``) or becomes a dead
+letter (``fail.lua``); a retry, a re-delivery after a crash and a hand-back at shutdown
+keep it. A message read meanwhile waits at the end of its key's list (acknowledged from
+the group in the same script, so no instance holds it); the settle that frees the key
+hands it to the list's first message, which goes to the consumer's direct stream.
+
+Every step is one script: a crash between two of them leaves each message either out
+(pending, retrying: the key held by it) or waiting in its list, never both or neither.
+Messages without a key, and unordered consumers of the same queue, are not affected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+from redis.exceptions import WatchError
+
+from redisq_django.core import envelope as env
+from redisq_django.core import lifecycle
+from redisq_django.core.browse import member_fields
+from redisq_django.core.delivery import Delivery, Stream
+from redisq_django.core.errors import is_nogroup
+from redisq_django.core.groups import recover_group
+from redisq_django.core.keys import GroupKeys
+from redisq_django.core.scripts import ScriptName, Scripts
+from redisq_django.core.types import RedisClient, ScoredMembers, execute
+from redisq_django.core.wire import to_str
+
+#: How many times :func:`release_key` tries when the key changes under it.
+RELEASE_ATTEMPTS = 10
+#: At most this many held keys are described per call (the admin's and console's lists).
+HELD_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class OrderedRead:
+    """What one ``read_ordered.lua`` call returned.
+
+    Attributes:
+        reply: the delivered entries as an XREADGROUP reply (``groups.entries_of``).
+        read: entries read in all, delivered or set waiting behind their key's holder.
+        resume: ``(log id, direct id)`` to wait for new entries after (XREAD BLOCK), or
+            None when a stream may hold more (read again at once).
+    """
+
+    reply: list[Any]
+    read: int
+    resume: tuple[str, str] | None
+
+
+def read(
+    client: RedisClient, scripts: Scripts, gkeys: GroupKeys, instance: str, count: int
+) -> OrderedRead:
+    """Read up to ``count`` new entries of each stream for ``instance`` (never blocks)."""
+    log, direct = gkeys.queue_keys.log, gkeys.direct
+    keys = [log, direct, gkeys.holders]
+    args = [gkeys.group, instance, count, gkeys.waiting_prefix]
+    try:
+        got_log, got_direct, n, last_log, last_direct = scripts("read_ordered", keys, args)
+    except redis.ResponseError as exc:
+        if not is_nogroup(exc):
+            raise
+        recover_group(client, scripts, gkeys)
+        got_log, got_direct, n, last_log, last_direct = scripts("read_ordered", keys, args)
+    resume = None
+    if last_log and last_direct:
+        resume = (to_str(last_log), to_str(last_direct))
+    return OrderedRead([[log.encode(), got_log], [direct.encode(), got_direct]], int(n), resume)
+
+
+def read_or_wait(
+    client: RedisClient,
+    scripts: Scripts,
+    gkeys: GroupKeys,
+    instance: str,
+    count: int,
+    wait_ms: int | None,
+) -> list[Any]:
+    """Deliver what :func:`read` lets out; when it read nothing at all, first wait up to
+    ``wait_ms`` for new entries (None: do not wait). Returns an XREADGROUP reply."""
+    got = read(client, scripts, gkeys, instance, count)
+    if not got.read and wait_ms and got.resume is not None:
+        wait_for_entries(client, gkeys, got.resume, wait_ms)
+    return got.reply
+
+
+def wait_for_entries(
+    client: RedisClient, gkeys: GroupKeys, after: tuple[str, str], ms: int
+) -> None:
+    """Block up to ``ms`` until an entry newer than ``after`` reaches the log or the
+    direct stream (``XREAD`` consumes nothing: the next :func:`read` takes it)."""
+    execute(
+        client,
+        "XREAD",
+        "BLOCK",
+        ms,
+        "COUNT",
+        1,
+        "STREAMS",
+        gkeys.queue_keys.log,
+        gkeys.direct,
+        *after,
+    )
+
+
+def ack_parts(
+    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery], history: bool
+) -> tuple[ScriptName, list[str], list[Any]]:
+    """KEYS and ARGV of ``ack_ordered.lua`` for ``messages`` (with their ``handled``
+    event when ``history`` is on)."""
+    qkeys = gkeys.queue_keys
+    keys = [qkeys.log, gkeys.direct, gkeys.holders]
+    args: list[Any] = [gkeys.group, gkeys.waiting_prefix, instance, len(messages)]
+    for m in messages:
+        args += ["log" if m.stream is Stream.LOG else "direct", m.entry_id, m.id, m.key or ""]
+    if history:
+        keys.append(qkeys.events)
+        args.append(lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in messages]))
+    return "ack_ordered", keys, args
+
+
+def holder_of(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, str]:
+    """``(ordering key or "", message id)`` of an entry as ``read_ordered.lua`` saw it
+    (from its raw fields: also for an entry that is not a valid envelope)."""
+    key = fields.get(env.F_KEY, b"")
+    mid = fields.get(env.F_ID) or entry_id
+    return key.decode("utf-8", "replace"), mid.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class HeldKey:
+    """An ordering key whose later messages wait (the admin's "held back" list).
+
+    Attributes:
+        key: the ordering key.
+        waiting: how many of its messages wait behind the holder.
+        holder: the id of the message that holds it.
+        state: why: ``"running"`` (delivered to ``instance``), ``"retrying"`` (waiting
+            for its backoff until ``due_ms``, after ``last_error``), ``"queued"`` (in the
+            consumer's private input), or ``"unknown"`` (found nowhere: see
+            :func:`release_key`).
+    """
+
+    key: str
+    waiting: int
+    holder: str
+    state: str
+    instance: str | None = None
+    due_ms: int | None = None
+    last_error: str | None = None
+
+
+def held_keys(client: RedisClient, gkeys: GroupKeys, limit: int = HELD_LIMIT) -> list[HeldKey]:
+    """The keys of ordered consumer ``gkeys`` that hold back later messages, most
+    waiting first (at most ``limit``), each with its holder and why it holds."""
+    holders = {to_str(k): to_str(v) for k, v in client.hgetall(gkeys.holders).items()}
+    if not holders:
+        return []
+    names = list(holders)
+    with client.pipeline(transaction=False) as pipe:
+        for key in names:
+            pipe.llen(gkeys.waiting(key))
+        lengths = pipe.execute()
+    held = sorted(
+        ((n, key) for n, key in zip(lengths, names, strict=True) if n),
+        key=lambda item: (-item[0], item[1]),
+    )[:limit]
+    if not held:
+        return []
+    where = _whereabouts(client, gkeys, {holders[key] for _, key in held})
+    return [
+        HeldKey(key, int(n), holders[key], *where.get(holders[key], ("unknown",)))
+        for n, key in held
+    ]
+
+
+def _whereabouts(
+    client: RedisClient, gkeys: GroupKeys, ids: set[str]
+) -> dict[str, tuple[Any, ...]]:
+    """Where each message of ``ids`` is: ``(state, instance, due_ms, last_error)``."""
+    found: dict[str, tuple[Any, ...]] = {}
+    log, direct, group = gkeys.queue_keys.log, gkeys.direct, gkeys.group
+    for stream in (log, direct):
+        pending = {
+            row["message_id"]: to_str(row["consumer"])
+            for row in cast(
+                "list[dict[str, Any]]", client.xpending_range(stream, group, "-", "+", 1000)
+            )
+        }
+        for entry_id, fields in cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]",
+            _entries(client, stream, list(pending))
+            if stream == log
+            else client.xrange(direct, "-", "+", 1000),
+        ):
+            mid = to_str(fields.get(env.F_ID) or entry_id)
+            if mid in ids:
+                by = pending.get(entry_id)
+                found[mid] = ("running", by) if by else ("queued",)
+    retries = cast("ScoredMembers", client.zrange(gkeys.retry, 0, 999, withscores=True))
+    for member, score in retries:
+        fields = member_fields(member)
+        mid = to_str(fields.get(env.F_ID, b""))
+        if mid in ids:
+            error = fields.get(env.F_LAST_ERROR)
+            found[mid] = ("retrying", None, int(score), to_str(error) if error else None)
+    return found
+
+
+def _entries(client: RedisClient, stream: str, ids: list[bytes]) -> list[Any]:
+    """The entries ``ids`` of ``stream`` that still exist (one round trip)."""
+    with client.pipeline(transaction=False) as pipe:
+        for entry_id in ids:
+            pipe.xrange(stream, entry_id, entry_id)
+        return [e for found in pipe.execute() for e in found]
+
+
+def release_key(client: RedisClient, gkeys: GroupKeys, key: str) -> bool:
+    """Free ``key`` by hand (an operator's action, for a holder lost outside redisq's
+    settles: its entry deleted by a hard cap, say): the first waiting message of the key
+    goes to the consumer's input and holds it. Returns False when nothing held it."""
+    waiting = gkeys.waiting(key)
+    with client.pipeline(transaction=True) as pipe:
+        for _ in range(RELEASE_ATTEMPTS):  # a settle changing the key meanwhile: again
+            try:
+                pipe.watch(gkeys.holders, waiting)
+                if pipe.hget(gkeys.holders, key) is None:
+                    return False
+                first = pipe.lindex(waiting, 0)
+                pipe.multi()
+                if first is None:
+                    pipe.hdel(gkeys.holders, key)
+                else:
+                    fields = member_fields(cast("bytes", first))
+                    pipe.lpop(waiting)
+                    pipe.xadd(gkeys.direct, fields)  # type: ignore[arg-type]
+                    if env.F_ID in fields:
+                        pipe.hset(gkeys.holders, key, fields[env.F_ID])
+                    else:
+                        pipe.hdel(gkeys.holders, key)
+                pipe.execute()
+                return True
+            except WatchError:
+                continue
+    raise WatchError(f"ordering key {key!r} kept changing; try again")
+
+
+def forget(client: RedisClient, gkeys: GroupKeys) -> int:
+    """Delete the holders and waiting lists of ``gkeys`` (with the consumer, or when its
+    waiting work is purged). Returns how many waiting messages were dropped."""
+    keys = [to_str(k) for k in client.hkeys(gkeys.holders)]
+    dropped = 0
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.llen(gkeys.waiting(key))
+        dropped = sum(pipe.execute())
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.delete(gkeys.waiting(key))
+        pipe.delete(gkeys.holders)
+        pipe.execute()
+    return int(dropped)

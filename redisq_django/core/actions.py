@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from redisq_django.core import browse, redelivery
+from redisq_django.core import browse, ordered, redelivery
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -130,8 +130,11 @@ def purge_consumer(
     private input not yet delivered. In-flight messages finish as usual; other
     consumers, delayed messages and dead letters are not touched.
 
+    An ordered consumer's waiting messages go too, and its keys are freed: a message
+    of a key whose holder is still in flight may then start beside it.
+
     Returns:
-        ``(retries removed, private-input entries removed)``.
+        ``(retries removed, private-input and waiting entries removed)``.
 
     Raises:
         redis.ResponseError: NOGROUP when ``consumer`` is not registered.
@@ -145,4 +148,4 @@ def purge_consumer(
         retries, direct = retries + int(r), direct + int(d)
         if not int(more):
             break
-    return retries, direct
+    return retries, direct + ordered.forget(client, gkeys)

@@ -102,7 +102,7 @@ class Broker(BrokerUpkeep):
                 messages, 32 hex characters for delayed ones).
             key: the ordering key, the entity the message is about (``"order-42"``): a
                 non-empty str of at most 256 bytes in UTF-8, carried with the message
-                (``message.key``) and shown; nothing is ordered by it yet.
+                (``message.key``); an ordered consumer handles one key's in order.
 
         Raises:
             InvalidName: the queue name is not allowed.

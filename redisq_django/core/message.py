@@ -35,8 +35,8 @@ class Message:
             consumer that counts them apart from crashes (Django tasks, whose
             ``max_retries`` counts failures only); 0 otherwise.
         key: its ordering key (``publish(..., key="order-42")``), the entity it is
-            about, or None when it was published without one. Carried and shown only:
-            messages are not (yet) ordered or routed by it.
+            about, or None when it was published without one. An ordered consumer
+            handles the messages of one key one at a time, in order (``core/ordered.py``).
     """
 
     id: str

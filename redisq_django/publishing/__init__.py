@@ -43,7 +43,8 @@ def publish(
         eta: an aware datetime before which it is not delivered.
         key: an ordering key, the entity the message is about (``"order-42"``): a
             non-empty str of at most 256 bytes in UTF-8; the handler sees it as
-            ``message.key``. Carried and shown only: nothing is ordered by it yet.
+            ``message.key``. An ordered consumer (``@consumer(..., ordered=True)``)
+            handles the messages of one key one at a time, in publish order.
 
     Returns:
         The message id.

@@ -85,8 +85,8 @@ def publish_model_events(
         payload: ``f(instance, event)`` returning the JSON payload; default
             :func:`default_payload`. For ``deleted`` it runs while the instance still
             has its pk.
-        key: each message's ordering key (``message.key``; carried and shown only,
-            nothing is ordered by it yet): the name of a field or attribute, whose value
+        key: each message's ordering key (``message.key``; an ordered consumer handles
+            the messages of one key in order): the name of a field or attribute, whose value
             as text is the key (``key="pk"`` gives ``"42"``; a None value gives no key),
             or ``f(instance, event)`` returning the key or None. Default: no key. An
             invalid key (empty, over 256 bytes) raises ``InvalidKey`` at the save.

@@ -163,3 +163,20 @@ def test_unordered_consumers_of_the_same_queue_are_unaffected(
     with broker.subscribe(queue_name, "mailer", "m1") as mailer:
         assert seq(mailer.fetch(count=10, block_ms=50)) == [("a", 0), ("a", 1), ("a", 2)]
     assert seq(fetch(ordered(broker, queue_name, "i1"))) == [("a", 0)]
+
+
+def test_purging_the_consumer_drops_waiting_messages_and_frees_keys(
+    broker: Broker, queue_name: str
+) -> None:
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(3):
+        broker.publish(queue_name, {"n": n}, key="a")
+    sub = ordered(broker, queue_name, "i1")
+    [first] = fetch(sub)
+    assert fetch(sub) == []  # 2 wait
+    retries, dropped = broker.operator.purge_consumer(queue_name, "ledger")
+    assert (retries, dropped) == (0, 2)
+    assert broker.client.exists(sub.gkeys.holders, sub.gkeys.waiting("a")) == 0
+    broker.publish(queue_name, {"n": 3}, key="a")
+    assert seq(fetch(sub)) == [("a", 3)]  # the key is free again
+    sub.ack([first])

@@ -7,7 +7,8 @@ from disk, nothing of our core API; our Python instances are the other party.
 - ``raw`` keeps an entry's bytes exactly, from ``promote.lua``/``deliver_now.lua`` and
   through the undecodable dead letter;
 - a ``retried`` event's ``next_due`` is the retry's due time by Redis's clock, written by
-  the script; a ``redriven`` event's attempt is 0, from either side.
+  the script; a ``redriven`` event's attempt is 0, from either side;
+- an ordered consumer's instances, foreign and ours, keep one key's order together.
 
 (Django tasks both ways: ``tests/tasks/test_protocol_interop.py``. The refusal of another
 protocol version: ``test_protocol_version.py``.)
@@ -364,3 +365,57 @@ def test_a_release_by_fail_lua_writes_no_next_due(foreign: Foreign, queue_name: 
     assert released == {"e": "released", "g": G, "c": "node-1", "m": '[["r",0,null]]'}
     [(member, score)] = foreign.client.zrange(foreign.g("retry"), 0, -1, withscores=True)
     assert (json.loads(member), score) == ({"payload": "1", "id": "r"}, 0)
+
+
+# -- ordered consumers (PROTOCOL.md, "Consume in key order") --------------------------------
+
+
+def read_ordered(foreign: Foreign, instance: str) -> list[Any]:
+    return foreign.script(
+        "read_ordered",
+        [foreign.key("log"), foreign.g("direct"), foreign.g("holders")],
+        [G, instance, 10, foreign.g("waiting:")],
+    )
+
+
+def test_a_foreign_instance_and_ours_share_the_order_of_a_key(
+    foreign: Foreign, redis_client: redis.Redis, queue_name: str
+) -> None:
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
+    foreign.ensure()
+    log = foreign.key("log")
+    for n in range(3):  # published by the foreign client, as PROTOCOL.md's Publish says
+        redis_client.xadd(log, {"payload": json.dumps({"n": n}), "key": "order-42"})
+
+    # The foreign instance reads: the first message takes the key, the others wait
+    got_log, got_direct, n_read, last_log, last_direct = read_ordered(foreign, "node-1")
+    assert n_read == 3 and got_direct == []
+    [(entry_id, fields)] = got_log
+    assert json.loads(dict(zip(fields[::2], fields[1::2], strict=True))[b"payload"]) == {"n": 0}
+    assert last_log == redis_client.xrevrange(log, count=1)[0][0] and last_direct == b"0-0"
+    assert redis_client.hget(foreign.g("holders"), "order-42") == entry_id
+    assert redis_client.llen(foreign.g("waiting:order-42")) == 2
+
+    # Our instance gets nothing of that key meanwhile
+    with broker.subscribe(queue_name, G, "py-1", ordered=True) as py:
+        assert py.fetch(count=10, block_ms=50) == []
+
+        # The foreign acknowledgement hands the key on: ours receives message 1
+        acked = foreign.script(
+            "ack_ordered",
+            [log, foreign.g("direct"), foreign.g("holders")],
+            [G, foreign.g("waiting:"), "node-1", 1, "log", entry_id, entry_id, "order-42"],
+        )
+        assert acked == 1
+        [one] = py.fetch(count=10, block_ms=200)
+        assert (one.key, one.payload) == ("order-42", {"n": 1})
+        assert redis_client.hget(foreign.g("holders"), "order-42").decode() == one.id
+
+        # Ours fails it into a dead letter: the key passes to message 2, which the
+        # foreign instance reads from the consumer's direct stream
+        py.policy = py.policy.evolve(max_retries=0)
+        assert py.fail(one, RuntimeError("boom")).outcome.value == "dead"
+    got_log, got_direct, *_ = read_ordered(foreign, "node-1")
+    assert got_log == []
+    [(_, fields)] = got_direct
+    assert json.loads(dict(zip(fields[::2], fields[1::2], strict=True))[b"payload"]) == {"n": 2}

@@ -37,6 +37,7 @@ What is measured (see bench/RESULTS.md for the discussion):
   message.published_at``.
 * delayed lateness: messages published with delay 0.1-1 s; the handler records
   ``time.time() - message.due_at``.
+* ordered: ordered consumers vs unordered ones on the same messages (``bench/ordered.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ REPO = BENCH_DIR.parent
 sys.path[:0] = [str(REPO), str(BENCH_DIR)]
 
 import redis  # noqa: E402
+from ordered import bench_ordered, ordered_rows  # noqa: E402
 
 from redisq_django.core import Broker  # noqa: E402
 from tests.support.redis_server import RedisServer, find_redis_server  # noqa: E402
@@ -1095,7 +1097,7 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,trends,latency",
+        default="publish,commit,drain,observe,trends,latency,ordered",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1123,6 +1125,7 @@ def main() -> int:
             drain: dict = {}
             obs: dict = {}
             trn: dict = {}
+            ordr: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -1142,6 +1145,9 @@ def main() -> int:
             if "trends" in only:
                 log("drain with the trend counters on and off ...")
                 trn = bench_trends(client, broker, denv, tmp, args.reps)
+            if "ordered" in only:
+                log("ordered consumers vs unordered ...")
+                ordr = bench_ordered(client, args.reps, log)
             if "latency" in only:
                 log("latency ...")
                 raws = [raw_latency(client, 2.0) for _ in range(args.reps)]
@@ -1171,6 +1177,7 @@ def main() -> int:
     rows += drain_rows(drain) if drain else []
     rows += observe_rows(obs) if obs else []
     rows += trends_rows(trn) if trn else []
+    rows += ordered_rows(ordr, median, _ratio_row) if ordr else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -1183,6 +1190,7 @@ def main() -> int:
     raw_data = {"machine": info, "publish": pub, "commit": com, "drain": drain, "latency": lat}
     raw_data["observe"] = obs
     raw_data["trends"] = trn
+    raw_data["ordered"] = ordr
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

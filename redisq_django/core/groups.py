@@ -140,4 +140,4 @@ def remove_group(client: RedisClient, gkeys: GroupKeys) -> None:
         pipe.execute(raise_on_error=False)
     # An ordered consumer's keys (read after the group is gone: no read refills them).
     waiting = [gkeys.waiting(to_str(k)) for k in client.hkeys(gkeys.holders)]
-    client.delete(gkeys.holders, *waiting)
+    client.delete(gkeys.holders, gkeys.held_back, *waiting)

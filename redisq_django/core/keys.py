@@ -29,6 +29,7 @@ key                               type    role
 ``redisq:{q}:g:<g>:sent:<id>``    string  marks message ``id`` delivered once to ``g`` only
 ``redisq:{q}:g:<g>:holders``      hash    ordered ``g``: ordering key -> the message holding it
 ``redisq:{q}:g:<g>:waiting:<k>``  list    ordered ``g``: later messages of key ``k``, in order
+``redisq:{q}:g:<g>:held_back``    string  ordered ``g``: how many messages all those lists hold
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ``redisq:trends:sampler``         string  the worker sampling every queue's backlog (a lease)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
@@ -178,6 +179,12 @@ class GroupKeys:
         """Hash of an ordered consumer: ordering key -> id of the message that holds it
         (delivered, retrying or handed on; the key's later messages wait meanwhile)."""
         return f"{self._base}:holders"
+
+    @property
+    def held_back(self) -> str:
+        """Counter of an ordered consumer: the messages waiting in all its :meth:`waiting`
+        lists (for the stats, without a look at every list)."""
+        return f"{self._base}:held_back"
 
     @property
     def waiting_prefix(self) -> str:

@@ -62,7 +62,7 @@ def read(
 ) -> OrderedRead:
     """Read up to ``count`` new entries of each stream for ``instance`` (never blocks)."""
     log, direct = gkeys.queue_keys.log, gkeys.direct
-    keys = [log, direct, gkeys.holders]
+    keys = [log, direct, gkeys.holders, gkeys.held_back]
     args = [gkeys.group, instance, count, gkeys.waiting_prefix]
     try:
         got_log, got_direct, n, last_log, last_direct = scripts("read_ordered", keys, args)
@@ -118,7 +118,7 @@ def ack_parts(
     """KEYS and ARGV of ``ack_ordered.lua`` for ``messages`` (with their ``handled``
     event when ``history`` is on)."""
     qkeys = gkeys.queue_keys
-    keys = [qkeys.log, gkeys.direct, gkeys.holders]
+    keys = [qkeys.log, gkeys.direct, gkeys.holders, gkeys.held_back]
     args: list[Any] = [gkeys.group, gkeys.waiting_prefix, instance, len(messages)]
     for m in messages:
         args += ["log" if m.stream is Stream.LOG else "direct", m.entry_id, m.id, m.key or ""]
@@ -242,6 +242,7 @@ def release_key(client: RedisClient, gkeys: GroupKeys, key: str) -> bool:
                 else:
                     fields = member_fields(cast("bytes", first))
                     pipe.lpop(waiting)
+                    pipe.decr(gkeys.held_back)
                     pipe.xadd(gkeys.direct, fields)  # type: ignore[arg-type]
                     if env.F_ID in fields:
                         pipe.hset(gkeys.holders, key, fields[env.F_ID])
@@ -266,6 +267,6 @@ def forget(client: RedisClient, gkeys: GroupKeys) -> int:
     with client.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.delete(gkeys.waiting(key))
-        pipe.delete(gkeys.holders)
+        pipe.delete(gkeys.holders, gkeys.held_back)
         pipe.execute()
     return int(dropped)

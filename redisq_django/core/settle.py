@@ -114,6 +114,6 @@ def settle_call(
         keys.append(gkeys.queue_keys.events)
         args += [len(event) // 2, *event] if history else [0]
     if holder is not None:
-        keys += [gkeys.holders, gkeys.direct]
+        keys += [gkeys.holders, gkeys.direct, gkeys.held_back]
         args += [gkeys.waiting_prefix, *holder]
     return keys, [*args, *flatten(fields)]

@@ -15,7 +15,7 @@ from redisq_django.core.keys import QueueKeys
 from redisq_django.core.named_archives import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
 from redisq_django.core.named_archives import ArchivedStream, legacy_field
 from redisq_django.core.types import RedisClient
-from redisq_django.core.wire import to_str
+from redisq_django.core.wire import to_str, wire_int
 
 logger = logging.getLogger("redisq.stats")
 
@@ -39,6 +39,8 @@ class ConsumerStats:
             input), seconds; None when nothing is in flight.
         oldest_undelivered_age_s: age of the oldest log entry not yet delivered to it
             (by publish time), seconds; None when it has read the whole log.
+        held_back: an ordered consumer's messages waiting behind the message that
+            holds their ordering key (``core/ordered.py``); 0 for any other consumer.
     """
 
     name: str
@@ -52,6 +54,7 @@ class ConsumerStats:
     last_delivered_id: str
     oldest_pending_age_s: float | None = None
     oldest_undelivered_age_s: float | None = None
+    held_back: int = 0
 
     @property
     def backlog(self) -> int:
@@ -118,7 +121,7 @@ LAG_COUNT_CAP = ARCHIVE_LAG_CAP
 _QUEUE_REPLIES = 8
 #: Per consumer, the commands of the second round trip, in order (plus one for a lag
 #: Redis does not report).
-_GROUP_REPLIES = 8
+_GROUP_REPLIES = 9
 
 _NO_PENDING: dict[str, Any] = {"pending": 0, "min": None}
 
@@ -227,6 +230,7 @@ def _queue_group(pipe: Any, keys: QueueKeys, info: dict[str, Any], now_score: in
     pipe.zcount(gkeys.instances, now_score, "+inf")
     pipe.xrange(keys.log, f"({last}", "+", count=1)
     pipe.xrange(gkeys.direct, "-", "+", count=1)
+    pipe.get(gkeys.held_back)
     if info.get("lag") is None:  # Redis < 7, or a lag Redis cannot compute: count, capped
         _queue_count_after(pipe, keys.log, last)
 
@@ -237,9 +241,9 @@ def _consumer(
     """One consumer's figures from its replies of the second round trip."""
     name = to_str(info["name"])
     got = [next(replies) for _ in range(_GROUP_REPLIES)]
-    p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct = _usable(
+    p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct, held = _usable(
         f"{keys.queue}/{name}",
-        *zip(got, (_NO_PENDING, _NO_PENDING, 0, 0, 0, 0, [], []), strict=True),
+        *zip(got, (_NO_PENDING, _NO_PENDING, 0, 0, 0, 0, [], [], None), strict=True),
     )
     p_direct = p_direct if isinstance(p_direct, dict) else _NO_PENDING
     lag = info.get("lag")
@@ -267,6 +271,7 @@ def _consumer(
         last_delivered_id=to_str(info["last-delivered-id"]),
         oldest_pending_age_s=age_s(min(pending, key=_id_key), now) if pending else None,
         oldest_undelivered_age_s=age_s(first_new, now),
+        held_back=(wire_int(held) or 0) if isinstance(held, bytes | str) else 0,
     )
 
 

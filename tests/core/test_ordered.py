@@ -180,3 +180,41 @@ def test_purging_the_consumer_drops_waiting_messages_and_frees_keys(
     broker.publish(queue_name, {"n": 3}, key="a")
     assert seq(fetch(sub)) == [("a", 3)]  # the key is free again
     sub.ack([first])
+
+
+def test_the_held_back_counter_follows_every_push_and_pop(broker: Broker, queue_name: str) -> None:
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(4):
+        broker.publish(queue_name, {"n": n}, key="a")
+    sub = ordered(broker, queue_name, "i1", max_retries=0)
+    counter = sub.gkeys.held_back
+
+    def held_back() -> int:
+        return int(broker.client.get(counter) or 0)
+
+    [first] = fetch(sub)
+    assert held_back() == 3
+    sub.ack([first])  # ack_ordered.lua hands on: 2 left
+    assert held_back() == 2
+    [second] = fetch(sub)
+    sub.fail(second, RuntimeError("boom"))  # a dead letter (fail.lua) hands on: 1 left
+    assert held_back() == 1
+    [third] = fetch(sub)
+    broker.client.delete(sub.gkeys.retry)
+    assert release_key(broker.client, sub.gkeys, "a")  # by hand: 0 left
+    assert held_back() == 0
+    assert seq(fetch(sub)) == [("a", 3)]
+    assert third.key == "a"
+
+
+def test_the_stats_count_what_is_held_back(broker: Broker, queue_name: str) -> None:
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(3):
+        broker.publish(queue_name, {"n": n}, key="a")
+    sub = ordered(broker, queue_name, "i1")
+    [first] = fetch(sub)
+    [ledger] = broker.stats(queue_name).consumers
+    assert (ledger.held_back, ledger.in_flight, ledger.backlog) == (2, 1, 0)
+    sub.ack([first])
+    [ledger] = broker.stats(queue_name).consumers
+    assert (ledger.held_back, ledger.backlog) == (1, 1)  # the next one is in its input

@@ -373,7 +373,7 @@ def test_a_release_by_fail_lua_writes_no_next_due(foreign: Foreign, queue_name: 
 def read_ordered(foreign: Foreign, instance: str) -> list[Any]:
     return foreign.script(
         "read_ordered",
-        [foreign.key("log"), foreign.g("direct"), foreign.g("holders")],
+        [foreign.key("log"), foreign.g("direct"), foreign.g("holders"), foreign.g("held_back")],
         [G, instance, 10, foreign.g("waiting:")],
     )
 
@@ -395,6 +395,7 @@ def test_a_foreign_instance_and_ours_share_the_order_of_a_key(
     assert last_log == redis_client.xrevrange(log, count=1)[0][0] and last_direct == b"0-0"
     assert redis_client.hget(foreign.g("holders"), "order-42") == entry_id
     assert redis_client.llen(foreign.g("waiting:order-42")) == 2
+    assert redis_client.get(foreign.g("held_back")) == b"2"
 
     # Our instance gets nothing of that key meanwhile
     with broker.subscribe(queue_name, G, "py-1", ordered=True) as py:
@@ -403,7 +404,7 @@ def test_a_foreign_instance_and_ours_share_the_order_of_a_key(
         # The foreign acknowledgement hands the key on: ours receives message 1
         acked = foreign.script(
             "ack_ordered",
-            [log, foreign.g("direct"), foreign.g("holders")],
+            [log, foreign.g("direct"), foreign.g("holders"), foreign.g("held_back")],
             [G, foreign.g("waiting:"), "node-1", 1, "log", entry_id, entry_id, "order-42"],
         )
         assert acked == 1

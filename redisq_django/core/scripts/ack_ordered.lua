@@ -4,7 +4,8 @@
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
--- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
+-- KEYS[4]  string  redisq:{q}:g:<g>:held_back  how many messages the waiting lists hold
+-- KEYS[5]  stream  redisq:{q}:events   (only when history is on)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
@@ -12,7 +13,7 @@
 -- ARGV[5]  m: how many entries follow
 -- ARGV[6 .. 5+4m]  per entry: "log" or "direct", entry id, message id, ordering key ("":
 --                  none)
--- ARGV[6+4m]       with KEYS[4]: the event records of the entries, in the same order, as
+-- ARGV[6+4m]       with KEYS[5]: the event records of the entries, in the same order, as
 --                  one JSON array (see ack.lua)
 --
 -- Each entry is acknowledged (a direct one also deleted). When it was still pending and
@@ -55,6 +56,7 @@ local function hand_on(key, mid)
   for _ = 1, 100 do
     local member = call('LPOP', list)
     if not member then break end
+    call('DECR', KEYS[4])
     local fields, id = fields_of(member)
     if fields then
       call('XADD', direct, '*', unpack(fields))
@@ -81,7 +83,7 @@ for i = 1, m do
   end
 end
 
-if KEYS[4] and acked > 0 then
+if KEYS[5] and acked > 0 then
   local records = ARGV[6 + 4 * m]
   if acked < m then
     local kept = {}
@@ -90,6 +92,6 @@ if KEYS[4] and acked > 0 then
     end
     records = cjson.encode(kept)
   end
-  call('XADD', KEYS[4], '*', 'e', 'handled', 'g', group, 'c', instance, 'm', records)
+  call('XADD', KEYS[5], '*', 'e', 'handled', 'g', group, 'c', instance, 'm', records)
 end
 return acked

@@ -21,10 +21,11 @@
 --                  `retried` event gets `next_due` here: the retry's due time (ms, by
 --                  Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
 -- ARGV[9+2k ..]    field, value pairs of the envelope to write
--- With KEYS[5] and KEYS[6] (an ordered consumer; KEYS[4] is then given too, with k = 0 when history
+-- With KEYS[5] to KEYS[7] (an ordered consumer; KEYS[4] is then given too, with k = 0 when history
 -- is off):
 -- KEYS[5]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
 -- KEYS[6]  stream  redisq:{q}:g:<g>:direct    where the key's next message goes
+-- KEYS[7]  string  redisq:{q}:g:<g>:held_back how many messages the waiting lists hold
 -- ARGV[9+2k]   the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
 -- ARGV[10+2k]  the entry's ordering key ("": none)
 -- ARGV[11+2k]  its message id
@@ -72,6 +73,7 @@ local function hand_on(o)
   for _ = 1, 100 do
     local member = redis.call('LPOP', o.prefix .. o.key)
     if not member then break end
+    redis.call('DECR', KEYS[7])
     local ok, decoded = pcall(cjson.decode, member)
     if ok and type(decoded) == 'table' and type(decoded.id) == 'string' then
       local flat = {}

@@ -5,6 +5,7 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  hash    redisq:{q}:g:<g>:holders   field = ordering key, value = the id of the
 --                  message that holds it (delivered, retrying, or handed on to KEYS[2])
+-- KEYS[4]  string  redisq:{q}:g:<g>:held_back  how many messages the waiting lists hold
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) name
@@ -13,7 +14,7 @@
 --          ordering key k is ARGV[5] .. k (same hash tag: same slot as KEYS)
 --
 -- Reads new entries (XREADGROUP ... STREAMS log direct > >, never blocking). An entry
--- without a `key` field is delivered. An entry whose key no message holds, or which holds
+-- without a `key` field (or with an empty one: undecodable) is delivered. An entry whose key no message holds, or which holds
 -- its key itself (a retry, a re-delivery), is delivered and holds its key. Any other
 -- entry waits: its envelope (a JSON object of its fields, with `id` = the entry id when
 -- it has none) goes to the end of its key's list, and it is acknowledged (and deleted,
@@ -56,7 +57,7 @@ for s = 1, 2 do
     local key, mid = nil, entry_id
     if type(fields) == 'table' then
       for i = 1, #fields, 2 do
-        if fields[i] == 'key' then key = fields[i + 1] end
+        if fields[i] == 'key' and fields[i + 1] ~= '' then key = fields[i + 1] end
         if fields[i] == 'id' then mid = fields[i + 1] end
       end
     end
@@ -68,6 +69,7 @@ for s = 1, 2 do
       local envelope = {id = mid}
       for i = 1, #fields, 2 do envelope[fields[i]] = fields[i + 1] end
       call('RPUSH', prefix .. key, cjson.encode(envelope))
+      call('INCR', KEYS[4])
       call('XACK', KEYS[s], group, entry_id)
       if s == 2 then call('XDEL', KEYS[s], entry_id) end
     end

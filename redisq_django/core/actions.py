@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from redisq_django.core import browse, redelivery
+from redisq_django.core import browse, ordered, redelivery
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -145,4 +145,7 @@ def purge_consumer(
         retries, direct = retries + int(r), direct + int(d)
         if not int(more):
             break
+    # An ordered consumer: the messages waiting behind its keys go too, and a key held
+    # by a purged message is freed (nothing to do for another consumer).
+    ordered.after_purge(scripts, gkeys)
     return retries, direct

@@ -171,3 +171,40 @@ def test_a_hand_back_keeps_the_key_with_its_holder(broker: Broker, queue_name: s
     handled = handle_all(other, 3)
     assert seq(handled) == [("a", 0), ("a", 1), ("a", 2)]
     assert handled[0].attempts == 1  # a hand-back is not an attempt
+
+
+def test_purging_the_queue_frees_its_ordering_keys(broker: Broker, queue_name: str) -> None:
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(3):
+        broker.publish(queue_name, {"n": n}, key="a")
+    sub = ordered(broker, queue_name, "i1", backoff_s=60, max_backoff_s=60)
+    [first] = fetch(sub)
+    sub.fail(first, RuntimeError("later"))  # a is held by a retry, two messages wait
+    # When the queue is purged (every message deleted)
+    broker.purge(queue_name)
+    # Then a message of a published afterwards is not held back by one purged
+    broker.publish(queue_name, {"n": 9}, key="a")
+    assert seq(handle_all(sub, 1, timeout_s=2)) == [("a", 9)]
+
+
+def test_purging_a_consumer_frees_the_keys_its_purged_messages_held(
+    broker: Broker, queue_name: str
+) -> None:
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(3):
+        for key in ("a", "b"):
+            broker.publish(queue_name, {"n": n}, key=key)
+    sub = ordered(broker, queue_name, "i1", backoff_s=60, max_backoff_s=60)
+    got = {d.key: d for d in fetch(sub)}
+    sub.fail(got["a"], RuntimeError("later"))  # a: held by a retry; b: in flight
+    # When the consumer's waiting work is purged (its in-flight message finishes)
+    broker.operator.purge_consumer(queue_name, "ledger")
+    holders = broker.client.hgetall(sub.gkeys.holders)
+    assert holders == {b"b": got["b"].id.encode()}  # b stays held while its message runs
+    assert broker.client.exists(sub.gkeys.waiting("a"), sub.gkeys.waiting("b")) == 0
+    sub.ack([got["b"]])
+    # Then nothing purged comes back, and later messages of a and b are not held back
+    broker.publish(queue_name, {"n": 9}, key="a")
+    broker.publish(queue_name, {"n": 9}, key="b")
+    assert sorted(seq(handle_all(sub, 2, timeout_s=2)), key=str) == [("a", 9), ("b", 9)]
+    assert fetch(sub, block_ms=100) == []

@@ -148,4 +148,7 @@ def purge_consumer(
         retries, direct = retries + int(r), direct + int(d)
         if not int(more):
             break
-    return retries, direct + ordered.forget(client, gkeys)
+    # An ordered consumer: the messages waiting behind its keys go too, and a key held
+    # by a purged message is freed (nothing to do for another consumer).
+    _, dropped = ordered.after_purge(scripts, gkeys)
+    return retries, direct + dropped

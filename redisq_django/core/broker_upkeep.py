@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import redis
 
-from redisq_django.core import named_archives, redelivery, retention
+from redisq_django.core import named_archives, ordered, redelivery, retention
 from redisq_django.core.asyncio_client import new_client
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadEntry, redrive_fields
@@ -200,7 +200,10 @@ class BrokerUpkeep:
         """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
         while keeping its logical consumers registered at the end of the (empty) log."""
         keys = self.keys(queue)
-        retention.purge(self.client, keys, group_names(self.client, keys))
+        groups = group_names(self.client, keys)
+        retention.purge(self.client, keys, groups)
+        for group in groups:  # ordered consumers: no key stays held by a deleted message
+            ordered.after_purge(self.scripts, keys.group(group))
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:

@@ -39,6 +39,9 @@ from redisq_django.core.wire import to_str
 RELEASE_ATTEMPTS = 10
 #: At most this many held keys are described per call (the admin's and console's lists).
 HELD_LIMIT = 200
+#: ``ordered_purge.lua`` looks at this many in-flight entries per stream, at most (far
+#: more than the instances of a consumer hold at once).
+IN_FLIGHT = 100_000
 
 
 @dataclass(frozen=True)
@@ -255,18 +258,14 @@ def release_key(client: RedisClient, gkeys: GroupKeys, key: str) -> bool:
     raise WatchError(f"ordering key {key!r} kept changing; try again")
 
 
-def forget(client: RedisClient, gkeys: GroupKeys) -> int:
-    """Delete the holders and waiting lists of ``gkeys`` (with the consumer, or when its
-    waiting work is purged). Returns how many waiting messages were dropped."""
-    keys = [to_str(k) for k in client.hkeys(gkeys.holders)]
-    dropped = 0
-    with client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.llen(gkeys.waiting(key))
-        dropped = sum(pipe.execute())
-    with client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.delete(gkeys.waiting(key))
-        pipe.delete(gkeys.holders, gkeys.held_back)
-        pipe.execute()
-    return int(dropped)
+def after_purge(scripts: Scripts, gkeys: GroupKeys) -> tuple[int, int]:
+    """After a purge of ``gkeys``'s waiting work (``ordered_purge.lua``): drop the
+    messages waiting behind its ordering keys, and free each key that no message in
+    flight holds (else its key's later messages would wait for a purged one for ever).
+
+    Returns:
+        ``(keys freed, waiting messages dropped)``.
+    """
+    keys = [gkeys.queue_keys.log, gkeys.direct, gkeys.holders, gkeys.held_back]
+    freed, dropped = scripts("ordered_purge", keys, [gkeys.group, gkeys.waiting_prefix, IN_FLIGHT])
+    return int(freed), int(dropped)

@@ -165,3 +165,54 @@ def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: s
         assert broker.trim(queue) == (2, 0)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("queue", QUEUES)
+def test_an_ordered_consumer_keeps_each_keys_order_on_cluster(
+    redis_cluster: Any, queue: str
+) -> None:
+    # Given an ordered consumer with history on (holders, waiting lists and events are
+    # built from the queue's prefix, in the queue's slot), two instances
+    redis_cluster.flushall()  # QUEUES are fixed names, chosen for their slots: start empty
+    client = redis_cluster.client()
+    try:
+        broker = Broker(client, CoreConfig(poll_interval_ms=20, history=True))
+        broker.ensure_consumer(queue, "ledger")
+        policy = {"max_retries": 1, "backoff_s": 0.01, "max_backoff_s": 0.01}
+        subs = [
+            broker.subscribe(queue, "ledger", name, ordered=True, **policy)  # type: ignore[arg-type]
+            for name in ("i1", "i2")
+        ]
+        for n in range(4):
+            broker.publish(queue, {"n": n, "fail": n == 1}, key="a")
+            broker.publish(queue, {"n": n, "fail": n == 2}, key="b")
+        broker.publish_many(queue, [{"n": n, "fail": False} for n in (4, 5)], key="a")
+        broker.publish(queue, {"n": 6, "fail": False}, key="a", delay=0.05)
+
+        # When they take turns: a message marked fail fails each time (retried once, then
+        # dead), every other is acknowledged
+        handled: dict[str | None, list[int]] = {"a": [], "b": []}
+        deadline = time.monotonic() + 10
+        for _ in range(500):
+            if sum(map(len, handled.values())) == 9 or time.monotonic() > deadline:
+                break
+            for sub in subs:
+                got = sub.fetch(count=10, block_ms=20)
+                assert len({m.key for m in got}) == len(got)  # one message of a key out
+                for m in got:
+                    if m.payload["fail"]:
+                        sub.fail(m, RuntimeError("no"))
+                    else:
+                        handled[m.key].append(m.payload["n"])
+                        sub.ack([m])
+
+        # Then each key went on in order past its dead letter, and every key is free
+        assert handled == {"a": [0, 2, 3, 4, 5, 6], "b": [0, 1, 3]}
+        assert len(broker.dead_letters(queue, "ledger")) == 2
+        gkeys = broker.keys(queue).group("ledger")
+        assert client.hlen(gkeys.holders) == 0
+        names = [f[b"e"].decode() for _, f in client.xrange(broker.keys(queue).events)]
+        assert names.count("handled") == 9 and names.count("dead") == 2
+        assert names.count("retried") == 2
+    finally:
+        client.close()

@@ -1,9 +1,10 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
-``pills``, ``metered``) are used by no other test (tests/faults/test_faults.py,
-tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
-tests/faults/test_start_together.py, tests/metrics/test_endpoints.py).
+``pills``, ``metered``, ``ordered``, ``aordered``) are used by no other test
+(tests/faults/test_faults.py, tests/faults/test_liveness.py,
+tests/faults/test_supervisor.py, tests/faults/test_start_together.py,
+tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -217,3 +218,71 @@ async def aalpha(message: Message) -> None:
 )
 async def abeta(message: Message) -> None:
     await _aobey(message, "abeta")
+
+
+# Ordered consumers under SIGKILL chaos (tests/faults/test_ordered_chaos.py). Each run is
+# recorded in one list, in the order Redis saw it: "S <key> <seq> <pid> <attempts>" when
+# the handler starts, then "E ..." when it returns or "F ..." when it raises. The payload
+# {"k": key or "-", "s": seq, "fail": n, "sleep": s} fails its first n attempts.
+def ordered_key(queue: str, name: str) -> str:
+    """The list recording each run of an ordered test consumer's handler."""
+    return f"{KEY_PREFIX}:{queue}:{name}:runs"
+
+
+def _run_line(mark: str, message: Message) -> str:
+    payload = message.payload
+    return f"{mark} {payload['k']} {payload['s']} {os.getpid()} {message.attempts}"
+
+
+def _sequence(message: Message) -> None:
+    runs = ordered_key(message.queue, "sequencer")
+    _client().rpush(runs, _run_line("S", message))
+    if message.attempts <= int(message.payload.get("fail", 0)):
+        _client().rpush(runs, _run_line("F", message))
+        raise PoisonError(f"told to fail on attempt {message.attempts}")
+    time.sleep(float(message.payload.get("sleep", 0)))
+    _client().rpush(runs, _run_line("E", message))
+
+
+async def _asequence(message: Message) -> None:
+    """:func:`_sequence` for an async handler."""
+    runs = ordered_key(message.queue, "asequencer")
+    async with loop_client() as entry:
+        await entry.conn.rpush(runs, _run_line("S", message))
+    if message.attempts <= int(message.payload.get("fail", 0)):
+        async with loop_client() as entry:
+            await entry.conn.rpush(runs, _run_line("F", message))
+        raise PoisonError(f"told to fail on attempt {message.attempts}")
+    await asyncio.sleep(float(message.payload.get("sleep", 0)))
+    async with loop_client() as entry:
+        await entry.conn.rpush(runs, _run_line("E", message))
+
+
+@consumer(
+    "ordered",
+    name="sequencer",
+    ordered=True,
+    visibility_timeout=2,
+    max_retries=10,
+    backoff=0.02,
+    max_backoff=0.1,
+    start="earliest",
+    concurrency=4,
+)
+def sequencer(message: Message) -> None:
+    _sequence(message)
+
+
+@consumer(
+    "aordered",
+    name="asequencer",
+    ordered=True,
+    visibility_timeout=2,
+    max_retries=10,
+    backoff=0.02,
+    max_backoff=0.1,
+    start="earliest",
+    concurrency=10,
+)
+async def asequencer(message: Message) -> None:
+    await _asequence(message)

@@ -35,6 +35,7 @@ ScriptName = Literal[
     "fail",
     "heartbeat",
     "lease",
+    "ordered_purge",
     "promote",
     "publish_batch_once",
     "publish_delayed",

@@ -103,6 +103,7 @@ local first, ordered = 8, nil
 if #KEYS >= 4 then
   local k = tonumber(ARGV[8])
   first = 9 + 2 * k
+  local event_end = first - 1  -- the event's last ARGV (an ordered consumer's args follow)
   if KEYS[5] then
     ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
     first = first + 3
@@ -110,7 +111,7 @@ if #KEYS >= 4 then
   if k > 0 then
     -- The event as given, but its `next_due`: a `retried` event's is the due time above.
     local event, retried = {}, false
-    for i = 9, first - 1, 2 do
+    for i = 9, event_end, 2 do
       if ARGV[i] ~= 'next_due' then
         event[#event + 1] = ARGV[i]
         event[#event + 1] = ARGV[i + 1]

@@ -22,7 +22,7 @@ from redisq_django.core.broker import Broker
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadEntry, DeadReason, Failure
 from redisq_django.core.delivery import Delivery, Stream
-from redisq_django.core.envelope import Envelope, new_message_id
+from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import (
     ConfigurationError,
     ConsumerNotFound,
@@ -39,6 +39,7 @@ from redisq_django.core.errors import (
 )
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec, Reject
+from redisq_django.core.ids import new_message_id
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy, compute_backoff

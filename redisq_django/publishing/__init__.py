@@ -13,7 +13,8 @@ from typing import Any
 from redisq_django.conf import check_queue_known, outbox_enabled
 from redisq_django.connection import get_broker, loop_client
 from redisq_django.core import async_publish
-from redisq_django.core.envelope import Delay, Envelope, new_message_id
+from redisq_django.core.envelope import Delay, Envelope
+from redisq_django.core.ids import new_message_id
 from redisq_django.publishing.commit import relay_after_commit, send_after_commit
 
 __all__ = ["apublish", "apublish_many", "publish", "publish_many", "publish_on_commit"]

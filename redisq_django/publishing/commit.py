@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from redisq_django.connection import get_broker
-from redisq_django.core.envelope import Envelope, new_message_id
+from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
+from redisq_django.core.ids import new_message_id
 
 logger = logging.getLogger("redisq.publish")
 

@@ -29,7 +29,7 @@ from django.db.models.signals import post_delete, post_save
 
 from redisq_django.conf import check_queue_known
 from redisq_django.connection import get_broker
-from redisq_django.core.envelope import new_message_id
+from redisq_django.core.ids import new_message_id
 from redisq_django.publishing import enqueue_on_commit, publish_on_commit
 
 EVENTS = ("created", "updated", "deleted")

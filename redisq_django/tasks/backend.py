@@ -17,7 +17,8 @@ from django.utils import timezone
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
-from redisq_django.core.envelope import Envelope, new_message_id
+from redisq_django.core.envelope import Envelope
+from redisq_django.core.ids import new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.task_wire import found as read_found

@@ -210,12 +210,6 @@ def test_purging_a_consumer_frees_the_keys_its_purged_messages_held(
     assert fetch(sub, block_ms=100) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: delayed members of one due time leave the delayed zset in the order of "
-    "their bytes (the payload first), not in publish order; a fix changes the member format "
-    "(PROTOCOL.md) or the scores",
-)
 def test_a_delayed_keyed_batch_is_handled_in_batch_order(broker: Broker, queue_name: str) -> None:
     # Given a delayed batch of one key (one due time for all), payloads in no sorted order
     broker.ensure_consumer(queue_name, "ledger")

@@ -27,7 +27,7 @@ from django.db import DatabaseError, connections, transaction
 
 from redisq_django.connection import get_broker
 from redisq_django.core import PayloadNotSerializable, PayloadTooLarge
-from redisq_django.core.envelope import new_message_id
+from redisq_django.core.ids import new_message_id
 from redisq_django.models import OutboxMessage
 from redisq_django.publishing import outbox as outbox_module
 from redisq_django.publishing import publish_on_commit

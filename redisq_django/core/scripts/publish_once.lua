@@ -24,6 +24,19 @@ if ARGV[1] ~= 'redisq/2' then
     .. 'client implements')
 end
 
+-- The delayed member: the envelope as one JSON object, `id` first. Members of one due time
+-- are promoted in the order of their bytes, so ids that increase in publish order keep a
+-- batch's order (PROTOCOL.md, "Publish delayed").
+local function member_of(envelope)
+  local id = envelope['id']
+  if not id then return cjson.encode(envelope) end
+  envelope['id'] = nil
+  local rest = cjson.encode(envelope)
+  envelope['id'] = id
+  if rest == '{}' then return '{"id":' .. cjson.encode(id) .. '}' end
+  return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(rest, 2)
+end
+
 local previous = redis.call('GET', KEYS[3])
 if previous then return {0, previous} end
 local entry = ''
@@ -36,7 +49,7 @@ if string.sub(ARGV[3], 1, 1) == '+' then
   local envelope = {}
   for i = 5, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
   envelope['due_at'] = string.format('%d', due)
-  redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
+  redis.call('ZADD', KEYS[2], due, member_of(envelope))
 elseif tonumber(ARGV[3]) > 0 then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 else

@@ -3,13 +3,16 @@ real Redis: each held key with how many wait, its holder (linked to the message'
 and why in words; keys escaped whatever they hold; nothing for an unordered consumer,
 one line when nothing is held, a cut list said; *Release…* asks first, is POST-only,
 CSRF-protected, needs the change permission, lets the next message go and is written to
-the admin history; Redis stopped gives the banner, an unknown section and a failed
-release, never a 500. And the consumer's settings page says whether it is ordered."""
+the admin history; Redis stopped or hung gives the banner, an unknown section and a
+failed release, never a 500 or a hang. And the consumer's settings page says whether
+it is ordered."""
 
 from __future__ import annotations
 
 import html
+import os
 import re
+import signal
 from typing import Any
 
 import pytest
@@ -208,24 +211,35 @@ def test_release_is_post_only_csrf_protected_and_needs_the_change_permission(
     assert not LogEntry.objects.exists()
 
 
-def test_redis_stopped_gives_the_banner_an_unknown_section_and_a_failed_release(
-    root: Client, settings: Any, volatile_redis_server: Any, queue_name: str
+@pytest.mark.parametrize("outage", ["stopped", "hung"])
+def test_redis_down_or_hung_gives_the_banner_an_unknown_section_and_a_failed_release(
+    root: Client, settings: Any, volatile_redis_server: Any, queue_name: str, outage: str
 ) -> None:
-    settings.REDISQ = {"URL": volatile_redis_server.url}
+    settings.REDISQ = {"URL": volatile_redis_server.url, "ADMIN_REDIS_TIMEOUT": 0.3}
     live.clear()
     made = held_consumer(get_broker(), queue_name)
-    volatile_redis_server.stop()
-    live.clear()
-    with declared(queue_name):
-        page = root.get(page_url(made.queue))
-        data = root.get(page_url(made.queue, "_data")).json()
+    pid = volatile_redis_server.pid
+    if outage == "stopped":
+        volatile_redis_server.stop()
+    else:
+        os.kill(pid, signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        live.clear()
+        with declared(queue_name):
+            page = root.get(page_url(made.queue))
+            data = root.get(page_url(made.queue, "_data")).json()
+        failed = root.post(release_url(made.queue), {"key": encode_key("lost")}, follow=True)
+    finally:
+        if outage == "hung":
+            os.kill(pid, signal.SIGCONT)
     assert page.status_code == 200 and b'id="redisq-banner"' in page.content
     assert b'id="redisq-held-unknown"' in page.content and not held_rows(page.content.decode())
     assert "is unreachable" in data["error"] and 'id="redisq-held-unknown"' in data["html"]["held"]
-    failed = root.post(release_url(made.queue), {"key": encode_key("lost")}, follow=True)
     assert failed.status_code == 200
     assert "Releasing the key failed" in failed.content.decode()
     assert not LogEntry.objects.exists()
+    if outage == "hung":  # and nothing was released meanwhile
+        assert [m.key for m in made.sub.fetch(count=100, block_ms=100)] == ["queued"]
 
 
 def test_the_settings_page_says_whether_it_is_declared_ordered(

@@ -15,6 +15,7 @@ from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
+from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
 
@@ -123,6 +124,30 @@ def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -
         ``(retries removed, private-input entries removed)``.
     """
     return (broker or get_broker()).operator.purge_consumer(queue, consumer)
+
+
+def held_keys(
+    queue: str, consumer: str, limit: int = HELD_LIMIT, *, broker: Broker | None = None
+) -> list[HeldKey]:
+    """The ordering keys of ordered consumer ``consumer`` that hold back later messages,
+    most waiting first, at most ``limit``, each with its holder and why it holds
+    (``core.ordered.held_keys``)."""
+    return (broker or get_broker()).operator.held_keys(queue, consumer, limit)
+
+
+def release_key(queue: str, consumer: str, key: str, *, broker: Broker | None = None) -> bool:
+    """Free ordering ``key`` of ``consumer`` by hand: the first of its waiting messages
+    goes to the consumer's input now and holds it (``core.ordered.release_key``).
+
+    Returns:
+        False when nothing held the key.
+    """
+    return (broker or get_broker()).operator.release_key(queue, consumer, key)
+
+
+def released_key_log(key: str) -> str:
+    """The history text of releasing ordering key ``key`` by hand."""
+    return f"Released ordering key {key!r} by hand"
 
 
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:

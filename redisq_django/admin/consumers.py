@@ -19,6 +19,7 @@ from django.utils.translation import ngettext_lazy
 from redisq_django import figures
 from redisq_django.admin.common import PauseActions, dead_letter_count, live_column
 from redisq_django.admin.live import Live, live_stats
+from redisq_django.admin.liveheld import declared_ordered, ordered_text
 from redisq_django.admin.livepages import LivePages
 from redisq_django.conf import get_core_config
 from redisq_django.core.stats import ConsumerStats
@@ -85,12 +86,13 @@ class ConsumerAdmin(LivePages, PauseActions):
         "handler",
         "declared",
         "start",
+        "ordered",
         "live_figures",
         "effective_settings",
     )
     fieldsets = (
         (None, {"fields": ("live_figures",)}),
-        (None, {"fields": ("queue_link", "name", "handler", "declared", "start")}),
+        (None, {"fields": ("queue_link", "name", "handler", "declared", "start", "ordered")}),
         (_("State"), {"fields": ("enabled", "paused")}),
         (
             _("Overrides (empty: the code's value applies)"),
@@ -193,6 +195,12 @@ class ConsumerAdmin(LivePages, PauseActions):
             reverse("admin:redisq_django_queue_change", args=[obj.queue_id]),
             obj.queue.name,
         )
+
+    @admin.display(description=_("ordered"))
+    def ordered(self, obj: Consumer) -> str:
+        """Whether the code declares it ordered (``@consumer(ordered=True)``), as this
+        process finds its declaration; the row does not keep it."""
+        return ordered_text(declared_ordered(obj.queue.name, obj.name))
 
     @admin.display(description=_("live page"))
     def live_link(self, obj: Consumer) -> SafeString:

@@ -1,11 +1,11 @@
 """What staff do from a live page: pause and resume, deliver a delayed message or a retry
-now, replay a consumer from a point (earliest, a time, an id), purge (typed
-confirmation).
+now, replay a consumer from a point (earliest, a time, an id), release an ordered
+consumer's held-back key, purge (typed confirmation).
 
 Every change is a POST with CSRF protection (the admin's views), needs the model's
 change permission (a purge, which destroys messages, its delete permission too), is
 reported through ``messages`` and written to the admin history (``LogEntry``) of the
-consumer's or queue's row. Replay and purge first show a
+consumer's or queue's row. Replay, release and purge first show a
 confirmation page (a GET that changes nothing). Redis is reached through the admin's
 broker (short timeouts, no retries): a sick Redis gives an error message, not a hang.
 """
@@ -33,15 +33,16 @@ from django.utils.translation import gettext as _
 from redisq_django import operations
 from redisq_django.admin.common import BREADCRUMBS_OL, PAUSED_LOG, RESUMED_LOG
 from redisq_django.admin.live import admin_broker, forget_figures
+from redisq_django.admin.liveheld import decode_key, encode_key
 from redisq_django.core import Broker, browse
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
 from redisq_django.models import Consumer, Queue
 
-CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "purge")
+CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "release", "purge")
 QUEUE_ACTIONS = ("pause", "resume", "deliver", "purge")
 #: Actions that show a confirmation page first.
-CONFIRMED = ("replay", "purge")
+CONFIRMED = ("replay", "release", "purge")
 #: Actions that destroy messages: they need the delete permission too.
 DESTRUCTIVE = ("purge",)
 #: Start points a replay offers.
@@ -78,6 +79,8 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             self._deliver(request, queue, name, row, request.POST.get("ref", ""))
         elif action == "replay":
             self._replay(request, queue, name or "", row)
+        elif action == "release":
+            self._release(request, queue, name or "", row)
         elif action == "purge":
             if request.POST.get("confirm_name") != (name or queue):
                 self.message_user(
@@ -267,6 +270,40 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.SUCCESS,
         )
 
+    def _release(self, request: HttpRequest, queue: str, name: str, row: Any) -> None:
+        key = decode_key(request.POST.get("key"))
+        if key is None:
+            self.message_user(request, _("No ordering key was named."), messages.ERROR)
+            return
+
+        def work(broker: Broker) -> bool:
+            return operations.release_key(queue, name, key, broker=broker)
+
+        released = self._redis(request, _("Releasing the key"), work)
+        if released is _FAILED:
+            return
+        if not released:
+            self.message_user(
+                request,
+                _(
+                    "Ordering key %(key)s is not held back (any more): nothing was released. "
+                    "Its holder finished meanwhile, or someone released it first."
+                )
+                % {"key": key},
+                messages.WARNING,
+            )
+            return
+        self._record(request, row, queue, operations.released_key_log(key))
+        self.message_user(
+            request,
+            _(
+                "Released ordering key %(key)s of %(c)s: the next of its waiting messages went "
+                "to the consumer's input and holds the key now."
+            )
+            % {"key": key, "c": f"{queue}/{name}"},
+            messages.SUCCESS,
+        )
+
     def _purge(self, request: HttpRequest, queue: str, name: str | None, row: Any) -> None:
         if name is None:
             done = self._redis(request, _("Purge"), lambda b: operations.purge(queue, broker=b))
@@ -305,6 +342,15 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
     def _confirm_page(
         self, request: HttpRequest, queue: str, name: str | None, action: str
     ) -> HttpResponse:
+        key = decode_key(request.GET.get("key") or request.POST.get("key"))
+        if action == "release" and key is None:
+            raise Http404(_("No ordering key was named: use Release… on a held-back key."))
+        titles = {
+            "replay": _("Replay %(what)s?") % {"what": f"{queue}/{name}"},
+            "release": _("Release ordering key %(key)s of %(what)s?")
+            % {"key": key, "what": f"{queue}/{name}"},
+            "purge": _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
+        }
         context = {
             **self.admin_site.each_context(request),
             **self._base_context(request, queue, name),
@@ -315,8 +361,8 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             "start": request.GET.get("start") or request.POST.get("start") or "earliest",
             "value": request.GET.get("value") or request.POST.get("value") or "",
             "starts": STARTS,
-            "title": _("Replay %(what)s?") % {"what": f"{queue}/{name}"}
-            if action == "replay"
-            else _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
+            "held_key": key,
+            "held_key_field": encode_key(key) if key is not None else "",
+            "title": titles[action],
         }
         return TemplateResponse(request, "admin/redisq_django/live/confirm.html", context)

@@ -1,6 +1,7 @@
 """What a live page reads from Redis, through the admin's guarded access
 (:mod:`~redisq_django.admin.live`: short timeouts, no retries, an outage remembered):
-the figures, one page of one list, the instances, and the trends.
+the figures, one page of one list, the instances, an ordered consumer's held-back keys,
+and the trends.
 
 A :class:`Snapshot` holds what was read, or why it could not be: a page shows the
 reason in its banner and the figures it lacks as unknown, never a 500 or a hang.
@@ -17,6 +18,7 @@ from redisq_django.core import Broker, browse
 from redisq_django.core.browse import Page
 from redisq_django.core.clock import now_ms
 from redisq_django.core.instances import Instance
+from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.core.trends import Trend
 
@@ -45,6 +47,8 @@ class Snapshot:
         page: the page of the list shown (None: unknown, or a list that is no page).
         instances: the consumer's instances (the instances list only).
         trends: the trends read for the charts (None: not asked for, or unknown).
+        held: a consumer's held-back ordering keys, at most ``HELD_LIMIT + 1`` (more than
+            ``HELD_LIMIT``: the list is cut); None: unknown, or a queue's page.
         error: why something is unknown ("" when Redis answered).
         read_at_ms: when it was read (this host's clock).
     """
@@ -54,6 +58,7 @@ class Snapshot:
     page: Page | None = None
     instances: list[Instance] | None = None
     trends: list[Trend] | None = None
+    held: list[HeldKey] | None = None
     error: str = ""
     read_at_ms: int = field(default_factory=now_ms)
 
@@ -93,13 +98,17 @@ def consumer_snapshot(
 
     reading = guarded(read)
     page, instances, trends = reading.value or (None, None, None)
+    # Apart, so that a failing read of the keys leaves the list shown (and the reverse);
+    # while Redis is known down it returns at once.
+    held = guarded(lambda broker: broker.operator.held_keys(queue, name, HELD_LIMIT + 1))
     return Snapshot(
         stats=live.queue(queue),
         consumer=live.consumer(queue, name),
         page=page,
         instances=instances,
         trends=trends,
-        error=live.error or reading.error,
+        held=held.value,
+        error=live.error or reading.error or held.error,
     )
 
 

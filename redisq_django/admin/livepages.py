@@ -1,5 +1,6 @@
-"""The live pages of a logical consumer and of a queue: figures, charts and every list,
-refreshed in place from a small JSON endpoint; a message's own page.
+"""The live pages of a logical consumer and of a queue: figures, charts, every list and
+an ordered consumer's held-back keys, refreshed in place from a small JSON endpoint; a
+message's own page.
 
 :class:`LivePages` adds them to the consumer and queue admins (``get_urls``):
 
@@ -35,6 +36,7 @@ from redisq_django.admin.charts import range_links, range_of, trend_charts, unkn
 from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import guarded
 from redisq_django.admin.liveactions import LiveActions
+from redisq_django.admin.liveheld import declared_ordered, held_context
 from redisq_django.admin.livelists import (
     Links,
     consumer_rows,
@@ -45,7 +47,8 @@ from redisq_django.admin.livelists import (
 from redisq_django.core import browse
 from redisq_django.models import Consumer, DeadLetter, Queue
 
-#: The regions of a live page that its JSON endpoint renders again.
+#: The regions of a live page that its JSON endpoint renders again (a consumer's page
+#: also its held-back keys, ``held``).
 REGIONS = ("banner", "figures", "list")
 #: Query parameters of a page that its regions and links keep.
 KEPT = ("list", "after", "n", "range")
@@ -87,7 +90,11 @@ class LivePages(LiveActions):
     ) -> JsonResponse:
         charts = request.GET.get("charts") == "1"
         context = self.live_page_context(request, queue, name, charts=charts)
-        regions = [*REGIONS, "charts"] if charts else list(REGIONS)
+        regions = [
+            *REGIONS,
+            *(["held"] if name is not None else []),
+            *(["charts"] if charts else []),
+        ]
         html = {
             region: render_to_string(f"admin/redisq_django/live/{region}.html", context, request)
             for region in regions
@@ -187,6 +194,17 @@ class LivePages(LiveActions):
             **self._figures(snapshot, row, dead_rows, name, context["dead_url"]),
             **self._list(list_name, snapshot, links, params, context["page_url"], queue),
         )
+        if name is not None:
+            context.update(
+                held_context(
+                    snapshot.held,
+                    declared_ordered(queue, name),
+                    message_url=context["message_url"],
+                    release_url=self._action_url(queue, name, "release"),
+                    next_url=links.next_url,
+                    can_change=context["can_change"],
+                )
+            )
         if charts:
             context["charts"] = self._charts(snapshot, name, range_name)
         return context

@@ -26,7 +26,7 @@ from redis.exceptions import WatchError
 
 from redisq_django.core import envelope as env
 from redisq_django.core import lifecycle
-from redisq_django.core.browse import member_fields
+from redisq_django.core.browse import S_DIRECT, S_LOG, S_RETRY, member_fields
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import is_nogroup
 from redisq_django.core.groups import recover_group
@@ -151,6 +151,9 @@ class HeldKey:
             for its backoff until ``due_ms``, after ``last_error``), ``"queued"`` (in the
             consumer's private input), or ``"unknown"`` (found nowhere: see
             :func:`release_key`).
+        ref: where the holder is, as :attr:`~redisq_django.core.browse.Entry.ref`
+            (``log:<id>``, ``direct:<id>``, ``retry:<due ms>:<message id>``) for a page
+            that shows it; None when it was found nowhere.
     """
 
     key: str
@@ -160,6 +163,7 @@ class HeldKey:
     instance: str | None = None
     due_ms: int | None = None
     last_error: str | None = None
+    ref: str | None = None
 
 
 def held_keys(client: RedisClient, gkeys: GroupKeys, limit: int = HELD_LIMIT) -> list[HeldKey]:
@@ -189,7 +193,7 @@ def held_keys(client: RedisClient, gkeys: GroupKeys, limit: int = HELD_LIMIT) ->
 def _whereabouts(
     client: RedisClient, gkeys: GroupKeys, ids: set[str]
 ) -> dict[str, tuple[Any, ...]]:
-    """Where each message of ``ids`` is: ``(state, instance, due_ms, last_error)``."""
+    """Where each message of ``ids`` is: ``(state, instance, due_ms, last_error, ref)``."""
     found: dict[str, tuple[Any, ...]] = {}
     log, direct, group = gkeys.queue_keys.log, gkeys.direct, gkeys.group
     for stream in (log, direct):
@@ -208,14 +212,18 @@ def _whereabouts(
             mid = to_str(fields.get(env.F_ID) or entry_id)
             if mid in ids:
                 by = pending.get(entry_id)
-                found[mid] = ("running", by) if by else ("queued",)
+                ref = f"{S_LOG if stream == log else S_DIRECT}:{to_str(entry_id)}"
+                state = ("running", by) if by else ("queued", None)
+                found[mid] = (*state, None, None, ref)
     retries = cast("ScoredMembers", client.zrange(gkeys.retry, 0, 999, withscores=True))
     for member, score in retries:
         fields = member_fields(member)
         mid = to_str(fields.get(env.F_ID, b""))
         if mid in ids:
             error = fields.get(env.F_LAST_ERROR)
-            found[mid] = ("retrying", None, int(score), to_str(error) if error else None)
+            due = int(score)
+            ref = f"{S_RETRY}:{due}:{mid}"
+            found[mid] = ("retrying", None, due, to_str(error) if error else None, ref)
     return found
 
 

@@ -1,6 +1,7 @@
 """What an operator reads and does on one Redis, handed out by the broker
-(``broker.operator``): the lists of a queue, one message, instances, figures of many
-queues, trends, the server's shortcomings, and delivering now or purging.
+(``broker.operator``): the lists of a queue, one message, instances, an ordered
+consumer's held-back keys, figures of many queues, trends, the server's shortcomings,
+and delivering now, releasing a key or purging.
 
 The admin, the management commands and the metrics read Redis through this object
 and the broker (docs/layout.md, "the core's seam"), never through the broker's client:
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from redisq_django.core import actions, browse, trend_sampler, trends
+from redisq_django.core import actions, browse, ordered, trend_sampler, trends
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.instances import Instance, read_instances
 from redisq_django.core.keys import QueueKeys
@@ -86,6 +87,13 @@ class QueueOperator:
     def instances(self, queue: str, consumer: str) -> list[Instance]:
         """The instances of logical consumer ``consumer``, by name."""
         return read_instances(self._client, self._keys(queue).group(consumer))
+
+    def held_keys(
+        self, queue: str, consumer: str, limit: int = ordered.HELD_LIMIT
+    ) -> list[ordered.HeldKey]:
+        """The ordering keys of ordered consumer ``consumer`` that hold back later
+        messages, most waiting first, at most ``limit`` (``ordered.held_keys``)."""
+        return ordered.held_keys(self._client, self._keys(queue).group(consumer), limit)
 
     # -- figures -----------------------------------------------------------------------
 
@@ -171,6 +179,18 @@ class QueueOperator:
         return actions.deliver_waiting(
             self._client, self._scripts, self._keys(queue), consumer, ids
         )
+
+    def release_key(self, queue: str, consumer: str, key: str) -> bool:
+        """Free ordering ``key`` of ``consumer`` by hand: its first waiting message goes
+        to the consumer's input now and holds it (``ordered.release_key``).
+
+        Returns:
+            False when nothing held the key.
+
+        Raises:
+            redis.WatchError: the key kept changing through every attempt.
+        """
+        return ordered.release_key(self._client, self._keys(queue).group(consumer), key)
 
     def purge_consumer(self, queue: str, consumer: str) -> tuple[int, int]:
         """Skip ``consumer``'s backlog, discard its retries and private input.

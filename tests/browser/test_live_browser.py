@@ -1,7 +1,8 @@
 """The live pages in a real browser: every list of a consumer and of a queue at 1440x900
 and 390x844 (screenshots in test-artifacts/, no sideways scrolling), the page updating
 itself from its JSON endpoint without a reload and pausing on demand, deliver now and a
-typed purge, and charts whose totals are what was published, handled and failed."""
+typed purge, an ordered consumer's held-back keys released, and charts whose totals are
+what was published, handled and failed."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import Consumer, Queue
 from tests.browser.test_admin_browser import PASSWORD, log_in
 from tests.browser.test_console_browser import SIZES, assert_fits
+from tests.support.held_data import CONSUMER, ODD_KEY, held_consumer
 from tests.support.live_data import CART_KEY, Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -177,6 +179,51 @@ def test_deliver_now_and_a_typed_purge_from_the_page(
     expect(page.locator("#redisq-fig-backlog .redisq-value")).to_have_text("0")
     expect(page.locator("#redisq-fig-retrying .redisq-value")).to_have_text("0")
     expect(page.locator("#redisq-fig-in_flight .redisq-value")).to_have_text("3")
+
+
+def test_a_held_back_key_says_why_and_is_released_from_the_page(
+    page: Page, live_server: Any, ops: User, redisq_settings: Any, artifacts: Path
+) -> None:
+    # Given ordered consumer ledger, whose key retry-me is held by a message retrying in
+    # an hour, and whose odd key (markup, quotes, a line break, an emoji) by one running
+    live.clear()
+    made = held_consumer(get_broker(), "ledgers")
+    log_in(page, live_server, ops)
+    url = reverse("admin:redisq_django_consumer_live", args=[made.queue, CONSUMER])
+    page.goto(live_server.url + url)
+    held = page.locator("#redisq-held-list tbody tr")
+    expect(held).to_have_count(4)
+    page.screenshot(path=str(artifacts / "live-held-keys-1440.png"), full_page=True)
+
+    # Then each row says why, the odd key shown as the text it is
+    retry = page.locator('#redisq-held-list tr[data-key="retry-me"]')
+    expect(retry).to_contain_text("retrying at")
+    expect(retry).to_contain_text("after: ValueError: card declined")
+    odd = held.first
+    assert odd.locator("code.redisq-key").evaluate("e => e.textContent") == ODD_KEY
+    expect(odd).to_contain_text("running on i1")
+
+    # When staff press Release… on retry-me, and confirm
+    retry.get_by_role("button", name="Release…").click()
+    expect(page.locator("#redisq-confirm-question")).to_contain_text(
+        "Release ordering key retry-me of ledgers/ledger"
+    )
+    page.locator("#redisq-confirm").click()
+    # Then they are told, and its next message holds the key, queued in the input
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "Released ordering key retry-me"
+    )
+    expect(retry).to_contain_text("queued in the consumer's input")
+    expect(retry.locator("td").nth(1)).to_have_text("1")
+
+    # And the odd key is released just as well (its line break survives the form)
+    odd.get_by_role("button", name="Release…").click()
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text("Released ordering key")
+    got = made.sub.fetch(count=100, block_ms=200)
+    assert sorted(m.id for m in got if m.key in ("retry-me", ODD_KEY)) == sorted(
+        [made.later["retry-me"][0], made.later[ODD_KEY][0]]
+    )
 
 
 def test_the_charts_add_up_to_what_was_published_handled_and_failed(

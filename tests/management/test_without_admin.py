@@ -79,6 +79,13 @@ STEPS = [
     ),
     Step(("deliver-now",), ("redisq", "deliver-now", QUEUE, "--list"), r"(?m)^ID\s+KEY\s+DUE"),
     Step(None, ("redisq", "deliver-now", QUEUE, "--all"), r"Delivered 1 delayed message"),
+    Step(("held",), ("redisq", "held", QUEUE, "keeper"), r"No ordering key of \S+ holds back"),
+    Step(
+        ("release-key",),
+        ("redisq", "release-key", QUEUE, "keeper", "cart-1"),
+        r"Ordering key 'cart-1' holds back nothing on",
+        code=1,
+    ),
     Step(("relay",), ("redisq", "relay", "--once"), r"Sent 0 outbox message\(s\); 0 waiting\."),
     Step(
         ("archives", "list"),

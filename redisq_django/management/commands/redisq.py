@@ -1,5 +1,5 @@
-"""``manage.py redisq``: status, replay, dead letters, schedules, deliver now and purge from
-the shell."""
+"""``manage.py redisq``: status, replay, dead letters, schedules, deliver now, held-back
+ordering keys and purge from the shell."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
 from redisq_django.figures import age
-from redisq_django.management import console
+from redisq_django.management import console, held
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
 from redisq_django.schedules import listing
@@ -41,7 +41,7 @@ _HEAD = [
 class Command(BaseCommand):
     help = (
         "Operate redisq queues: status, replay, dead letters, outbox relay, schedules, "
-        "deliver now, archives, purge."
+        "deliver now, held keys, archives, purge."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -130,6 +130,8 @@ class Command(BaseCommand):
         )
 
         console.add_deliver_now(sub, common)
+
+        held.add_held(sub, common)
 
         console.add_archives(sub, common)
 
@@ -317,6 +319,12 @@ class Command(BaseCommand):
 
     def do_deliver_now(self, opts: dict[str, Any]) -> None:
         console.deliver_now(opts, self.stdout.write)
+
+    def do_held(self, opts: dict[str, Any]) -> None:
+        held.held(opts, self.stdout.write)
+
+    def do_release_key(self, opts: dict[str, Any]) -> None:
+        held.release_key(opts, self.stdout.write)
 
     def do_schedules(self, opts: dict[str, Any]) -> None:
         states, problem = listing.current(get_broker().schedule_ledger)

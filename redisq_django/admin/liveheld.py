@@ -31,6 +31,7 @@ from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 
 #: The states of a holder (``HeldKey.state``).
 RUNNING, RETRYING, QUEUED, UNKNOWN = "running", "retrying", "queued", "unknown"
+UNSEEN = "unseen"  # not among the entries looked at (a long backlog): most likely busy
 
 
 def encode_key(key: str) -> str:
@@ -94,6 +95,14 @@ def why(held: HeldKey) -> SafeString:
         )
     if held.state == QUEUED:
         return format_html("{}", _("queued in the consumer's input"))
+    if held.state == UNSEEN:
+        return format_html(
+            "{}",
+            _(
+                "holder not among the first 1,000 messages in flight, queued or retrying: "
+                "most likely busy; look again before releasing the key"
+            ),
+        )
     return format_html(
         '<span class="redisq-warning">{}</span>',
         _("holder not found: release the key to let its next message go"),

@@ -37,6 +37,8 @@ from redisq_django.core.wire import to_str
 
 #: How many times :func:`release_key` tries when the key changes under it.
 RELEASE_ATTEMPTS = 10
+#: Where a holder is looked for, at most this many entries of each place are read.
+LOOK_LIMIT = 1000
 #: At most this many held keys are described per call (the admin's and console's lists).
 HELD_LIMIT = 200
 #: ``ordered_purge.lua`` looks at this many in-flight entries per stream, at most (far
@@ -149,7 +151,9 @@ class HeldKey:
         holder: the id of the message that holds it.
         state: why: ``"running"`` (delivered to ``instance``), ``"retrying"`` (waiting
             for its backoff until ``due_ms``, after ``last_error``), ``"queued"`` (in the
-            consumer's private input), or ``"unknown"`` (found nowhere: see
+            consumer's private input), ``"unseen"`` (not among the first
+            :data:`LOOK_LIMIT` entries of a longer place: most likely busy), or
+            ``"unknown"`` (found nowhere: see
             :func:`release_key`).
         ref: where the holder is, as :attr:`~redisq_django.core.browse.Entry.ref`
             (``log:<id>``, ``direct:<id>``, ``retry:<due ms>:<message id>``) for a page
@@ -183,39 +187,43 @@ def held_keys(client: RedisClient, gkeys: GroupKeys, limit: int = HELD_LIMIT) ->
     )[:limit]
     if not held:
         return []
-    where = _whereabouts(client, gkeys, {holders[key] for _, key in held})
+    where, complete = _whereabouts(client, gkeys, {holders[key] for _, key in held})
+    missing = ("unknown",) if complete else ("unseen",)
     return [
-        HeldKey(key, int(n), holders[key], *where.get(holders[key], ("unknown",)))
-        for n, key in held
+        HeldKey(key, int(n), holders[key], *where.get(holders[key], missing)) for n, key in held
     ]
 
 
 def _whereabouts(
     client: RedisClient, gkeys: GroupKeys, ids: set[str]
-) -> dict[str, tuple[Any, ...]]:
-    """Where each message of ``ids`` is: ``(state, instance, due_ms, last_error, ref)``."""
+) -> tuple[dict[str, tuple[Any, ...]], bool]:
+    """Where each message of ``ids`` is: ``(state, instance, due_ms, last_error, ref)``;
+    and whether every place was looked at in full (each is read up to
+    :data:`LOOK_LIMIT` entries: an id not found in a longer one is "unseen", not gone)."""
     found: dict[str, tuple[Any, ...]] = {}
     log, direct, group = gkeys.queue_keys.log, gkeys.direct, gkeys.group
+    complete = True
     for stream in (log, direct):
-        pending = {
-            row["message_id"]: to_str(row["consumer"])
-            for row in cast(
-                "list[dict[str, Any]]", client.xpending_range(stream, group, "-", "+", 1000)
-            )
-        }
-        for entry_id, fields in cast(
+        rows = cast(
+            "list[dict[str, Any]]", client.xpending_range(stream, group, "-", "+", LOOK_LIMIT)
+        )
+        pending = {row["message_id"]: to_str(row["consumer"]) for row in rows}
+        entries = cast(
             "list[tuple[bytes, dict[bytes, bytes]]]",
             _entries(client, stream, list(pending))
             if stream == log
-            else client.xrange(direct, "-", "+", 1000),
-        ):
+            else client.xrange(direct, "-", "+", LOOK_LIMIT),
+        )
+        complete = complete and len(rows) < LOOK_LIMIT and len(entries) < LOOK_LIMIT
+        for entry_id, fields in entries:
             mid = to_str(fields.get(env.F_ID) or entry_id)
             if mid in ids:
                 by = pending.get(entry_id)
                 ref = f"{S_LOG if stream == log else S_DIRECT}:{to_str(entry_id)}"
                 state = ("running", by) if by else ("queued", None)
                 found[mid] = (*state, None, None, ref)
-    retries = cast("ScoredMembers", client.zrange(gkeys.retry, 0, 999, withscores=True))
+    retries = cast("ScoredMembers", client.zrange(gkeys.retry, 0, LOOK_LIMIT - 1, withscores=True))
+    complete = complete and len(retries) < LOOK_LIMIT
     for member, score in retries:
         fields = member_fields(member)
         mid = to_str(fields.get(env.F_ID, b""))
@@ -224,7 +232,7 @@ def _whereabouts(
             due = int(score)
             ref = f"{S_RETRY}:{due}:{mid}"
             found[mid] = ("retrying", None, due, to_str(error) if error else None, ref)
-    return found
+    return found, complete
 
 
 def _entries(client: RedisClient, stream: str, ids: list[bytes]) -> list[Any]:

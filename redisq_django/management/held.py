@@ -77,6 +77,8 @@ def why(held: HeldKey) -> str:
         return f"retrying at {_when(held.due_ms)} after: {shown(held.last_error or '-')[:60]}"
     if held.state == "queued":
         return "queued in the consumer's input"
+    if held.state == "unseen":
+        return "holder not among the first 1,000 in flight, queued or retrying: most likely busy"
     return "holder not found: release the key to let its next message go"
 
 

@@ -219,3 +219,22 @@ def test_the_stats_count_what_is_held_back(broker: Broker, queue_name: str) -> N
     sub.ack([first])
     [ledger] = broker.stats(queue_name).consumers
     assert (ledger.held_back, ledger.backlog) == (1, 1)  # the next one is in its input
+
+
+def test_a_holder_past_what_is_looked_at_is_unseen_not_lost(
+    broker: Broker, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given more messages in flight than the admin looks at, the holder among the last
+    broker.ensure_consumer(queue_name, "ledger")
+    for n in range(3):
+        broker.publish(queue_name, {"n": n})
+    for n in range(2):
+        broker.publish(queue_name, {"n": n}, key="a")
+    sub = ordered(broker, queue_name, "i1")
+    assert len(fetch(sub)) == 4
+    monkeypatch.setattr("redisq_django.core.ordered.LOOK_LIMIT", 2)
+    # Then the key's holder is "unseen" (busy, most likely), not "unknown" (release it)
+    [held] = held_keys(broker.client, sub.gkeys)
+    assert (held.key, held.state) == ("a", "unseen")
+    monkeypatch.setattr("redisq_django.core.ordered.LOOK_LIMIT", 1000)
+    assert held_keys(broker.client, sub.gkeys)[0].state == "running"

@@ -29,6 +29,8 @@ from redisq_django.core.errors import (
     InvalidKey,
     InvalidName,
     NotRedrivable,
+    PartitionedQueueError,
+    PartitionsMismatch,
     PayloadNotSerializable,
     PayloadTooLarge,
     ProtocolMismatch,
@@ -42,6 +44,7 @@ from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome, Settlement
+from redisq_django.core.partitions import partition_of
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats
@@ -64,6 +67,8 @@ __all__ = [
     "Message",
     "NotRedrivable",
     "Outcome",
+    "PartitionedQueueError",
+    "PartitionsMismatch",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "ProtocolMismatch",
@@ -81,6 +86,7 @@ __all__ = [
     "compute_backoff",
     "default_instance_name",
     "new_message_id",
+    "partition_of",
 ]
 
 

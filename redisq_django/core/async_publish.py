@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from redisq_django.core import partitions
 from redisq_django.core.asyncio_client import run_send
 from redisq_django.core.envelope import Delay, Envelope, due_of
 from redisq_django.core.errors import translated
@@ -38,9 +39,24 @@ async def asend(
 ) -> list[str]:
     """:meth:`Broker.send` on asyncio client ``conn`` (``scripts``: its scripts).
 
+    The first send to a queue in this process compares its number of partitions with
+    Redis's record (``Broker.check_partitions``, here on ``conn``).
+
     Raises:
         RedisUnavailable, RedisRefused: as :meth:`Broker.send`.
+        PartitionsMismatch: Redis records another number of partitions.
     """
+    try:
+        for queue in dict.fromkeys(e.queue for e in envelopes):
+            if not broker.partitions_checked(queue):
+                count = broker.partition_count(queue)
+                await partitions.arecorded(conn, scripts, broker.keys(queue), count)
+                broker.checked_partitions(queue)
+    except redis.RedisError as exc:
+        ours = translated(exc, broker)
+        if ours is exc:
+            raise
+        raise ours from exc
     ids, plans = broker.plan_send(envelopes, once=once, batch=batch, register=True)
     try:
         for indexes, plan in plans:

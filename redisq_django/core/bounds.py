@@ -116,6 +116,13 @@ BOUNDS: dict[str, Bound] = {
         "seconds", 0, "0 would ask the database for outbox rows without pause", above=True
     ),
     "processes": Bound("processes", 1, "each runs the worker's threads", integer=True),
+    "partitions_per_queue": Bound(
+        "partitions",
+        1,
+        "each is a full queue of its own under its own hash tag; 1: not partitioned",
+        maximum=64,
+        integer=True,
+    ),
     "metrics_port": Bound("port", 0, "a TCP port; 0: any free one", maximum=65535, integer=True),
 }
 #: ``runconsumer --grace-period`` is ``REDISQ["SHUTDOWN_GRACE_PERIOD"]`` for one run.

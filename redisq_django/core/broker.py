@@ -1,32 +1,21 @@
-"""The broker: build a message once and send it anywhere; logical consumers, replay and
-subscriptions (dead letters, retention, stats and what it hands out: ``broker_upkeep``)."""
+"""The broker: build a message once and send it anywhere, routed to a partitioned queue's
+partitions (logical consumers, replay and subscriptions: ``broker_consumers``; dead
+letters, retention, stats and what it hands out: ``broker_upkeep``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-import redis
-
-from redisq_django.core import redelivery
-from redisq_django.core.broker_upkeep import BrokerUpkeep
+from redisq_django.core.broker_consumers import BrokerConsumers
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.envelope import Delay, Due, Envelope, check_key, due_of
-from redisq_django.core.errors import ConsumerNotFound, is_nogroup, translate_errors
-from redisq_django.core.groups import (
-    default_instance_name,
-    ensure_call,
-    ensure_group,
-    group_names,
-    remove_group,
-)
+from redisq_django.core.errors import translate_errors
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
-from redisq_django.core.keys import registry_key
-from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.scripts import ScriptCall
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.partitions import route
 from redisq_django.core.sending import (
     QueueSend,
     plan_immediate,
@@ -35,13 +24,11 @@ from redisq_django.core.sending import (
     send_direct,
     send_once,
 )
-from redisq_django.core.start import StartPoint
-from redisq_django.core.subscription import Subscription
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 
-class Broker(BrokerUpkeep):
+class Broker(BrokerConsumers):
     """Talks to Redis for one application; thread-safe, share one per process.
 
     What callers do goes through its methods (publish, subscribe, ensure_consumer,
@@ -65,16 +52,9 @@ class Broker(BrokerUpkeep):
         super().__init__(client, config)
         self.hooks = list(hooks)
         self.codec = JsonCodec(self.config.json_encoder)
-        self._registered: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<Broker {self.where} prefix={self.config.prefix!r}>"
-
-    def _register(self, queue: str) -> None:
-        # Queue names are recorded once per process: the operator views list them.
-        if queue not in self._registered:
-            self.client.sadd(registry_key(self.config.prefix), queue)
-            self._registered.add(queue)
 
     # -- publishing --------------------------------------------------------------------
 
@@ -172,7 +152,8 @@ class Broker(BrokerUpkeep):
     ) -> tuple[list[str], list[tuple[list[int], QueueSend]]]:
         """What :meth:`send` sends, for either client to run (``run_send`` of
         ``core.sending`` or of ``core.asyncio_client``): the ids known now ("" for those
-        the replies give) and, per queue, the indexes of its envelopes and its send.
+        the replies give) and, per queue (per partition of a partitioned one), the
+        indexes of its envelopes and its send.
         With ``register``, a queue not recorded yet by this process is recorded in the
         same round trip (a quiet ``SADD``; :meth:`send` records it with a call of its
         own)."""
@@ -180,27 +161,40 @@ class Broker(BrokerUpkeep):
         if len(envelopes) == 1 and not (once or batch):  # one publish: no grouping
             e = envelopes[0]
             record = [] if not register or e.queue in self._registered else [self._record(e.queue)]
-            plan = plan_queue(self.keys(e.queue), [e], trends_on=counted, quiet=record)
+            parts = self.partitions(e.queue)
+            keys = self.keys(e.queue) if parts is None else route(parts, [e])[0][0]
+            if parts is not None:
+                e = e.with_id()  # entry ids repeat across partitions: an id of its own
+            plan = plan_queue(keys, [e], trends_on=counted, quiet=record)
             return [e.id or ""], [([0], plan)]
         prepared = [e.with_id() for e in envelopes] if once or batch else list(envelopes)
-        by_queue: dict[str, list[int]] = {}
-        for index, envelope in enumerate(prepared):
-            by_queue.setdefault(envelope.queue, []).append(index)
+        ids = [e.id or "" for e in prepared]
         plans = []
-        for queue, indexes in by_queue.items():
-            keys = self.keys(queue)
+        for queue, indexes in _by_queue(prepared).items():
             record = [] if not register or queue in self._registered else [self._record(queue)]
-            mine = [prepared[i] for i in indexes]
-            plan = plan_queue(keys, mine, once=once, batch=batch, trends_on=counted, quiet=record)
-            plans.append((indexes, plan))
-        return [e.id or "" for e in prepared], plans
+            for keys, mine in self._routed(queue, [prepared[i] for i in indexes], once, batch):
+                chosen = [indexes[i] for i in mine]
+                group = [prepared[i] for i in chosen]
+                if keys.part is not None:  # entry ids repeat across partitions: ids of their own
+                    group = [e.with_id() for e in group]
+                    for i, e in zip(chosen, group, strict=True):
+                        ids[i] = e.id or ""
+                plan = plan_queue(
+                    keys, group, once=once, batch=batch, trends_on=counted, quiet=record
+                )
+                plans.append((chosen, plan))
+                record = []  # once per queue
+        return ids, plans
 
-    def _record(self, queue: str) -> tuple[str, str, str]:
-        return ("SADD", registry_key(self.config.prefix), queue)
-
-    def recorded(self, queue: str) -> None:
-        """``queue`` is recorded in Redis (a send planned with ``register`` went through)."""
-        self._registered.add(queue)
+    def _routed(
+        self, queue: str, envelopes: Sequence[Envelope], once: bool, batch: str | None
+    ) -> list[tuple[QueueKeys, list[int]]]:
+        """Where ``queue``'s envelopes go: its keys, or its partitions'
+        (``partitions.route``), with the indexes into ``envelopes`` of each's."""
+        parts = self.partitions(queue)
+        if parts is None:
+            return [(self.keys(queue), list(range(len(envelopes))))]
+        return route(parts, envelopes, once=once, batch=batch)
 
     def publish(
         self,
@@ -218,7 +212,8 @@ class Broker(BrokerUpkeep):
 
         Returns:
             The message id. Immediate messages get their log entry id
-            (``"1700000000000-0"``); delayed ones a 32-character hex id.
+            (``"1700000000000-0"``); delayed ones, and every one of a partitioned queue
+            (entry ids repeat across partitions), a 32-character hex id.
         """
         with sending(self.hooks, queue, 1):
             # A keyed message takes the Envelope path: the fast one writes no key.
@@ -232,6 +227,8 @@ class Broker(BrokerUpkeep):
         """:meth:`prepare` and :meth:`send` of one immediate message to a queue this
         process recorded already, without the :class:`Envelope` and the grouping in
         between: the path most publishes take (same checks, hooks and write)."""
+        if queue in self._partitioned:  # its messages need ids of their own (plan_send)
+            return self.send([self.prepare(queue, payload, headers=headers)])[0]
         keys = self.keys(queue)
         for hook in self.hooks:
             headers = hook.before_prepare(queue, headers)
@@ -256,7 +253,8 @@ class Broker(BrokerUpkeep):
         Every payload is encoded (and checked against the limit) before anything is
         sent, so an invalid payload publishes nothing. Arguments as :meth:`publish`;
         ``headers``, ``delay``, ``eta`` and ``key`` (one ordering key for the whole
-        batch) apply to every message.
+        batch) apply to every message. On a partitioned queue the batch goes to one
+        partition (its key's; without one, the partitions take turns by batch).
 
         Returns:
             The message ids, in the order of ``payloads``.
@@ -274,117 +272,23 @@ class Broker(BrokerUpkeep):
         """Deliver envelopes at once to one logical consumer only (its private input), one
         round trip per queue (targeted replay); ``once``: at most once per message id and
         consumer. Returns the new entry ids (with ``once``: the message ids)."""
-        out: list[str] = []
-        for queue in dict.fromkeys(e.queue for e in envelopes):  # in order, once each
-            mine = [e.with_id() if once else e for e in envelopes if e.queue == queue]
-            keys = self.keys(queue)
-            to = keys.group(consumer)
-            sent = send_once(self.client, self.scripts, keys, mine, to=to) if once else None
-            out += sent if sent is not None else send_direct(self.client, to, mine)
+        out: list[str] = [""] * len(envelopes)
+        prepared = [e.with_id() for e in envelopes] if once else list(envelopes)
+        for queue, indexes in _by_queue(prepared).items():
+            self.check_partitions(queue)
+            for keys, mine in self._routed(queue, [prepared[i] for i in indexes], once, None):
+                batch = [prepared[indexes[i]] for i in mine]
+                to = keys.group(consumer)
+                sent = send_once(self.client, self.scripts, keys, batch, to=to) if once else None
+                replies = sent if sent is not None else send_direct(self.client, to, batch)
+                for i, reply in zip(mine, replies, strict=True):
+                    out[indexes[i]] = reply
         return out
 
-    # -- logical consumers -------------------------------------------------------------
 
-    @translate_errors
-    def ensure_consumer(
-        self, queue: str, consumer: str, start: str | dt.datetime | StartPoint = "latest"
-    ) -> bool:
-        """Register logical consumer ``consumer`` on ``queue`` unless it exists.
-
-        From then on it receives every message published (also while none of its
-        instances runs). ``start`` says where a *new* consumer begins: ``"latest"``
-        (only what comes next), ``"earliest"`` (everything still in the log), an aware
-        datetime or a message id (inclusive). An existing consumer keeps its position;
-        use :meth:`reset` to move it.
-
-        Returns:
-            True when it was created, False when it already existed.
-        """
-        created = ensure_group(
-            self.scripts, self.keys(queue).group(consumer), StartPoint.parse(start)
-        )
-        self._register(queue)
-        return created
-
-    def ensure_consumer_call(
-        self, queue: str, consumer: str, start: str | dt.datetime | StartPoint = "latest"
-    ) -> ScriptCall:
-        """The script call of :meth:`ensure_consumer`, the queue's name recorded in the
-        same round trip (a quiet ``SADD``), for a client of its own to run (an asyncio
-        one: ``core.asyncio_client.run_call``)."""
-        call = ensure_call(self.keys(queue).group(consumer), StartPoint.parse(start))
-        record = ("SADD", registry_key(self.config.prefix), queue)
-        return replace(call, quiet=[*call.quiet, record])
-
-    @translate_errors
-    def reset(self, queue: str, consumer: str, start: str | dt.datetime | StartPoint) -> None:
-        """Move logical consumer ``consumer`` to ``start`` to receive messages again (replay).
-
-        Messages from the start point onwards that are still in the log (see the replay
-        window) are delivered again, in order. Older history is replayed from the archive
-        by the pipeline.
-
-        Raises:
-            ConsumerNotFound: ``consumer`` is not registered on ``queue``.
-        """
-        keys = self.keys(queue)
-        keys.group(consumer)
-        target = StartPoint.parse(start).to_last_delivered_id()
-        try:
-            redelivery.reset(self.client, keys.group(consumer), target, self.config.history)
-        except redis.ResponseError as exc:
-            if is_nogroup(exc):
-                raise ConsumerNotFound(queue, consumer) from exc
-            raise
-
-    @translate_errors
-    def consumers(self, queue: str) -> list[str]:
-        """Names of the logical consumers registered on ``queue``."""
-        return group_names(self.client, self.keys(queue))
-
-    @translate_errors
-    def remove_consumer(self, queue: str, consumer: str) -> None:
-        """Unregister logical consumer ``consumer`` and delete its private keys.
-
-        Its retries, dead letters still in Redis and in-flight state are discarded.
-        """
-        remove_group(self.client, self.keys(queue).group(consumer))
-
-    @translate_errors
-    def queues(self) -> list[str]:
-        """Every queue name published to or consumed from (sorted)."""
-        return sorted(to_str(q) for q in self.client.smembers(registry_key(self.config.prefix)))
-
-    def subscribe(
-        self,
-        queue: str,
-        consumer: str,
-        instance: str | None = None,
-        *,
-        policy: RetryPolicy | None = None,
-        ordered: bool = False,
-        **overrides: Any,
-    ) -> Subscription:
-        """An instance of logical consumer ``consumer``: fetches, acks and fails messages.
-
-        Args:
-            queue, consumer: what it consumes; ``consumer`` must be registered
-                (:meth:`ensure_consumer`).
-            instance: the instance name, unique per running instance (default
-                ``host:pid:random``); the consumer's instances share its messages.
-            policy: its retry policy (default: the config's).
-            ordered: the consumer is ordered (``core/ordered.py``): give it to every
-                instance of the consumer, or none.
-            **overrides: fields of the policy to change (``max_retries``, ``backoff_s``,
-                ``max_backoff_s``, ``visibility_timeout_ms``).
-        """
-        return Subscription(
-            client=self.client,
-            scripts=self.scripts,
-            config=self.config,
-            keys=self.keys(queue),
-            consumer=consumer,
-            instance=instance or default_instance_name(),
-            policy=(policy or self.config.retry).evolve(**overrides),
-            ordered=ordered,
-        )
+def _by_queue(envelopes: Sequence[Envelope]) -> dict[str, list[int]]:
+    """The indexes of ``envelopes`` by queue, queues in the order first met."""
+    by_queue: dict[str, list[int]] = {}
+    for index, envelope in enumerate(envelopes):
+        by_queue.setdefault(envelope.queue, []).append(index)
+    return by_queue

@@ -1,6 +1,7 @@
-"""The broker's base: its Redis, the objects it hands out (archives, task results, the
-operator's reads and actions, the schedules' ledger), and its upkeep of what is stored:
-dead letters, retention, purge and stats."""
+"""The broker's base: its Redis, the keys of its queues (a partitioned queue's too), the
+objects it hands out (archives, task results, the operator's reads and actions, the
+schedules' ledger), and its upkeep of what is stored: dead letters, retention, purge and
+stats."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import QueueKeys, queue_keys
+from redisq_django.core.partitions import Partitions
 from redisq_django.core.queue_operator import QueueOperator
 from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.core.scripts import Scripts
@@ -39,6 +41,7 @@ class BrokerUpkeep:
         self.config = config or CoreConfig()
         self.scripts = Scripts(client)
         self._keys: dict[str, QueueKeys] = {}
+        self._partitioned: dict[str, Partitions] = {}
 
     @property
     def where(self) -> str:
@@ -56,6 +59,25 @@ class BrokerUpkeep:
         if keys is None:
             keys = self._keys[queue] = queue_keys(self.config.prefix, queue)
         return keys
+
+    def partition_count(self, queue: str) -> int:
+        """How many partitions ``queue`` has in this process's config (1: none)."""
+        return self.config.partitions.get(queue, 1)
+
+    def partitions(self, queue: str) -> Partitions | None:
+        """The partitions of ``queue`` (``core/partitions.py``), or None when it has one."""
+        parts = self._partitioned.get(queue)
+        if parts is None:
+            count = self.partition_count(queue)
+            if count == 1:
+                return None
+            parts = self._partitioned[queue] = Partitions(self.keys(queue), count)
+        return parts
+
+    def layout(self, queue: str) -> tuple[QueueKeys, ...]:
+        """Where ``queue``'s messages live: its keys, or each of its partitions' keys."""
+        parts = self.partitions(queue)
+        return (self.keys(queue),) if parts is None else parts.keys
 
     # -- what it hands out -------------------------------------------------------------
 
@@ -191,19 +213,25 @@ class BrokerUpkeep:
         (``max_len`` / ``max_age_ms``) is set, in which case the drops are counted.
 
         Returns:
-            ``(removed, dropped)``: removed safely, and unacknowledged ones dropped by a cap.
+            ``(removed, dropped)``: removed safely, and unacknowledged ones dropped by a
+            cap (over every partition of a partitioned queue).
         """
-        return retention.trim(self.scripts, self.keys(queue), self.config, now=now)
+        removed = dropped = 0
+        for keys in self.layout(queue):
+            r, d = retention.trim(self.scripts, keys, self.config, now=now)
+            removed, dropped = removed + r, dropped + d
+        return removed, dropped
 
     @translate_errors
     def purge(self, queue: str) -> None:
         """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
-        while keeping its logical consumers registered at the end of the (empty) log."""
-        keys = self.keys(queue)
-        groups = group_names(self.client, keys)
-        retention.purge(self.client, keys, groups)
-        for group in groups:  # ordered consumers: no key stays held by a deleted message
-            ordered.after_purge(self.scripts, keys.group(group))
+        while keeping its logical consumers registered at the end of the (empty) log (of
+        every partition of a partitioned queue)."""
+        for keys in self.layout(queue):
+            groups = group_names(self.client, keys)
+            retention.purge(self.client, keys, groups)
+            for group in groups:  # ordered consumers: no key stays held by a deleted message
+                ordered.after_purge(self.scripts, keys.group(group))
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:

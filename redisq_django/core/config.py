@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.json import PayloadEncoder
+from redisq_django.core.partitions import MAX_PARTITIONS
 from redisq_django.core.retry import RetryPolicy
 
 #: Largest encoded payload accepted by ``publish`` (bytes): 1 MiB.
@@ -41,6 +43,9 @@ class CoreConfig:
             keep the log and events until the archive has stored them.
         trends: keep per-minute counters (``core/trends.py``), each written in the same
             round trip as the publish, acknowledgement or settle it counts.
+        partitions: queue name -> its number of partitions K (2 to
+            :data:`~redisq_django.core.partitions.MAX_PARTITIONS`; a queue not named has
+            1: one hash tag, today's layout). See ``core/partitions.py``.
     """
 
     prefix: str = "redisq"
@@ -55,6 +60,8 @@ class CoreConfig:
     json_encoder: type[json.JSONEncoder] = field(default=PayloadEncoder)
     history: bool = False
     trends: bool = True
+    # Not hashed: a mapping is not hashable (and no config is hashed for its partitions).
+    partitions: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         problems = list(self.retry.problems())
@@ -66,5 +73,8 @@ class CoreConfig:
         for name in ("replay_window_ms", "replay_window_len", "max_len", "max_age_ms"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
+        for queue, k in self.partitions.items():
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_PARTITIONS:
+                problems.append(f"partitions of {queue!r} must be 1 to {MAX_PARTITIONS}, got {k!r}")
         if problems:
             raise ConfigurationError("Invalid redisq configuration: " + "; ".join(problems))

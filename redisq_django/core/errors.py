@@ -66,6 +66,27 @@ class ConfigurationError(RedisqError):
     """The redisq configuration is invalid (also raised as ImproperlyConfigured by Django)."""
 
 
+class PartitionsMismatch(ConfigurationError):
+    """The number of partitions recorded in Redis for a queue is not this process's."""
+
+    def __init__(self, queue: str, recorded: int, configured: int) -> None:
+        self.queue = queue
+        self.recorded = recorded
+        self.configured = configured
+        super().__init__(
+            f"Queue {queue!r} has {recorded} partition(s) in Redis, but this process is "
+            f"configured with {configured} (REDISQ['PARTITIONS']; absent means 1). Give "
+            f"every process the number Redis records, or change it: drain the queue, run "
+            f"'manage.py redisq partitions {queue} {configured}', then restart every "
+            f"process with the new setting. Nothing was sent."
+        )
+
+
+class PartitionedQueueError(RedisqError, ValueError):
+    """An operation that cannot act on a partitioned queue (e.g. a reset to a message id:
+    ids are not comparable across partitions)."""
+
+
 class ConsumerNotFound(RedisqError):
     """A logical consumer (consumer group) does not exist on the queue."""
 

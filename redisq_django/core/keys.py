@@ -10,7 +10,8 @@ key                               type    role
 ``redisq:{q}:log``                stream  the topic log; each logical consumer is a group on it
 ``redisq:{q}:delayed``            zset    delayed publishes; score = due time (ms)
 ``redisq:{q}:meta``               hash    queue counters (``dropped``), marks of what retention
-                                          removed (``last_trimmed``)
+                                          removed (``last_trimmed``), the number of
+                                          partitions (``partitions``, when recorded)
 ``redisq:{q}:events``             stream  lifecycle events of every consumer (history on)
 ``redisq:{q}:archives``           hash    named archives: positions, registration, gaps
 ``redisq:{q}:archive:<a>:gaps``   list    data losses archive ``a`` went past, unreported
@@ -36,13 +37,16 @@ key                               type    role
 ``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
 ================================  ======  ====================================================
 
+A partitioned queue (``PARTITIONS``) is K full queues of this layout, partition ``i``
+under the hash tag ``{q#i}`` (:meth:`QueueKeys.partition`); its ``{q}:meta`` records K.
+
 PROTOCOL.md documents the same catalogue for clients in other languages.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redisq_django.core.errors import InvalidName
 
@@ -66,14 +70,31 @@ def validate_name(kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class QueueKeys:
-    """Keys of one queue."""
+    """Keys of one queue, or of one partition of a partitioned queue.
+
+    Attributes:
+        prefix: the first part of every key.
+        queue: the queue's name (also a partition's: messages read there belong to it).
+        part: None for the queue's base keys (hash tag ``{q}``); the index of a
+            partition (hash tag ``{q#i}``, :meth:`partition`).
+        tag: ``<prefix>:{q}`` or ``<prefix>:{q#i}``, what every key starts with.
+    """
 
     prefix: str
     queue: str
+    part: int | None = None
+    # Built once: every key of every publish and read starts with it.
+    tag: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def tag(self) -> str:
-        return f"{self.prefix}:{{{self.queue}}}"
+    def __post_init__(self) -> None:
+        hashed = self.queue if self.part is None else f"{self.queue}#{self.part}"
+        object.__setattr__(self, "tag", f"{self.prefix}:{{{hashed}}}")
+
+    def partition(self, index: int) -> QueueKeys:
+        """The keys of partition ``index`` of this queue: a full queue of its own under
+        hash tag ``{q#i}`` (``#`` is in no queue name, so none collides with a queue's);
+        the base keys keep what is recorded for the whole queue (``meta``)."""
+        return QueueKeys(self.prefix, self.queue, index)
 
     @property
     def log(self) -> str:

@@ -36,6 +36,7 @@ ScriptName = Literal[
     "heartbeat",
     "lease",
     "ordered_purge",
+    "partitions",
     "promote",
     "publish_batch_once",
     "publish_delayed",

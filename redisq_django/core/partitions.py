@@ -1,0 +1,157 @@
+"""Partitioned queues: K full queues under hash tags ``{q#0}``…``{q#K-1}``, the key hash
+that routes a message, and the number of partitions recorded in Redis.
+
+A queue of ``CoreConfig.partitions`` K > 1 spreads over a Redis Cluster's masters while
+every script stays single-slot: each partition is today's layout under a hash tag of
+its own (``QueueKeys.partition``). Its base keys (``{q}``) keep what belongs to the
+whole queue: ``{q}:meta`` records K (field ``partitions``), so that processes
+configured differently are refused (:class:`~redisq_django.core.errors.PartitionsMismatch`)
+instead of writing where no consumer reads.
+
+Routing (:func:`route`): a message with an ordering key goes to ``partition_of(key, K)``,
+so one key's messages keep their order within one partition; without a key, a message
+whose id is known before sending (publish-once, a batch sent once, a delayed one) goes
+to ``crc32(id) mod K`` (sent again, it meets its marker), and the rest take turns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Sequence
+
+from redisq_django.core.envelope import Envelope
+from redisq_django.core.errors import ConfigurationError, PartitionsMismatch
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.scripts import AsyncScripts, Scripts
+from redisq_django.core.types import AsyncRedisClient, RedisClient
+
+#: The most partitions a queue may have.
+MAX_PARTITIONS = 64
+#: The field of ``{q}:meta`` that records K.
+META_FIELD = "partitions"
+
+
+def partition_of(key: str, k: int) -> int:
+    """The partition of ordering key (or message id) ``key`` among ``k``: the IEEE 802.3
+    CRC-32 of its UTF-8 bytes (``zlib.crc32``, unsigned), modulo ``k`` (PROTOCOL.md,
+    "Partitions: the key hash")."""
+    return zlib.crc32(key.encode()) % k
+
+
+class Partitions:
+    """The partitions of one queue with K > 1: their keys and whose turn it is.
+
+    Thread-safe: ``next()`` of an ``itertools.count`` is one step under the GIL.
+    """
+
+    __slots__ = ("_turn", "count", "keys")
+
+    def __init__(self, base: QueueKeys, count: int) -> None:
+        self.count = count
+        self.keys = tuple(base.partition(i) for i in range(count))
+        self._turn = itertools.count()
+
+    def next(self) -> QueueKeys:
+        """The next partition in turn (messages without a key or an id of their own)."""
+        return self.keys[next(self._turn) % self.count]
+
+    def of(self, key: str) -> QueueKeys:
+        """The partition of ordering key (or message id) ``key``."""
+        return self.keys[partition_of(key, self.count)]
+
+
+def route(
+    parts: Partitions,
+    envelopes: Sequence[Envelope],
+    *,
+    once: bool = False,
+    batch: str | None = None,
+) -> list[tuple[QueueKeys, list[int]]]:
+    """Which partition each of one queue's envelopes goes to, as ``(partition keys,
+    indexes into envelopes)`` in the order first met.
+
+    Keyed envelopes go to their key's partition. The others: with ``once``, each to its
+    id's (every envelope has one then); with ``batch``, together to the batch id's (it
+    stays one all-or-none write, at most once); else together to the first one's id's
+    when it has one (a delayed message), else to the next partition in turn.
+    """
+    loose: QueueKeys | None = None
+    out: dict[QueueKeys, list[int]] = {}
+    for index, e in enumerate(envelopes):
+        if e.key is not None:
+            target = parts.of(e.key)
+        elif once and e.id is not None:
+            target = parts.of(e.id)
+        else:
+            if loose is None:
+                chosen = batch if batch is not None else e.id
+                loose = parts.of(chosen) if chosen is not None else parts.next()
+            target = loose
+        out.setdefault(target, []).append(index)
+    return list(out.items())
+
+
+def recorded(client: RedisClient, scripts: Scripts, base: QueueKeys, k: int) -> int:
+    """Compare ``k``, this process's number of partitions of the queue, with what Redis
+    records, on first use of the queue: for 1, one ``HGET`` (nothing recorded, or 1);
+    for K > 1, ``partitions.lua``: nothing recorded and no data -> K is recorded; nothing
+    recorded but a base log or delayed set -> 1.
+
+    Returns:
+        ``k`` (it matches).
+
+    Raises:
+        PartitionsMismatch: Redis records (or the base keys' data implies) another K.
+        ConfigurationError: partition logs exist but no K is recorded (someone deleted
+            ``{q}:meta``): ``manage.py redisq partitions`` records it again.
+    """
+    if k == 1:  # reads only: one HGET, none of the K > 1 steps below
+        return _compared(base, int(client.hget(base.meta, META_FIELD) or 0), k)
+    keys = [base.meta, base.log, base.delayed]
+    found = int(scripts("partitions", keys, [0]))
+    if found == 0:
+        with client.pipeline(transaction=False) as pipe:
+            for log in _partition_logs(base):
+                pipe.exists(log)
+            _refuse_strays(base, pipe.execute())
+        found = int(scripts("partitions", keys, [k]))
+    return _compared(base, found, k)
+
+
+async def arecorded(conn: AsyncRedisClient, scripts: AsyncScripts, base: QueueKeys, k: int) -> int:
+    """:func:`recorded` on an asyncio client (``scripts``: its scripts)."""
+    if k == 1:
+        return _compared(base, int(await conn.hget(base.meta, META_FIELD) or 0), k)
+    keys = [base.meta, base.log, base.delayed]
+    found = int(await scripts("partitions", keys, [0]))
+    if found == 0:
+        async with conn.pipeline(transaction=False) as pipe:
+            for log in _partition_logs(base):
+                pipe.exists(log)
+            _refuse_strays(base, await pipe.execute())
+        found = int(await scripts("partitions", keys, [k]))
+    return _compared(base, found, k)
+
+
+def _partition_logs(base: QueueKeys) -> list[str]:
+    """The logs of partitions 0 to :data:`MAX_PARTITIONS` - 1 (each its own slot: one
+    ``EXISTS`` each, pipelined)."""
+    return [base.partition(i).log for i in range(MAX_PARTITIONS)]
+
+
+def _refuse_strays(base: QueueKeys, exists: Sequence[int]) -> None:
+    stray = [log for log, n in zip(_partition_logs(base), exists, strict=True) if n]
+    if stray:
+        raise ConfigurationError(
+            f"Queue {base.queue!r} has partition logs ({', '.join(stray[:3])}...) but no "
+            f"number of partitions recorded in Redis ({base.meta} has no {META_FIELD!r} "
+            f"field). Record it: 'manage.py redisq partitions {base.queue} K' with the K "
+            "those logs were written with."
+        )
+
+
+def _compared(base: QueueKeys, found: int, k: int) -> int:
+    if found not in (0, k):
+        raise PartitionsMismatch(base.queue, found, k)
+    return k

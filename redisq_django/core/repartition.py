@@ -1,0 +1,119 @@
+"""Changing a queue's number of partitions: only once it is drained, so that no message
+is left where the new layout does not look and no ordering key has messages in two
+partitions (``manage.py redisq partitions QUEUE K``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from redisq_django.core.groups import ensure_group, group_names
+from redisq_django.core.keys import QueueKeys
+from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD
+from redisq_django.core.scripts import Scripts
+from redisq_django.core.start import StartPoint
+from redisq_django.core.types import RedisClient
+from redisq_django.core.wire import to_str
+
+
+@dataclass(frozen=True)
+class Repartitioned:
+    """What :func:`repartition` did.
+
+    Attributes:
+        before: the number of partitions Redis recorded (1 when none was).
+        after: the number recorded now.
+        consumers: the logical consumers registered on every partition of the new layout.
+    """
+
+    before: int
+    after: int
+    consumers: list[str]
+
+
+def recorded_count(client: RedisClient, base: QueueKeys) -> int:
+    """The number of partitions Redis records for the queue (1 when none is)."""
+    return int(cast("Any", client.hget(base.meta, META_FIELD)) or 1)
+
+
+def layout_of(base: QueueKeys, count: int) -> list[QueueKeys]:
+    """The keys where a queue of ``count`` partitions keeps its messages."""
+    return [base] if count == 1 else [base.partition(i) for i in range(count)]
+
+
+def leftovers(client: RedisClient, places: Sequence[QueueKeys]) -> list[str]:
+    """What is not drained in ``places`` (a queue's base keys or partitions), one line each:
+    log entries after a consumer's position, pending (in-flight) messages, retries,
+    messages in a consumer's input, delayed messages, ordered messages waiting for their
+    key, dead letters not yet moved to the database. Empty: drained."""
+    found: list[str] = []
+    for keys in places:
+        delayed = int(cast("Any", client.zcard(keys.delayed)))
+        if delayed:
+            found.append(f"{keys.delayed}: {delayed} delayed message(s)")
+        for group in group_names(client, keys):
+            found += _group_leftovers(client, keys, group)
+    return found
+
+
+def _group_leftovers(client: RedisClient, keys: QueueKeys, group: str) -> list[str]:
+    gkeys = keys.group(group)
+    found = []
+    for stream in (keys.log, gkeys.direct):
+        try:
+            info = {to_str(g["name"]): g for g in cast("Any", client.xinfo_groups(stream))}
+        except redis.ResponseError:  # no such stream
+            continue
+        mine = info.get(group)
+        if mine is None:
+            continue
+        if int(mine["pending"]):
+            found.append(f"{stream}: {mine['pending']} message(s) in flight for {group!r}")
+        after = f"({to_str(mine['last-delivered-id'])}"
+        if cast("Any", client.xrange(stream, after, "+", count=1)):
+            found.append(f"{stream}: messages not yet read by {group!r}")
+    counts = {
+        "retrying": client.zcard(gkeys.retry),
+        "ordered, waiting for their key": client.get(gkeys.held_back),
+        "dead letters not yet in the database": client.xlen(gkeys.dead),
+    }
+    for what, n in counts.items():
+        if int(cast("Any", n) or 0) > 0:
+            found.append(f"{keys.tag} {group!r}: {int(cast('Any', n))} {what}")
+    return found
+
+
+def repartition(
+    client: RedisClient, scripts: Scripts, base: QueueKeys, count: int
+) -> Repartitioned:
+    """Record ``count`` partitions for the drained queue of ``base`` and register every
+    logical consumer of its old layout on each partition of the new one, at its end.
+
+    Raises:
+        ValueError: ``count`` is out of range, or the queue is not drained (the message
+            lists what remains, nothing is changed).
+    """
+    if not isinstance(count, int) or not 1 <= count <= MAX_PARTITIONS:
+        raise ValueError(f"A queue has 1 to {MAX_PARTITIONS} partitions, not {count!r}.")
+    before = recorded_count(client, base)
+    # The base keys too: what a queue held before it was first partitioned.
+    old = list(dict.fromkeys([base, *layout_of(base, before)]))
+    remaining = leftovers(client, old)
+    if remaining:
+        shown = "\n  ".join(remaining[:20])
+        more = f"\n  ... and {len(remaining) - 20} more" if len(remaining) > 20 else ""
+        raise ValueError(
+            f"Queue {base.queue!r} is not drained, so its partitions stay {before}: a "
+            f"message left behind would never be read under {count}, and a key's messages "
+            f"could be handled out of order. Let the workers finish (and the dead-letter "
+            f"sink move what is dead), then run this again. What remains:\n  {shown}{more}"
+        )
+    consumers = sorted({g for keys in old for g in group_names(client, keys)})
+    client.hset(base.meta, META_FIELD, count)
+    for keys in layout_of(base, count):
+        for group in consumers:
+            ensure_group(scripts, keys.group(group), StartPoint.parse("latest"))
+    return Repartitioned(before, count, consumers)

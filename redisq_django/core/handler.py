@@ -118,3 +118,16 @@ class ConsumerSpec:
     def evolve(self, **changes: Any) -> ConsumerSpec:
         """A copy with ``changes`` applied."""
         return replace(self, **changes)
+
+    def tunables(self) -> dict[str, object]:
+        """What the admin can change, by name (the worker logs the changes)."""
+        p = self.policy
+        return {
+            "paused": self.paused,
+            "enabled": self.enabled,
+            "concurrency": self.concurrency,
+            "max_retries": p.max_retries,
+            "backoff_s": p.backoff_s,
+            "max_backoff_s": p.max_backoff_s,
+            "visibility_timeout_ms": p.visibility_timeout_ms,
+        }

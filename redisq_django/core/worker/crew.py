@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 #: How often the main thread looks at the crews while a handler runs (seconds).
@@ -112,7 +112,8 @@ class Crews:
 
     def __init__(self, *, elastic: bool = True) -> None:
         self.elastic = elastic
-        self.crews: dict[tuple[str, str], Crew] = {}
+        #: By consumer (``spec.key``), or by consumer and partition.
+        self.crews: dict[Hashable, Crew] = {}
         #: The clocks of the measure (tests stand in their own).
         self.wall_clock: Callable[[], float] = time.monotonic
         self.cpu_clock: Callable[[], float] = time.process_time
@@ -125,7 +126,7 @@ class Crews:
         # crew grows only once its handlers have been seen waiting.
         self.share = 1.0
 
-    def crew(self, key: tuple[str, str]) -> Crew:
+    def crew(self, key: Hashable) -> Crew:
         crew = self.crews.get(key)
         if crew is None:
             crew = self.crews[key] = Crew()

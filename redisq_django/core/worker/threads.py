@@ -68,7 +68,7 @@ class HandlerThread(threading.Thread):
         *,
         spec: ConsumerSpec,
         sub: Subscription,
-        index: int,
+        index: int | str,
         stop: StopSignal,
         pace: Pace,
         quota: Quota,

@@ -4,6 +4,7 @@ One process runs :class:`Worker`; each logical consumer gets ``concurrency`` han
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`);
 one with an ``async def`` handler gets one instance keeping up to ``concurrency``
 handlers in flight on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
+On a partitioned queue, each partition gets as many (``core/partitions.py``).
 A liveness thread heartbeats and extends the leases of long handlers
 (:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
 main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
@@ -190,24 +191,37 @@ class Worker:
         self._stop.request()
 
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
+        # A partitioned queue: `wanted` instances on each partition (each a consumer
+        # group of its own), else the queue's one.
+        count = self.broker.partition_count(spec.queue)
+        for partition in range(count) if count > 1 else (None,):
+            self._scale_partition(spec, wanted, partition)
+
+    def _scale_partition(self, spec: ConsumerSpec, wanted: int, partition: int | None) -> None:
         is_async = is_async_handler(spec.handler)
         if is_async:  # one instance, its concurrency the handlers it keeps in flight
             wanted = min(wanted, 1)
-        running = [t for t in self.threads.get(spec.key, []) if t.is_alive() and not t.retire]
+        running = [
+            t
+            for t in self.threads.get(spec.key, [])
+            if t.is_alive() and not t.retire and t.sub.keys.part == partition
+        ]
         for t in running[wanted:]:
             t.retire = True
+        where = spec.name if partition is None else f"{spec.name}-p{partition}"
         for index in range(len(running), wanted):
             sub = self.broker.subscribe(
                 spec.queue,
                 spec.name,
-                f"{self.instance_prefix}-{spec.name}-{index}",
+                f"{self.instance_prefix}-{where}-{index}",
                 policy=spec.policy,
                 ordered=spec.ordered,
+                partition=partition,
             )
             parts: dict[str, Any] = dict(
                 spec=spec,
                 sub=sub,
-                index=index,
+                index=index if partition is None else f"p{partition}-{index}",
                 stop=self._stop,
                 pace=self._pace,
                 quota=self.quota,
@@ -219,7 +233,8 @@ class Worker:
             if is_async:
                 thread: HandlerThread = AsyncHandlerThread(loop=self._event_loop(), **parts)
             else:
-                crew = self.crews.crew(spec.key)
+                # A crew per partition: each keeps at least one thread fetching.
+                crew = self.crews.crew(spec.key if partition is None else (spec.key, partition))
                 thread = HandlerThread(crew=crew, **parts)
                 crew.join(thread)
             self.threads.setdefault(spec.key, []).append(thread)
@@ -262,10 +277,10 @@ class Worker:
         their wake-ups can be that late. The main thread keeps its own precise clock
         instead, and the XADD of a promotion wakes the blocked readers at once.
         """
-        subs: dict[tuple[str, str], Subscription] = {}
+        subs: dict[tuple[str, str, str], Subscription] = {}
         for t in self._all_threads():
-            if t.is_alive() and not t.spec.paused:
-                subs.setdefault(t.spec.key, t.sub)
+            if t.is_alive() and not t.spec.paused:  # one per consumer and partition
+                subs.setdefault((*t.spec.key, t.sub.keys.tag), t.sub)
         now = monotonic_ms()  # a local timer: a wall-clock step must not move it
         soonest = now + 100
         for sub in subs.values():
@@ -299,7 +314,7 @@ class Worker:
             old = self.specs.get(spec.key)
             if old is None or old == spec:
                 continue
-            before, after = _tunables(old), _tunables(spec)
+            before, after = old.tunables(), spec.tunables()
             changes = [f"{f} {before[f]!r} -> {after[f]!r}" for f in after if before[f] != after[f]]
             logger.info(
                 "Configuration of %s/%s changed: %s", spec.queue, spec.name, ", ".join(changes)
@@ -377,17 +392,3 @@ class Worker:
                 end_own_leases(t.sub.client, t.sub.gkeys, list(t.held))
             except Exception:
                 logger.debug("Could not expire the heartbeat of %s", t.sub.instance, exc_info=True)
-
-
-def _tunables(spec: ConsumerSpec) -> dict[str, object]:
-    """What the admin can change in a spec, by name (for the change log line)."""
-    p = spec.policy
-    return {
-        "paused": spec.paused,
-        "enabled": spec.enabled,
-        "concurrency": spec.concurrency,
-        "max_retries": p.max_retries,
-        "backoff_s": p.backoff_s,
-        "max_backoff_s": p.max_backoff_s,
-        "visibility_timeout_ms": p.visibility_timeout_ms,
-    }

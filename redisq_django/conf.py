@@ -72,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
     # Per-minute counters (published, handled, failed, retried, dead, handler time) and
     # samples (backlog...) kept in Redis for 48 h: the admin's charts.
     "TRENDS": True,
+    # Partitioned queues: queue name -> its number of partitions (1 to 64), each a full
+    # queue under a hash tag of its own, spread over a Redis Cluster's masters.
+    "PARTITIONS": {},
 }
 
 #: The numeric keys, each checked against its bounds (``core/bounds.py``).
@@ -128,10 +131,25 @@ def _validate(user: Any) -> dict[str, Any]:
     queues = merged["QUEUES"]
     if queues is not None and not _is_name_list(queues):
         problems.append("QUEUES must be None or a list of queue names")
+    problems += _partition_problems(merged["PARTITIONS"])
     found = [p for p in problems if p]
     if found:
         raise SettingsError("Invalid settings.REDISQ: " + "; ".join(found) + ".")
     return merged
+
+
+def _partition_problems(partitions: Any) -> list[str | None]:
+    if not isinstance(partitions, dict):
+        return [
+            'PARTITIONS must be a dict of queue name -> number of partitions, e.g. {"orders": 4}'
+        ]
+    found: list[str | None] = []
+    for queue, count in partitions.items():
+        if not isinstance(queue, str) or not NAME_RE.match(queue):
+            found.append(f"PARTITIONS: {queue!r} is no queue name (letters, digits, '_', '.', '-')")
+        else:
+            found.append(bounds.problem("partitions_per_queue", count, f"PARTITIONS[{queue!r}]"))
+    return found
 
 
 @functools.cache
@@ -173,6 +191,7 @@ def get_core_config() -> CoreConfig:
         json_encoder=encoder,
         history=s["HISTORY"],
         trends=s["TRENDS"],
+        partitions=dict(s["PARTITIONS"]),
     )
 
 

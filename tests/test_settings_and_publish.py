@@ -135,6 +135,12 @@ def test_unserialisable_payload_names_the_type(queue_name: str, redisq_settings:
         ({"PREFIX": "a{b}"}, "PREFIX must be a non-empty string"),
         ({"ARCHIVE_NAME": "nightly:2"}, "ARCHIVE_NAME must be a name"),
         ({"JSON_ENCODER": "nowhere.Encoder"}, "JSON_ENCODER"),
+        (
+            {"PARTITIONS": {"orders": 65}},
+            "must be an integer between 1 and 64, got 65",
+        ),
+        ({"PARTITIONS": {"a:b": 2}}, "PARTITIONS: 'a:b' is no queue name"),
+        ({"PARTITIONS": [("orders", 2)]}, "PARTITIONS must be a dict of queue name"),
         ("redis://localhost", "must be a dict"),
     ],
 )
@@ -152,6 +158,13 @@ def test_bad_settings_are_reported_by_checks_and_at_use(
 @pytest.mark.django_db
 def test_good_settings_pass_the_checks(redisq_settings: Any) -> None:
     assert [e for e in run_checks() if e.id.startswith("redisq_django")] == []
+
+
+def test_partitions_reach_the_core_config(redisq_settings: Any) -> None:
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {"orders": 4}}
+    assert dict(get_core_config().partitions) == {"orders": 4}
+    assert get_broker().partition_count("orders") == 4
+    assert get_broker().partition_count("emails") == 1
 
 
 def test_missing_cache_alias_says_what_to_do(queue_name: str, settings: Any) -> None:

@@ -14,6 +14,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
+from redisq_django.conf import SettingsError, get_settings
 from redisq_django.connection import get_broker
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
@@ -123,7 +124,7 @@ class RedisqBackend(BaseTaskBackend):
         """System checks: invalid ``OPTIONS`` (E030), no ``QUEUES`` (E031), a queue name
         that makes no valid redisq queue name (E032), a redisq queue shared with another
         task queue of this or another backend (E033, reported by the first backend in
-        ``TASKS`` involved)."""
+        ``TASKS`` involved), a partitioned task queue (E034)."""
         return list(self._problems())
 
     def _problems(self) -> Iterable[checks.CheckMessage]:
@@ -150,6 +151,20 @@ class RedisqBackend(BaseTaskBackend):
                     hint="Use letters, digits, '_', '.' or '-' (and a short name).",
                     id="redisq_django.E032",
                 )
+        try:
+            partitioned = get_settings()["PARTITIONS"]
+        except SettingsError:  # reported as E001
+            partitioned = {}
+        for name in sorted(self.queues, key=str):
+            levels = [q for q in self.task_options.level_queues(name) if q in partitioned]
+            if levels and not queue_name_problem(self.task_options, name):
+                yield checks.Error(
+                    f"{where}['QUEUES']: task queue {name!r} is partitioned "
+                    f"(REDISQ['PARTITIONS'] names {', '.join(map(repr, levels))}): task "
+                    "queues cannot be, their results and scripts live under one hash tag.",
+                    hint="Remove the task queue's redisq queues from REDISQ['PARTITIONS'].",
+                    id="redisq_django.E034",
+                )
         for shared in shared_queues(first_alias=self.alias):
             yield checks.Error(
                 f"{where}['QUEUES']: {shared.describe()}: their tasks, results and workers "
@@ -163,8 +178,18 @@ class RedisqBackend(BaseTaskBackend):
     # -- enqueueing --------------------------------------------------------------------
 
     def level_queue(self, task: Task[..., Any]) -> str:
-        """The redisq queue a task goes to (its queue name and priority level)."""
-        return self.task_options.level_queue(task.queue_name, level_rank(task.priority))
+        """The redisq queue a task goes to (its queue name and priority level).
+
+        Raises:
+            InvalidTask: that queue is partitioned (``manage.py check`` says so: E034).
+        """
+        queue = self.task_options.level_queue(task.queue_name, level_rank(task.priority))
+        if get_broker().partition_count(queue) > 1:
+            raise InvalidTask(
+                f"Task queue {task.queue_name!r} is partitioned (REDISQ['PARTITIONS'] names "
+                f"{queue!r}): task queues cannot be. Remove it from PARTITIONS."
+            )
+        return queue
 
     def prepare(
         self, task: Task[..., Any], args: Any, kwargs: Any, result_id: str | None = None

@@ -11,7 +11,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import redis
@@ -19,7 +20,7 @@ import redis
 pytest.importorskip("django.tasks", reason="the tasks backend needs Django >= 6.0 (django.tasks)")
 
 from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils import timezone
 
 from redisq_django import deadletters
@@ -284,3 +285,22 @@ def test_checks_report_task_queues_that_share_a_redisq_queue(settings: Any, redi
     [levels] = found["levels"]
     assert "queue 'x' and TASKS['levels'] queue 'x.high'" in levels.msg
     assert "'tasks.x.high'" in levels.msg and "QUEUE_PREFIX" in (levels.hint or "")
+
+
+def test_checks_and_enqueue_refuse_a_partitioned_task_queue(settings: Any, redis_url: str) -> None:
+    # Given a task queue whose high level's redisq queue is partitioned
+    settings.REDISQ = {"URL": redis_url, "PARTITIONS": {"tasks.reports.high": 2}}
+    backend = "redisq_django.tasks.RedisqBackend"
+    settings.TASKS = {"default": {"BACKEND": backend, "QUEUES": ["default", "reports"]}}
+    # Then the check reports it (runconsumer and every manage.py command stop at start)
+    [error] = task_backends["default"].check()
+    assert error.id == "redisq_django.E034"
+    assert "task queue 'reports' is partitioned" in error.msg
+    assert "'tasks.reports.high'" in error.msg
+    # And a task of that level is refused at enqueue, the other levels are not (the
+    # level is chosen from the task's queue name and priority alone)
+    urgent = cast("Any", SimpleNamespace(queue_name="reports", priority=50))
+    with pytest.raises(InvalidTask, match="is partitioned"):
+        task_backends["default"].level_queue(urgent)
+    normal = cast("Any", SimpleNamespace(queue_name="reports", priority=0))
+    assert task_backends["default"].level_queue(normal) == "tasks.reports"

@@ -1,5 +1,5 @@
 """``manage.py redisq``: status, replay, dead letters, schedules, deliver now, held-back
-ordering keys and purge from the shell."""
+ordering keys, partitions and purge from the shell."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
 from redisq_django.figures import age
-from redisq_django.management import console, held
+from redisq_django.management import console, held, partitioning
 from redisq_django.management.console import table
 from redisq_django.publishing.outbox import pending_count, relay_once
 from redisq_django.schedules import listing
@@ -41,7 +41,7 @@ _HEAD = [
 class Command(BaseCommand):
     help = (
         "Operate redisq queues: status, replay, dead letters, outbox relay, schedules, "
-        "deliver now, held keys, archives, purge."
+        "deliver now, held keys, archives, partitions, purge."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -134,6 +134,8 @@ class Command(BaseCommand):
         held.add_held(sub, common)
 
         console.add_archives(sub, common)
+
+        partitioning.add_partitions(sub, common)
 
         purge = sub.add_parser(
             "purge",
@@ -357,6 +359,9 @@ class Command(BaseCommand):
             )
         if problem:
             self.stderr.write(f"{problem} Last ticks unknown (?); next ticks by this host's clock.")
+
+    def do_partitions(self, opts: dict[str, Any]) -> None:
+        partitioning.partitions(opts, self.stdout.write)
 
     def do_archives(self, opts: dict[str, Any]) -> None:
         console.archives(opts, self.stdout.write)

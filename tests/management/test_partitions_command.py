@@ -1,0 +1,64 @@
+"""A queue's number of partitions from the shell: ``manage.py redisq partitions QUEUE``
+says what Redis records, ``... QUEUE K`` changes it only once the queue is drained (what
+remains listed) and says that every process must be restarted with the new setting."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from redisq_django.connection import get_broker
+from redisq_django.core import PartitionsMismatch, partition_of
+
+
+def redisq(*args: str) -> str:
+    out = io.StringIO()
+    call_command("redisq", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def partitioned(redisq_settings: Any, queue_name: str) -> Any:
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {queue_name: 2}}
+    return redisq_settings
+
+
+def test_partitions_is_refused_until_drained_then_recorded(
+    partitioned: Any, queue_name: str
+) -> None:
+    # Given a queue of 2 partitions with a consumer and a message it has not read
+    broker = get_broker()
+    broker.ensure_consumer(queue_name, "billing")
+    sent = broker.publish(queue_name, {"n": 1}, key="k")
+    assert redisq("partitions", queue_name) == f"{queue_name}: 2 partition(s) in Redis\n"
+    # When asked for 4: refused, saying what remains, nothing changed
+    with pytest.raises(CommandError, match="is not drained") as refused:
+        redisq("partitions", queue_name, "4")
+    assert f"{{{queue_name}#{partition_of('k', 2)}}}:log: messages not yet read by " in str(
+        refused.value
+    )
+    assert redisq("partitions", queue_name).startswith(f"{queue_name}: 2 partition")
+    # When the consumer has handled it: done, and the restart is asked for
+    sub = broker.subscribe(queue_name, "billing", "i", partition=partition_of("k", 2))
+    [delivery] = sub.fetch(count=1, block_ms=1000)
+    assert delivery.message.id == sent
+    sub.ack([delivery])
+    out = redisq("partitions", queue_name, "4")
+    assert out.startswith(f"{queue_name}: 4 partition(s) recorded (were 2); consumers on ")
+    assert "Restart every process" in out and "giving it 4" in out
+    # Then a process still configured with 2 is refused, one with 4 works
+    with pytest.raises(PartitionsMismatch):
+        type(broker)(broker.client, broker.config).publish(queue_name, {"n": 2})
+    partitioned.REDISQ = {**partitioned.REDISQ, "PARTITIONS": {queue_name: 4}}
+    assert get_broker().consumers(queue_name) == ["billing"]
+    get_broker().publish(queue_name, {"n": 3})
+
+
+def test_partitions_refuses_a_count_out_of_range(partitioned: Any, queue_name: str) -> None:
+    for bad in ("0", "65", "x"):
+        with pytest.raises(CommandError, match="between 1 and 64"):
+            redisq("partitions", queue_name, bad)

@@ -172,13 +172,22 @@ class Broker(BrokerConsumers):
         plans = []
         for queue, indexes in _by_queue(prepared).items():
             record = [] if not register or queue in self._registered else [self._record(queue)]
-            for keys, mine in self._routed(queue, [prepared[i] for i in indexes], once, batch):
-                chosen = [indexes[i] for i in mine]
-                group = [prepared[i] for i in chosen]
-                if keys.part is not None:  # entry ids repeat across partitions: ids of their own
-                    group = [e.with_id() for e in group]
-                    for i, e in zip(chosen, group, strict=True):
-                        ids[i] = e.id or ""
+            parts = self.partitions(queue)
+            if parts is None:  # as before partitions: one send for the queue
+                mine = [prepared[i] for i in indexes]
+                plan = plan_queue(
+                    self.keys(queue), mine, once=once, batch=batch, trends_on=counted, quiet=record
+                )
+                plans.append((indexes, plan))
+                continue
+            for keys, routed in route(
+                parts, [prepared[i] for i in indexes], once=once, batch=batch
+            ):
+                chosen = [indexes[i] for i in routed]
+                # Entry ids repeat across partitions: every message gets an id of its own.
+                group = [prepared[i].with_id() for i in chosen]
+                for i, e in zip(chosen, group, strict=True):
+                    ids[i] = e.id or ""
                 plan = plan_queue(
                     keys, group, once=once, batch=batch, trends_on=counted, quiet=record
                 )

@@ -86,6 +86,7 @@ STEPS = [
         r"Ordering key 'cart-1' holds back nothing on",
         code=1,
     ),
+    Step(("partitions",), ("redisq", "partitions", QUEUE), rf"{QUEUE}: 1 partition\(s\) in Redis"),
     Step(("relay",), ("redisq", "relay", "--once"), r"Sent 0 outbox message\(s\); 0 waiting\."),
     Step(
         ("archives", "list"),

@@ -18,11 +18,12 @@ from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import QueueKeys, queue_keys
+from redisq_django.core.partition_stats import read_layouts
 from redisq_django.core.partitions import Partitions
 from redisq_django.core.queue_operator import QueueOperator
 from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.core.scripts import Scripts
-from redisq_django.core.stats import QueueStats, read_stats
+from redisq_django.core.stats import QueueStats
 from redisq_django.core.task_store import TaskResultStore
 from redisq_django.core.types import AsyncRedisClient, RedisClient, StreamEntries
 from redisq_django.core.wire import to_bytes, to_str
@@ -92,7 +93,7 @@ class BrokerUpkeep:
         """An operator's reads and actions: the lists of a queue, one message, instances,
         figures and trends, the server's shortcomings, delivering now, purging
         (:class:`~redisq_django.core.queue_operator.QueueOperator`)."""
-        return QueueOperator(self.client, self.scripts, self.config, self.keys)
+        return QueueOperator(self.client, self.scripts, self.config, self.keys, self.layout)
 
     @functools.cached_property
     def task_results(self) -> TaskResultStore:
@@ -235,5 +236,7 @@ class BrokerUpkeep:
 
     @translate_errors
     def stats(self, queue: str) -> QueueStats:
-        """Length, delayed, drops, archive lag, and per-consumer figures of ``queue``."""
-        return read_stats(self.client, self.keys(queue), history=self.config.history)
+        """Length, delayed, drops, archive lag, and per-consumer figures of ``queue`` (a
+        partitioned queue's added up over its partitions: ``core/partition_stats.py``)."""
+        layouts = [self.layout(queue)]
+        return read_layouts(self.client, layouts, history=self.config.history)[0]

@@ -61,6 +61,7 @@ class Entry:
         member: for sorted sets, the member itself (what an action removes).
         cut: its payload was kept only in part (a list's preview of a large member:
             :func:`member_fields` with ``peek``); :func:`find` reads it whole.
+        part: the partition it is in, on a partitioned queue (None: the queue has one).
     """
 
     where: str
@@ -72,6 +73,7 @@ class Entry:
     since_ms: int | None = None
     member: bytes = field(default=b"", repr=False)
     cut: bool = False
+    part: int | None = None
 
     @property
     def message_id(self) -> str:
@@ -88,10 +90,13 @@ class Entry:
     @property
     def ref(self) -> str:
         """How :func:`find` finds it again: ``log:<id>``, ``direct:<id>``,
-        ``delayed:<score>:<message id>`` or ``retry:<score>:<message id>``."""
+        ``delayed:<score>:<message id>`` or ``retry:<score>:<message id>``; on a
+        partitioned queue followed by ``@<partition>`` (:func:`part_ref`)."""
         if self.where in (S_DELAYED, S_RETRY):
-            return f"{self.where}:{self.key}:{self.message_id}"
-        return f"{self.where}:{self.key}"
+            ref = f"{self.where}:{self.key}:{self.message_id}"
+        else:
+            ref = f"{self.where}:{self.key}"
+        return ref if self.part is None else part_ref(ref, self.part)
 
     @property
     def due_ms(self) -> int | None:
@@ -144,6 +149,21 @@ class Entry:
     @property
     def headers_text(self) -> str:
         return self.fields.get(env.F_HEADERS, b"").decode("utf-8", "replace")
+
+
+def part_ref(ref: str, part: int) -> str:
+    """``ref`` of an entry in partition ``part`` of a partitioned queue: ``<ref>@<part>``
+    (entry ids repeat across partitions: a ref names its partition)."""
+    return f"{ref}@{part}"
+
+
+def split_ref(ref: str) -> tuple[str, int | None]:
+    """``(ref, partition)`` of a ref of a partitioned queue's entry (:func:`part_ref`);
+    ``(ref, None)`` when it names no partition."""
+    base, at, part = ref.rpartition("@")
+    if at and part.isdigit() and part.isascii():
+        return base, int(part)
+    return ref, None
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,9 @@ class QueueStats:
             (capped at ``LAG_COUNT_CAP``; with history on and no archive registered, the
             whole log); None when history is off and no archive is registered.
         events: with history on, lifecycle events still in Redis; None when off.
+        partitions: a partitioned queue's stats of each of its partitions, in order
+            (its own figures add them up: ``core/partition_stats.py``); empty for a
+            queue of one partition.
     """
 
     name: str
@@ -96,6 +99,7 @@ class QueueStats:
     consumers: list[ConsumerStats] = field(default_factory=list)
     archive_lag: int | None = None
     events: int | None = None
+    partitions: list[QueueStats] = field(default_factory=list)
 
     @property
     def lag(self) -> int:
@@ -214,7 +218,7 @@ def _furthest_behind(registry: dict[bytes, bytes], legacy: bytes | None) -> str 
     ]
     if legacy is not None:
         positions.append(to_str(legacy))
-    return min(positions, key=_id_key) if positions else None
+    return min(positions, key=id_order) if positions else None
 
 
 def _queue_group(pipe: Any, keys: QueueKeys, info: dict[str, Any], now_score: int) -> None:
@@ -266,10 +270,10 @@ def _consumer(
         waiting_retry=int(retry),
         direct=int(direct) - int(p_direct["pending"]),
         dead=int(dead),
-        oldest_unacked_age_s=age_s(min(oldest, key=_id_key), now) if oldest else None,
+        oldest_unacked_age_s=age_s(min(oldest, key=id_order), now) if oldest else None,
         instances_alive=int(alive),
         last_delivered_id=to_str(info["last-delivered-id"]),
-        oldest_pending_age_s=age_s(min(pending, key=_id_key), now) if pending else None,
+        oldest_pending_age_s=age_s(min(pending, key=id_order), now) if pending else None,
         oldest_undelivered_age_s=age_s(first_new, now),
         held_back=(wire_int(held) or 0) if isinstance(held, bytes | str) else 0,
     )
@@ -305,7 +309,8 @@ def _counted(reply: Any, where: str) -> int:
     return len(entries)
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
+def id_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a sort key (``ms``, ``seq``)."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 

@@ -48,6 +48,9 @@ class SiteSampler:
         prefix: the key prefix.
         keys: builds a queue's keys (``Broker.keys``).
         holder: who this process is in the lease (default ``host:pid:random``).
+        read: reads the stats of queues by name, in order (``QueueOperator.stats``: a
+            partitioned queue's added up, sampled into its base keys); default
+            :func:`~redisq_django.core.stats.read_many` of their keys.
     """
 
     def __init__(
@@ -56,8 +59,10 @@ class SiteSampler:
         prefix: str,
         keys: Callable[[str], QueueKeys],
         holder: str | None = None,
+        read: Callable[[Sequence[str]], list[QueueStats]] | None = None,
     ) -> None:
         self.client, self.keys = client, keys
+        self.read = read or (lambda queues: read_many(client, [keys(q) for q in queues]))
         self.lease, self.registry = sampler_key(prefix), registry_key(prefix)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -85,7 +90,8 @@ class SiteSampler:
             keys = keys[:MAX_QUEUES]
         commands: list[Command] = []
         if keys:
-            for k, stats in zip(keys, read_many(self.client, keys), strict=True):
+            read = self.read([k.queue for k in keys])
+            for k, stats in zip(keys, read, strict=True):
                 commands += sample_commands(k, stats, now)
         commands.append(("PEXPIRE", self.lease, LEASE_MS))
         run_batch(self.client, commands, transaction=False)

@@ -227,7 +227,9 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         new_id = self._redis(request, _("Delivering it now"), work)
         if new_id is _FAILED:
             return
-        message_id = ref.split(":", 2)[-1]
+        # A partitioned queue's ref ends in @<partition> (core/partition_pages.py).
+        partitioned = admin_broker().partition_count(queue) > 1
+        message_id = (browse.split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
         if new_id is None:
             self.message_user(
                 request,

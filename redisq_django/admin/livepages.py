@@ -121,7 +121,8 @@ class LivePages(LiveActions):
         context = {
             **self.admin_site.each_context(request),
             **self._base_context(request, queue, name),
-            "title": _("Message %(id)s") % {"id": ref.split(":")[-1]},
+            "title": _("Message %(id)s")
+            % {"id": reading.value.message_id if reading.value else ref.split(":")[-1]},
             "ref": ref,
             "entry": reading.value,
             "redisq_error": reading.error,

@@ -37,6 +37,7 @@ from redisq_django.admin.liveheld import decode_key, encode_key
 from redisq_django.core import Broker, browse
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
+from redisq_django.core.partition_pages import split_ref
 from redisq_django.models import Consumer, Queue
 
 CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "release", "purge")
@@ -229,7 +230,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
         # A partitioned queue's ref ends in @<partition> (core/partition_pages.py).
         partitioned = admin_broker().partition_count(queue) > 1
-        message_id = (browse.split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
+        message_id = (split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
         if new_id is None:
             self.message_user(
                 request,

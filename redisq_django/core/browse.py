@@ -91,12 +91,12 @@ class Entry:
     def ref(self) -> str:
         """How :func:`find` finds it again: ``log:<id>``, ``direct:<id>``,
         ``delayed:<score>:<message id>`` or ``retry:<score>:<message id>``; on a
-        partitioned queue followed by ``@<partition>`` (:func:`part_ref`)."""
+        partitioned queue followed by ``@<partition>`` (``partition_pages.part_ref``)."""
         if self.where in (S_DELAYED, S_RETRY):
             ref = f"{self.where}:{self.key}:{self.message_id}"
         else:
             ref = f"{self.where}:{self.key}"
-        return ref if self.part is None else part_ref(ref, self.part)
+        return ref if self.part is None else f"{ref}@{self.part}"
 
     @property
     def due_ms(self) -> int | None:
@@ -149,21 +149,6 @@ class Entry:
     @property
     def headers_text(self) -> str:
         return self.fields.get(env.F_HEADERS, b"").decode("utf-8", "replace")
-
-
-def part_ref(ref: str, part: int) -> str:
-    """``ref`` of an entry in partition ``part`` of a partitioned queue: ``<ref>@<part>``
-    (entry ids repeat across partitions: a ref names its partition)."""
-    return f"{ref}@{part}"
-
-
-def split_ref(ref: str) -> tuple[str, int | None]:
-    """``(ref, partition)`` of a ref of a partitioned queue's entry (:func:`part_ref`);
-    ``(ref, None)`` when it names no partition."""
-    base, at, part = ref.rpartition("@")
-    if at and part.isdigit() and part.isascii():
-        return base, int(part)
-    return ref, None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,21 @@ ORDERS: dict[str, Callable[[Entry], Any]] = {
 }
 
 
+def part_ref(ref: str, part: int) -> str:
+    """``ref`` of an entry in partition ``part`` of a partitioned queue: ``<ref>@<part>``
+    (entry ids repeat across partitions: a ref names its partition)."""
+    return f"{ref}@{part}"
+
+
+def split_ref(ref: str) -> tuple[str, int | None]:
+    """``(ref, partition)`` of a ref of a partitioned queue's entry (:func:`part_ref`);
+    ``(ref, None)`` when it names no partition."""
+    base, at, part = ref.rpartition("@")
+    if at and part.isdigit() and part.isascii():
+        return base, int(part)
+    return ref, None
+
+
 def merged_page(
     kind: str, layout: Sequence[QueueKeys], fetch: Fetch, cursor: str | None, n: int | None
 ) -> Page:

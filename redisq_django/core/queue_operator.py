@@ -27,7 +27,7 @@ from redisq_django.core.batch import Command, run_batch
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.instances import Instance, read_instances
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.partition_pages import Fetch, merged_page
+from redisq_django.core.partition_pages import Fetch, merged_page, part_ref, split_ref
 from redisq_django.core.partition_stats import read_layouts, sum_trends
 from redisq_django.core.partitions import partition_of
 from redisq_django.core.scripts import Scripts
@@ -82,7 +82,7 @@ class QueueOperator:
         layout = self._layout(queue)
         if len(layout) == 1:
             return layout[0], ref
-        base, part = browse.split_ref(ref)
+        base, part = split_ref(ref)
         if part is None or part >= len(layout):
             raise ValueError(
                 f"Queue {queue!r} has {len(layout)} partitions: a message reference names "
@@ -173,7 +173,7 @@ class QueueOperator:
         if len(layout) == 1:
             return ordered.held_keys(self._client, layout[0].group(consumer), limit)
         held = [
-            replace(h, ref=None if h.ref is None else browse.part_ref(h.ref, i))
+            replace(h, ref=None if h.ref is None else part_ref(h.ref, i))
             for i, keys in enumerate(layout)
             for h in ordered.held_keys(self._client, keys.group(consumer), limit)
         ]

@@ -83,9 +83,9 @@ class BrokerUpkeep:
 
     @property
     def archives(self) -> named_archives.Archives:
-        """The queues' named archives: register, commit, list, remove
-        (:class:`~redisq_django.core.named_archives.Archives`)."""
-        return named_archives.Archives(self.client, self.scripts, self.keys)
+        """The queues' named archives: register, commit, list, remove, per partition of
+        a partitioned queue (:class:`~redisq_django.core.named_archives.Archives`)."""
+        return named_archives.Archives(self.client, self.scripts, self.keys, self.layout)
 
     @functools.cached_property
     def operator(self) -> QueueOperator:

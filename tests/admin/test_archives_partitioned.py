@@ -35,7 +35,7 @@ def broker(redisq_settings: Any, queue_name: str) -> Any:
 
 @pytest.fixture
 def archived(broker: Any, queue_name: str) -> dict[int, str]:
-    """Two acked messages per partition; archive "nightly" stored the first of partition
+    """Two acked messages per partition; archive "parts-nightly" stored the first of partition
     1 only. Returns each partition's first entry id."""
     broker.ensure_consumer(queue_name, "billing", "earliest")
     for n in range(2 * K):
@@ -48,8 +48,8 @@ def archived(broker: Any, queue_name: str) -> dict[int, str]:
             first[p] = min(
                 (d.entry_id.decode() for d in got), key=lambda i: tuple(map(int, i.split("-")))
             )
-    broker.archives.register_all(queue_name, "nightly", "messages")
-    broker.archives.commit(queue_name, "nightly", "messages", first[1], partition=1)
+    broker.archives.register_all(queue_name, "parts-nightly", "messages")
+    broker.archives.commit(queue_name, "parts-nightly", "messages", first[1], partition=1)
     return first
 
 
@@ -63,11 +63,11 @@ def test_the_queue_page_shows_an_archives_position_in_each_partition(
     page = client.get(reverse("admin:redisq_django_queue_change", args=[row.pk]))
     text = page.content.decode()
     assert "<th>partition</th>" in text
-    cells = re.findall(r"<tr><td>nightly</td><td>messages</td>(.*?)</tr>", text)
+    cells = re.findall(r"<tr><td>parts-nightly</td><td>messages</td>(.*?)</tr>", text)
     shown = [re.findall(r"<td>(.*?)</td>", c)[:3] for c in cells]
     assert shown == [["0", "0-0", "2"], ["1", archived[1], "1"], ["2", "0-0", "2"]]
     # The confirmation page lists each partition's position
-    url = reverse("admin:redisq_django_queue_archive_remove", args=[queue_name, "nightly"])
+    url = reverse("admin:redisq_django_queue_archive_remove", args=[queue_name, "parts-nightly"])
     confirm = client.get(url)
     assert confirm.content.decode().count("partition ") >= K
     # Removing it removes it from every partition
@@ -84,9 +84,9 @@ def test_the_shell_lists_an_archive_per_partition(
     call_command("redisq", "archives", "list", "--queue", queue_name, stdout=out)
     lines = [line.split() for line in out.getvalue().splitlines()[1 : K + 1]]
     assert [(w[0], w[1], w[3], w[4]) for w in lines] == [
-        (f"{queue_name}#0", "nightly", "0-0", "2"),
-        (f"{queue_name}#1", "nightly", archived[1], "1"),
-        (f"{queue_name}#2", "nightly", "0-0", "2"),
+        (f"{queue_name}#0", "parts-nightly", "0-0", "2"),
+        (f"{queue_name}#1", "parts-nightly", archived[1], "1"),
+        (f"{queue_name}#2", "parts-nightly", "0-0", "2"),
     ]
 
 
@@ -96,11 +96,11 @@ def test_an_unpartitioned_queues_page_has_no_partition_column(
     live.clear()
     broker = get_broker()
     broker.ensure_consumer(queue_name, "billing")
-    broker.archives.register(queue_name, "nightly", "messages", "latest")
+    broker.archives.register(queue_name, "parts-nightly", "messages", "latest")
     row = Queue.objects.create(name=queue_name)
     viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_queue"))
     client = Client()
     client.force_login(viewer)
     text = client.get(reverse("admin:redisq_django_queue_change", args=[row.pk])).content
-    assert b"<td>nightly</td><td>messages</td>" in text and b"<th>partition</th>" not in text
+    assert b"<td>parts-nightly</td><td>messages</td>" in text and b"<th>partition</th>" not in text

@@ -24,8 +24,9 @@ REMOVED_LOG = "Removed archive {name}: retention no longer waits for it"
 def list_archives(
     queues: list[str] | None = None, *, broker: Broker | None = None
 ) -> list[ArchiveState]:
-    """Every archive of ``queues`` (default: all), by queue, name and table, with its
-    position, lag, registration time and unsettled gap."""
+    """Every archive of ``queues`` (default: all), by queue, name and table (and by
+    partition of a partitioned queue), with its position, lag, registration time and
+    unsettled gap."""
     b = broker or get_broker()
     names = operations.all_queue_names() if queues is None else queues
     return [state for queue in names for state in b.archives.states(queue)]
@@ -51,6 +52,12 @@ def remove_archive(
         for q in removed:
             operations.record_change(user, q, None, REMOVED_LOG.format(name=name))
     return removed
+
+
+def where(state: ArchiveState) -> str:
+    """Whose position ``state`` is: its queue's, or ``queue#i`` for partition ``i`` of a
+    partitioned queue (each keeps its own)."""
+    return state.queue if state.partition is None else f"{state.queue}#{state.partition}"
 
 
 def registered_at(state: ArchiveState) -> str:

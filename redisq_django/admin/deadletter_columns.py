@@ -87,6 +87,8 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=_("where"), ordering="consumer")
     def where(self, obj: DeadLetter) -> SafeString:
         where = f"{obj.queue}/{obj.consumer}"
+        if obj.partition is not None:  # shown where it matters: a partitioned queue's
+            where = f"{obj.queue}#{obj.partition}/{obj.consumer}"
         if obj.task:  # a task's dead letter: every one is in tasks.<queue>/tasks
             return format_html(
                 '<span class="redisq-cut redisq-where" title="{} ({})">'

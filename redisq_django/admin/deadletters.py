@@ -78,6 +78,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
     date_hierarchy = "last_failed_at"
     readonly_fields = (
         "queue",
+        "partition",
         "consumer",
         "task",
         "message_id",
@@ -121,6 +122,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
                 "fields": (
                     "task",
                     "queue",
+                    "partition",
                     "consumer",
                     "message_id",
                     "status",
@@ -153,11 +155,17 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         return shown
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        if obj is not None and obj.task:
+        # Not a task's dead letter: no empty "task" line; not a partitioned queue's: no
+        # empty "partition" line.
+        hidden = set()
+        if obj is None or not obj.task:
+            hidden.add("task")
+        if obj is None or obj.partition is None:
+            hidden.add("partition")
+        if not hidden:
             return self.fieldsets
-        # Not a task's dead letter: no empty "task" line.
         return [
-            (name, {**opts, "fields": tuple(f for f in opts["fields"] if f != "task")})
+            (name, {**opts, "fields": tuple(f for f in opts["fields"] if f not in hidden)})
             for name, opts in self.fieldsets
         ]
 

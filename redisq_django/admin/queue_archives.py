@@ -49,7 +49,8 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=gettext_lazy("archives"))
     def archives_live(self, obj: Queue) -> SafeString:
         """Its archives: position, lag, when registered, a gap a hard cap made, and a
-        link to remove each."""
+        link to remove each; of a partitioned queue, by partition (an archive's position
+        in each)."""
         reading = guarded(lambda broker: broker.archives.states(obj.name))
         if reading.value is None:
             return figures.unknown(reading.error)
@@ -64,10 +65,13 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         by_name: dict[str, list[Any]] = {}
         for state in reading.value:
             by_name.setdefault(state.name, []).append(state)
+        partitioned = any(state.partition is not None for state in reading.value)
         rows = [
             (
                 state.name,
                 state.table,
+                # A partition's position: its ids are its own, not comparable across.
+                *([state.partition] if partitioned else []),
                 state.position,
                 state.lag,
                 named.registered_at(state),
@@ -76,28 +80,16 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 _("Remove…"),
             )
             for states in by_name.values()
-            for state in states
+            for state in sorted(states, key=lambda s: (s.table, s.partition or 0))
         ]
-        head = format_html_join(
-            "",
-            "<th>{}</th>",
-            (
-                (t,)
-                for t in (
-                    _("archive"),
-                    _("table"),
-                    _("position"),
-                    _("lag"),
-                    _("registered (UTC)"),
-                    _("gap"),
-                    "",
-                )
-            ),
-        )
+        titles = [_("archive"), _("table")]
+        titles += [_("partition")] if partitioned else []
+        titles += [_("position"), _("lag"), _("registered (UTC)"), _("gap"), ""]
+        head = format_html_join("", "<th>{}</th>", ((t,) for t in titles))
+        cells = "<td>{}</td>" * (len(titles) - 1)
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            '<td><a href="{}" class="redisq-archive-remove">{}</a></td></tr>',
+            "<tr>" + cells + '<td><a href="{}" class="redisq-archive-remove">{}</a></td></tr>',
             rows,
         )
         return format_html(

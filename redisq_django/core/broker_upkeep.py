@@ -11,15 +11,15 @@ from typing import Any, cast
 
 import redis
 
-from redisq_django.core import named_archives, ordered, redelivery, retention
+from redisq_django.core import dead_letters, named_archives, ordered, redelivery, retention
 from redisq_django.core.asyncio_client import new_client
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
 from redisq_django.core.groups import group_names
-from redisq_django.core.keys import QueueKeys, queue_keys
+from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
 from redisq_django.core.partition_stats import read_layouts
-from redisq_django.core.partitions import Partitions
+from redisq_django.core.partitions import Partitions, pick
 from redisq_django.core.queue_operator import QueueOperator
 from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.core.scripts import Scripts
@@ -84,9 +84,9 @@ class BrokerUpkeep:
 
     @property
     def archives(self) -> named_archives.Archives:
-        """The queues' named archives: register, commit, list, remove
-        (:class:`~redisq_django.core.named_archives.Archives`)."""
-        return named_archives.Archives(self.client, self.scripts, self.keys)
+        """The queues' named archives: register, commit, list, remove, per partition of
+        a partitioned queue (:class:`~redisq_django.core.named_archives.Archives`)."""
+        return named_archives.Archives(self.client, self.scripts, self.keys, self.layout)
 
     @functools.cached_property
     def operator(self) -> QueueOperator:
@@ -117,24 +117,52 @@ class BrokerUpkeep:
 
     @translate_errors
     def dead_letters(
-        self, queue: str, consumer: str, *, count: int = 100, after: str | None = None
+        self,
+        queue: str,
+        consumer: str,
+        *,
+        count: int = 100,
+        after: str | None = None,
+        partition: int | None = None,
     ) -> list[DeadEntry]:
         """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
-        after dead-stream entry id ``after`` when paging)."""
-        gkeys = self.keys(queue).group(consumer)
-        after_id = f"({after}" if after else "-"
-        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, after_id, "+", count=count))
-        return [DeadEntry.from_entry(queue, eid, dict(f)) for eid, f in entries]
+        after dead-stream entry id ``after`` when paging).
+
+        On a partitioned queue, those of partition ``partition``, or (None) those of
+        every partition merged oldest first, each naming its
+        :attr:`~redisq_django.core.dead_entry.DeadEntry.partition`. Entry ids repeat
+        across partitions: page one partition at a time for exact paging.
+        """
+        layout = self.layout(queue)
+        if partition is None and len(layout) > 1:
+            return dead_letters.read_all(self.client, layout, consumer, count, after)
+        keys = pick(layout, partition, "dead letters")
+        return dead_letters.read(self.client, keys, consumer, count, after)
 
     @translate_errors
-    def delete_dead(self, queue: str, consumer: str, entry_ids: Iterable[str]) -> int:
-        """Remove dead letters from Redis (once stored elsewhere, or to discard them)."""
+    def delete_dead(
+        self,
+        queue: str,
+        consumer: str,
+        entry_ids: Iterable[str],
+        *,
+        partition: int | None = None,
+    ) -> int:
+        """Remove dead letters from Redis (once stored elsewhere, or to discard them);
+        on a partitioned queue, from partition ``partition`` (required there)."""
         ids = list(entry_ids)
-        return int(self.client.xdel(self.keys(queue).group(consumer).dead, *ids)) if ids else 0
+        if not ids:
+            return 0
+        dead = pick(self.layout(queue), partition, "these dead letters").group(consumer).dead
+        return int(self.client.xdel(dead, *ids))
 
     @translate_errors
-    def redrive(self, queue: str, consumer: str, entry_id: str) -> str | None:
-        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only.
+    def redrive(
+        self, queue: str, consumer: str, entry_id: str, *, partition: int | None = None
+    ) -> str | None:
+        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only
+        (on a partitioned queue: the one in partition ``partition``, required there, and
+        to that partition).
 
         The attempt count starts again from zero; other consumers of the queue do not
         see the message again.
@@ -144,8 +172,10 @@ class BrokerUpkeep:
 
         Raises:
             NotRedrivable: the dead letter is undecodable (it would only die again).
+            PartitionedQueueError: ``partition`` missing on a partitioned queue, given on
+                another, or out of range.
         """
-        gkeys = self.keys(queue).group(consumer)
+        gkeys = pick(self.layout(queue), partition, "the dead letter").group(consumer)
         entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
         if not entries:
             return None
@@ -154,27 +184,48 @@ class BrokerUpkeep:
         )
         return to_str(new_id) if new_id else None
 
+    def _redrive_keys(
+        self, queue: str, consumer: str, envelope: Mapping[bytes, bytes], partition: int | None
+    ) -> GroupKeys:
+        target = dead_letters.redrive_target(
+            self.keys(queue), self.partitions(queue), envelope, partition
+        )
+        return target.group(consumer)
+
     @translate_errors
-    def redrive_envelope(self, queue: str, consumer: str, fields: Mapping[str | bytes, Any]) -> str:
+    def redrive_envelope(
+        self,
+        queue: str,
+        consumer: str,
+        fields: Mapping[str | bytes, Any],
+        *,
+        partition: int | None = None,
+    ) -> str:
         """Deliver an envelope (e.g. a dead letter kept in a database) to ``consumer`` only.
 
         Args:
             fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
                 ``id``, ``headers`` and ``published_at`` keep the message's identity.
+            partition: the partition of a partitioned queue it died in: it goes back
+                there, or, keyed, to its key's partition
+                (:func:`~redisq_django.core.dead_letters.redrive_target`).
 
         Returns:
             The new delivery's entry id.
         """
-        gkeys = self.keys(queue).group(consumer)
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+        gkeys = self._redrive_keys(queue, consumer, envelope, partition)
         return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
 
     def redrive_envelopes(
-        self, targets: Sequence[tuple[str, str, Mapping[str | bytes, Any]]]
+        self,
+        targets: Sequence[tuple[str, str, Mapping[str | bytes, Any]]],
+        *,
+        partitions: Sequence[int | None] | None = None,
     ) -> list[object]:
         """Deliver each ``(queue, consumer, fields)`` envelope to its consumer only, as
         :meth:`redrive_envelope` does, all in one pipelined round trip (one call each on
-        a Redis Cluster client).
+        a Redis Cluster client); ``partitions``, when given, the partition each died in.
 
         Returns:
             Each new delivery's entry id, or the exception Redis answered for that one.
@@ -187,16 +238,19 @@ class BrokerUpkeep:
             redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
             for _queue, _consumer, fields in targets
         ]
+        died_in = list(partitions) if partitions is not None else [None] * len(targets)
         history = self.config.history
         try:
             if not isinstance(self.client, redis.Redis):  # Cluster: scripts one by one
                 return [
-                    self.redrive_envelope(q, c, cast("dict[str | bytes, Any]", e))
-                    for (q, c, _f), e in zip(targets, envelopes, strict=True)
+                    self.redrive_envelope(q, c, cast("dict[str | bytes, Any]", e), partition=p)
+                    for (q, c, _f), e, p in zip(targets, envelopes, died_in, strict=True)
                 ]
             with self.client.pipeline(transaction=False) as pipe:
-                for (queue, consumer, _fields), fields in zip(targets, envelopes, strict=True):
-                    gkeys = self.keys(queue).group(consumer)
+                for (queue, consumer, _f), fields, part in zip(
+                    targets, envelopes, died_in, strict=True
+                ):
+                    gkeys = self._redrive_keys(queue, consumer, fields, part)
                     redelivery.redrive(self.scripts, gkeys, "", fields, history, client=pipe)
                 replies = pipe.execute(raise_on_error=False)
             return [r if isinstance(r, Exception) else to_str(r) for r in replies]

@@ -197,6 +197,9 @@ class DeadEntry:
         published_at, first_failed_at, last_failed_at: UTC datetimes.
         fields: the raw fields (to re-drive the exact envelope); ``key`` gives the
             ordering key among them.
+        partition: the partition of a partitioned queue whose dead stream holds it
+            (``{q#i}``), None on an unpartitioned queue; entry ids repeat across
+            partitions, so it names the entry together with ``entry_id``.
     """
 
     entry_id: str
@@ -214,10 +217,18 @@ class DeadEntry:
     first_failed_at: dt.datetime | None
     last_failed_at: dt.datetime | None
     fields: dict[bytes, bytes]
+    partition: int | None = None
 
     @classmethod
-    def from_entry(cls, queue: str, entry_id: bytes, fields: dict[bytes, bytes]) -> DeadEntry:
-        """Read a dead-stream entry (never raises on odd content: it is kept as text)."""
+    def from_entry(
+        cls,
+        queue: str,
+        entry_id: bytes,
+        fields: dict[bytes, bytes],
+        partition: int | None = None,
+    ) -> DeadEntry:
+        """Read a dead-stream entry (never raises on odd content: it is kept as text) of
+        ``queue``, or of its partition ``partition``."""
 
         def text(name: bytes) -> str:
             return fields.get(name, b"").decode("utf-8", "backslashreplace")
@@ -254,6 +265,7 @@ class DeadEntry:
             first_failed_at=when(env.F_FIRST_FAILED_AT),
             last_failed_at=when(F_LAST_FAILED_AT),
             fields=dict(fields),
+            partition=partition,
         )
 
     @property

@@ -8,6 +8,11 @@ Only a registered archive holds retention: every other reader is read-only. Remo
 archive is explicit (:meth:`Archives.remove`: ``manage.py redisq archives remove`` and the
 admin).
 
+A partitioned queue's partitions are full queues of their own (``{q#i}``): an archive
+registers, commits and is trimmed behind per partition, and its positions are per
+partition (entry ids of different partitions are not comparable). Every call that names
+one position takes ``partition=`` on such a queue (:func:`~redisq_django.core.partitions.pick`).
+
 Upgrading: the position the one unnamed archive of earlier versions recorded (``meta``
 fields ``archive:messages`` / ``archive:events``) keeps holding retention, and becomes the
 archive named :data:`DEFAULT_ARCHIVE` when that one registers.
@@ -15,7 +20,7 @@ archive named :data:`DEFAULT_ARCHIVE` when that one registers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -24,6 +29,7 @@ import redis
 
 from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
 from redisq_django.core.keys import QueueKeys, validate_name
+from redisq_django.core.partitions import pick
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -113,6 +119,8 @@ class ArchiveState:
         since_ms: when it registered (ms); None for an earlier version's archive.
         lag: entries after its position still in Redis (capped at ``LAG_COUNT_CAP``).
         gap: entries a hard cap removed before it stored them, not yet seen by it.
+        partition: the partition of a partitioned queue this position is in (None: the
+            queue has none).
     """
 
     queue: str
@@ -122,6 +130,7 @@ class ArchiveState:
     since_ms: int | None
     lag: int
     gap: Gap | None = None
+    partition: int | None = None
 
     @property
     def legacy(self) -> bool:
@@ -136,26 +145,46 @@ class Archives:
         client: a redis-py client (bytes replies).
         scripts: the client's scripts.
         keys: the keys of a queue by name (``Broker.keys``).
+        layout: where a queue's messages live, its keys or each of its partitions'
+            (``Broker.layout``; default: its keys).
     """
 
     def __init__(
-        self, client: RedisClient, scripts: Scripts, keys: Callable[[str], QueueKeys]
+        self,
+        client: RedisClient,
+        scripts: Scripts,
+        keys: Callable[[str], QueueKeys],
+        layout: Callable[[str], Sequence[QueueKeys]] | None = None,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.keys = keys
+        self.layout = layout or (lambda queue: (keys(queue),))
+
+    def at(self, queue: str, partition: int | None) -> QueueKeys:
+        """The keys of ``queue``, or of its partition ``partition`` (required on a
+        partitioned queue, refused on another: ``PartitionedQueueError``)."""
+        return pick(self.layout(queue), partition, "an archive position")
 
     def register(
-        self, queue: str, name: str, stream: ArchivedStream | str, start: str = "earliest"
+        self,
+        queue: str,
+        name: str,
+        stream: ArchivedStream | str,
+        start: str = "earliest",
+        *,
+        partition: int | None = None,
     ) -> ArchiveRegistration:
-        """Register archive ``name`` for ``queue``'s ``stream`` unless it is already.
+        """Register archive ``name`` for ``queue``'s ``stream`` (of its partition
+        ``partition``, on a partitioned queue: :meth:`register_all` registers every one)
+        unless it is already.
 
         Args:
             start: where a new registration starts: ``earliest`` (everything still in
                 Redis), ``latest`` (what comes next) or an entry id (it has everything
                 up to that id). An archive registered already keeps its position.
         """
-        keys = self.keys(queue)
+        keys = self.at(queue, partition)
         table = ArchivedStream(stream)
         status, position = self.scripts(
             "archive_register",
@@ -164,10 +193,31 @@ class Archives:
         )
         return ArchiveRegistration(Registered(int(status)), to_str(position))
 
+    def register_all(
+        self, queue: str, name: str, stream: ArchivedStream | str, start: str = "earliest"
+    ) -> list[ArchiveRegistration]:
+        """:meth:`register` on every partition of ``queue`` (its only keys when it has
+        none): each partition's log is then kept until the archive has stored it.
+
+        Returns:
+            Each partition's registration, by partition (one for an unpartitioned queue).
+        """
+        layout = self.layout(queue)
+        return [self.register(queue, name, stream, start, partition=keys.part) for keys in layout]
+
     @translate_errors
-    def commit(self, queue: str, name: str, stream: ArchivedStream | str, entry_id: str) -> str:
-        """Record that archive ``name`` stored ``queue``'s ``stream`` up to ``entry_id``
-        (never moves back); retention may then trim behind it.
+    def commit(
+        self,
+        queue: str,
+        name: str,
+        stream: ArchivedStream | str,
+        entry_id: str,
+        *,
+        partition: int | None = None,
+    ) -> str:
+        """Record that archive ``name`` stored ``queue``'s ``stream`` (of its partition
+        ``partition``) up to ``entry_id`` (never moves back); retention may then trim
+        that partition behind it.
 
         Returns:
             The position now recorded.
@@ -179,7 +229,7 @@ class Archives:
         try:
             reply = self.scripts(
                 "archive_commit",
-                [self.keys(queue).archives],
+                [self.at(queue, partition).archives],
                 [validate_name("archive", name), table.value, entry_id],
             )
         except redis.ResponseError as exc:
@@ -191,25 +241,32 @@ class Archives:
     @translate_errors
     def remove(self, queue: str, name: str) -> int:
         """Remove archive ``name`` of ``queue`` (both streams, its unreported gaps; for
-        ``default`` also an earlier version's position). Retention no longer waits for it.
+        ``default`` also an earlier version's position), of every partition of a
+        partitioned queue (and of its base keys: a registration from before it had
+        partitions). Retention no longer waits for it.
 
         Returns:
-            How many streams it was registered for (0: it was not).
+            How many streams it was registered for (0: it was not), on the partition
+            registered for the most.
         """
-        keys = self.keys(queue)
-        return int(
-            self.scripts(
-                "archive_remove",
-                [keys.archives, keys.meta, keys.archive_gaps(name)],
-                [validate_name("archive", name)],
+        validate_name("archive", name)
+        places = dict.fromkeys([self.keys(queue), *self.layout(queue)])
+        return max(
+            int(
+                self.scripts(
+                    "archive_remove",
+                    [keys.archives, keys.meta, keys.archive_gaps(name)],
+                    [name],
+                )
             )
+            for keys in places
         )
 
     @translate_errors
-    def positions(self, queue: str, name: str) -> dict[str, str]:
+    def positions(self, queue: str, name: str, *, partition: int | None = None) -> dict[str, str]:
         """``{"messages": id, "events": id}`` for the streams archive ``name`` is
-        registered for."""
-        raw = self.client.hgetall(self.keys(queue).archives)
+        registered for (of partition ``partition``)."""
+        raw = self.client.hgetall(self.at(queue, partition).archives)
         return {
             s.value: to_str(raw[f"{name}:{s.value}".encode()])
             for s in ArchivedStream
@@ -217,69 +274,81 @@ class Archives:
         }
 
     @translate_errors
-    def trimmed(self, queue: str) -> dict[str, str]:
-        """Per stream, the greatest entry id retention has removed (``0-0``: none)."""
-        raw = self.client.hmget(self.keys(queue).meta, list(TRIMMED_FIELDS.values()))
+    def trimmed(self, queue: str, *, partition: int | None = None) -> dict[str, str]:
+        """Per stream, the greatest entry id retention has removed (``0-0``: none), of
+        partition ``partition`` (each keeps its own in its ``{q#i}:meta``)."""
+        raw = self.client.hmget(self.at(queue, partition).meta, list(TRIMMED_FIELDS.values()))
         pairs = zip(TRIMMED_FIELDS, raw, strict=True)
         return {s.value: to_str(v) if v else "0-0" for s, v in pairs}
 
     @translate_errors
-    def gap(self, queue: str, name: str, stream: ArchivedStream | str) -> Gap | None:
-        """The gap record of archive ``name`` in ``stream`` (None: no loss recorded)."""
+    def gap(
+        self,
+        queue: str,
+        name: str,
+        stream: ArchivedStream | str,
+        *,
+        partition: int | None = None,
+    ) -> Gap | None:
+        """The gap record of archive ``name`` in ``stream`` (of partition ``partition``;
+        None: no loss recorded)."""
         field = f"{name}:{ArchivedStream(stream).value}:gap"
-        return Gap.parse(self.client.hget(self.keys(queue).archives, field))
+        return Gap.parse(self.client.hget(self.at(queue, partition).archives, field))
 
     def settle(
-        self, queue: str, name: str, stream: ArchivedStream | str, upto: str, loss: str = ""
+        self,
+        queue: str,
+        name: str,
+        stream: ArchivedStream | str,
+        upto: str,
+        loss: str = "",
+        *,
+        partition: int | None = None,
     ) -> bool:
-        """Archive ``name`` has read (or records as lost) ``stream`` up to ``upto``:
-        forget its gap record if that covers it, and record ``loss`` (text) for its job.
+        """Archive ``name`` has read (or records as lost) ``stream`` (of partition
+        ``partition``) up to ``upto``: forget its gap record if that covers it, and
+        record ``loss`` (text) for its job.
 
         Returns:
             True when the gap record was forgotten.
         """
-        keys = self.keys(queue)
+        keys = self.at(queue, partition)
         table = ArchivedStream(stream).value
         args = [validate_name("archive", name), table, upto, loss]
         return bool(self.scripts("archive_gap", [keys.archives, keys.archive_gaps(name)], args))
 
     @translate_errors
-    def losses(self, queue: str, name: str) -> list[str]:
-        """The data losses archive ``name`` went past (oldest first), not yet reported."""
-        return [to_str(x) for x in self.client.lrange(self.keys(queue).archive_gaps(name), 0, -1)]
+    def losses(self, queue: str, name: str, *, partition: int | None = None) -> list[str]:
+        """The data losses archive ``name`` went past (oldest first), not yet reported
+        (of partition ``partition``)."""
+        gaps = self.at(queue, partition).archive_gaps(name)
+        return [to_str(x) for x in self.client.lrange(gaps, 0, -1)]
 
     @translate_errors
-    def forget_losses(self, queue: str, name: str, count: int) -> None:
+    def forget_losses(
+        self, queue: str, name: str, count: int, *, partition: int | None = None
+    ) -> None:
         """Forget the ``count`` oldest losses (once its job has reported them)."""
         if count > 0:
-            self.client.ltrim(self.keys(queue).archive_gaps(name), count, -1)
+            self.client.ltrim(self.at(queue, partition).archive_gaps(name), count, -1)
 
     @translate_errors
     def states(self, queue: str) -> list[ArchiveState]:
         """Every archive of ``queue`` (registered, or an earlier version's), by name and
-        stream, with its lag; two round trips."""
-        keys = self.keys(queue)
+        stream, with its lag; of a partitioned queue, one per partition too (by
+        partition); two round trips."""
+        layout = self.layout(queue)
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.archives)
-            pipe.hmget(keys.meta, [legacy_field(s) for s in ArchivedStream])
-            registry, legacy = pipe.execute()
-        found: list[tuple[str, ArchivedStream, str, int | None, Gap | None]] = []
-        fields = {to_str(k): v for k, v in registry.items()}
-        for field, value in sorted(fields.items()):
-            name, _, table = field.partition(":")
-            if table in {s.value for s in ArchivedStream}:
-                since = fields.get(f"{field}:since")
-                gap = Gap.parse(fields.get(f"{field}:gap"))
-                found.append(
-                    (name, ArchivedStream(table), to_str(value), int(since or 0) or None, gap)
-                )
-        for stream, value in zip(ArchivedStream, legacy, strict=True):
-            if value is not None and not any(
-                f[0] == DEFAULT_ARCHIVE and f[1] is stream for f in found
-            ):
-                found.append((DEFAULT_ARCHIVE, stream, to_str(value), None, None))
+            for keys in layout:
+                pipe.hgetall(keys.archives)
+                pipe.hmget(keys.meta, [legacy_field(s) for s in ArchivedStream])
+            replies = pipe.execute()
+        found: list[tuple[QueueKeys, str, ArchivedStream, str, int | None, Gap | None]] = []
+        for index, keys in enumerate(layout):
+            registry, legacy = replies[2 * index], replies[2 * index + 1]
+            found += [(keys, *f) for f in _registered(registry, legacy)]
         with self.client.pipeline(transaction=False) as pipe:
-            for _, stream, position, _, _ in found:
+            for keys, _, stream, position, _, _ in found:
                 key = stream_key(keys, stream)
                 pipe.execute_command("XRANGE", key, f"({position}", "+", "COUNT", LAG_COUNT_CAP)
             after = pipe.execute(raise_on_error=False)
@@ -292,6 +361,28 @@ class Archives:
                 since_ms=since,
                 lag=len(entries) if isinstance(entries, list) else 0,
                 gap=gap,
+                partition=keys.part,
             )
-            for (name, stream, position, since, gap), entries in zip(found, after, strict=True)
+            for (keys, name, stream, position, since, gap), entries in zip(
+                found, after, strict=True
+            )
         ]
+
+
+def _registered(
+    registry: dict[bytes, bytes], legacy: list[bytes | None]
+) -> list[tuple[str, ArchivedStream, str, int | None, Gap | None]]:
+    """The archives one ``archives`` hash (and an earlier version's ``meta`` fields)
+    records: (name, stream, position, registered at, gap), by name and stream."""
+    found: list[tuple[str, ArchivedStream, str, int | None, Gap | None]] = []
+    fields = {to_str(k): v for k, v in registry.items()}
+    for field, value in sorted(fields.items()):
+        name, _, table = field.partition(":")
+        if table in {s.value for s in ArchivedStream}:
+            since = fields.get(f"{field}:since")
+            gap = Gap.parse(fields.get(f"{field}:gap"))
+            found.append((name, ArchivedStream(table), to_str(value), int(since or 0) or None, gap))
+    for stream, old in zip(ArchivedStream, legacy, strict=True):
+        if old is not None and not any(f[0] == DEFAULT_ARCHIVE and f[1] is stream for f in found):
+            found.append((DEFAULT_ARCHIVE, stream, to_str(old), None, None))
+    return found

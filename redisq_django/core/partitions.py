@@ -21,7 +21,11 @@ import zlib
 from collections.abc import Sequence
 
 from redisq_django.core.envelope import Envelope
-from redisq_django.core.errors import ConfigurationError, PartitionsMismatch
+from redisq_django.core.errors import (
+    ConfigurationError,
+    PartitionedQueueError,
+    PartitionsMismatch,
+)
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import AsyncScripts, Scripts
 from redisq_django.core.types import AsyncRedisClient, RedisClient
@@ -155,3 +159,30 @@ def _compared(base: QueueKeys, found: int, k: int) -> int:
     if found not in (0, k):
         raise PartitionsMismatch(base.queue, found, k)
     return k
+
+
+def pick(layout: Sequence[QueueKeys], partition: int | None, what: str) -> QueueKeys:
+    """The keys of partition ``partition`` of a queue laid out as ``layout`` (its keys,
+    or each of its partitions' keys), or its only keys when ``partition`` is None.
+
+    Args:
+        what: what is asked, for the error (e.g. "a dead letter").
+
+    Raises:
+        PartitionedQueueError: ``partition`` missing on a partitioned queue, given on
+            another, or out of range.
+    """
+    queue, count = layout[0].queue, len(layout)
+    if partition is None and count == 1:
+        return layout[0]
+    if count == 1:
+        raise PartitionedQueueError(
+            f"Queue {queue!r} is not partitioned (REDISQ['PARTITIONS'] gives it none): ask "
+            f"for {what} without partition= (got {partition!r})."
+        )
+    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
+        raise PartitionedQueueError(
+            f"Queue {queue!r} has {count} partitions: say which one holds {what}, "
+            f"partition=0 to {count - 1} (got {partition!r})."
+        )
+    return layout[partition]

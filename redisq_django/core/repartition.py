@@ -5,13 +5,14 @@ partitions (``manage.py redisq partitions QUEUE K``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
 
 from redisq_django.core.groups import ensure_group, group_names
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.named_archives import ArchivedStream, legacy_field, stream_key
 from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
@@ -27,11 +28,14 @@ class Repartitioned:
         before: the number of partitions Redis recorded (1 when none was).
         after: the number recorded now.
         consumers: the logical consumers registered on every partition of the new layout.
+        archives: the named archives (``name:table``) registered on every partition of
+            the new layout.
     """
 
     before: int
     after: int
     consumers: list[str]
+    archives: list[str] = field(default_factory=list)
 
 
 def recorded_count(client: RedisClient, base: QueueKeys) -> int:
@@ -90,7 +94,9 @@ def repartition(
     client: RedisClient, scripts: Scripts, base: QueueKeys, count: int
 ) -> Repartitioned:
     """Record ``count`` partitions for the drained queue of ``base`` and register every
-    logical consumer of its old layout on each partition of the new one, at its end.
+    logical consumer of its old layout on each partition of the new one, at its end, and
+    every named archive from the earliest (each partition's log is kept until the
+    archive has stored it, as it was before).
 
     Raises:
         ValueError: ``count`` is out of range, or the queue is not drained (the message
@@ -112,8 +118,32 @@ def repartition(
             f"sink move what is dead), then run this again. What remains:\n  {shown}{more}"
         )
     consumers = sorted({g for keys in old for g in group_names(client, keys)})
+    archives = sorted({a for keys in old for a in _archives(client, keys)})
     client.hset(base.meta, META_FIELD, count)
     for keys in layout_of(base, count):
         for group in consumers:
             ensure_group(scripts, keys.group(group), StartPoint.parse("latest"))
-    return Repartitioned(before, count, consumers)
+        for archive in archives:
+            name, _, table = archive.partition(":")
+            # Registered already (an old partition kept): it keeps its position.
+            scripts(
+                "archive_register",
+                [keys.archives, keys.meta, stream_key(keys, table)],
+                [name, table, "earliest"],
+            )
+    return Repartitioned(before, count, consumers, archives)
+
+
+def _archives(client: RedisClient, keys: QueueKeys) -> list[str]:
+    """The archives registered in ``keys`` (an earlier version's unnamed one as
+    ``default``), as ``name:table``."""
+    tables = {s.value for s in ArchivedStream}
+    found = [
+        to_str(f)
+        for f in cast("Any", client.hkeys(keys.archives))
+        if to_str(f).partition(":")[2] in tables
+    ]
+    legacy = cast("Any", client.hmget(keys.meta, [legacy_field(s) for s in ArchivedStream]))
+    return found + [
+        f"default:{s.value}" for s, v in zip(ArchivedStream, legacy, strict=True) if v is not None
+    ]

@@ -55,6 +55,7 @@ def _row_values(d: DeadEntry) -> dict[str, Any]:
         "first_failed_at": d.first_failed_at,
         "last_failed_at": d.last_failed_at,
         "status": DeadLetter.Status.DEAD,
+        "partition": d.partition,
     }
 
 
@@ -64,7 +65,9 @@ _DATABASE_DOWN = (OperationalError, InterfaceError)
 
 
 def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
-    """Move up to ``batch`` dead letters of ``consumer`` from Redis into rows.
+    """Move up to ``batch`` dead letters of ``consumer`` from Redis into rows (up to
+    ``batch`` from each partition of a partitioned queue, each row recording its
+    partition so that a retry sends it back there).
 
     Each entry is stored in a savepoint of its own: one the database refuses is stored
     as a bare record of its raw fields instead (or, if even that fails, logged and left
@@ -75,18 +78,23 @@ def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
 
     Raises:
         OperationalError, InterfaceError: the database is unreachable; nothing was deleted
-            from Redis.
+            from Redis (of the partition it met; earlier partitions' stay moved).
     """
     broker = get_broker()
-    letters = broker.dead_letters(queue, consumer, count=batch)
-    if not letters:
-        return 0
-    with transaction.atomic():
-        stored = [d.entry_id for d in letters if _store(queue, consumer, d)]
-    # Only after the rows are committed: a crash in between leaves them in Redis, and
-    # the next round updates the same rows.
-    broker.delete_dead(queue, consumer, stored)
-    return len(stored)
+    count = broker.partition_count(queue)
+    parts: list[int | None] = [None] if count == 1 else list(range(count))
+    moved = 0
+    for part in parts:
+        letters = broker.dead_letters(queue, consumer, count=batch, partition=part)
+        if not letters:
+            continue
+        with transaction.atomic():
+            stored = [d.entry_id for d in letters if _store(queue, consumer, d)]
+        # Only after the rows are committed: a crash in between leaves them in Redis, and
+        # the next round updates the same rows.
+        broker.delete_dead(queue, consumer, stored, partition=part)
+        moved += len(stored)
+    return moved
 
 
 def row_message_id(message_id: str) -> str:
@@ -168,6 +176,7 @@ def _bare_values(d: DeadEntry) -> dict[str, Any]:
         "first_failed_at": None,
         "last_failed_at": None,
         "status": DeadLetter.Status.DEAD,
+        "partition": d.partition,
     }
 
 

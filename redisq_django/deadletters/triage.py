@@ -125,9 +125,9 @@ def record(
 
 
 def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
-    """Deliver each row's envelope again to its own consumer only: one pipelined round
-    trip (one call per row on a Cluster client). Returns each row's reply (an exception
-    for one Redis refused).
+    """Deliver each row's envelope again to its own consumer only (to the partition it
+    died in, or a keyed one to its key's): one pipelined round trip (one call per row on
+    a Cluster client). Returns each row's reply (an exception for one Redis refused).
 
     Raises:
         RedisUnavailable: Redis cannot be reached.
@@ -138,7 +138,7 @@ def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
         envelope.setdefault("payload", row.payload)
         envelope.setdefault("id", row.message_id)
         targets.append((row.queue, row.consumer, envelope))
-    return broker.redrive_envelopes(targets)
+    return broker.redrive_envelopes(targets, partitions=[row.partition for row in rows])
 
 
 def _retry_chunk(

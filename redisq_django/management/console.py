@@ -232,9 +232,8 @@ def archives(opts: dict[str, Any], write: Write) -> None:
     rows = [["QUEUE", "ARCHIVE", "TABLE", "POSITION", "LAG", "REGISTERED (UTC)", "GAP"]]
     for s in states:
         lag = f"{s.lag}+" if s.lag >= LAG_COUNT_CAP else str(s.lag)
-        rows.append(
-            [s.queue, s.name, s.table, s.position, lag, named.registered_at(s), named.gap_text(s)]
-        )
+        when, gap = named.registered_at(s), named.gap_text(s)
+        rows.append([named.where(s), s.name, s.table, s.position, lag, when, gap])
     write(table(rows))
     write(
         "Retention keeps every entry after each archive's POSITION; LAG: entries it has not "

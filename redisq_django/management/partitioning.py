@@ -45,9 +45,11 @@ def partitions(opts: dict[str, Any], write: Write) -> None:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     consumers = ", ".join(done.consumers) or "none"
+    # Archives, when any: retention of each partition waits for them from its start.
+    kept = f"; archives on every partition: {', '.join(done.archives)}" if done.archives else ""
     write(
         f"{queue}: {done.after} partition(s) recorded (were {done.before}); consumers on "
-        f"every partition: {consumers}.\nRestart every process that publishes to or "
+        f"every partition: {consumers}{kept}.\nRestart every process that publishes to or "
         f"consumes {queue!r} with REDISQ['PARTITIONS'] giving it {done.after}"
         f"{' (or leaving it out)' if done.after == 1 else ''}: a process configured "
         "otherwise is refused (PartitionsMismatch)."

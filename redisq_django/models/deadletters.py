@@ -58,6 +58,15 @@ class DeadLetter(models.Model):
         db_index=True,
         help_text=_("The Django task's module path, for a dead letter of a task queue."),
     )
+    partition = models.PositiveSmallIntegerField(
+        _("partition"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The partition of a partitioned queue it died in (empty: the queue has none); "
+            "a retry sends it back there (a keyed message: to its key's partition)."
+        ),
+    )
     deaths = models.PositiveIntegerField(
         _("deaths"), default=1, help_text=_("How many times this message died.")
     )

@@ -9,26 +9,13 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.delivery import Delivery
 from redisq_django.core.ordered import held_keys, release_key
-from redisq_django.core.subscription import Subscription
+from tests.support.ordered import fetch, ordered, seq
 
 
 @pytest.fixture
 def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig(poll_interval_ms=20))
-
-
-def ordered(broker: Broker, queue: str, instance: str, **policy: object) -> Subscription:
-    return broker.subscribe(queue, "ledger", instance, ordered=True, **policy)  # type: ignore[arg-type]
-
-
-def fetch(sub: Subscription, count: int = 100, block_ms: int = 50) -> list[Delivery]:
-    return sub.fetch(count=count, block_ms=block_ms)
-
-
-def seq(deliveries: list[Delivery]) -> list[tuple[str | None, int]]:
-    return [(d.key, d.payload["n"]) for d in deliveries]
 
 
 def test_one_message_of_a_key_out_at_a_time_in_publish_order(

@@ -50,7 +50,7 @@ class FailureSettling:
         fields: dict[bytes, bytes],
         event: list[bytes],
         counts: dict[str, int],
-        holder: tuple[str, str] | None = None,
+        holder: tuple[str | bytes, str | bytes] | None = None,
     ) -> bool:
         keys, args = settle.settle_call(
             self.gkeys,

@@ -133,12 +133,11 @@ def ack_parts(
     return "ack_ordered", keys, args
 
 
-def holder_of(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, str]:
-    """``(ordering key or "", message id)`` of an entry as ``read_ordered.lua`` saw it
-    (from its raw fields: also for an entry that is not a valid envelope)."""
-    key = fields.get(env.F_KEY, b"")
-    mid = fields.get(env.F_ID) or entry_id
-    return key.decode("utf-8", "replace"), mid.decode("utf-8", "replace")
+def holder_of(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, bytes]:
+    """``(ordering key or b"", message id)`` of an entry as ``read_ordered.lua`` saw it:
+    its raw bytes, also for an entry that is not a valid envelope (a key that is not
+    UTF-8 must reach the script as it is, to free the key it holds)."""
+    return fields.get(env.F_KEY, b""), fields.get(env.F_ID) or entry_id
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def settle_call(
     fields: dict[bytes, bytes],
     event: list[bytes],
     history: bool,
-    holder: tuple[str, str] | None = None,
+    holder: tuple[str | bytes, str | bytes] | None = None,
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``fail.lua``: retry (``RETRY``, due at ``due`` ms, or ``"+<ms>"``
     from now by Redis's clock) or dead-letter (``DEAD``) one entry held by ``instance``,

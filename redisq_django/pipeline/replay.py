@@ -8,8 +8,11 @@ only the days in range.
 
 Order: every task publishes its rows in publish order (``published_at``, ``entry_id``);
 tasks run in parallel, so two messages of different tasks may be republished in either
-order. ``ordered`` sorts globally and publishes from one task (``coalesce(1)``): one
-order for everything, at the speed of one core.
+order — but never two of one ordering key: when the selection holds keyed messages,
+they are spread over the tasks by key (a shuffle), so each key's messages are published
+by one task, in their order, as an ordered consumer needs them. ``ordered`` sorts
+globally and publishes from one task (``coalesce(1)``): one order for everything, at the
+speed of one core.
 
 All or nothing for the predicate: ``where`` is evaluated on every selected row before
 the first message is published (a shuffle between the selection and the writer, which
@@ -212,11 +215,24 @@ def _failure(options: ReplayOptions, exc: Exception) -> str:
     return f"replay failed: {one_line(exc)}"
 
 
+def _has_keys(frame: DataFrame) -> bool:
+    """Whether the selection holds a message with an ordering key: a small job that
+    reads the ``key`` column only (Parquet statistics skip the row groups without one)."""
+    return bool(frame.where(F.col("key").isNotNull()).select("key").limit(1).count())
+
+
 def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
     """``frame`` as the writer's input: ordered, with the columns the writer reads, and
     with ``once`` the derived ids (original id kept in column ``original_id``)."""
     if options.ordered:
         ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
+    elif _has_keys(frame):
+        # One key's messages in one task, in order; the others spread by their id.
+        parallelism = frame.sparkSession.sparkContext.defaultParallelism
+        by = F.coalesce(F.col("key"), F.col("message_id"))
+        ordered = frame.repartition(parallelism, by).sortWithinPartitions(
+            "published_at", "entry_id"
+        )
     elif options.where:
         # The shuffle evaluates the predicate on every row before any task publishes.
         parallelism = frame.sparkSession.sparkContext.defaultParallelism

@@ -9,26 +9,13 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.delivery import Delivery
 from redisq_django.core.ordered import held_keys, release_key
-from redisq_django.core.subscription import Subscription
+from tests.support.ordered import fetch, ordered, seq
 
 
 @pytest.fixture
 def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig(poll_interval_ms=20))
-
-
-def ordered(broker: Broker, queue: str, instance: str, **policy: object) -> Subscription:
-    return broker.subscribe(queue, "ledger", instance, ordered=True, **policy)  # type: ignore[arg-type]
-
-
-def fetch(sub: Subscription, count: int = 100, block_ms: int = 50) -> list[Delivery]:
-    return sub.fetch(count=count, block_ms=block_ms)
-
-
-def seq(deliveries: list[Delivery]) -> list[tuple[str | None, int]]:
-    return [(d.key, d.payload["n"]) for d in deliveries]
 
 
 def test_one_message_of_a_key_out_at_a_time_in_publish_order(
@@ -238,3 +225,22 @@ def test_a_holder_past_what_is_looked_at_is_unseen_not_lost(
     assert (held.key, held.state) == ("a", "unseen")
     monkeypatch.setattr("redisq_django.core.ordered.LOOK_LIMIT", 1000)
     assert held_keys(broker.client, sub.gkeys)[0].state == "running"
+
+
+@pytest.mark.parametrize("raw_key", [b"\xff\xfe-not-utf-8", b"k" * 300], ids=["bytes", "long"])
+def test_an_undecodable_entry_with_a_key_frees_the_key_it_took(
+    broker: Broker, queue_name: str, raw_key: bytes
+) -> None:
+    # Given an entry another client wrote with a key our publishers refuse, and a message
+    # of the same raw key behind it
+    broker.ensure_consumer(queue_name, "ledger")
+    log = broker.keys(queue_name).log
+    broker.client.xadd(log, {"payload": b'{"n": 0}', "key": raw_key})
+    broker.client.xadd(log, {"payload": b'{"n": 1}', "key": raw_key})
+    sub = ordered(broker, queue_name, "i1")
+    # When they are read: the first is a dead letter (undecodable) and hands the key on to
+    # the second, which the same fetch reads from the consumer's input, dead as well
+    assert fetch(sub) == []
+    assert sub.dead_on_receive == 2
+    assert broker.client.hlen(sub.gkeys.holders) == 0  # nothing holds the key for ever
+    assert int(broker.client.get(sub.gkeys.held_back) or 0) == 0

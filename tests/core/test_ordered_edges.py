@@ -12,36 +12,12 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.subscription import Subscription
 from tests.core.guarantee_helpers import wait_for
+from tests.support.ordered import fetch, handle_all, ordered, seq
 
 
 @pytest.fixture
 def broker(redis_client: redis.Redis) -> Broker:
     return Broker(redis_client, CoreConfig(poll_interval_ms=20))
-
-
-def ordered(broker: Broker, queue: str, instance: str, **policy: object) -> Subscription:
-    return broker.subscribe(queue, "ledger", instance, ordered=True, **policy)  # type: ignore[arg-type]
-
-
-def fetch(sub: Subscription, block_ms: int = 50) -> list[Delivery]:
-    return sub.fetch(count=100, block_ms=block_ms)
-
-
-def seq(deliveries: list[Delivery]) -> list[tuple[str | None, int]]:
-    return [(d.key, d.payload["n"]) for d in deliveries]
-
-
-def handle_all(sub: Subscription, expected: int, timeout_s: float = 10) -> list[Delivery]:
-    """Fetch and ack one message at a time until ``expected`` were handled (bounded)."""
-    handled: list[Delivery] = []
-    deadline = time.monotonic() + timeout_s
-    for _ in range(1000):
-        if len(handled) >= expected or time.monotonic() > deadline:
-            break
-        for d in fetch(sub):
-            handled.append(d)
-            sub.ack([d])
-    return handled
 
 
 def ordering_keys(client: redis.Redis, sub: Subscription) -> list[bytes]:

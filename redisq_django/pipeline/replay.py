@@ -51,10 +51,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from redisq_django.pipeline import places
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
 from redisq_django.pipeline.schemas import Table, archive_schema
@@ -212,15 +214,21 @@ def _failure(options: ReplayOptions, exc: Exception) -> str:
     return f"replay failed: {one_line(exc)}"
 
 
-def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
+def publish_frame(frame: DataFrame, options: ReplayOptions, partitioned: bool = False) -> DataFrame:
     """``frame`` as the writer's input: ordered, with the columns the writer reads, and
-    with ``once`` the derived ids (original id kept in column ``original_id``)."""
+    with ``once`` the derived ids (original id kept in column ``original_id``).
+    ``partitioned``: the target queue has partitions (each key's messages from one task)."""
     if options.ordered:
         ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
-    elif options.where:
-        # The shuffle evaluates the predicate on every row before any task publishes.
+    elif options.where or partitioned:
+        # The shuffle evaluates the predicate on every row before any task publishes; by
+        # ordering key, so that one task publishes all of a key's messages, in order (the
+        # writer's broker routes them to their key's partition: per-key order kept).
         parallelism = frame.sparkSession.sparkContext.defaultParallelism
-        ordered = frame.repartition(parallelism).sortWithinPartitions("published_at", "entry_id")
+        by_key = F.coalesce(F.col("key"), F.col("message_id"))
+        ordered = frame.repartition(parallelism, by_key).sortWithinPartitions(
+            "published_at", "entry_id"
+        )
     else:
         ordered = frame.sortWithinPartitions("published_at", "entry_id")
     if not options.once:
@@ -233,6 +241,13 @@ def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
         F.substring(F.sha2(key, 256), 1, 32).alias("message_id"),
         F.col("message_id").alias("original_id"),
     )
+
+
+def _partitioned(options: ReplayOptions) -> bool:
+    """Whether Redis records partitions for the target queue (one round trip)."""
+    conn: Any = (redis.RedisCluster if options.cluster else redis.Redis).from_url(options.redis_url)
+    with conn:
+        return places.counts(conn, options.prefix, [options.queue])[options.queue] > 1
 
 
 def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
@@ -254,7 +269,7 @@ def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
 
 def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> int:
     """Publish ``frame``'s rows; returns how many (each task counts what it published)."""
-    rows = publish_frame(frame, options)
+    rows = publish_frame(frame, options, partitioned=_partitioned(options))
     batch_size = options.batch_size
     throttle = None
     if options.rate is not None:

@@ -8,8 +8,9 @@ only the days in range.
 
 Order: every task publishes its rows in publish order (``published_at``, ``entry_id``);
 tasks run in parallel, so two messages of different tasks may be republished in either
-order. ``ordered`` sorts globally and publishes from one task (``coalesce(1)``): one
-order for everything, at the speed of one core.
+order; with ``where``, or to a partitioned queue, all of a key's messages are one task's
+(each key's order kept). ``ordered`` sorts globally and publishes from one task
+(``coalesce(1)``): one order for everything, at the speed of one core.
 
 All or nothing for the predicate: ``where`` is evaluated on every selected row before
 the first message is published (a shuffle between the selection and the writer, which

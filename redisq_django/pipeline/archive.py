@@ -60,6 +60,7 @@ from redisq_django.pipeline.outages import RedisOutage
 from redisq_django.pipeline.preflight import (
     commit_positions,
     last_entry_ids,
+    place_count,
     queues_to_archive,
     register,
 )
@@ -176,7 +177,7 @@ def archive(
         events=tallies["events"],
         seconds=time.monotonic() - started,
         notes=tuple(notes),
-        gaps=tuple(f"{x.queue} {x.table}: {x.span()}" for x in losses),
+        gaps=tuple(f"{x.where} {x.table}: {x.span()}" for x in losses),
     )
 
 
@@ -228,10 +229,11 @@ def _commit_last_batch(
 
 
 def read_partitions(spark: SparkSession, queues: int) -> int:
-    """Entry-id ranges per queue in each micro-batch, unless option ``partitions`` says:
-    Spark's cores shared among the queues, at least one each. One wave of tasks: each
-    task has a fixed cost (a Python worker's turn, a Redis connection, a Parquet file per
-    partition), and on 2 cores 4 ranges per queue archived ~25% slower than 2."""
+    """Entry-id ranges per stream in each micro-batch, unless option ``partitions`` says:
+    Spark's cores shared among the ``queues`` streams (a partitioned queue's partitions
+    each count), at least one each. One wave of tasks: each task has a fixed cost (a
+    Python worker's turn, a Redis connection, a Parquet file per partition), and on 2
+    cores 4 ranges per queue archived ~25% slower than 2."""
     return max(1, spark.sparkContext.defaultParallelism // max(1, queues))
 
 
@@ -256,7 +258,9 @@ def _start_query(
     spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
 ) -> _Run:
     source_options = options.source_options(table)
-    source_options.setdefault("partitions", str(read_partitions(spark, len(queues))))
+    if "partitions" not in source_options:
+        streams = place_count(options, queues)  # a partitioned queue's partitions each count
+        source_options["partitions"] = str(read_partitions(spark, streams))
     source = spark.readStream.format("redisq").options(**source_options).load()
     metric = f"redisq_archive_{table}"
     frame = archive_frame(source, table)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -21,7 +21,7 @@ from redisq_django.pipeline.redis_io import RawEntry, StreamRef
 from redisq_django.pipeline.schemas import Table, arrow_schema
 
 #: What ``read()`` yields.
-Batch = pa.RecordBatch
+Batch: TypeAlias = pa.RecordBatch
 
 #: Times after this (9999-12-31) are not milliseconds; they are read as null.
 _MAX_MS = 253_402_300_799_999

@@ -2,7 +2,9 @@
 
 ``spark.read.format("redisq")`` reads what is in Redis now, split by entry-id ranges
 (:mod:`redisq_django.pipeline.reading`); ``spark.readStream.format("redisq")`` streams it
-with offsets ``{"queue": "last id"}``, read-only unless option ``archive`` names it a
+with offsets ``{"queue": "last id"}`` (a partitioned queue's per partition,
+``{"queue#0": "last id", ...}``, its rows all in column ``queue`` as one queue),
+read-only unless option ``archive`` names it a
 registered archive that commits its position (:mod:`redisq_django.pipeline.streaming`);
 ``df.write.format("redisq")`` publishes rows as messages
 (:mod:`redisq_django.pipeline.writer`). Options:
@@ -64,7 +66,8 @@ class RedisqDataSource(DataSource):
         return RedisqReader(self.parsed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A streaming reader with offsets ``{"queue": "last entry id"}``."""
+        """A streaming reader with offsets ``{"queue": "last entry id"}`` (``"queue#i"``:
+        partition ``i`` of a partitioned queue)."""
         return RedisqStreamReader(self.parsed)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -14,12 +14,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.pipeline import places
 from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.options import ArchiveOptions, join_path
-from redisq_django.pipeline.preflight import redis_client
+from redisq_django.pipeline.preflight import queue_places, redis_client
 
 #: The columns of ``ROOT/_gaps`` (the fields of :class:`Loss`).
 GAPS_SCHEMA = StructType(
@@ -34,12 +41,15 @@ GAPS_SCHEMA = StructType(
         StructField("count", LongType()),
         StructField("at_most", BooleanType()),
         StructField("found_ms", LongType()),
+        # Added with partitioned queues: the gaps written before read as null (none).
+        StructField("partition", IntegerType()),
     ]
 )
 
 
 def collect(spark: SparkSession, options: ArchiveOptions, queues: tuple[str, ...]) -> list[Loss]:
-    """Move the losses the archive recorded in Redis for ``queues`` to ``ROOT/_gaps``.
+    """Move the losses the archive recorded in Redis for ``queues`` (in each partition
+    of a partitioned one) to ``ROOT/_gaps``.
 
     Written before they are forgotten in Redis: a crash in between writes them again
     next run (a repeated line, never a lost one).
@@ -49,8 +59,8 @@ def collect(spark: SparkSession, options: ArchiveOptions, queues: tuple[str, ...
     """
     found: list[tuple[str, int, list[Loss]]] = []
     with redis_client(options) as client:
-        archives = Broker(client, CoreConfig(prefix=options.prefix)).archives
-        for queue in queues:
+        archives = places.archives(client, options.prefix)
+        for queue in queue_places(client, options, queues):  # "q", or "q#i"
             texts = archives.losses(queue, options.name)
             if texts:
                 parsed = [x for t in texts if (x := Loss.from_json(t)) is not None]
@@ -92,5 +102,5 @@ def lines(
         start = int((x.first or x.after).split("-")[0])
         end = int((x.last or x.before or x.after).split("-")[0])
         if end >= lo and start < hi and (not queues or x.queue in queues):
-            out.append(f"{x.queue} {x.table}: {x.span()} never archived: dropped by the hard cap")
+            out.append(f"{x.where} {x.table}: {x.span()} never archived: dropped by the hard cap")
     return out

@@ -31,6 +31,7 @@ class Loss:
 
     Attributes:
         queue: the queue.
+        partition: the queue's partition whose stream lost them (None: unpartitioned).
         table: ``messages`` or ``events``.
         archive: the named archive that lost them (None: a read-only stream).
         after: the reader had everything up to this id.
@@ -52,6 +53,12 @@ class Loss:
     count: int | None = None
     at_most: bool = False
     found_ms: int = 0
+    partition: int | None = None
+
+    @property
+    def where(self) -> str:
+        """The queue, and its partition when it has partitions: ``orders partition 2``."""
+        return self.queue if self.partition is None else f"{self.queue} partition {self.partition}"
 
     def with_time(self) -> Loss:
         """This loss, found now."""
@@ -79,7 +86,9 @@ class Loss:
             "'archive', or dropped by a hard cap"
         )
         return (
-            f"Data loss in the {self.table} of queue {self.queue!r}: {self.span()} were "
+            f"Data loss in the {self.table} of queue {self.queue!r}"
+            + ("" if self.partition is None else f" (partition {self.partition})")
+            + f": {self.span()} were "
             f"removed before {who} read them ({why})."
         )
 

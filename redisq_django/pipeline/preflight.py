@@ -10,7 +10,6 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.errors import ArchiveNotRegistered
-from redisq_django.core.keys import queue_keys
 from redisq_django.core.named_archives import (
     TRIMMED_FIELDS,
     ArchivedStream,
@@ -20,6 +19,7 @@ from redisq_django.core.named_archives import (
 )
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
+from redisq_django.pipeline import places
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 
 
@@ -33,8 +33,9 @@ def redis_client(options: ArchiveOptions) -> RedisClient:
 def commit_positions(
     options: ArchiveOptions, table: str, offset: dict[str, str], *, ran: bool = True
 ) -> None:
-    """Record in Redis that ``table`` is archived up to ``offset`` (``{queue: id}``), as
-    the data source's ``commit()`` does; positions never move back.
+    """Record in Redis that ``table`` is archived up to ``offset`` (``{place: id}``: a
+    queue, or ``queue#i`` for a partition), as the data source's ``commit()`` does;
+    positions never move back.
 
     Args:
         ran: the table's query ran in this job (so registered each queue); else the
@@ -44,12 +45,12 @@ def commit_positions(
         ArchiveNotRegistered: ``ran``, and the archive was removed meanwhile.
     """
     with redis_client(options) as client:
-        archives = Broker(client, CoreConfig(prefix=options.prefix)).archives
-        for queue, entry_id in sorted(offset.items()):
+        archives = places.archives(client, options.prefix)
+        for where, entry_id in sorted(offset.items()):
             if entry_id == "0-0":
                 continue
             try:
-                archives.commit(queue, options.name, table, entry_id)
+                archives.commit(where, options.name, table, entry_id)
             except ArchiveNotRegistered:
                 if ran:
                     raise
@@ -74,35 +75,55 @@ def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
     return options.queues or tuple(existing)
 
 
+def queue_places(
+    client: RedisClient, options: ArchiveOptions, queues: tuple[str, ...]
+) -> list[str]:
+    """The places of ``queues``: each queue, or each partition (``queue#i``) of a
+    partitioned one, as Redis records it. One round trip."""
+    return [
+        name
+        for name, _ in places.layouts(options.prefix, places.counts(client, options.prefix, queues))
+    ]
+
+
+def place_count(options: ArchiveOptions, queues: tuple[str, ...]) -> int:
+    """How many streams of a table the archive of ``queues`` reads (a partitioned queue's
+    partitions each count)."""
+    with redis_client(options) as client:
+        return len(queue_places(client, options, queues))
+
+
 def last_entry_ids(options: ArchiveOptions, table: str, queues: tuple[str, ...]) -> dict[str, str]:
     """The last entry id of ``table``'s stream (``messages``: the log, ``events``: the
-    events stream) of each of ``queues``, or the last id retention removed from it when
-    that is later (entries gone still make news: a loss to find); streams with neither
-    are left out. One round trip."""
+    events stream) of each of ``queues`` (each partition's, keyed ``queue#i``), or the
+    last id retention removed from it when that is later (entries gone still make news:
+    a loss to find); streams with neither are left out. Two round trips."""
     field = TRIMMED_FIELDS[ArchivedStream(table)]
     with redis_client(options) as client:
+        wheres = queue_places(client, options, queues)
         pipe = client.pipeline(transaction=False)
-        for queue in queues:
-            keys = queue_keys(options.prefix, queue)
+        for where in wheres:
+            keys = places.keys_of(options.prefix, where)
             pipe.xrevrange(stream_key(keys, table), count=1)
             pipe.hget(keys.meta, field)
         replies = pipe.execute()
     out = {}
-    for queue, entry, gone in zip(queues, replies[::2], replies[1::2], strict=True):
+    for where, entry, gone in zip(wheres, replies[::2], replies[1::2], strict=True):
         last = to_str(entry[0][0]) if entry else None
         if gone is not None and (last is None or parse_id(to_str(gone)) > parse_id(last)):
             last = to_str(gone)
         if last is not None:
-            out[queue] = last
+            out[where] = last
     return out
 
 
 def register(
     options: ArchiveOptions, table: str, queues: tuple[str, ...], offset: dict[str, str] | None
 ) -> list[str]:
-    """Register the archive for ``table`` of ``queues`` before its query starts: at the
-    checkpoint's ``offset`` where it has one for the queue (a query that goes on), else
-    at the earliest (a new one). The query registers them too (and queues that appear
+    """Register the archive for ``table`` of ``queues`` (of each partition of a
+    partitioned one) before its query starts: at the checkpoint's ``offset`` where it
+    has one for the queue or partition (a query that goes on), else at the earliest (a
+    new one). The query registers them too (and queues that appear
     later); doing it here first lets the job say when one was not registered.
 
     Returns:
@@ -112,8 +133,8 @@ def register(
     """
     notes = []
     with redis_client(options) as client:
-        archives = Broker(client, CoreConfig(prefix=options.prefix)).archives
-        for queue in queues:
+        archives = places.archives(client, options.prefix)
+        for queue in queue_places(client, options, queues):  # "q", or "q#i"
             start = (offset or {}).get(queue)
             got = archives.register(queue, options.name, table, start or "earliest")
             if start and got.status is Registered.NOW:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from redisq_django.pipeline import loss, redis_io, sizing
+from redisq_django.pipeline import loss, places, redis_io, sizing
 from redisq_django.pipeline.columns import CONVERTERS, Batch
 from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.outages import Link, waits_out_outages
@@ -103,6 +103,7 @@ def _on_missing(
     def missing(first: str, present: str | None) -> None:
         found = Loss(
             queue=partition.stream.queue,
+            partition=partition.stream.part,
             table=options.table.value,
             archive=options.archive,
             after=partition.lo.lstrip("("),
@@ -116,8 +117,9 @@ def _on_missing(
             upto = redis_io.previous_id(present) if present else partition.hi
 
             def record() -> None:
-                archives = redis_io.broker(options, link.client).archives
-                archives.settle(found.queue, archive, found.table, upto, settled.to_json())
+                archives = places.archives(link.client, options.prefix)
+                where = partition.stream.place
+                archives.settle(where, archive, found.table, upto, settled.to_json())
 
             link.run(record, f"recording a data loss of {partition.stream.key}")
 
@@ -176,7 +178,8 @@ def plan_ranges(
 
 
 class RedisqReader(DataSourceReader):
-    """Batch read: every stream of the table, as it is at planning time.
+    """Batch read: every stream of the table, as it is at planning time (each partition's
+    of a partitioned queue: at least one Spark partition each).
 
     No ``pushFilters``: in PySpark 4.3 a DataFrame reuses the partitions planned for a
     filtered query derived from the same ``load()`` (``df.where(queue == "a").count()``
@@ -209,7 +212,7 @@ class RedisqReader(DataSourceReader):
             return []
         return [
             partition
-            for stream in redis_io.streams(conn, self.options, queues)
+            for stream in redis_io.streams(conn, self.options, queues, {})
             for partition in plan_ranges(self.options, conn, stream, lo, hi)
         ]
 

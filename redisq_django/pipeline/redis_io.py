@@ -16,9 +16,10 @@ import redis
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
-from redisq_django.core.keys import queue_keys, registry_key
+from redisq_django.core.keys import registry_key
 from redisq_django.core.named_archives import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.types import RedisClient, execute
+from redisq_django.pipeline import places
 from redisq_django.pipeline.schemas import Table
 from redisq_django.pipeline.source_options import SourceOptions
 
@@ -56,9 +57,16 @@ def client(options: SourceOptions) -> RedisClient:
     return conn
 
 
-def broker(options: SourceOptions, conn: RedisClient | None = None) -> Broker:
-    """A broker on ``conn`` (default: a new :func:`client`) with ``options``' prefix."""
-    return Broker(conn if conn is not None else client(options), CoreConfig(prefix=options.prefix))
+def broker(
+    options: SourceOptions,
+    conn: RedisClient | None = None,
+    partitions: dict[str, int] | None = None,
+) -> Broker:
+    """A broker on ``conn`` (default: a new :func:`client`) with ``options``' prefix and
+    ``partitions`` (queue -> K, as Redis records them: :func:`places.counts`), so that it
+    routes to a partitioned queue's partitions as every other process does."""
+    config = CoreConfig(prefix=options.prefix, partitions=partitions or {})
+    return Broker(conn if conn is not None else client(options), config)
 
 
 def parse_id(entry_id: str) -> tuple[int, int]:
@@ -91,16 +99,24 @@ def text(value: Any) -> str:
 @dataclass(frozen=True)
 class StreamRef:
     """One stream the data source reads: a queue's log or events, or one consumer's
-    dead letters. ``name`` is its key in streaming offsets."""
+    dead letters, of the queue or of one of its partitions (``part``). ``name`` is its
+    key in streaming offsets, ``place`` where its archive records are
+    (:mod:`~redisq_django.pipeline.places`)."""
 
     queue: str
     key: str
     consumer: str | None = None
+    part: int | None = None
+
+    @property
+    def place(self) -> str:
+        """``queue``, or ``queue#part`` for a partition's stream."""
+        return places.place(self.queue, self.part)
 
     @property
     def name(self) -> str:
-        # Queue and consumer names never contain ":", so "q:g" is unambiguous.
-        return self.queue if self.consumer is None else f"{self.queue}:{self.consumer}"
+        # Queue and consumer names never contain ":" or "#", so "q#i:g" is unambiguous.
+        return self.place if self.consumer is None else f"{self.place}:{self.consumer}"
 
 
 def list_queues(conn: RedisClient, options: SourceOptions) -> list[str]:
@@ -110,18 +126,25 @@ def list_queues(conn: RedisClient, options: SourceOptions) -> list[str]:
     return sorted(text(q) for q in conn.smembers(registry_key(options.prefix)))
 
 
-def streams(conn: RedisClient, options: SourceOptions, queues: list[str]) -> list[StreamRef]:
-    """The streams that hold ``options.table`` for ``queues``."""
+def streams(
+    conn: RedisClient, options: SourceOptions, queues: list[str], known: dict[str, int]
+) -> list[StreamRef]:
+    """The streams that hold ``options.table`` for ``queues``: each partition's of a
+    partitioned queue. ``known``: the queues' numbers of partitions (queue -> K) read so
+    far; those of the others are read (one round trip) and added to it."""
+    missing = [q for q in queues if q not in known]
+    if missing:
+        known.update(places.counts(conn, options.prefix, missing))
     out = []
-    for queue in queues:
-        keys = queue_keys(options.prefix, queue)
+    for _, keys in places.layouts(options.prefix, {q: known[q] for q in queues}):
+        queue = keys.queue
         if options.table is Table.MESSAGES:
-            out.append(StreamRef(queue, keys.log))
+            out.append(StreamRef(queue, keys.log, part=keys.part))
         elif options.table is Table.EVENTS:
-            out.append(StreamRef(queue, keys.events))
+            out.append(StreamRef(queue, keys.events, part=keys.part))
         else:
             for consumer in sorted(group_names(conn, keys)):
-                out.append(StreamRef(queue, keys.group(consumer).dead, consumer))
+                out.append(StreamRef(queue, keys.group(consumer).dead, consumer, keys.part))
     return out
 
 
@@ -163,7 +186,7 @@ def marks(conn: RedisClient, options: SourceOptions, refs: list[StreamRef]) -> d
     field = TRIMMED_FIELDS[ArchivedStream(options.table.value)]
     with conn.pipeline(transaction=False) as pipe:
         for ref in refs:
-            pipe.hget(queue_keys(options.prefix, ref.queue).meta, field)
+            pipe.hget(places.keys_of(options.prefix, ref.place).meta, field)
         replies = pipe.execute()
     return {ref.name: text(r) if r else ZERO_ID for ref, r in zip(refs, replies, strict=True)}
 

@@ -60,6 +60,7 @@ from pyspark.sql.types import StructType
 
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
+from redisq_django.pipeline.replay_order import publish_frame, target_partitioned
 from redisq_django.pipeline.schemas import Table, archive_schema
 from redisq_django.pipeline.session import runs_in_driver
 from redisq_django.pipeline.source_options import SourceOptions
@@ -69,8 +70,6 @@ __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_me
 
 #: Seconds between progress lines.
 PROGRESS_SECONDS = 10.0
-#: Columns the writer reads.
-WRITTEN_COLUMNS = ("payload", "headers", "message_id", "key")
 #: Spark's error conditions for a value an expression cannot take (ANSI mode).
 VALUE_ERRORS = (
     "CAST_INVALID_INPUT",
@@ -215,42 +214,6 @@ def _failure(options: ReplayOptions, exc: Exception) -> str:
     return f"replay failed: {one_line(exc)}"
 
 
-def _has_keys(frame: DataFrame) -> bool:
-    """Whether the selection holds a message with an ordering key: a small job that
-    reads the ``key`` column only (Parquet statistics skip the row groups without one)."""
-    return bool(frame.where(F.col("key").isNotNull()).select("key").limit(1).count())
-
-
-def publish_frame(frame: DataFrame, options: ReplayOptions) -> DataFrame:
-    """``frame`` as the writer's input: ordered, with the columns the writer reads, and
-    with ``once`` the derived ids (original id kept in column ``original_id``)."""
-    if options.ordered:
-        ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
-    elif _has_keys(frame):
-        # One key's messages in one task, in order; the others spread by their id.
-        parallelism = frame.sparkSession.sparkContext.defaultParallelism
-        by = F.coalesce(F.col("key"), F.col("message_id"))
-        ordered = frame.repartition(parallelism, by).sortWithinPartitions(
-            "published_at", "entry_id"
-        )
-    elif options.where:
-        # The shuffle evaluates the predicate on every row before any task publishes.
-        parallelism = frame.sparkSession.sparkContext.defaultParallelism
-        ordered = frame.repartition(parallelism).sortWithinPartitions("published_at", "entry_id")
-    else:
-        ordered = frame.sortWithinPartitions("published_at", "entry_id")
-    if not options.once:
-        return ordered.select(*WRITTEN_COLUMNS)
-    key = F.concat(F.lit(options.run_key() + "|"), F.col("message_id"))
-    return ordered.select(
-        "payload",
-        "headers",
-        "key",
-        F.substring(F.sha2(key, 256), 1, 32).alias("message_id"),
-        F.col("message_id").alias("original_id"),
-    )
-
-
 def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
     """The ``redisq`` data source's write options for this replay."""
     out = {
@@ -270,7 +233,7 @@ def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
 
 def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> int:
     """Publish ``frame``'s rows; returns how many (each task counts what it published)."""
-    rows = publish_frame(frame, options)
+    rows = publish_frame(frame, options, partitioned=target_partitioned(options))
     batch_size = options.batch_size
     throttle = None
     if options.rate is not None:

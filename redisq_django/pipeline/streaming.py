@@ -2,17 +2,19 @@
 
 Offsets are JSON objects ``{stream: last entry id read}``: the stream is named by its
 queue (``"orders"``), or ``"queue:consumer"`` for dead letters (names never contain
-``:``). A micro-batch reads, per stream, the ids after its start offset up to its end
-offset.
+``:``); a partitioned queue's streams by partition (``"orders#0"``, ``"orders#0:billing"``:
+entry ids are per partition). A micro-batch reads, per stream, the ids after its start
+offset up to its end offset.
 
 A stream is read-only unless option ``archive`` names it: then it is that named archive
 (:mod:`redisq_django.core.named_archives`). It registers each stream before it reads it (a new
 query where ``startingOffsets`` says, a resumed one at its checkpoint's offset), and
 ``commit(end)`` moves its position in Redis, so retention trims behind it and never
-before. A read-only stream writes nothing to Redis and holds nothing: retention may
-remove what it has not read yet. Either way, entries removed before the stream read them
-are a data loss (:mod:`redisq_django.pipeline.loss`): with ``failOnDataLoss`` (default)
-the query fails, naming them.
+before (a partitioned queue's: in each partition's record, so that each partition's log
+is trimmed exactly behind it). A read-only stream writes nothing to Redis and holds
+nothing: retention may remove what it has not read yet. Either way, entries removed
+before the stream read them are a data loss (:mod:`redisq_django.pipeline.loss`): with
+``failOnDataLoss`` (default) the query fails, naming them.
 
 Admission control (``maxEntriesPerTrigger``, ``maxRecordsPerTrigger``: see
 :mod:`~redisq_django.pipeline.admission`) uses the ``latestOffset(start, limit)`` API of
@@ -37,9 +39,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from redisq_django.core.keys import queue_keys
 from redisq_django.core.named_archives import Archives, Gap, Registered
-from redisq_django.pipeline import admission, loss, redis_io
+from redisq_django.pipeline import admission, loss, places, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.outages import Link, waits_out_outages
@@ -80,12 +81,14 @@ def starting_offset(
 
 
 def stream_of(options: SourceOptions, name: str) -> StreamRef:
-    """The stream an offset key names (``"q"``, or ``"q:consumer"`` for dead letters)."""
-    queue, _, consumer = name.partition(":")
-    keys = queue_keys(options.prefix, queue)
+    """The stream an offset key names (``"q"``, or ``"q:consumer"`` for dead letters;
+    ``"q#i"`` and ``"q#i:consumer"`` in partition ``i`` of a partitioned queue)."""
+    where, _, consumer = name.partition(":")
+    keys = places.keys_of(options.prefix, where)
     if options.table is Table.DEAD:
-        return StreamRef(queue, keys.group(consumer).dead, consumer)
-    return StreamRef(queue, keys.events if options.table is Table.EVENTS else keys.log)
+        return StreamRef(keys.queue, keys.group(consumer).dead, consumer, keys.part)
+    key = keys.events if options.table is Table.EVENTS else keys.log
+    return StreamRef(keys.queue, key, part=keys.part)
 
 
 class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -98,6 +101,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: Offset | None = None
         self._committed: Offset = {}
         self._registered: set[str] = set()
+        self._partitions: dict[str, int] = {}  # queue -> K, read once per queue
 
     @property
     def conn(self) -> Any:
@@ -107,8 +111,9 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def archives(self) -> Archives:
-        """The named archives of the Redis read (driver side)."""
-        return redis_io.broker(self.options, self.conn).archives
+        """The named archives of the Redis read (driver side), addressed by place
+        (``"q"``, or ``"q#i"``: a partition's records)."""
+        return places.archives(self.conn, self.options.prefix)
 
     @property
     def checked(self) -> bool:
@@ -118,8 +123,10 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _streams(self) -> list[StreamRef]:
         # Listed again at every trigger: without option queue, new queues join the stream.
+        # A queue's number of partitions changes only when it is drained and every process
+        # restarted (core/repartition.py): read once per queue and query.
         queues = redis_io.list_queues(self.conn, self.options)
-        return redis_io.streams(self.conn, self.options, queues)
+        return redis_io.streams(self.conn, self.options, queues, self._partitions)
 
     def _last_ids(self, refs: list[StreamRef] | None = None) -> dict[str, str]:
         """Each stream's last entry id, or the last id retention removed from it when
@@ -135,7 +142,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         to read from."""
         assert self.options.archive is not None
         table = self.options.table.value
-        got = self.archives.register(ref.queue, self.options.archive, table, start)
+        got = self.archives.register(ref.place, self.options.archive, table, start)
         self._registered.add(ref.name)
         if got.status is Registered.NOW and resumed:
             logger.warning(
@@ -143,7 +150,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "now at %s, where its query is (it was removed, or its Redis was replaced).",
                 self.options.archive,
                 table,
-                ref.queue,
+                ref.place,
                 got.position,
             )
         return got.position
@@ -260,16 +267,16 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         archive = self.options.archive
         for ref in refs:
             after, last_gone = positions[ref.name], gone[ref.name]
-            gap = self.archives.gap(ref.queue, archive, table) if archive else None
+            gap = self.archives.gap(ref.place, archive, table) if archive else None
             if parse_id(last_gone) <= parse_id(after):
                 if gap is not None and archive:
-                    self.archives.settle(ref.queue, archive, table, after)
+                    self.archives.settle(ref.place, archive, table, after)
                 continue
             found = loss.report(
                 self._loss(ref, after, last_gone, gap), self.options.fail_on_data_loss
             )
             if archive:
-                self.archives.settle(ref.queue, archive, table, last_gone, found.to_json())
+                self.archives.settle(ref.place, archive, table, last_gone, found.to_json())
 
     def _loss(self, ref: StreamRef, after: str, last_gone: str, gap: Gap | None) -> Loss:
         """The entries after ``after`` up to ``last_gone``, with the first of them and
@@ -277,6 +284,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         which may be behind this stream's)."""
         loss_of = Loss(
             queue=ref.queue,
+            partition=ref.part,
             table=self.options.table.value,
             archive=self.options.archive,
             after=after,
@@ -296,7 +304,8 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @waits_out_outages("committing the archive position")
     def commit(self, end: Offset) -> None:
         """A named archive records its position (messages and events; dead letters
-        leave Redis through the database sink); a read-only stream writes nothing.
+        leave Redis through the database sink), a partitioned queue's per partition; a
+        read-only stream writes nothing.
 
         Raises:
             ArchiveNotRegistered: the archive was removed while it ran.
@@ -304,10 +313,10 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.archive is None or self.options.table is Table.DEAD:
             return
         table = self.options.table.value
-        for queue, entry_id in sorted(end.items()):
-            if entry_id not in (ZERO_ID, self._committed.get(queue)):
-                self.archives.commit(queue, self.options.archive, table, entry_id)
-                self._committed[queue] = entry_id
+        for where, entry_id in sorted(end.items()):  # a place: "q", or "q#i"
+            if entry_id not in (ZERO_ID, self._committed.get(where)):
+                self.archives.commit(where, self.options.archive, table, entry_id)
+                self._committed[where] = entry_id
 
     def stop(self) -> None:
         """Close the driver-side client."""

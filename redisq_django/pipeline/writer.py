@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.json import loads
-from redisq_django.pipeline import redis_io
+from redisq_django.pipeline import places, redis_io
 from redisq_django.pipeline.outages import Link
 from redisq_django.pipeline.source_options import OptionError, SourceOptions
 
@@ -143,21 +143,28 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
 
 class _Sender:
     """Sends batches through a :class:`Link`, with one broker per client (a broker
-    remembers the queues it registered and its loaded scripts)."""
+    remembers the queues it registered and its loaded scripts) that knows the number of
+    partitions Redis records for each queue it sends to, so that it routes as every
+    other process does (a keyed message to its key's partition)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.link = Link(options)
         self._broker: Broker | None = None
         self._client: Any = None  # the link's client the broker was built on
+        self._counts: dict[str, int] = {}  # queue -> K, as Redis records it
 
     def send(self, batch: list[Envelope]) -> None:
-        self.link.run(lambda: _send_once(self._broker_now(), self.options, batch), "sending")
+        self.link.run(lambda: _send_once(self._broker_now(batch), self.options, batch), "sending")
 
-    def _broker_now(self) -> Broker:
+    def _broker_now(self, batch: list[Envelope]) -> Broker:
         client = self.link.client
-        if self._broker is None or self._client is not client:
-            self._broker, self._client = redis_io.broker(self.options, client), client
+        new = [q for q in dict.fromkeys(e.queue for e in batch) if q not in self._counts]
+        if new:  # read once per queue (K changes only on a drained queue, all restarted)
+            self._counts.update(places.counts(client, self.options.prefix, new))
+        if self._broker is None or self._client is not client or new:
+            partitioned = {q: k for q, k in self._counts.items() if k > 1}
+            self._broker, self._client = redis_io.broker(self.options, client, partitioned), client
         return self._broker
 
 

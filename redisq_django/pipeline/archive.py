@@ -17,10 +17,9 @@ logged in the checkpoint before it runs; its files become visible only when the 
 ``_spark_metadata`` log names them; only after that does Spark call the source's
 ``commit()``, which moves the archive's position in Redis (``Archives.commit``) and so
 lets retention trim. A crash anywhere redoes the batch from the logged offsets; files
-of a batch that never reached ``_spark_metadata`` are ignored by every Spark reader
-(``spark.read.parquet(ROOT + "/messages")``). Other engines read the files
-:func:`~redisq_django.pipeline.files.archive_files` lists, not a glob, which would also
-see those orphans.
+of a batch that never reached ``_spark_metadata`` are ignored by every Spark reader, and
+by other engines reading the files :func:`~redisq_django.pipeline.files.archive_files`
+lists (not a glob, which would see those orphans).
 
 Entries a hard cap removed before the archive stored them stop the job (``failOnDataLoss``,
 the message names them), or with ``fail_on_data_loss`` false are skipped and recorded in
@@ -229,11 +228,9 @@ def _commit_last_batch(
 
 
 def read_partitions(spark: SparkSession, queues: int) -> int:
-    """Entry-id ranges per stream in each micro-batch, unless option ``partitions`` says:
-    Spark's cores shared among the ``queues`` streams (a partitioned queue's partitions
-    each count), at least one each. One wave of tasks: each task has a fixed cost (a
-    Python worker's turn, a Redis connection, a Parquet file per partition), and on 2
-    cores 4 ranges per queue archived ~25% slower than 2."""
+    """Entry-id ranges per stream (a queue's partitions each count) in each micro-batch:
+    Spark's cores shared among ``queues`` streams, at least one each. One wave of tasks:
+    a task costs a Python worker's turn, a connection, a Parquet file per partition."""
     return max(1, spark.sparkContext.defaultParallelism // max(1, queues))
 
 
@@ -258,9 +255,8 @@ def _start_query(
     spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
 ) -> _Run:
     source_options = options.source_options(table)
-    if "partitions" not in source_options:
-        streams = place_count(options, queues)  # a partitioned queue's partitions each count
-        source_options["partitions"] = str(read_partitions(spark, streams))
+    if "partitions" not in source_options:  # a partitioned queue's partitions each count
+        source_options["partitions"] = str(read_partitions(spark, place_count(options, queues)))
     source = spark.readStream.format("redisq").options(**source_options).load()
     metric = f"redisq_archive_{table}"
     frame = archive_frame(source, table)

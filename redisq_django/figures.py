@@ -61,6 +61,11 @@ HELP: dict[str, Any] = {
         "the whole log while no archive is registered). Each archive is on the queue's page."
     ),
     "paused": _("Paused: its workers fetch nothing new (messages wait in Redis)."),
+    "partitions": _(
+        "Partitions of the queue (REDISQ['PARTITIONS'], as recorded in Redis): each a "
+        "queue of its own, spread over a cluster's masters; the figures add them up. "
+        "Changed with manage.py redisq partitions, on a drained queue only."
+    ),
 }
 
 #: The name of each figure where it stands alone (detail pages).
@@ -75,6 +80,7 @@ LABELS: dict[str, Any] = {
     "length": _("length (incl. replay window)"),
     "dropped": _("dropped by the hard cap"),
     "archive_lag": _("archive lag"),
+    "partitions": _("partitions"),
 }
 
 #: Shown in place of a figure Redis could not give.

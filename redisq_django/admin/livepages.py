@@ -307,6 +307,8 @@ class LivePages(LiveActions):
                 "stalled_consumers": stalled,
                 "length": s.length if s else None,
             }
+            if s is not None and len(s.partitions) > 1:  # K, shown for partitioned queues
+                numbers["partitions"] = len(s.partitions)
         missing = figures.unknown() if snapshot.error else figures.absent()
         shown = []
         for key, value in numbers.items():

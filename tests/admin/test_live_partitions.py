@@ -73,6 +73,10 @@ def test_figures_and_lists_are_the_whole_queue(
     # Then the figures add up over the 3 partitions
     assert (figures["backlog"], figures["in_flight"], figures["delayed"]) == (8, 1, 2)
     assert (queue_figures["length"], queue_figures["backlog"]) == (9, 8)
+    assert queue_figures["partitions"] == K  # the admin shows K on the queue's page
+    assert "partitions" not in figures  # (a consumer's page: its figures only)
+    page = root.get(url(queue_name, consumer=None)).content.decode()
+    assert 'id="redisq-fig-partitions"' in page
     # and each list row names its partition (the one of its message's key)
     assert len(waiting) == 8 and len(log) == 4
     assert in_flight == [f"log:{shop['taken'].entry_id.decode()}@1"]

@@ -94,4 +94,15 @@ REDISQ = {
     "HISTORY": os.environ.get("REDISQ_TEST_HISTORY") == "1",
     # The /redisq/metrics view's bearer token (tests/metrics/test_endpoints.py).
     "METRICS_TOKEN": os.environ.get("REDISQ_TEST_METRICS_TOKEN"),
+    # Worker processes of the cluster chaos test: a Redis Cluster, partitioned queues
+    # ("queue=K,queue=K").
+    "CLUSTER": os.environ.get("REDISQ_TEST_CLUSTER") == "1",
+    "PARTITIONS": {
+        name: int(k)
+        for name, _, k in (
+            item.partition("=")
+            for item in os.environ.get("REDISQ_TEST_PARTITIONS", "").split(",")
+            if item
+        )
+    },
 }

@@ -66,6 +66,8 @@ def done_key(queue: str, name: str) -> str:
 
 @functools.cache
 def _client() -> redis.Redis:
+    if settings.REDISQ.get("CLUSTER"):  # the cluster chaos test
+        return redis.RedisCluster.from_url(settings.REDISQ["URL"], socket_timeout=5)  # type: ignore[return-value]
     return redis.Redis.from_url(settings.REDISQ["URL"], socket_timeout=5)
 
 

@@ -1,5 +1,6 @@
 """Ordered consumers under SIGKILL chaos: real ``runconsumer`` processes, killed at random
-and started again, never break the order of an ordering key, and lose nothing.
+and started again, never break the order of an ordering key, and lose nothing — on one
+server, and on the suite's 3-master Redis Cluster with the queue in 4 partitions.
 
 The handlers (tests/faultapp/consumers.py, ``sequencer`` and its async twin) record each
 run's start and end in one Redis list, so the checker reads every run in the order Redis
@@ -20,11 +21,13 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from redisq_django.core import Broker
+from redisq_django.core import Broker, CoreConfig
 from tests.faultapp.consumers import ordered_key
 from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import Workers, wait_for
@@ -143,6 +146,34 @@ def test_sigkill_chaos_keeps_each_keys_order_and_loses_nothing(
     redis_client: redis.Redis,
     kind: Kind,
 ) -> None:
+    run_chaos(workers, broker, redis_client, kind)
+
+
+@pytest.mark.servers
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_on_a_cluster_a_partitioned_queue_keeps_each_keys_order_under_sigkill_chaos(
+    redis_cluster: Any,
+    db_file: Path,
+    tmp_path: Path,  # noqa: F811
+) -> None:
+    # The same chaos on the suite's 3-master cluster, the queue in 4 partitions: each
+    # key's messages go to one partition, whose ordered consumer keeps their order
+    redis_cluster.flushall()
+    host, port = redis_cluster.startup_nodes[0]
+    pool = Workers(f"redis://{host}:{port}/0", db_file, tmp_path / "logs")
+    pool.extra_env.update(REDISQ_TEST_CLUSTER="1", REDISQ_TEST_PARTITIONS=f"{THREADS.queue}=4")
+    client = redis_cluster.client()
+    try:
+        broker = Broker(client, CoreConfig(partitions={THREADS.queue: 4}))
+        run_chaos(pool, broker, client, THREADS)
+    finally:
+        pool.close()
+        client.close()
+
+
+def run_chaos(workers: Workers, broker: Broker, redis_client: Any, kind: Kind) -> None:  # noqa: F811
+    """Start 3 instances, publish rounds while killing one a round, drain, check."""
     runs = ordered_key(kind.queue, kind.name)
     broker.ensure_consumer(kind.queue, kind.name, "earliest")
     args = ("--prefetch", "10", "--stats-interval", "0")

@@ -154,8 +154,8 @@ def test_sigkill_chaos_keeps_each_keys_order_and_loses_nothing(
 @pytest.mark.timeout(240)
 def test_on_a_cluster_a_partitioned_queue_keeps_each_keys_order_under_sigkill_chaos(
     redis_cluster: Any,
-    db_file: Path,
-    tmp_path: Path,  # noqa: F811
+    db_file: Path,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     # The same chaos on the suite's 3-master cluster, the queue in 4 partitions: each
     # key's messages go to one partition, whose ordered consumer keeps their order

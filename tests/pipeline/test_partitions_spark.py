@@ -213,3 +213,47 @@ def test_replay_routes_each_key_to_its_partition_in_order(
     assert seen == {key: list(range(20)) for key in KEYS}
     # and nothing went to the base keys
     assert broker.client.exists(broker.keys(queue_name).log) == 0
+
+
+def test_the_events_and_dead_tables_of_a_partitioned_queue_read_as_one_queue(
+    spark: SparkSession, redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a partitioned queue with history on: every message handled once, and the
+    # messages of two keys (two partitions, likely) dead letters
+    broker = Broker(redis_client, CoreConfig(partitions={queue_name: K}, history=True))
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    ids = publish_keyed(broker, queue_name, 5)
+    doomed = {KEYS[0], KEYS[5]}
+    dead = set()
+    for part in range(K):
+        with broker.subscribe(queue_name, "billing", partition=part, max_retries=0) as sub:
+            for _ in range(20):
+                batch = sub.fetch(count=100, block_ms=20)
+                if not batch:
+                    break
+                for d in batch:
+                    if d.key in doomed:
+                        sub.reject(d, RuntimeError("no"))
+                        dead.add(d.id)
+                    else:
+                        sub.ack([d])
+
+    def table(name: str) -> Any:
+        return (
+            spark.read.format("redisq")
+            .option("url", redis_url)
+            .option("queue", queue_name)
+            .option("table", name)
+            .load()
+        )
+
+    # When the events and dead tables are read, then they hold every partition's rows,
+    # under the queue's own name
+    events = table("events")
+    handled = {r["message_id"] for r in events.where(F.col("event") == "handled").collect()}
+    died = {r["message_id"] for r in events.where(F.col("event") == "dead").collect()}
+    assert (handled, died) == (set(ids) - dead, dead)
+    assert {r["queue"] for r in events.select("queue").distinct().collect()} == {queue_name}
+    letters = table("dead")
+    assert {r["message_id"] for r in letters.collect()} == dead
+    assert {r["queue"] for r in letters.select("queue").distinct().collect()} == {queue_name}

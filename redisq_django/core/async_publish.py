@@ -60,7 +60,12 @@ async def asend(
     ids, plans = broker.plan_send(envelopes, once=once, batch=batch, register=True)
     try:
         for indexes, plan in plans:
-            replies = await run_send(conn, scripts, plan)
+            replies = await partitions.aretried(
+                conn,
+                scripts,
+                plan.keys,
+                lambda: run_send(conn, scripts, plan),  # noqa: B023
+            )
             broker.recorded(plan.keys.queue)
             for i, reply in zip(indexes, replies, strict=True):
                 ids[i] = ids[i] or to_str(reply)

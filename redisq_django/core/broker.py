@@ -15,7 +15,7 @@ from redisq_django.core.errors import translate_errors
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.partitions import route
+from redisq_django.core.partitions import retried, route
 from redisq_django.core.sending import (
     QueueSend,
     plan_immediate,
@@ -137,7 +137,7 @@ class Broker(BrokerConsumers):
         ids, plans = self.plan_send(envelopes, once=once, batch=batch)
         for indexes, plan in plans:
             self._register(plan.keys.queue)
-            replies = run_send(self.client, self.scripts, plan)
+            replies = self._run_send(plan)
             for i, reply in zip(indexes, replies, strict=True):
                 ids[i] = ids[i] or to_str(reply)
         return ids
@@ -195,6 +195,14 @@ class Broker(BrokerConsumers):
                 record = []  # once per queue
         return ids, plans
 
+    def _run_send(self, plan: QueueSend) -> list[Any]:
+        """Run one queue's (one partition's) send; refused for its layout (the queue was
+        repartitioned, or Redis lost its records), read the record again and resend
+        (``partitions.retried``)."""
+        return retried(
+            self.client, self.scripts, plan.keys, lambda: run_send(self.client, self.scripts, plan)
+        )
+
     def _routed(
         self, queue: str, envelopes: Sequence[Envelope], once: bool, batch: str | None
     ) -> list[tuple[QueueKeys, list[int]]]:
@@ -245,7 +253,7 @@ class Broker(BrokerConsumers):
             payload, headers, queue=queue, limit=self.config.max_payload_bytes
         )
         plan = plan_immediate(keys, payload_json, headers_json, trends_on=self.config.trends)
-        return to_str(run_send(self.client, self.scripts, plan)[0])
+        return to_str(self._run_send(plan)[0])
 
     def publish_many(
         self,
@@ -288,8 +296,20 @@ class Broker(BrokerConsumers):
             for keys, mine in self._routed(queue, [prepared[i] for i in indexes], once, None):
                 batch = [prepared[indexes[i]] for i in mine]
                 to = keys.group(consumer)
-                sent = send_once(self.client, self.scripts, keys, batch, to=to) if once else None
-                replies = sent if sent is not None else send_direct(self.client, to, batch)
+                if once:
+                    replies = retried(
+                        self.client,
+                        self.scripts,
+                        keys,
+                        lambda: send_once(self.client, self.scripts, keys, batch, to=to),  # noqa: B023
+                    )
+                else:
+                    replies = retried(
+                        self.client,
+                        self.scripts,
+                        keys,
+                        lambda: send_direct(self.client, self.scripts, to, batch),  # noqa: B023
+                    )
                 for i, reply in zip(mine, replies, strict=True):
                     out[indexes[i]] = reply
         return out

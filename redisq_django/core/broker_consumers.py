@@ -127,7 +127,14 @@ class BrokerConsumers(BrokerUpkeep):
         self._register(queue)
         created = False
         for keys in self.layout(queue):
-            created = ensure_group(self.scripts, keys.group(consumer), point) or created
+            gkeys = keys.group(consumer)
+            made = partitions.retried(
+                self.client,
+                self.scripts,
+                keys,
+                lambda: ensure_group(self.scripts, gkeys, point),  # noqa: B023
+            )
+            created = made or created
         return created
 
     def _start_point(self, queue: str, start: str | dt.datetime | StartPoint) -> StartPoint:

@@ -19,7 +19,7 @@ from redisq_django.core.errors import RedisUnavailable, describe_client, transla
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
 from redisq_django.core.partition_stats import read_layouts
-from redisq_django.core.partitions import Partitions, pick
+from redisq_django.core.partitions import Partitions, pick, retried
 from redisq_django.core.queue_operator import QueueOperator
 from redisq_django.core.schedule_ledger import ScheduleLedger
 from redisq_django.core.scripts import Scripts
@@ -179,8 +179,12 @@ class BrokerUpkeep:
         entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
         if not entries:
             return None
-        new_id = redelivery.redrive(
-            self.scripts, gkeys, entry_id, redrive_fields(dict(entries[0][1])), self.config.history
+        fields = redrive_fields(dict(entries[0][1]))
+        new_id = retried(
+            self.client,
+            self.scripts,
+            gkeys.queue_keys,
+            lambda: redelivery.redrive(self.scripts, gkeys, entry_id, fields, self.config.history),
         )
         return to_str(new_id) if new_id else None
 
@@ -215,7 +219,14 @@ class BrokerUpkeep:
         """
         envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
         gkeys = self._redrive_keys(queue, consumer, envelope, partition)
-        return to_str(redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history))
+        return to_str(
+            retried(
+                self.client,
+                self.scripts,
+                gkeys.queue_keys,
+                lambda: redelivery.redrive(self.scripts, gkeys, "", envelope, self.config.history),
+            )
+        )
 
     def redrive_envelopes(
         self,

@@ -69,16 +69,38 @@ class ConfigurationError(RedisqError):
 class PartitionsMismatch(ConfigurationError):
     """The number of partitions recorded in Redis for a queue is not this process's."""
 
-    def __init__(self, queue: str, recorded: int, configured: int) -> None:
+    def __init__(
+        self, queue: str, recorded: int, configured: int, *, where: str | None = None
+    ) -> None:
         self.queue = queue
         self.recorded = recorded
         self.configured = configured
+        self.where = where
+        said = f"{recorded} partition(s) in Redis" if recorded else "no number of partitions"
+        if where is not None:  # one partition's own record disagrees with the queue's
+            said = f"{said} in {where}"
         super().__init__(
-            f"Queue {queue!r} has {recorded} partition(s) in Redis, but this process is "
-            f"configured with {configured} (REDISQ['PARTITIONS']; absent means 1). Give "
-            f"every process the number Redis records, or change it: drain the queue, run "
-            f"'manage.py redisq partitions {queue} {configured}', then restart every "
-            f"process with the new setting. Nothing was sent."
+            f"Queue {queue!r} has {said}, but this process is configured with "
+            f"{configured} (REDISQ['PARTITIONS']; absent means 1). Give every process the "
+            f"number Redis records, or change it: drain the queue, run 'manage.py redisq "
+            f"partitions {queue} {configured}', then restart every process with the new "
+            f"setting. Nothing was sent."
+        )
+
+
+class LayoutRefused(ConfigurationError):
+    """A script refused to add a message to a queue (or create a group there) because the
+    number of partitions the caller routes by is not the one recorded where it writes
+    (``REDISQ_LAYOUT``, PROTOCOL.md "Partitions: the layout every write checks"), or a
+    record it read is not a valid number. Our own callers read the record again and try
+    once more; what they cannot mend reaches the user as this error or as
+    :class:`PartitionsMismatch`."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"Redis refused to add to a queue: {cause}. The number of partitions this "
+            f"process routes by is not the one Redis records there: give every process "
+            f"the number 'manage.py redisq partitions QUEUE' shows, and restart it."
         )
 
 
@@ -234,6 +256,7 @@ ERROR_CODES = frozenset(
 REDISQ_ERROR_CODES = frozenset(
     {
         "NOARCHIVE",  # archive_commit.lua: the named archive is not registered
+        "REDISQ_LAYOUT",  # writers, partitions.lua: another number of partitions recorded
         "REDISQ_PROTOCOL",  # every script: the caller speaks another protocol version
     }
 )
@@ -370,4 +393,6 @@ def translated(exc: redis.RedisError, owner: object) -> BaseException:
         return ConsumerNotFound(queue, consumer)
     if _is_protocol_mismatch(exc):
         return ProtocolMismatch(exc)
+    if error_code(exc) == "REDISQ_LAYOUT":
+        return LayoutRefused(exc)
     return exc

@@ -26,11 +26,13 @@ def ensure_group(scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
 
 
 def ensure_call(gkeys: GroupKeys, start: StartPoint) -> ScriptCall:
-    """The ``ensure_consumer.lua`` call of :func:`ensure_group`."""
+    """The ``ensure_consumer.lua`` call of :func:`ensure_group` (refused, nothing created,
+    when the layout its keys were built for is not the one recorded there)."""
+    meta, k = gkeys.queue_keys.layout()
     return ScriptCall(
         "ensure_consumer",
-        [gkeys.queue_keys.log, gkeys.direct],
-        [gkeys.group, start.to_last_delivered_id()],
+        [meta, gkeys.queue_keys.log, gkeys.direct],
+        [k, gkeys.group, start.to_last_delivered_id()],
     )
 
 

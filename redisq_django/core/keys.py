@@ -77,12 +77,17 @@ class QueueKeys:
         queue: the queue's name (also a partition's: messages read there belong to it).
         part: None for the queue's base keys (hash tag ``{q}``); the index of a
             partition (hash tag ``{q#i}``, :meth:`partition`).
+        of: the number of partitions K a partition's keys were built for (None: the
+            base keys, or keys only read). A write into a partition's layout says it
+            (:meth:`layout`), and the script refuses it unless the partition records
+            the same K (PROTOCOL.md, "Partitions").
         tag: ``<prefix>:{q}`` or ``<prefix>:{q#i}``, what every key starts with.
     """
 
     prefix: str
     queue: str
     part: int | None = None
+    of: int | None = field(default=None, compare=False)
     # Built once: every key of every publish and read starts with it.
     tag: str = field(init=False, repr=False, compare=False)
 
@@ -90,11 +95,37 @@ class QueueKeys:
         hashed = self.queue if self.part is None else f"{self.queue}#{self.part}"
         object.__setattr__(self, "tag", f"{self.prefix}:{{{hashed}}}")
 
-    def partition(self, index: int) -> QueueKeys:
+    def partition(self, index: int, of: int | None = None) -> QueueKeys:
         """The keys of partition ``index`` of this queue: a full queue of its own under
         hash tag ``{q#i}`` (``#`` is in no queue name, so none collides with a queue's);
-        the base keys keep what is recorded for the whole queue (``meta``)."""
-        return QueueKeys(self.prefix, self.queue, index)
+        the base keys keep what is recorded for the whole queue (``meta``). ``of``: the
+        number of partitions the caller routes by, needed to write there (:meth:`layout`)."""
+        return QueueKeys(self.prefix, self.queue, index, of)
+
+    @property
+    def base(self) -> QueueKeys:
+        """The queue's base keys (itself when it is not a partition's)."""
+        return self if self.part is None else QueueKeys(self.prefix, self.queue)
+
+    def layout(self) -> tuple[str, int]:
+        """What a script that adds messages here (or creates a group) checks first: this
+        place's ``meta`` and the number of partitions the write assumes (1 for the base
+        keys). The script refuses the write unless ``meta`` records that number
+        (``REDISQ_LAYOUT``): a process whose number is stale never writes where no
+        consumer reads.
+
+        Raises:
+            ValueError: a partition's keys built without ``of`` (read-only keys).
+        """
+        if self.part is None:
+            return self.meta, 1
+        if self.of is None:
+            raise ValueError(
+                f"The keys of partition {self.part} of queue {self.queue!r} were built "
+                "without the number of partitions (QueueKeys.partition(i, of=K)): they "
+                "can be read, not written."
+            )
+        return self.meta, self.of
 
     @property
     def log(self) -> str:

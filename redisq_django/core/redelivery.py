@@ -49,8 +49,9 @@ def redrive(
         The new entry id, or None when ``dead_id`` was already gone (the pipeline itself
         when queued).
     """
-    keys: list[str] = [gkeys.dead, gkeys.direct]
-    args: list[Any] = [dead_id]
+    meta, k = gkeys.queue_keys.layout()
+    keys: list[str] = [meta, gkeys.dead, gkeys.direct]
+    args: list[Any] = [k, dead_id]
     if history:
         message_id = to_str(envelope.get(env.F_ID, b"")) or dead_id
         event = lifecycle.fields(

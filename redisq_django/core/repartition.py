@@ -1,6 +1,14 @@
 """Changing a queue's number of partitions: only once it is drained, so that no message
 is left where the new layout does not look and no ordering key has messages in two
-partitions (``manage.py redisq partitions QUEUE K``)."""
+partitions (``manage.py redisq partitions QUEUE K``).
+
+Every partition's own record (field ``partitions`` of ``{q#i}:meta``, old and new) is
+set to the new number *first*: from then on a process still routing by the old number
+is refused by every script that would add a message there, so nothing it sends after
+the drain check is left unread. The base keys change last, in one script
+(``repartition.lua``), which refuses when a message reached the unpartitioned log after
+the check; a queue that leaves one partition has its base log and delayed set replaced
+by fences, so a plain ``XADD`` of a forgotten publisher fails (WRONGTYPE)."""
 
 from __future__ import annotations
 
@@ -12,8 +20,13 @@ import redis
 
 from redisq_django.core.groups import ensure_group, group_names
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.named_archives import ArchivedStream, legacy_field, stream_key
-from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD
+from redisq_django.core.named_archives import (
+    ArchivedStream,
+    legacy_field,
+    parse_id,
+    stream_key,
+)
+from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD, parse_recorded
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
 from redisq_django.core.types import RedisClient
@@ -39,13 +52,17 @@ class Repartitioned:
 
 
 def recorded_count(client: RedisClient, base: QueueKeys) -> int:
-    """The number of partitions Redis records for the queue (1 when none is)."""
-    return int(cast("Any", client.hget(base.meta, META_FIELD)) or 1)
+    """The number of partitions Redis records for the queue (1 when none is).
+
+    Raises:
+        ConfigurationError: the record is not a whole number from 1 to 64.
+    """
+    return parse_recorded(cast("Any", client.hget(base.meta, META_FIELD)), base.meta) or 1
 
 
 def layout_of(base: QueueKeys, count: int) -> list[QueueKeys]:
     """The keys where a queue of ``count`` partitions keeps its messages."""
-    return [base] if count == 1 else [base.partition(i) for i in range(count)]
+    return [base] if count == 1 else [base.partition(i, of=count) for i in range(count)]
 
 
 def leftovers(client: RedisClient, places: Sequence[QueueKeys]) -> list[str]:
@@ -55,7 +72,10 @@ def leftovers(client: RedisClient, places: Sequence[QueueKeys]) -> list[str]:
     key, dead letters not yet moved to the database. Empty: drained."""
     found: list[str] = []
     for keys in places:
-        delayed = int(cast("Any", client.zcard(keys.delayed)))
+        try:
+            delayed = int(cast("Any", client.zcard(keys.delayed)))
+        except redis.ResponseError:  # a fence: the base keys of a partitioned queue
+            delayed = 0
         if delayed:
             found.append(f"{keys.delayed}: {delayed} delayed message(s)")
         for group in group_names(client, keys):
@@ -99,27 +119,42 @@ def repartition(
     archive has stored it, as it was before).
 
     Raises:
-        ValueError: ``count`` is out of range, or the queue is not drained (the message
-            lists what remains, nothing is changed).
+        ValueError: ``count`` is out of range, the queue is not drained, or (from one
+            partition to more) a named archive has not stored the unpartitioned log,
+            which goes (the message lists what remains; nothing is changed).
+        ConfigurationError: a record is not a whole number from 1 to 64.
     """
     if not isinstance(count, int) or not 1 <= count <= MAX_PARTITIONS:
         raise ValueError(f"A queue has 1 to {MAX_PARTITIONS} partitions, not {count!r}.")
     before = recorded_count(client, base)
     # The base keys too: what a queue held before it was first partitioned.
     old = list(dict.fromkeys([base, *layout_of(base, before)]))
-    remaining = leftovers(client, old)
-    if remaining:
-        shown = "\n  ".join(remaining[:20])
-        more = f"\n  ... and {len(remaining) - 20} more" if len(remaining) > 20 else ""
-        raise ValueError(
-            f"Queue {base.queue!r} is not drained, so its partitions stay {before}: a "
-            f"message left behind would never be read under {count}, and a key's messages "
-            f"could be handled out of order. Let the workers finish (and the dead-letter "
-            f"sink move what is dead), then run this again. What remains:\n  {shown}{more}"
-        )
+    # Every partition's record, of the old layout and the new: from here on, writes
+    # routed by the old number are refused there.
+    touched = max(before, count) if max(before, count) > 1 else 0
+    metas = [base.partition(i).meta for i in range(touched)]
+    previous = _fence(client, metas, count)
+    try:
+        remaining = leftovers(client, old)
+        if before == 1 and count > 1:
+            remaining += _unarchived(client, base)
+        if remaining:
+            shown = "\n  ".join(remaining[:20])
+            more = f"\n  ... and {len(remaining) - 20} more" if len(remaining) > 20 else ""
+            raise ValueError(
+                f"Queue {base.queue!r} is not drained, so its partitions stay {before}: a "
+                f"message left behind would never be read under {count}, and a key's "
+                f"messages could be handled out of order. Let the workers finish (and the "
+                f"dead-letter sink move what is dead, and the archives store the log), "
+                f"then run this again. What remains:\n  {shown}{more}"
+            )
+        last = _last_id(client, base.log) if before == 1 else ""
+        scripts("repartition", [base.meta, base.log, base.delayed], [before, count, last])
+    except BaseException:
+        _restore(client, metas, previous)
+        raise
     consumers = sorted({g for keys in old for g in group_names(client, keys)})
     archives = sorted({a for keys in old for a in _archives(client, keys)})
-    client.hset(base.meta, META_FIELD, count)
     for keys in layout_of(base, count):
         for group in consumers:
             ensure_group(scripts, keys.group(group), StartPoint.parse("latest"))
@@ -132,6 +167,60 @@ def repartition(
                 [name, table, "earliest"],
             )
     return Repartitioned(before, count, consumers, archives)
+
+
+def _fence(client: RedisClient, metas: Sequence[str], count: int) -> list[Any]:
+    """Set every partition's record in ``metas`` to ``count`` (writes routed by any other
+    number are refused from now on); returns what each held before."""
+    if not metas:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for meta in metas:
+            pipe.hget(meta, META_FIELD)
+            pipe.hset(meta, META_FIELD, count)
+        replies = pipe.execute()
+    return list(replies[::2])
+
+
+def _restore(client: RedisClient, metas: Sequence[str], previous: Sequence[Any]) -> None:
+    """Undo :func:`_fence` (the change was refused)."""
+    if not metas:
+        return
+    with client.pipeline(transaction=False) as pipe:
+        for meta, value in zip(metas, previous, strict=True):
+            if value is None:
+                pipe.hdel(meta, META_FIELD)
+            else:
+                pipe.hset(meta, META_FIELD, value)
+        pipe.execute()
+
+
+def _last_id(client: RedisClient, log: str) -> str:
+    """The id of the last entry of ``log`` ("" when it has none, or is no stream)."""
+    try:
+        last = cast("Any", client.xrevrange(log, "+", "-", count=1))
+    except redis.ResponseError:  # a fence (a string): no entry
+        return ""
+    return to_str(last[0][0]) if last else ""
+
+
+def _unarchived(client: RedisClient, base: QueueKeys) -> list[str]:
+    """What the named archives have not stored of the unpartitioned log, which leaves
+    with its last partition (one line per archive)."""
+    last = _last_id(client, base.log)
+    if not last:
+        return []
+    found = []
+    for raw_field, raw_position in cast("Any", client.hgetall(base.archives)).items():
+        name, _, table = to_str(raw_field).partition(":")
+        if table != ArchivedStream.MESSAGES.value:  # ":since", ":gap" and the events
+            continue
+        if parse_id(to_str(raw_position) or "0-0") < parse_id(last):
+            found.append(
+                f"{base.log}: archive {name!r} has stored up to {to_str(raw_position)}, "
+                f"not up to {last} (the unpartitioned log goes when the queue is partitioned)"
+            )
+    return found
 
 
 def _archives(client: RedisClient, keys: QueueKeys) -> list[str]:

@@ -130,21 +130,22 @@ def plan_all(keys: QueueKeys, envelopes: list[Envelope], *, trends_on: bool = Fa
     with the ``published`` trend counter in the same write; the replies are the entry
     ids of immediate messages.
 
-    A batch holding a ``delay=`` message goes through ``publish_delayed.lua`` instead
-    (still all or none), which makes delays due times by Redis's clock.
+    A batch holding a ``delay=`` message, and every send to a partition, goes through
+    ``publish_delayed.lua`` instead (still all or none): it makes delays due times by
+    Redis's clock, and checks the partition's layout before it writes (a queue's own
+    keys need no check here: a plain write to a queue partitioned since meets its fence).
     """
     counted = _published(keys, len(envelopes), trends_on)
-    if len(envelopes) == 1 and envelopes[0].delay_ms is None:  # one publish: the hot path
-        return QueueSend(keys, [_command(keys, envelopes[0])], quiet=counted, counted=bool(counted))
-    if any(e.delay_ms is not None for e in envelopes):
-        args: list[Any] = [len(envelopes)]
-        for e in envelopes:
-            fields = e.fields()
-            args += [_due_arg(e), len(fields) // 2, *fields]
-        calls = [([keys.delayed, keys.log], args)]
+    if keys.part is not None or any(e.delay_ms is not None for e in envelopes):
         return QueueSend(
-            keys, script="publish_delayed", calls=calls, quiet=counted, counted=bool(counted)
+            keys,
+            script="publish_delayed",
+            calls=[_delayed_call(keys, keys.log, envelopes)],
+            quiet=counted,
+            counted=bool(counted),
         )
+    if len(envelopes) == 1:  # one publish: the hot path
+        return QueueSend(keys, [_command(keys, envelopes[0])], quiet=counted, counted=bool(counted))
     commands: list[Command] = [_command(keys, e) for e in envelopes]
     return QueueSend(
         keys,
@@ -153,6 +154,20 @@ def plan_all(keys: QueueKeys, envelopes: list[Envelope], *, trends_on: bool = Fa
         quiet=counted,
         counted=bool(counted),
     )
+
+
+def _delayed_call(
+    keys: QueueKeys, log: str, envelopes: Sequence[Envelope], *, now: bool = False
+) -> tuple[list[str], list[Any]]:
+    """The ``publish_delayed.lua`` call that writes ``envelopes`` (immediate ones to
+    ``log``: the queue's, or a consumer's direct stream) into ``keys``' layout; with
+    ``now``, every one at once, whatever its due time."""
+    meta, k = keys.layout()
+    args: list[Any] = [k, len(envelopes)]
+    for e in envelopes:
+        fields = e.fields()
+        args += [0 if now else _due_arg(e), len(fields) // 2, *fields]
+    return [meta, keys.delayed, log], args
 
 
 def plan_immediate(
@@ -179,13 +194,14 @@ def plan_batch_once(
     Every envelope needs a message id of its own (the only way to know it afterwards).
     The result is the message ids in order.
     """
-    args: list[Any] = [BATCH_MARKER_TTL_MS, len(envelopes)]
+    meta, k = keys.layout()
+    args: list[Any] = [k, BATCH_MARKER_TTL_MS, len(envelopes)]
     for e in envelopes:
         if e.id is None:
             raise ValueError("Publishing a batch at most once needs message ids of your own.")
         fields = e.fields()
         args += [_due_arg(e), len(fields) // 2, *fields]
-    script_keys = [keys.log, keys.delayed, keys.batch_marker(batch)]
+    script_keys = [meta, keys.log, keys.delayed, keys.batch_marker(batch)]
     counted = _published(keys, len(envelopes), trends_on)
     return QueueSend(
         keys,
@@ -215,17 +231,19 @@ def plan_once(
     the message ids in order.
     """
 
+    meta, k = keys.layout()
+
     def call(e: Envelope) -> tuple[list[str], list[Any]]:
         if e.id is None:
             raise ValueError("Publishing at most once needs a message id of your own.")
-        if to is not None:  # the script only XADDs to its first key and keeps the marker
-            target = [to.direct, keys.delayed, to.sent_marker(e.id)]
-            return target, [SENT_MARKER_TTL_MS, 0, b"", *e.fields()]
+        if to is not None:  # the script only XADDs to its log key and keeps the marker
+            target = [meta, to.direct, keys.delayed, to.sent_marker(e.id)]
+            return target, [k, SENT_MARKER_TTL_MS, 0, b"", *e.fields()]
         due = _due_arg(e)  # with "+<ms>" the script makes the member itself
         member = e.member() if due and e.delay_ms is None else b""
         return (
-            [keys.log, keys.delayed, keys.sent_marker(e.id)],
-            [SENT_MARKER_TTL_MS, due, member, *e.fields()],
+            [meta, keys.log, keys.delayed, keys.sent_marker(e.id)],
+            [k, SENT_MARKER_TTL_MS, due, member, *e.fields()],
         )
 
     calls = [call(e) for e in envelopes]
@@ -271,11 +289,16 @@ def send_once(
     return run_send(client, scripts, plan_once(keys, envelopes, to=to, trends_on=trends_on))
 
 
-def send_direct(client: RedisClient, gkeys: GroupKeys, envelopes: list[Envelope]) -> list[str]:
-    """XADD envelopes to one logical consumer's private input, all or none (MULTI).
+def send_direct(
+    client: RedisClient, scripts: Scripts, gkeys: GroupKeys, envelopes: list[Envelope]
+) -> list[str]:
+    """XADD envelopes to one logical consumer's private input, all or none
+    (``publish_delayed.lua``, which checks the layout first: targeted replay is rare, and
+    a consumer's input where its instances no longer read would strand them).
 
     Returns:
         The new entry ids, in order.
     """
-    commands = [("XADD", gkeys.direct, "*", *e.with_id().fields()) for e in envelopes]
-    return [to_str(r) for r in run_batch(client, commands, transaction=True)]
+    with_ids = [e.with_id() for e in envelopes]
+    keys, args = _delayed_call(gkeys.queue_keys, gkeys.direct, with_ids, now=True)
+    return [to_str(r) for r in run_script(client, scripts, "publish_delayed", keys, args)]

@@ -26,9 +26,9 @@ def test_publish_batch_once_publishes_a_batch_id_once(
 ) -> None:
     broker = Broker(redis_client)
     qk = queue_keys("redisq", queue_name)
-    keys = [qk.log, qk.delayed, qk.batch_marker("b1")]
+    keys = [qk.meta, qk.log, qk.delayed, qk.batch_marker("b1")]
     # Given a batch: two immediate messages and one delayed by 10 s (Redis's clock)
-    args = [60_000, 3, "0", 2, "payload", "1", "id", "m1", "0", 2, "payload", "2", "id", "m2"]
+    args = [1, 60_000, 3, "0", 2, "payload", "1", "id", "m1", "0", 2, "payload", "2", "id", "m2"]
     args += ["+10000", 2, "payload", "3", "id", "m3"]
     # When it is sent twice with the same batch id
     t0 = redis_ms(redis_client)
@@ -46,8 +46,8 @@ def test_publish_batch_once_publishes_a_batch_id_once(
     # And the marker is kept for the TTL given
     assert 0 < redis_client.pttl(qk.batch_marker("b1")) <= 60_000
     # And another batch id publishes again
-    other = [qk.log, qk.delayed, qk.batch_marker("b2")]
-    assert broker.scripts("publish_batch_once", other, [60_000, 1, "0", 1, "payload", "4"])[0] == 1
+    other = [qk.meta, qk.log, qk.delayed, qk.batch_marker("b2")]
+    assert broker.scripts("publish_batch_once", other, [1, 60_000, 1, "0", 1, "payload", "4"])[0] == 1
     assert redis_client.xlen(qk.log) == 3
 
 
@@ -58,9 +58,9 @@ def test_publish_batch_once_refused_write_leaves_no_marker(
     broker = Broker(redis_client)
     qk = queue_keys("redisq", queue_name)
     redis_client.set(qk.log, "not a stream")
-    keys = [qk.log, qk.delayed, qk.batch_marker("b1")]
+    keys = [qk.meta, qk.log, qk.delayed, qk.batch_marker("b1")]
     try:
-        broker.scripts("publish_batch_once", keys, [60_000, 1, "0", 1, "payload", "1"])
+        broker.scripts("publish_batch_once", keys, [1, 60_000, 1, "0", 1, "payload", "1"])
     except redis.ResponseError as exc:
         assert "WRONGTYPE" in str(exc)
     else:
@@ -68,7 +68,7 @@ def test_publish_batch_once_refused_write_leaves_no_marker(
     # Then no marker: sending the batch again once the key is fixed publishes it
     assert not redis_client.exists(qk.batch_marker("b1"))
     redis_client.delete(qk.log)
-    assert broker.scripts("publish_batch_once", keys, [60_000, 1, "0", 1, "payload", "1"])[0] == 1
+    assert broker.scripts("publish_batch_once", keys, [1, 60_000, 1, "0", 1, "payload", "1"])[0] == 1
 
 
 def test_broker_send_with_a_batch_id_publishes_each_message_once(

@@ -135,8 +135,11 @@ def test_a_key_always_lands_in_its_partition_and_the_rest_take_turns(
     mine = partition_of("order-42", 4)
     assert lengths[mine] == 3 + 2 and sum(lengths) == 11
     assert [n for i, n in enumerate(lengths) if i != mine] == [2, 2, 2]
-    # And the queue's base log holds nothing
-    assert redis_client.exists(broker.keys(queue_name).log) == 0
+    # And the queue's base log and delayed set are fences, never written
+    base = broker.keys(queue_name)
+    for fenced in (base.log, base.delayed):
+        assert redis_client.type(fenced) == b"string"
+        assert redis_client.get(fenced).startswith(b"redisq fence:")
 
 
 def test_messages_with_ids_land_in_their_ids_partition(
@@ -236,11 +239,33 @@ def test_a_queue_used_unpartitioned_is_not_partitioned_silently(
         Broker(redis_client, config(**{other: 4})).ensure_consumer(other, "billing")
 
 
-def test_partition_logs_without_a_record_are_refused(
+def test_a_lost_record_of_the_queue_is_recorded_again_from_its_partitions(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
+    # Given a queue of 4 partitions whose base record is lost (one master of a cluster
+    # came back empty), its partitions' own records kept
     Broker(redis_client, config(**{queue_name: 4})).publish(queue_name, {"n": 1})
-    redis_client.delete(queue_keys("redisq", queue_name).meta)
+    base = queue_keys("redisq", queue_name)
+    redis_client.delete(base.meta, base.log, base.delayed)
+    # When a new process with 4 publishes, K is recorded again, fences too
+    Broker(redis_client, config(**{queue_name: 4})).publish(queue_name, {"n": 2})
+    assert redis_client.hget(base.meta, "partitions") == b"4"
+    assert redis_client.type(base.log) == b"string"
+    # And one with another number is refused by what the partitions record
+    redis_client.delete(base.meta)
+    with pytest.raises(PartitionsMismatch, match="has 4 partition.*configured with 2"):
+        Broker(redis_client, config(**{queue_name: 2})).publish(queue_name, {"n": 3})
+    assert sum(partition_lengths(redis_client, queue_name, 4)) == 2
+
+
+def test_partition_logs_without_any_record_are_refused(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given partition logs with no record anywhere (written by a version before the
+    # partitions kept their own)
+    Broker(redis_client, config(**{queue_name: 4})).publish(queue_name, {"n": 1})
+    base = queue_keys("redisq", queue_name)
+    redis_client.delete(base.meta, *(base.partition(i).meta for i in range(4)))
     with pytest.raises(ConfigurationError, match=r"partition logs .* no number of partitions"):
         Broker(redis_client, config(**{queue_name: 4})).publish(queue_name, {"n": 2})
 

@@ -119,10 +119,15 @@ def test_a_new_layout_keeps_the_archives_of_the_old_one(
     # Given an unpartitioned, drained queue whose log an archive keeps
     plain = Broker(redis_client, CoreConfig())
     plain.ensure_consumer(queue_name, "billing", "earliest")
-    plain.publish(queue_name, {"n": 1})
+    last = plain.publish(queue_name, {"n": 1})
     with plain.subscribe(queue_name, "billing") as sub:
         sub.ack(sub.fetch(count=5, block_ms=100))
     plain.archives.register(queue_name, "lake", "messages")
+    # The unpartitioned log goes with the change: refused while the archive lacks some
+    with pytest.raises(ValueError, match=f"archive 'lake' has stored up to 0-0, not up to {last}"):
+        repartition(redis_client, plain.scripts, plain.keys(queue_name), K)
+    assert redis_client.xlen(plain.keys(queue_name).log) == 1
+    plain.archives.commit(queue_name, "lake", "messages", last)
     # When it gets 3 partitions
     repartition(redis_client, plain.scripts, plain.keys(queue_name), K)
     # Then the archive is registered on each (from its start): no partition is

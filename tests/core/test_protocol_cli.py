@@ -31,7 +31,7 @@ SCRIPTS_DIR = Path(shipped_scripts.__file__).parent
 #: Bound on one redis-cli call.
 CLI_TIMEOUT_S = 10
 #: ARGV[1] of every script call, as PROTOCOL.md spells it ("Versions and upgrades").
-PROTOCOL = "redisq/2"
+PROTOCOL = "redisq/3"
 
 
 # -- a foreign client: redis-cli and the script files --------------------------------------
@@ -247,8 +247,8 @@ class ForeignConsumer:
         return int(
             self.cli.script(
                 "ensure_consumer",
-                [self.keys.log, self.keys.direct(self.group)],
-                [self.group, start],
+                [self.keys.meta, self.keys.log, self.keys.direct(self.group)],
+                [1, self.group, start],
             )
         )
 
@@ -475,9 +475,9 @@ def test_cli_delays_by_redis_clock_publish_delayed_and_publish_once(
     # When one publish_delayed.lua call publishes now, after a 200 ms delay and at an eta
     reply = cli.script(
         "publish_delayed",
-        [keys.delayed, keys.log],
+        [keys.meta, keys.delayed, keys.log],
         [
-            3,
+            1, 3,
             "0", 1, "payload", '{"n":1}',
             "+200", 3, "payload", '{"n":2}', "id", "d-1", "published_at", before,
             eta, 3, "payload", '{"n":3}', "id", "d-2", "published_at", before,
@@ -496,10 +496,10 @@ def test_cli_delays_by_redis_clock_publish_delayed_and_publish_once(
     )
     assert members["d-2"][1] == eta
     # When publish_once.lua gets a relative delay, it makes the member itself
-    once = [keys.log, keys.delayed, keys.sent("d-3")]
+    once = [keys.meta, keys.log, keys.delayed, keys.sent("d-3")]
     fields = ["payload", '{"n":4}', "id", "d-3", "published_at", before]
-    assert cli.script("publish_once", once, [86400000, "+250", "", *fields]) == [1, ""]
-    assert cli.script("publish_once", once, [86400000, "+250", "", *fields]) == [0, ""]
+    assert cli.script("publish_once", once, [1, 86400000, "+250", "", *fields]) == [1, ""]
+    assert cli.script("publish_once", once, [1, 86400000, "+250", "", *fields]) == [0, ""]
     # Then a Python instance gets the immediate one and, once due, the delayed ones
     py = broker.subscribe(queue_name, "billing", "py-1")
     got = drain(py, expected=3, timeout_s=5)
@@ -517,12 +517,12 @@ def test_cli_publish_once_publishes_each_id_once(
     mail = ForeignConsumer(cli, keys, "mail", "node-m")
     assert mail.ensure() == 1
     mid = "5b1f0c2e9d0a4c1fa3b4c5d6e7f80912"
-    once = [keys.log, keys.delayed, keys.sent(mid)]
+    once = [keys.meta, keys.log, keys.delayed, keys.sent(mid)]
     fields = ["payload", '{"order":46}', "id", mid]
 
     # When a relay publishes the same id twice with publish_once.lua
-    first = cli.script("publish_once", once, [86400000, 0, "", *fields])
-    second = cli.script("publish_once", once, [86400000, 0, "", *fields])
+    first = cli.script("publish_once", once, [1, 86400000, 0, "", *fields])
+    second = cli.script("publish_once", once, [1, 86400000, 0, "", *fields])
     # Then the second is a no-op reporting the first entry id
     assert first[0] == 1 and second == [0, first[1]]
     assert cli("XLEN", keys.log) == 1
@@ -533,15 +533,15 @@ def test_cli_publish_once_publishes_each_id_once(
     did = "0f" * 16
     due = cli.now_ms() + 60_000
     member = json.dumps({"payload": "{}", "id": did, "published_at": "1", "due_at": str(due)})
-    delayed_once = [keys.log, keys.delayed, keys.sent(did)]
-    assert cli.script("publish_once", delayed_once, [86400000, due, member]) == [1, ""]
-    assert cli.script("publish_once", delayed_once, [86400000, due, member]) == [0, ""]
+    delayed_once = [keys.meta, keys.log, keys.delayed, keys.sent(did)]
+    assert cli.script("publish_once", delayed_once, [1, 86400000, due, member]) == [1, ""]
+    assert cli.script("publish_once", delayed_once, [1, 86400000, due, member]) == [0, ""]
     assert cli("ZSCORE", keys.delayed, member) == str(due)
 
     # When a message is delivered once to billing only (targeted replay)
     tid = "targeted-1"
-    to_billing = [keys.direct("billing"), keys.delayed, keys.group_sent("billing", tid)]
-    args = [86400000, 0, "", "payload", '{"replay":true}', "id", tid]
+    to_billing = [keys.meta, keys.direct("billing"), keys.delayed, keys.group_sent("billing", tid)]
+    args = [1, 86400000, 0, "", "payload", '{"replay":true}', "id", tid]
     assert cli.script("publish_once", to_billing, args)[0] == 1
     assert cli.script("publish_once", to_billing, args)[0] == 0
 
@@ -559,13 +559,13 @@ def test_cli_publish_batch_once_publishes_a_batch_once(
     foreign(cli, keys).ensure()
     marker = keys.batch("0c4f9a2be17d4e0a9b8c7d6e5f4a3b2c")
     args = [
-        600000, 2,
+        1, 600000, 2,
         "0", 2, "payload", '{"order":47}', "id", "m-47",
         "+100", 2, "payload", '{"order":48}', "id", "m-48",
     ]  # fmt: skip
     # When publish_batch_once.lua sends it twice (a retry after an unknown outcome)
-    first = cli.script("publish_batch_once", [keys.log, keys.delayed, marker], args)
-    second = cli.script("publish_batch_once", [keys.log, keys.delayed, marker], args)
+    first = cli.script("publish_batch_once", [keys.meta, keys.log, keys.delayed, marker], args)
+    second = cli.script("publish_batch_once", [keys.meta, keys.log, keys.delayed, marker], args)
     # Then the first publishes both (entry id, due time), the second nothing
     assert first[0] == 1 and first[1] == cli("XRANGE", keys.log, "-", "+")[0][0]
     assert second == [0]
@@ -588,7 +588,9 @@ def test_cli_ack_of_log_and_direct_entries(
     node.ensure()
     log_id = broker.publish(queue_name, {"n": 1})
     direct_id = cli.script(
-        "redrive", [keys.dead("billing"), keys.direct("billing")], ["", "payload", "{}", "id", "x1"]
+        "redrive",
+        [keys.meta, keys.dead("billing"), keys.direct("billing")],
+        [1, "", "payload", "{}", "id", "x1"],
     )
     fetched = node.fetch()
     assert {(s, i) for s, i, _ in fetched} == {
@@ -660,10 +662,10 @@ def test_cli_fail_retries_then_dead_letters_and_python_reads_and_redrives_it(
 
     # When the foreign client re-drives it (redrive.lua) with the carried fields only
     carried = {k: dead[k] for k in ("v", "payload", "headers", "id", "published_at", "due_at")}
-    redrive_keys = [keys.dead("billing"), keys.direct("billing")]
-    new_id = cli.script("redrive", redrive_keys, [dead_id, *flat(carried)])
+    redrive_keys = [keys.meta, keys.dead("billing"), keys.direct("billing")]
+    new_id = cli.script("redrive", redrive_keys, [1, dead_id, *flat(carried)])
     # Then a second re-drive of the same dead letter sends nothing
-    assert cli.script("redrive", redrive_keys, [dead_id, *flat(carried)]) is None
+    assert cli.script("redrive", redrive_keys, [1, dead_id, *flat(carried)]) is None
     assert cli("XLEN", keys.dead("billing")) == 0
     # And a Python instance receives it as a first delivery with its identity and due time
     [msg] = drain(broker.subscribe(queue_name, "billing", "py-1"), expected=1)
@@ -962,8 +964,8 @@ def test_cli_history_layouts_write_their_events(
     redriven = {"e": "redriven", "g": "billing", "c": "", "m": '[["m-b",0,null]]'}
     new_id = cli.script(
         "redrive",
-        [keys.dead("billing"), keys.direct("billing"), keys.events],
-        [dead_id, len(redriven), *flat(redriven), "payload", "2", "id", "m-b"],
+        [keys.meta, keys.dead("billing"), keys.direct("billing"), keys.events],
+        [1, dead_id, len(redriven), *flat(redriven), "payload", "2", "id", "m-b"],
     )
     assert new_id is not None
     # Then the events stream holds one event per settle, in order
@@ -985,20 +987,20 @@ def test_cli_history_layouts_write_their_events(
 def test_cli_a_call_of_another_protocol_version_is_refused_with_a_clear_error(
     cli: Cli, keys: Keys
 ) -> None:
-    register = [keys.log, keys.direct("billing")]
+    register = [keys.meta, keys.log, keys.direct("billing")]
     # When a client of protocol 1 (no version first) registers a consumer
     with pytest.raises(CliError) as refused:
         cli.script("ensure_consumer", register, ["billing", "$"], version=())
     # Then the script says what it speaks and what it got, and did nothing
     assert str(refused.value) == (
-        "REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/2, caller sent 'billing': "
+        "REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/3, caller sent 'billing': "
         "load the scripts shipped with the redisq version your client implements"
     )
-    with pytest.raises(CliError, match="caller sent 'redisq/3'"):
-        cli.script("ensure_consumer", register, ["billing", "$"], version=["redisq/3"])
+    with pytest.raises(CliError, match="caller sent 'redisq/4'"):
+        cli.script("ensure_consumer", register, [1, "billing", "$"], version=["redisq/4"])
     assert cli("EXISTS", keys.log, keys.direct("billing")) == 0
     # And the same call with the version registers it
-    assert cli.script("ensure_consumer", register, ["billing", "$"]) == 1
+    assert cli.script("ensure_consumer", register, [1, "billing", "$"]) == 1
 
 
 def test_parse_no_raw_reads_nested_replies() -> None:

@@ -30,7 +30,7 @@ from tests.core.guarantee_helpers import drain
 
 SCRIPTS_DIR = Path(shipped.__file__).parent
 #: ARGV[1] of every call, as PROTOCOL.md spells it.
-PROTOCOL = "redisq/2"
+PROTOCOL = "redisq/3"
 G = "billing"
 #: A due time no test reaches (the year 2096).
 FAR_FUTURE_MS = 4_000_000_000_000
@@ -60,7 +60,11 @@ class Foreign:
         return int(seconds) * 1000 + int(micros) // 1000
 
     def ensure(self, group: str = G) -> None:
-        self.script("ensure_consumer", [self.key("log"), self.g("direct", group)], [group, "0-0"])
+        self.script(
+            "ensure_consumer",
+            [self.key("meta"), self.key("log"), self.g("direct", group)],
+            [1, group, "0-0"],
+        )
 
     def events(self) -> list[dict[str, str]]:
         return [
@@ -339,7 +343,9 @@ def test_a_redriven_event_records_attempt_zero_from_both_sides(
     event = ["e", "redriven", "g", G, "c", "", "m", '[["a",0,null]]']
     carried = ["payload", "1", "id", "a", "published_at", 1]
     new = foreign.script(
-        "redrive", [dead, direct, foreign.key("events")], [dead_ids["a"], 4, *event, *carried]
+        "redrive",
+        [foreign.key("meta"), dead, direct, foreign.key("events")],
+        [1, dead_ids["a"], 4, *event, *carried],
     )
     assert new is not None
     assert broker.redrive(queue_name, G, dead_ids["b"]) is not None

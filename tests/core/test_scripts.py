@@ -80,7 +80,7 @@ def test_ensure_consumer_creates_both_groups_and_streams(
     redis_client.xadd(qk.log, {"payload": "1"}, id="1-0")
     redis_client.xadd(qk.log, {"payload": "2"}, id="2-0")
     # When the consumer is ensured after 1-0
-    created = broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "1-0"])
+    created = broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "1-0"])
     # Then the group sits at 1-0 on the log and at 0-0 on the new direct stream
     assert created == 1
     assert groups(redis_client, qk.log) == {G.encode(): b"1-0"}
@@ -92,7 +92,7 @@ def test_ensure_consumer_creates_both_groups_and_streams(
 def test_ensure_consumer_creates_missing_log(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
-    assert broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "$"]) == 1
+    assert broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "$"]) == 1
     assert redis_client.type(qk.log) == b"stream"
     assert redis_client.xlen(qk.log) == 0
     assert groups(redis_client, qk.log) == {G.encode(): b"0-0"}
@@ -104,10 +104,10 @@ def test_ensure_consumer_twice_leaves_the_group_where_it_is(
     # Given a consumer created at 5-0 that has since read 7-0
     for entry_id in ("5-0", "6-0", "7-0", "8-0"):
         redis_client.xadd(qk.log, {"payload": "x"}, id=entry_id)
-    assert broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "5-0"]) == 1
+    assert broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "5-0"]) == 1
     assert read(redis_client, qk.log, "c1", count=2) == [b"6-0", b"7-0"]
     # When it is ensured again with another start point
-    again = broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "0-0"])
+    again = broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "0-0"])
     # Then nothing was created and its positions did not move
     assert again == 0
     assert groups(redis_client, qk.log) == {G.encode(): b"7-0"}
@@ -119,10 +119,10 @@ def test_ensure_consumer_recreates_a_missing_direct_group(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
     # Given the group exists on the log but its direct stream was deleted
-    broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "$"])
+    broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "$"])
     redis_client.delete(gk.direct)
     # When ensured again
-    assert broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "$"]) == 0
+    assert broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "$"]) == 0
     # Then the direct side is back
     assert groups(redis_client, gk.direct) == {G.encode(): b"0-0"}
 
@@ -132,7 +132,7 @@ def test_ensure_consumer_reports_errors_other_than_busygroup(
 ) -> None:
     redis_client.set(qk.log, "not a stream")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        broker.scripts("ensure_consumer", [qk.log, gk.direct], [G, "$"])
+        broker.scripts("ensure_consumer", [qk.meta, qk.log, gk.direct], [1, G, "$"])
 
 
 # == promote.lua =========================================================================
@@ -750,12 +750,12 @@ def test_redrive_moves_a_dead_letter_to_the_direct_stream(
     dead_id = redis_client.xadd(gk.dead, {"payload": "1", "reason": "failed"})
     other = redis_client.xadd(gk.dead, {"payload": "2"})
     # When the first is re-driven with its envelope
-    new_id = broker.scripts("redrive", [gk.dead, gk.direct], [dead_id, "payload", "1", "id", "m"])
+    new_id = broker.scripts("redrive", [qk.meta, gk.dead, gk.direct], [1, dead_id, "payload", "1", "id", "m"])
     # Then it left the dead stream and is the one entry of the direct stream
     assert ids(redis_client, gk.dead) == [other]
     assert redis_client.xrange(gk.direct) == [(new_id, {b"payload": b"1", b"id": b"m"})]
     # When re-driven again (someone did it first), nothing is written
-    again = broker.scripts("redrive", [gk.dead, gk.direct], [dead_id, "payload", "1"])
+    again = broker.scripts("redrive", [qk.meta, gk.dead, gk.direct], [1, dead_id, "payload", "1"])
     assert again is None
     assert redis_client.xlen(gk.direct) == 1
 
@@ -764,7 +764,7 @@ def test_redrive_without_dead_id_only_adds(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys
 ) -> None:
     dead_id = redis_client.xadd(gk.dead, {"payload": "1"})
-    new_id = broker.scripts("redrive", [gk.dead, gk.direct], ["", "payload", "7"])
+    new_id = broker.scripts("redrive", [qk.meta, gk.dead, gk.direct], [1, "", "payload", "7"])
     assert redis_client.xrange(gk.direct) == [(new_id, {b"payload": b"7"})]
     assert ids(redis_client, gk.dead) == [dead_id]
 

@@ -113,8 +113,8 @@ def test_publish_once_with_a_relative_due_makes_the_member(
     t0 = redis_ms(redis_client)
     reply = broker.scripts(
         "publish_once",
-        [qk.log, qk.delayed, qk.sent_marker("m1")],
-        [60_000, "+10000", "", "payload", '{"a":1}', "id", "m1", "published_at", "5"],
+        [qk.meta, qk.log, qk.delayed, qk.sent_marker("m1")],
+        [1, 60_000, "+10000", "", "payload", '{"a":1}', "id", "m1", "published_at", "5"],
     )
     t1 = redis_ms(redis_client)
     assert reply == [1, b""]
@@ -134,10 +134,10 @@ def test_publish_delayed_sends_a_mixed_batch(
     # Given a batch: one immediate message, one delay (+10 s), one eta (absolute)
     t0 = redis_ms(redis_client)
     eta = t0 + 3_600_000
-    args = [3, "0", 1, "payload", "1"]
+    args = [1, 3, "0", 1, "payload", "1"]
     args += ["+10000", 2, "payload", "2", "id", "d2"]
     args += [str(eta), 3, "payload", "3", "id", "d3", "due_at", "0"]
-    entry, due2, due3 = broker.scripts("publish_delayed", [qk.delayed, qk.log], args)
+    entry, due2, due3 = broker.scripts("publish_delayed", [qk.meta, qk.delayed, qk.log], args)
     t1 = redis_ms(redis_client)
     # Then the immediate one is in the log, the delayed ones due by Redis's clock
     assert [(i, f) for i, f in redis_client.xrange(qk.log)] == [(entry, {b"payload": b"1"})]

@@ -136,8 +136,8 @@ def test_a_foreign_client_claims_ticks_by_redis_clock_beside_a_python_worker(
     mid = tick_id(queue_name, tick)
     headers = json.dumps({"schedule": queue_name, "scheduled_for": "-"})
     fields = ["payload", "null", "headers", headers, "id", mid]
-    once = [keys.log, keys.delayed, keys.sent(mid)]
-    assert cli.script("publish_once", once, [86400000, 0, "", *fields])[0] == 1
+    once = [keys.meta, keys.log, keys.delayed, keys.sent(mid)]
+    assert cli.script("publish_once", once, [1, 86400000, 0, "", *fields])[0] == 1
     assert cli("ZADD", sent, "GT", tick, queue_name) == 1
     # Then the Python worker, evaluating the same tick, fires nothing: it was claimed
     assert python.evaluate() == []

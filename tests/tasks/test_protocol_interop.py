@@ -24,7 +24,7 @@ from tests.tasks.conftest import TasksEnv, tasks_setting
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SCRIPTS_DIR = Path(shipped.__file__).parent
-PROTOCOL = "redisq/2"
+PROTOCOL = "redisq/3"
 G = "tasks"
 DAY_MS = 86_400_000
 
@@ -115,7 +115,11 @@ def test_a_task_enqueued_by_another_language_is_run_by_our_worker(
         "kwargs": '{"scale": 10}', "status": "READY", "enqueued_at": str(now),
         "errors": "[]", "worker_ids": "[]",
     }  # fmt: skip
-    foreign.script("ensure_consumer", [foreign.key("log"), foreign.g("direct")], [G, "0-0"])
+    foreign.script(
+        "ensure_consumer",
+        [foreign.key("meta"), foreign.key("log"), foreign.g("direct")],
+        [1, G, "0-0"],
+    )
     foreign.client.sadd("redisq:queues", foreign.queue)
     keys = [foreign.key(f"result:{rid}"), foreign.key("results"), foreign.key("log"),
             foreign.key("delayed")]  # fmt: skip

@@ -1,30 +1,47 @@
 -- ensure_consumer.lua: register a logical consumer (consumer group) on a queue.
 --
--- KEYS[1]  stream  redisq:{q}:log            the queue's log (created if missing)
--- KEYS[2]  stream  redisq:{q}:g:<g>:direct   the group's private input (created if missing)
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  group name
--- ARGV[3]  id the group starts after on the log ("$" latest, "0-0" earliest, or an id)
+-- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
+-- KEYS[2]  stream  redisq:{q}:log            the queue's log (created if missing)
+-- KEYS[3]  stream  redisq:{q}:g:<g>:direct   the group's private input (created if missing)
+-- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
+--          K for partition i's ({q#i}); the write is refused unless meta records it
+-- ARGV[3]  group name
+-- ARGV[4]  id the group starts after on the log ("$" latest, "0-0" earliest, or an id)
 --
 -- Returns 1 when the group was created on the log, 0 when it already existed (its
 -- position is left alone: use XGROUP SETID to move it).
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/2' then
+if ARGV[1] ~= 'redisq/3' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/2, '
+  return redis.error_reply('REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/3, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
 
+-- The layout the caller routes by (PROTOCOL.md, "Partitions: the layout every write
+-- checks"): a message added where the recorded number of partitions is not the caller's
+-- would sit where no consumer reads. KEYS[1] is the meta of the place written (the queue,
+-- or one partition of it), ARGV[2] the caller's number: 1 for a queue's own keys, where
+-- nothing recorded also matches; K for a partition's, which must record exactly K.
+local recorded = redis.call('HGET', KEYS[1], 'partitions')
+if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and recorded ~= ARGV[2]) then
+  local function shown(s) return (string.gsub(string.sub(s, 1, 20), '%c', '?')) end
+  return redis.error_reply('REDISQ_LAYOUT ' .. KEYS[1] .. ' records '
+    .. (recorded and ("'" .. shown(recorded) .. "'") or 'no number of')
+    .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
+    .. "': read the recorded number again")
+end
+
 local function create(key, id)
-  local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', key, ARGV[2], id, 'MKSTREAM')
+  local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', key, ARGV[3], id, 'MKSTREAM')
   if ok then return 1 end
   if string.find(tostring(err and (err.err or err)), 'BUSYGROUP') then return 0 end
   return redis.error_reply(tostring(err and (err.err or err)))
 end
 
-local created = create(KEYS[1], ARGV[3])
-create(KEYS[2], '0-0')
+local created = create(KEYS[2], ARGV[4])
+create(KEYS[3], '0-0')
 return created

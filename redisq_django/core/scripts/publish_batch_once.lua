@@ -2,12 +2,15 @@
 -- (a transaction's messages after its commit), so a sender unsure whether a batch went
 -- through (a timeout, a lost connection) can always send it again with the same batch id.
 --
--- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
--- KEYS[3]  string  redisq:{q}:batch:<batch id>   marker that this batch was published
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  how long the marker is kept, ms
--- ARGV[3]  n: how many messages follow; each is, as in publish_delayed.lua,
+-- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
+-- KEYS[2]  stream  redisq:{q}:log
+-- KEYS[3]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
+-- KEYS[4]  string  redisq:{q}:batch:<batch id>   marker that this batch was published
+-- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
+--          K for partition i's ({q#i}); the write is refused unless meta records it
+-- ARGV[3]  how long the marker is kept, ms
+-- ARGV[4]  n: how many messages follow; each is, as in publish_delayed.lua,
 --            due   "0": append to the log now (XADD); "+<ms>": delayed, due that many ms
 --                  after now by Redis's own clock (TIME), never the publisher's; "<ms>":
 --                  delayed until that due time, ms since the epoch (an eta)
@@ -24,11 +27,25 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/2' then
+if ARGV[1] ~= 'redisq/3' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script publish_batch_once.lua speaks redisq/2, '
+  return redis.error_reply('REDISQ_PROTOCOL script publish_batch_once.lua speaks redisq/3, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
+end
+
+-- The layout the caller routes by (PROTOCOL.md, "Partitions: the layout every write
+-- checks"): a message added where the recorded number of partitions is not the caller's
+-- would sit where no consumer reads. KEYS[1] is the meta of the place written (the queue,
+-- or one partition of it), ARGV[2] the caller's number: 1 for a queue's own keys, where
+-- nothing recorded also matches; K for a partition's, which must record exactly K.
+local recorded = redis.call('HGET', KEYS[1], 'partitions')
+if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and recorded ~= ARGV[2]) then
+  local function shown(s) return (string.gsub(string.sub(s, 1, 20), '%c', '?')) end
+  return redis.error_reply('REDISQ_LAYOUT ' .. KEYS[1] .. ' records '
+    .. (recorded and ("'" .. shown(recorded) .. "'") or 'no number of')
+    .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
+    .. "': read the recorded number again")
 end
 
 -- The delayed member: the envelope as one JSON object, `id` first. Members of one due time
@@ -44,7 +61,7 @@ local function member_of(envelope)
   return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(rest, 2)
 end
 
-if redis.call('EXISTS', KEYS[3]) == 1 then return {0} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {0} end
 
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
@@ -52,12 +69,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local out = {1}
-local i = 4
-for m = 1, tonumber(ARGV[3]) do
+local i = 5
+for m = 1, tonumber(ARGV[4]) do
   local due, k = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + 2 * k
   if due == '0' then
-    out[m + 1] = redis.call('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    out[m + 1] = redis.call('XADD', KEYS[2], '*', unpack(ARGV, first, last))
   else
     local at = tonumber(due)
     if string.sub(due, 1, 1) == '+' then at = now + tonumber(string.sub(due, 2)) end
@@ -65,10 +82,10 @@ for m = 1, tonumber(ARGV[3]) do
     local envelope = {}
     for j = first, last, 2 do envelope[ARGV[j]] = ARGV[j + 1] end
     envelope['due_at'] = string.format('%d', at)
-    redis.call('ZADD', KEYS[2], at, member_of(envelope))
+    redis.call('ZADD', KEYS[3], at, member_of(envelope))
     out[m + 1] = at
   end
   i = last + 1
 end
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
 return out

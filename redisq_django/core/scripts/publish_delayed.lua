@@ -1,9 +1,12 @@
 -- publish_delayed.lua: publish messages of one queue, the delayed ones due by Redis's clock.
 --
--- KEYS[1]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
--- KEYS[2]  stream  redisq:{q}:log
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  n: how many messages follow; each is
+-- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
+-- KEYS[2]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
+-- KEYS[3]  stream  redisq:{q}:log
+-- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
+--          K for partition i's ({q#i}); the write is refused unless meta records it
+-- ARGV[3]  n: how many messages follow; each is
 --            due   "0": append to the log now (XADD); "+<ms>": delayed, due that many ms
 --                  after now by Redis's own clock (TIME), never the publisher's; "<ms>":
 --                  delayed until that due time, ms since the epoch (an eta)
@@ -16,11 +19,25 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/2' then
+if ARGV[1] ~= 'redisq/3' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script publish_delayed.lua speaks redisq/2, '
+  return redis.error_reply('REDISQ_PROTOCOL script publish_delayed.lua speaks redisq/3, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
+end
+
+-- The layout the caller routes by (PROTOCOL.md, "Partitions: the layout every write
+-- checks"): a message added where the recorded number of partitions is not the caller's
+-- would sit where no consumer reads. KEYS[1] is the meta of the place written (the queue,
+-- or one partition of it), ARGV[2] the caller's number: 1 for a queue's own keys, where
+-- nothing recorded also matches; K for a partition's, which must record exactly K.
+local recorded = redis.call('HGET', KEYS[1], 'partitions')
+if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and recorded ~= ARGV[2]) then
+  local function shown(s) return (string.gsub(string.sub(s, 1, 20), '%c', '?')) end
+  return redis.error_reply('REDISQ_LAYOUT ' .. KEYS[1] .. ' records '
+    .. (recorded and ("'" .. shown(recorded) .. "'") or 'no number of')
+    .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
+    .. "': read the recorded number again")
 end
 
 -- The delayed member: the envelope as one JSON object, `id` first. Members of one due time
@@ -42,12 +59,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local out = {}
-local i = 3
-for m = 1, tonumber(ARGV[2]) do
+local i = 4
+for m = 1, tonumber(ARGV[3]) do
   local due, k = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + 2 * k
   if due == '0' then
-    out[m] = redis.call('XADD', KEYS[2], '*', unpack(ARGV, first, last))
+    out[m] = redis.call('XADD', KEYS[3], '*', unpack(ARGV, first, last))
   else
     local at = tonumber(due)
     if string.sub(due, 1, 1) == '+' then at = now + tonumber(string.sub(due, 2)) end
@@ -55,7 +72,7 @@ for m = 1, tonumber(ARGV[2]) do
     local envelope = {}
     for j = first, last, 2 do envelope[ARGV[j]] = ARGV[j + 1] end
     envelope['due_at'] = string.format('%d', at)
-    redis.call('ZADD', KEYS[1], at, member_of(envelope))
+    redis.call('ZADD', KEYS[2], at, member_of(envelope))
     out[m] = at
   end
   i = last + 1

@@ -1,27 +1,44 @@
 -- publish_once.lua: publish a message with a fixed id at most once (outbox relay).
 --
--- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  zset    redisq:{q}:delayed
--- KEYS[3]  string  redisq:{q}:sent:<message id>   marker that this id was published
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  how long the marker is kept, ms
--- ARGV[3]  when it is due: 0 publishes to the log now; "+<ms>" adds it to the delayed
+-- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
+-- KEYS[2]  stream  redisq:{q}:log
+-- KEYS[3]  zset    redisq:{q}:delayed
+-- KEYS[4]  string  redisq:{q}:sent:<message id>   marker that this id was published
+-- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
+--          K for partition i's ({q#i}); the write is refused unless meta records it
+-- ARGV[3]  how long the marker is kept, ms
+-- ARGV[4]  when it is due: 0 publishes to the log now; "+<ms>" adds it to the delayed
 --          zset due that many ms after now by Redis's own clock (TIME), never the
 --          publisher's; a due time (ms since the epoch, an eta) adds it due then
--- ARGV[4]  the delayed member (envelope as JSON), used with a due time; with "+<ms>"
---          the member is made here from ARGV[5 ..] and `due_at` (pass "")
--- ARGV[5 ..]  field, value pairs of the envelope, used when ARGV[3] is 0 or "+<ms>"
+-- ARGV[5]  the delayed member (envelope as JSON), used with a due time; with "+<ms>"
+--          the member is made here from ARGV[6 ..] and `due_at` (pass "")
+-- ARGV[6 ..]  field, value pairs of the envelope, used when ARGV[4] is 0 or "+<ms>"
 --
 -- Returns {1, entry id or ""} when published now, {0, previous entry id or ""} when the
 -- marker shows it was already published (a relay retrying after a crash).
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/2' then
+if ARGV[1] ~= 'redisq/3' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script publish_once.lua speaks redisq/2, '
+  return redis.error_reply('REDISQ_PROTOCOL script publish_once.lua speaks redisq/3, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
+end
+
+-- The layout the caller routes by (PROTOCOL.md, "Partitions: the layout every write
+-- checks"): a message added where the recorded number of partitions is not the caller's
+-- would sit where no consumer reads. KEYS[1] is the meta of the place written (the queue,
+-- or one partition of it), ARGV[2] the caller's number: 1 for a queue's own keys, where
+-- nothing recorded also matches; K for a partition's, which must record exactly K.
+local recorded = redis.call('HGET', KEYS[1], 'partitions')
+if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and recorded ~= ARGV[2]) then
+  local function shown(s) return (string.gsub(string.sub(s, 1, 20), '%c', '?')) end
+  return redis.error_reply('REDISQ_LAYOUT ' .. KEYS[1] .. ' records '
+    .. (recorded and ("'" .. shown(recorded) .. "'") or 'no number of')
+    .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
+    .. "': read the recorded number again")
 end
 
 -- The delayed member: the envelope as one JSON object, `id` first. Members of one due time
@@ -37,23 +54,23 @@ local function member_of(envelope)
   return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(rest, 2)
 end
 
-local previous = redis.call('GET', KEYS[3])
+local previous = redis.call('GET', KEYS[4])
 if previous then return {0, previous} end
 local entry = ''
-if string.sub(ARGV[3], 1, 1) == '+' then
+if string.sub(ARGV[4], 1, 1) == '+' then
   -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
   redis.replicate_commands()
   local t = redis.call('TIME')
   local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    + tonumber(string.sub(ARGV[3], 2))
+    + tonumber(string.sub(ARGV[4], 2))
   local envelope = {}
-  for i = 5, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
+  for i = 6, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
   envelope['due_at'] = string.format('%d', due)
-  redis.call('ZADD', KEYS[2], due, member_of(envelope))
-elseif tonumber(ARGV[3]) > 0 then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  redis.call('ZADD', KEYS[3], due, member_of(envelope))
+elseif tonumber(ARGV[4]) > 0 then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 else
-  entry = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 5))
+  entry = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
 end
-redis.call('SET', KEYS[3], entry, 'PX', ARGV[2])
+redis.call('SET', KEYS[4], entry, 'PX', ARGV[3])
 return {1, entry}

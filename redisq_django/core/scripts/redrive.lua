@@ -1,37 +1,54 @@
 -- redrive.lua: send a message again to one logical consumer only.
 --
--- KEYS[1]  stream  redisq:{q}:g:<g>:dead     (the dead letter, removed when ARGV[1] is set)
--- KEYS[2]  stream  redisq:{q}:g:<g>:direct  (the group's private input)
--- KEYS[3]  stream  redisq:{q}:events        (only when history is on)
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  id of the dead entry to remove, or "" when the dead letter lives elsewhere
+-- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
+-- KEYS[2]  stream  redisq:{q}:g:<g>:dead     (the dead letter, removed when ARGV[3] is set)
+-- KEYS[3]  stream  redisq:{q}:g:<g>:direct  (the group's private input)
+-- KEYS[4]  stream  redisq:{q}:events        (only when history is on)
+-- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
+--          K for partition i's ({q#i}); the write is refused unless meta records it
+-- ARGV[3]  id of the dead entry to remove, or "" when the dead letter lives elsewhere
 --          (e.g. it was already moved to the database)
--- Without KEYS[3]:
--- ARGV[3 ..]  field, value pairs of the envelope to deliver
--- With KEYS[3]:
--- ARGV[3]  k: how many field, value pairs the event has
--- ARGV[4 .. 3+2k]  the event's field, value pairs (the `redriven` event)
--- ARGV[4+2k ..]    field, value pairs of the envelope to deliver
+-- Without KEYS[4]:
+-- ARGV[4 ..]  field, value pairs of the envelope to deliver
+-- With KEYS[4]:
+-- ARGV[4]  k: how many field, value pairs the event has
+-- ARGV[5 .. 4+2k]  the event's field, value pairs (the `redriven` event)
+-- ARGV[5+2k ..]    field, value pairs of the envelope to deliver
 --
--- Returns the new direct entry id, or false when ARGV[2] names an entry that is gone
+-- Returns the new direct entry id, or false when ARGV[3] names an entry that is gone
 -- (another operator re-drove or discarded it first).
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/2' then
+if ARGV[1] ~= 'redisq/3' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script redrive.lua speaks redisq/2, '
+  return redis.error_reply('REDISQ_PROTOCOL script redrive.lua speaks redisq/3, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
 
-if ARGV[2] ~= '' then
-  if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then return false end
+-- The layout the caller routes by (PROTOCOL.md, "Partitions: the layout every write
+-- checks"): a message added where the recorded number of partitions is not the caller's
+-- would sit where no consumer reads. KEYS[1] is the meta of the place written (the queue,
+-- or one partition of it), ARGV[2] the caller's number: 1 for a queue's own keys, where
+-- nothing recorded also matches; K for a partition's, which must record exactly K.
+local recorded = redis.call('HGET', KEYS[1], 'partitions')
+if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and recorded ~= ARGV[2]) then
+  local function shown(s) return (string.gsub(string.sub(s, 1, 20), '%c', '?')) end
+  return redis.error_reply('REDISQ_LAYOUT ' .. KEYS[1] .. ' records '
+    .. (recorded and ("'" .. shown(recorded) .. "'") or 'no number of')
+    .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
+    .. "': read the recorded number again")
 end
-local first = 3
-if #KEYS >= 3 then
-  local k = tonumber(ARGV[3])
-  first = 4 + 2 * k
-  if k > 0 then redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4, first - 1)) end
+
+if ARGV[3] ~= '' then
+  if redis.call('XDEL', KEYS[2], ARGV[3]) == 0 then return false end
 end
-return redis.call('XADD', KEYS[2], '*', unpack(ARGV, first))
+local first = 4
+if #KEYS >= 4 then
+  local k = tonumber(ARGV[4])
+  first = 5 + 2 * k
+  if k > 0 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5, first - 1)) end
+end
+return redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))

@@ -16,6 +16,7 @@ from typing import cast
 
 import redis
 
+from redisq_django.core import partitions
 from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
@@ -195,8 +196,16 @@ class HandlerThread(threading.Thread):
         what the log holds now, whatever the consumer's start point: after data loss the
         log is new, and at-least-once prefers a message delivered again to one skipped.
         """
+        sub = self.sub
         try:
-            ensure_group(self.sub.scripts, self.sub.gkeys, StartPoint.parse("earliest"))
+            # Redis lost its data: a partition's record of the layout too, which the
+            # script checks before it creates the group; recorded again, then created.
+            partitions.retried(
+                sub.client,
+                sub.scripts,
+                sub.keys,
+                lambda: ensure_group(sub.scripts, sub.gkeys, StartPoint.parse("earliest")),
+            )
         except (redis.RedisError, *TEMPORARY) as exc:
             redis_state.failed(exc)
             return False

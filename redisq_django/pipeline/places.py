@@ -15,11 +15,10 @@ from typing import Any
 
 from redisq_django.core.keys import QueueKeys, queue_keys
 from redisq_django.core.named_archives import Archives
-from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD
+from redisq_django.core.partitions import META_FIELD, parse_recorded
 from redisq_django.core.repartition import layout_of
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
-from redisq_django.core.wire import to_str
 
 
 def place(queue: str, part: int | None) -> str:
@@ -41,8 +40,13 @@ def keys_of(prefix: str, name: str) -> QueueKeys:
 
 
 def counts(conn: RedisClient, prefix: str, queues: Iterable[str]) -> dict[str, int]:
-    """The number of partitions Redis records for each of ``queues`` (1 when none is, or
-    when the record is not a valid number). One round trip."""
+    """The number of partitions Redis records for each of ``queues`` (1 when none is).
+    One round trip.
+
+    Raises:
+        ConfigurationError: a record is not a whole number from 1 to 64 (read strictly,
+            as every process reads it: a job never guesses a layout).
+    """
     names = list(queues)
     if not names:
         return {}
@@ -50,12 +54,10 @@ def counts(conn: RedisClient, prefix: str, queues: Iterable[str]) -> dict[str, i
         for queue in names:
             pipe.hget(queue_keys(prefix, queue).meta, META_FIELD)
         replies: list[Any] = pipe.execute()
-    out = {}
-    for queue, raw in zip(names, replies, strict=True):
-        text = to_str(raw) if raw is not None else ""
-        k = int(text) if text.isdigit() else 1
-        out[queue] = k if 1 <= k <= MAX_PARTITIONS else 1
-    return out
+    return {
+        queue: parse_recorded(raw, queue_keys(prefix, queue).meta) or 1
+        for queue, raw in zip(names, replies, strict=True)
+    }
 
 
 def layouts(prefix: str, queues: Mapping[str, int]) -> list[tuple[str, QueueKeys]]:

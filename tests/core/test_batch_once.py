@@ -47,7 +47,9 @@ def test_publish_batch_once_publishes_a_batch_id_once(
     assert 0 < redis_client.pttl(qk.batch_marker("b1")) <= 60_000
     # And another batch id publishes again
     other = [qk.meta, qk.log, qk.delayed, qk.batch_marker("b2")]
-    assert broker.scripts("publish_batch_once", other, [1, 60_000, 1, "0", 1, "payload", "4"])[0] == 1
+    assert (
+        broker.scripts("publish_batch_once", other, [1, 60_000, 1, "0", 1, "payload", "4"])[0] == 1
+    )
     assert redis_client.xlen(qk.log) == 3
 
 
@@ -68,7 +70,9 @@ def test_publish_batch_once_refused_write_leaves_no_marker(
     # Then no marker: sending the batch again once the key is fixed publishes it
     assert not redis_client.exists(qk.batch_marker("b1"))
     redis_client.delete(qk.log)
-    assert broker.scripts("publish_batch_once", keys, [1, 60_000, 1, "0", 1, "payload", "1"])[0] == 1
+    assert (
+        broker.scripts("publish_batch_once", keys, [1, 60_000, 1, "0", 1, "payload", "1"])[0] == 1
+    )
 
 
 def test_broker_send_with_a_batch_id_publishes_each_message_once(

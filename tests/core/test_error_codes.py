@@ -849,9 +849,12 @@ def _writes(client: redis.Redis) -> dict[str, Callable[[], object]]:
         "plain": lambda: client.set("p", "x"),
         "script": lambda: xadd(keys=["s"]),
         "transaction": transaction,
-        "ensure_consumer.lua": lambda: ensure(keys=["m2", "s2", "d2"], args=versioned([1, "g", "$"])),
+        "ensure_consumer.lua": lambda: ensure(
+            keys=["m2", "s2", "d2"], args=versioned([1, "g", "$"])
+        ),
         "script in a pipeline": lambda: _in_pipeline(
-            client, lambda p: ensure(keys=["m2", "s2", "d2"], args=versioned([1, "g", "$"]), client=p)
+            client,
+            lambda p: ensure(keys=["m2", "s2", "d2"], args=versioned([1, "g", "$"]), client=p),
         ),
     }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from redisq_django.core import Broker, CoreConfig, partition_of
+from redisq_django.core import Broker, CoreConfig, PartitionsMismatch, partition_of
 from tests.core.guarantee_helpers import drain
 
 pytestmark = pytest.mark.cluster
@@ -61,3 +61,39 @@ def test_partitions_spread_over_masters_and_every_message_is_consumed_once(
     assert got == Counter(dict.fromkeys(sent, 1))
     assert where == {f"k{n}": partition_of(f"k{n}", k) for n in range(7)}
     assert cluster_client.hget(broker.keys(queue).meta, "partitions") == str(k).encode()
+
+
+def test_a_master_that_came_back_empty_is_given_the_layout_again(cluster_client: Any) -> None:
+    # Given a queue of 4 partitions on the cluster, in use
+    queue = "orders-lost"
+    broker = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: 4}))
+    broker.ensure_consumer(queue, "billing")
+    sent = [broker.publish(queue, {"n": n}, key=f"k{n}") for n in range(8)]
+    base = broker.keys(queue)
+    # When the master holding the queue's own keys loses its data (a restart without
+    # persistence), the other masters keeping their partitions and records
+    node = cluster_client.get_node_from_key(base.meta)
+    cluster_client.flushall(target_nodes=[node])
+    assert cluster_client.hget(base.meta, "partitions") is None
+    # Then a process started afterwards is not refused: the partitions' own records say 4
+    fresh = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: 4}))
+    sent.append(fresh.publish(queue, {"n": "after"}, key="after"))
+    assert cluster_client.hget(base.meta, "partitions") == b"4"
+    # And one configured with another number is refused, writing nothing
+    cluster_client.hdel(base.meta, "partitions")
+    with pytest.raises(PartitionsMismatch, match="has 4 partition.*configured with 2"):
+        Broker(cluster_client, CoreConfig(partitions={queue: 2})).publish(queue, {"n": 0})
+    # And what survived on the other masters is consumed, with what came after (a group
+    # lost with that master is registered again from the start, as the worker does)
+    broker.ensure_consumer(queue, "billing", "earliest")
+    got = set()
+    for i in range(4):
+        sub = broker.subscribe(queue, "billing", f"i{i}", partition=i)
+        got |= {m.id for m in drain(sub, expected=len(sent), timeout_s=0.4)}
+    parts = broker.layout(queue)
+    kept = {
+        sent[n]
+        for n in range(8)
+        if cluster_client.get_node_from_key(parts[partition_of(f"k{n}", 4)].log) != node
+    }
+    assert got == kept | {sent[-1]}

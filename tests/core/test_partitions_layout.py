@@ -56,9 +56,9 @@ def wipe_messages(client: redis.Redis, queue: str) -> None:
     """Every key of ``queue`` but its records of the layout and its fences."""
     for pattern in (f"redisq:{{{queue}}}:*", f"redisq:{{{queue}#*}}:*"):
         for key in client.scan_iter(match=pattern, count=1000):
-            if key.endswith(b":meta") or (client.type(key) == b"string" and key.endswith(
-                (b":log", b":delayed")
-            )):
+            if key.endswith(b":meta") or (
+                client.type(key) == b"string" and key.endswith((b":log", b":delayed"))
+            ):
                 continue
             client.delete(key)
 
@@ -151,11 +151,11 @@ def forgotten_writes(broker: Broker, queue: str) -> dict[str, Callable[[], Any]]
         "batch": lambda: broker.send([broker.prepare(queue, {"w": "b"})], batch="b-1"),
         "to one consumer": lambda: broker.send_to_consumer("billing", [env]),
         "to one consumer once": lambda: broker.send_to_consumer("billing", [env], once=True),
-        "redrive": lambda: broker.redrive_envelope(
-            queue, "billing", {"payload": "1", "id": "r-1"}, partition=0
-        )
-        if broker.partition_count(queue) > 1
-        else broker.redrive_envelope(queue, "billing", {"payload": "1", "id": "r-1"}),
+        "redrive": lambda: (
+            broker.redrive_envelope(queue, "billing", {"payload": "1", "id": "r-1"}, partition=0)
+            if broker.partition_count(queue) > 1
+            else broker.redrive_envelope(queue, "billing", {"payload": "1", "id": "r-1"})
+        ),
         "ensure_consumer": lambda: broker.ensure_consumer(queue, "late"),
         "apublish": lambda: asyncio.run(publish_async()),
     }

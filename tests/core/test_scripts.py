@@ -750,7 +750,9 @@ def test_redrive_moves_a_dead_letter_to_the_direct_stream(
     dead_id = redis_client.xadd(gk.dead, {"payload": "1", "reason": "failed"})
     other = redis_client.xadd(gk.dead, {"payload": "2"})
     # When the first is re-driven with its envelope
-    new_id = broker.scripts("redrive", [qk.meta, gk.dead, gk.direct], [1, dead_id, "payload", "1", "id", "m"])
+    new_id = broker.scripts(
+        "redrive", [qk.meta, gk.dead, gk.direct], [1, dead_id, "payload", "1", "id", "m"]
+    )
     # Then it left the dead stream and is the one entry of the direct stream
     assert ids(redis_client, gk.dead) == [other]
     assert redis_client.xrange(gk.direct) == [(new_id, {b"payload": b"1", b"id": b"m"})]

@@ -40,7 +40,9 @@ def publish_retrying(broker: Broker, n: int, tag: str) -> list[str]:
 
 
 def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
-    volatile_redis_server: RedisServer, db_file: Path, tmp_path: Path  # noqa: F811
+    volatile_redis_server: RedisServer,
+    db_file: Path,
+    tmp_path: Path,  # noqa: F811
 ) -> None:
     client = volatile_redis_server.client()
     pool = Workers(volatile_redis_server.url, db_file, tmp_path / "logs")
@@ -80,7 +82,9 @@ def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
 
 
 def test_a_deploy_after_the_restart_is_not_refused_by_what_a_running_worker_wrote(
-    volatile_redis_server: RedisServer, db_file: Path, tmp_path: Path  # noqa: F811
+    volatile_redis_server: RedisServer,
+    db_file: Path,
+    tmp_path: Path,  # noqa: F811
 ) -> None:
     # The case of the report: a running worker alone (no publisher) re-creates its
     # groups after the restart, which creates the partition logs; a process started

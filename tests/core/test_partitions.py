@@ -253,7 +253,7 @@ def test_a_lost_record_of_the_queue_is_recorded_again_from_its_partitions(
     assert redis_client.type(base.log) == b"string"
     # And one with another number is refused by what the partitions record
     redis_client.delete(base.meta)
-    with pytest.raises(PartitionsMismatch, match="has 4 partition.*configured with 2"):
+    with pytest.raises(PartitionsMismatch, match=r"has 4 partition.*configured with 2"):
         Broker(redis_client, config(**{queue_name: 2})).publish(queue_name, {"n": 3})
     assert sum(partition_lengths(redis_client, queue_name, 4)) == 2
 

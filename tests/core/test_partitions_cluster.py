@@ -81,7 +81,7 @@ def test_a_master_that_came_back_empty_is_given_the_layout_again(cluster_client:
     assert cluster_client.hget(base.meta, "partitions") == b"4"
     # And one configured with another number is refused, writing nothing
     cluster_client.hdel(base.meta, "partitions")
-    with pytest.raises(PartitionsMismatch, match="has 4 partition.*configured with 2"):
+    with pytest.raises(PartitionsMismatch, match=r"has 4 partition.*configured with 2"):
         Broker(cluster_client, CoreConfig(partitions={queue: 2})).publish(queue, {"n": 0})
     # And what survived on the other masters is consumed, with what came after (a group
     # lost with that master is registered again from the start, as the worker does)

@@ -17,8 +17,6 @@ constant or by an offset the test steps mid-run, as NTP or a resumed VM does):
 Periodic schedules under stepping clocks: tests/schedules/test_schedules_clock.py.
 """
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +34,6 @@ from redisq_django.core import Broker
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.clock_steps import SteppedClock, redis_ms, skew_env
 from tests.support.workers import REPO_ROOT, Workers, read_deliveries, wait_deliveries, wait_for
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import shutil
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,37 +74,6 @@ both_kinds = pytest.mark.parametrize(
 # ---------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def migrated_db(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated SQLite file, copied for each test (migrating once saves seconds)."""
-    root = tmp_path_factory.mktemp("faults-db")
-    path = root / "template.sqlite3"
-    Workers(redis_server.url, path, root / "logs").migrate()
-    return path
-
-
-@pytest.fixture
-def db_file(migrated_db: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "worker.sqlite3"
-    shutil.copyfile(migrated_db, path)
-    return path
-
-
-@pytest.fixture
-def workers(redis_url: str, db_file: Path, tmp_path: Path) -> Iterator[Workers]:
-    """Workers on the flushed session server; all killed at teardown."""
-    pool = Workers(redis_url, db_file, tmp_path / "logs")
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
 
 
 def _pending(client: redis.Redis, queue: str, group: str) -> int:

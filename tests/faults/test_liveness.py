@@ -7,8 +7,6 @@ instance start the message again (C3 redelivers after a crash, never while the h
 still runs). The handlers record each start in Redis (tests/faultapp/consumers.py).
 """
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import sqlite3
@@ -22,7 +20,6 @@ from redisq_django.core import Broker
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import Workers, read_deliveries, wait_deliveries
 
 pytestmark = [

@@ -29,7 +29,6 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig
 from tests.faultapp.consumers import ordered_key
-from tests.faults.test_faults import broker, db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import Workers, wait_for
 
 pytestmark = [
@@ -141,8 +140,8 @@ def publish_round(to: Broker, queue: str, r: int, rng: random.Random) -> set[tup
     "kind", [pytest.param(THREADS, id="threads"), pytest.param(ASYNC, id="async")]
 )
 def test_sigkill_chaos_keeps_each_keys_order_and_loses_nothing(
-    workers: Workers,  # noqa: F811 (the fixture imported above)
-    broker: Broker,  # noqa: F811
+    workers: Workers,
+    broker: Broker,
     redis_client: redis.Redis,
     kind: Kind,
 ) -> None:
@@ -154,7 +153,7 @@ def test_sigkill_chaos_keeps_each_keys_order_and_loses_nothing(
 @pytest.mark.timeout(240)
 def test_on_a_cluster_a_partitioned_queue_keeps_each_keys_order_under_sigkill_chaos(
     redis_cluster: Any,
-    db_file: Path,  # noqa: F811 (the fixture imported above)
+    db_file: Path,
     tmp_path: Path,
 ) -> None:
     # The same chaos on the suite's 3-master cluster, the queue in 4 partitions: each
@@ -172,7 +171,7 @@ def test_on_a_cluster_a_partitioned_queue_keeps_each_keys_order_under_sigkill_ch
         client.close()
 
 
-def run_chaos(workers: Workers, broker: Broker, redis_client: Any, kind: Kind) -> None:  # noqa: F811
+def run_chaos(workers: Workers, broker: Broker, redis_client: Any, kind: Kind) -> None:
     """Start 3 instances, publish rounds while killing one a round, drain, check."""
     runs = ordered_key(kind.queue, kind.name)
     broker.ensure_consumer(kind.queue, kind.name, "earliest")

@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, RedisUnavailable
-from tests.faults.test_faults import db_file, migrated_db  # noqa: F401 (fixtures)
 from tests.support.redis_server import RedisServer
 from tests.support.workers import Workers, wait_ids
 
@@ -42,7 +41,7 @@ def publish_retrying(broker: Broker, n: int, tag: str) -> list[str]:
 def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
     volatile_redis_server: RedisServer,
     db_file: Path,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     client = volatile_redis_server.client()
     pool = Workers(volatile_redis_server.url, db_file, tmp_path / "logs")
@@ -84,7 +83,7 @@ def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
 def test_a_deploy_after_the_restart_is_not_refused_by_what_a_running_worker_wrote(
     volatile_redis_server: RedisServer,
     db_file: Path,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     # The case of the report: a running worker alone (no publisher) re-creates its
     # groups after the restart, which creates the partition logs; a process started

@@ -6,8 +6,6 @@ left behind) and a second SIGTERM as a cold one. The consumers record each deliv
 Redis (tests/faultapp/consumers.py).
 """
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +22,7 @@ from redisq_django.core import Broker
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.faults.test_faults import _pending, broker, db_file, migrated_db, workers  # noqa: F401
+from tests.faults.test_faults import _pending
 from tests.support.workers import (
     WorkerProcess,
     Workers,

@@ -31,7 +31,7 @@ SCRIPTS_DIR = Path(shipped_scripts.__file__).parent
 #: Bound on one redis-cli call.
 CLI_TIMEOUT_S = 10
 #: ARGV[1] of every script call, as PROTOCOL.md spells it ("Versions and upgrades").
-PROTOCOL = "redisq/3"
+PROTOCOL = "redisq/2"
 
 
 # -- a foreign client: redis-cli and the script files --------------------------------------
@@ -993,11 +993,11 @@ def test_cli_a_call_of_another_protocol_version_is_refused_with_a_clear_error(
         cli.script("ensure_consumer", register, ["billing", "$"], version=())
     # Then the script says what it speaks and what it got, and did nothing
     assert str(refused.value) == (
-        "REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/3, caller sent 'billing': "
+        "REDISQ_PROTOCOL script ensure_consumer.lua speaks redisq/2, caller sent 'billing': "
         "load the scripts shipped with the redisq version your client implements"
     )
-    with pytest.raises(CliError, match="caller sent 'redisq/4'"):
-        cli.script("ensure_consumer", register, [1, "billing", "$"], version=["redisq/4"])
+    with pytest.raises(CliError, match="caller sent 'redisq/3'"):
+        cli.script("ensure_consumer", register, [1, "billing", "$"], version=["redisq/3"])
     assert cli("EXISTS", keys.log, keys.direct("billing")) == 0
     # And the same call with the version registers it
     assert cli.script("ensure_consumer", register, [1, "billing", "$"]) == 1

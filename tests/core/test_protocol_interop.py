@@ -30,7 +30,7 @@ from tests.core.guarantee_helpers import drain
 
 SCRIPTS_DIR = Path(shipped.__file__).parent
 #: ARGV[1] of every call, as PROTOCOL.md spells it.
-PROTOCOL = "redisq/3"
+PROTOCOL = "redisq/2"
 G = "billing"
 #: A due time no test reaches (the year 2096).
 FAR_FUTURE_MS = 4_000_000_000_000

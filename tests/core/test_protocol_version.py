@@ -1,5 +1,5 @@
 """The protocol version on the wire (PROTOCOL.md, "Versions and upgrades", issue 19): every
-shipped script takes ``redisq/3`` as ``ARGV[1]`` and refuses anything else, before it
+shipped script takes ``redisq/2`` as ``ARGV[1]`` and refuses anything else, before it
 reads or writes anything, with an error naming itself and what the caller sent; every
 way our code calls a script sends the token.
 
@@ -33,7 +33,7 @@ SCRIPTS_DIR = Path(shipped.__file__).parent
 PACKAGE_DIR = Path(redisq_django.__file__).parent
 #: What every script says, after its name, when refusing a call (PROTOCOL.md).
 REFUSAL = re.compile(
-    r"REDISQ_PROTOCOL script (?P<name>\w+)\.lua speaks redisq/3, caller sent '(?P<sent>.*)': "
+    r"REDISQ_PROTOCOL script (?P<name>\w+)\.lua speaks redisq/2, caller sent '(?P<sent>.*)': "
     r"load the scripts shipped with the redisq version your client implements$"
 )
 
@@ -51,8 +51,7 @@ def some_keys(qk: QueueKeys) -> list[str]:
         (None, ""),  # no argument at all
         ("billing", "billing"),  # a protocol-1 call: its first real argument
         ("redisq/1", "redisq/1"),
-        ("redisq/2", "redisq/2"),  # the protocol before this one
-        ("redisq/3 ", "redisq/3 "),  # never trimmed
+        ("redisq/2 ", "redisq/2 "),  # never trimmed
         ("redisq/" + "9" * 30, "redisq/" + "9" * 13),  # the first 20 characters
         ("a\r\nb", "a??b"),  # control characters cannot break the error reply
     ],
@@ -211,6 +210,6 @@ def test_a_refused_call_raises_protocol_mismatch_saying_what_to_do(
     with pytest.raises(ProtocolMismatch) as refused:
         broker.ensure_consumer(queue_name, "billing")
     text = str(refused.value)
-    assert "script ensure_consumer.lua speaks redisq/3, caller sent 'redisq/1'" in text
+    assert "script ensure_consumer.lua speaks redisq/2, caller sent 'redisq/1'" in text
     assert "run every client with the scripts shipped with the redisq version" in text
     assert redis_client.exists(broker.keys(queue_name).log) == 0

@@ -24,7 +24,7 @@ from tests.tasks.conftest import TasksEnv, tasks_setting
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SCRIPTS_DIR = Path(shipped.__file__).parent
-PROTOCOL = "redisq/3"
+PROTOCOL = "redisq/2"
 G = "tasks"
 DAY_MS = 86_400_000
 

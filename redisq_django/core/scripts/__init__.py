@@ -58,7 +58,7 @@ ScriptName = Literal[
 SCRIPT_NAMES: tuple[ScriptName, ...] = get_args(ScriptName)
 
 #: The redisq protocol this release speaks (PROTOCOL.md; the envelope has its own ``v``).
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 2
 #: ``ARGV[1]`` of every script call: no real first argument looks like it (names have no
 #: ``/``), so a caller of protocol 1, which sends none, is refused rather than misread.
 PROTOCOL_TOKEN = f"redisq/{PROTOCOL_VERSION}".encode()

@@ -4,7 +4,7 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  stream  redisq:{q}:events   (only when history is on; see the second layout)
 --
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- Without KEYS[3]:
 -- ARGV[2]  group name
 -- ARGV[3]  n: how many of the following ids are log entries
@@ -27,9 +27,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script ack.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script ack.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

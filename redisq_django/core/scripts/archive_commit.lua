@@ -1,7 +1,7 @@
 -- archive_commit.lua: record how far a named archive has safely stored a stream.
 --
 -- KEYS[1]  hash    redisq:{q}:archives  "<a>:<table>" = the archive's position
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the archive's name
 -- ARGV[3]  the table: "messages" (the log) or "events"
 -- ARGV[4]  the last entry id the archive committed
@@ -13,9 +13,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script archive_commit.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script archive_commit.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -5,7 +5,7 @@
 --                  what a hard cap removed after the archive's position (trim.lua)
 -- KEYS[2]  list    redisq:{q}:archive:<a>:gaps  data losses it went past, oldest first
 --                  (at most 1000 kept)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the archive's name
 -- ARGV[3]  the table: "messages" or "events"
 -- ARGV[4]  an entry id: the archive has read, or has recorded as lost, everything up to it
@@ -16,9 +16,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script archive_gap.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script archive_gap.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -8,7 +8,7 @@
 --                  "archive:<table>", the position an earlier version's unnamed archive
 --                  recorded, is moved to the archive named "default" when it registers
 -- KEYS[3]  stream  the table's stream: redisq:{q}:log (messages) or redisq:{q}:events
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the archive's name (1-100 of A-Z a-z 0-9 _ . -)
 -- ARGV[3]  the table: "messages" (the log) or "events"
 -- ARGV[4]  where it starts when it registers now: "earliest" (everything still in
@@ -21,9 +21,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script archive_register.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script archive_register.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -5,16 +5,16 @@
 --                  positions an earlier version's unnamed archive recorded
 --                  ("archive:messages", "archive:events") are deleted too
 -- KEYS[3]  list    redisq:{q}:archive:<a>:gaps     its unreported gaps, deleted
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the archive's name
 --
 -- Returns how many tables (messages, events) it was registered for.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script archive_remove.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script archive_remove.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  zset    redisq:{q}:delayed (or redisq:{q}:g:<g>:retry)   the member's set
 -- KEYS[2]  stream  redisq:{q}:log (or redisq:{q}:g:<g>:direct)      where it goes
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the member, exactly as stored
 --
 -- Moves it as promote.lua would once it is due: removed from the set and appended to
@@ -15,9 +15,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script deliver_now.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script deliver_now.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -4,7 +4,7 @@
 -- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
 -- KEYS[3]  stream  redisq:{q}:g:<g>:dead
 -- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
 -- ARGV[4]  entry id
@@ -41,9 +41,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script fail.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script fail.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -3,7 +3,7 @@
 -- KEYS[1]  zset    redisq:{q}:g:<g>:instances   member = instance, score = heartbeat expiry ms
 -- KEYS[2]  string  redisq:{q}:g:<g>:instance:<instance>   (optional) its report to the
 --                  operators: JSON text (host, pid, start, counts, what it runs)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  instance (consumer) name
 -- ARGV[3]  how long the heartbeat lives, ms (negative: it has expired, the instance is
 --          dead and others take over its messages at once)
@@ -16,9 +16,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script heartbeat.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script heartbeat.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -5,7 +5,7 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  zset    redisq:{q}:g:<g>:leases   member = "log:<entry id>" or
 --                  "direct:<entry id>", score = when that delivery's lease ends (ms)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) name
 -- ARGV[4 ..]  triples: "log" or "direct", entry id, the lease's length in ms
@@ -18,9 +18,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script lease.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script lease.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -5,7 +5,7 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- KEYS[3]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
 -- KEYS[4]  string  redisq:{q}:g:<g>:held_back  how many messages the waiting lists hold
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
 -- ARGV[4]  at most this many in-flight entries are looked at per stream (bounds the call)
@@ -19,9 +19,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script ordered_purge.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script ordered_purge.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -6,7 +6,7 @@
 --                                       the fence, once the queue is partitioned
 -- KEYS[3]  zset    redisq:{q}:delayed   the base delayed set (read: is it a zset); a
 --                                       string, the fence, once the queue is partitioned
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  K to record when none is recorded and the base keys hold no stream or zset;
 --          "0" (or "1"): record nothing
 --
@@ -22,9 +22,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script partitions.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script partitions.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

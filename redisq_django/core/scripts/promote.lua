@@ -5,7 +5,7 @@
 -- KEYS[2]  stream  redisq:{q}:log
 -- KEYS[3]  zset    redisq:{q}:g:<g>:retry      (same member layout)
 -- KEYS[4]  stream  redisq:{q}:g:<g>:direct
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  "" (what our code sends): "now" is Redis's own clock (TIME), never the
 --          caller's; a number (ms since the epoch) fixes "now" instead (tests)
 -- ARGV[3]  at most this many entries are moved from each zset (bounds the call)
@@ -20,9 +20,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script promote.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script promote.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

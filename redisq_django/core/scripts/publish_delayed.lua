@@ -3,7 +3,7 @@
 -- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta) field `partitions`: the layout
 -- KEYS[2]  zset    redisq:{q}:delayed   member = envelope as JSON, score = due ms
 -- KEYS[3]  stream  redisq:{q}:log
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
 --          K for partition i's ({q#i}); the write is refused unless meta records it
 -- ARGV[3]  n: how many messages follow; each is
@@ -19,9 +19,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script publish_delayed.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script publish_delayed.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  zset    redisq:{q}:g:<g>:retry    retries waiting for their backoff
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct   the consumer's private input
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  at most this many entries removed from each key per call (bounds the call)
 --
@@ -14,9 +14,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script purge_consumer.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script purge_consumer.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

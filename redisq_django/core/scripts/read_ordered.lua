@@ -6,7 +6,7 @@
 -- KEYS[3]  hash    redisq:{q}:g:<g>:holders   field = ordering key, value = the id of the
 --                  message that holds it (delivered, retrying, or handed on to KEYS[2])
 -- KEYS[4]  string  redisq:{q}:g:<g>:held_back  how many messages the waiting lists hold
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) name
 -- ARGV[4]  at most this many entries are read from each stream
@@ -28,9 +28,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script read_ordered.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script read_ordered.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -12,7 +12,7 @@
 --                  Optional (after KEYS[4]): without it no delivery has a lease of its own.
 -- KEYS[6]  stream  redisq:{q}:events   (only when history is on, after KEYS[5]: one
 --                  `reclaimed` event per call, listing every entry taken over)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) taking the entries over
 -- ARGV[4]  visibility timeout, ms: entries idle this long are claimed
@@ -51,9 +51,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script reclaim.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script reclaim.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

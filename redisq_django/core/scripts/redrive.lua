@@ -4,7 +4,7 @@
 -- KEYS[2]  stream  redisq:{q}:g:<g>:dead     (the dead letter, removed when ARGV[3] is set)
 -- KEYS[3]  stream  redisq:{q}:g:<g>:direct  (the group's private input)
 -- KEYS[4]  stream  redisq:{q}:events        (only when history is on)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the number of partitions the caller routes by: "1" for a queue's own keys,
 --          K for partition i's ({q#i}); the write is refused unless meta records it
 -- ARGV[3]  id of the dead entry to remove, or "" when the dead letter lives elsewhere
@@ -21,9 +21,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script redrive.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script redrive.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -4,7 +4,7 @@
 -- KEYS[1]  hash    redisq:{q}:meta      field "partitions": the number recorded
 -- KEYS[2]  stream  redisq:{q}:log       the base log; a string (the fence) while K > 1
 -- KEYS[3]  zset    redisq:{q}:delayed   the base delayed set; a string while K > 1
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  the number of partitions the caller found recorded (1 when none was)
 -- ARGV[3]  the new number of partitions, 1 to 64
 -- ARGV[4]  from 1 to K > 1 only: the id of the base log's last entry when the caller
@@ -23,9 +23,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script repartition.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script repartition.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -4,7 +4,7 @@
 -- KEYS[2]  zset    redisq:{q}:results       result ids, score = expiry (ms)
 -- KEYS[3]  stream  redisq:{q}:log
 -- KEYS[4]  zset    redisq:{q}:delayed
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  when the result expires: "+<ms>" (what our code sends), that long after now
 --          by Redis's own clock (TIME); or a time, ms since the epoch. PEXPIREAT, and its
 --          score in KEYS[2]
@@ -26,9 +26,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script task_enqueue.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script task_enqueue.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

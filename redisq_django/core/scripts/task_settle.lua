@@ -8,7 +8,7 @@
 -- KEYS[5]  zset    redisq:{q}:results       result ids, score = expiry (ms)
 -- KEYS[6]  zset    redisq:{q}:g:<g>:leases  the delivery's own lease, if any, ends here
 -- KEYS[7]  stream  redisq:{q}:events   (only when history is on; see the second layout)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
 -- ARGV[4]  entry id
@@ -42,9 +42,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script task_settle.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script task_settle.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -6,7 +6,7 @@
 -- KEYS[3]  stream  the stream the entry was delivered from (log or the group's direct)
 -- KEYS[4]  zset    redisq:{q}:g:<g>:leases  started deliveries with a lease of their own
 --                  (see lease.lua), score = when the lease ends (ms)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  when the result expires: "+<ms>" (what our code sends), that long after now
 --          by Redis's own clock (TIME); or a time, ms since the epoch. PEXPIREAT, and its
 --          score in KEYS[2]
@@ -30,9 +30,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script task_start.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script task_start.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -11,7 +11,7 @@
 --                  "<a>:events" hold archive <a>'s positions; "<a>:<table>:gap" is
 --                  written here ("first last count": what a hard cap removed after it)
 -- KEYS[4]  stream  redisq:{q}:events    (only when history is on)
--- ARGV[1]  "redisq/3": the protocol version; any other value is refused (nothing done)
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  "" (what our code sends): the age limits count from Redis's own clock
 --          (TIME), the clock of the entry ids; a number (ms) fixes "now" instead (tests)
 -- ARGV[3]  replay window by age, ms (0: none)
@@ -39,9 +39,9 @@
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
-if ARGV[1] ~= 'redisq/3' then
+if ARGV[1] ~= 'redisq/2' then
   local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
-  return redis.error_reply('REDISQ_PROTOCOL script trim.lua speaks redisq/3, '
+  return redis.error_reply('REDISQ_PROTOCOL script trim.lua speaks redisq/2, '
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end

@@ -13,14 +13,23 @@ package's own imports its public names lazily (PEP 562).
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import redisq_django
 
 PACKAGE_DIR = Path(redisq_django.__file__).parent
-#: Modules stay under this many lines (CONVENTIONS.md: split by concern before then).
-MAX_LINES = 400
+#: A module over this many lines is worth a look (CONVENTIONS.md): is it still one
+#: concern? The test says so (a LongModule warning in pytest's summary), never fails.
+LOOK_AT_LINES = 400
+#: ...and over this many it fails: split it by concern, never by a class chain, and never
+#: by trimming docs, comments or measured figures, or joining lines.
+MAX_LINES = 600
+
+
+class LongModule(UserWarning):
+    """A module over :data:`LOOK_AT_LINES` lines (shown, not an error: pyproject.toml)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -153,9 +162,12 @@ def test_one_module_basename_per_concern() -> None:
     assert {base: m for base, m in shared.items() if not _one_concern(m)} == {}
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_600_lines_and_those_over_400_are_named() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
+    for name, size in sorted(sizes.items()):
+        if size > LOOK_AT_LINES:
+            warnings.warn(f"{name}: {size} lines; still one concern?", LongModule, stacklevel=1)
 
 
 def _external_roots(name: str) -> set[str]:

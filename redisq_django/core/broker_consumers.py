@@ -23,8 +23,8 @@ from redisq_django.core.errors import (
 from redisq_django.core.groups import (
     default_instance_name,
     ensure_call,
-    ensure_group,
     group_names,
+    register,
     remove_group,
 )
 from redisq_django.core.keys import registry_key
@@ -127,14 +127,7 @@ class BrokerConsumers(BrokerUpkeep):
         self._register(queue)
         created = False
         for keys in self.layout(queue):
-            gkeys = keys.group(consumer)
-            made = partitions.retried(
-                self.client,
-                self.scripts,
-                keys,
-                lambda: ensure_group(self.scripts, gkeys, point),  # noqa: B023
-            )
-            created = made or created
+            created = register(self.client, self.scripts, keys.group(consumer), point) or created
         return created
 
     def _start_point(self, queue: str, start: str | dt.datetime | StartPoint) -> StartPoint:

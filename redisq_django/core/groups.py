@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from redisq_django.core import partitions
 from redisq_django.core.errors import ConsumerNotFound, is_nogroup
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import ScriptCall, Scripts
@@ -23,6 +24,17 @@ def ensure_group(scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
     exist; an existing group keeps its position. Returns True when it was created."""
     call = ensure_call(gkeys, start)
     return bool(scripts(call.script, call.keys, call.args))
+
+
+def register(client: RedisClient, scripts: Scripts, gkeys: GroupKeys, start: StartPoint) -> bool:
+    """:func:`ensure_group`, which Redis refuses where the layout its keys were built for is
+    not recorded (a partition whose record Redis lost with its data, or a number of
+    partitions changed since): the record is read again — recorded anew after data
+    loss — and the group registered, or ``PartitionsMismatch`` raised
+    (``partitions.retried``)."""
+    return partitions.retried(
+        client, scripts, gkeys.queue_keys, lambda: ensure_group(scripts, gkeys, start)
+    )
 
 
 def ensure_call(gkeys: GroupKeys, start: StartPoint) -> ScriptCall:

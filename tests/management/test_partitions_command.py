@@ -62,3 +62,18 @@ def test_partitions_refuses_a_count_out_of_range(partitioned: Any, queue_name: s
     for bad in ("0", "65", "x"):
         with pytest.raises(CommandError, match="between 1 and 64"):
             redisq("partitions", queue_name, bad)
+
+
+def test_partitions_names_a_record_that_is_no_clean_number(
+    partitioned: Any, queue_name: str
+) -> None:
+    # Given a record another client wrote as "4.5"
+    broker = get_broker()
+    broker.client.hset(broker.keys(queue_name).meta, "partitions", "4.5")
+    # Then showing it and changing it both end with one line naming the key and the value
+    for args in ((queue_name,), (queue_name, "2")):
+        with pytest.raises(CommandError) as refused:
+            redisq("partitions", *args)
+        text = str(refused.value)
+        assert "'4.5'" in text and broker.keys(queue_name).meta in text
+        assert "not a whole number from 1 to 64" in text and "\n" not in text

@@ -16,11 +16,10 @@ from typing import cast
 
 import redis
 
-from redisq_django.core import partitions
 from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
-from redisq_django.core.groups import ensure_group
+from redisq_django.core.groups import register
 from redisq_django.core.handler import ConsumerSpec, Reject, Settled, settles_itself
 from redisq_django.core.outcome import ACKED, Outcome, Settlement
 from redisq_django.core.start import StartPoint
@@ -197,15 +196,8 @@ class HandlerThread(threading.Thread):
         log is new, and at-least-once prefers a message delivered again to one skipped.
         """
         sub = self.sub
-        try:
-            # Redis lost its data: a partition's record of the layout too, which the
-            # script checks before it creates the group; recorded again, then created.
-            partitions.retried(
-                sub.client,
-                sub.scripts,
-                sub.keys,
-                lambda: ensure_group(sub.scripts, sub.gkeys, StartPoint.parse("earliest")),
-            )
+        try:  # (a partition's record of the layout, lost too, is recorded again)
+            register(sub.client, sub.scripts, sub.gkeys, StartPoint.parse("earliest"))
         except (redis.RedisError, *TEMPORARY) as exc:
             redis_state.failed(exc)
             return False

@@ -213,3 +213,35 @@ def test_a_refused_call_raises_protocol_mismatch_saying_what_to_do(
     assert "script ensure_consumer.lua speaks redisq/2, caller sent 'redisq/1'" in text
     assert "run every client with the scripts shipped with the redisq version" in text
     assert redis_client.exists(broker.keys(queue_name).log) == 0
+
+
+# -- the protocol recorded with the data ---------------------------------------------------
+
+
+def test_registering_a_consumer_records_the_protocol_and_writers_check_it(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a consumer registered by us: the queue's meta records the protocol
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    qk = broker.keys(queue_name)
+    assert redis_client.hget(qk.meta, "protocol") == b"2"
+    # When a client of another protocol has registered one (its data may mean another
+    # thing), every script that adds messages or groups refuses, naming it
+    redis_client.hset(qk.meta, "protocol", "3")
+    env = broker.prepare(queue_name, {"n": 1}, id="m-1")
+    writes = {
+        "once": lambda: broker.send([env], once=True),
+        "batch": lambda: broker.send([env], batch="b-1"),
+        "delayed": lambda: broker.publish(queue_name, {"n": 2}, delay=5),
+        "ensure_consumer": lambda: Broker(redis_client).ensure_consumer(queue_name, "audit"),
+        "redrive": lambda: broker.redrive_envelope(queue_name, "billing", {"payload": "1"}),
+        "to one consumer": lambda: broker.send_to_consumer("billing", [env]),
+    }
+    before = redis_client.xlen(qk.log)
+    for name, write in writes.items():
+        with pytest.raises(ProtocolMismatch, match="records data of protocol '3'"):
+            write()
+    assert redis_client.xlen(qk.log) == before, name
+    assert redis_client.xlen(qk.group("billing").direct) == 0
+    assert redis_client.hget(qk.meta, "protocol") == b"3"

@@ -63,8 +63,15 @@ end
 
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Redis's now, read once and only for a delay: most calls publish for now alone.
+local now
+local function redis_now()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 
 local out = {}
 local i = 4
@@ -75,7 +82,7 @@ for m = 1, tonumber(ARGV[3]) do
     out[m] = redis.call('XADD', KEYS[3], '*', unpack(ARGV, first, last))
   else
     local at = tonumber(due)
-    if string.sub(due, 1, 1) == '+' then at = now + tonumber(string.sub(due, 2)) end
+    if string.sub(due, 1, 1) == '+' then at = redis_now() + tonumber(string.sub(due, 2)) end
     -- The member: the envelope's fields as one JSON object of strings, due_at included.
     local envelope = {}
     for j = first, last, 2 do envelope[ARGV[j]] = ARGV[j + 1] end

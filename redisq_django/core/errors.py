@@ -284,9 +284,9 @@ _BEFORE_CODE = re.compile(
     re.DOTALL,
 )
 _WORD = re.compile(r"[A-Z][A-Z_]*(?= |$)")
-# A REDISQ_CORRUPT reply: "REDISQ_CORRUPT key <key> holds ..." (the key has no space but
-# a waiting list's, whose ordering key may: it ends at " holds ").
-_CORRUPT_KEY = re.compile(r"REDISQ_CORRUPT key (.{1,600}?) holds ", re.DOTALL)
+# A REDISQ_CORRUPT reply: "REDISQ_CORRUPT key <key> [field <field>] holds ..." (the key
+# has no space but a waiting list's, whose ordering key may: it ends at " holds ").
+_CORRUPT_KEY = re.compile(r"REDISQ_CORRUPT key (.{1,600}?) (?:field .{0,600}? )?holds ", re.DOTALL)
 
 
 def error_code(exc: BaseException) -> str | None:

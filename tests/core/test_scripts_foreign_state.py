@@ -17,7 +17,7 @@ import redis
 from redisq_django.core import Broker, CoreConfig, DeadReason, Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import CorruptState, error_code
-from redisq_django.core.keys import GroupKeys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.ordered import ack_parts
 from redisq_django.core.subscription import Subscription
 from tests.support.ordered import CONSUMER, fetch, handle_all, ordered
@@ -291,3 +291,62 @@ def test_every_ordered_script_checks_with_the_same_words(name: str) -> None:
     reference = checks.findall((SCRIPTS / "ack_ordered.lua").read_text())
     assert len(reference) == 1
     assert checks.findall((SCRIPTS / name).read_text()) == reference
+
+
+# -- retention: archive positions and marks of what it removed ---------------------------
+
+
+def trim_keys(qk: QueueKeys) -> list[str]:
+    return [qk.log, qk.meta, qk.archives]
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [
+        ("archives", "nightly:messages"),
+        ("meta", "last_trimmed"),
+        ("meta", "archive:messages"),
+    ],
+)
+@pytest.mark.parametrize("bad", ["garbage", "12-x", "", "1-2-3"])
+def test_trim_refuses_a_position_that_is_no_entry_id_before_removing_anything(
+    broker: Broker, queue_name: str, where: str, field: str, bad: str
+) -> None:
+    # Given a log of 10 acknowledged entries, an archive at entry 5, and a position or
+    # mark another client wrote
+    qk = broker.keys(queue_name)
+    broker.ensure_consumer(queue_name, "billing", "earliest")
+    ids = broker.publish_many(queue_name, [{"n": i} for i in range(10)])
+    sub = broker.subscribe(queue_name, "billing", "b1")
+    sub.ack(sub.fetch(count=10, block_ms=0))
+    broker.client.hset(qk.archives, "nightly:messages", ids[4])
+    key = qk.archives if where == "archives" else qk.meta
+    broker.client.hset(key, field, bad)
+    # When retention runs (no replay window: everything acked may go)
+    with pytest.raises(redis.ResponseError) as refused:
+        broker.scripts("trim", trim_keys(qk), ["", 0, 0, 0, 0, 1000])
+    # Then it is refused naming the key and field, and nothing was removed
+    assert_names(refused.value, key)
+    assert field in str(refused.value)
+    assert broker.client.xlen(qk.log) == 10
+    assert CorruptState(refused.value).key == key
+    # And once repaired, it trims behind the archive only
+    if where == "archives":
+        broker.client.hset(key, field, ids[4])
+    else:
+        broker.client.hdel(key, field)
+    broker.scripts("trim", trim_keys(qk), ["", 0, 0, 0, 0, 1000])
+    assert [i.decode() for i, _ in broker.client.xrange(qk.log)] == ids[5:]
+
+
+def test_archive_register_refuses_a_mark_that_is_no_entry_id(
+    broker: Broker, queue_name: str
+) -> None:
+    qk = broker.keys(queue_name)
+    broker.publish(queue_name, {"n": 1})
+    broker.client.hset(qk.meta, "last_trimmed", "yesterday")
+    with pytest.raises(CorruptState) as refused:
+        broker.archives.register(queue_name, "nightly", "messages", "earliest")
+    assert refused.value.key == qk.meta
+    assert "last_trimmed" in str(refused.value)
+    assert broker.client.hget(qk.archives, "nightly:messages") is None

@@ -326,11 +326,15 @@ def test_a_bad_registry_member_costs_only_its_own_series(
     # ...and members of the queue registry another client wrote that are no queue name
     # (each names this test's queue: a process logs a member once, whichever test saw it)
     bad = [f"{queue_name} x", f"{{{queue_name}}}", f"\u202e{queue_name}.exe"]
-    broker.client.sadd("redisq:queues", *bad, b"\xff\xfe" + queue_name.encode())
+    odd = b"\xff\xfe" + queue_name.encode()
+    broker.client.sadd("redisq:queues", *bad, odd)
 
     # When Prometheus scrapes the view (twice)
-    s = scrape(client)
-    scrape(client)
+    try:
+        s = scrape(client)
+        scrape(client)
+    finally:  # the registry is shared by every test of the session
+        broker.client.srem("redisq:queues", *bad, odd)
 
     # Then Redis is up, every series of the real queues is there with the same value,
     # and the bad members are counted, not exported

@@ -13,8 +13,7 @@ from django.utils.dateparse import parse_datetime
 from redisq_django import history
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, actions, browse
-from redisq_django.core.errors import InvalidName
-from redisq_django.core.keys import validate_name
+from redisq_django.core.keys import readable_names
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
@@ -29,12 +28,9 @@ def all_queue_names() -> list[str]:
     from redisq_django.models import Queue
 
     names = set(get_broker().queues()) | set(Queue.objects.values_list("name", flat=True))
-    readable = []
-    for name in sorted(names):
-        try:
-            readable.append(validate_name("queue", name))
-        except InvalidName as exc:
-            logger.warning("Skipping %r in the queue registry: %s", name, exc)
+    readable, others = readable_names(sorted(names))
+    for name in others:
+        logger.warning("Skipping %r in the queue registry: it is no queue name.", name)
     return readable
 
 

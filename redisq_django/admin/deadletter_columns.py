@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from redisq_django import deadletters
 from redisq_django.admin.detail import fold, pretty_json
+from redisq_django.core.wire import visible
 from redisq_django.models import DeadLetter
 
 #: Characters of an error message or payload written into a list cell (the cell shows
@@ -60,42 +61,51 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
     # The list's cells stay on one line: each is cut with an ellipsis at a width of its
     # own (styles in deadletter/change_list.html), the full value in its tooltip.
 
+    # Text another client may have written (ids, keys, names, errors) goes through
+    # core.wire.visible: an invisible or right-to-left character reads as its escape.
+
     @admin.display(description=_("message id"), ordering="message_id")
     def short_id(self, obj: DeadLetter) -> SafeString:
         key = ordering_key_of(obj)
+        message_id = visible(obj.message_id)
         if key is None:
             return format_html(
                 '<span class="redisq-cut redisq-id" title="{}">{}</span>',
-                obj.message_id,
-                obj.message_id,
+                message_id,
+                message_id,
             )
+        key = visible(key)
         # Still one line: the key after the id, both whole in the tooltip.
         return format_html(
             '<span class="redisq-cut redisq-id" title="{} ({}: {})">{} '
             '<span class="redisq-key">{}</span></span>',
-            obj.message_id,
+            message_id,
             _("ordering key"),
             key,
-            obj.message_id,
+            message_id,
             key,
         )
 
     @admin.display(description=_("ordering key"))
     def ordering_key(self, obj: DeadLetter) -> str:
-        return ordering_key_of(obj) or "-"
+        return visible(ordering_key_of(obj) or "-")
+
+    @admin.display(description=_("error message"))
+    def error_text(self, obj: DeadLetter) -> str:
+        return visible(obj.error_message)
 
     @admin.display(description=_("where"), ordering="consumer")
     def where(self, obj: DeadLetter) -> SafeString:
-        where = f"{obj.queue}/{obj.consumer}"
+        where = visible(f"{obj.queue}/{obj.consumer}")
         if obj.partition is not None:  # shown where it matters: a partitioned queue's
-            where = f"{obj.queue}#{obj.partition}/{obj.consumer}"
+            where = visible(f"{obj.queue}#{obj.partition}/{obj.consumer}")
         if obj.task:  # a task's dead letter: every one is in tasks.<queue>/tasks
             return format_html(
                 '<span class="redisq-cut redisq-where" title="{} ({})">'
                 '<span class="redisq-task">{}</span></span>',
-                obj.task,
+                visible(obj.task),
                 where,
-                obj.task,
+                visible(obj.task),
             )
         return format_html(
             '<span class="redisq-cut redisq-where" title="{}">{}</span>', where, where
@@ -106,10 +116,10 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
         return format_html(
             '<span class="redisq-cut redisq-error" title="{}: {}">'
             '<span class="redisq-error-class">{}</span> {}</span>',
-            obj.error_class or "-",
-            Truncator(obj.error_message).chars(TOOLTIP_CHARS),
-            obj.error_class or "-",
-            Truncator(obj.error_message).chars(CELL_CHARS),
+            visible(obj.error_class or "-"),
+            Truncator(visible(obj.error_message)).chars(TOOLTIP_CHARS),
+            visible(obj.error_class or "-"),
+            Truncator(visible(obj.error_message)).chars(CELL_CHARS),
         )
 
     @admin.display(description=_("payload"))

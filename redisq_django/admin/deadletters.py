@@ -87,7 +87,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         "attempts",
         "deaths",
         "error_class",
-        "error_message",
+        "error_text",
         "pretty_payload",
         "pretty_headers",
         "ordering_key",
@@ -105,7 +105,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             {
                 "fields": (
                     "error_class",
-                    "error_message",
+                    "error_text",
                     "formatted_traceback",
                     "first_failed_at",
                     "last_failed_at",

@@ -60,8 +60,17 @@ def fold(title: Any, text: str, css: str, *, open_: bool = True) -> SafeString:
     )
 
 
+#: The line above JSON shown as stored because it is nested too deep to parse.
+DEEP_NOTE = _("(nested too deep to lay out: shown as stored)")
+
+
 def pretty_json(text: str) -> str:
+    """``text`` (JSON) laid out, two spaces per level, keys sorted; undecodable text as
+    stored; JSON nested deeper than Python's parser goes (another client's) as stored,
+    after a line that says so."""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
     except ValueError:
         return text  # undecodable payloads are shown as stored (escaped by format_html)
+    except RecursionError:
+        return f"{DEEP_NOTE}\n{text}"

@@ -38,6 +38,7 @@ from redisq_django.core import Broker, browse
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
 from redisq_django.core.partition_pages import split_ref
+from redisq_django.core.wire import visible
 from redisq_django.models import Consumer, Queue
 
 CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "release", "purge")
@@ -274,7 +275,11 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
     def _release(self, request: HttpRequest, queue: str, name: str, row: Any) -> None:
-        key = decode_key(request.POST.get("key"))
+        try:
+            key = decode_key(request.POST.get("key"))
+        except ValueError as exc:
+            self.message_user(request, _not_a_key(exc), messages.ERROR)
+            return
         if key is None:
             self.message_user(request, _("No ordering key was named."), messages.ERROR)
             return
@@ -292,7 +297,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
                     "Ordering key %(key)s is not held back (any more): nothing was released. "
                     "Its holder finished meanwhile, or someone released it first."
                 )
-                % {"key": key},
+                % {"key": visible(key)},
                 messages.WARNING,
             )
             return
@@ -303,7 +308,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
                 "Released ordering key %(key)s of %(c)s: the next of its waiting messages went "
                 "to the consumer's input and holds the key now."
             )
-            % {"key": key, "c": f"{queue}/{name}"},
+            % {"key": visible(key), "c": f"{queue}/{name}"},
             messages.SUCCESS,
         )
 
@@ -345,13 +350,16 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
     def _confirm_page(
         self, request: HttpRequest, queue: str, name: str | None, action: str
     ) -> HttpResponse:
-        key = decode_key(request.GET.get("key") or request.POST.get("key"))
+        try:
+            key = decode_key(request.GET.get("key") or request.POST.get("key"))
+        except ValueError as exc:
+            raise Http404(_not_a_key(exc)) from None
         if action == "release" and key is None:
             raise Http404(_("No ordering key was named: use Release… on a held-back key."))
         titles = {
             "replay": _("Replay %(what)s?") % {"what": f"{queue}/{name}"},
             "release": _("Release ordering key %(key)s of %(what)s?")
-            % {"key": key, "what": f"{queue}/{name}"},
+            % {"key": visible(key or ""), "what": f"{queue}/{name}"},
             "purge": _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
         }
         context = {
@@ -369,3 +377,12 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             "title": titles[action],
         }
         return TemplateResponse(request, "admin/redisq_django/live/confirm.html", context)
+
+
+def _not_a_key(exc: ValueError) -> str:
+    """What an operator reads when a Release form names no ordering key that can be."""
+    return _(
+        "Nothing was released: the form's key is not an ordering key (%(why)s). Use "
+        "Release… on a key of the live page's Keys held back, or 'manage.py redisq "
+        "release-key'."
+    ) % {"why": exc}

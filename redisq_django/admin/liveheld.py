@@ -4,7 +4,8 @@ whose later messages wait, how many wait, the message holding it and why it hold
 process knows the consumer as declared ordered.
 
 Rows are cells of escaped HTML, as the lists' (:mod:`~redisq_django.admin.livelists`):
-an ordering key is any UTF-8 text up to 256 bytes, shown as text. Forms carry a key
+an ordering key is any UTF-8 text up to 256 bytes, shown as text whose invisible and
+direction-changing characters read as escapes (``core.wire.visible``). Forms carry a key
 JSON-encoded (:func:`encode_key`): a browser submits a field's line breaks as CRLF,
 which would name another key than the one shown.
 """
@@ -28,6 +29,7 @@ from redisq_django.admin.livelists import Cell, Row
 from redisq_django.consuming.declarations import declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
+from redisq_django.core.wire import visible
 
 #: The states of a holder (``HeldKey.state``).
 RUNNING, RETRYING, QUEUED, UNKNOWN = "running", "retrying", "queued", "unknown"
@@ -40,15 +42,43 @@ def encode_key(key: str) -> str:
     return json.dumps(key)
 
 
+#: The longest ordering key a Release form may name, bytes in UTF-8: keys another client
+#: wrote may be longer than publishing allows (``MAX_KEY_BYTES``), not without bound.
+MAX_FORM_KEY_BYTES = 4096
+
+
 def decode_key(text: str | None) -> str | None:
-    """The key a form field carries (:func:`encode_key`), or None when it carries none."""
+    """The key a form field carries (:func:`encode_key`), or None when it carries none.
+
+    Raises:
+        ValueError: the field holds something else (crafted, not from our form): not a
+            JSON string, empty, longer than :data:`MAX_FORM_KEY_BYTES`, or text that
+            is no UTF-8 (a lone surrogate); the message says which.
+    """
     if not text:
         return None
+    # \uXXXX is 6 characters for at most 3 bytes: a longer field is no key of that size.
+    if len(text) > 6 * MAX_FORM_KEY_BYTES + 2:
+        raise ValueError(
+            _("it is longer than any ordering key (%(n)d bytes at most)")
+            % {"n": MAX_FORM_KEY_BYTES}
+        )
     try:
         key = json.loads(text)
-    except ValueError:
-        return None
-    return key if isinstance(key, str) and key else None
+    except (ValueError, RecursionError):
+        raise ValueError(_("it is not a key as the Release button sends it")) from None
+    if not isinstance(key, str) or not key:
+        raise ValueError(_("it is not a key as the Release button sends it"))
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(_("it is not UTF-8 text")) from None
+    if size > MAX_FORM_KEY_BYTES:
+        raise ValueError(
+            _("it is longer than any ordering key (%(n)d bytes at most)")
+            % {"n": MAX_FORM_KEY_BYTES}
+        )
+    return key
 
 
 def declared_ordered(queue: str, name: str) -> bool | None:
@@ -82,9 +112,9 @@ def _at(ms: int | None) -> str:
 def why(held: HeldKey) -> SafeString:
     """Why ``held``'s key holds, in words."""
     if held.state == RUNNING:
-        return format_html("{} {}", _("running on"), held.instance or "?")
+        return format_html("{} {}", _("running on"), visible(held.instance or "?"))
     if held.state == RETRYING:
-        error = Truncator(held.last_error or "-").chars(160)
+        error = Truncator(visible(held.last_error or "-")).chars(160)
         return format_html(
             "{} {} ({}) {} {}",
             _("retrying at"),
@@ -111,12 +141,12 @@ def why(held: HeldKey) -> SafeString:
 
 def _holder(held: HeldKey, message_url: str) -> SafeString:
     if held.ref is None:
-        return format_html("{}", held.holder)
+        return format_html("{}", visible(held.holder))
     return format_html(
         '<a class="redisq-msg" href="{}?{}">{}</a>',
         message_url,
         urlencode({"ref": held.ref}),
-        held.holder,
+        visible(held.holder),
     )
 
 
@@ -146,7 +176,7 @@ def held_rows(
         cells = [
             Cell(
                 _("ordering key"),
-                format_html('<code class="redisq-key">{}</code>', h.key),
+                format_html('<code class="redisq-key">{}</code>', visible(h.key)),
                 "redisq-col-message",
             ),
             Cell(_("waiting"), format_html("{}", h.waiting)),

@@ -23,6 +23,7 @@ from redisq_django import figures
 from redisq_django.core import browse
 from redisq_django.core.browse import Entry
 from redisq_django.core.instances import Instance
+from redisq_django.core.wire import visible
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,13 @@ def _link(links: Links, entry: Entry) -> SafeString:
         '<a class="redisq-msg" href="{}?{}">{}</a>',
         links.message_url,
         urlencode({"ref": entry.ref}),
-        entry.message_id,
+        visible(entry.message_id),
     )
     key = entry.ordering_key
     if key is None:
         return link
     return format_html(
-        '{} <span class="redisq-key" title="{}">{}</span>', link, _("ordering key"), key
+        '{} <span class="redisq-key" title="{}">{}</span>', link, _("ordering key"), visible(key)
     )
 
 
@@ -124,7 +125,7 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
                 message,
                 Cell(_("next attempt"), figures.moment(e.due_ms)),
                 Cell(_("attempt"), _number(e.attempts + 1)),
-                Cell(_("last error"), format_html("{}", error), "redisq-col-error"),
+                Cell(_("last error"), format_html("{}", visible(error)), "redisq-col-error"),
                 payload,
                 Cell(_("action"), _deliver(links, e), "redisq-col-action"),
             ]
@@ -136,7 +137,7 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
                 since = format_html("{}", _("delivered %(age)s ago, waiting") % {"age": delivered})
             cells = [
                 message,
-                Cell(_("instance"), format_html("{}", e.owner), "redisq-col-instance"),
+                Cell(_("instance"), format_html("{}", visible(e.owner)), "redisq-col-instance"),
                 Cell(_("since"), since),
                 Cell(_("deliveries"), _number(e.deliveries)),
                 Cell(_("attempt"), _number(e.attempts + (e.deliveries or 0))),
@@ -170,7 +171,7 @@ def instance_rows(instances: Sequence[Instance], message_url: str) -> list[Row]:
             Row(
                 i.name,
                 [
-                    Cell(_("instance"), format_html("{}", i.name), "redisq-col-instance"),
+                    Cell(_("instance"), format_html("{}", visible(i.name)), "redisq-col-instance"),
                     Cell(
                         _("state"),
                         format_html(

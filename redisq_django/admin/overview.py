@@ -28,8 +28,7 @@ from redisq_django.admin.live import live_stats, queue_names
 from redisq_django.admin.livedata import overview_trends
 from redisq_django.conf import get_settings
 from redisq_django.core.clock import now_ms
-from redisq_django.core.errors import InvalidName
-from redisq_django.core.keys import validate_name
+from redisq_django.core.keys import readable_names
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.figures import HELP, consumer_state
 from redisq_django.models import Consumer, DeadLetter, Overview, Queue
@@ -225,7 +224,7 @@ def overview_context() -> dict[str, Any]:
     """Every queue (in Redis or in the database) with its consumers' states and live
     figures: three queries and three Redis round trips, whatever their number."""
     names = queue_names()
-    readable, unreadable = _split_names(names.value or [])
+    readable, unreadable = readable_names(names.value or [])
     rows = list(Consumer.objects.select_related("queue"))
     queues = {q.name: q for q in Queue.objects.all()}
     all_names = sorted(set(readable) | set(queues))
@@ -261,18 +260,6 @@ def overview_context() -> dict[str, Any]:
         "redisq_error": names.error or live.error,
         "redisq_glossary": [(k, HELP[k]) for k in GLOSSARY],
     }
-
-
-def _split_names(names: list[str]) -> tuple[list[str], list[str]]:
-    """``names`` as (valid queue names, the others). Any Redis client may add a member to
-    the registry; one that is no queue name must not take every queue's figures down."""
-    readable, unreadable = [], []
-    for name in names:
-        try:
-            readable.append(validate_name("queue", name))
-        except InvalidName:
-            unreadable.append(name)
-    return readable, unreadable
 
 
 #: The figures the overview explains under its table.

@@ -26,6 +26,7 @@ from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import (
     ConfigurationError,
     ConsumerNotFound,
+    CorruptState,
     InvalidKey,
     InvalidName,
     LayoutRefused,
@@ -58,6 +59,7 @@ __all__ = [
     "ConsumerSpec",
     "ConsumerStats",
     "CoreConfig",
+    "CorruptState",
     "DeadEntry",
     "DeadReason",
     "Delivery",

@@ -142,6 +142,19 @@ class ProtocolMismatch(RedisqError):
         )
 
 
+class CorruptState(RedisqError):
+    """A script refused a value in Redis that redisq's scripts did not write (another
+    client's): its reply names the key (PROTOCOL.md, "What the scripts check")."""
+
+    def __init__(self, cause: BaseException) -> None:
+        text = str(cause)
+        found = _CORRUPT_KEY.search(text)
+        #: The key that holds what redisq did not write (None if the reply names none).
+        self.key: str | None = found.group(1) if found else None
+        detail = text[found.start() :] if found else text
+        super().__init__(f"A redisq script refused a value it did not write: {detail}")
+
+
 class ArchiveNotRegistered(RedisqError):
     """A named archive is not registered on a queue (never, or removed since)."""
 
@@ -256,6 +269,7 @@ ERROR_CODES = frozenset(
 REDISQ_ERROR_CODES = frozenset(
     {
         "NOARCHIVE",  # archive_commit.lua: the named archive is not registered
+        "REDISQ_CORRUPT",  # a value the scripts read but no script wrote (CorruptState)
         "REDISQ_LAYOUT",  # writers, partitions.lua: another number of partitions recorded
         "REDISQ_PROTOCOL",  # every script: the caller speaks another protocol version
     }
@@ -293,6 +307,9 @@ _BEFORE_CODE = re.compile(
     re.DOTALL,
 )
 _WORD = re.compile(r"[A-Z][A-Z_]*(?= |$)")
+# A REDISQ_CORRUPT reply: "REDISQ_CORRUPT key <key> [field <field>] holds ..." (the key
+# has no space but a waiting list's, whose ordering key may: it ends at " holds ").
+_CORRUPT_KEY = re.compile(r"REDISQ_CORRUPT key (.{1,600}?) (?:field .{0,600}? )?holds ", re.DOTALL)
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -363,8 +380,9 @@ def translate_errors(method: Callable[P, R]) -> Callable[P, R]:
     """Turn redis-py errors of a method whose object has a ``client`` into ours:
     refusals into :class:`RedisRefused`, connection failures into
     :class:`RedisUnavailable`, NOGROUP into :class:`ConsumerNotFound` when the object
-    has a ``queue`` and a ``consumer`` (a subscription), and a script's refusal of another
-    protocol version into :class:`ProtocolMismatch`."""
+    has a ``queue`` and a ``consumer`` (a subscription), a script's refusal of another
+    protocol version into :class:`ProtocolMismatch`, and its refusal of a value it did
+    not write into :class:`CorruptState`."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -395,4 +413,6 @@ def translated(exc: redis.RedisError, owner: object) -> BaseException:
         return ProtocolMismatch(exc)
     if error_code(exc) == "REDISQ_LAYOUT":
         return LayoutRefused(exc)
+    if error_code(exc) == "REDISQ_CORRUPT":
+        return CorruptState(exc)
     return exc

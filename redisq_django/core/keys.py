@@ -46,6 +46,7 @@ PROTOCOL.md documents the same catalogue for clients in other languages.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from redisq_django.core.errors import InvalidName
@@ -66,6 +67,20 @@ def validate_name(kind: str, name: str) -> str:
             f"Invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '.' or '-'."
         )
     return name
+
+
+def readable_names(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``names`` split into the valid ones and the others, each list in the given order.
+
+    A registry such as ``redisq:queues`` is a set any Redis client may add to: a member
+    that is no valid name (``x y``, ``{q}``, bytes that are not UTF-8) must cost only its
+    own line of a listing, never the listing. Callers show or log the others.
+    """
+    valid: list[str] = []
+    invalid: list[str] = []
+    for name in names:
+        (valid if isinstance(name, str) and NAME_RE.match(name) else invalid).append(name)
+    return valid, invalid
 
 
 @dataclass(frozen=True)

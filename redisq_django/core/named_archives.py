@@ -166,6 +166,7 @@ class Archives:
         partitioned queue, refused on another: ``PartitionedQueueError``)."""
         return pick(self.layout(queue), partition, "an archive position")
 
+    @translate_errors
     def register(
         self,
         queue: str,

@@ -26,7 +26,7 @@ import redis
 
 from redisq_django.core.batch import Command, run_batch
 from redisq_django.core.errors import InvalidName
-from redisq_django.core.keys import QueueKeys, registry_key, sampler_key
+from redisq_django.core.keys import QueueKeys, readable_names, registry_key, sampler_key
 from redisq_django.core.stats import QueueStats, read_many
 from redisq_django.core.trends import SAMPLE_INTERVAL_S, sample_commands
 from redisq_django.core.types import RedisClient
@@ -80,7 +80,7 @@ class SiteSampler:
             won, holder, members = pipe.execute()
         if not won and (holder is None or to_str(holder) != self.holder):
             return []
-        keys = _valid(self.keys, sorted(to_str(m) for m in members))
+        keys = [self.keys(q) for q in readable_names(sorted(to_str(m) for m in members))[0]]
         if len(keys) > MAX_QUEUES:
             logger.warning(
                 "Trends: %d queues, only the first %d (by name) get backlog samples.",
@@ -140,15 +140,3 @@ def record(
     if commands:
         run_batch(client, commands, transaction=False)
     return bool(commands)
-
-
-def _valid(keys: Callable[[str], QueueKeys], names: Sequence[str]) -> list[QueueKeys]:
-    """The keys of ``names``, without the members of the registry that are no queue name
-    (another client may write anything there)."""
-    out = []
-    for name in names:
-        try:
-            out.append(keys(name))
-        except InvalidName:
-            continue
-    return out

@@ -36,6 +36,17 @@ def loggable(value: Any) -> str:
     return text if text.isprintable() else repr(text)
 
 
+def visible(text: str) -> str:
+    """``text`` with every character that does not print as its escape (``\\n``,
+    ``\\u202e``): line breaks, tabs, right-to-left and left-to-right overrides and
+    isolates, zero-width and other invisible characters. What a reader sees is then what
+    the text holds (``"\\u202egnp.exe"`` never reads as "exe.png"). ``manage.py redisq
+    held`` and the admin show any text another client may have written through it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def to_bytes(value: Any) -> bytes:
     """Bytes of a value (text is encoded as UTF-8)."""
     if isinstance(value, bytes):

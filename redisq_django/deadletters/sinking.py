@@ -24,6 +24,7 @@ from redisq_django.connection import get_broker
 from redisq_django.core.dead_entry import DeadEntry, normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.keys import readable_names
 from redisq_django.core.task_wire import task_of
 from redisq_django.models import DeadLetter, DeadLetterFailure
 
@@ -190,7 +191,9 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
     """
     broker = get_broker()
     if pairs is None:
-        pairs = [(q, c) for q in broker.queues() for c in broker.consumers(q)]
+        # A registry member that is no queue name (another client's) is no queue to sink.
+        queues, _ = readable_names(broker.queues())
+        pairs = [(q, c) for q in queues for c in broker.consumers(q)]
     moved = 0
     failed: Exception | None = None
     for queue, consumer in pairs:

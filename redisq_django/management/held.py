@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 from redisq_django import operations
 from redisq_django.arguments import positive_int
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
+from redisq_django.core.wire import visible
 from redisq_django.management.console import (
     Write,
     add_user_option,
@@ -58,11 +59,6 @@ def add_held(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     add_user_option(release)
 
 
-def shown(key: str) -> str:
-    """``key`` on one line: what does not print (line breaks, tabs) escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in key)
-
-
 def _when(ms: int | None) -> str:
     if ms is None:
         return "-"
@@ -74,7 +70,7 @@ def why(held: HeldKey) -> str:
     if held.state == "running":
         return f"running on {held.instance or '?'}"
     if held.state == "retrying":
-        return f"retrying at {_when(held.due_ms)} after: {shown(held.last_error or '-')[:60]}"
+        return f"retrying at {_when(held.due_ms)} after: {visible(held.last_error or '-')[:60]}"
     if held.state == "queued":
         return "queued in the consumer's input"
     if held.state == "unseen":
@@ -92,7 +88,7 @@ def held(opts: dict[str, Any], write: Write) -> None:
         return
     rows = [["KEY", "WAITING", "HELD BY", "WHY"]]
     for h in found[:limit]:
-        rows.append([shown(h.key), str(h.waiting), h.holder, why(h)])
+        rows.append([visible(h.key), str(h.waiting), h.holder, why(h)])
     write(table(rows))
     if len(found) > limit:
         write(f"(the {limit} keys with the most messages waiting shown; more are held back)")
@@ -106,12 +102,12 @@ def release_key(opts: dict[str, Any], write: Write) -> None:
     check_names(queue, consumer)
     if not operations.release_key(queue, consumer, key):
         raise CommandError(
-            f"Ordering key '{shown(key)}' holds back nothing on {queue}/{consumer} (its holder "
+            f"Ordering key '{visible(key)}' holds back nothing on {queue}/{consumer} (its holder "
             f"finished, or it was released): nothing was released. 'redisq held {queue} "
             f"{consumer}' lists the held keys."
         )
     write(
-        f"Released ordering key '{shown(key)}' of {queue}/{consumer}: the next of its "
+        f"Released ordering key '{visible(key)}' of {queue}/{consumer}: the next of its "
         "waiting messages went to the consumer's input and holds the key now."
     )
     text = operations.released_key_log(key)

@@ -144,6 +144,15 @@ REDIS_UP = Family(
     "other redisq gauges are then missing).",
     "redis",
 )
+UNREADABLE = Family(
+    "redisq_unreadable_queues",
+    Kind.GAUGE,
+    (),
+    "Queues whose figures this scrape could not read: a member of the queue registry "
+    "that is no queue name (another client wrote it), or a queue whose records refused "
+    "to be read. Only their own series are missing; the view logs each once.",
+    "redis",
+)
 QUEUE_LENGTH = Family(
     "redisq_queue_length",
     Kind.GAUGE,
@@ -251,6 +260,7 @@ ALL = (
     DURATION,
     LATENCY,
     REDIS_UP,
+    UNREADABLE,
     QUEUE_LENGTH,
     DELAYED,
     PUBLISHED,

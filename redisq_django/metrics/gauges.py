@@ -5,7 +5,9 @@ not, the figures are those of the queue. They are read with the same pipelined c
 as ``manage.py redisq status`` and the admin (``broker.operator.stats``) plus one
 ``XINFO STREAM`` per queue for the published count (``broker.operator.entries_added``).
 A Redis that does not answer in time makes ``redisq_redis_up`` 0 and the rest missing,
-never a failed scrape.
+never a failed scrape. One queue that cannot be read (a registry member that is no queue
+name, which any Redis client may write, or records that refuse to be read) costs only
+its own series: it is counted in ``redisq_unreadable_queues`` and logged once.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from typing import Any
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.errors import RedisqError
+from redisq_django.core.errors import RedisqError, RedisUnavailable
+from redisq_django.core.keys import readable_names
 from redisq_django.core.stats import QueueStats
 from redisq_django.metrics import extras, families
 
 logger = logging.getLogger("redisq.metrics")
+
+#: The unreadable queues already logged by this process (at most this many are kept).
+_LOGGED_MAX = 1000
+_logged: set[str] = set()
 
 #: Figures of (queue, consumer) that Redis does not hold (from the database).
 PerConsumer = Mapping[tuple[str, str], float]
@@ -55,7 +62,7 @@ class QueueCollector:
         extras.prometheus()  # names the extra when it is missing
         up = _family(families.REDIS_UP)
         try:
-            stats, added = self._read()
+            stats, added, unreadable = self._read()
         except (RedisqError, redis.RedisError, OSError) as exc:
             logger.warning("redisq metrics: Redis did not answer: %s", exc)
             up.add_metric([], 0)
@@ -63,15 +70,36 @@ class QueueCollector:
             return
         up.add_metric([], 1)
         yield up
+        left_out = _family(families.UNREADABLE)
+        left_out.add_metric([], unreadable)
+        yield left_out
         yield from self._queue_families(stats, added)
         yield from self._consumer_families(stats)
 
     # -- reading -------------------------------------------------------------------------
 
-    def _read(self) -> tuple[list[QueueStats], dict[str, int]]:
+    def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
+        """The stats and published counts of every readable queue, and how many were not."""
         broker = self.connect()
-        names = sorted({*broker.queues(), *self.queues()})
-        return broker.operator.stats(names), broker.operator.entries_added(names)
+        names, invalid = readable_names(sorted({*broker.queues(), *self.queues()}))
+        for name in invalid:
+            _log_once(name, "is in the queue registry but is no queue name")
+        try:
+            stats = broker.operator.stats(names)
+        except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError, OSError):
+            raise
+        except (RedisqError, redis.RedisError):  # one queue's records: read one by one
+            stats = []
+            for name in names:
+                try:
+                    stats += broker.operator.stats([name])
+                except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError, OSError):
+                    raise
+                except (RedisqError, redis.RedisError) as exc:
+                    _log_once(name, f"could not be read: {exc}")
+                    invalid.append(name)
+        read = [q.name for q in stats]
+        return stats, broker.operator.entries_added(read), len(invalid)
 
     # -- families ------------------------------------------------------------------------
 
@@ -129,6 +157,15 @@ class QueueCollector:
             out[families.DEAD].add_metric(list(key), dead_elsewhere.get(key, 0))
             out[families.PAUSED].add_metric(list(key), paused.get(key, 0))
         yield from out.values()
+
+
+def _log_once(queue: str, why: str) -> None:
+    """Log an unreadable queue at its first scrape in this process (not at every one)."""
+    if queue in _logged:
+        return
+    if len(_logged) < _LOGGED_MAX:
+        _logged.add(queue)
+    logger.warning("redisq metrics: queue %r %s; its series are left out.", queue, why)
 
 
 def _family(fam: families.Family) -> Any:

@@ -10,6 +10,7 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.errors import ArchiveNotRegistered
+from redisq_django.core.keys import readable_names
 from redisq_django.core.named_archives import (
     TRIMMED_FIELDS,
     ArchivedStream,
@@ -72,7 +73,8 @@ def queues_to_archive(options: ArchiveOptions) -> tuple[str, ...]:
             "Check the URL (--redis-url; for manage.py REDISQ['URL'] or the cache) and "
             "that Redis runs."
         ) from exc
-    return options.queues or tuple(existing)
+    # A registry member that is no queue name (another client's) is no queue to archive.
+    return options.queues or tuple(readable_names(existing)[0])
 
 
 def queue_places(

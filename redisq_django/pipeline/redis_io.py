@@ -16,7 +16,7 @@ import redis
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
-from redisq_django.core.keys import registry_key
+from redisq_django.core.keys import readable_names, registry_key
 from redisq_django.core.named_archives import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.types import RedisClient, execute
 from redisq_django.pipeline import places
@@ -120,10 +120,11 @@ class StreamRef:
 
 
 def list_queues(conn: RedisClient, options: SourceOptions) -> list[str]:
-    """The queues to read: the ``queue`` option, else every queue in ``P:queues``."""
+    """The queues to read: the ``queue`` option, else every queue in ``P:queues`` (but a
+    member that is no queue name: another client may write anything there)."""
     if options.queues:
         return list(options.queues)
-    return sorted(text(q) for q in conn.smembers(registry_key(options.prefix)))
+    return readable_names(sorted(text(q) for q in conn.smembers(registry_key(options.prefix))))[0]
 
 
 def streams(

@@ -1,5 +1,5 @@
 """Template tags of the admin pages: figures with their help text, unknown figures as
-unknown, state badges (``{% load redisq_admin %}``)."""
+unknown, state badges, text another client wrote shown visibly (``{% load redisq_admin %}``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ from django import template
 from django.utils.safestring import SafeString
 
 from redisq_django import figures
+from redisq_django.core.wire import visible as visible_text
 
 register = template.Library()
+
+
+@register.filter
+def visible(value: Any) -> str:
+    """``value`` as text whose invisible and direction-changing characters show as
+    escapes (``core.wire.visible``); escaped as HTML like any other text."""
+    return visible_text("" if value is None else str(value))
 
 
 @register.simple_tag(name="help")

@@ -293,7 +293,7 @@ def test_a_script_payload_renders_as_text(page: Page, live_server: Any, broker: 
     payload = page.locator("pre.redisq-json").first
     expect(payload).to_contain_text(script)
     expect(payload.locator("script")).to_have_count(0)
-    error = page.locator("div.field-error_message div.readonly")
+    error = page.locator("div.field-error_text div.readonly")
     expect(error).to_have_text("card declined <b>")
     expect(error.locator("b")).to_have_count(0)
     assert page.evaluate("() => window.redisqXss") is None

@@ -21,6 +21,7 @@ from playwright.sync_api import Page, expect
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.core import ConsumerSpec, Message, Reject, RetryPolicy
+from redisq_django.core.wire import visible
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import Consumer, Queue
 from tests.browser.test_admin_browser import PASSWORD, log_in
@@ -195,12 +196,12 @@ def test_a_held_back_key_says_why_and_is_released_from_the_page(
     expect(held).to_have_count(4)
     page.screenshot(path=str(artifacts / "live-held-keys-1440.png"), full_page=True)
 
-    # Then each row says why, the odd key shown as the text it is
+    # Then each row says why, the odd key shown as the text it is (its line break as \n)
     retry = page.locator('#redisq-held-list tr[data-key="retry-me"]')
     expect(retry).to_contain_text("retrying at")
     expect(retry).to_contain_text("after: ValueError: card declined")
     odd = held.first
-    assert odd.locator("code.redisq-key").evaluate("e => e.textContent") == ODD_KEY
+    assert odd.locator("code.redisq-key").evaluate("e => e.textContent") == visible(ODD_KEY)
     expect(odd).to_contain_text("running on i1")
 
     # When staff press Release… on retry-me, and confirm
@@ -224,6 +225,40 @@ def test_a_held_back_key_says_why_and_is_released_from_the_page(
     assert sorted(m.id for m in got if m.key in ("retry-me", ODD_KEY)) == sorted(
         [made.later["retry-me"][0], made.later[ODD_KEY][0]]
     )
+
+
+def test_a_right_to_left_key_reads_as_its_escapes_on_the_held_keys_list(
+    page: Page, live_server: Any, ops: User, redisq_settings: Any, artifacts: Path
+) -> None:
+    # Given a key held back whose text is "\u202egnp.exe" (raw, it reads "exe.png")
+    live.clear()
+    broker = get_broker()
+    Consumer.objects.create(
+        queue=Queue.objects.create(name="uploads"), name="ledger", handler="shop.x.ledger"
+    )
+    broker.ensure_consumer("uploads", "ledger")
+    broker.publish_many("uploads", [{"n": 0}, {"n": 1}], key="\u202egnp.exe")
+    sub = broker.subscribe("uploads", "ledger", "i1", ordered=True)
+    assert len(sub.fetch(count=10, block_ms=200)) == 1
+    # When staff open the consumer's live page
+    log_in(page, live_server, ops)
+    page.goto(
+        live_server.url + reverse("admin:redisq_django_consumer_live", args=["uploads", "ledger"])
+    )
+    key = page.locator("#redisq-held-list tbody tr code.redisq-key")
+    expect(key).to_have_count(1)
+    page.screenshot(path=str(artifacts / "live-held-bidi-key.png"), full_page=True)
+    # Then the key reads as its escape, left to right, as the console shows it
+    assert key.evaluate("e => e.innerText") == "\\u202egnp.exe"
+    assert "\u202e" not in page.locator("#redisq-held-list").inner_text()
+    # And Release… still acts on the key itself
+    page.locator("#redisq-held-list").get_by_role("button", name="Release…").click()
+    expect(page.locator("#redisq-confirm-key")).to_have_text("\\u202egnp.exe")
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "Released ordering key \\u202egnp.exe"
+    )
+    assert [d.payload["n"] for d in sub.fetch(count=10, block_ms=200)] == [1]
 
 
 def test_the_charts_add_up_to_what_was_published_handled_and_failed(

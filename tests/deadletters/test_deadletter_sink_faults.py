@@ -158,3 +158,21 @@ def test_redis_down_stops_the_sink_at_once_with_one_error(
     with pytest.raises(RedisUnavailable):
         deadletters.sink_all(pairs)
     assert "could not be sunk" not in caplog.text
+
+
+def test_a_registry_member_that_is_no_queue_name_does_not_stop_the_sink(
+    queue_name: str, broker: Any
+) -> None:
+    # Given a dead letter in Redis, and a member of the queue registry that is no queue
+    # name (another client's; removed after: the registry is shared by every test)
+    dead_entry(broker, queue_name, "a", "good-a")
+    broker.client.sadd("redisq:queues", f"{queue_name} x")
+    try:
+        # When the worker's sink runs over every queue Redis knows
+        deadletters.sink_all()
+    finally:
+        broker.client.srem("redisq:queues", f"{queue_name} x")
+    # Then the dead letter reached the database
+    stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)
+    assert list(stored) == ["good-a"]
+    assert broker.dead_letters(queue_name, "a") == []

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.management.held import shown
+from redisq_django.core.wire import visible as shown
 from tests.support.held_data import CONSUMER, INSTANCE, ODD_KEY, Held, held_consumer
 
 pytestmark = pytest.mark.django_db

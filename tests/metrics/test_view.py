@@ -306,3 +306,53 @@ def test_the_collector_reads_a_redis_cluster(redis_cluster: Any) -> None:
     for q in ("alpha", "omega"):
         assert sample(s, "redisq_published_messages_total", queue=q) == 3
         assert sample(s, "redisq_backlog_messages", queue=q, consumer="billing") == 3
+
+
+# -- records another client wrote --------------------------------------------------------
+
+
+@pytest.mark.servers
+@pytest.mark.usefixtures("metrics_settings", "empty_redis")
+def test_a_bad_registry_member_costs_only_its_own_series(
+    client: Client, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two real queues with a consumer and messages each...
+    broker = get_broker()
+    queues = [f"{queue_name}-a", f"{queue_name}-b"]
+    for q in queues:
+        broker.ensure_consumer(q, "billing", "earliest")
+        broker.publish_many(q, [{"n": i} for i in range(3)])
+    healthy = scrape(client)
+    # ...and members of the queue registry another client wrote that are no queue name
+    # (each names this test's queue: a process logs a member once, whichever test saw it)
+    bad = [f"{queue_name} x", f"{{{queue_name}}}", f"\u202e{queue_name}.exe"]
+    odd = b"\xff\xfe" + queue_name.encode()
+    broker.client.sadd("redisq:queues", *bad, odd)
+
+    # When Prometheus scrapes the view (twice)
+    try:
+        s = scrape(client)
+        scrape(client)
+    finally:  # the registry is shared by every test of the session
+        broker.client.srem("redisq:queues", *bad, odd)
+
+    # Then Redis is up, every series of the real queues is there with the same value,
+    # and the bad members are counted, not exported
+    assert sample(s, "redisq_redis_up") == 1
+    assert sample(s, "redisq_unreadable_queues") == 4
+    assert sample(healthy, "redisq_unreadable_queues") == 0
+    for key, value in healthy.items():
+        if key[0] not in ("redisq_unreadable_queues",) and "age_seconds" not in key[0]:
+            assert s.get(key) == value, key
+    for q in queues:
+        assert sample(s, "redisq_backlog_messages", queue=q, consumer="billing") == 3
+    labelled = {v for key in s for _, v in key[1]}
+    assert not labelled & set(bad)
+    # And each bad member is logged once, not at every scrape
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if "is no queue name" in r.getMessage() and queue_name in r.getMessage()
+    ]
+    assert len(logged) == 4
+    assert any(repr(f"{queue_name} x") in line for line in logged)

@@ -18,6 +18,9 @@
 -- An archive registered already keeps its position: registering is idempotent.
 -- Returns {status, position}: status 0 registered already, 1 registered now, 2 registered
 -- now at the position an earlier version's unnamed archive recorded.
+-- The mark and the unnamed archive's position it reads in KEYS[2] must be entry ids
+-- (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key <key>
+-- field <field> holds ...", nothing written.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
@@ -50,13 +53,36 @@ local function later(a, b) -- of two ids (text), the later
   return b
 end
 
+-- >>> positions (the same words in trim.lua and archive_register.lua; PROTOCOL.md, "What
+-- the scripts check"). An archive's position and a mark of what retention removed are
+-- entry ids only the scripts write; another client's text there is refused before the
+-- first write, naming the key and field: read as an id it would stop retention half-way
+-- or move its floor past what an archive still needs.
+local function is_id(text)
+  return #text <= 41 and (string.match(text, '^%d+%-%d+$') or string.match(text, '^%d+$')) ~= nil
+end
+local function not_an_id(key, field, value)
+  local function shown(text)
+    return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
+  end
+  return redis.error_reply('REDISQ_CORRUPT key ' .. shown(key) .. ' field ' .. shown(field)
+    .. " holds '" .. shown(value) .. "', not an entry id: only redisq's scripts write it. "
+    .. 'Nothing was done: repair it as PROTOCOL.md says ("What the scripts check"), then '
+    .. 'call again')
+end
+-- <<< positions
+
 local status, position = 1, nil
 local legacy = redis.call('HGET', KEYS[2], 'archive:' .. table_name)
+if legacy and not is_id(legacy) then
+  return not_an_id(KEYS[2], 'archive:' .. table_name, legacy)
+end
 if name == 'default' and legacy then
   status, position = 2, legacy
   redis.call('HDEL', KEYS[2], 'archive:' .. table_name)
 else
   local trimmed = redis.call('HGET', KEYS[2], mark) or '0-0'
+  if not is_id(trimmed) then return not_an_id(KEYS[2], mark, trimmed) end
   if start == 'earliest' then
     position = trimmed
   elseif start == 'latest' then

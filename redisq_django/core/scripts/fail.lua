@@ -37,7 +37,9 @@
 -- lease expired and another instance owns it now: that instance settles it instead).
 -- A key of the wrong type is refused (WRONGTYPE) before anything is written: Redis does
 -- not undo a script's earlier writes, and the entry must stay pending rather than be
--- acknowledged without its retry or dead letter.
+-- acknowledged without its retry or dead letter. So is, for an ordered consumer's dead
+-- letter, what handing its key on reads (as in ack_ordered.lua: PROTOCOL.md, "What the
+-- scripts check"): an error reply "REDISQ_CORRUPT key <key> holds ...", nothing written.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
@@ -54,6 +56,48 @@ local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
 if #pending == 0 then return 0 end
 if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
 
+-- Where the event's and the envelope's arguments are; an ordered consumer's come between.
+local first, k, ordered = 8, 0, nil
+if #KEYS >= 4 then
+  k = tonumber(ARGV[8])
+  first = 9 + 2 * k
+  if KEYS[5] then
+    ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
+    first = first + 3
+  end
+end
+local holders, direct, held_back = KEYS[5], KEYS[6], KEYS[7]
+local prefix = ordered and ordered.prefix
+
+-- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
+-- scripts check"). What a call reads but did not write is checked before its first write:
+-- Redis does not undo a script's earlier writes, so a value refused half-way would lose
+-- or duplicate a message. A check returns an error reply naming the key, or nil.
+local function corrupt(key, found, wanted)
+  local function shown(text)
+    return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
+  end
+  return redis.error_reply('REDISQ_CORRUPT key ' .. shown(key) .. ' holds ' .. shown(found)
+    .. ', not ' .. wanted .. ": only redisq's scripts write it. Nothing was done: repair "
+    .. 'it as PROTOCOL.md says ("What the scripts check"), then call again')
+end
+local function check_type(key, wanted)
+  local found = redis.call('TYPE', key)['ok']
+  if found == 'none' or found == wanted then return nil end
+  return corrupt(key, 'a ' .. found, 'a ' .. wanted)
+end
+-- A count of messages (held_back): absent, or a whole number as INCR and DECR take it.
+local function check_count(key)
+  local refused = check_type(key, 'string')
+  if refused then return refused end
+  local value = redis.call('GET', key)
+  if not value or value == '0' or (#value <= 18 and string.match(value, '^%-?[1-9]%d*$')) then
+    return nil
+  end
+  return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
+end
+-- <<< foreign state
+
 local wanted = {{KEYS[2], 'zset'}, {KEYS[3], 'stream'}, {KEYS[4], 'stream'}}
 for _, key in ipairs(wanted) do
   if key[1] then
@@ -67,27 +111,56 @@ end
 
 -- An ordered consumer's dead letter hands its key on to the next message of the key's
 -- waiting list (or frees it), as ack_ordered.lua does for a handled message.
-local function hand_on(o)
-  local holders, direct = KEYS[5], KEYS[6]
-  if redis.call('HGET', holders, o.key) ~= o.mid then return end
+-- >>> ordered hand-over (the same text in ack_ordered.lua and fail.lua). It uses the
+-- script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the waiting
+-- lists: the list of ordering key k is prefix .. k).
+
+-- The fields of a waiting list's member (a JSON object of at most 1000 string values, as
+-- read_ordered.lua writes it) and its message id; nil for anything else, which is handed
+-- on whole as `raw` (its reader makes it a dead letter, undecodable): never re-encoded.
+local function fields_of(member)
+  local ok, decoded = pcall(cjson.decode, member)
+  if not ok or type(decoded) ~= 'table' or type(decoded.id) ~= 'string' then return nil end
+  local flat = {}
+  for k, v in pairs(decoded) do
+    if type(v) ~= 'string' or #flat >= 2000 then return nil end
+    flat[#flat + 1] = k
+    flat[#flat + 1] = v
+  end
+  return flat, decoded.id
+end
+
+-- Before the first write: what handing on key `key` (held by message `mid`) reads.
+local function check_hand_on(key, mid)
+  local refused = check_type(holders, 'hash') or check_type(direct, 'stream')
+  if refused or key == '' or redis.call('HGET', holders, key) ~= mid then return refused end
+  return check_count(held_back) or check_type(prefix .. key, 'list')
+end
+
+-- Key `key`, held by message `mid`, passes to the next message of its list (or is freed).
+local function hand_on(key, mid)
+  if redis.call('HGET', holders, key) ~= mid then return end
+  local list = prefix .. key
   for _ = 1, 100 do
-    local member = redis.call('LPOP', o.prefix .. o.key)
+    local member = redis.call('LPOP', list)
     if not member then break end
-    redis.call('DECR', KEYS[7])
-    local ok, decoded = pcall(cjson.decode, member)
-    if ok and type(decoded) == 'table' and type(decoded.id) == 'string' then
-      local flat = {}
-      for f, v in pairs(decoded) do
-        flat[#flat + 1] = f
-        flat[#flat + 1] = tostring(v)
-      end
-      redis.call('XADD', direct, '*', unpack(flat))
-      redis.call('HSET', holders, o.key, decoded.id)
+    redis.call('DECR', held_back)
+    local fields, id = fields_of(member)
+    if fields then
+      redis.call('XADD', direct, '*', unpack(fields))
+      redis.call('HSET', holders, key, id)
       return
     end
+    -- Not ours (another client's): delivered as is, dead-lettered as undecodable.
     redis.call('XADD', direct, '*', 'raw', member)
   end
-  redis.call('HDEL', holders, o.key)
+  redis.call('HDEL', holders, key)
+end
+-- <<< ordered hand-over
+
+if ordered and mode ~= 'retry' then
+  local refused = check_hand_on(ordered.key, ordered.mid)
+  if refused then return refused end
 end
 
 local due = ARGV[7]
@@ -99,15 +172,8 @@ if mode == 'retry' and string.sub(due, 1, 1) == '+' then
   due = string.format('%d', now + tonumber(string.sub(due, 2)))
 end
 
-local first, ordered = 8, nil
 if #KEYS >= 4 then
-  local k = tonumber(ARGV[8])
-  first = 9 + 2 * k
-  local event_end = first - 1  -- the event's last ARGV (an ordered consumer's args follow)
-  if KEYS[5] then
-    ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
-    first = first + 3
-  end
+  local event_end = 8 + 2 * k  -- the event's last ARGV (an ordered consumer's args follow)
   if k > 0 then
     -- The event as given, but its `next_due`: a `retried` event's is the due time above.
     local event, retried = {}, false
@@ -135,6 +201,6 @@ if mode == 'retry' then
   redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
 else
   redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
-  if ordered and ordered.key ~= '' then hand_on(ordered) end
+  if ordered and ordered.key ~= '' then hand_on(ordered.key, ordered.mid) end
 end
 return 1

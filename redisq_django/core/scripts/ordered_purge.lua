@@ -16,6 +16,10 @@
 -- instance settles it, or another takes it over) stays held, so nothing of that key runs
 -- beside it; its waiting list is dropped like the others (purged work).
 -- Returns {keys freed, waiting messages dropped}.
+--
+-- Before anything is deleted, KEYS[3] must be a hash and each waiting list a list
+-- (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key <key>
+-- holds ..." and nothing is done. KEYS[4] is deleted, never read.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
@@ -28,6 +32,45 @@ end
 
 local call = redis.call
 local group, prefix, limit = ARGV[2], ARGV[3], tonumber(ARGV[4]) or 0
+local holders = KEYS[3]
+
+-- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
+-- scripts check"). What a call reads but did not write is checked before its first write:
+-- Redis does not undo a script's earlier writes, so a value refused half-way would lose
+-- or duplicate a message. A check returns an error reply naming the key, or nil.
+local function corrupt(key, found, wanted)
+  local function shown(text)
+    return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
+  end
+  return redis.error_reply('REDISQ_CORRUPT key ' .. shown(key) .. ' holds ' .. shown(found)
+    .. ', not ' .. wanted .. ": only redisq's scripts write it. Nothing was done: repair "
+    .. 'it as PROTOCOL.md says ("What the scripts check"), then call again')
+end
+local function check_type(key, wanted)
+  local found = redis.call('TYPE', key)['ok']
+  if found == 'none' or found == wanted then return nil end
+  return corrupt(key, 'a ' .. found, 'a ' .. wanted)
+end
+-- A count of messages (held_back): absent, or a whole number as INCR and DECR take it.
+local function check_count(key)
+  local refused = check_type(key, 'string')
+  if refused then return refused end
+  local value = redis.call('GET', key)
+  if not value or value == '0' or (#value <= 18 and string.match(value, '^%-?[1-9]%d*$')) then
+    return nil
+  end
+  return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
+end
+-- <<< foreign state
+
+-- The holders, and the waiting list of each, before anything is deleted.
+local refused = check_type(holders, 'hash')
+if refused then return refused end
+local held = call('HGETALL', holders)
+for i = 1, #held, 2 do
+  refused = check_type(prefix .. held[i], 'list')
+  if refused then return refused end
+end
 
 -- The message ids in flight: the `id` field of each pending entry, else its entry id.
 local in_flight = {}
@@ -49,7 +92,6 @@ for s = 1, 2 do
 end
 
 local freed, dropped = 0, 0
-local held = call('HGETALL', KEYS[3])
 for i = 1, #held, 2 do
   local key, holder = held[i], held[i + 1]
   dropped = dropped + call('LLEN', prefix .. key)

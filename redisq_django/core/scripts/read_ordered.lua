@@ -25,6 +25,13 @@
 -- entries delivered, each {id, {field, value, ...}}; how many were read in all (delivered
 -- or set waiting); and for a stream read to its end, the id of its last entry ("0-0":
 -- empty), from which XREAD BLOCK waits for new ones (else "": read again at once).
+--
+-- What it reads but did not write is checked (PROTOCOL.md, "What the scripts check"):
+-- KEYS[3] a hash and KEYS[4] a whole number, before reading; the waiting list an entry
+-- goes to a list, before any write but the read itself. Anything else is refused with an
+-- error reply "REDISQ_CORRUPT key <key> holds ...": nothing is read, or (a waiting list)
+-- the entries read stay pending for the instance and come back after the visibility
+-- timeout, as a crashed instance's do; none is set waiting or lost.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
@@ -38,8 +45,40 @@ end
 -- Redis 6.2 counts XREADGROUP as non-deterministic: writes after it need this (7+: no-op).
 redis.replicate_commands()
 local group, consumer, count, prefix = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local holders = KEYS[3]
+local holders, held_back = KEYS[3], KEYS[4]
 local call = redis.call
+
+-- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
+-- scripts check"). What a call reads but did not write is checked before its first write:
+-- Redis does not undo a script's earlier writes, so a value refused half-way would lose
+-- or duplicate a message. A check returns an error reply naming the key, or nil.
+local function corrupt(key, found, wanted)
+  local function shown(text)
+    return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
+  end
+  return redis.error_reply('REDISQ_CORRUPT key ' .. shown(key) .. ' holds ' .. shown(found)
+    .. ', not ' .. wanted .. ": only redisq's scripts write it. Nothing was done: repair "
+    .. 'it as PROTOCOL.md says ("What the scripts check"), then call again')
+end
+local function check_type(key, wanted)
+  local found = redis.call('TYPE', key)['ok']
+  if found == 'none' or found == wanted then return nil end
+  return corrupt(key, 'a ' .. found, 'a ' .. wanted)
+end
+-- A count of messages (held_back): absent, or a whole number as INCR and DECR take it.
+local function check_count(key)
+  local refused = check_type(key, 'string')
+  if refused then return refused end
+  local value = redis.call('GET', key)
+  if not value or value == '0' or (#value <= 18 and string.match(value, '^%-?[1-9]%d*$')) then
+    return nil
+  end
+  return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
+end
+-- <<< foreign state
+
+local refused = check_type(holders, 'hash') or check_count(held_back)
+if refused then return refused end
 
 local reply = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count,
   'STREAMS', KEYS[1], KEYS[2], '>', '>')
@@ -48,33 +87,49 @@ if reply then
   for _, s in ipairs(reply) do by_stream[s[1]] = s[2] end
 end
 
-local out, read, last = {{}, {}}, 0, {'', ''}
+-- First what each entry does, and a check of each waiting list it goes to (XREADGROUP
+-- is the only write so far); then the writes.
+local plans, taken, checked = {{}, {}}, {}, {}
 for s = 1, 2 do
-  local entries = by_stream[KEYS[s]] or {}
-  for _, e in ipairs(entries) do
-    read = read + 1
-    local entry_id, fields = e[1], e[2]
-    local key, mid = nil, entry_id
+  for _, e in ipairs(by_stream[KEYS[s]] or {}) do
+    local fields, key, mid = e[2], nil, e[1]
     if type(fields) == 'table' then
       for i = 1, #fields, 2 do
         if fields[i] == 'key' and fields[i + 1] ~= '' then key = fields[i + 1] end
         if fields[i] == 'id' then mid = fields[i + 1] end
       end
     end
-    local holder = key and call('HGET', holders, key)
-    if not key or not holder or holder == mid then
-      if key and not holder then call('HSET', holders, key, mid) end
+    local holder = key and (taken[key] or call('HGET', holders, key))
+    local waits = key and holder and holder ~= mid
+    if waits and not checked[key] then
+      refused = check_type(prefix .. key, 'list')
+      if refused then return refused end
+      checked[key] = true
+    end
+    if key and not holder then taken[key] = mid end
+    plans[s][#plans[s] + 1] = {e, key, mid, waits, key and not holder}
+  end
+end
+
+local out, read, last = {{}, {}}, 0, {'', ''}
+for s = 1, 2 do
+  for _, plan in ipairs(plans[s]) do
+    read = read + 1
+    local e, key, mid, waits, takes = plan[1], plan[2], plan[3], plan[4], plan[5]
+    local entry_id, fields = e[1], e[2]
+    if not waits then
+      if takes then call('HSET', holders, key, mid) end
       out[s][#out[s] + 1] = e
     else
       local envelope = {id = mid}
       for i = 1, #fields, 2 do envelope[fields[i]] = fields[i + 1] end
       call('RPUSH', prefix .. key, cjson.encode(envelope))
-      call('INCR', KEYS[4])
+      call('INCR', held_back)
       call('XACK', KEYS[s], group, entry_id)
       if s == 2 then call('XDEL', KEYS[s], entry_id) end
     end
   end
-  if #entries < count then
+  if #plans[s] < count then
     local tail = call('XREVRANGE', KEYS[s], '+', '-', 'COUNT', 1)
     last[s] = tail[1] and tail[1][1] or '0-0'
   end

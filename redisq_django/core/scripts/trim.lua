@@ -36,6 +36,11 @@
 -- those archives' gap records.
 --
 -- Returns {removed_safely, dropped}.
+--
+-- Before anything is removed, every archive position (KEYS[3] "<a>:messages",
+-- "<a>:events") and every mark and unnamed archive's position in KEYS[2] must be an entry
+-- id (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key
+-- <key> field <field> holds ..." and nothing is done.
 
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
@@ -113,6 +118,38 @@ end
 -- The registered archives of one table: {name, first id it needs}; an earlier version's
 -- unnamed archive ("archive:<table>" in meta) holds retention too, with name false.
 local registry = redis.call('HGETALL', ARCHIVES)
+
+-- >>> positions (the same words in trim.lua and archive_register.lua; PROTOCOL.md, "What
+-- the scripts check"). An archive's position and a mark of what retention removed are
+-- entry ids only the scripts write; another client's text there is refused before the
+-- first write, naming the key and field: read as an id it would stop retention half-way
+-- or move its floor past what an archive still needs.
+local function is_id(text)
+  return #text <= 41 and (string.match(text, '^%d+%-%d+$') or string.match(text, '^%d+$')) ~= nil
+end
+local function not_an_id(key, field, value)
+  local function shown(text)
+    return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
+  end
+  return redis.error_reply('REDISQ_CORRUPT key ' .. shown(key) .. ' field ' .. shown(field)
+    .. " holds '" .. shown(value) .. "', not an entry id: only redisq's scripts write it. "
+    .. 'Nothing was done: repair it as PROTOCOL.md says ("What the scripts check"), then '
+    .. 'call again')
+end
+-- <<< positions
+for i = 1, #registry, 2 do
+  local f = registry[i]
+  local position = string.match(f, '^[^:]+:messages$') or string.match(f, '^[^:]+:events$')
+  if position and not is_id(registry[i + 1]) then
+    return not_an_id(ARCHIVES, f, registry[i + 1])
+  end
+end
+for _, f in ipairs({'last_trimmed', 'events_last_trimmed', 'archive:messages',
+    'archive:events'}) do
+  local value = redis.call('HGET', META, f)
+  if value and not is_id(value) then return not_an_id(META, f, value) end
+end
+
 local function archive_needs(table_name)
   local out = {}
   for i = 1, #registry, 2 do

@@ -2,19 +2,26 @@
 
 A worker never dies of Redis saying no: an outage, a full Redis (OOM), a read-only
 replica, a restart still loading its data, a cluster or master down, a busy script, a
-missing consumer group. Each loop that talks to Redis keeps one :class:`Condition`: it
-logs when a condition starts and when it is over (never once per retry) and says how
-long to wait before the next try.
+missing consumer group, or a script refusing a value another client wrote (the key named
+in the log, an error until an operator repairs it: nothing was read or settled
+meanwhile). Each loop that talks to Redis keeps one :class:`Condition`: it logs when a
+condition starts and when it is over (never once per retry) and says how long to wait
+before the next try.
 """
 
 from __future__ import annotations
 
 import logging
 
-from redisq_django.core.errors import ConsumerNotFound, RedisRefused, RedisUnavailable
+from redisq_django.core.errors import (
+    ConsumerNotFound,
+    CorruptState,
+    RedisRefused,
+    RedisUnavailable,
+)
 
 #: What a worker waits out instead of dying (RedisRefused is a RedisUnavailable).
-TEMPORARY = (RedisUnavailable, ConsumerNotFound)
+TEMPORARY = (RedisUnavailable, ConsumerNotFound, CorruptState)
 
 #: Waits between tries grow from the first to the last value (seconds).
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -27,6 +34,8 @@ def condition_of(exc: BaseException) -> str:
         return exc.condition
     if isinstance(exc, ConsumerNotFound):
         return "nogroup"
+    if isinstance(exc, CorruptState):
+        return "corrupt"
     return "unreachable"
 
 
@@ -60,7 +69,9 @@ class Condition:
         to wait before the next try."""
         name = condition_of(exc)
         if name != self.current:
-            self.logger.warning("%s (%s); retrying in the background", describe(exc), self.where)
+            # A value only an operator can repair is an error, not a passing condition.
+            level = logging.ERROR if name == "corrupt" else logging.WARNING
+            self.logger.log(level, "%s (%s); retrying in the background", describe(exc), self.where)
             self.current = name
         wait = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]
         self.failures += 1
@@ -68,7 +79,9 @@ class Condition:
 
     def ok(self) -> None:
         """Record a successful try; log that the condition is over, if there was one."""
-        if self.current is not None:
+        if self.current == "corrupt":
+            self.logger.warning("The refused value was repaired (%s)", self.where)
+        elif self.current is not None:
             self.logger.warning(
                 "Redis is reachable again (%s); %s is over", self.where, self.current
             )

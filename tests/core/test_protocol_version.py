@@ -242,6 +242,6 @@ def test_registering_a_consumer_records_the_protocol_and_writers_check_it(
     for name, write in writes.items():
         with pytest.raises(ProtocolMismatch, match="records data of protocol '3'"):
             write()
-    assert redis_client.xlen(qk.log) == before, name
+        assert redis_client.xlen(qk.log) == before, name
     assert redis_client.xlen(qk.group("billing").direct) == 0
     assert redis_client.hget(qk.meta, "protocol") == b"3"

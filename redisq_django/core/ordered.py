@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
-from redis.exceptions import WatchError
 
 from redisq_django.core import envelope as env
 from redisq_django.core import lifecycle
 from redisq_django.core.browse import S_DIRECT, S_LOG, S_RETRY, member_fields
 from redisq_django.core.delivery import Delivery, Stream
-from redisq_django.core.errors import is_nogroup
+from redisq_django.core.errors import CorruptState, error_code, is_nogroup
 from redisq_django.core.groups import recover_group
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.scripts import ScriptName, Scripts
@@ -242,35 +241,26 @@ def _entries(client: RedisClient, stream: str, ids: list[bytes]) -> list[Any]:
         return [e for found in pipe.execute() for e in found]
 
 
-def release_key(client: RedisClient, gkeys: GroupKeys, key: str) -> bool:
+def release_key(scripts: Scripts, gkeys: GroupKeys, key: str) -> bool:
     """Free ``key`` by hand (an operator's action, for a holder lost outside redisq's
     settles: its entry deleted by a hard cap, say): the first waiting message of the key
-    goes to the consumer's input and holds it. Returns False when nothing held it."""
-    waiting = gkeys.waiting(key)
-    with client.pipeline(transaction=True) as pipe:
-        for _ in range(RELEASE_ATTEMPTS):  # a settle changing the key meanwhile: again
-            try:
-                pipe.watch(gkeys.holders, waiting)
-                if pipe.hget(gkeys.holders, key) is None:
-                    return False
-                first = pipe.lindex(waiting, 0)
-                pipe.multi()
-                if first is None:
-                    pipe.hdel(gkeys.holders, key)
-                else:
-                    fields = member_fields(cast("bytes", first))
-                    pipe.lpop(waiting)
-                    pipe.decr(gkeys.held_back)
-                    pipe.xadd(gkeys.direct, fields)  # type: ignore[arg-type]
-                    if env.F_ID in fields:
-                        pipe.hset(gkeys.holders, key, fields[env.F_ID])
-                    else:
-                        pipe.hdel(gkeys.holders, key)
-                pipe.execute()
-                return True
-            except WatchError:
-                continue
-    raise WatchError(f"ordering key {key!r} kept changing; try again")
+    goes to the consumer's input and holds it (``release_key.lua``, the hand-over
+    ``ack_ordered.lua`` does). Returns False when nothing held it.
+
+    Raises:
+        CorruptState: another client wrote what the hand-over reads (nothing done).
+    """
+    try:
+        reply = scripts(
+            "release_key",
+            [gkeys.holders, gkeys.direct, gkeys.held_back],
+            [gkeys.waiting_prefix, key],
+        )
+    except redis.ResponseError as exc:
+        if error_code(exc) == "REDISQ_CORRUPT":
+            raise CorruptState(exc) from None
+        raise
+    return bool(reply)
 
 
 def after_purge(scripts: Scripts, gkeys: GroupKeys) -> tuple[int, int]:

@@ -309,11 +309,11 @@ class QueueOperator:
             False when nothing held the key.
 
         Raises:
-            redis.WatchError: the key kept changing through every attempt.
+            CorruptState: another client wrote what the hand-over reads (nothing done).
         """
         layout = self._layout(queue)  # a key's messages are all in its key's partition
         keys = layout[partition_of(key, len(layout))] if len(layout) > 1 else layout[0]
-        return ordered.release_key(self._client, keys.group(consumer), key)
+        return ordered.release_key(self._scripts, keys.group(consumer), key)
 
     def purge_consumer(self, queue: str, consumer: str) -> tuple[int, int]:
         """Skip ``consumer``'s backlog, discard its retries and private input.

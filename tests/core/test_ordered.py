@@ -121,10 +121,10 @@ def test_held_keys_say_why_and_a_key_can_be_released_by_hand(
 
     # An operator gives up on the retry: the next message of a goes out at once
     broker.client.delete(sub.gkeys.retry)
-    assert release_key(broker.client, sub.gkeys, "a") is True
+    assert release_key(broker.scripts, sub.gkeys, "a") is True
     [nxt] = fetch(sub)
     assert seq([nxt]) == [("a", 1)]
-    assert release_key(broker.client, sub.gkeys, "zzz") is False
+    assert release_key(broker.scripts, sub.gkeys, "zzz") is False
 
 
 def test_history_on_and_the_worker_path(redis_client: redis.Redis, queue_name: str) -> None:
@@ -189,7 +189,7 @@ def test_the_held_back_counter_follows_every_push_and_pop(broker: Broker, queue_
     assert held_back() == 1
     [third] = fetch(sub)
     broker.client.delete(sub.gkeys.retry)
-    assert release_key(broker.client, sub.gkeys, "a")  # by hand: 0 left
+    assert release_key(broker.scripts, sub.gkeys, "a")  # by hand: 0 left
     assert held_back() == 0
     assert seq(fetch(sub)) == [("a", 3)]
     assert third.key == "a"

@@ -273,19 +273,54 @@ def test_a_waiting_member_that_is_no_envelope_of_strings_is_handed_on_whole(
     assert int(broker.client.get(gk.held_back)) == 0
 
 
+# -- release_key.lua: an operator lets a key go ------------------------------------------
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS[:3])
+def test_release_key_refuses_a_held_back_that_is_no_count_and_loses_no_waiting_message(
+    broker: Broker, queue_name: str, bad: str
+) -> None:
+    # Given the first message of key a out (it holds a), the second waiting, and
+    # held_back written wrong by another client
+    sub, first, second = first_out_second_waiting(broker, queue_name)
+    gk = sub.gkeys
+    broker.client.set(gk.held_back, bad)
+    # When an operator releases the key: refused, naming the key, nothing moved
+    with pytest.raises(CorruptState) as refused:
+        broker.operator.release_key(queue_name, CONSUMER, "a")
+    assert refused.value.key == gk.held_back
+    assert broker.client.hget(gk.holders, "a") == first.id.encode()
+    assert broker.client.llen(gk.waiting("a")) == 1 and broker.client.xlen(gk.direct) == 0
+    # And once repaired, the release hands the key on: the second is delivered once
+    broker.client.set(gk.held_back, 1)
+    assert broker.operator.release_key(queue_name, CONSUMER, "a") is True
+    sub.ack([first])  # the first finishes after all: its key is no longer its own
+    assert all_handled(sub, 1) == [second]
+    settled_state(broker.client, gk)
+
+
+def test_release_key_of_a_key_nobody_holds_writes_nothing(
+    broker: Broker, queue_name: str
+) -> None:
+    sub, _ = two_of_key_a(broker, queue_name)
+    broker.client.set(sub.gkeys.held_back, "junk")  # not read: nothing to hand on
+    assert broker.operator.release_key(queue_name, CONSUMER, "nobody") is False
+    assert broker.client.xlen(sub.gkeys.direct) == 0
+
+
 # -- the hand-over is written the same in both scripts (issue 33 will write it once) ----
 
 SHARED = re.compile(r"-- >>> ordered hand-over.*?-- <<< ordered hand-over", re.DOTALL)
 
 
-def test_ack_ordered_and_fail_share_the_same_checks_and_hand_over_text() -> None:
-    names = ("ack_ordered.lua", "fail.lua")
+def test_ack_ordered_fail_and_release_share_the_same_checks_and_hand_over_text() -> None:
+    names = ("ack_ordered.lua", "fail.lua", "release_key.lua")
     blocks = [SHARED.findall((SCRIPTS / name).read_text()) for name in names]
     assert all(len(b) == 1 for b in blocks), "each script has the block once"
-    assert blocks[0] == blocks[1]
+    assert blocks[0] == blocks[1] == blocks[2]
 
 
-@pytest.mark.parametrize("name", ["read_ordered.lua", "ordered_purge.lua"])
+@pytest.mark.parametrize("name", ["read_ordered.lua", "ordered_purge.lua", "release_key.lua"])
 def test_every_ordered_script_checks_with_the_same_words(name: str) -> None:
     checks = re.compile(r"-- >>> foreign state.*?-- <<< foreign state", re.DOTALL)
     reference = checks.findall((SCRIPTS / "ack_ordered.lua").read_text())

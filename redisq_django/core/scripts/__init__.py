@@ -45,6 +45,7 @@ ScriptName = Literal[
     "read_ordered",
     "reclaim",
     "redrive",
+    "release_key",
     "repartition",
     "schedule_claim",
     "task_enqueue",

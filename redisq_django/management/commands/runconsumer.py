@@ -318,7 +318,7 @@ class Command(BaseCommand):
                     logger.warning("%s: finishing in-flight messages", name)
             elif worker.stopping or signum == COLD_SIGNAL:
                 logger.warning(
-                    "%s again: exiting now; in-flight messages will be redelivered", name
+                    "%s again: exiting now, without finishing in-flight messages", name
                 )
                 worker.stop(cold=True)
             else:

@@ -12,6 +12,8 @@ Real ``runconsumer`` processes, real signals, a real Redis (tests/faultapp/consu
 visibility timeout, so that a redelivery within the test was a hand-back).
 """
 
+# ruff: noqa: F811 (the fixtures imported from test_faults)
+
 from __future__ import annotations
 
 import signal

@@ -31,9 +31,9 @@ from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_int
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
-from redisq_django.core.worker.state import Quota, StopSignal, Tally
+from redisq_django.core.worker.state import Pace, Quota, StopSignal, Tally
 from redisq_django.core.worker.stopping import shut_down
-from redisq_django.core.worker.threads import HandlerThread, Pace
+from redisq_django.core.worker.threads import HandlerThread
 from redisq_django.core.worker.ticker import Every, Ticker
 from redisq_django.core.worker.worker_options import WorkerOptions
 
@@ -217,6 +217,7 @@ class Worker:
                 policy=spec.policy,
                 ordered=spec.ordered,
                 partition=partition,
+                wait_replicas=spec.wait_replicas,
             )
             parts: dict[str, Any] = dict(
                 spec=spec,

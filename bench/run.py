@@ -38,6 +38,8 @@ What is measured (see bench/RESULTS.md for the discussion):
 * delayed lateness: messages published with delay 0.1-1 s; the handler records
   ``time.time() - message.due_at``.
 * ordered: ordered consumers vs unordered ones on the same messages (``bench/ordered.py``).
+* replicas: an ordered consumer's reads waiting for a replica (``wait_replicas``) vs not,
+  on a primary with one replica of its own (``bench/replicas.py``).
 * partitions: one queue of K = 1, 2, 4, 8 partitions on a 3-master cluster of its own:
   commands per message, each master's share, drain throughput (``bench/partitions.py``).
 """
@@ -69,6 +71,7 @@ sys.path[:0] = [str(REPO), str(BENCH_DIR)]
 import redis  # noqa: E402
 from ordered import bench_ordered, ordered_rows  # noqa: E402
 from partitions import bench_partitions, partition_rows  # noqa: E402
+from replicas import bench_replicas, replica_rows  # noqa: E402
 
 from redisq_django.core import Broker  # noqa: E402
 from tests.support.redis_server import RedisServer, find_redis_server  # noqa: E402
@@ -1100,7 +1103,7 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,trends,latency,ordered,partitions",
+        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1129,6 +1132,7 @@ def main() -> int:
             obs: dict = {}
             trn: dict = {}
             ordr: dict = {}
+            repl: dict = {}
             parts: list = []
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
@@ -1152,6 +1156,9 @@ def main() -> int:
             if "ordered" in only:
                 log("ordered consumers vs unordered ...")
                 ordr = bench_ordered(client, args.reps, log)
+            if "replicas" in only:
+                log("ordered reads waiting for a replica vs not ...")
+                repl = bench_replicas(redis_binary(), args.reps, log)
             if "partitions" in only:
                 log("partitioned queues on a 3-master cluster ...")
                 parts = bench_partitions()
@@ -1185,6 +1192,7 @@ def main() -> int:
     rows += observe_rows(obs) if obs else []
     rows += trends_rows(trn) if trn else []
     rows += ordered_rows(ordr, median, _ratio_row) if ordr else []
+    rows += replica_rows(repl, median, _row, _ratio_row) if repl else []
     rows += partition_rows(parts, _row) if parts else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
@@ -1199,6 +1207,7 @@ def main() -> int:
     raw_data["observe"] = obs
     raw_data["trends"] = trn
     raw_data["ordered"] = ordr
+    raw_data["replicas"] = repl
     raw_data["partitions"] = parts
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)

@@ -75,6 +75,11 @@ DEFAULTS: dict[str, Any] = {
     # Partitioned queues: queue name -> its number of partitions (1 to 64), each a full
     # queue under a hash tag of its own, spread over a Redis Cluster's masters.
     "PARTITIONS": {},
+    # Ordered consumers: replicas each read waits for (WAIT) before its messages run, so
+    # that a failover cannot run a key's message again after the key's next one (0: none),
+    # and how long it waits at most, seconds (the messages then run all the same).
+    "ORDERED_WAIT_REPLICAS": 0,
+    "ORDERED_WAIT_TIMEOUT": core_defaults.DEFAULT_ORDERED_WAIT_TIMEOUT_MS / 1000,
 }
 
 #: The numeric keys, each checked against its bounds (``core/bounds.py``).
@@ -192,6 +197,8 @@ def get_core_config() -> CoreConfig:
         history=s["HISTORY"],
         trends=s["TRENDS"],
         partitions=dict(s["PARTITIONS"]),
+        ordered_wait_replicas=s["ORDERED_WAIT_REPLICAS"],
+        ordered_wait_timeout_ms=max(1, int(s["ORDERED_WAIT_TIMEOUT"] * 1000)),
     )
 
 

@@ -140,6 +140,31 @@ def test_a_worker_process_refuses_to_start_with_a_zero_visibility_timeout(tmp_pa
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("ORDERED_WAIT_REPLICAS", -1, "must be an integer >= 0, got -1"),
+        ("ORDERED_WAIT_REPLICAS", 1.0, "must be an integer >= 0, got 1.0"),
+        ("ORDERED_WAIT_TIMEOUT", 0, "must be a number of seconds > 0, got 0"),
+    ],
+)
+def test_settings_refuse_a_bad_replica_wait(
+    settings: Any, key: str, value: Any, words: str
+) -> None:
+    settings.REDISQ = {key: value}
+    with pytest.raises(SettingsError, match=f"{key} {words}"):
+        get_settings()
+
+
+def test_the_replica_wait_settings_reach_the_core(settings: Any) -> None:
+    settings.REDISQ = {"ORDERED_WAIT_REPLICAS": 1, "ORDERED_WAIT_TIMEOUT": 0.05}
+    config = get_core_config()
+    assert (config.ordered_wait_replicas, config.ordered_wait_timeout_ms) == (1, 50)
+    settings.REDISQ = {}
+    config = get_core_config()
+    assert (config.ordered_wait_replicas, config.ordered_wait_timeout_ms) == (0, 1000)
+
+
 @pytest.mark.parametrize("value", BAD_LEASES, ids=repr)
 def test_consumer_refuses_a_bad_visibility_timeout(queue_name: str, value: Any) -> None:
     with pytest.raises(ConfigurationError) as raised:

@@ -37,6 +37,8 @@ class ConsumerDeclaration:
     start: str | dt.datetime = "latest"
     #: One message of an ordering key out at a time, in publish order (``core/ordered.py``).
     ordered: bool = False
+    #: An ordered consumer's reads wait for this many replicas (None: the setting's).
+    wait_replicas: int | None = None
     #: ``(group, rank)``: one priority level of a group read highest first (rank 0);
     #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
     priority: tuple[str, int] | None = None
@@ -63,6 +65,7 @@ def consumer(
     concurrency: int = 1,
     start: str | dt.datetime = "latest",
     ordered: bool = False,
+    wait_replicas: int | None = None,
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
@@ -97,6 +100,12 @@ def consumer(
             at a time, in publish order, across all instances, crashes and retries: a
             failing message holds back its key's later messages (no other key's) until
             it succeeds or becomes a dead letter. Messages without a key are not held.
+        wait_replicas: for an ordered consumer, each read waits (``WAIT``) until this
+            many replicas have it before its messages run, so that a failover cannot
+            run a key's message again after the key's next one; at most
+            ``REDISQ['ORDERED_WAIT_TIMEOUT']``, after which they run all the same
+            (logged and counted). Default ``REDISQ['ORDERED_WAIT_REPLICAS']`` (0: no
+            wait).
     """
     validate_name("queue", queue)
     _check_number("max_retries", max_retries)
@@ -107,6 +116,12 @@ def consumer(
     StartPoint.parse(start)
     if not isinstance(ordered, bool):
         raise ConfigurationError(f"@consumer ordered must be True or False, not {ordered!r}.")
+    _check_number("wait_replicas", wait_replicas)
+    if wait_replicas and not ordered:
+        raise ConfigurationError(
+            f"@consumer wait_replicas={wait_replicas!r} needs ordered=True: only an ordered "
+            "consumer's reads wait for replicas."
+        )
 
     def decorate(handler: F) -> F:
         consumer_name = validate_name("consumer", name or handler.__name__)
@@ -123,6 +138,7 @@ def consumer(
             concurrency=concurrency,
             start=start,
             ordered=ordered,
+            wait_replicas=wait_replicas,
         )
         registry.add(declaration)
         return handler

@@ -124,7 +124,21 @@ BOUNDS: dict[str, Bound] = {
         integer=True,
     ),
     "metrics_port": Bound("port", 0, "a TCP port; 0: any free one", maximum=65535, integer=True),
+    "ordered_wait_replicas": Bound(
+        "replicas",
+        0,
+        "0: an ordered consumer's reads wait for no replica (WAIT)",
+        integer=True,
+    ),
+    "ordered_wait_timeout": Bound(
+        "seconds",
+        0,
+        "0 would make WAIT block for ever; the messages run after it anyway",
+        above=True,
+    ),
 }
+#: ``@consumer(wait_replicas=...)`` is ``REDISQ["ORDERED_WAIT_REPLICAS"]`` for one consumer.
+BOUNDS["wait_replicas"] = BOUNDS["ordered_wait_replicas"]
 #: ``runconsumer --grace-period`` is ``REDISQ["SHUTDOWN_GRACE_PERIOD"]`` for one run.
 BOUNDS["grace_period"] = BOUNDS["shutdown_grace_period"]
 

@@ -15,6 +15,7 @@ from redisq_django.core import repartition as repartitioning
 from redisq_django.core.broker_upkeep import BrokerUpkeep
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.errors import (
+    ConfigurationError,
     ConsumerNotFound,
     PartitionedQueueError,
     is_nogroup,
@@ -28,6 +29,7 @@ from redisq_django.core.groups import (
     remove_group,
 )
 from redisq_django.core.keys import registry_key
+from redisq_django.core.replica_wait import ReplicaWait
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import ScriptCall
 from redisq_django.core.start import StartPoint
@@ -218,6 +220,7 @@ class BrokerConsumers(BrokerUpkeep):
         policy: RetryPolicy | None = None,
         ordered: bool = False,
         partition: int | None = None,
+        wait_replicas: int | None = None,
         **overrides: Any,
     ) -> Subscription:
         """An instance of logical consumer ``consumer``: fetches, acks and fails messages.
@@ -232,6 +235,10 @@ class BrokerConsumers(BrokerUpkeep):
                 instance of the consumer, or none.
             partition: on a partitioned queue (required there, refused elsewhere), the
                 partition this instance consumes, 0 to K - 1: run instances on each.
+            wait_replicas: an ordered consumer's reads wait (``WAIT``, at most the
+                config's ``ordered_wait_timeout_ms``) until this many replicas have them,
+                before their messages run (default: the config's
+                ``ordered_wait_replicas``; 0: no wait). See ``core/ordered.py``.
             **overrides: fields of the policy to change (``max_retries``, ``backoff_s``,
                 ``max_backoff_s``, ``visibility_timeout_ms``).
 
@@ -239,7 +246,9 @@ class BrokerConsumers(BrokerUpkeep):
             PartitionedQueueError: ``partition`` missing on a partitioned queue, given on
                 another, or out of range.
             PartitionsMismatch: Redis records another number of partitions.
+            ConfigurationError: ``wait_replicas`` for a consumer that is not ordered.
         """
+        replica_wait = self._replica_wait(consumer, ordered, wait_replicas)
         count = self.partition_count(queue)
         if count == 1 and partition is not None:
             raise PartitionedQueueError(
@@ -266,4 +275,21 @@ class BrokerConsumers(BrokerUpkeep):
             instance=instance or default_instance_name(),
             policy=(policy or self.config.retry).evolve(**overrides),
             ordered=ordered,
+            replica_wait=replica_wait,
         )
+
+    def _replica_wait(
+        self, consumer: str, ordered: bool, wait_replicas: int | None
+    ) -> ReplicaWait | None:
+        """The replica wait of a subscription's reads (None: none)."""
+        if not ordered:
+            if wait_replicas:
+                raise ConfigurationError(
+                    f"wait_replicas={wait_replicas!r} for consumer {consumer!r}: only an "
+                    "ordered consumer waits for replicas (declare it ordered=True)."
+                )
+            return None
+        replicas = self.config.ordered_wait_replicas if wait_replicas is None else wait_replicas
+        if replicas <= 0:
+            return None
+        return ReplicaWait(replicas, self.config.ordered_wait_timeout_ms)

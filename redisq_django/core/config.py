@@ -19,6 +19,8 @@ DEFAULT_REPLAY_WINDOW_MS = 3_600_000
 DEFAULT_POLL_INTERVAL_MS = 50
 #: At most this many due entries are promoted, or log entries trimmed, per script call.
 DEFAULT_SCRIPT_BATCH = 1000
+#: How long an ordered consumer's read waits for its replicas at most (milliseconds).
+DEFAULT_ORDERED_WAIT_TIMEOUT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class CoreConfig:
         partitions: queue name -> its number of partitions K (2 to
             :data:`~redisq_django.core.partitions.MAX_PARTITIONS`; a queue not named has
             1: one hash tag, today's layout). See ``core/partitions.py``.
+        ordered_wait_replicas: the replicas an ordered consumer's read waits for
+            (``WAIT``) before its messages run, unless the consumer says otherwise
+            (0: none; ``core/ordered.py``).
+        ordered_wait_timeout_ms: how long such a read waits at most; its messages then
+            run all the same.
     """
 
     prefix: str = "redisq"
@@ -62,15 +69,28 @@ class CoreConfig:
     trends: bool = True
     # Not hashed: a mapping is not hashable (and no config is hashed for its partitions).
     partitions: Mapping[str, int] = field(default_factory=dict, hash=False)
+    ordered_wait_replicas: int = 0
+    ordered_wait_timeout_ms: int = DEFAULT_ORDERED_WAIT_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         problems = list(self.retry.problems())
         if not self.prefix or any(c in self.prefix for c in "{} "):
             problems.append(f"prefix {self.prefix!r} must be non-empty, without braces/spaces")
-        for name in ("max_payload_bytes", "poll_interval_ms", "script_batch"):
+        for name in (
+            "max_payload_bytes",
+            "poll_interval_ms",
+            "script_batch",
+            "ordered_wait_timeout_ms",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
-        for name in ("replay_window_ms", "replay_window_len", "max_len", "max_age_ms"):
+        for name in (
+            "replay_window_ms",
+            "replay_window_len",
+            "max_len",
+            "max_age_ms",
+            "ordered_wait_replicas",
+        ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
         for queue, k in self.partitions.items():

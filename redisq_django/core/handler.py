@@ -95,6 +95,8 @@ class ConsumerSpec:
         paused: when true, the worker fetches nothing for it (in-flight work finishes).
         enabled: when false, the worker does not run it at all.
         ordered: one message of an ordering key out at a time (``core/ordered.py``).
+        wait_replicas: an ordered consumer's reads wait until this many replicas have
+            them (None: the config's ``ordered_wait_replicas``; 0: no wait).
         priority: ``(group, rank)`` when this consumer is one priority level of a group
             whose levels a worker reads highest first (rank 0 is the highest): its
             threads fetch only while every higher level's last fetch came back empty.
@@ -110,6 +112,7 @@ class ConsumerSpec:
     enabled: bool = True
     priority: tuple[str, int] | None = None
     ordered: bool = False
+    wait_replicas: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:

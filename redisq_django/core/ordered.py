@@ -13,6 +13,12 @@ hands it to the list's first message, which goes to the consumer's direct stream
 Every step is one script: a crash between two of them leaves each message either out
 (pending, retrying: the key held by it) or waiting in its list, never both or neither.
 Messages without a key, and unordered consumers of the same queue, are not affected.
+
+A failover can undo a settle that the promoted replica had not received: the key's
+holder is then pending again and runs again, after the key's next message if that one
+ran meanwhile. With a :class:`~redisq_django.core.replica_wait.ReplicaWait`, :func:`read`
+waits until replicas have the read before its messages are handed out: replication keeps
+the master's order, so they then have every settle that let those messages out too.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import CorruptState, error_code, is_nogroup
 from redisq_django.core.groups import recover_group
 from redisq_django.core.keys import GroupKeys
+from redisq_django.core.replica_wait import ReplicaWait, call_and_wait
 from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient, ScoredMembers, execute
 from redisq_django.core.wire import to_str
@@ -54,31 +61,48 @@ class OrderedRead:
         read: entries read in all, delivered or set waiting behind their key's holder.
         resume: ``(log id, direct id)`` to wait for new entries after (XREAD BLOCK), or
             None when a stream may hold more (read again at once).
+        confirmed: with a replica wait, how many replicas confirmed the read in time
+            (None: none was asked for).
     """
 
     reply: list[Any]
     read: int
     resume: tuple[str, str] | None
+    confirmed: int | None = None
 
 
 def read(
-    client: RedisClient, scripts: Scripts, gkeys: GroupKeys, instance: str, count: int
+    client: RedisClient,
+    scripts: Scripts,
+    gkeys: GroupKeys,
+    instance: str,
+    count: int,
+    wait: ReplicaWait | None = None,
 ) -> OrderedRead:
-    """Read up to ``count`` new entries of each stream for ``instance`` (never blocks)."""
+    """Read up to ``count`` new entries of each stream for ``instance`` (never blocks
+    but for ``wait``: then ``WAIT`` for replicas after the read, see the module's
+    docstring)."""
     log, direct = gkeys.queue_keys.log, gkeys.direct
     keys = [log, direct, gkeys.holders, gkeys.held_back]
     args = [gkeys.group, instance, count, gkeys.waiting_prefix]
+
+    def call() -> tuple[Any, int | None]:
+        if wait is None:
+            return scripts("read_ordered", keys, args), None
+        return call_and_wait(client, scripts, "read_ordered", keys, args, wait)
+
     try:
-        got_log, got_direct, n, last_log, last_direct = scripts("read_ordered", keys, args)
+        (got_log, got_direct, n, last_log, last_direct), confirmed = call()
     except redis.ResponseError as exc:
         if not is_nogroup(exc):
             raise
         recover_group(client, scripts, gkeys)
-        got_log, got_direct, n, last_log, last_direct = scripts("read_ordered", keys, args)
+        (got_log, got_direct, n, last_log, last_direct), confirmed = call()
     resume = None
     if last_log and last_direct:
         resume = (to_str(last_log), to_str(last_direct))
-    return OrderedRead([[log.encode(), got_log], [direct.encode(), got_direct]], int(n), resume)
+    reply = [[log.encode(), got_log], [direct.encode(), got_direct]]
+    return OrderedRead(reply, int(n), resume, confirmed)
 
 
 def read_or_wait(
@@ -88,13 +112,14 @@ def read_or_wait(
     instance: str,
     count: int,
     wait_ms: int | None,
-) -> list[Any]:
-    """Deliver what :func:`read` lets out; when it read nothing at all, first wait up to
-    ``wait_ms`` for new entries (None: do not wait). Returns an XREADGROUP reply."""
-    got = read(client, scripts, gkeys, instance, count)
+    replicas: ReplicaWait | None = None,
+) -> OrderedRead:
+    """:func:`read` (with ``replicas``: its replica wait); when it read nothing at all,
+    then wait up to ``wait_ms`` for new entries (None: do not wait)."""
+    got = read(client, scripts, gkeys, instance, count, replicas)
     if not got.read and wait_ms and got.resume is not None:
         wait_for_entries(client, gkeys, got.resume, wait_ms)
-    return got.reply
+    return got
 
 
 def wait_for_entries(

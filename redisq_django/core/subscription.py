@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -21,10 +22,13 @@ from redisq_django.core.keys import QueueKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.replica_wait import ReplicaWait
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
+
+logger = logging.getLogger("redisq.worker")
 
 #: After a refused promotion (a full Redis), wait this long before the next (ms).
 PROMOTE_RETRY_MS = 1000
@@ -39,6 +43,11 @@ class Subscription(FailureSettling):
         policy: its retry policy; the worker replaces it when the admin changes it.
         dead_on_receive: dead letters it made while receiving (undecodable entries,
             leases expired past the retry budget), so far: its worker counts them.
+        replica_wait: an ordered consumer's wait for replicas after each read (None:
+            none; ``core/ordered.py``, ``core/replica_wait.py``).
+        unreplicated: reads whose keyed messages went out although fewer replicas than
+            ``replica_wait`` asked for confirmed them in time, so far: its worker
+            counts them.
     """
 
     def __init__(
@@ -52,6 +61,7 @@ class Subscription(FailureSettling):
         instance: str,
         policy: RetryPolicy,
         ordered: bool = False,
+        replica_wait: ReplicaWait | None = None,
     ) -> None:
         self.client = client
         self.scripts = scripts
@@ -74,6 +84,9 @@ class Subscription(FailureSettling):
         self.report = Report(self.gkeys, instance)
         self._call = trends.CountedCalls(client, scripts, keys, config.trends)
         self.dead_on_receive = 0
+        self.replica_wait = replica_wait if ordered else None
+        self.unreplicated = 0
+        self._replicas_short = False  # the last wait that mattered timed out (logged)
 
     def __repr__(self) -> str:
         return f"<Subscription {self.queue}/{self.consumer} as {self.instance}>"
@@ -138,18 +151,58 @@ class Subscription(FailureSettling):
                     self.promote(now)
                 now = monotonic_ms()
             wait = min(deadline, self.next_promote_ms) - now
-            read = ordered.read_or_wait if self.ordered else read_group
-            reply = read(
-                self.client,
-                self.scripts,
-                self.gkeys,
-                self.instance,
-                count,
-                wait if wait > 0 else None,
-            )
-            messages = self._decode(reply)
+            block = wait if wait > 0 else None
+            if self.ordered:
+                got = ordered.read_or_wait(
+                    self.client,
+                    self.scripts,
+                    self.gkeys,
+                    self.instance,
+                    count,
+                    block,
+                    self.replica_wait,
+                )
+                messages = self._decode(got.reply)
+                if got.confirmed is not None and any(m.key is not None for m in messages):
+                    self._replicated(got.confirmed, len(messages))
+            else:
+                reply = read_group(
+                    self.client, self.scripts, self.gkeys, self.instance, count, block
+                )
+                messages = self._decode(reply)
             if messages or monotonic_ms() >= deadline:
                 return messages
+
+    def _replicated(self, confirmed: int, read: int) -> None:
+        """Note how many replicas confirmed a read that let keyed messages out (logged
+        when it starts falling short, and when replicas confirm again)."""
+        assert self.replica_wait is not None
+        wanted = self.replica_wait.replicas
+        if confirmed >= wanted:
+            if self._replicas_short:
+                self._replicas_short = False
+                logger.info(
+                    "%s/%s: %d replica(s) confirm this instance's reads again",
+                    self.queue,
+                    self.consumer,
+                    confirmed,
+                )
+            return
+        self.unreplicated += 1
+        if not self._replicas_short:
+            self._replicas_short = True
+            logger.warning(
+                "%s/%s: only %d of %d replica(s) confirmed the read of %d message(s) within "
+                "%d ms (WAIT); they run anyway, and so do later reads, each waiting as long "
+                "(counted in redisq_replica_wait_timeouts_total): until replicas confirm "
+                "again, a failover may run a key's earlier message again after them",
+                self.queue,
+                self.consumer,
+                confirmed,
+                wanted,
+                read,
+                self.replica_wait.timeout_ms,
+            )
 
     def _decode(self, reply: Any) -> list[Delivery]:
         found = (self._delivery(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))

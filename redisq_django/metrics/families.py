@@ -75,6 +75,14 @@ RECLAIMED = Family(
     "Messages this worker took over from stopped or timed-out instances.",
     "worker",
 )
+REPLICA_WAIT_TIMEOUTS = Family(
+    "redisq_replica_wait_timeouts_total",
+    Kind.COUNTER,
+    QC,
+    "Reads of an ordered consumer with wait_replicas whose messages went out although "
+    "fewer replicas than asked confirmed them in time (WAIT timed out).",
+    "worker",
+)
 DURATION = Family(
     "redisq_handler_duration_seconds",
     Kind.HISTOGRAM,
@@ -257,6 +265,7 @@ ALL = (
     MESSAGES,
     FAILURES,
     RECLAIMED,
+    REPLICA_WAIT_TIMEOUTS,
     DURATION,
     LATENCY,
     REDIS_UP,

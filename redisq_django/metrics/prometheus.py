@@ -4,8 +4,9 @@ Cost comes first: a handler thread drains a no-op handler in ~15 µs of CPU per 
 and one prometheus-client update costs 0.5-1 µs (2 µs in multiprocess mode, where each is
 a write to a memory-mapped file), so nothing here calls prometheus-client per message:
 
-* the counters (handled, retried, dead, lost, failed, reclaimed) are the worker's own
-  :class:`~redisq_django.core.worker.Tally`, which the handler threads keep anyway;
+* the counters (handled, retried, dead, lost, failed, reclaimed, unreplicated) are the
+  worker's own :class:`~redisq_django.core.worker.Tally`, which the handler threads keep
+  anyway;
 * the two histograms are counted once per fetched batch, by
   :meth:`PrometheusMiddleware.after_batch`, from what the handler thread recorded on each
   message (how long its handler ran, when it ended, whether it raised), in plain
@@ -76,6 +77,7 @@ class WorkerMetrics:
         self.messages = make(prom.Counter, families.MESSAGES)
         self.failures = make(prom.Counter, families.FAILURES)
         self.reclaimed = make(prom.Counter, families.RECLAIMED)
+        self.unreplicated = make(prom.Counter, families.REPLICA_WAIT_TIMEOUTS)
         self.duration = make(prom.Histogram, families.DURATION, buckets=families.DURATION_BUCKETS)
         self.latency = make(prom.Histogram, families.LATENCY, buckets=families.LATENCY_BUCKETS)
 
@@ -85,6 +87,7 @@ class WorkerMetrics:
             self.messages.labels(queue, consumer, outcome)
         self.failures.labels(queue, consumer)
         self.reclaimed.labels(queue, consumer)
+        self.unreplicated.labels(queue, consumer)
         _check_bulk_api(self.duration.labels(queue, consumer))
         self.latency.labels(queue, consumer)
 
@@ -96,6 +99,8 @@ class WorkerMetrics:
             self.failures.labels(queue, consumer).inc(n)
         elif what == "reclaimed":
             self.reclaimed.labels(queue, consumer).inc(n)
+        elif what == "unreplicated":
+            self.unreplicated.labels(queue, consumer).inc(n)
 
 
 @functools.cache

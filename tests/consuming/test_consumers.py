@@ -86,6 +86,9 @@ def test_decorator_declares_with_defaults_and_name_from_function(
         ({"concurrency": 0}, "concurrency"),
         ({"visibility_timeout": 0}, "visibility_timeout"),
         ({"backoff": "1"}, "backoff"),
+        ({"ordered": True, "wait_replicas": -1}, "wait_replicas must be an integer >= 0"),
+        ({"ordered": True, "wait_replicas": 1.5}, "wait_replicas must be an integer >= 0"),
+        ({"wait_replicas": 1}, "wait_replicas=1 needs ordered=True"),
     ],
 )
 def test_decorator_refuses_bad_values(queue_name: str, kwargs: dict[str, Any], needle: str) -> None:
@@ -208,6 +211,49 @@ def test_worker_picks_up_a_pause_from_the_database(
     Queue.objects.filter(name=queue_name).update(paused=True)
     worker._refresh()
     assert worker.specs[(queue_name, "email")].paused
+
+
+def test_wait_replicas_reaches_the_worker_of_an_ordered_consumer(
+    queue_name: str, declared: None, redisq_settings: Any
+) -> None:
+    # Given an ordered consumer declared with wait_replicas=1, and settings whose
+    # default for the others is 2 replicas waited for at most 0.25 s
+    redisq_settings.REDISQ = {
+        **redisq_settings.REDISQ,
+        "ORDERED_WAIT_REPLICAS": 2,
+        "ORDERED_WAIT_TIMEOUT": 0.25,
+    }
+
+    @consumer(queue_name, name="ledger", ordered=True, wait_replicas=1)
+    def ledger(message: Message) -> None:
+        pass
+
+    @consumer(queue_name, name="journal", ordered=True)
+    def journal(message: Message) -> None:
+        pass
+
+    # When the worker is built
+    worker = build_worker([queue_name])
+    specs = worker.specs
+    # Then its specs carry the declaration (None: the setting applies)...
+    assert specs[(queue_name, "ledger")].wait_replicas == 1
+    assert specs[(queue_name, "journal")].wait_replicas is None
+    assert specs[(queue_name, "billing")].wait_replicas is None
+
+    # ...and each instance waits as its consumer says, unordered ones never
+    def wait_of(name: str) -> tuple[int, int] | None:
+        spec = specs[(queue_name, name)]
+        sub = worker.broker.subscribe(
+            queue_name, name, ordered=spec.ordered, wait_replicas=spec.wait_replicas
+        )
+        wait = sub.replica_wait
+        return None if wait is None else (wait.replicas, wait.timeout_ms)
+
+    assert {n: wait_of(n) for n in ("ledger", "journal", "billing")} == {
+        "ledger": (1, 250),
+        "journal": (2, 250),
+        "billing": None,
+    }
 
 
 def test_concurrency_flag_wins(queue_name: str, declared: None, redisq_settings: Any) -> None:

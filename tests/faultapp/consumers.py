@@ -1,10 +1,11 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
-``pills``, ``metered``, ``ordered``, ``aordered``) are used by no other test
-(tests/faults/test_faults.py, tests/faults/test_liveness.py,
-tests/faults/test_supervisor.py, tests/faults/test_start_together.py,
-tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py).
+``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``, ``ahandback``,
+``ohandback``) are used by no other test (tests/faults/test_faults.py,
+tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
+tests/faults/test_start_together.py, tests/metrics/test_endpoints.py,
+tests/faults/test_ordered_chaos.py, tests/faults/test_grace_handback.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -15,6 +16,7 @@ and, for a delivery that returns normally, one line to ``...:done`` just before 
 returns. The payload (a dict) says what to do:
 
 * ``{"sleep": s}``: sleep ``s`` seconds before returning;
+* ``{"sleep_first": s}``: the same on the message's first recorded delivery only;
 * ``{"fail": true}`` or ``{"poison": true}``: raise (every time);
 * ``{"exit": code}``: end the process at once with ``os._exit(code)`` (a message that
   kills its process, every time);
@@ -85,7 +87,15 @@ def _obey(message: Message, name: str) -> None:
         raise PoisonError(f"told to fail on attempt {message.attempts}")
     if payload.get("sleep"):
         time.sleep(float(payload["sleep"]))
+    if payload.get("sleep_first") and _first_delivery(message, name):
+        time.sleep(float(payload["sleep_first"]))
     _client().rpush(done_key(message.queue, name), line)
+
+
+def _first_delivery(message: Message, name: str) -> bool:
+    """Whether the delivery list records ``message`` once only (this delivery)."""
+    lines = _client().lrange(deliveries_key(message.queue, name), 0, -1)
+    return sum(line.split()[0].decode() == message.id for line in lines) == 1
 
 
 async def _aobey(message: Message, name: str) -> None:
@@ -100,6 +110,11 @@ async def _aobey(message: Message, name: str) -> None:
         raise PoisonError(f"told to fail on attempt {message.attempts}")
     if payload.get("sleep"):
         await asyncio.sleep(float(payload["sleep"]))
+    if payload.get("sleep_first"):
+        async with loop_client() as entry:
+            lines = await entry.conn.lrange(deliveries_key(message.queue, name), 0, -1)
+        if sum(line.split()[0].decode() == message.id for line in lines) == 1:
+            await asyncio.sleep(float(payload["sleep_first"]))
     async with loop_client() as entry:
         await entry.conn.rpush(done_key(message.queue, name), line)
 
@@ -288,3 +303,35 @@ def sequencer(message: Message) -> None:
 )
 async def asequencer(message: Message) -> None:
     await _asequence(message)
+
+
+# A graceful stop whose grace period ends (tests/faults/test_grace_handback.py): no
+# retries at all, so a stop that counted the running message's delivery would make it a
+# dead letter; a LONG visibility timeout, so a quick redelivery was a hand-back.
+@consumer("handback", name="lastchance", visibility_timeout=60, max_retries=0, start="earliest")
+def lastchance(message: Message) -> None:
+    _obey(message, "lastchance")
+
+
+@consumer(
+    "ahandback",
+    name="alastchance",
+    visibility_timeout=60,
+    max_retries=0,
+    start="earliest",
+    concurrency=2,
+)
+async def alastchance(message: Message) -> None:
+    await _aobey(message, "alastchance")
+
+
+@consumer(
+    "ohandback",
+    name="inorder",
+    ordered=True,
+    visibility_timeout=60,
+    max_retries=0,
+    start="earliest",
+)
+def inorder(message: Message) -> None:
+    _obey(message, "inorder")

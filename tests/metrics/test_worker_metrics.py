@@ -15,7 +15,11 @@ from prometheus_client import CollectorRegistry, Histogram
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, RetryPolicy
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.metrics import families
-from redisq_django.metrics.prometheus import PrometheusMiddleware, _add_observations
+from redisq_django.metrics.prometheus import (
+    PrometheusMiddleware,
+    WorkerMetrics,
+    _add_observations,
+)
 
 GROUP = "billing"
 
@@ -205,4 +209,20 @@ def test_figures_reach_the_metrics_while_the_worker_runs(
     latency_labels = {"queue": queue_name, "consumer": GROUP}
     assert math.isclose(
         value(registry, "redisq_message_latency_seconds_count", **latency_labels), 25
+    )
+
+
+def test_unconfirmed_reads_are_counted_in_their_family() -> None:
+    # Given the worker metrics of a consumer, declared at 0
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    metrics.declare("orders", "ledger")
+    name = "redisq_replica_wait_timeouts_total"
+    assert value(registry, name, queue="orders", consumer="ledger") == 0
+    # When the tally reports reads its replicas did not confirm in time
+    metrics.count("orders", "ledger", "unreplicated", 2)
+    # Then they are counted there, and nowhere else
+    assert value(registry, name, queue="orders", consumer="ledger") == 2
+    assert (
+        value(registry, "redisq_messages_reclaimed_total", queue="orders", consumer="ledger") == 0
     )

@@ -328,6 +328,7 @@ class RedisServer:
     def stop(self) -> None:
         """SIGTERM, wait up to 10 s, then SIGKILL.  Safe to call twice."""
         if self._proc is not None:
+            self.thaw()  # a frozen process would not answer SIGTERM
             self._terminate(self._proc)
             self._proc = None
 
@@ -339,6 +340,21 @@ class RedisServer:
                     self._proc.kill()
             self._proc.wait()
             self._proc = None
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process stops answering (and replicating) until :meth:`thaw`."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze` (harmless on a running process)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
+
+    def role(self) -> str:
+        """``master`` or ``slave``, from ``INFO replication``."""
+        with self.client(socket_timeout=2) as conn:
+            return str(conn.info("replication")["role"])
 
     def restart(self) -> RedisServer:
         """Stop (if running) and start again on the same port and workdir."""
@@ -360,7 +376,64 @@ class RedisServer:
 
 
 # ---------------------------------------------------------------------------
-# A Redis Cluster of masters only
+# Replicas
+# ---------------------------------------------------------------------------
+
+
+def link_up(replica: RedisServer) -> bool:
+    """Whether ``replica`` has finished its sync with its master."""
+    try:
+        with replica.client(socket_timeout=2) as conn:
+            info = conn.info("replication")
+    except redis.RedisError:
+        return False
+    return info.get("role") == "slave" and info.get("master_link_status") == "up"
+
+
+def wait_link_up(replicas: Iterable[RedisServer], what: str) -> None:
+    """Wait (bounded) until every replica of ``replicas`` finished its sync."""
+    pending = list(replicas)
+    deadline = time.monotonic() + CLUSTER_TIMEOUT
+    while pending:
+        pending = [r for r in pending if not link_up(r)]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise RedisServerError(
+                f"{what}: replica(s) did not sync within {CLUSTER_TIMEOUT:.0f}s:\n"
+                + "\n".join(f"{r!r}:\n{_tail(r.logfile, 10)}" for r in pending)
+            )
+        time.sleep(0.1)
+
+
+def start_replica(
+    binary: str | os.PathLike[str], workdir: str | os.PathLike[str], master: RedisServer
+) -> RedisServer:
+    """A replica of ``master`` (no persistence, as the master), synced when returned."""
+    replica = RedisServer(binary, workdir, extra_args=("--replicaof", HOST, str(master.port)))
+    replica.start()
+    try:
+        wait_link_up([replica], f"replica of {master!r}")
+    except BaseException:
+        replica.stop()
+        raise
+    return replica
+
+
+def replicated(master: redis.Redis, key: str, replicas: int = 1, timeout_ms: int = 10_000) -> None:
+    """Wait until ``replicas`` replicas of ``master`` have every write made so far: a write
+    of ``key`` (a key of the master's own slots, on a cluster node), then ``WAIT`` on the
+    same connection, whose offset is then past everything the master had."""
+    with master.pipeline(transaction=False) as pipe:
+        pipe.incr(key)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        _, confirmed = pipe.execute()
+    if int(confirmed) < replicas:
+        raise RedisServerError(f"only {confirmed} of {replicas} replica(s) confirmed in time")
+
+
+# ---------------------------------------------------------------------------
+# A Redis Cluster: masters, and replicas if asked
 # ---------------------------------------------------------------------------
 
 
@@ -369,6 +442,43 @@ class RedisClusterHandle:
 
     def __init__(self, nodes: list[RedisServer]) -> None:
         self.nodes = nodes
+
+    def node_at(self, port: int) -> RedisServer:
+        """The node listening on ``port``."""
+        (node,) = [n for n in self.nodes if n.port == port]
+        return node
+
+    def master_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot now (asked to a live node)."""
+        with self.client() as client:
+            return self.node_at(client.get_node_from_key(key).port)
+
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        """The live nodes that replicate ``master`` now."""
+        found = []
+        for node in self.nodes:
+            if node is master or not node.running:
+                continue
+            with contextlib.suppress(redis.RedisError), node.client(socket_timeout=2) as conn:
+                info = conn.info("replication")
+                if info.get("role") == "slave" and int(info["master_port"]) == master.port:
+                    found.append(node)
+        return found
+
+    def take_over(self, replica: RedisServer) -> None:
+        """``CLUSTER FAILOVER TAKEOVER`` on ``replica`` (its master may be dead), then wait
+        (bounded) until it is a master and every live node says ``cluster_state:ok``."""
+        with replica.client(socket_timeout=5) as conn:
+            conn.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        deadline = time.monotonic() + CLUSTER_TIMEOUT
+        live = [n for n in self.nodes if n.running]
+        while not (replica.role() == "master" and all(_cluster_state_ok(n) for n in live)):
+            if time.monotonic() > deadline:
+                raise RedisServerError(
+                    f"{replica!r} did not take over within {CLUSTER_TIMEOUT:.0f}s:\n"
+                    + _tail(replica.logfile, 15)
+                )
+            time.sleep(0.1)
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -385,7 +495,8 @@ class RedisClusterHandle:
     def flushall(self) -> None:
         for node in self.nodes:
             with node.client() as conn:
-                conn.flushall()
+                if conn.info("replication")["role"] == "master":  # replicas follow
+                    conn.flushall()
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -407,12 +518,14 @@ def start_cluster(
     cli_binary: str | os.PathLike[str],
     workdir: str | os.PathLike[str],
     masters: int = 3,
+    replicas: int = 0,
 ) -> RedisClusterHandle:
-    """Start ``masters`` cluster-enabled servers and join them into one cluster."""
+    """Start ``masters`` cluster-enabled servers, each with ``replicas`` replicas, and
+    join them into one cluster (returned once every replica has synced)."""
     root = Path(workdir)
     nodes: list[RedisServer] = []
     try:
-        for index in range(masters):
+        for index in range(masters * (1 + replicas)):
             node = RedisServer(
                 binary,
                 root / f"node{index}",
@@ -433,7 +546,7 @@ def start_cluster(
             "create",
             *(f"{node.host}:{node.port}" for node in nodes),
             "--cluster-replicas",
-            "0",
+            str(replicas),
             "--cluster-yes",
         ]
         result = subprocess.run(
@@ -457,6 +570,8 @@ def start_cluster(
                     + "\n".join(f"{node!r}:\n{_tail(node.logfile, 10)}" for node in nodes)
                 )
             time.sleep(0.1)
+        if replicas:
+            wait_link_up([n for n in nodes if n.role() != "master"], "cluster")
     except BaseException:
         for node in nodes:
             node.stop()

@@ -191,9 +191,10 @@ def test_a_second_sigint_is_a_cold_stop_and_the_log_says_so(
     # period ran out
     assert worker.wait_exit(10) == 1, workers.report()
     log = worker.stderr
-    assert "SIGINT again: exiting now; in-flight messages will be redelivered" in log
+    assert "SIGINT again: exiting now, without finishing in-flight messages" in log
     assert "Cold stop" in log and "s into the warm stop" in log
-    assert "their 1 unfinished message(s) will be delivered again" in log
+    assert "their 1 unfinished message(s) stay pending" in log
+    assert "counting this delivery" in log
     assert "grace period of" not in log.lower()
     assert "after the 30 s grace period" not in log
 

@@ -168,7 +168,7 @@ class AsyncHandlerThread(HandlerThread):
             try:
                 batch = self.sub.fetch(count=free, block_ms=0)
             finally:
-                self._count_dead_on_receive()
+                self._count_on_receive()
             return batch or None
         return []
 

@@ -1,10 +1,12 @@
-"""What a worker's threads share: the stop request, the message budget, the counters."""
+"""What a worker's threads share: the stop request, the message budget, the counters, and
+how they fetch."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 #: Longest a :meth:`StopSignal.wait` sleeps before looking at the request again, seconds.
 WAKE_S = 0.1
@@ -94,3 +96,14 @@ class Tally:
     def snapshot(self) -> Counter[tuple[str, str, str]]:
         with self._lock:
             return Counter(self._counts)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How a handler thread fetches (from ``WorkerOptions``)."""
+
+    prefetch: int
+    block_ms: int
+    burst: bool
+    reclaim_interval: float
+    batch_ack: bool = False

@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import cast
 
 import redis
@@ -30,7 +29,7 @@ from redisq_django.core.worker.crew import Crew
 from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
-from redisq_django.core.worker.state import Quota, StopSignal, Tally
+from redisq_django.core.worker.state import Pace, Quota, StopSignal, Tally
 
 logger = logging.getLogger("redisq.worker")
 
@@ -47,17 +46,6 @@ BURST_BLOCK_MS = 100
 #: it over) instead of starting it. A third, as leases are renewed every third, so that a
 #: message started late in its batch still keeps a third of its timeout as a margin.
 STALE_BATCH_FRACTION = 1 / 3
-
-
-@dataclass(frozen=True)
-class Pace:
-    """How a handler thread fetches (from ``WorkerOptions``)."""
-
-    prefetch: int
-    block_ms: int
-    burst: bool
-    reclaim_interval: float
-    batch_ack: bool = False
 
 
 class HandlerThread(threading.Thread):
@@ -97,7 +85,7 @@ class HandlerThread(threading.Thread):
         self._unsettled: list[Callable[[], None]] = []
         self._settle_failed = False  # a settlement waits for Redis (to log its return)
         self._last_reclaim = 0.0
-        self._dead_counted = 0  # of sub.dead_on_receive
+        self._counted: dict[str, int] = {}  # of what the subscription counts itself
         self._batch_size = min(INITIAL_BATCH, pace.prefetch)
 
     def apply(self, spec: ConsumerSpec) -> None:
@@ -172,7 +160,7 @@ class HandlerThread(threading.Thread):
                     try:
                         batch = self.sub.fetch(count=self._batch_size, block_ms=0)
                     finally:
-                        self._count_dead_on_receive()
+                        self._count_on_receive()
                     if not batch:
                         if self.crew is not None:
                             self.crew.drained = True
@@ -207,15 +195,18 @@ class HandlerThread(threading.Thread):
         try:
             return self._fetch_or_reclaim()
         finally:
-            self._count_dead_on_receive()
+            self._count_on_receive()
 
-    def _count_dead_on_receive(self) -> None:
+    def _count_on_receive(self) -> None:
         # Undecodable entries and leases expired past the budget die inside fetch and
-        # reclaim, not in a settle of ours: count them too, at one comparison per fetch.
-        made = self.sub.dead_on_receive - self._dead_counted
-        if made:
-            self._dead_counted += made
-            self._count("dead", made)
+        # reclaim, not in a settle of ours, and an ordered consumer's reads may go out
+        # unconfirmed by its replicas: count them too, at two comparisons per fetch.
+        sub = self.sub
+        for what, total in (("dead", sub.dead_on_receive), ("unreplicated", sub.unreplicated)):
+            made = total - self._counted.get(what, 0)
+            if made:
+                self._counted[what] = total
+                self._count(what, made)
 
     def _fetch_or_reclaim(self) -> list[Delivery]:
         now = time.monotonic()

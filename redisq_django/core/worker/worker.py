@@ -23,7 +23,6 @@ from redisq_django.core.clock import monotonic_ms
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
-from redisq_django.core.leases import end_own_leases
 from redisq_django.core.outcome import Outcome
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
@@ -32,8 +31,9 @@ from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_int
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
 from redisq_django.core.worker.refusals import Condition
-from redisq_django.core.worker.state import Quota, StopSignal, Tally
-from redisq_django.core.worker.threads import HandlerThread, Pace
+from redisq_django.core.worker.state import Pace, Quota, StopSignal, Tally
+from redisq_django.core.worker.stopping import shut_down
+from redisq_django.core.worker.threads import HandlerThread
 from redisq_django.core.worker.ticker import Every, Ticker
 from redisq_django.core.worker.worker_options import WorkerOptions
 
@@ -217,6 +217,7 @@ class Worker:
                 policy=spec.policy,
                 ordered=spec.ordered,
                 partition=partition,
+                wait_replicas=spec.wait_replicas,
             )
             parts: dict[str, Any] = dict(
                 spec=spec,
@@ -356,39 +357,10 @@ class Worker:
         )
 
     def _shutdown(self) -> int:
-        self._stop.request()
-        cold_at_once, began = self.cold, time.monotonic()
-        deadline = began + self.options.grace_period
-        # The liveness thread keeps heartbeating and renewing leases meanwhile.
-        while time.monotonic() < deadline and any(t.is_alive() for t in self._all_threads()):
-            if self.cold:
-                break
-            for t in self._all_threads():
-                t.join(timeout=0.05)
-        stuck = [t for t in self._all_threads() if t.is_alive()]
-        if self.crashed and not self.cold:
-            return 1
-        if stuck or self.cold:  # say which: a second signal is no grace period's end
-            cold = f"Cold stop {time.monotonic() - began:.1f} s into the warm stop"
-            logger.warning(
-                "%s: exiting now without waiting for %d handler thread(s); their %d unfinished"
-                " message(s) will be delivered again (other instances take them over soon)",
-                cold if self.cold else f"Grace period of {self.options.grace_period:g} s over",
-                len(stuck),
-                sum(len(t.held) for t in stuck),
-            )
-            self._mark_dead(None if cold_at_once else stuck)
-            return 1
-        return 0
-
-    def _mark_dead(self, threads: Sequence[HandlerThread] | None = None) -> None:
-        # An expired heartbeat lets other instances take the messages over at once; the
-        # liveness thread stops first so that no late heartbeat revives them.
-        self.liveness.stop()
-        for t in threads if threads is not None else self._all_threads():
-            try:
-                t.sub.heartbeat(-1)
-                # Leases of their own would hold tasks back that this process stops running.
-                end_own_leases(t.sub.client, t.sub.gkeys, list(t.held))
-            except Exception:
-                logger.debug("Could not expire the heartbeat of %s", t.sub.instance, exc_info=True)
+        return shut_down(
+            self._all_threads,
+            self._stop,
+            self.liveness,
+            self.options.grace_period,
+            lambda: self.crashed,
+        )

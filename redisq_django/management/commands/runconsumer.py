@@ -317,9 +317,7 @@ class Command(BaseCommand):
                     worker.stop()
                     logger.warning("%s: finishing in-flight messages", name)
             elif worker.stopping or signum == COLD_SIGNAL:
-                logger.warning(
-                    "%s again: exiting now; in-flight messages will be redelivered", name
-                )
+                logger.warning("%s again: exiting now, without finishing in-flight messages", name)
                 worker.stop(cold=True)
             else:
                 # Stop first: a second signal can interrupt this handler while it logs,

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from redisq_django.conf import get_core_config
 from redisq_django.connection import get_broker, quick_client
@@ -155,7 +156,8 @@ class FirstPublishHook(PublishHook):
             try:
                 if decls:
                     register(_on_loop_thread() or get_broker(), decls)
-            except (RedisqError, redis.RedisError) as exc:
+            # Not RedisError: a cluster client finding no node while it is built.
+            except (RedisqError, redis.RedisError, RedisClusterException) as exc:
                 self._not_before[queue] = time.monotonic() + RETRY_AFTER_S
                 logger.debug("Declared consumers of %r not registered yet: %s", queue, exc)
                 return

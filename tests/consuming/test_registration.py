@@ -24,7 +24,7 @@ from tests.support.aio import run_async
 from tests.support.hung_server import HungServer
 from tests.support.redis_server import RedisServer, free_port
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.servers]
 
 
 @pytest.fixture

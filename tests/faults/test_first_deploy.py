@@ -21,6 +21,7 @@ from tests.support.workers import REPO_ROOT, Workers, read_done
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.servers,  # XGROUP CREATE at "$" on a missing stream, per partition
     # The consumers of queue "firsthour" are fixed in tests/faultapp/consumers.py.
     pytest.mark.usefixtures("empty_redis"),
 ]

@@ -74,6 +74,7 @@ def test_a_task_failing_every_attempt_is_failed_after_max_retries_plus_one(
     assert _runs(tasks_env, key) == ["ran"] * 3
 
 
+@pytest.mark.servers  # task_settle.lua's dead mode
 def test_a_task_raising_reject_is_a_dead_letter_at_once(tasks_env: TasksEnv) -> None:
     # Given a task with retries left (max_retries=3) that raises Reject on its first run
     key = f"runs:{tasks_env.queue}"

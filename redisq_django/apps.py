@@ -23,6 +23,7 @@ class RedisqConfig(AppConfig):
 
         signal_handlers.connect()
         connection.add_publish_hooks(tracing_hooks)
+        connection.add_publish_hooks(first_publish_hooks)
         import django
 
         if django.VERSION >= (6, 0):  # django.tasks: the tasks backend's task queues
@@ -37,3 +38,11 @@ def tracing_hooks() -> list[PublishHook]:
     from redisq_django.metrics.tracing import publish_hooks
 
     return publish_hooks()
+
+
+def first_publish_hooks() -> list[PublishHook]:
+    """The broker's publish hook that registers a queue's declared consumers before a
+    process's first message to it (``consuming/registration.py``)."""
+    from redisq_django.consuming.registration import first_publish_hooks as hooks
+
+    return hooks()

@@ -27,6 +27,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 
 @checks.register()
+def check_connection(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.E005: without ``REDISQ['URL']``, ``REDISQ['CONNECTION']`` names a
+    cache that ``CACHES`` lacks or that is not django-redis (with no ``REDISQ`` at all,
+    Django's default cache, a ``LocMemCache``). Builds the client, never connects."""
+    from redisq_django.connection import cache_client
+
+    try:
+        configured = get_settings()
+    except SettingsError:
+        return []  # reported by E001
+    if configured["URL"]:
+        return []
+    try:
+        cache_client(configured["CONNECTION"])
+    except SettingsError as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="runconsumer, manage.py redisq, the admin and publish() refuse with "
+                "this line until it is fixed; docs/reference/settings.md (CONNECTION, URL).",
+                id="redisq_django.E005",
+            )
+        ]
+    return []
+
+
+@checks.register()
 def check_consumers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """redisq_django.E002: an app's ``consumers.py`` fails to import."""
     from redisq_django.consuming.declarations import DiscoveryError, autodiscover
@@ -100,7 +127,7 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
         get_settings()
         broker = get_broker()
     except SettingsError:
-        return []  # reported by E001
+        return []  # reported by E001 / E005
     try:
         broker.operator.ping()
     except Exception as exc:
@@ -135,7 +162,7 @@ def check_redis_server(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         get_settings()
         problems = get_broker().operator.server_problems()
     except Exception:
-        return []  # bad settings or Redis unreachable: reported by E001 / E004
+        return []  # bad settings or Redis unreachable: reported by E001 / E005 / E004
     out: list[checks.CheckMessage] = []
     for p in problems:
         check_id = SERVER_CHECK_IDS[p.code]

@@ -40,20 +40,42 @@ def get_redis_client() -> RedisClient:
     ``REDISQ['CLUSTER']``) or ``REDISQ['CONNECTION']``.
 
     Raises:
-        SettingsError: the alias is not a django-redis cache.
+        SettingsError: ``CONNECTION`` names no cache, or one that is not django-redis
+            (:func:`cache_client`).
     """
     s = get_settings()
     if s["CLUSTER"]:
         return redis.cluster.RedisCluster.from_url(s["URL"])
     if s["URL"]:
         return redis.Redis.from_url(s["URL"])
-    alias = s["CONNECTION"]
+    return cache_client(s["CONNECTION"])
+
+
+#: The fix a message offers a user without a Redis setting (an example, no real address).
+_SET_URL = "set REDISQ['URL'] instead (e.g. 'redis://localhost:6379/0')"
+_DJANGO_REDIS = "django_redis.cache.RedisCache"
+
+
+def cache_client(alias: str) -> RedisClient:
+    """The redis-py client of django-redis cache ``alias``, built without connecting.
+
+    Every entry point that needs Redis (``runconsumer``, ``manage.py redisq``, the
+    admin, ``publish``) gets here first, and so does system check
+    ``redisq_django.E005``: each says the same one line.
+
+    Raises:
+        SettingsError: ``CACHES`` has no such alias, or its cache is not a django-redis
+            one (Django's default ``LocMemCache`` when nothing is configured, or Django's
+            own ``RedisCache``, whose client is not redis-py's).
+    """
     from django.conf import settings
 
-    if alias not in getattr(settings, "CACHES", {}):
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
         raise SettingsError(
-            f"settings.REDISQ['CONNECTION'] is {alias!r}, but CACHES has no such alias. "
-            "Add a django-redis cache with that alias, or set REDISQ['URL']."
+            f"redisq has no Redis to use: REDISQ['CONNECTION'] names the cache {alias!r}, "
+            f"which settings.CACHES does not have. Add a django-redis cache {alias!r} to "
+            f"CACHES, or {_SET_URL}."
         )
     try:
         from django_redis import get_redis_connection
@@ -61,10 +83,28 @@ def get_redis_client() -> RedisClient:
         # django-redis ships no types; what it hands out is a redis-py ``Redis``.
         return cast("RedisClient", get_redis_connection(alias))
     except (NotImplementedError, AttributeError, ImportError) as exc:
-        raise SettingsError(
-            f"CACHES[{alias!r}] is not a django-redis cache ({exc}). Use "
-            "'django_redis.cache.RedisCache' as its BACKEND, or set REDISQ['URL']."
-        ) from exc
+        raise SettingsError(_not_django_redis(alias, caches[alias], exc)) from exc
+
+
+def _not_django_redis(alias: str, cache: Any, exc: Exception) -> str:
+    """Why cache ``alias`` (its ``CACHES`` entry) gives redisq no client, and the fix."""
+    from django.conf import settings
+
+    if "CONNECTION" in getattr(settings, "REDISQ", {}):
+        which = f"REDISQ['CONNECTION'] names the cache CACHES[{alias!r}], which"
+    else:  # nothing configured yet: Django's default cache, in the zero-config case
+        which = f"REDISQ sets no URL, and the cache it falls back on, CACHES[{alias!r}],"
+    if isinstance(exc, ImportError):
+        return (
+            f"redisq has no Redis to use: {which} needs django-redis, which cannot be "
+            f"imported ({exc}). Install django-redis, or {_SET_URL}."
+        )
+    backend = cache.get("BACKEND", "?") if isinstance(cache, dict) else "?"
+    if backend == "django.core.cache.backends.redis.RedisCache":
+        fix = f"Set REDISQ['URL'] to its LOCATION, or make its BACKEND {_DJANGO_REDIS}"
+    else:
+        fix = f"Make its BACKEND {_DJANGO_REDIS}, or {_SET_URL}"
+    return f"redisq has no Redis to use: {which} is {backend}, not a django-redis cache. {fix}."
 
 
 @functools.lru_cache(maxsize=4)

@@ -30,11 +30,14 @@ def clear_caches(*, setting: str, **kwargs: Any) -> None:
 
 def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
     """Write the ``@consumer`` and ``periodic`` declarations into ``Queue``/``Consumer``
-    and ``Schedule`` rows after our app's migrations ran."""
+    and ``Schedule`` rows after our app's migrations ran, and register the declared
+    consumers in Redis, so that they receive what is published from now on even before
+    their first worker runs (``consuming/registration.py``)."""
     if getattr(sender, "name", None) != "redisq_django":
         return
     from redisq_django.consuming.consumer_sync import sync_declarations
     from redisq_django.consuming.declarations import DiscoveryError
+    from redisq_django.consuming.registration import register_after_migrate
     from redisq_django.core.errors import ConfigurationError
     from redisq_django.schedules.schedule_sync import sync_schedules
 
@@ -44,6 +47,11 @@ def sync_after_migrate(sender: Any, using: str = "default", **kwargs: Any) -> No
         # migrate must not fail because an app's consumers.py is broken; the system
         # check and runconsumer report it.
         logger.warning("Consumers not synchronised: %s", exc)
+    else:
+        # migrate passes its plan; flush (a TransactionTestCase's teardown) does not, and
+        # emptying a database is no deploy: Redis is left alone then.
+        if "plan" in kwargs:
+            register_after_migrate()  # never fails migrate: a warning when Redis is away
     try:
         sync_schedules()
     except ConfigurationError as exc:  # a broken schedules.py, a queue not in QUEUES

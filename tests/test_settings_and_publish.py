@@ -169,7 +169,7 @@ def test_partitions_reach_the_core_config(redisq_settings: Any) -> None:
 
 def test_missing_cache_alias_says_what_to_do(queue_name: str, settings: Any) -> None:
     settings.REDISQ = {"CONNECTION": "queues"}
-    with pytest.raises(SettingsError, match="CACHES has no such alias"):
+    with pytest.raises(SettingsError, match=r"settings\.CACHES does not have\. Add a django-redis"):
         redisq_django.publish(queue_name, {})
 
 

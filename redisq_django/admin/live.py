@@ -39,7 +39,7 @@ from redis.exceptions import RedisClusterException, SlotNotCoveredError
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import quick_client
 from redisq_django.core import Broker
-from redisq_django.core.errors import RedisqError, RedisUnavailable
+from redisq_django.core.errors import ConfigurationError, RedisqError, RedisUnavailable
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.core.trends import SAMPLE_INTERVAL_S
 
@@ -129,6 +129,9 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
         with _lock:
             _down.update(until=time.monotonic() + DOWN_S, reason=reason)
         return Reading(None, reason)
+    except ConfigurationError as exc:  # REDISQ names no usable Redis (E005): its words
+        logger.warning("Admin: %s", exc)
+        return Reading(None, str(exc))
     except (redis.RedisError, RedisqError) as exc:
         logger.warning("Admin: a read from Redis failed: %s", exc)
         return Reading(None, f"Redis could not answer ({str(exc).rstrip('.')}).")

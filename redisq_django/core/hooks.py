@@ -11,7 +11,7 @@ inside :meth:`PublishHook.sending`. Both are no-ops by default.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -19,11 +19,14 @@ from typing import Any
 class PublishHook:
     """No-op hooks the broker calls around publishing."""
 
-    @contextlib.contextmanager
-    def sending(self, queue: str, count: int) -> Iterator[None]:
+    def sending(self, queue: str, count: int) -> AbstractContextManager[Any]:
         """Wraps the preparation and the sending of ``count`` messages of ``queue`` by
-        ``publish`` or ``publish_many`` (an exception there propagates through it)."""
-        yield
+        ``publish`` or ``publish_many`` (an exception there propagates through it).
+
+        A context manager (e.g. a ``@contextlib.contextmanager`` method); the default is
+        a shared no-op, so that a hook without it costs a publish no generator.
+        """
+        return _NOTHING
 
     def before_prepare(
         self, queue: str, headers: Mapping[str, Any] | None
@@ -36,7 +39,7 @@ class PublishHook:
         return headers
 
 
-_NOTHING = contextlib.nullcontext()
+_NOTHING: AbstractContextManager[Any] = contextlib.nullcontext()
 
 
 def sending(hooks: Sequence[PublishHook], queue: str, count: int) -> AbstractContextManager[Any]:

@@ -47,6 +47,7 @@ from redisq_django.core.task_wire import (
     found,
     pairs,
     read_commands,
+    settle_call,
 )
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -216,7 +217,8 @@ class TaskResultStore:
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
         event = self._event(EventName.HANDLED, message, duration_ms)
-        return self.settle_call(message, "ack", "", result, b"", {}, expire_at_ms, event)
+        keys = self.keys(message.queue)
+        return settle_call(keys, message, "ack", "", result, b"", {}, expire_at_ms, event)
 
     @translate_errors
     def fail(
@@ -250,79 +252,79 @@ class TaskResultStore:
             wait_ms = max(1, int(policy.backoff(failed, self._rng) * 1000))
             # Without `next_due`: task_settle.lua adds the due time it makes (Redis's clock).
             event = self._event(EventName.RETRIED, message, duration_ms, failure=failure)
-            keys, args = self.settle_call(
-                message, "retry", f"+{wait_ms}", {"status": READY}, error_json, retry_fields,
-                expire_at_ms, event,
+            keys, args = settle_call(
+                self.keys(message.queue), message, "retry", f"+{wait_ms}", {"status": READY},
+                error_json, retry_fields, expire_at_ms, event,
             )  # fmt: skip
             settled = self.scripts("task_settle", keys, args)
             return Settlement.retried(wait_ms) if settled else Settlement.lost()
+        return self._dead(
+            message, failure, DeadReason.FAILED, retry_fields, error_json, now,
+            finished_at_ms, expire_at_ms, duration_ms,
+        )  # fmt: skip
+
+    @translate_errors
+    def reject(
+        self,
+        message: Delivery,
+        failure: Failure,
+        *,
+        error: Mapping[str, str],
+        finished_at_ms: int,
+        expire_at_ms: int,
+        duration_ms: int | None = None,
+    ) -> Settlement:
+        """Settle an attempt whose task raised ``Reject``: a dead letter at once, whatever
+        the retries left (reason ``rejected``, as a consumer's), its result FAILED with
+        ``error`` appended to its ``errors``, with its ``dead`` event (history on).
+
+        Returns:
+            Its settlement: ``DEAD`` (reason ``rejected``), or ``LOST`` when this
+            instance no longer holds it.
+        """
+        now = now_ms()
+        error_json = json.dumps(dict(error)).encode()
+        fields = settle.next_delivery(message, now, failed=True)
+        fields[F_FAILURES] = str(message.failures + 1).encode()
+        return self._dead(
+            message, failure, DeadReason.REJECTED, fields, error_json, now,
+            finished_at_ms, expire_at_ms, duration_ms,
+        )  # fmt: skip
+
+    def _dead(
+        self,
+        message: Delivery,
+        failure: Failure,
+        reason: DeadReason,
+        fields: dict[bytes, bytes],
+        error_json: bytes,
+        now: int,
+        finished_at_ms: int,
+        expire_at_ms: int,
+        duration_ms: int | None,
+    ) -> Settlement:
+        """The dead letter of :meth:`fail` and :meth:`reject`: ``fields`` are the
+        envelope's for its next delivery, ``now`` the time of the failure."""
         dead = dead_fields(
-            retry_fields,
-            consumer=message.consumer,
-            reason=DeadReason.FAILED,
-            failure=failure,
-            failed_at_ms=now,
+            fields, consumer=message.consumer, reason=reason, failure=failure, failed_at_ms=now
         )
         result = {"status": FAILED, "finished_at": str(finished_at_ms)}
-        event = self._event(
-            EventName.DEAD, message, duration_ms, failure=failure, reason=DeadReason.FAILED
-        )
-        keys, args = self.settle_call(
-            message, "dead", "", result, error_json, dead, expire_at_ms, event
-        )
+        event = self._event(EventName.DEAD, message, duration_ms, failure=failure, reason=reason)
+        keys, args = settle_call(
+            self.keys(message.queue), message, "dead", "", result, error_json, dead,
+            expire_at_ms, event,
+        )  # fmt: skip
         settled = self.scripts("task_settle", keys, args)
-        return Settlement.dead(DeadReason.FAILED) if settled else Settlement.lost()
+        return Settlement.dead(reason) if settled else Settlement.lost()
 
     def _event(
         self, name: EventName, message: Delivery, duration_ms: int | None, **details: Any
-    ) -> list[bytes]:
-        """The lifecycle event of a settle (history on), else nothing."""
+    ) -> list[bytes] | None:
+        """The lifecycle event of a settle (history on), else None."""
         if not self.history:
-            return []
+            return None
         record = lifecycle.record(message.id, message.attempts, duration_ms)
         return lifecycle.fields(name, message.consumer, message.instance, [record], **details)
-
-    def settle_call(
-        self,
-        message: Delivery,
-        mode: str,
-        due: str,
-        result: Mapping[str, str],
-        error_json: bytes,
-        envelope: Mapping[bytes, bytes],
-        expire_at_ms: int,
-        event: Sequence[bytes] = (),
-    ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``task_settle.lua`` (``ack``: ``succeed_call``); with history
-        on, its layout with the settle's ``event``."""
-        keys = self.keys(message.queue)
-        gkeys = keys.group(message.consumer)
-        source = keys.log if message.stream is Stream.LOG else gkeys.direct
-        script_keys = [
-            source,
-            gkeys.retry,
-            gkeys.dead,
-            keys.task_result(message.id),
-            keys.task_results,
-            gkeys.leases,
-        ]
-        args: list[Any] = [
-            message.consumer,
-            message.instance,
-            message.entry_id,
-            "1" if message.stream is Stream.DIRECT else "0",
-            mode,
-            due,
-            expires(expire_at_ms),
-            message.id,
-            error_json,
-            len(result),
-            *pairs(result),
-        ]
-        if self.history:  # the event goes in the same script as the settle
-            script_keys.append(keys.events)
-            args += [len(event) // 2, *event]
-        return script_keys, [*args, *pairs(envelope)]
 
     @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:

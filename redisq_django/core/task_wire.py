@@ -1,4 +1,5 @@
-"""The wire of task results (Django-free): statuses, the enqueue call, expiries, hashes.
+"""The wire of task results (Django-free): statuses, the enqueue and settle calls,
+expiries, hashes.
 
 Shared by the sync store (:mod:`redisq_django.core.task_store`) and the asyncio side
 of the Tasks backend (``redisq_django.tasks.aio``), so that both run the same
@@ -13,6 +14,7 @@ from typing import Any
 
 from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
+from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import ScriptCall
@@ -77,6 +79,49 @@ def enqueue_call(
     counter = trends.counter(keys)
     quiet = counter.commands({trends.PUBLISHED: 1})
     return ScriptCall("task_enqueue", script_keys, args, quiet, failed=counter.forget)
+
+
+def settle_call(
+    keys: QueueKeys,
+    message: Delivery,
+    mode: str,
+    due: str,
+    result: Mapping[str, str],
+    error_json: bytes,
+    envelope: Mapping[bytes, bytes],
+    expire_at_ms: int,
+    event: Sequence[bytes] | None,
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of ``task_settle.lua`` for ``message`` of the queue of ``keys``
+    (``mode``: ``ack``, ``retry`` or ``dead``); ``event``: the settle's lifecycle event
+    with history on (its layout then has the events stream), None with history off."""
+    gkeys = keys.group(message.consumer)
+    source = keys.log if message.stream is Stream.LOG else gkeys.direct
+    script_keys = [
+        source,
+        gkeys.retry,
+        gkeys.dead,
+        keys.task_result(message.id),
+        keys.task_results,
+        gkeys.leases,
+    ]
+    args: list[Any] = [
+        message.consumer,
+        message.instance,
+        message.entry_id,
+        "1" if message.stream is Stream.DIRECT else "0",
+        mode,
+        due,
+        expires(expire_at_ms),
+        message.id,
+        error_json,
+        len(result),
+        *pairs(result),
+    ]
+    if event is not None:  # the event goes in the same script as the settle
+        script_keys.append(keys.events)
+        args += [len(event) // 2, *event]
+    return script_keys, [*args, *pairs(envelope)]
 
 
 def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:

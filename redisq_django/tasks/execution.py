@@ -73,8 +73,9 @@ def execute(delivery: Delivery) -> Settlement:
     Returns:
         How the attempt was settled here: ``ACKED`` with its result (written without
         waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED`` or ``DEAD``
-        (the settlement's ``error`` is the task's exception); ``LOST`` when another
-        instance holds the message.
+        (the settlement's ``error`` is the task's exception; ``DEAD`` at once, reason
+        ``rejected``, when the task raised ``Reject``); ``LOST`` when another instance
+        holds the message.
 
     Raises:
         Reject: the message is not a task message, names a backend that is not ours, or
@@ -213,7 +214,8 @@ def _failed(
     started: int,
     duration_ms: int,
 ) -> Settlement:
-    """Settle a failed attempt (retry or dead letter) and send ``task_finished``; called
+    """Settle a failed attempt (retry or dead letter; a dead letter at once when the task
+    raised ``Reject``, as a consumer's handler may) and send ``task_finished``; called
     inside the ``except`` block, so that Django's log line carries the traceback.
 
     Returns:
@@ -221,16 +223,18 @@ def _failed(
     """
     error = _error(exc)
     finished = max(now_ms(), started)
+    failure = Failure(error.exception_class_path, str(exc), error.traceback)
     policy = _policy(delivery, job, backend.task_options.max_retries)
-    settlement = backend.results.fail(
-        delivery,
-        Failure(error.exception_class_path, str(exc), error.traceback),
-        policy,
-        error=dataclasses.asdict(error),
-        finished_at_ms=finished,
-        expire_at_ms=finished + backend.task_options.result_ttl_ms,
-        duration_ms=duration_ms,
-    )
+    result_fields: dict[str, Any] = {
+        "error": dataclasses.asdict(error),
+        "finished_at_ms": finished,
+        "expire_at_ms": finished + backend.task_options.result_ttl_ms,
+        "duration_ms": duration_ms,
+    }
+    if isinstance(exc, Reject):  # the task says retrying cannot help
+        settlement = backend.results.reject(delivery, failure, **result_fields)
+    else:
+        settlement = backend.results.fail(delivery, failure, policy, **result_fields)
     errors = [*result.errors, error]
     if settlement.outcome is Outcome.DEAD:
         result = dataclasses.replace(

@@ -299,9 +299,7 @@ def test_release_key_refuses_a_held_back_that_is_no_count_and_loses_no_waiting_m
     settled_state(broker.client, gk)
 
 
-def test_release_key_of_a_key_nobody_holds_writes_nothing(
-    broker: Broker, queue_name: str
-) -> None:
+def test_release_key_of_a_key_nobody_holds_writes_nothing(broker: Broker, queue_name: str) -> None:
     sub, _ = two_of_key_a(broker, queue_name)
     broker.client.set(sub.gkeys.held_back, "junk")  # not read: nothing to hand on
     assert broker.operator.release_key(queue_name, CONSUMER, "nobody") is False

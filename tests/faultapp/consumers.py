@@ -1,11 +1,12 @@
 """Consumers driven by the fault tests through real ``runconsumer`` processes.
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
-``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``, ``ahandback``,
-``ohandback``) are used by no other test (tests/faults/test_faults.py,
+``firsthour``, ``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``,
+``ahandback``, ``ohandback``) are used by no other test (tests/faults/test_faults.py,
 tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
-tests/faults/test_start_together.py, tests/metrics/test_endpoints.py,
-tests/faults/test_ordered_chaos.py, tests/faults/test_grace_handback.py).
+tests/faults/test_start_together.py, tests/faults/test_first_deploy.py,
+tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py,
+tests/faults/test_grace_handback.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -176,6 +177,19 @@ def together_first(message: Message) -> None:
 @consumer("together", name="second")
 def together_second(message: Message) -> None:
     _obey(message, "second")
+
+
+# The first deploy (tests/faults/test_first_deploy.py): two logical consumers with the
+# default start point ("latest") whose workers never ran before the messages were
+# published; their groups come from migrate or from the publisher's first publish.
+@consumer("firsthour", name="payments")
+def firsthour_payments(message: Message) -> None:
+    _obey(message, "payments")
+
+
+@consumer("firsthour", name="receipts")
+def firsthour_receipts(message: Message) -> None:
+    _obey(message, "receipts")
 
 
 # Crash isolation (tests/faults/test_faults.py): the defaults (max_retries 5; runconsumer's

@@ -12,8 +12,6 @@ Real ``runconsumer`` processes, real signals, a real Redis (tests/faultapp/consu
 visibility timeout, so that a redelivery within the test was a hand-back).
 """
 
-# ruff: noqa: F811 (the fixtures imported from test_faults)
-
 from __future__ import annotations
 
 import signal
@@ -22,14 +20,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
-from tests.faults.test_faults import (  # noqa: F401
-    GRACEFUL,
-    PATIENT,
-    broker,
-    db_file,
-    migrated_db,
-    workers,
-)
+from tests.faults.test_faults import GRACEFUL, PATIENT
 from tests.support.workers import Workers, read_done, wait_deliveries
 
 pytestmark = [

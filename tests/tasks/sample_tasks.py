@@ -60,6 +60,16 @@ def flaky(key: str, fail_times: int) -> int:
     return runs
 
 
+@task(max_retries=3, backoff=0.05, max_backoff=0.1)
+def rejects(key: str, reason: str) -> None:
+    """Records each run, then gives up on the task (``Reject``): retries left, but none
+    may be made."""
+    from redisq_django import Reject
+
+    _record(key, "ran")
+    raise Reject(reason)
+
+
 @task()
 def exits(message: str = "bye") -> None:
     sys.exit(message)

@@ -25,12 +25,14 @@ from django.utils import timezone
 
 from redisq_django import deadletters
 from redisq_django.connection import get_broker
+from redisq_django.core.dead_entry import DeadReason
 from redisq_django.models import DeadLetter
 from redisq_django.tasks import enqueue_once
 from tests.tasks.conftest import TasksEnv, tasks_setting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 REPO_ROOT = Path(__file__).resolve().parents[2]
+REJECT = "redisq_django.core.handler.Reject"
 
 
 def _runs(env: TasksEnv, key: str) -> list[str]:
@@ -70,6 +72,27 @@ def test_a_task_failing_every_attempt_is_failed_after_max_retries_plus_one(
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == 3 and result.attempts == 3
     assert _runs(tasks_env, key) == ["ran"] * 3
+
+
+@pytest.mark.servers  # task_settle.lua's dead mode
+def test_a_task_raising_reject_is_a_dead_letter_at_once(tasks_env: TasksEnv) -> None:
+    # Given a task with retries left (max_retries=3) that raises Reject on its first run
+    key = f"runs:{tasks_env.queue}"
+    result = tasks_env.task("rejects").enqueue(key, "order 7 no longer exists")
+    # When a burst worker runs (it would wait for retries as they come due)
+    tasks_env.run_worker()
+    # Then it ran once: its result is FAILED with the Reject as its one error
+    assert _runs(tasks_env, key) == ["ran"]
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    assert [e.exception_class_path for e in result.errors] == [REJECT]
+    assert "order 7 no longer exists" in result.errors[0].traceback
+    # And its dead letter was rejected after one attempt, with the reason, as a consumer's
+    deadletters.sink(f"tasks.{tasks_env.queue}", "tasks")  # unless the worker's sink did
+    row = DeadLetter.objects.get(message_id=result.id)
+    assert (row.reason, row.attempts) == (DeadReason.REJECTED, 1)
+    assert (row.error_class, row.error_message) == (REJECT, "order 7 no longer exists")
 
 
 def test_a_failed_task_retried_from_its_dead_letter_is_ready_then_runs_again(

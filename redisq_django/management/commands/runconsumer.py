@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from redisq_django.arguments import configure_logging
-from redisq_django.conf import SettingsError, get_core_config, get_settings
+from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
 from redisq_django.consuming.consumer_sync import sync_declarations
 from redisq_django.core import bounds
@@ -144,17 +144,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         configure_logging(opts["verbosity"], with_pid=opts["processes"] > 1 or is_supervised())
         try:
-            get_settings()  # in the words of manage.py check, also with --skip-checks
-        except SettingsError as exc:
+            # In the words of manage.py check (E001, E005), also with --skip-checks.
+            get_settings()
+            broker = get_broker()
+        except RedisqError as exc:  # SettingsError; MissingExtra (TRACING)
             raise CommandError(str(exc)) from None
         if opts["tasks"]:
             opts["queues"] = _task_queues(opts["queues"])
         elif not opts["queues"]:
             raise CommandError("Name at least one QUEUE to consume (or use --tasks).")
         try:
-            get_broker().operator.ping()
+            broker.operator.ping()
         except Exception as exc:  # RedisUnavailable or a redis-py connection error
-            raise CommandError(f"Cannot reach Redis at {get_broker().where}: {exc}") from None
+            raise CommandError(f"Cannot reach Redis at {broker.where}: {exc}") from None
         grace = opts["grace_period"]
         if grace is None:
             grace = get_settings()["SHUTDOWN_GRACE_PERIOD"]

@@ -6,6 +6,7 @@ again, and a process started afterwards (a deploy, a new web process) is not ref
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,14 +39,21 @@ def publish_retrying(broker: Broker, n: int, tag: str) -> list[str]:
     return ids
 
 
+@pytest.fixture
+def pool(volatile_redis_server: RedisServer, db_file: Path, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes on the volatile server, the fault queue in K partitions."""
+    workers = Workers(volatile_redis_server.url, db_file, tmp_path / "logs")
+    workers.extra_env["REDISQ_TEST_PARTITIONS"] = f"{FAULTS}={K}"
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
 def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
-    volatile_redis_server: RedisServer,
-    db_file: Path,
-    tmp_path: Path,
+    volatile_redis_server: RedisServer, pool: Workers
 ) -> None:
     client = volatile_redis_server.client()
-    pool = Workers(volatile_redis_server.url, db_file, tmp_path / "logs")
-    pool.extra_env["REDISQ_TEST_PARTITIONS"] = f"{FAULTS}={K}"
     try:
         # Given a running publisher and a running worker of a queue of 4 partitions
         publisher = Broker(client, CoreConfig(partitions={FAULTS: K}))
@@ -77,21 +85,16 @@ def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
             assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
         assert publisher.dead_letters(FAULTS, RECORDER, partition=None) == []
     finally:
-        pool.close()
         client.close()
 
 
 def test_a_deploy_after_the_restart_is_not_refused_by_what_a_running_worker_wrote(
-    volatile_redis_server: RedisServer,
-    db_file: Path,
-    tmp_path: Path,
+    volatile_redis_server: RedisServer, pool: Workers
 ) -> None:
     # The case of the report: a running worker alone (no publisher) re-creates its
     # groups after the restart, which creates the partition logs; a process started
     # afterwards found logs but no record and was refused.
     client = volatile_redis_server.client()
-    pool = Workers(volatile_redis_server.url, db_file, tmp_path / "logs")
-    pool.extra_env["REDISQ_TEST_PARTITIONS"] = f"{FAULTS}={K}"
     try:
         Broker(client, CoreConfig(partitions={FAULTS: K})).ensure_consumer(
             FAULTS, RECORDER, "earliest"
@@ -115,5 +118,4 @@ def test_a_deploy_after_the_restart_is_not_refused_by_what_a_running_worker_wrot
         sent = publish_retrying(fresh, 8, "deploy")
         wait_ids(client, FAULTS, RECORDER, sent, timeout=30)
     finally:
-        pool.close()
         client.close()

@@ -236,6 +236,35 @@ def test_the_management_commands_never_import_the_admin() -> None:
     assert admin_users == {"redisq_django.history"}
 
 
+# -- docs/layout.md, "Rooms": a subpackage's face is its __init__ ------------------------
+
+#: Subpackages whose ``__init__`` is their face: a module outside one imports the face,
+#: never a module inside it (the modules inside import each other).
+ROOMS = ("redisq_django.admin.live",)
+
+
+def _past_the_face(importer: str, imported: str) -> bool:
+    """Whether ``importer`` reaches into a room from outside, past its face."""
+    return any(
+        imported.startswith(f"{room}.") and not importer.startswith(f"{room}.")
+        for room in ROOMS
+        if importer != room
+    )
+
+
+def test_outside_a_room_only_its_face_is_imported() -> None:
+    # The rule finds an outsider reaching past a face, and lets the face and the room's
+    # own modules import what is inside...
+    assert _past_the_face("redisq_django.admin.queues", "redisq_django.admin.live.pages")
+    assert not _past_the_face("redisq_django.admin.queues", "redisq_django.admin.live")
+    assert not _past_the_face("redisq_django.admin.live", "redisq_django.admin.live.pages")
+    assert not _past_the_face("redisq_django.admin.live.pages", "redisq_django.admin.live.scope")
+    # ...and every room is there, and nothing outside it reaches in.
+    assert [room for room in ROOMS if room not in MODULES] == []
+    found = {(a, b) for a, deps in _graph().items() for b in deps if _past_the_face(a, b)}
+    assert sorted(found) == []
+
+
 # -- docs/layout.md: the layers and the edges between the package's parts ------------------
 #
 # A part is a subpackage or a top-level module of ``redisq_django``, by its name

@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import reverse
 
 from redisq_django.admin import live
-from redisq_django.admin.liveheld import encode_key
+from redisq_django.admin.live.held_keys import encode_key
 from redisq_django.connection import get_broker
 from redisq_django.core.ordered import HELD_LIMIT
 from redisq_django.core.wire import visible

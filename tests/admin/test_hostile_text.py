@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from redisq_django.admin import live
-from redisq_django.admin.liveheld import encode_key
+from redisq_django.admin.live.held_keys import encode_key
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, DeadLetter, Queue
 from tests.admin.test_admin import make_dead

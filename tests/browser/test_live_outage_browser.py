@@ -18,7 +18,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
-from redisq_django.admin import live, livedata
+from redisq_django.admin import live
+from redisq_django.admin.live import snapshots
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer
 from tests.browser.test_admin_browser import PASSWORD, log_in
@@ -124,21 +125,21 @@ def test_a_request_that_never_completes_is_given_up_as_a_failed_update(
     status = page.locator("#redisq-live-status")
     expect(status).to_have_text(UPDATED, timeout=SAY_MS)
     stuck, release = threading.Event(), threading.Event()
-    read = livedata.consumer_snapshot
+    read = snapshots.consumer_snapshot
 
     def never_answering(*args: Any, **kwargs: Any) -> Any:
         stuck.set()
         release.wait(30)  # bounded: the test releases it at its end
         return read(*args, **kwargs)
 
-    monkeypatch.setattr(livedata, "consumer_snapshot", never_answering)
+    monkeypatch.setattr(snapshots, "consumer_snapshot", never_answering)
     try:
         # Then the page gives the request up: "Update failed", and the actions are off
         expect(status).to_contain_text("Update failed", timeout=SAY_MS)
         assert stuck.is_set()
         assert_actions(page, on=False)
     finally:
-        monkeypatch.setattr(livedata, "consumer_snapshot", read)
+        monkeypatch.setattr(snapshots, "consumer_snapshot", read)
         release.set()
     # And the next answer brings it back
     expect(status).to_have_text(UPDATED, timeout=SAY_MS)

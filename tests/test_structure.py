@@ -412,6 +412,41 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
     assert [f for m in wing for f in _public_signatures_with_any(m)] == []
 
 
+def _broker_forwards(source: str) -> list[str]:
+    """The public functions of ``source`` that only pass a call on to the broker (or to
+    what it hands out): one statement past the docstring, a call through ``broker``."""
+    found = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+            continue
+        call = body[0].value
+        if isinstance(call, ast.Call) and "broker" in ast.unparse(call.func):
+            found.append(node.name)
+    return found
+
+
+def test_operations_forwards_nothing_the_broker_offers() -> None:
+    # The scan finds a function that only hands a call on to the broker...
+    forward = '''
+def purge(queue, *, broker=None):
+    """Purge."""
+    (broker or get_broker()).purge(queue)
+
+def held(queue):
+    return get_broker().operator.held_keys(queue)
+
+def names():
+    return sorted(get_broker().queues()) + list(rows())
+'''
+    assert _broker_forwards(forward) == ["purge", "held"]
+    # ...and operations.py keeps only what adds something: callers (the admin, the
+    # commands) call the broker's objects themselves (docs/layout.md, "The core's seam").
+    assert _broker_forwards(MODULES["redisq_django.operations"].read_text()) == []
+
+
 # -- tests/ mirrors the package (CONTRIBUTING.md, "Where a new test goes") ----------------
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -130,7 +130,7 @@ def deliver_now(opts: dict[str, Any], write: Write) -> None:
     if opts["all"] and opts["ids"]:
         raise CommandError("Pass either IDs or --all, not both.")
     ids = None if opts["all"] else opts["ids"]
-    done = operations.deliver_waiting(queue, consumer, ids)
+    done = get_broker().operator.deliver_waiting(queue, consumer, ids)
     write(f"Delivered {done.count} {where if done.count != 1 else what} of {label} now.")
     if ids is None:
         texts = [f"Delivered now: {done.count} {where} (all that waited)"] if done.count else []
@@ -187,7 +187,7 @@ def purge_consumer(opts: dict[str, Any], write: Write) -> None:
         if answer.strip() != consumer:
             raise CommandError("Not confirmed; nothing was purged.")
     before = {c.name: c for c in get_broker().stats(queue).consumers}.get(consumer)
-    retries, direct = operations.purge_consumer(queue, consumer)
+    retries, direct = get_broker().operator.purge_consumer(queue, consumer)
     skipped = f"{before.lag} message(s) of its backlog in the log" if before else "its backlog"
     write(
         f"Purged {queue}/{consumer}: skipped {skipped}, discarded {retries} retries and "

@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 
 from redisq_django import operations
 from redisq_django.arguments import positive_int
+from redisq_django.connection import get_broker
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.wire import visible
 from redisq_django.management.console import (
@@ -82,7 +83,7 @@ def held(opts: dict[str, Any], write: Write) -> None:
     """``redisq held QUEUE CONSUMER``: see :func:`add_held`."""
     queue, consumer, limit = opts["queue"], opts["consumer"], opts["limit"]
     check_names(queue, consumer)
-    found = operations.held_keys(queue, consumer, limit + 1)
+    found = get_broker().operator.held_keys(queue, consumer, limit + 1)
     if not found:
         write(f"No ordering key of {queue}/{consumer} holds back a message.")
         return
@@ -100,7 +101,7 @@ def release_key(opts: dict[str, Any], write: Write) -> None:
     queue, consumer, key = opts["queue"], opts["consumer"], opts["key"]
     user = user_named(opts["user"])
     check_names(queue, consumer)
-    if not operations.release_key(queue, consumer, key):
+    if not get_broker().operator.release_key(queue, consumer, key):
         raise CommandError(
             f"Ordering key '{visible(key)}' holds back nothing on {queue}/{consumer} (its holder "
             f"finished, or it was released): nothing was released. 'redisq held {queue} "

@@ -166,7 +166,7 @@ class LiveActions:
             return
 
         def work(broker: Broker) -> str | None:
-            return operations.deliver_now(queue, name, ref, broker=broker)
+            return broker.operator.deliver_now(queue, name, ref)
 
         new_id = self._redis(request, _("Delivering it now"), work)
         if new_id is _FAILED:
@@ -227,7 +227,7 @@ class LiveActions:
             return
 
         def work(broker: Broker) -> bool:
-            return operations.release_key(queue, name, key, broker=broker)
+            return broker.operator.release_key(queue, name, key)
 
         released = self._redis(request, _("Releasing the key"), work)
         if released is _FAILED:
@@ -256,7 +256,7 @@ class LiveActions:
 
     def _purge(self, request: HttpRequest, queue: str, name: str | None, row: Any) -> None:
         if name is None:
-            done = self._redis(request, _("Purge"), lambda b: operations.purge(queue, broker=b))
+            done = self._redis(request, _("Purge"), lambda b: b.purge(queue))
             if done is _FAILED:
                 return
             self._record(request, row, queue, operations.PURGED_QUEUE_LOG)
@@ -272,7 +272,7 @@ class LiveActions:
             return
 
         def work(broker: Broker) -> tuple[int, int]:
-            return operations.purge_consumer(queue, name, broker=broker)
+            return broker.operator.purge_consumer(queue, name)
 
         removed = self._redis(request, _("Purge"), work)
         if removed is _FAILED:

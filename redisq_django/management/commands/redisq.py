@@ -205,7 +205,8 @@ class Command(BaseCommand):
         )
 
     def do_replay(self, opts: dict[str, Any]) -> None:
-        operations.replay(opts["queue"], opts["consumer"], opts["start"])
+        start = operations.parse_start(opts["start"])
+        get_broker().reset(opts["queue"], opts["consumer"], start)
         self.stdout.write(f"{opts['queue']}/{opts['consumer']} now reads from {opts['start']}.")
 
     def do_dead(self, opts: dict[str, Any]) -> None:
@@ -378,7 +379,7 @@ class Command(BaseCommand):
             )
             if answer.strip() != queue:
                 raise CommandError("Not confirmed; nothing was deleted.")
-        operations.purge(queue)
+        get_broker().purge(queue)
         self.stdout.write(f"Purged {queue}.")
         if user is not None and not operations.record_change(
             user, queue, None, operations.PURGED_QUEUE_LOG

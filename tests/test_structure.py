@@ -533,6 +533,33 @@ def test_outside_the_core_nothing_reaches_into_the_broker() -> None:
     assert {n: f for n, f in found.items() if f} == {}
 
 
+def _builds_a_broker(source: str) -> set[str]:
+    """The calls of ``source`` that build a broker or a quick client: ``Broker(…)``,
+    ``quick_client(…)``."""
+    return {
+        ast.unparse(node.func)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).rsplit(".", 1)[-1] in ("Broker", "quick_client")
+    }
+
+
+def test_the_django_layer_builds_its_brokers_in_one_place() -> None:
+    # The scan finds a broker built by hand...
+    assert _builds_a_broker("b = Broker(quick_client(0.5), get_core_config())") == {
+        "Broker",
+        "quick_client",
+    }
+    # ...and outside the core only connection.py builds one (get_broker, quick_broker);
+    # the pipeline's executors build theirs from a Redis URL alone.
+    found = {
+        name: sorted(_builds_a_broker(path.read_text()))
+        for name, path in MODULES.items()
+        if _part(name) not in ("core", "pipeline", "connection")
+    }
+    assert {name: calls for name, calls in found.items() if calls} == {}
+
+
 def test_the_seam_exceptions_are_still_needed() -> None:
     for module, expression in SEAM_ALLOWED:
         tree = ast.parse(MODULES[module].read_text())

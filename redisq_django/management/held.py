@@ -44,6 +44,7 @@ def add_held(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         default=HELD_LIMIT,
         help=f"show at most this many keys (default {HELD_LIMIT})",
     )
+    held.set_defaults(handler=show_held)
     release = sub.add_parser(
         "release-key",
         parents=common,
@@ -58,6 +59,7 @@ def add_held(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     release.add_argument("consumer")
     release.add_argument("key", metavar="KEY", help="the ordering key, exactly ('held' shows it)")
     add_user_option(release)
+    release.set_defaults(handler=release_key)
 
 
 def _when(ms: int | None) -> str:
@@ -79,7 +81,7 @@ def why(held: HeldKey) -> str:
     return "holder not found: release the key to let its next message go"
 
 
-def held(opts: dict[str, Any], write: Write) -> None:
+def show_held(opts: dict[str, Any], write: Write) -> None:
     """``redisq held QUEUE CONSUMER``: see :func:`add_held`."""
     queue, consumer, limit = opts["queue"], opts["consumer"], opts["limit"]
     check_names(queue, consumer)

@@ -32,7 +32,6 @@ from redisq_django.admin.live import (
     LiveRows,
     declared_ordered,
     live_column,
-    live_stats,
     ordered_text,
 )
 from redisq_django.conf import get_core_config
@@ -202,8 +201,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         consumer = self.get_object(request, object_id) if object_id else None
-        live = live_stats([consumer.queue.name] if consumer else [])
-        context = {**(extra_context or {}), **self.live_rows.context(live.error)}
+        context = self.live_rows.form_context(consumer, extra_context)
         return super().changeform_view(request, object_id, form_url, context)
 
     @admin.display(description=_("state"), ordering="paused")

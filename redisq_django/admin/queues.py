@@ -29,7 +29,6 @@ from redisq_django.admin.live import (
     LivePages,
     LiveRows,
     live_column,
-    live_stats,
 )
 from redisq_django.admin.queue_archives import QueueArchives
 from redisq_django.conf import get_core_config
@@ -176,8 +175,7 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         queue = self.get_object(request, object_id) if object_id else None
-        live = live_stats([queue.name] if queue else [])
-        context = {**(extra_context or {}), **self.live_rows.context(live.error)}
+        context = self.live_rows.form_context(queue, extra_context)
         return super().changeform_view(request, object_id, form_url, context)
 
     @admin.display(description=_("state"), ordering="paused")

@@ -56,6 +56,12 @@ class LiveRows:
             "redisq_glossary": [(key, figures.HELP[key]) for key in self.glossary],
         }
 
+    def form_context(self, obj: Any | None, extra: dict[str, Any] | None) -> dict[str, Any]:
+        """``extra`` context of ``obj``'s change form (None: an add form), with the
+        banner's reason and the glossary (its queue's stats read, cached)."""
+        live = live_stats([self.queue_of(obj)] if obj is not None else [])
+        return {**(extra or {}), **self.context(live.error)}
+
     def shown(self, response: HttpResponse) -> HttpResponse:
         """The changelist ``response`` with the live stats of its page's rows, read at
         once, and its banner and glossary."""

@@ -30,22 +30,9 @@ from redisq_django.models import Consumer
 from tests.support.held_data import CONSUMER, INSTANCE, ODD_KEY, Held, declared, held_consumer
 from tests.support.live_data import live_consumer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 ROW = re.compile(r'<tr data-key="([^"]*)">(.*?)</tr>', re.S)
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 @pytest.fixture

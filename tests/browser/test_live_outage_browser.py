@@ -22,7 +22,7 @@ from redisq_django.admin import live
 from redisq_django.admin.live import snapshots
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import log_in
 from tests.support.live_data import Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -31,11 +31,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 #: admin's Redis timeout, and the outage the admin remembers for 5 s.
 SAY_MS = 15_000
 UPDATED = re.compile(r"Updated \d+ s ago")
-
-
-@pytest.fixture
-def ops() -> User:
-    return User.objects.create_superuser("ops", password=PASSWORD)
 
 
 @pytest.fixture

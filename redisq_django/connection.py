@@ -1,6 +1,7 @@
 """The process-wide :class:`~redisq_django.core.Broker` built from Django settings,
-clients of the same Redis that give up quickly (the admin's, the metrics view's), and
-one native asyncio client per event loop (:func:`loop_client`) for async code."""
+brokers of the same Redis that give up quickly (:func:`quick_broker`: the admin's, the
+metrics view's, registration at ``migrate`` and on an event loop's thread), and one
+native asyncio client per event loop (:func:`loop_client`) for async code."""
 
 from __future__ import annotations
 
@@ -156,6 +157,22 @@ def quick_client(timeout: float) -> RedisClient:
         describe_client(client),
     )
     return client
+
+
+def quick_broker(timeout: float) -> Broker:
+    """A broker of the Redis that ``REDISQ`` names whose calls give up after ``timeout``
+    seconds and are never retried (on :func:`quick_client`), for whatever must answer
+    when Redis is down or hung: the admin's pages, the metrics view's scrapes, the
+    registration of declared consumers at ``migrate`` and on an event loop's thread.
+
+    A new broker each call (the client is cached per timeout); without the publish
+    hooks of :func:`get_broker`'s, which nothing that gives up quickly publishes with.
+
+    Raises:
+        SettingsError: ``REDISQ`` names no usable connection.
+        redis.exceptions.RedisClusterException: no node of the cluster answered.
+    """
+    return Broker(quick_client(timeout), get_core_config())
 
 
 # Connection arguments that belong to the pool that made them: a new pool makes its own.

@@ -1,5 +1,10 @@
-"""Operator actions shared by the admin and ``manage.py redisq`` (the dead letters'
-are :mod:`redisq_django.deadletters`)."""
+"""What the admin and ``manage.py redisq`` share beyond the broker: the queues they list
+(Redis's and the database's), a start point read from text, and the admin-history texts
+of their actions and where they are written.
+
+What they do to Redis they ask of the broker and the objects it hands out
+(``broker.operator.deliver_now``, ``broker.reset``, ``broker.purge`` …: docs/layout.md,
+"The core's seam"); the dead letters' are :mod:`redisq_django.deadletters`."""
 
 from __future__ import annotations
 
@@ -12,9 +17,8 @@ from django.utils.dateparse import parse_datetime
 
 from redisq_django import history
 from redisq_django.connection import get_broker
-from redisq_django.core import Broker, actions, browse
+from redisq_django.core import browse
 from redisq_django.core.keys import readable_names
-from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
 
@@ -54,24 +58,10 @@ def parse_start(text: str) -> StartPoint:
     return StartPoint.parse(text)
 
 
-def replay(queue: str, consumer: str, start: str | StartPoint) -> None:
-    """Move logical consumer ``consumer`` of ``queue`` to ``start`` (see ``Broker.reset``).
+# -- the admin-history texts of the actions of the live pages, ``redisq purge``,
+# ``deliver-now`` and ``release-key`` (stored as is, read by anyone)
 
-    Raises:
-        ConsumerNotFound: no such consumer registered in Redis.
-    """
-    point = start if isinstance(start, StartPoint) else parse_start(start)
-    get_broker().reset(queue, consumer, point)
-
-
-def purge(queue: str, *, broker: Broker | None = None) -> None:
-    """Delete every message of ``queue``; its consumers stay registered."""
-    (broker or get_broker()).purge(queue)
-
-
-# -- the live pages' actions (also ``redisq deliver-now`` and ``redisq purge --consumer``)
-
-#: The admin-history texts of the actions (stored as is, read by anyone).
+#: The history text of purging a queue's messages.
 PURGED_QUEUE_LOG = "Purged the queue's messages in Redis"
 
 
@@ -86,59 +76,6 @@ def delivered_log(where: str, message_id: str) -> str:
 def purged_consumer_log(retries: int, direct: int) -> str:
     """The history text of purging a logical consumer."""
     return f"Purged: skipped its backlog, discarded {retries} retries and {direct} re-driven"
-
-
-def deliver_now(
-    queue: str, consumer: str | None, ref: str, *, broker: Broker | None = None
-) -> str | None:
-    """Deliver one delayed message or retry of ``consumer`` now (``core.actions.deliver_now``).
-
-    Returns:
-        Its new entry id, or None when it is no longer waiting.
-    """
-    return (broker or get_broker()).operator.deliver_now(queue, consumer, ref)
-
-
-def deliver_waiting(
-    queue: str,
-    consumer: str | None,
-    ids: list[str] | None = None,
-    *,
-    broker: Broker | None = None,
-) -> actions.Delivered:
-    """Deliver now the queue's delayed messages (``consumer`` None) or ``consumer``'s
-    retries: those with these message ids, or all (``ids`` None). See
-    ``core.actions.deliver_waiting``."""
-    return (broker or get_broker()).operator.deliver_waiting(queue, consumer, ids)
-
-
-def purge_consumer(queue: str, consumer: str, *, broker: Broker | None = None) -> tuple[int, int]:
-    """Skip ``consumer``'s backlog, discard its retries and private input; its messages in
-    flight finish (``core.actions.purge_consumer``).
-
-    Returns:
-        ``(retries removed, private-input entries removed)``.
-    """
-    return (broker or get_broker()).operator.purge_consumer(queue, consumer)
-
-
-def held_keys(
-    queue: str, consumer: str, limit: int = HELD_LIMIT, *, broker: Broker | None = None
-) -> list[HeldKey]:
-    """The ordering keys of ordered consumer ``consumer`` that hold back later messages,
-    most waiting first, at most ``limit``, each with its holder and why it holds
-    (``core.ordered.held_keys``)."""
-    return (broker or get_broker()).operator.held_keys(queue, consumer, limit)
-
-
-def release_key(queue: str, consumer: str, key: str, *, broker: Broker | None = None) -> bool:
-    """Free ordering ``key`` of ``consumer`` by hand: the first of its waiting messages
-    goes to the consumer's input now and holds it (``core.ordered.release_key``).
-
-    Returns:
-        False when nothing held the key.
-    """
-    return (broker or get_broker()).operator.release_key(queue, consumer, key)
 
 
 def released_key_log(key: str) -> str:

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 import redis
 
+from redisq_django.core import Broker, CoreConfig
+
 # The JVMs of the Spark tests (the shared session's, and every command a test runs) live
 # seconds and run small jobs: C2's compilation is wasted on them and, on a busy 2-core
 # machine, takes the cores the tests need (a README report command: 37 s instead of 71 s
@@ -187,6 +189,58 @@ def redisq_settings(settings: Any, redis_url: str) -> Any:
     """Django settings with REDISQ pointing at the session server (not flushed)."""
     settings.REDISQ = {"URL": redis_url}
     return settings
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The markers the broker fixture reads (defined here, beside it).
+    config.addinivalue_line(
+        "markers",
+        "core_config(**fields): the CoreConfig of the broker fixture; queue_partitions=K "
+        "gives the test's queue K partitions",
+    )
+    config.addinivalue_line(
+        "markers",
+        "site_broker(**REDISQ): the broker fixture is the site's (connection.get_broker()), "
+        "with these REDISQ settings besides the session server's URL; queue_partitions=K "
+        "gives the test's queue K partitions",
+    )
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """The broker a test publishes, consumes and looks with, on the session server (not
+    flushed: use queue names of your own, ``queue_name``).
+
+    - By default, a core ``Broker`` on ``redis_client`` with the default ``CoreConfig``.
+      A module or test that needs another says so with the closest marker
+      ``@pytest.mark.core_config(**fields)``, e.g. ``core_config(poll_interval_ms=20)``
+      (fetches that wait 20 ms, not the default, when nothing is due).
+    - A test of the Django layer marks itself ``site_broker`` and gets the site's broker
+      (``connection.get_broker()``: what publishing, the admin and the commands use) with
+      ``REDISQ`` pointing at the session server (``redisq_settings``); the marker's
+      keywords are more ``REDISQ`` settings, e.g. ``site_broker(REPLAY_WINDOW=0)``.
+
+    With either marker, ``queue_partitions=K`` gives the test's queue (``queue_name``) K
+    partitions.
+    """
+    site = request.node.get_closest_marker("site_broker")
+    if site is not None:
+        settings = request.getfixturevalue("redisq_settings")
+        more = dict(site.kwargs)
+        if "queue_partitions" in more:
+            queue = request.getfixturevalue("queue_name")
+            more["PARTITIONS"] = {queue: more.pop("queue_partitions")}
+        if more:
+            settings.REDISQ = {**settings.REDISQ, **more}
+        from redisq_django.connection import get_broker
+
+        return get_broker()
+    marker = request.node.get_closest_marker("core_config")
+    fields = dict(marker.kwargs) if marker is not None else {}
+    if "queue_partitions" in fields:
+        queue = request.getfixturevalue("queue_name")
+        fields["partitions"] = {queue: fields.pop("queue_partitions")}
+    return Broker(request.getfixturevalue("redis_client"), CoreConfig(**fields))
 
 
 @pytest.fixture

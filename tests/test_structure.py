@@ -236,6 +236,35 @@ def test_the_management_commands_never_import_the_admin() -> None:
     assert admin_users == {"redisq_django.history"}
 
 
+# -- docs/layout.md, "Rooms": a subpackage's face is its __init__ ------------------------
+
+#: Subpackages whose ``__init__`` is their face: a module outside one imports the face,
+#: never a module inside it (the modules inside import each other).
+ROOMS = ("redisq_django.admin.live",)
+
+
+def _past_the_face(importer: str, imported: str) -> bool:
+    """Whether ``importer`` reaches into a room from outside, past its face."""
+    return any(
+        imported.startswith(f"{room}.") and not importer.startswith(f"{room}.")
+        for room in ROOMS
+        if importer != room
+    )
+
+
+def test_outside_a_room_only_its_face_is_imported() -> None:
+    # The rule finds an outsider reaching past a face, and lets the face and the room's
+    # own modules import what is inside...
+    assert _past_the_face("redisq_django.admin.queues", "redisq_django.admin.live.pages")
+    assert not _past_the_face("redisq_django.admin.queues", "redisq_django.admin.live")
+    assert not _past_the_face("redisq_django.admin.live", "redisq_django.admin.live.pages")
+    assert not _past_the_face("redisq_django.admin.live.pages", "redisq_django.admin.live.scope")
+    # ...and every room is there, and nothing outside it reaches in.
+    assert [room for room in ROOMS if room not in MODULES] == []
+    found = {(a, b) for a, deps in _graph().items() for b in deps if _past_the_face(a, b)}
+    assert sorted(found) == []
+
+
 # -- docs/layout.md: the layers and the edges between the package's parts ------------------
 #
 # A part is a subpackage or a top-level module of ``redisq_django``, by its name
@@ -383,6 +412,41 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
     assert [f for m in wing for f in _public_signatures_with_any(m)] == []
 
 
+def _broker_forwards(source: str) -> list[str]:
+    """The public functions of ``source`` that only pass a call on to the broker (or to
+    what it hands out): one statement past the docstring, a call through ``broker``."""
+    found = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+            continue
+        call = body[0].value
+        if isinstance(call, ast.Call) and "broker" in ast.unparse(call.func):
+            found.append(node.name)
+    return found
+
+
+def test_operations_forwards_nothing_the_broker_offers() -> None:
+    # The scan finds a function that only hands a call on to the broker...
+    forward = '''
+def purge(queue, *, broker=None):
+    """Purge."""
+    (broker or get_broker()).purge(queue)
+
+def held(queue):
+    return get_broker().operator.held_keys(queue)
+
+def names():
+    return sorted(get_broker().queues()) + list(rows())
+'''
+    assert _broker_forwards(forward) == ["purge", "held"]
+    # ...and operations.py keeps only what adds something: callers (the admin, the
+    # commands) call the broker's objects themselves (docs/layout.md, "The core's seam").
+    assert _broker_forwards(MODULES["redisq_django.operations"].read_text()) == []
+
+
 # -- tests/ mirrors the package (CONTRIBUTING.md, "Where a new test goes") ----------------
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -467,6 +531,33 @@ def test_outside_the_core_nothing_reaches_into_the_broker() -> None:
     outside = {n: p for n, p in MODULES.items() if not n.startswith("redisq_django.core")}
     found = {n: sorted(_seam_breaks(n, p.read_text())) for n, p in outside.items()}
     assert {n: f for n, f in found.items() if f} == {}
+
+
+def _builds_a_broker(source: str) -> set[str]:
+    """The calls of ``source`` that build a broker or a quick client: ``Broker(…)``,
+    ``quick_client(…)``."""
+    return {
+        ast.unparse(node.func)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).rsplit(".", 1)[-1] in ("Broker", "quick_client")
+    }
+
+
+def test_the_django_layer_builds_its_brokers_in_one_place() -> None:
+    # The scan finds a broker built by hand...
+    assert _builds_a_broker("b = Broker(quick_client(0.5), get_core_config())") == {
+        "Broker",
+        "quick_client",
+    }
+    # ...and outside the core only connection.py builds one (get_broker, quick_broker);
+    # the pipeline's executors build theirs from a Redis URL alone.
+    found = {
+        name: sorted(_builds_a_broker(path.read_text()))
+        for name, path in MODULES.items()
+        if _part(name) not in ("core", "pipeline", "connection")
+    }
+    assert {name: calls for name, calls in found.items() if calls} == {}
 
 
 def test_the_seam_exceptions_are_still_needed() -> None:

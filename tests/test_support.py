@@ -8,6 +8,7 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 
+from redisq_django.core import CoreConfig
 from redisq_django.core.keys import validate_name
 from tests.support.redis_server import RedisClusterHandle, RedisServer
 
@@ -78,6 +79,34 @@ def test_redis_server_version(redis_server: RedisServer) -> None:
 
 def test_redisq_settings(redisq_settings: Any, redis_url: str) -> None:
     assert {"URL": redis_url} == django_settings.REDISQ
+
+
+def test_the_broker_is_a_core_one_on_the_session_server_by_default(
+    broker: Any, redis_server: RedisServer
+) -> None:
+    assert broker.config == CoreConfig()
+    assert broker.client.connection_pool.connection_kwargs["port"] == redis_server.port
+
+
+@pytest.mark.core_config(poll_interval_ms=20, queue_partitions=3)
+def test_the_broker_takes_the_closest_core_config(broker: Any, queue_name: str) -> None:
+    assert broker.config.poll_interval_ms == 20
+    assert broker.config.partitions == {queue_name: 3}
+
+
+@pytest.mark.django_db
+@pytest.mark.site_broker(REPLAY_WINDOW=0, queue_partitions=2)
+def test_a_site_broker_is_the_sites_with_the_markers_settings(
+    broker: Any, redis_url: str, queue_name: str
+) -> None:
+    from redisq_django.connection import get_broker
+
+    assert broker is get_broker()
+    assert {
+        "URL": redis_url,
+        "REPLAY_WINDOW": 0,
+        "PARTITIONS": {queue_name: 2},
+    } == django_settings.REDISQ
 
 
 def test_fresh_server_restart_keeps_data_and_port(fresh_redis_server: RedisServer) -> None:

@@ -1,5 +1,6 @@
 """The admin, an operations console: queues and consumers with states and live figures
-(read through :mod:`~redisq_django.admin.live`, so pages stay up when Redis is sick),
+(read through :mod:`~redisq_django.admin.live`, so pages stay up when Redis is sick;
+live pages of each consumer and queue there too),
 pause/resume and validated overrides; dead letters with filters, search, groups by
 error and retry/discard of everything matching a filter (:mod:`.triage`); a live
 overview of every queue; Django task results; periodic schedules.

@@ -1,10 +1,12 @@
-"""What the queue, consumer and overview admins share: pause/resume actions recorded in
-the history, live figures read once per page, dead-letter count annotations, honest
-delete wording and the breadcrumbs flag."""
+"""What the admins share: pause/resume actions recorded in the history with old and new
+values, dead-letter count annotations, honest delete wording, read-only pages, refused
+pattern lookups and the breadcrumbs flag (the live figures are
+:mod:`redisq_django.admin.live`'s)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import django
@@ -15,12 +17,9 @@ from django.db.models.constants import LOOKUP_SEP
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import figures
-from redisq_django.admin.live import Live, live_stats
 from redisq_django.models import DeadLetter
 
 #: Django 6 styles the admin's breadcrumbs as ``<ol class="breadcrumbs">`` of ``<li>``,
@@ -30,12 +29,6 @@ BREADCRUMBS_OL = django.VERSION >= (6, 0)
 #: The change message recorded in the admin history (stored as is, read by anyone).
 PAUSED_LOG = "Paused"
 RESUMED_LOG = "Resumed"
-
-#: Attributes a changelist sets on each row it shows: its live stats (None: unknown or
-#: absent) and why they are unknown ("" when Redis answered).
-LIVE = "redisq_live"
-LIVE_ERROR = "redisq_live_error"
-_MISSING = object()
 
 
 def dead_letter_count(**match: str) -> Coalesce:
@@ -89,142 +82,115 @@ class NoPatternLookups(admin.ModelAdmin):  # type: ignore[type-arg]
         return bool(super().lookup_allowed(lookup, value, request))
 
 
+#: Django's delete pages, with the note of what deleting does (``redisq_delete_note``).
+DELETE_CONFIRMATION_TEMPLATE = "admin/redisq_django/delete_confirmation.html"
+DELETE_SELECTED_CONFIRMATION_TEMPLATE = "admin/redisq_django/delete_selected_confirmation.html"
+
+
+@dataclass(frozen=True)
+class DeleteNote:
+    """Delete that says what it does: both confirmation pages carry ``text`` (what
+    deleting these rows does, and what it does not). The admin that holds one renders
+    Django's delete pages with :data:`DELETE_CONFIRMATION_TEMPLATE` and
+    :data:`DELETE_SELECTED_CONFIRMATION_TEMPLATE`."""
+
+    text: Any
+
+    def on_form(self, context: dict[str, Any]) -> dict[str, Any]:
+        """``context`` of the delete page (``render_delete_form``), with the note."""
+        context["redisq_delete_note"] = self.text
+        return context
+
+    def delete_selected(
+        self, model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any]
+    ) -> Any:
+        """Django's *delete selected*, its confirmation page given the note.
+
+        An admin exposes it as its own ``delete_selected`` action (which replaces the
+        site-wide one) with a name that says what is deleted.
+        """
+        response = delete_selected(model_admin, request, queryset)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            response.context_data["redisq_delete_note"] = self.text
+        return response
+
+
 class HonestDelete(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Delete that says what it does: the action's name and both confirmation pages
-    carry :attr:`delete_note` (what deleting these rows does, and what it does not)."""
+    """A :class:`DeleteNote` of :attr:`delete_note` on Django's delete pages."""
 
     #: What deleting these rows does and does not (shown before anything is deleted).
     delete_note: Any = ""
-    delete_confirmation_template = "admin/redisq_django/delete_confirmation.html"
-    delete_selected_confirmation_template = "admin/redisq_django/delete_selected_confirmation.html"
+    delete_confirmation_template = DELETE_CONFIRMATION_TEMPLATE
+    delete_selected_confirmation_template = DELETE_SELECTED_CONFIRMATION_TEMPLATE
 
     def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
-        context["redisq_delete_note"] = self.delete_note
-        return super().render_delete_form(request, context)
+        return super().render_delete_form(request, DeleteNote(self.delete_note).on_form(context))
 
     def noted_delete(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
-        """Django's *delete selected*, its confirmation page given :attr:`delete_note`.
-
-        Subclasses expose it as their own ``delete_selected`` action (which replaces
-        the site-wide one) with a name that says what is deleted.
-        """
-        response = delete_selected(self, request, queryset)
-        if isinstance(response, TemplateResponse) and response.context_data is not None:
-            response.context_data["redisq_delete_note"] = self.delete_note
-        return response
+        """Django's *delete selected*, its confirmation page given :attr:`delete_note`
+        (:meth:`DeleteNote.delete_selected`)."""
+        return DeleteNote(self.delete_note).delete_selected(self, request, queryset)
 
 
-class LiveAdmin(HonestDelete):
-    """A changelist whose rows show live figures from Redis, read for all rows of the
-    page at once (:func:`~redisq_django.admin.live.live_stats`: two round trips); a
-    banner says when Redis is unreachable, and every figure has its help text.
+def pause_actions(*, paused: Any, resumed: Any) -> tuple[Callable[..., None], ...]:
+    """*Pause selected* / *Resume selected* for an admin of rows with a ``paused`` flag
+    (queues, consumers), named ``pause`` and ``resume``; running workers apply the
+    change within seconds, and each row changed is written to the admin history.
 
-    Subclasses say which queue a row belongs to and which stats it shows.
+    Args:
+        paused: what the message says was paused, ``ngettext_lazy`` with a
+            ``%(count)d`` placeholder (plural chosen by ``count``).
+        resumed: the same, resumed.
     """
-
-    change_list_template = "admin/redisq_django/change_list.html"
-    #: The figures explained under the list (keys of :data:`figures.HELP`).
-    glossary: tuple[str, ...] = ()
-
-    def queue_of(self, obj: Any) -> str:
-        raise NotImplementedError
-
-    def stats_of(self, obj: Any, live: Live) -> Any:
-        raise NotImplementedError
-
-    def live_of(self, obj: Any) -> tuple[Any, str]:
-        """``obj``'s live stats and why they are unknown ("" when Redis answered)."""
-        stats = getattr(obj, LIVE, _MISSING)
-        if stats is _MISSING:  # shown outside a changelist: read (cached) on demand
-            live = live_stats([self.queue_of(obj)])
-            return self.stats_of(obj, live), live.error
-        return stats, getattr(obj, LIVE_ERROR, "")
-
-    def live_context(self, error: str) -> dict[str, Any]:
-        return {
-            "redisq_error": error,
-            "redisq_glossary": [(key, figures.HELP[key]) for key in self.glossary],
-        }
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
-        cl = getattr(response, "context_data", None) or {}
-        if isinstance(response, TemplateResponse) and "cl" in cl:
-            rows = list(cl["cl"].result_list)  # the page's rows, evaluated once
-            live = live_stats(self.queue_of(r) for r in rows)
-            for row in rows:
-                setattr(row, LIVE, self.stats_of(row, live))
-                setattr(row, LIVE_ERROR, live.error)
-            assert response.context_data is not None
-            response.context_data.update(self.live_context(live.error))
-        return response
-
-
-def live_column(key: str, value: Callable[[Any], Any], title: Any) -> Any:
-    """A column showing ``value(stats)`` of the row's live stats with the help text of
-    figure ``key``; unknown when Redis is unreachable, a dash when Redis has no such
-    consumer yet."""
-
-    @admin.display(description=title)
-    def column(self: LiveAdmin, obj: Any) -> SafeString:
-        stats, error = self.live_of(obj)
-        if stats is None:
-            return figures.unknown() if error else figures.absent()
-        return figures.figure(value(stats), key)
-
-    return column
-
-
-class PauseActions(LiveAdmin):
-    """*Pause selected* / *Resume selected* for models with a ``paused`` flag (queues,
-    consumers); running workers apply the change within seconds.
-
-    Subclasses say what they paused with ``paused_message`` / ``resumed_message``
-    (``ngettext_lazy`` with a ``%(count)d`` placeholder, plural chosen by ``count``).
-    """
-
-    paused_message: Any
-    resumed_message: Any
 
     @admin.action(description=_("Pause selected"), permissions=["change"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._set_paused(request, queryset, True)
+    def pause(
+        model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any]
+    ) -> None:
+        _set_paused(model_admin, request, queryset, True, paused)
 
     @admin.action(description=_("Resume selected"), permissions=["change"])
-    def resume(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._set_paused(request, queryset, False)
+    def resume(
+        model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any]
+    ) -> None:
+        _set_paused(model_admin, request, queryset, False, resumed)
 
-    def _set_paused(self, request: HttpRequest, queryset: QuerySet[Any], paused: bool) -> None:
-        updated = 0
-        for obj in queryset:  # save() keeps auto_now fields and signals working
-            if obj.paused != paused:
-                obj.paused = paused
-                obj.save(update_fields=["paused", "updated_at"])
-                self.log_change(request, obj, PAUSED_LOG if paused else RESUMED_LOG)
-                updated += 1
-        done = self.paused_message if paused else self.resumed_message
-        self.message_user(
-            request,
-            "{} {}".format(
-                done % {"count": updated},
-                gettext("Running workers apply the change within seconds."),
-            ),
-            messages.SUCCESS,
-        )
+    return pause, resume
 
-    def construct_change_message(
-        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
-    ) -> Any:
-        """What changed, with the old and new values of each field (``paused: False →
-        True``), so the history says what an override was before."""
-        if add or not form.changed_data:
-            return super().construct_change_message(request, form, formsets, add)
-        parts = [
-            f"{form.fields[name].label}: {_shown(form.initial.get(name))} → "
-            f"{_shown(form.cleaned_data.get(name))}"
-            for name in form.changed_data
-        ]
-        return "Changed " + "; ".join(parts) + "."
+
+def _set_paused(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    paused: bool,
+    done: Any,
+) -> None:
+    updated = 0
+    for obj in queryset:  # save() keeps auto_now fields and signals working
+        if obj.paused != paused:
+            obj.paused = paused
+            obj.save(update_fields=["paused", "updated_at"])
+            model_admin.log_change(request, obj, PAUSED_LOG if paused else RESUMED_LOG)
+            updated += 1
+    model_admin.message_user(
+        request,
+        "{} {}".format(
+            done % {"count": updated},
+            gettext("Running workers apply the change within seconds."),
+        ),
+        messages.SUCCESS,
+    )
+
+
+def old_and_new(form: Any) -> str:
+    """What a change form changed, with the old and new values of each field
+    (``paused: False → True``), so the history says what an override was before."""
+    parts = [
+        f"{form.fields[name].label}: {_shown(form.initial.get(name))} → "
+        f"{_shown(form.cleaned_data.get(name))}"
+        for name in form.changed_data
+    ]
+    return "Changed " + "; ".join(parts) + "."
 
 
 def _shown(value: Any) -> str:

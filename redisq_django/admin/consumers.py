@@ -9,7 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -17,12 +17,24 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
 from redisq_django import figures
-from redisq_django.admin.common import PauseActions, dead_letter_count, live_column
-from redisq_django.admin.live import Live, live_stats
-from redisq_django.admin.liveheld import declared_ordered, ordered_text
-from redisq_django.admin.livepages import LivePages
+from redisq_django.admin.common import (
+    DELETE_CONFIRMATION_TEMPLATE,
+    DELETE_SELECTED_CONFIRMATION_TEMPLATE,
+    DeleteNote,
+    dead_letter_count,
+    old_and_new,
+    pause_actions,
+)
+from redisq_django.admin.live import (
+    CHANGE_LIST_TEMPLATE,
+    CONSUMER,
+    LivePages,
+    LiveRows,
+    declared_ordered,
+    live_column,
+    ordered_text,
+)
 from redisq_django.conf import get_core_config
-from redisq_django.core.stats import ConsumerStats
 from redisq_django.models import TUNABLES, Consumer
 
 CONSUMER_DELETE_NOTE = _(
@@ -30,6 +42,17 @@ CONSUMER_DELETE_NOTE = _(
     "overrides) — it stays registered in Redis with its messages, and a worker that "
     "declares it writes the row again when it starts. Remove its @consumer declaration "
     "to stop running it."
+)
+#: The figures explained under the list and on a consumer's live page (keys of
+#: ``figures.HELP``).
+GLOSSARY = (
+    "state",
+    "backlog",
+    "in_flight",
+    "retrying",
+    "dead",
+    "oldest_unacked",
+    "instances",
 )
 
 #: The rule each override must follow, shown under its field.
@@ -61,8 +84,11 @@ class ConsumerForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(LivePages, PauseActions):
-    live_kind = "consumer"
+class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Logical consumers: their live figures (:attr:`live_rows`), pause and resume,
+    validated overrides, and their live pages (:attr:`live_pages`), held by the admin,
+    each one concern."""
+
     form = ConsumerForm
     list_display = (
         "__str__",
@@ -99,31 +125,64 @@ class ConsumerAdmin(LivePages, PauseActions):
             {"fields": (*TUNABLES, "effective_settings")},
         ),
     )
-    actions = ("pause", "resume", "delete_selected")
-    glossary = (
-        "state",
-        "backlog",
-        "in_flight",
-        "retrying",
-        "dead",
-        "oldest_unacked",
-        "instances",
+    actions = (
+        *pause_actions(
+            paused=ngettext_lazy(
+                "Paused %(count)d consumer.", "Paused %(count)d consumers.", "count"
+            ),
+            resumed=ngettext_lazy(
+                "Resumed %(count)d consumer.", "Resumed %(count)d consumers.", "count"
+            ),
+        ),
+        "delete_selected",
     )
-    delete_note = CONSUMER_DELETE_NOTE
-    paused_message = ngettext_lazy(
-        "Paused %(count)d consumer.", "Paused %(count)d consumers.", "count"
-    )
-    resumed_message = ngettext_lazy(
-        "Resumed %(count)d consumer.", "Resumed %(count)d consumers.", "count"
-    )
+    glossary = GLOSSARY
+    #: Seconds between two refreshes of a live page.
+    refresh_seconds = 5
+    #: Seconds between two refreshes of a live page's charts (a point is a minute).
+    chart_refresh_seconds = 30
+    change_list_template = CHANGE_LIST_TEMPLATE
     change_form_template = "admin/redisq_django/live_change_form.html"
+    delete_confirmation_template = DELETE_CONFIRMATION_TEMPLATE
+    delete_selected_confirmation_template = DELETE_SELECTED_CONFIRMATION_TEMPLATE
+    #: Each row's live figures, read for the page's rows at once.
+    live_rows = LiveRows(
+        queue_of=lambda consumer: consumer.queue.name,
+        stats_of=lambda consumer, live: live.consumer(consumer.queue.name, consumer.name),
+        glossary=GLOSSARY,
+    )
+    #: What deleting a consumer's row does, and does not.
+    delete_note = DeleteNote(CONSUMER_DELETE_NOTE)
+
+    def __init__(self, model: type[Consumer], admin_site: admin.AdminSite) -> None:
+        super().__init__(model, admin_site)
+        #: The live page of each consumer, and its actions.
+        self.live_pages = LivePages(self, CONSUMER)
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*self.live_pages.urls(), *super().get_urls()]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return self.live_rows.shown(super().changelist_view(request, extra_context))
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        return super().render_delete_form(request, self.delete_note.on_form(context))
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        if add or not form.changed_data:
+            return super().construct_change_message(request, form, formsets, add)
+        return old_and_new(form)
 
     @admin.action(
         description=_("Delete selected consumers' rows (not their messages)"),
         permissions=["delete"],
     )
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
-        return self.noted_delete(request, queryset)
+        return self.delete_note.delete_selected(self, request, queryset)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # consumers are declared in code (@consumer)
@@ -134,12 +193,6 @@ class ConsumerAdmin(LivePages, PauseActions):
             dead_rows=dead_letter_count(queue="queue__name", consumer="name")
         )
 
-    def queue_of(self, obj: Consumer) -> str:
-        return obj.queue.name
-
-    def stats_of(self, obj: Consumer, live: Live) -> ConsumerStats | None:
-        return live.consumer(obj.queue.name, obj.name)
-
     def changeform_view(
         self,
         request: HttpRequest,
@@ -148,10 +201,8 @@ class ConsumerAdmin(LivePages, PauseActions):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         consumer = self.get_object(request, object_id) if object_id else None
-        live = live_stats([consumer.queue.name] if consumer else [])
-        return super().changeform_view(
-            request, object_id, form_url, {**(extra_context or {}), **self.live_context(live.error)}
-        )
+        context = self.live_rows.form_context(consumer, extra_context)
+        return super().changeform_view(request, object_id, form_url, context)
 
     @admin.display(description=_("state"), ordering="paused")
     def state(self, obj: Consumer) -> SafeString:
@@ -166,7 +217,7 @@ class ConsumerAdmin(LivePages, PauseActions):
 
     @admin.display(description=_("instances"))
     def instances_alive(self, obj: Consumer) -> SafeString:
-        stats, error = self.live_of(obj)
+        stats, error = self.live_rows.of(obj)
         if stats is None:
             return figures.unknown() if error else figures.absent()
         return figures.instances(stats.instances_alive, stats.stalled)
@@ -174,7 +225,7 @@ class ConsumerAdmin(LivePages, PauseActions):
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Consumer) -> SafeString:
         """Dead letters in the database plus those still in Redis (not yet sunk)."""
-        stats, error = self.live_of(obj)
+        stats, error = self.live_rows.of(obj)
         in_redis = stats.dead if stats else (None if error else 0)
         return figures.dead_cell(getattr(obj, "dead_rows", 0), in_redis)
 
@@ -209,7 +260,7 @@ class ConsumerAdmin(LivePages, PauseActions):
 
     @admin.display(description=_("live figures"))
     def live_figures(self, obj: Consumer) -> SafeString:
-        stats, error = self.live_of(obj)
+        stats, error = self.live_rows.of(obj)
         state = figures.badge(figures.consumer_state(obj))
         dead_url = (
             reverse("admin:redisq_django_deadletter_changelist")

@@ -22,10 +22,16 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import figures
-from redisq_django.admin.charts import range_links, range_of, trend_charts, unknown_charts
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
-from redisq_django.admin.live import live_stats, queue_names
-from redisq_django.admin.livedata import overview_trends
+from redisq_django.admin.live import (
+    live_stats,
+    overview_trends,
+    queue_names,
+    range_links,
+    range_of,
+    trend_charts,
+    unknown_charts,
+)
 from redisq_django.conf import get_settings
 from redisq_django.core.clock import now_ms
 from redisq_django.core.keys import readable_names

@@ -22,7 +22,6 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from redisq_django import archives as named
 from redisq_django import figures
@@ -32,22 +31,25 @@ from redisq_django.core.keys import validate_name
 from redisq_django.models import Queue
 
 
-class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """The archives of a queue (a read-only field of its page) and their removal."""
+class QueueArchives:
+    """The archives of a queue on the queue admin's page (``owner``, which shows
+    :meth:`field` as a read-only field and adds :meth:`urls` to its own), and their
+    removal."""
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
-        mine = [
+    def __init__(self, owner: admin.ModelAdmin[Queue]) -> None:
+        self.owner = owner
+
+    def urls(self) -> list[URLPattern]:
+        """The removal's page, behind the admin site's login and CSRF protection."""
+        return [
             path(
                 "archives/<str:queue>/<str:name>/remove/",
-                view(self.archive_remove_view),
+                self.owner.admin_site.admin_view(self.remove_view),
                 name="redisq_django_queue_archive_remove",
             )
         ]
-        return [*mine, *super().get_urls()]
 
-    @admin.display(description=gettext_lazy("archives"))
-    def archives_live(self, obj: Queue) -> SafeString:
+    def field(self, obj: Queue) -> SafeString:
         """Its archives: position, lag, when registered, a gap a hard cap made, and a
         link to remove each; of a partitioned queue, by partition (an archive's position
         in each)."""
@@ -98,8 +100,8 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             body,
         )
 
-    def archive_remove_view(self, request: HttpRequest, queue: str, name: str) -> HttpResponse:
-        if not self.has_delete_permission(request):
+    def remove_view(self, request: HttpRequest, queue: str, name: str) -> HttpResponse:
+        if not self.owner.has_delete_permission(request):
             raise PermissionDenied
         try:
             validate_name("queue", queue)
@@ -115,7 +117,7 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method != "POST":
             reading = guarded(lambda broker: broker.archives.states(queue))
             context = {
-                **self.admin_site.each_context(request),
+                **self.owner.admin_site.each_context(request),
                 "title": _("Remove archive %(name)s of %(queue)s?")
                 % {"name": name, "queue": queue},
                 "queue": queue,
@@ -123,26 +125,26 @@ class ArchivesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "states": [s for s in reading.value or [] if s.name == name],
                 "redisq_error": reading.error,
                 "back_url": back,
-                "opts": self.model._meta,
+                "opts": self.owner.model._meta,
             }
             return TemplateResponse(request, "admin/redisq_django/archive_remove.html", context)
         try:
             removed = named.remove_archive(name, queue, broker=admin_broker(), user=request.user)
         except (RedisqError, redis.RedisError, OSError) as exc:
-            self.message_user(
+            self.owner.message_user(
                 request, _("Nothing was removed: %(error)s") % {"error": exc}, messages.ERROR
             )
             return HttpResponseRedirect(back)
         forget_figures()
         if removed:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _("Removed archive %(name)s of %(queue)s: retention no longer waits for it.")
                 % {"name": name, "queue": queue},
                 messages.SUCCESS,
             )
         else:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _("Archive %(name)s is not registered on %(queue)s; nothing was removed.")
                 % {"name": name, "queue": queue},

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -16,15 +16,22 @@ from django.utils.translation import ngettext_lazy
 
 from redisq_django import figures
 from redisq_django.admin.common import (
-    PauseActions,
+    DELETE_CONFIRMATION_TEMPLATE,
+    DELETE_SELECTED_CONFIRMATION_TEMPLATE,
+    DeleteNote,
     dead_letter_count,
+    old_and_new,
+    pause_actions,
+)
+from redisq_django.admin.live import (
+    CHANGE_LIST_TEMPLATE,
+    QUEUE,
+    LivePages,
+    LiveRows,
     live_column,
 )
-from redisq_django.admin.live import Live, live_stats
-from redisq_django.admin.livepages import LivePages
-from redisq_django.admin.queue_archives import ArchivesAdmin
+from redisq_django.admin.queue_archives import QueueArchives
 from redisq_django.conf import get_core_config
-from redisq_django.core.stats import QueueStats
 from redisq_django.models import Consumer, Queue
 
 QUEUE_DELETE_NOTE = _(
@@ -34,11 +41,27 @@ QUEUE_DELETE_NOTE = _(
     "rows again when it starts. To delete the messages, run "
     "“manage.py redisq purge NAME”."
 )
+#: The figures explained under the list and on a queue's live page (keys of
+#: ``figures.HELP``).
+GLOSSARY = (
+    "state",
+    "backlog",
+    "in_flight",
+    "retrying",
+    "delayed",
+    "dead",
+    "oldest_unacked",
+    "instances",
+    "length",
+)
 
 
 @admin.register(Queue)
-class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
-    live_kind = "queue"
+class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Queues: their live figures (:attr:`live_rows`), pause and resume, their live
+    pages (:attr:`live_pages`) and archives (:attr:`archives`), held by the admin,
+    each one concern."""
+
     list_display = (
         "name",
         "live_link",
@@ -71,30 +94,61 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         "created_at",
         "updated_at",
     )
-    actions = ("pause", "resume", "delete_selected")
-    glossary = (
-        "state",
-        "backlog",
-        "in_flight",
-        "retrying",
-        "delayed",
-        "dead",
-        "oldest_unacked",
-        "instances",
-        "length",
+    actions = (
+        *pause_actions(
+            paused=ngettext_lazy("Paused %(count)d queue.", "Paused %(count)d queues.", "count"),
+            resumed=ngettext_lazy("Resumed %(count)d queue.", "Resumed %(count)d queues.", "count"),
+        ),
+        "delete_selected",
     )
-    delete_note = QUEUE_DELETE_NOTE
-    paused_message = ngettext_lazy("Paused %(count)d queue.", "Paused %(count)d queues.", "count")
-    resumed_message = ngettext_lazy(
-        "Resumed %(count)d queue.", "Resumed %(count)d queues.", "count"
-    )
+    glossary = GLOSSARY
+    #: Seconds between two refreshes of a live page.
+    refresh_seconds = 5
+    #: Seconds between two refreshes of a live page's charts (a point is a minute).
+    chart_refresh_seconds = 30
+    change_list_template = CHANGE_LIST_TEMPLATE
     change_form_template = "admin/redisq_django/live_change_form.html"
+    delete_confirmation_template = DELETE_CONFIRMATION_TEMPLATE
+    delete_selected_confirmation_template = DELETE_SELECTED_CONFIRMATION_TEMPLATE
+    #: Each row's live figures, read for the page's rows at once.
+    live_rows = LiveRows(
+        queue_of=lambda queue: queue.name,
+        stats_of=lambda queue, live: live.queue(queue.name),
+        glossary=GLOSSARY,
+    )
+    #: What deleting a queue's row does, and does not.
+    delete_note = DeleteNote(QUEUE_DELETE_NOTE)
+
+    def __init__(self, model: type[Queue], admin_site: admin.AdminSite) -> None:
+        super().__init__(model, admin_site)
+        #: The live page of each queue, and its actions.
+        self.live_pages = LivePages(self, QUEUE)
+        #: The named archives on each queue's page, and their removal.
+        self.archives = QueueArchives(self)
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*self.archives.urls(), *self.live_pages.urls(), *super().get_urls()]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return self.live_rows.shown(super().changelist_view(request, extra_context))
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        return super().render_delete_form(request, self.delete_note.on_form(context))
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        if add or not form.changed_data:
+            return super().construct_change_message(request, form, formsets, add)
+        return old_and_new(form)
 
     @admin.action(
         description=_("Delete selected queues' rows (not their messages)"), permissions=["delete"]
     )
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
-        return self.noted_delete(request, queryset)
+        return self.delete_note.delete_selected(self, request, queryset)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # queues come from code and publishing
@@ -113,12 +167,6 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
             consumers_paused=Count("consumers", filter=Q(consumers__paused=True), distinct=True),
         )
 
-    def queue_of(self, obj: Queue) -> str:
-        return obj.name
-
-    def stats_of(self, obj: Queue, live: Live) -> QueueStats | None:
-        return live.queue(obj.name)
-
     def changeform_view(
         self,
         request: HttpRequest,
@@ -127,10 +175,8 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         queue = self.get_object(request, object_id) if object_id else None
-        live = live_stats([queue.name] if queue else [])
-        return super().changeform_view(
-            request, object_id, form_url, {**(extra_context or {}), **self.live_context(live.error)}
-        )
+        context = self.live_rows.form_context(queue, extra_context)
+        return super().changeform_view(request, object_id, form_url, context)
 
     @admin.display(description=_("state"), ordering="paused")
     def state(self, obj: Queue) -> SafeString:
@@ -151,7 +197,7 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
 
     @admin.display(description=_("instances"))
     def instances_alive(self, obj: Queue) -> SafeString:
-        stats, _error = self.live_of(obj)
+        stats, _error = self.live_rows.of(obj)
         if stats is None:
             return figures.unknown()
         stalled = [c.name for c in stats.consumers if c.stalled]
@@ -159,7 +205,7 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
 
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Queue) -> SafeString:
-        stats, _error = self.live_of(obj)
+        stats, _error = self.live_rows.of(obj)
         return figures.dead_cell(
             getattr(obj, "dead_rows", 0), stats.total("dead") if stats else None
         )
@@ -173,7 +219,7 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
 
     @admin.display(description=_("live figures"))
     def live_figures(self, obj: Queue) -> SafeString:
-        stats, _error = self.live_of(obj)
+        stats, _error = self.live_rows.of(obj)
         live = format_html(
             '<p><a href="{}" id="redisq-live-page-link">{}</a></p>',
             reverse("admin:redisq_django_queue_live", args=[obj.name]),
@@ -208,11 +254,17 @@ class QueueAdmin(ArchivesAdmin, LivePages, PauseActions):
         state = format_html('<p class="redisq-state">{}</p>', self.state(obj))
         return format_html("{}{}{}{}", live, warning, state, figures.figure_table(cells))
 
+    @admin.display(description=_("archives"))
+    def archives_live(self, obj: Queue) -> SafeString:
+        """Its archives: position, lag, when registered, a gap a hard cap made, and a
+        link to remove each (:class:`~redisq_django.admin.queue_archives.QueueArchives`)."""
+        return self.archives.field(obj)
+
     @admin.display(description=_("consumers"))
     def consumers_live(self, obj: Queue) -> SafeString:
         """Its consumers with state and figures, each linking to its own page (read
         only: consumers are declared in code, never added here)."""
-        stats, error = self.live_of(obj)
+        stats, error = self.live_rows.of(obj)
         rows = Consumer.objects.filter(queue=obj).select_related("queue").order_by("name")
         dead_rows = dict(
             Consumer.objects.filter(queue=obj)

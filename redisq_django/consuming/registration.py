@@ -38,8 +38,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
-from redisq_django.conf import get_core_config
-from redisq_django.connection import get_broker, quick_client
+from redisq_django.connection import get_broker, quick_broker
 from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
 from redisq_django.core import Broker
 from redisq_django.core.errors import ConfigurationError, RedisqError
@@ -77,11 +76,6 @@ def register(broker: Broker, decls: Iterable[ConsumerDeclaration]) -> list[Consu
     return [d for d in decls if broker.ensure_consumer(d.queue, d.name, d.start)]
 
 
-def _quick_broker(timeout: float) -> Broker:
-    """A broker of the configured Redis whose calls give up after ``timeout`` seconds."""
-    return Broker(quick_client(timeout), get_core_config())
-
-
 def register_after_migrate() -> None:
     """Register every declared consumer, through a client whose calls give up after
     :data:`MIGRATE_TIMEOUT_S`; when Redis is away or ``REDISQ`` names none, log one
@@ -94,7 +88,7 @@ def register_after_migrate() -> None:
     if not decls:
         return
     try:
-        created = register(_quick_broker(MIGRATE_TIMEOUT_S), decls)
+        created = register(quick_broker(MIGRATE_TIMEOUT_S), decls)
     # migrate must not fail for Redis: settings naming no Redis (E005), an outage, a
     # refusal, a cluster with no node answering (not a RedisError) all end here.
     except Exception as exc:
@@ -184,7 +178,7 @@ def _on_loop_thread() -> Broker | None:
         asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return _quick_broker(LOOP_TIMEOUT_S)
+    return quick_broker(LOOP_TIMEOUT_S)
 
 
 def first_publish_hooks() -> list[PublishHook]:

@@ -19,7 +19,7 @@ from redisq_django.core import browse
 from redisq_django.core.keys import validate_name
 from redisq_django.core.named_archives import LAG_COUNT_CAP
 
-#: How ``deliver-now`` writes (``BaseCommand.stdout.write``).
+#: How a sub-command's handler writes (``BaseCommand.stdout.write``).
 Write = Callable[[str], Any]
 
 
@@ -48,6 +48,7 @@ def add_deliver_now(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--all", action="store_true", help="every one waiting, whatever their number")
     p.add_argument("--list", action="store_true", help="show what waits (ids); change nothing")
     add_user_option(p)
+    p.set_defaults(handler=deliver_now)
 
 
 def table(rows: list[list[str]]) -> str:
@@ -130,7 +131,7 @@ def deliver_now(opts: dict[str, Any], write: Write) -> None:
     if opts["all"] and opts["ids"]:
         raise CommandError("Pass either IDs or --all, not both.")
     ids = None if opts["all"] else opts["ids"]
-    done = operations.deliver_waiting(queue, consumer, ids)
+    done = get_broker().operator.deliver_waiting(queue, consumer, ids)
     write(f"Delivered {done.count} {where if done.count != 1 else what} of {label} now.")
     if ids is None:
         texts = [f"Delivered now: {done.count} {where} (all that waited)"] if done.count else []
@@ -187,7 +188,7 @@ def purge_consumer(opts: dict[str, Any], write: Write) -> None:
         if answer.strip() != consumer:
             raise CommandError("Not confirmed; nothing was purged.")
     before = {c.name: c for c in get_broker().stats(queue).consumers}.get(consumer)
-    retries, direct = operations.purge_consumer(queue, consumer)
+    retries, direct = get_broker().operator.purge_consumer(queue, consumer)
     skipped = f"{before.lag} message(s) of its backlog in the log" if before else "its backlog"
     write(
         f"Purged {queue}/{consumer}: skipped {skipped}, discarded {retries} retries and "
@@ -206,6 +207,7 @@ def add_archives(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "what it needs), or remove one: retention then no longer waits for it.",
     )
     p.add_argument("--queue", help="only this queue")
+    p.set_defaults(handler=archives)  # and with ``list``, which sets none of its own
     actions = p.add_subparsers(dest="archives_action", metavar="list|remove")
     listing = actions.add_parser("list", parents=common, help="the default")
     listing.add_argument("--queue", default=argparse.SUPPRESS, help="only this queue")
@@ -216,14 +218,11 @@ def add_archives(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     remove.add_argument("--queue", help="only from this queue (default: every queue)")
     remove.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     add_user_option(remove)
+    remove.set_defaults(handler=_remove_archive)
 
 
 def archives(opts: dict[str, Any], write: Write) -> None:
-    """``redisq archives [list]``: a table of the archives; ``remove NAME``: remove one
-    (asks to type its name unless ``--yes``)."""
-    if opts.get("archives_action") == "remove":
-        _remove_archive(opts, write)
-        return
+    """``redisq archives [list]``: a table of the archives."""
     queue = opts.get("queue")
     states = named.list_archives([queue] if queue else None)
     if not states:
@@ -242,6 +241,8 @@ def archives(opts: dict[str, Any], write: Write) -> None:
 
 
 def _remove_archive(opts: dict[str, Any], write: Write) -> None:
+    """``redisq archives remove NAME``: remove one (asks to type its name unless
+    ``--yes``)."""
     name, queue = opts["name"], opts["queue"]
     user = user_named(opts["user"])
     where = f"queue {queue!r}" if queue else "every queue"

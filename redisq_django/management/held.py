@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 
 from redisq_django import operations
 from redisq_django.arguments import positive_int
+from redisq_django.connection import get_broker
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.wire import visible
 from redisq_django.management.console import (
@@ -43,6 +44,7 @@ def add_held(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         default=HELD_LIMIT,
         help=f"show at most this many keys (default {HELD_LIMIT})",
     )
+    held.set_defaults(handler=show_held)
     release = sub.add_parser(
         "release-key",
         parents=common,
@@ -57,6 +59,7 @@ def add_held(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     release.add_argument("consumer")
     release.add_argument("key", metavar="KEY", help="the ordering key, exactly ('held' shows it)")
     add_user_option(release)
+    release.set_defaults(handler=release_key)
 
 
 def _when(ms: int | None) -> str:
@@ -78,11 +81,11 @@ def why(held: HeldKey) -> str:
     return "holder not found: release the key to let its next message go"
 
 
-def held(opts: dict[str, Any], write: Write) -> None:
+def show_held(opts: dict[str, Any], write: Write) -> None:
     """``redisq held QUEUE CONSUMER``: see :func:`add_held`."""
     queue, consumer, limit = opts["queue"], opts["consumer"], opts["limit"]
     check_names(queue, consumer)
-    found = operations.held_keys(queue, consumer, limit + 1)
+    found = get_broker().operator.held_keys(queue, consumer, limit + 1)
     if not found:
         write(f"No ordering key of {queue}/{consumer} holds back a message.")
         return
@@ -100,7 +103,7 @@ def release_key(opts: dict[str, Any], write: Write) -> None:
     queue, consumer, key = opts["queue"], opts["consumer"], opts["key"]
     user = user_named(opts["user"])
     check_names(queue, consumer)
-    if not operations.release_key(queue, consumer, key):
+    if not get_broker().operator.release_key(queue, consumer, key):
         raise CommandError(
             f"Ordering key '{visible(key)}' holds back nothing on {queue}/{consumer} (its holder "
             f"finished, or it was released): nothing was released. 'redisq held {queue} "

@@ -30,6 +30,7 @@ def add_partitions(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("queue")
     p.add_argument("count", nargs="?", type=bounds.argument("partitions_per_queue"), metavar="K")
+    p.set_defaults(handler=partitions)
 
 
 def partitions(opts: dict[str, Any], write: Write) -> None:

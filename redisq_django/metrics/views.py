@@ -28,8 +28,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from redis.exceptions import RedisClusterException
 
-from redisq_django.conf import get_core_config, get_settings
-from redisq_django.connection import quick_client
+from redisq_django.conf import get_settings
+from redisq_django.connection import quick_broker
 from redisq_django.core import Broker
 from redisq_django.metrics import extras
 from redisq_django.metrics.gauges import PerConsumer, QueueCollector
@@ -101,10 +101,9 @@ def _collector() -> QueueCollector:
 def _broker() -> Broker:
     """A broker on the client of scrapes (short timeouts, no retries)."""
     try:
-        client = quick_client(REDIS_TIMEOUT_S)
+        return quick_broker(REDIS_TIMEOUT_S)
     except RedisClusterException as exc:  # no node answered: the scrape says Redis is down
         raise redis.ConnectionError(str(exc)) from exc
-    return Broker(client, get_core_config())
 
 
 def _declared_queues() -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -17,30 +17,9 @@ from django.urls import reverse
 
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, DeadLetter, Queue
+from tests.support.admin_pages import cell, make_dead, staff
 
-pytestmark = pytest.mark.django_db
-
-
-def make_dead(
-    broker: Any, queue: str, payload: Any, consumer: str = "billing", key: str | None = None
-) -> DeadLetter:
-    """A real dead letter: published, fetched, rejected, sunk into the database."""
-    from redisq_django.deadletters.sinking import sink
-
-    broker.ensure_consumer(queue, consumer)  # latest: only what is published next
-    broker.publish(queue, payload, key=key)
-    with broker.subscribe(queue, consumer) as sub:
-        (message,) = sub.fetch(count=1, block_ms=500)
-        sub.reject(message, ValueError("card declined <b>"))
-    sink(queue, consumer)
-    return DeadLetter.objects.get(queue=queue, consumer=consumer, message_id=message.id)
-
-
-def staff(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 
 def history() -> set[tuple[int, str, str]]:
@@ -49,24 +28,6 @@ def history() -> set[tuple[int, str, str]]:
         (int(e.object_id), e.user.username, e.change_message)
         for e in LogEntry.objects.filter(action_flag=CHANGE)
     }
-
-
-def cell(content: bytes, field: str, row: str = "") -> list[str]:
-    """The text of each changelist cell of column ``field`` (tags stripped), in the rows
-    that contain ``row``."""
-    rows = re.findall(r"<tr>(.*?)</tr>", content.decode(), re.S)
-    cells = [
-        c
-        for r in rows
-        if row in r
-        for c in re.findall(rf'<td class="field-{field}[^"]*">(.*?)</td>', r, re.S)
-    ]
-    return [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
 
 
 def test_retry_button_redrives_to_that_consumer_only(queue_name: str, broker: Any) -> None:

@@ -5,29 +5,18 @@ stop waiting for an archive)."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Permission, User
-from django.core.management import call_command
+from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.models import Queue
+from tests.support.admin_pages import changes, redisq, staff
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "REPLAY_WINDOW": 0}
-    live.clear()
-    return get_broker()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(REPLAY_WINDOW=0)]
 
 
 @pytest.fixture
@@ -40,27 +29,6 @@ def archived(broker: Any, queue_name: str) -> list[str]:
     broker.archives.register(queue_name, "nightly", "messages", ids[3])
     broker.archives.register(queue_name, "adhoc", "messages", ids[-1])
     return ids
-
-
-def redisq(*args: str) -> str:
-    out = io.StringIO()
-    call_command("redisq", *args, stdout=out)
-    return out.getvalue()
-
-
-def staff(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
-
-
-def changes() -> list[tuple[str, str, str]]:
-    return [
-        (e.user.username, e.object_repr, e.get_change_message())
-        for e in LogEntry.objects.order_by("pk")
-        if e.action_flag == CHANGE
-    ]
 
 
 def test_the_command_lists_archives_and_removes_one_when_confirmed(

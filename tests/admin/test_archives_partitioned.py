@@ -17,20 +17,10 @@ from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.models import Queue
 
-pytestmark = pytest.mark.django_db
-
 K = 3
 
 
-@pytest.fixture
-def broker(redisq_settings: Any, queue_name: str) -> Any:
-    redisq_settings.REDISQ = {
-        **redisq_settings.REDISQ,
-        "REPLAY_WINDOW": 0,
-        "PARTITIONS": {queue_name: K},
-    }
-    live.clear()
-    return get_broker()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(REPLAY_WINDOW=0, queue_partitions=K)]
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -52,13 +51,6 @@ def on_sentinel(settings: Any, sentinel: SentinelProcess) -> None:
     settings.CACHES = {**settings.CACHES, "queues": sentinel.cache()}
     settings.REDISQ = {"CONNECTION": "queues", "ADMIN_REDIS_TIMEOUT": 0.3}
     live.clear()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 def test_the_console_reads_the_master_the_sentinels_name(

@@ -29,23 +29,11 @@ from redisq_django.core.worker import WorkerOptions
 from redisq_django.figures import HELP, STALLED_TEXT
 from redisq_django.models import Consumer, DeadLetter, Queue
 from redisq_django.runner import build_worker
-from tests.admin.test_admin import cell
+from tests.support.admin_pages import cell
 from tests.support.console_data import incident
 from tests.support.hung_server import HungServer
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 
 def url(name: str, *args: Any) -> str:

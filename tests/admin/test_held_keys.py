@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import reverse
 
 from redisq_django.admin import live
-from redisq_django.admin.liveheld import encode_key
+from redisq_django.admin.live.held_keys import encode_key
 from redisq_django.connection import get_broker
 from redisq_django.core.ordered import HELD_LIMIT
 from redisq_django.core.wire import visible
@@ -30,22 +30,9 @@ from redisq_django.models import Consumer
 from tests.support.held_data import CONSUMER, INSTANCE, ODD_KEY, Held, declared, held_consumer
 from tests.support.live_data import live_consumer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 ROW = re.compile(r'<tr data-key="([^"]*)">(.*?)</tr>', re.S)
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 @pytest.fixture

@@ -12,27 +12,14 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.core.keys import registry_key
-from tests.support.live_data import Live, live_consumer
+from tests.support.live_data import Live
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 #: JSON nested deeper than any parser's recursion limit.
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def made(broker: Any, queue_name: str) -> Live:
-    return live_consumer(broker, queue_name)
 
 
 @pytest.fixture(params=["root", "viewer"])

@@ -13,17 +13,14 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.admin import live
-from redisq_django.admin.liveheld import encode_key
-from redisq_django.connection import get_broker
+from redisq_django.admin.live.held_keys import encode_key
 from redisq_django.models import Consumer, DeadLetter, Queue
-from tests.admin.test_admin import make_dead
+from tests.support.admin_pages import make_dead
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 #: JSON nested deeper than any parser's recursion limit.
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -33,19 +30,6 @@ BIDI_KEY = "\u202egnp.exe"
 BIDI_SHOWN = "\\u202egnp.exe"
 #: Invisible or direction-changing characters, each must be shown as an escape.
 HIDDEN = ("\u202e", "\u202d", "\u2066", "\u200b", "\u200f", "\ufeff")
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 def visible_text(page: str) -> str:

@@ -9,7 +9,6 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -26,13 +25,6 @@ FIGURE = re.compile(
     re.S,
 )
 SPANS = {"5m": 5, "15m": 15, "1h": 60, "6h": 360, "24h": 1440, "48h": 2880}
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 @pytest.fixture

@@ -8,40 +8,24 @@ import tracemalloc
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.core import browse
 from tests.support.live_data import Live, live_consumer
-
-pytestmark = pytest.mark.django_db
 
 #: The size of each large message, bytes.
 BIG = 5 * 1024 * 1024
 PREVIEW = re.compile(r'<code class="redisq-preview">([^<]*)</code>')
 
 
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    # Another client (or a raised limit) may write what our publisher refuses by default
-    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "MAX_PAYLOAD_BYTES": 2 * BIG}
-    live.clear()
-    return get_broker()
+# Another client (or a raised limit) may write what our publisher refuses by default
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(MAX_PAYLOAD_BYTES=2 * BIG)]
 
 
 @pytest.fixture
 def made(broker: Any, queue_name: str) -> Live:
     return live_consumer(broker, queue_name, waiting=0)
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 def big_payload() -> dict[str, Any]:

@@ -24,27 +24,9 @@ from redisq_django.models import Consumer, Queue
 from redisq_django.runner import build_worker
 from tests.support.live_data import Live, live_consumer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 REF = re.compile(rb'<tr data-ref="([^"]+)"')
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
-
-
-@pytest.fixture
-def made(broker: Any, queue_name: str) -> Live:
-    return live_consumer(broker, queue_name)
 
 
 def page_url(queue: str, consumer: str | None = None, what: str = "") -> str:

@@ -9,7 +9,6 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -39,13 +38,6 @@ def shop(redisq_settings: Any, queue_name: str) -> dict[str, Any]:
     sub = broker.subscribe(queue_name, "billing", "worker-1", partition=1)
     [taken] = sub.fetch(count=1, block_ms=200)
     return {"broker": broker, "keys": keys, "delayed": delayed, "taken": taken}
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 def url(queue: str, what: str = "", consumer: str | None = "billing") -> str:

@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -19,13 +18,6 @@ from redisq_django.models import Consumer, Queue
 pytestmark = pytest.mark.django_db
 
 QUEUE = "orders"
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 @pytest.fixture

@@ -13,25 +13,12 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, DeadLetter, Queue
-from tests.support.live_data import Live, live_consumer
+from tests.support.live_data import Live
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 KINDS = ("anonymous", "nobody", "viewer", "changer", "root")
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
-
-
-@pytest.fixture
-def made(broker: Any, queue_name: str) -> Live:
-    return live_consumer(broker, queue_name)
 
 
 def user_client(kind: str) -> Client:

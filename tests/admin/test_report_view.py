@@ -11,21 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+
+from tests.support.admin_pages import staff
 
 pytestmark = pytest.mark.django_db
 
 PAGE = "<!DOCTYPE html><html><body><h1>redisq history report</h1><svg></svg></body></html>"
 URL = "admin:redisq_django_overview_report"
-
-
-def staff(username: str, *perms: str, is_staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=is_staff)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
 
 
 def client_for(user: User) -> Client:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -22,13 +21,6 @@ pytestmark = pytest.mark.django_db
 
 #: The pages answer within this whatever Redis does (seconds).
 DEADLINE_S = 2.0
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import redis
-from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 from django.urls import reverse
@@ -215,13 +214,6 @@ def test_only_the_holder_gives_the_lease_back(private: redis.Redis, queue_name: 
     assert first.release() is True
     assert first.release() is False  # given back already
     assert second.tick() == [queue_name]
-
-
-@pytest.fixture
-def root() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
 
 
 def test_an_open_console_samples_when_no_worker_runs(

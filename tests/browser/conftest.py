@@ -95,3 +95,13 @@ def artifacts() -> Path:
     """The folder for screenshots (created)."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def ops() -> Any:
+    """Superuser ``ops``, who logs in with ``tests.support.browser_pages.PASSWORD``."""
+    from django.contrib.auth.models import User
+
+    from tests.support.browser_pages import PASSWORD
+
+    return User.objects.create_superuser("ops", password=PASSWORD)

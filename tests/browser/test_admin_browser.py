@@ -14,61 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
-from redisq_django.connection import get_broker
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.message import Message
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import DeadLetter
+from tests.support.admin_pages import make_dead
+from tests.support.browser_pages import log_in, result_rows, staff
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.site_broker]
 
-PASSWORD = "a-long-test-password"
 #: Longest wait for anything the browser or the worker does.
 WAIT_S = 10.0
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def make_dead(
-    broker: Any, payload: Any, *, queue: str = "shop", consumer: str = "billing"
-) -> DeadLetter:
-    """A real dead letter: published, fetched, rejected, sunk into the database."""
-    from redisq_django.deadletters.sinking import sink
-
-    broker.ensure_consumer(queue, consumer)  # latest: only what is published next
-    broker.publish(queue, payload)
-    with broker.subscribe(queue, consumer) as sub:
-        (message,) = sub.fetch(count=1, block_ms=500)
-        sub.reject(message, ValueError("card declined <b>"))
-    sink(queue, consumer)
-    return DeadLetter.objects.get(queue=queue, consumer=consumer, message_id=message.id)
-
-
-def staff(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
-
-
-def log_in(page: Page, live_server: Any, user: User) -> None:
-    """Through the real login form of the admin."""
-    page.goto(f"{live_server.url}{reverse('admin:index')}")
-    expect(page).to_have_url(f"{live_server.url}{reverse('admin:login')}?next=/admin/")
-    page.get_by_label("Username").fill(user.username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.locator("#user-tools")).to_contain_text(user.username)
-
-
-def result_rows(page: Page) -> Any:
-    return page.locator("#result_list tbody tr")
 
 
 def assert_styled_breadcrumbs(page: Page) -> None:
@@ -130,11 +93,6 @@ class RecordingWorker:
 
 
 @pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
-
-
-@pytest.fixture
 def shop_worker(broker: Any) -> Iterator[RecordingWorker]:
     """A worker running shop/billing and shop/email (stopped after the test, if not yet)."""
     worker = RecordingWorker(broker, "shop", ("billing", "email"))
@@ -158,8 +116,8 @@ def test_retry_from_the_list_is_handled_again_by_a_running_consumer(
     # Given a dead letter of shop/billing, one of another queue, and a worker running
     # billing and email (email, another consumer of shop, has handled the message once)
     broker.ensure_consumer("shop", "email", start="earliest")
-    row = make_dead(broker, {"order": 1, "sku": "needle-1"})
-    other = make_dead(broker, {"entry": 2}, queue="audit", consumer="archive")
+    row = make_dead(broker, "shop", {"order": 1, "sku": "needle-1"})
+    other = make_dead(broker, "audit", {"entry": 2}, consumer="archive")
     shop_worker.start()
     assert shop_worker.wait_seen("email", 1) == [(row.message_id, 1)]
     ops = staff("ops", "view_deadletter", "retry_deadletter", "view_queue")
@@ -234,7 +192,7 @@ def test_retry_from_the_list_is_handled_again_by_a_running_consumer(
 def test_without_the_permission_no_retry_button_and_a_forged_post_is_refused(
     page: Page, live_server: Any, broker: Any
 ) -> None:
-    row = make_dead(broker, {"order": 3})
+    row = make_dead(broker, "shop", {"order": 3})
     viewer = staff("viewer", "view_deadletter")
     log_in(page, live_server, viewer)
     changelist = f"{live_server.url}{reverse('admin:redisq_django_deadletter_changelist')}"
@@ -276,8 +234,8 @@ def test_without_the_permission_no_retry_button_and_a_forged_post_is_refused(
 
 def test_a_script_payload_renders_as_text(page: Page, live_server: Any, broker: Any) -> None:
     script = "<script>window.redisqXss = 1; alert('x')</script>"
-    row = make_dead(broker, {"note": script})
-    make_dead(broker, {"note": "harmless"})
+    row = make_dead(broker, "shop", {"note": script})
+    make_dead(broker, "shop", {"note": "harmless"})
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     log_in(page, live_server, staff("viewer", "view_deadletter"))
@@ -301,7 +259,7 @@ def test_a_script_payload_renders_as_text(page: Page, live_server: Any, broker: 
 
 
 def test_bulk_discard_asks_for_confirmation(page: Page, live_server: Any, broker: Any) -> None:
-    rows = [make_dead(broker, {"order": n}) for n in (4, 5)]
+    rows = [make_dead(broker, "shop", {"order": n}) for n in (4, 5)]
     log_in(page, live_server, staff("ops", "view_deadletter", "retry_deadletter"))
     page.goto(f"{live_server.url}{reverse('admin:redisq_django_deadletter_changelist')}")
 

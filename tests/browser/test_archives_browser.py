@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.models import Queue
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import PASSWORD, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, DeadLetter, Queue
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import SIZES, assert_fits, log_in
 from tests.support.console_data import Incident, incident
 from tests.support.hung_server import HungServer
 
@@ -25,17 +25,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 #: Every admin page must answer within this, whatever Redis does (seconds).
 PAGE_DEADLINE_S = 2.0
-SIZES = {"1440": {"width": 1440, "height": 900}, "390": {"width": 390, "height": 844}}
 
 
 @pytest.fixture
 def made(redisq_settings: Any) -> Incident:
     return incident(get_broker())
-
-
-@pytest.fixture
-def ops() -> User:
-    return User.objects.create_superuser("ops", password=PASSWORD)
 
 
 def pages(made: Incident) -> dict[str, str]:
@@ -103,34 +97,6 @@ READ_REDIS = (
 )
 #: Pages that show figures from Redis, unknown when it is sick.
 FIGURES = ("overview", "queues", "queue", "consumers", "consumer", *LIVE)
-
-
-def fits(page: Page) -> dict[str, Any]:
-    """Whether the page and its tables fit the viewport without sideways scrolling."""
-    result: dict[str, Any] = page.evaluate(
-        """() => {
-        const tables = [...document.querySelectorAll(
-            '#result_list, #redisq-overview, #redisq-groups, table.redisq-consumers, ' +
-            '#redisq-list, .redisq-charts')];
-        return {
-            page: [document.documentElement.scrollWidth, window.innerWidth],
-            tables: tables.map(t => {
-                const box = t.closest('.results, .redisq-overview-box, .redisq-list-box')
-                    || t.parentElement;
-                return [t.id || t.className, t.scrollWidth, box.clientWidth];
-            }),
-        };
-    }"""
-    )
-    return result
-
-
-def assert_fits(page: Page, name: str) -> None:
-    found = fits(page)
-    width, inner = found["page"]
-    assert width <= inner, f"{name}: the page is {width}px wide in a {inner}px viewport"
-    for table, scroll, box in found["tables"]:
-        assert scroll <= box + 1, f"{name}: table {table} is {scroll}px wide in {box}px"
 
 
 # -- Redis stopped or hung -------------------------------------------------------------

@@ -16,7 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from redisq_django.models import DeadLetter
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import PASSWORD, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

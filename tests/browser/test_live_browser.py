@@ -24,17 +24,11 @@ from redisq_django.core import ConsumerSpec, Message, Reject, RetryPolicy
 from redisq_django.core.wire import visible
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import Consumer, Queue
-from tests.browser.test_admin_browser import PASSWORD, log_in
-from tests.browser.test_console_browser import SIZES, assert_fits
+from tests.support.browser_pages import SIZES, assert_fits, log_in
 from tests.support.held_data import CONSUMER, ODD_KEY, held_consumer
 from tests.support.live_data import CART_KEY, Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def ops() -> User:
-    return User.objects.create_superuser("ops", password=PASSWORD)
 
 
 @pytest.fixture

@@ -18,17 +18,12 @@ from playwright.sync_api import ConsoleMessage, Page, expect
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, Queue
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import log_in
 from tests.support.live_data import Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHARTS = "#redisq-live .redisq-uplot"
-
-
-@pytest.fixture
-def ops() -> User:
-    return User.objects.create_superuser("ops", password=PASSWORD)
 
 
 @pytest.fixture

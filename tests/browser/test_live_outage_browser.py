@@ -18,10 +18,11 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
-from redisq_django.admin import live, livedata
+from redisq_django.admin import live
+from redisq_django.admin.live import snapshots
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import log_in
 from tests.support.live_data import Live, live_consumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -30,11 +31,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 #: admin's Redis timeout, and the outage the admin remembers for 5 s.
 SAY_MS = 15_000
 UPDATED = re.compile(r"Updated \d+ s ago")
-
-
-@pytest.fixture
-def ops() -> User:
-    return User.objects.create_superuser("ops", password=PASSWORD)
 
 
 @pytest.fixture
@@ -124,21 +120,21 @@ def test_a_request_that_never_completes_is_given_up_as_a_failed_update(
     status = page.locator("#redisq-live-status")
     expect(status).to_have_text(UPDATED, timeout=SAY_MS)
     stuck, release = threading.Event(), threading.Event()
-    read = livedata.consumer_snapshot
+    read = snapshots.consumer_snapshot
 
     def never_answering(*args: Any, **kwargs: Any) -> Any:
         stuck.set()
         release.wait(30)  # bounded: the test releases it at its end
         return read(*args, **kwargs)
 
-    monkeypatch.setattr(livedata, "consumer_snapshot", never_answering)
+    monkeypatch.setattr(snapshots, "consumer_snapshot", never_answering)
     try:
         # Then the page gives the request up: "Update failed", and the actions are off
         expect(status).to_contain_text("Update failed", timeout=SAY_MS)
         assert stuck.is_set()
         assert_actions(page, on=False)
     finally:
-        monkeypatch.setattr(livedata, "consumer_snapshot", read)
+        monkeypatch.setattr(snapshots, "consumer_snapshot", read)
         release.set()
     # And the next answer brings it back
     expect(status).to_have_text(UPDATED, timeout=SAY_MS)

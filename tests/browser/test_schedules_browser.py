@@ -18,18 +18,9 @@ from playwright.sync_api import Page, expect
 
 from redisq_django.admin import live
 from redisq_django.models import Schedule
+from tests.support.browser_pages import PASSWORD, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-PASSWORD = "a-long-test-password"
-
-
-def log_in(page: Page, live_server: Any, user: User) -> None:
-    page.goto(f"{live_server.url}{reverse('admin:index')}")
-    page.get_by_label("Username").fill(user.username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.locator("#user-tools")).to_contain_text(user.username)
 
 
 def test_staff_add_edit_and_disable_a_schedule_in_the_admin(

@@ -34,7 +34,7 @@ from redisq_django.connection import get_broker
 from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import Consumer, Queue, Schedule
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_admin_browser import PASSWORD, log_in
+from tests.support.browser_pages import PASSWORD, log_in
 from tests.support.console_data import Incident, failure, incident
 
 pytestmark = [

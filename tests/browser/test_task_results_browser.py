@@ -18,7 +18,7 @@ from django.tasks import TaskResultStatus
 from playwright.sync_api import Page, expect
 
 from redisq_django.deadletters.sinking import sink
-from tests.browser.test_admin_browser import log_in, result_rows, staff
+from tests.support.browser_pages import log_in, result_rows, staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 QUEUE = "browser"

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import redis
 
-from redisq_django.core.broker import Broker
 from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
 
 
 @pytest.fixture

@@ -14,11 +14,7 @@ import redis
 from redisq_django.core.broker import Broker
 from redisq_django.core.keys import queue_keys
 from redisq_django.core.sending import BATCH_MARKER_TTL_MS
-
-
-def redis_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+from tests.support.clock_steps import redis_ms
 
 
 def test_publish_batch_once_publishes_a_batch_id_once(

@@ -7,37 +7,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, RetryPolicy, actions, browse
+from redisq_django.core import Broker, RetryPolicy, actions, browse
 from redisq_django.core.browse import Page
 from redisq_django.core.keys import GroupKeys
 from tests.core.guarantee_helpers import drain
+from tests.support.round_trips import round_trips
 
 BIG = 100_000
 PAGE = 200
-
-
-@contextmanager
-def round_trips(client: redis.Redis) -> Iterator[list[int]]:
-    """Count the writes (each a round trip: one write, its replies) on ``client``."""
-    calls = [0]
-    cls = client.connection_pool.connection_class
-    original = cls.send_packed_command
-
-    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(self, *args, **kwargs)
-
-    cls.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield calls
-    finally:
-        cls.send_packed_command = original  # type: ignore[method-assign]
 
 
 def every_page(read: Any, *, max_pages: int = 10_000) -> Iterator[tuple[Page, int]]:
@@ -61,9 +43,7 @@ def counted(client: redis.Redis, fn: Any) -> Any:
     return read
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(retry=RetryPolicy(max_retries=3, backoff_s=60)))
+pytestmark = pytest.mark.core_config(retry=RetryPolicy(max_retries=3, backoff_s=60))
 
 
 @pytest.mark.slow

@@ -340,12 +340,12 @@ json_values = st.recursive(
 
 
 @pytest.fixture
-def broker(redis_client: redis.Redis, queue_name: str) -> Broker:
-    broker = Broker(redis_client)
+def consumer_g(broker: Broker, queue_name: str) -> None:
+    """Consumer ``g`` of the test's queue, registered at its end (``latest``)."""
     broker.ensure_consumer(queue_name, "g", start="latest")
-    return broker
 
 
+@pytest.mark.usefixtures("consumer_g")
 @given(payload=json_values, headers=st.dictionaries(st.text(max_size=8), json_values, max_size=3))
 @settings(
     max_examples=50,
@@ -365,6 +365,7 @@ def test_what_publish_writes_decodes_to_an_equal_payload(
     assert sub.ack(messages) == 1
 
 
+@pytest.mark.usefixtures("consumer_g")
 @given(payload=json_values)
 @settings(
     max_examples=50,
@@ -388,6 +389,7 @@ def test_delayed_publish_through_promote_decodes_to_an_equal_payload(
     assert sub.ack(messages) == 1
 
 
+@pytest.mark.usefixtures("consumer_g")
 def test_a_deeply_nested_entry_becomes_a_listable_dead_letter(
     broker: Broker, queue_name: str, redis_client: redis.Redis
 ) -> None:

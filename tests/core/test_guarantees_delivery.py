@@ -18,10 +18,7 @@ from redisq_django.core import Broker, CoreConfig, Message
 from redisq_django.core.outcome import Outcome
 from tests.core.guarantee_helpers import age_pending, drain, fetch_nothing, ids, wait_for
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 # -- C1: fan-out with persistence -------------------------------------------------------

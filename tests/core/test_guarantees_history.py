@@ -19,9 +19,7 @@ def make_broker(client: redis.Redis, **config: int) -> Broker:
     return Broker(client, CoreConfig(poll_interval_ms=20, **config))
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return make_broker(redis_client)
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def log_ids(client: redis.Redis, queue: str) -> list[str]:

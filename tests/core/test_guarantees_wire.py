@@ -54,9 +54,7 @@ def raw(queue_name: str) -> RawKeys:
     return RawKeys(queue_name)
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def raw_read(

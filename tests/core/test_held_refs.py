@@ -6,14 +6,10 @@ Redis."""
 from __future__ import annotations
 
 import pytest
-import redis
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def test_each_holder_found_has_a_ref_that_finds_it_again(broker: Broker, queue_name: str) -> None:

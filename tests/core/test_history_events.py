@@ -15,10 +15,7 @@ import redis
 from redisq_django.core import Broker, CoreConfig, Failure
 from redisq_django.core.outcome import Outcome
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20, history=True))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20, history=True)
 
 
 def events(broker: Broker, queue: str) -> list[dict[str, Any]]:

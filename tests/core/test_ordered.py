@@ -12,10 +12,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.ordered import held_keys, release_key
 from tests.support.ordered import fetch, ordered, seq
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def test_one_message_of_a_key_out_at_a_time_in_publish_order(

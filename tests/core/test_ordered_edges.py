@@ -14,10 +14,7 @@ from redisq_django.core.subscription import Subscription
 from tests.core.guarantee_helpers import wait_for
 from tests.support.ordered import fetch, handle_all, ordered, seq
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def ordering_keys(client: redis.Redis, sub: Subscription) -> list[bytes]:

@@ -12,15 +12,12 @@ from typing import Any
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, InvalidKey, Message, PublishError
+from redisq_django.core import Broker, InvalidKey, Message, PublishError
 from redisq_django.core.envelope import MAX_KEY_BYTES
 from redisq_django.core.outcome import Outcome
 from tests.core.guarantee_helpers import drain, fetch_nothing
 
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def _keys(messages: list[Message]) -> dict[str, str | None]:

@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-import redis
 
 import redisq_django.core.scripts as shipped_scripts
 from redisq_django.core import Broker, CoreConfig, Outcome, Reject
@@ -357,9 +356,7 @@ def keys(queue_name: str) -> Keys:
     return Keys(queue_name)
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def foreign(cli: Cli, keys: Keys, instance: str = "node-1", **kw: Any) -> ForeignConsumer:

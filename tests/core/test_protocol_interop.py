@@ -78,9 +78,7 @@ def foreign(redis_client: redis.Redis, queue_name: str) -> Foreign:
     return Foreign(redis_client, queue_name)
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20, history=True))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20, history=True)
 
 
 def dead_letters(foreign: Foreign, group: str = G) -> dict[bytes, dict[bytes, bytes]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, DeadReason, Failure
+from redisq_django.core import Broker, DeadReason, Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import CorruptState, error_code
 from redisq_django.core.keys import GroupKeys, QueueKeys
@@ -28,9 +28,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "redisq_django" / "core" / "scri
 BAD_COUNTS = ["x", "4.5", "", " 5", "007", "1e3", "99999999999999999999"]
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def two_of_key_a(broker: Broker, queue: str) -> tuple[Subscription, list[str]]:

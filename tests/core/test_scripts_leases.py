@@ -12,30 +12,17 @@ import pytest
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.keys import GroupKeys, QueueKeys, queue_keys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 from tests.core.guarantee_helpers import age_pending
+from tests.support.clock_steps import redis_ms
 
 G = "tasks"
 
 
 @pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)
-
-
-@pytest.fixture
-def qk(queue_name: str) -> QueueKeys:
-    return queue_keys("redisq", queue_name)
-
-
-@pytest.fixture
-def gk(qk: QueueKeys) -> GroupKeys:
-    return qk.group(G)
-
-
-def redis_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return seconds * 1000 + micros // 1000
+def group_name() -> str:
+    """``gk`` (tests/core/conftest.py) holds the keys of consumer :data:`G`."""
+    return G
 
 
 def deliver(r: redis.Redis, qk: QueueKeys, gk: GroupKeys, consumer: str, n: int) -> list[bytes]:

@@ -14,6 +14,7 @@ from redis.cluster import key_slot
 from redisq_django.core.broker import Broker
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from tests.core.guarantee_helpers import age_pending
+from tests.support.clock_steps import redis_ms
 
 G = "tasks"
 RID = "0123456789abcdef0123456789abcdef"
@@ -135,18 +136,13 @@ def test_start_with_a_lease_starts_it_for_the_holder_only(
     broker.scripts("task_start", start_keys(qk, gk), start_args("c9", 1, entry=entry, lease=3000))
     assert redis_client.exists(gk.leases) == 0
     # When c1 starts it with a lease of 3 s
-    before = redis_time_ms(redis_client)
+    before = redis_ms(redis_client)
     broker.scripts("task_start", start_keys(qk, gk), start_args("c1", 1, entry=entry, lease=3000))
     # Then its lease ends 3 s after Redis's now, and its idle time starts again
     ends = redis_client.zscore(gk.leases, b"log:" + entry)
-    assert ends is not None and before + 3000 <= ends <= redis_time_ms(redis_client) + 3000
+    assert ends is not None and before + 3000 <= ends <= redis_ms(redis_client) + 3000
     [row] = redis_client.xpending_range(qk.log, G, entry, entry, 1)
     assert row["time_since_delivered"] < 1000 and row["times_delivered"] == 1
-
-
-def redis_time_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return seconds * 1000 + micros // 1000
 
 
 def _delivered(r: redis.Redis, qk: QueueKeys, gk: GroupKeys) -> bytes:
@@ -250,7 +246,7 @@ def test_settle_with_history_writes_its_event_with_the_settle(
     assert broker.scripts("task_settle", keys, history_args(lost, event)) == 0
     assert redis_client.xlen(qk.events) == 0
     # When its instance settles it
-    before = redis_time_ms(redis_client)
+    before = redis_ms(redis_client)
     args = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"])
     assert broker.scripts("task_settle", keys, history_args(args, event)) == 1
     # Then the settle happened and its one event says so

@@ -17,13 +17,9 @@ from redisq_django.core import task_store, task_wire
 from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
+from tests.support.clock_steps import redis_ms
 
 G = "billing"
-
-
-def redis_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_promote_decides_what_is_due_by_redis_clock(

@@ -8,9 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
 import redis
@@ -29,6 +26,7 @@ from redisq_django.core.pipelining import skipping_replies
 from redisq_django.core.scripts import SCRIPT_NAMES
 from redisq_django.core.worker import Worker, WorkerOptions
 from tests.core.guarantee_helpers import drain
+from tests.support.round_trips import round_trips
 
 FAST_RETRIES = RetryPolicy(max_retries=2, backoff_s=0.01, max_backoff_s=0.02)
 
@@ -41,24 +39,6 @@ def totals(client: redis.Redis, broker: Broker, queue: str) -> dict[str, int]:
         for name, value in minute.items():
             out[name] = out.get(name, 0) + value
     return out
-
-
-@contextmanager
-def writes_counted(client: redis.Redis) -> Iterator[list[int]]:
-    """Count the writes (``send_packed_command`` calls) made on ``client``'s connections."""
-    calls = [0]
-    cls = client.connection_pool.connection_class
-    original = cls.send_packed_command
-
-    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(self, *args, **kwargs)
-
-    cls.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield calls
-    finally:
-        cls.send_packed_command = original  # type: ignore[method-assign]
 
 
 def test_the_counters_equal_what_was_published_handled_failed_retried_and_dead(
@@ -145,7 +125,7 @@ def test_counters_ride_in_the_same_write_as_the_work_they_count(
         sub = broker.subscribe(queue, "billing")
         for name in SCRIPT_NAMES:  # loaded: no NOSCRIPT round trips in either run
             broker.scripts.load(name)
-        with writes_counted(redis_client) as writes:
+        with round_trips(redis_client) as writes:
             broker.publish(queue, {"n": 1})
             broker.publish_many(queue, [{"n": 2}, {"n": 3}])
             broker.publish(queue, {"n": 4}, delay=0.01)

@@ -16,9 +16,7 @@ from tests.core.guarantee_helpers import drain, ids
 FAR_FUTURE_MS = "999999999999999"
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig(poll_interval_ms=20))
+pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 
 def consume_all(broker: Broker, queue: str, expected: int) -> list[str]:

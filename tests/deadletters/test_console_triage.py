@@ -26,15 +26,11 @@ from redisq_django.core.dead_entry import normalise_error
 from redisq_django.deadletters import triage
 from redisq_django.models import DeadLetter, DeadLetterFailure
 from tests.support.console_data import failure, kill, undecodable
+from tests.support.reading import read_all
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 CHANGELIST = "admin:redisq_django_deadletter_changelist"
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
 
 
 @pytest.fixture
@@ -65,19 +61,6 @@ def many_dead(broker: Any, queue: str, consumer: str, n: int, **row: Any) -> lis
         for i, message_id in enumerate(ids)
     )
     return ids
-
-
-def drain(broker: Any, queue: str, consumer: str) -> list[Any]:
-    """Every message waiting for ``consumer`` (acknowledged as read)."""
-    got: list[Any] = []
-    with broker.subscribe(queue, consumer) as sub:
-        for _ in range(100):  # bounded: at most 100 fetches
-            batch = sub.fetch(count=1000, block_ms=50)
-            if not batch:
-                break
-            sub.ack(batch)
-            got += batch
-    return got
 
 
 def hidden_fields(html: str) -> list[tuple[str, str]]:
@@ -127,10 +110,10 @@ def test_retry_5000_selected_across_pages_in_one_action(
     # email, each row is retried and in the history, and the list kept its filters
     msgs = re.findall(r"<li class=\"[a-z]+\">(.*?)</li>", done.content.decode(), re.S)
     assert b"Sent 5000 dead letters again, each to its own consumer." in done.content, msgs
-    got = drain(broker, queue_name, "billing")
+    got = read_all(broker, queue_name, "billing")
     assert sorted(m.id for m in got) == sorted(ids)
     assert {m.attempts for m in got} == {1}
-    assert drain(broker, queue_name, "email") == []
+    assert read_all(broker, queue_name, "email") == []
     rows = DeadLetter.objects.filter(queue=queue_name)
     assert rows.filter(consumer="billing", status="retried").count() == 5000
     assert rows.filter(consumer="email", status="dead").count() == 10
@@ -184,7 +167,7 @@ def test_a_bulk_retry_stops_at_its_time_budget_and_says_how_many_are_left(
     # ... and running it again continues where it stopped, until none is left
     second = triage.retry_matching(rows, chunk=500)
     assert (second.done, second.remaining) == (700, 0)
-    assert len(drain(broker, queue_name, "billing")) == 1200
+    assert len(read_all(broker, queue_name, "billing")) == 1200
 
 
 def test_redis_down_during_a_bulk_retry_leaves_the_rest_dead(
@@ -226,12 +209,12 @@ def test_groups_by_consumer_error_class_and_normalised_message(
     assert groups[0][0].first_seen <= groups[0][0].last_seen
 
     # When the largest group is retried through its link, then exactly its 3 are sent
-    drain(broker, queue_name, "billing")  # (what billing had not read yet)
+    read_all(broker, queue_name, "billing")  # (what billing had not read yet)
     retry_url = reverse("admin:redisq_django_deadletter_matching", args=["retry"])
     summary = ops.get(f"{retry_url}?{groups[0][1]}")
     assert b"Retry these 3 dead letters?" in summary.content
     ops.post(f"{retry_url}?{groups[0][1]}")
-    assert sorted(m.payload["o"] for m in drain(broker, queue_name, "billing")) == [
+    assert sorted(m.payload["o"] for m in read_all(broker, queue_name, "billing")) == [
         1041,
         2093,
         3337,
@@ -402,7 +385,7 @@ def test_the_command_lists_groups_and_retries_one_recording_the_user(
     assert "Re-drove 4 dead letter(s)" in out.getvalue()
     assert DeadLetter.objects.filter(status="retried").count() == 4
     assert LogEntry.objects.filter(user__username="ops").count() == 4
-    assert len(drain(broker, queue_name, "billing")) == 4
+    assert len(read_all(broker, queue_name, "billing")) == 4
 
 
 def test_retry_all_matching_with_redis_down_says_so_and_changes_nothing(

@@ -13,15 +13,10 @@ from redisq_django import deadletters
 from redisq_django.connection import get_broker
 from redisq_django.models import DeadLetter
 
-pytestmark = [pytest.mark.django_db, pytest.mark.servers]
+pytestmark = [pytest.mark.django_db, pytest.mark.servers, pytest.mark.site_broker]
 
 #: 10**17 ms since the epoch: the year 3170843, beyond what a datetime can hold.
 FAR_FUTURE_MS = b"100000000000000000"
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
 
 
 def dead_entry(broker: Any, queue: str, group: str, message_id: str, **extra: bytes) -> None:

@@ -14,7 +14,7 @@ from redisq_django import deadletters
 from redisq_django.connection import get_broker
 from redisq_django.models import DeadLetter
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 
 @contextmanager
@@ -36,11 +36,6 @@ def kill(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> st
         (message,) = sub.fetch(count=1, block_ms=500)
         sub.reject(message, ValueError("declined"))
     return message_id
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    return get_broker()
 
 
 # sink_all() sinks every queue in Redis: no other test's dead letters, please.

@@ -21,15 +21,10 @@ from redisq_django.core.keys import queue_keys
 from redisq_django.core.partitions import Partitions
 from redisq_django.models import DeadLetter
 
-pytestmark = pytest.mark.django_db
-
 K = 4
 
 
-@pytest.fixture
-def broker(redisq_settings: Any, queue_name: str) -> Broker:
-    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {queue_name: K}}
-    return get_broker()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(queue_partitions=K)]
 
 
 def kill_all(broker: Broker, queue: str, consumer: str = "billing") -> dict[str, int]:

@@ -26,11 +26,14 @@ import redis
 from redisq_django.core import Broker
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.workers import (
+    GRACEFUL,
+    PATIENT,
     Workers,
     duplicates,
     read_deliveries,
     read_done,
     sqlite_execute,
+    unacked,
     wait_deliveries,
     wait_for,
     wait_ids,
@@ -44,7 +47,6 @@ pytestmark = [
 ]
 
 FAULTS, RECORDER = "faults", "recorder"  # visibility 2 s, max_retries 3, backoff 0.05 s
-GRACEFUL, PATIENT = "graceful", "patient"  # visibility 60 s
 CHAOS = "chaos"  # consumers alpha and beta, visibility 2 s
 
 
@@ -74,16 +76,6 @@ both_kinds = pytest.mark.parametrize(
 # ---------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------
-
-
-def _pending(client: redis.Redis, queue: str, group: str) -> int:
-    """Deliveries of ``group`` not yet acknowledged (log and private stream)."""
-    keys = Broker(client).keys(queue)
-    total = 0
-    for stream in (keys.log, keys.group(group).direct):
-        with contextlib.suppress(redis.ResponseError):  # stream or group not created yet
-            total += int(client.xpending(stream, group)["pending"])
-    return total
 
 
 # ---------------------------------------------------------------------------
@@ -117,7 +109,7 @@ def test_sigkill_during_handling_redelivers_to_another_instance(
         (mid, 2, other.pid),
     ]
     wait_deliveries(redis_client, FAULTS, RECORDER, 1, timeout=30, done=True)
-    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="ack")
+    wait_for(lambda: unacked(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="ack")
     assert holder.proc.returncode == -signal.SIGKILL
     assert other.alive
     assert broker.dead_letters(FAULTS, RECORDER) == []
@@ -154,7 +146,7 @@ def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
     assert sorted(d.id for d in read_done(redis_client, GRACEFUL, PATIENT)) == sorted(in_flight)
     if not kind.is_async:  # (an async instance fetches only what it starts)
         assert "handed back 4 unstarted message(s)" in first.stderr
-    assert _pending(redis_client, GRACEFUL, PATIENT) == 0  # nothing stuck on the dead pid
+    assert unacked(redis_client, GRACEFUL, PATIENT) == 0  # nothing stuck on the dead pid
 
     # And another instance gets the others at once (visibility is 60 s)
     # as first deliveries
@@ -172,7 +164,7 @@ def test_sigterm_mid_batch_finishes_in_flight_and_hands_back_the_rest(
     assert {d.attempts for d in deliveries} == {1}
     assert {d.pid for d in deliveries[len(in_flight) :]} == {second.pid}
     assert sorted(d.id for d in done) == sorted(ids)
-    wait_for(lambda: _pending(redis_client, GRACEFUL, PATIENT) == 0, timeout=10, what="acks")
+    wait_for(lambda: unacked(redis_client, GRACEFUL, PATIENT) == 0, timeout=10, what="acks")
 
 
 @pytest.mark.servers
@@ -457,7 +449,7 @@ def test_a_message_that_kills_its_process_dies_alone(
     # repeated nothing (each acked as its handler returned) and counted nothing for them
     assert sorted(d.id for d in done) == sorted(good)
     assert {d.attempts for d in deliveries if d.id != poison} == {1}
-    assert _pending(redis_client, PILLS, EATER) == 0
+    assert unacked(redis_client, PILLS, EATER) == 0
 
 
 @pytest.mark.servers
@@ -491,7 +483,7 @@ def test_a_long_handler_does_not_keep_its_prefetched_batch_from_other_instances(
     assert {(d.id, d.attempts, d.pid) for d in deliveries if d.id in quick} == {
         (mid, 1, second.pid) for mid in quick
     }
-    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="acks")
+    wait_for(lambda: unacked(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="acks")
     assert broker.dead_letters(FAULTS, RECORDER) == []
 
 
@@ -580,7 +572,7 @@ def test_runconsumer_burst_and_max_messages(
     assert all(d.attempts == 1 for d in deliveries if d.id != failing)
     assert [d.attempts for d in deliveries if d.id == failing] == [1, 2, 3, 4]
     assert [d.id for d in broker.dead_letters(FAULTS, RECORDER)] == [failing]
-    assert _pending(redis_client, FAULTS, RECORDER) == 0
+    assert unacked(redis_client, FAULTS, RECORDER) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -614,7 +606,7 @@ def test_events_agree_with_outcomes_after_a_sigkilled_worker(
     second = workers.start(FAULTS)
     second.wait_ready()
     wait_ids(redis_client, FAULTS, RECORDER, ids, timeout=60)
-    wait_for(lambda: _pending(redis_client, FAULTS, RECORDER) == 0, timeout=20, what="acks")
+    wait_for(lambda: unacked(redis_client, FAULTS, RECORDER) == 0, timeout=20, what="acks")
 
     # Then every message has exactly one `handled` event (only an ack writes it)...
     recorded = _history_events(redis_client, FAULTS)

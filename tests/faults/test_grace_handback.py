@@ -20,8 +20,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
-from tests.faults.test_faults import GRACEFUL, PATIENT
-from tests.support.workers import Workers, read_done, wait_deliveries
+from tests.support.workers import GRACEFUL, PATIENT, Workers, read_done, wait_deliveries
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,7 +8,6 @@ project that did not set ``transaction_mode`` as docs/howto/workers.md advises.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import pytest
 import redis
 
 from redisq_django.core import Broker
-from tests.support.redis_server import RedisServer
 from tests.support.workers import Workers, wait_ids
 
 pytestmark = [
@@ -29,21 +27,10 @@ QUEUE = "together"
 MESSAGES = 20
 
 
-@pytest.fixture(scope="module")
-def template_db(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated SQLite file (copied for each test)."""
-    root = tmp_path_factory.mktemp("together-db")
-    path = root / "template.sqlite3"
-    Workers(redis_server.url, path, root / "logs").migrate()
-    return path
-
-
 @pytest.fixture
-def workers(redis_url: str, template_db: Path, tmp_path: Path) -> Iterator[Workers]:
+def workers(redis_url: str, db_file: Path, tmp_path: Path) -> Iterator[Workers]:
     """Workers on a fresh copy of the database, with Django's default SQLite options."""
-    db = tmp_path / "db.sqlite3"
-    shutil.copyfile(template_db, db)
-    pool = Workers(redis_url, db, tmp_path / "logs")
+    pool = Workers(redis_url, db_file, tmp_path / "logs")
     pool.extra_env["REDISQ_TEST_SQLITE_DEFAULTS"] = "1"
     try:
         yield pool

@@ -22,11 +22,13 @@ from redisq_django.core import Broker
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.faults.test_faults import _pending
 from tests.support.workers import (
+    GRACEFUL,
+    PATIENT,
     WorkerProcess,
     Workers,
     read_deliveries,
+    unacked,
     wait_deliveries,
     wait_for,
     wait_ids,
@@ -39,7 +41,6 @@ pytestmark = [
     pytest.mark.usefixtures("empty_redis"),
 ]
 
-GRACEFUL, PATIENT = "graceful", "patient"  # visibility timeout 60 s: no lease expires here
 STARTED = re.compile(r"(?:Started|Restarted) worker process (\d+)/\d+ \(pid (\d+)\)")
 
 
@@ -150,7 +151,7 @@ def test_sigterm_stops_every_child_warm_and_the_running_message_is_acked(
     assert [
         d.id for d in wait_deliveries(redis_client, GRACEFUL, PATIENT, 1, timeout=1, done=True)
     ] == [mid]
-    assert _pending(redis_client, GRACEFUL, PATIENT) == 0
+    assert unacked(redis_client, GRACEFUL, PATIENT) == 0
 
 
 def test_a_second_sigterm_stops_every_child_cold(
@@ -168,7 +169,7 @@ def test_a_second_sigterm_stops_every_child_cold(
     assert supervisor.wait_exit(10) == 1, supervisor.tail()
     assert not [pid for pid in children.values() if _alive(pid)]
     assert [d.id for d in read_deliveries(redis_client, GRACEFUL, PATIENT)] == [mid]
-    assert _pending(redis_client, GRACEFUL, PATIENT) == 1
+    assert unacked(redis_client, GRACEFUL, PATIENT) == 1
 
 
 def test_an_unknown_queue_is_one_clear_line_before_any_process_starts(

@@ -5,27 +5,18 @@ what to do."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.core.keys import registry_key
+from tests.support.admin_pages import changes, redisq
 from tests.support.live_data import Live, live_consumer
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 
 @pytest.fixture
@@ -34,22 +25,8 @@ def made(broker: Any, queue_name: str) -> Live:
     return live_consumer(broker, queue_name)
 
 
-def redisq(*args: str) -> str:
-    out = io.StringIO()
-    call_command("redisq", *args, stdout=out)
-    return out.getvalue()
-
-
 def consumers(broker: Any, queue: str) -> dict[str, Any]:
     return {c.name: c for c in broker.stats(queue).consumers}
-
-
-def history() -> list[tuple[str, str, str]]:
-    return [
-        (e.user.username, e.object_repr, e.get_change_message())
-        for e in LogEntry.objects.order_by("pk")
-        if e.action_flag == CHANGE
-    ]
 
 
 # -- deliver-now ----------------------------------------------------------------------------
@@ -81,7 +58,7 @@ def test_deliver_now_delivers_the_named_delayed_message_next_and_records_it(
     assert [m.id for m in got] == [made.delayed[1]]
     assert broker.stats(made.queue).delayed == 1
     # ... and the queue's history says so, in the words of the live page's action
-    assert history() == [("ops", made.queue, f"Delivered now: delayed message {made.delayed[1]}")]
+    assert changes() == [("ops", made.queue, f"Delivered now: delayed message {made.delayed[1]}")]
 
 
 def test_deliver_now_all_retries_of_a_consumer_go_to_it_alone(broker: Any, made: Live) -> None:
@@ -101,7 +78,7 @@ def test_deliver_now_all_retries_of_a_consumer_go_to_it_alone(broker: Any, made:
         got = sub.fetch(count=100, block_ms=200)
     assert set(made.retrying) <= {m.id for m in got}
     assert {m.attempts for m in got if m.id in made.retrying} == {2}
-    assert history() == [
+    assert changes() == [
         ("ops", f"{made.queue}/billing", "Delivered now: 2 retries (all that waited)")
     ]
 
@@ -126,7 +103,7 @@ def test_deliver_now_says_what_is_wrong_and_changes_nothing(
     # Nothing was delivered and nothing recorded
     stats = broker.stats(made.queue)
     assert (stats.delayed, consumers(broker, made.queue)["billing"].waiting_retry) == (2, 2)
-    assert history() == []
+    assert changes() == []
 
 
 # -- purge --consumer -----------------------------------------------------------------------
@@ -155,7 +132,7 @@ def test_purge_of_a_consumer_asks_for_its_name_then_discards_what_waits_for_it_a
     assert after["email"].backlog == before["email"].backlog
     assert broker.stats(made.queue).delayed == 2
     # ... and billing's history says so, in the words of the live page's action
-    assert history() == [
+    assert changes() == [
         (
             "ops",
             f"{made.queue}/billing",
@@ -180,7 +157,7 @@ def test_purge_of_a_queue_with_yes_and_user_is_recorded(broker: Any, made: Live)
     assert redisq("purge", made.queue, "--yes", "--user", "ops").strip() == f"Purged {made.queue}."
     stats = broker.stats(made.queue)
     assert (stats.length, stats.delayed, stats.total("backlog")) == (0, 0, 0)
-    assert history() == [("ops", made.queue, "Purged the queue's messages in Redis")]
+    assert changes() == [("ops", made.queue, "Purged the queue's messages in Redis")]
 
 
 def test_with_redis_stopped_the_commands_say_so(

@@ -5,40 +5,25 @@ go, says so, writes the admin history with ``--user`` and refuses a key not held
 
 from __future__ import annotations
 
-import io
 import re
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.core.wire import visible as shown
+from tests.support.admin_pages import redisq
 from tests.support.held_data import CONSUMER, INSTANCE, ODD_KEY, Held, held_consumer
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def broker(redisq_settings: Any) -> Any:
-    live.clear()
-    return get_broker()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 
 @pytest.fixture
 def made(broker: Any, queue_name: str) -> Held:
     User.objects.create_superuser("ops", password="pw")
     return held_consumer(broker, queue_name)
-
-
-def redisq(*args: str) -> str:
-    out = io.StringIO()
-    call_command("redisq", *args, stdout=out)
-    return out.getvalue()
 
 
 def test_held_lists_each_key_with_its_waiting_count_holder_and_why(made: Held) -> None:

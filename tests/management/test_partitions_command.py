@@ -4,21 +4,14 @@ remains listed) and says that every process must be restarted with the new setti
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from redisq_django.connection import get_broker
 from redisq_django.core import PartitionsMismatch, partition_of
-
-
-def redisq(*args: str) -> str:
-    out = io.StringIO()
-    call_command("redisq", *args, stdout=out)
-    return out.getvalue()
+from tests.support.admin_pages import redisq
 
 
 @pytest.fixture

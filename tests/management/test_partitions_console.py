@@ -5,32 +5,17 @@ backlog on every partition. Real Redis."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-from redisq_django.admin import live
-from redisq_django.connection import get_broker
 from redisq_django.core import partition_of
-
-pytestmark = pytest.mark.django_db
+from tests.support.admin_pages import redisq
 
 K = 3
 
 
-@pytest.fixture
-def broker(redisq_settings: Any, queue_name: str) -> Any:
-    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {queue_name: K}}
-    live.clear()
-    return get_broker()
-
-
-def redisq(*args: str) -> str:
-    out = io.StringIO()
-    call_command("redisq", *args, stdout=out)
-    return out.getvalue()
+pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(queue_partitions=K)]
 
 
 def row(text: str, first: str) -> list[str]:

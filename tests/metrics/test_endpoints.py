@@ -27,7 +27,7 @@ from redisq_django.core import Broker
 
 # The fault tests' fixtures: a migrated SQLite copy per test, worker processes killed at
 # teardown (imported fixtures are shadowed by the test arguments of the same name).
-from tests.support.worker_fixtures import broker, db_file, migrated_db, workers  # noqa: F401
+from tests.support.worker_fixtures import db_file, migrated_db, workers  # noqa: F401
 from tests.support.workers import (
     WorkerProcess,
     Workers,

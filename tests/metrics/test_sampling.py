@@ -34,7 +34,7 @@ from redisq_django.core import Broker, CoreConfig, Message
 from redisq_django.core.worker import Middleware
 from redisq_django.metrics.sampling import RatioShortcut
 from redisq_django.metrics.tracing import Tracing
-from tests.metrics.test_tracing import GROUP, drain, spans
+from tests.support.tracing import GROUP, drain, spans
 
 LOW = (1 << 64) - 1
 

@@ -3,10 +3,10 @@ the headers, and the worker runs each handler in a ``process`` span (CONSUMER) l
 the span that sent (or created) the message, checked with the SDK's in-memory exporter
 against the real redis-server."""
 
+# ruff: noqa: F811  (test parameters named after the fixtures imported below)
+
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,10 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Message, RetryPolicy
-from redisq_django.core.worker import Middleware, Worker, WorkerOptions
+from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.metrics.tracing import Tracing
-
-GROUP = "billing"
+from tests.support.tracing import GROUP, drain, global_exporter, spans  # noqa: F401
 
 
 @pytest.fixture
@@ -35,41 +34,6 @@ def tracing(exporter: InMemorySpanExporter) -> Tracing:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return Tracing(tracer_provider=provider)
-
-
-def drain(
-    broker: Broker,
-    queue: str,
-    tracing: Tracing,
-    handler: Any = None,
-    *,
-    concurrency: int = 1,
-    before: Sequence[Middleware] = (),
-) -> list[Message]:
-    """Run a burst worker with the tracing middleware (after ``before``, with
-    ``concurrency`` handler threads); the messages its handler saw."""
-    seen: list[Message] = []
-    lock = threading.Lock()
-
-    def record(message: Message) -> None:
-        with lock:
-            seen.append(message)
-        if handler is not None:
-            handler(message)
-
-    policy = RetryPolicy.from_seconds(
-        max_retries=1, backoff=0.01, max_backoff=0.02, visibility_timeout=30
-    )
-    spec = ConsumerSpec(
-        queue, GROUP, record, policy=policy, start="earliest", concurrency=concurrency
-    )
-    options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)
-    assert Worker(broker, [spec], options, middleware=[*before, tracing]).run() == 0
-    return seen
-
-
-def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
 def traceparent_of(span: ReadableSpan) -> str:
@@ -267,22 +231,6 @@ def test_a_message_without_trace_context_is_processed_without_a_link(
 
 
 # -- through Django: settings.REDISQ["TRACING"], publish_on_commit, the outbox ----------
-
-
-@pytest.fixture
-def global_exporter() -> Iterator[InMemorySpanExporter]:
-    """OpenTelemetry's global provider (set once per process), exporting to memory."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    try:
-        yield exporter
-    finally:
-        processor.shutdown()  # no more spans go to this test's exporter
 
 
 def tracing_hooks(broker: Any) -> list[Any]:

@@ -1,6 +1,7 @@
-"""Helpers of the archive tests: publish messages, write lifecycle events by hand, read
-the archive back (with Spark, which sees only committed files), run the job as a process
-and follow the processes it starts."""
+"""Helpers of the archive tests: publish messages (also from a thread that keeps
+publishing, :class:`Publisher`), write lifecycle events by hand, read the archive back
+(with Spark, which sees only committed files), run the job as a process and follow the
+processes it starts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from redisq_django.core import Broker
+from redisq_django.core import Broker, CoreConfig
 
 #: Messages per publish round trip.
 CHUNK = 100
@@ -226,3 +229,23 @@ def processes_gone(processes: list[Process], timeout: float) -> list[int]:
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(0.1)
+
+
+class Publisher(threading.Thread):
+    """Keeps publishing small batches to one queue, and samples the archive position."""
+
+    def __init__(self, url: str, queue: str, *, batch: int, pause: float, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.broker = Broker(redis.Redis.from_url(url), CoreConfig())
+        self.queue, self.batch, self.pause, self.limit = queue, batch, pause, limit
+        self.ids: list[str] = []
+        self.positions: list[str] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set() and len(self.ids) < self.limit:
+            self.ids += publish(self.broker, self.queue, self.batch, start=len(self.ids))
+            position = self.broker.archives.positions(self.queue, "default").get("messages")
+            if position:
+                self.positions.append(position)
+            self.halt.wait(self.pause)

@@ -10,21 +10,21 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
-import redis
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.cli import main
 from redisq_django.pipeline.options import ArchiveOptions
 from redisq_django.pipeline.progress import OTHER_QUEUES, ArchiveSummary, TableSummary, TableTally
 from tests.pipeline.archive_support import (
+    REPO,
+    Publisher,
     add_events,
     archive_cli,
     archive_running,
@@ -41,15 +41,9 @@ from tests.pipeline.archive_support import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 SUMMARY_RE = re.compile(
     r"^archived messages=\d+ events=\d+( \(.+\))? in \d+\.\d s, [\d,]+ rows/s$", re.M
 )
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 # Archives every queue in Redis (no --queue): this test's must be the only ones.
@@ -165,26 +159,6 @@ def test_a_once_run_starts_no_query_for_a_table_with_nothing_new(
         "messages": later_ids[-1],
         "events": broker.client.xrevrange(broker.keys(queue_name).events, count=1)[0][0].decode(),
     }
-
-
-class Publisher(threading.Thread):
-    """Keeps publishing small batches to one queue, and samples the archive position."""
-
-    def __init__(self, url: str, queue: str, *, batch: int, pause: float, limit: int) -> None:
-        super().__init__(daemon=True)
-        self.broker = Broker(redis.Redis.from_url(url), CoreConfig())
-        self.queue, self.batch, self.pause, self.limit = queue, batch, pause, limit
-        self.ids: list[str] = []
-        self.positions: list[str] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set() and len(self.ids) < self.limit:
-            self.ids += publish(self.broker, self.queue, self.batch, start=len(self.ids))
-            position = self.broker.archives.positions(self.queue, "default").get("messages")
-            if position:
-                self.positions.append(position)
-            self.halt.wait(self.pause)
 
 
 @pytest.mark.timeout(300)

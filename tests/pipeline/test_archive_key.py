@@ -14,10 +14,9 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
-import redis
 from pyspark.sql import SparkSession
 
-from redisq_django.core import Broker, CoreConfig, Envelope
+from redisq_django.core import Broker, Envelope
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.compact import compact
 from redisq_django.pipeline.files import archive_dataset, archive_files
@@ -72,11 +71,6 @@ def as_written_before_the_key(spark: SparkSession, root: Path) -> int:
 
 def keys_by_id(rows: list[dict[str, Any]]) -> dict[str, str | None]:
     return {r["message_id"]: r["key"] for r in rows}
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 def test_an_archive_of_files_before_and_after_the_key_column_reads_whole_everywhere(

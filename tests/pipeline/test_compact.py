@@ -8,11 +8,10 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-import redis
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.compact import compact
 from redisq_django.pipeline.job_options import CompactOptions
@@ -22,11 +21,6 @@ from tests.pipeline.archive_support import add_events, publish, read_table
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TOMORROW = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 def parquet_files(root: Path, table: str) -> list[Path]:

@@ -28,13 +28,9 @@ from redisq_django.pipeline.redis_io import split
 from redisq_django.pipeline.source_options import StartingOffsets
 from redisq_django.pipeline.streaming import starting_offset
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
+from tests.support.reading import read_all
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 def compact(value: Any) -> str:
@@ -388,15 +384,6 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
 # -- writing -------------------------------------------------------------------------
 
 
-def _fetch_all(broker: Broker, group: str, queue: str) -> list[Any]:
-    with broker.subscribe(queue, group) as sub:
-        out: list[Any] = []
-        while batch := sub.fetch(count=100, block_ms=50):
-            out += batch
-            sub.ack(batch)
-        return out
-
-
 def test_write_publishes_every_row_to_every_consumer(
     queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
@@ -412,7 +399,7 @@ def test_write_publishes_every_row_to_every_consumer(
     ).mode("append").save()
 
     for group in ("billing", "email"):
-        got = {m.headers[ORIGINAL_ID_HEADER]: m for m in _fetch_all(broker, group, queue_name)}
+        got = {m.headers[ORIGINAL_ID_HEADER]: m for m in read_all(broker, queue_name, group)}
         assert len(got) == 120
         for i in range(120):
             message = got[f"old-{i}"]
@@ -437,15 +424,15 @@ def test_write_to_one_consumer_and_publish_once(
 
     writer.option("consumer", "billing").save()
 
-    billing = _fetch_all(broker, "billing", queue_name)
+    billing = read_all(broker, queue_name, "billing")
     assert sorted(m.payload["n"] for m in billing) == list(range(10))
     assert {m.headers[ORIGINAL_ID_HEADER] for m in billing} == {f"m-{i}" for i in range(10)}
-    assert _fetch_all(broker, "email", queue_name) == []
+    assert read_all(broker, queue_name, "email") == []
 
     once = df.write.format("redisq").option("url", redis_url).option("queue", queue_name)
     once.option("once", "true").mode("append").save()
     once.option("once", "true").mode("append").save()  # a repeated job publishes nothing
-    email = _fetch_all(broker, "email", queue_name)
+    email = read_all(broker, queue_name, "email")
     assert sorted(m.id for m in email) == sorted(f"m-{i}" for i in range(10))
 
 
@@ -463,7 +450,7 @@ def test_stream_from_one_queue_into_another(
     )
     run_now(stream.writeStream.format("redisq").options(url=redis_url, queue=copy), tmp_path)
 
-    copied = [m.headers[ORIGINAL_ID_HEADER] for m in _fetch_all(broker, "audit", copy)]
+    copied = [m.headers[ORIGINAL_ID_HEADER] for m in read_all(broker, copy, "audit")]
     assert sorted(copied) == sorted(ids)
     # A stream without option archive is read-only: no archive registered, none waited for
     assert broker.archives.states(queue_name) == []

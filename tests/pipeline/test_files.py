@@ -18,10 +18,9 @@ import duckdb
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-import redis
 from pyspark.sql import SparkSession
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker
 from redisq_django.pipeline import archive_dataset, archive_files
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.cli import main
@@ -30,6 +29,8 @@ from redisq_django.pipeline.files import ArchiveLogError, current_log_files
 from redisq_django.pipeline.job_options import CompactOptions
 from redisq_django.pipeline.options import ArchiveOptions
 from tests.pipeline.archive_support import (
+    REPO,
+    Publisher,
     add_events,
     archive_cli,
     cli_env,
@@ -37,14 +38,8 @@ from tests.pipeline.archive_support import (
     processes_gone,
     publish,
 )
-from tests.pipeline.test_archive import REPO, Publisher
 
 TOMORROW = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 def on_disk(root: Path, table: str = "messages") -> set[str]:

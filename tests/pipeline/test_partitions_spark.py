@@ -30,16 +30,16 @@ from redisq_django.pipeline.replay import replay
 from redisq_django.pipeline.schemas import MESSAGES
 from tests.pipeline.archive_support import count_and_distinct, read_table
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
 K = 4
 KEYS = [f"customer-{i}" for i in range(8)]
 
 
-@pytest.fixture
-def broker(redis_client: redis.Redis, queue_name: str) -> Broker:
-    """A broker on which the test's queue has K partitions (recorded on first use)."""
-    return Broker(redis_client, CoreConfig(partitions={queue_name: K}, replay_window_ms=0))
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    # The broker: the test's queue has K partitions (recorded on first use).
+    pytest.mark.core_config(queue_partitions=K, replay_window_ms=0),
+]
 
 
 def publish_keyed(broker: Broker, queue: str, per_key: int, start: int = 0) -> list[str]:

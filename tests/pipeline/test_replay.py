@@ -11,26 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from pyspark.sql import DataFrame, SparkSession
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive_frame
 from redisq_django.pipeline.job_options import ReplayOptions
 from redisq_django.pipeline.options import OptionsError
 from redisq_django.pipeline.replay import ReplayError, replay
 from redisq_django.pipeline.schemas import MESSAGES
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
+from tests.support.reading import read_all
 
 pytestmark = [pytest.mark.spark]
 
 DAY1 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 DAY2 = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client, CoreConfig())
 
 
 def write_archive(spark: SparkSession, root: Path, rows: list[tuple[Any, ...]]) -> None:
@@ -58,15 +53,6 @@ def day_rows(queue: str, start: dt.datetime, n: int, first: int = 0) -> list[tup
         )
         for i in range(n)
     ]
-
-
-def fetch_all(broker: Broker, group: str, queue: str) -> list[Any]:
-    with broker.subscribe(queue, group) as sub:
-        out: list[Any] = []
-        while batch := sub.fetch(count=100, block_ms=50):
-            out += batch
-            sub.ack(batch)
-        return out
 
 
 @pytest.fixture
@@ -108,9 +94,9 @@ def test_selected_messages_reach_only_the_selected_consumer_in_order(
     # totals 0..2900 -> n 50..69 (total >= 1000 from second 10).
     expected = [f"m-{i}" for i in [*range(10, 40), *range(50, 70)]]
     assert (summary.selected, summary.published) == (50, 50)
-    got = fetch_all(broker, "billing", Q)
+    got = read_all(broker, Q, "billing")
     assert [m.headers[ORIGINAL_ID_HEADER] for m in got] == expected  # global publish order
-    assert fetch_all(broker, "email", Q) == []
+    assert read_all(broker, Q, "email") == []
     assert "replayed selected=50 published=50" in summary.line()
 
 
@@ -123,7 +109,7 @@ def test_to_the_queue_every_consumer_gets_them(
     assert replay(spark, options).published == 40
 
     for group in ("billing", "email"):
-        got = fetch_all(broker, group, Q)
+        got = read_all(broker, Q, group)
         assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(
             f"m-{i}" for i in range(40)
         )
@@ -151,7 +137,7 @@ def test_on_a_local_master_the_driver_publishes_and_no_python_worker_runs(
 
     # Then every selected message was published, once, from the driver
     assert (summary.selected, summary.published) == (80, 80)
-    got = fetch_all(broker, "billing", queue_name)
+    got = read_all(broker, queue_name, "billing")
     assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(f"m-{i}" for i in range(80))
 
 
@@ -165,7 +151,7 @@ def test_dry_run_publishes_nothing(
 
     assert (summary.selected, summary.published, summary.dry_run) == (80, 0, True)
     assert [row["message_id"] for row in summary.sample] == ["m-0", "m-1", "m-2", "m-3", "m-4"]
-    assert fetch_all(broker, "billing", Q) == []
+    assert read_all(broker, Q, "billing") == []
     assert broker.client.xlen(broker.keys(Q).log) == 0
 
 
@@ -186,12 +172,12 @@ def test_once_twice_publishes_once(
     replay(spark, options)
     replay(spark, options)  # the same replay again: every id was published already
 
-    got = fetch_all(broker, "billing", Q)
+    got = read_all(broker, Q, "billing")
     assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(
         f"m-{i}" for i in range(40, 80)
     )
     assert {m.id for m in got} == {options.replay_id(f"m-{i}") for i in range(40, 80)}
-    assert len(fetch_all(broker, "email", Q)) == (0 if consumer else 40)
+    assert len(read_all(broker, Q, "email")) == (0 if consumer else 40)
 
 
 @pytest.mark.slow
@@ -209,7 +195,7 @@ def test_rate_is_a_ceiling(
     # the first (slices of 5 at 20/s from one task, or 10/s each from two).
     assert summary.published == 40
     assert elapsed >= 1.5
-    assert len(fetch_all(broker, "email", Q)) == 40
+    assert len(read_all(broker, Q, "email")) == 40
 
 
 def test_bad_where_and_missing_archive_say_what_to_do(
@@ -258,7 +244,7 @@ def test_a_where_failing_on_one_value_publishes_nothing_and_says_which(
     assert "'n/a'" in message and "CAST_INVALID_INPUT" in message, message
     assert "Nothing was published" in message and "try_cast(" in message
     assert "\n" not in message
-    assert fetch_all(broker, "billing", queue_name) == []
+    assert read_all(broker, queue_name, "billing") == []
 
 
 def test_options_are_checked_before_spark() -> None:
@@ -291,8 +277,8 @@ def test_cli_dry_run_and_replay(
 
     assert main([*base, "--until", "2026-11-01T00:00:05", "--consumer", "email"]) == 0
     assert capsys.readouterr().out.startswith("replayed selected=5 published=5")
-    assert len(fetch_all(broker, "email", queue_name)) == 5
-    assert fetch_all(broker, "billing", queue_name) == []
+    assert len(read_all(broker, queue_name, "email")) == 5
+    assert read_all(broker, queue_name, "billing") == []
 
     with pytest.raises(SystemExit) as exit_info:
         main([*base, "--since", "yesterday"])
@@ -316,7 +302,7 @@ def test_manage_py_replay_uses_the_redis_and_archive_of_settings(
         stderr=StringIO(),
     )
     assert out.getvalue().startswith("replayed selected=40 published=40")
-    assert len(fetch_all(broker, "billing", queue_name)) == 40
+    assert len(read_all(broker, queue_name, "billing")) == 40
 
 
 def test_a_replay_keeps_the_order_of_each_ordering_key(
@@ -341,7 +327,7 @@ def test_a_replay_keeps_the_order_of_each_ordering_key(
     # Then each key's messages are published in their original order (a different key's,
     # or one without a key, may come in between)
     assert summary.published == 122
-    got = fetch_all(broker, "billing", Q)
+    got = read_all(broker, Q, "billing")
     for key in ("k0", "k1", "k2"):
         ns = [m.payload["n"] for m in got if m.key == key]
         assert ns == sorted(ns) and len(ns) == 40, key

@@ -27,11 +27,11 @@ from redisq_django.conf import SettingsError
 from redisq_django.connection import get_broker
 from redisq_django.core import trends
 from redisq_django.core.keys import queue_keys, registry_key
-from tests.metrics.test_tracing import global_exporter  # noqa: F401  (a fixture)
 from tests.support.aio import run_async
 from tests.support.databases import Rollback
 from tests.support.redis_server import RedisServer
 from tests.support.sentinel import SentinelProcess
+from tests.support.tracing import global_exporter  # noqa: F401  (a fixture)
 
 T = TypeVar("T")
 

@@ -21,6 +21,7 @@ from redisq_django.schedules.scheduler import REPAIR_AFTER_MS, Fired, Scheduler
 from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, tick_id
 from redisq_django.schedules.targets import firer, publish_tick
 from redisq_django.schedules.timing import Missed, Timing
+from tests.support.ticks import published_ids
 
 SECOND = 1000
 MINUTE = 60 * SECOND
@@ -44,11 +45,6 @@ def make_worker(
     broker: Broker, specs: Callable[[], Sequence[ScheduleSpec]], clock: Callable[[], int]
 ) -> Scheduler:
     return Scheduler(broker.schedule_ledger, specs, firer(broker), clock=clock)
-
-
-def published(client: redis.Redis, queue: str) -> list[str]:
-    """The message ids in ``queue``'s log, in order."""
-    return [f[b"id"].decode() for _, f in client.xrange(queue_keys("redisq", queue).log)]
 
 
 def run_together(
@@ -120,7 +116,7 @@ def test_three_workers_over_five_simulated_minutes_publish_each_tick_once(
         + [tick_id(specs[1].name, t0 + m * MINUTE) for m in range(1, 6)]
         + [tick_id(specs[2].name, t0 + s * SECOND) for s in range(10, 301, 10)]
     )
-    ids = published(redis_client, queue_name)
+    ids = published_ids(redis_client, queue_name)
     assert Counter(ids) == Counter(expected)
     assert len(ids) == 335
     # And the workers say the same: 335 ticks fired between them, none twice
@@ -187,7 +183,7 @@ def test_workers_that_read_the_same_state_at_once_fire_a_tick_once(
         t.join(timeout=20)
     # Then exactly one of them claimed and fired it, and it was published once
     assert sorted(len(r) for r in results) == [0, 0, 1]
-    assert published(redis_client, queue_name) == [tick_id(queue_name, t0 + 1000)]
+    assert published_ids(redis_client, queue_name) == [tick_id(queue_name, t0 + 1000)]
 
 
 def test_a_restarted_worker_does_not_fire_a_tick_again(
@@ -208,7 +204,7 @@ def test_a_restarted_worker_does_not_fire_a_tick_again(
     assert restarted.evaluate() == []
     clock.now = t0 + 10 * SECOND + 10
     assert [f.tick_ms for f in restarted.evaluate()] == [t0 + 10 * SECOND]
-    assert published(redis_client, queue_name) == [
+    assert published_ids(redis_client, queue_name) == [
         tick_id(queue_name, t0 + 5 * SECOND),
         tick_id(queue_name, t0 + 10 * SECOND),
     ]
@@ -237,7 +233,7 @@ def test_a_tick_claimed_by_a_worker_that_died_is_published_once_by_another(
     repaired = other.evaluate()
     # Then the tick is published, once in all
     assert [(f.tick_ms, f.repaired) for f in repaired] == [(tick, True)]
-    assert published(redis_client, queue_name) == [tick_id(queue_name, tick)]
+    assert published_ids(redis_client, queue_name) == [tick_id(queue_name, tick)]
     assert redis_client.zscore(schedule_keys("redisq").sent, queue_name) == tick
     # And it is not repaired again
     clock.now += 5 * SECOND
@@ -281,7 +277,7 @@ def test_ticks_missed_during_downtime(
     # Then the missed ticks fire as the policy says, each once
     eleven = ms("2025-06-01 11:00")
     expected = [tick_id(queue_name, eleven + m * MINUTE) for m in expected_minutes]
-    assert published(redis_client, queue_name) == [tick_id(queue_name, start), *expected]
+    assert published_ids(redis_client, queue_name) == [tick_id(queue_name, start), *expected]
     # And the next tick fires on time whatever the policy
     clock.now = eleven + MINUTE + 50
     assert sum(len(w.evaluate()) for w in workers) == 1
@@ -305,7 +301,7 @@ def test_a_worker_whose_clock_lags_never_fires_an_older_tick_after_a_newer_one(
     behind = make_worker(broker, lambda: [spec], lambda: ms("2025-06-01 10:59:45"))
     # Then it fires nothing: the claim of 11:00 stops an older tick
     assert behind.evaluate() == []
-    assert published(redis_client, queue_name) == [tick_id(queue_name, ms("2025-06-01 11:00"))]
+    assert published_ids(redis_client, queue_name) == [tick_id(queue_name, ms("2025-06-01 11:00"))]
 
 
 def test_the_last_run_in_the_database_stops_a_refire_when_redis_lost_its_state(
@@ -326,7 +322,7 @@ def test_the_last_run_in_the_database_stops_a_refire_when_redis_lost_its_state(
     worker = make_worker(broker, lambda: [spec], lambda: noon + 30 * SECOND)
     # Then it fires nothing ("latest" would otherwise fire 12:00 again)
     assert worker.evaluate() == []
-    assert published(redis_client, queue_name) == []
+    assert published_ids(redis_client, queue_name) == []
 
 
 def test_a_disabled_schedule_fires_nothing_and_a_failing_one_does_not_stop_others(
@@ -359,7 +355,7 @@ def test_a_disabled_schedule_fires_nothing_and_a_failing_one_does_not_stop_other
         clock.now = t0 + step * 100
         worker.evaluate()
     # Then only the healthy schedule published, each of its ticks once
-    assert published(redis_client, queue_name) == [
+    assert published_ids(redis_client, queue_name) == [
         tick_id(f"{queue_name}.ok", t0 + s * SECOND) for s in (1, 2, 3)
     ]
     # And the failing one's ticks were each tried a bounded number of times
@@ -401,4 +397,4 @@ def test_three_workers_through_a_dst_night_fire_the_daily_tick_once(
     ]
     assert len(local) == 3 and len(set(local)) == 3
     assert local[1] == f"{night} {expected}"
-    assert len(published(redis_client, queue_name)) == 3
+    assert len(published_ids(redis_client, queue_name)) == 3

@@ -17,14 +17,14 @@ import pytest
 import redis
 
 from redisq_django.core.broker import Broker
-from redisq_django.core.clock import ms_from_entry_id
-from redisq_django.core.keys import queue_keys, schedule_keys
+from redisq_django.core.keys import schedule_keys
 from redisq_django.schedules.scheduler import RedisClock, Scheduler
 from redisq_django.schedules.spec import QueueTarget, ScheduleSpec, tick_id
 from redisq_django.schedules.targets import firer
 from redisq_django.schedules.timing import Missed, Timing
 from tests.core.test_protocol_cli import Cli, Keys, cli, keys  # noqa: F401
 from tests.support.clock_steps import redis_ms
+from tests.support.ticks import published_ticks
 
 SECOND = 1000
 
@@ -63,12 +63,6 @@ def test_redis_clock_takes_an_earlier_now_that_redis_answered(redis_client: redi
     assert clock() < earlier + 1000
 
 
-def published(client: redis.Redis, queue: str) -> list[tuple[int, int]]:
-    """(tick ms, ms of its log entry id: when Redis appended it) of each tick message."""
-    log = client.xrange(queue_keys("redisq", queue).log)
-    return [(int(f[b"id"].decode().rsplit("@", 1)[1]), ms_from_entry_id(e)) for e, f in log]
-
-
 @pytest.mark.parametrize("missed", [Missed.LATEST, Missed.SKIP, Missed.ALL])
 @pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside-a-true-worker"])
 def test_a_worker_whose_clock_runs_ahead_fires_no_tick_early_and_blocks_none(
@@ -100,7 +94,7 @@ def test_a_worker_whose_clock_runs_ahead_fires_no_tick_early_and_blocks_none(
 
     # Then no tick was published before it was due by Redis's clock, none twice, and
     # every tick of the run was published (the 5 s ahead ones were not claimed first)
-    seen = published(redis_client, queue_name)
+    seen = published_ticks(redis_client, queue_name)
     assert [(t, at - t) for t, at in seen if at < t] == []
     assert [t for t, n in Counter(t for t, _ in seen).items() if n > 1] == []
     expected = list(range((start // SECOND + 1) * SECOND, end - 200, SECOND))

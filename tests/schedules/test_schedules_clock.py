@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from redisq_django.core.clock import ms_from_entry_id
-from redisq_django.core.keys import queue_keys
-from tests.schedules.test_schedules_processes import WORK_QUEUE, template_db, workers  # noqa: F401
 from tests.support.clock_steps import SteppedClock, redis_ms, skew_env
-from tests.support.workers import WorkerProcess, Workers, wait_for
+from tests.support.ticks import published_ticks
+from tests.support.worker_fixtures import db_file, migrated_db, workers  # noqa: F401
+from tests.support.workers import TOGETHER, WorkerProcess, Workers, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,12 +33,6 @@ pytestmark = [
 ]
 
 SECOND = 1000
-
-
-def published(client: redis.Redis, queue: str) -> list[tuple[int, int]]:
-    """(tick ms, ms of its log entry id: when Redis appended it) of each tick message."""
-    log = client.xrange(queue_keys("redisq", queue).log)
-    return [(int(f[b"id"].decode().rsplit("@", 1)[1]), ms_from_entry_id(e)) for e, f in log]
 
 
 def create_schedule(workers: Workers, name: str) -> None:
@@ -58,7 +51,7 @@ def start(workers: Workers, env: dict[str, str]) -> WorkerProcess:
     saved = dict(workers.extra_env)
     workers.extra_env.update(env)
     try:
-        return workers.start(WORK_QUEUE, "--stats-interval", "0")
+        return workers.start(TOGETHER, "--stats-interval", "0")
     finally:
         workers.extra_env.clear()
         workers.extra_env.update(saved)
@@ -69,7 +62,7 @@ def check_run(
 ) -> list[int]:
     """Assert that every tick due in ``(began, stopped - 1 s]`` (Redis's clock) was
     published once, and that no tick was published before its due time."""
-    seen = published(client, queue)
+    seen = published_ticks(client, queue)
     early = [(tick, at - tick) for tick, at in seen if at < tick]
     assert early == [], f"ticks published early (tick, ms): {early}\n{workers.report()}"
     doubled = [tick for tick, n in Counter(t for t, _ in seen).items() if n > 1]
@@ -99,7 +92,9 @@ def test_a_worker_whose_clock_steps_fires_no_tick_early_and_loses_none(
     for w in running:
         w.wait_ready(timeout=60)
     began = redis_ms(redis_client)
-    wait_for(lambda: len(published(redis_client, queue_name)) >= 2, timeout=30, what="2 ticks")
+    wait_for(
+        lambda: len(published_ticks(redis_client, queue_name)) >= 2, timeout=30, what="2 ticks"
+    )
 
     # When its clock steps 5 s forward, and 6 s later 10 s back (5 s behind the true
     # time), and 6 s later forward again to the true time

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 import redis
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
-from redisq_django.core.keys import queue_keys
 from redisq_django.core.worker import WorkerOptions
 from redisq_django.models import Schedule
 from redisq_django.runner import build_worker
@@ -28,6 +27,8 @@ from redisq_django.schedules.declared import registry
 from redisq_django.schedules.job import RowLoader
 from redisq_django.schedules.schedule_sync import sync_schedules
 from redisq_django.schedules.spec import QueueTarget, TaskTarget
+from tests.support.admin_pages import staff
+from tests.support.ticks import published_ids
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db
@@ -40,10 +41,6 @@ class FakeTask:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> None:
         raise AssertionError("not called by a declaration")
-
-
-def published(client: redis.Redis, queue: str) -> list[str]:
-    return [f[b"id"].decode() for _, f in client.xrange(queue_keys("redisq", queue).log)]
 
 
 # -- declarations ------------------------------------------------------------------------
@@ -238,13 +235,6 @@ def test_task_schedules_call_enqueue_once_once_per_tick_with_the_tick_id(
 # -- the admin ---------------------------------------------------------------------------
 
 
-def staff(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename))
-    return user
-
-
 def post_action(client: Client, action: str, *rows: Schedule) -> Any:
     url = reverse("admin:redisq_django_schedule_changelist")
     token = client.get(url).cookies["csrftoken"].value
@@ -388,7 +378,7 @@ def test_an_admin_edit_reaches_a_running_worker_within_seconds(
     change = reverse("admin:redisq_django_schedule_change", args=[row.pk])
 
     def ticks() -> list[int]:
-        return [int(i.split("@")[1]) for i in published(redis_client, queue_name)]
+        return [int(i.split("@")[1]) for i in published_ids(redis_client, queue_name)]
 
     try:
         wait_for(lambda: len(ticks()) >= 3, timeout=15, what="3 ticks of every 1 s")

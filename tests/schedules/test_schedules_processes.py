@@ -2,21 +2,20 @@
 ticking every second, and every tick id is published exactly once, through a warm
 restart of one worker and a SIGKILL of all three followed by a fresh start."""
 
+# ruff: noqa: F811  (test parameters named after the fixtures imported below)
+
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from redisq_django.core.keys import queue_keys
-from tests.support.redis_server import RedisServer
-from tests.support.workers import Workers, wait_for
+from tests.support.worker_fixtures import db_file, migrated_db, workers  # noqa: F401
+from tests.support.workers import TOGETHER, Workers, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,27 +23,6 @@ pytestmark = [
     # tests/faultapp/consumers.py (runconsumer needs a queue to consume).
     pytest.mark.usefixtures("empty_redis"),
 ]
-
-WORK_QUEUE = "together"
-
-
-@pytest.fixture(scope="module")
-def template_db(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("schedules-db")
-    path = root / "template.sqlite3"
-    Workers(redis_server.url, path, root / "logs").migrate()
-    return path
-
-
-@pytest.fixture
-def workers(redis_url: str, template_db: Path, tmp_path: Path) -> Iterator[Workers]:
-    db = tmp_path / "db.sqlite3"
-    shutil.copyfile(template_db, db)
-    pool = Workers(redis_url, db, tmp_path / "logs")
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def ticks(client: redis.Redis, queue: str) -> list[int]:
@@ -70,14 +48,14 @@ def test_three_runconsumer_processes_publish_every_tick_exactly_once(
     )
     assert created.returncode == 0, created.stderr
     # When three workers run
-    first = [workers.start(WORK_QUEUE, "--stats-interval", "0") for _ in range(3)]
+    first = [workers.start(TOGETHER, "--stats-interval", "0") for _ in range(3)]
     for w in first:
         w.wait_ready(timeout=60)
     wait_for(lambda: len(ticks(redis_client, queue_name)) >= 4, timeout=30, what="4 ticks")
     # And one of them restarts (SIGTERM, then a new process) while the others run
     first[0].send(signal.SIGTERM)
     assert first[0].wait_exit(timeout=40) == 0
-    first[0] = workers.start(WORK_QUEUE, "--stats-interval", "0").wait_ready(timeout=60)
+    first[0] = workers.start(TOGETHER, "--stats-interval", "0").wait_ready(timeout=60)
     time.sleep(3)
     # And then all three are killed (SIGKILL) and three new ones start 2.5 s later
     for w in first:
@@ -85,7 +63,7 @@ def test_three_runconsumer_processes_publish_every_tick_exactly_once(
     killed_at = int(time.time() * 1000)
     phase1 = ticks(redis_client, queue_name)
     time.sleep(2.5)
-    second = [workers.start(WORK_QUEUE, "--stats-interval", "0") for _ in range(3)]
+    second = [workers.start(TOGETHER, "--stats-interval", "0") for _ in range(3)]
     for w in second:
         w.wait_ready(timeout=60)
     restarted_at = int(time.time() * 1000)

@@ -1,7 +1,7 @@
 """Fixtures of the tests that run worker processes (tests/faults, and the metrics
-endpoints): a migrated SQLite file per test, the workers on the session's server, a
-broker. ``tests/faults/conftest.py`` offers them to the fault tests; elsewhere, import
-them by name."""
+endpoints): a migrated SQLite file per test and the workers on the session's server (the
+broker is tests/conftest.py's). ``tests/faults/conftest.py`` offers them to the fault
+tests; elsewhere, import them by name."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from redisq_django.core import Broker
 from tests.support.redis_server import RedisServer
 from tests.support.workers import Workers
 
@@ -41,8 +39,3 @@ def workers(redis_url: str, db_file: Path, tmp_path: Path) -> Iterator[Workers]:
         yield pool
     finally:
         pool.close()
-
-
-@pytest.fixture
-def broker(redis_client: redis.Redis) -> Broker:
-    return Broker(redis_client)

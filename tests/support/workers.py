@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from redisq_django.core import Broker
 from tests.faultapp.consumers import deliveries_key, done_key
 from tests.support.redis_server import _die_with_parent
 
@@ -37,6 +38,22 @@ MAX_WAIT_S = 180.0
 KILL_WAIT_S = 10.0
 
 T = TypeVar("T")
+
+#: Queues of tests/faultapp/consumers.py: ``graceful``, whose consumer ``patient`` has a
+#: 60 s visibility timeout (no lease expires during a test), and ``together``, whose
+#: consumers the workers that start together run.
+GRACEFUL, PATIENT = "graceful", "patient"
+TOGETHER = "together"
+
+
+def unacked(client: redis.Redis, queue: str, group: str) -> int:
+    """Deliveries of ``group`` not yet acknowledged (log and private stream)."""
+    keys = Broker(client).keys(queue)
+    total = 0
+    for stream in (keys.log, keys.group(group).direct):
+        with contextlib.suppress(redis.ResponseError):  # stream or group not created yet
+            total += int(client.xpending(stream, group)["pending"])
+    return total
 
 
 class WaitTimeout(AssertionError):

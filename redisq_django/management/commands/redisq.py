@@ -1,10 +1,15 @@
 """``manage.py redisq``: status, replay, dead letters, schedules, deliver now, held-back
-ordering keys, partitions and purge from the shell."""
+ordering keys, partitions and purge from the shell.
+
+Each sub-command's parser names what runs it (``set_defaults(handler=…)``, a
+:data:`Handler`), here or beside its parser in ``management/console.py``,
+``held.py`` and ``partitioning.py``; :meth:`Command.handle` runs the one parsed."""
 
 from __future__ import annotations
 
 import argparse
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,7 +23,7 @@ from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
 from redisq_django.figures import age
 from redisq_django.management import console, held, partitioning
-from redisq_django.management.console import table
+from redisq_django.management.console import Write, table
 from redisq_django.publishing.outbox import pending_count, relay_once
 from redisq_django.schedules import listing
 
@@ -38,6 +43,11 @@ _HEAD = [
 ]
 
 
+#: What each sub-command runs (``set_defaults(handler=…)`` on its parser): the parsed
+#: options, and where its output goes (the command's ``stdout.write``).
+Handler = Callable[[dict[str, Any], Write], None]
+
+
 class Command(BaseCommand):
     help = (
         "Operate redisq queues: status, replay, dead letters, outbox relay, schedules, "
@@ -52,6 +62,7 @@ class Command(BaseCommand):
             "status", parents=common, help="queues and consumers with live stats"
         )
         status.add_argument("queues", nargs="*", metavar="QUEUE", help="default: all")
+        status.set_defaults(handler=self.status)
 
         replay = sub.add_parser(
             "replay", parents=common, help="move a consumer back (or forward) to receive again"
@@ -65,6 +76,7 @@ class Command(BaseCommand):
             metavar="POINT",
             help="earliest, latest, an ISO 8601 time (UTC unless a zone is given) or a message id",
         )
+        replay.set_defaults(handler=self.replay)
 
         dead = sub.add_parser("dead", parents=common, help="dead letters (database rows)")
         dead_sub = dead.add_subparsers(
@@ -75,17 +87,20 @@ class Command(BaseCommand):
         dl.add_argument("--consumer")
         dl.add_argument("--status", default="dead", choices=["dead", "retried", "discarded", "all"])
         dl.add_argument("--limit", type=positive_int, default=50)
+        dl.set_defaults(handler=self.dead_list)
         dg = dead_sub.add_parser(
             "groups", parents=common, help="dead letters grouped by consumer and error"
         )
         dg.add_argument("--queue")
         dg.add_argument("--consumer")
         dg.add_argument("--limit", type=positive_int, default=50)
-        for name, text in (
-            ("retry", "deliver again, each to its own consumer only"),
-            ("discard", "mark discarded (the record is kept; never delivered)"),
+        dg.set_defaults(handler=self.dead_groups)
+        for name, text, handler in (
+            ("retry", "deliver again, each to its own consumer only", self.dead_retry),
+            ("discard", "mark discarded (the record is kept; never delivered)", self.dead_discard),
         ):
             p = dead_sub.add_parser(name, parents=common, help=text)
+            p.set_defaults(handler=handler)
             p.add_argument(
                 "ids", nargs="*", type=positive_int, metavar="ID", help="ids from 'dead list'"
             )
@@ -107,7 +122,7 @@ class Command(BaseCommand):
             console.add_user_option(p)
         dead_sub.add_parser(
             "sink", parents=common, help="move dead letters from Redis into the database now"
-        )
+        ).set_defaults(handler=self.dead_sink)
 
         relay = sub.add_parser("relay", parents=common, help="forward outbox rows to Redis")
         relay.add_argument("--once", action="store_true", help="send what is waiting, then exit")
@@ -122,12 +137,13 @@ class Command(BaseCommand):
             help="database whose outbox to relay (default: where the router puts "
             "OutboxMessage); run one relay per database that publishes with using=",
         )
+        relay.set_defaults(handler=self.relay)
 
         sub.add_parser(
             "schedules",
             parents=common,
             help="periodic schedules: timing, target, state, last tick fired, next tick",
-        )
+        ).set_defaults(handler=self.schedules)
 
         console.add_deliver_now(sub, common)
 
@@ -150,17 +166,19 @@ class Command(BaseCommand):
         )
         purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         console.add_user_option(purge)
+        purge.set_defaults(handler=self.purge)
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        handler: Handler = opts["handler"]  # the sub-command's (set_defaults)
         try:
-            getattr(self, f"do_{opts['action'].replace('-', '_')}")(opts)
+            handler(opts, self.stdout.write)
         except (RedisqError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
-    def do_status(self, opts: dict[str, Any]) -> None:
+    def status(self, opts: dict[str, Any], write: Write) -> None:
         stats = operations.queue_stats(opts["queues"] or None)
         if not stats:
-            self.stdout.write("No queues yet.")
+            write("No queues yet.")
             return
         rows = [list(_HEAD)]
         for q in stats:
@@ -197,143 +215,109 @@ class Command(BaseCommand):
                         "",
                     ]
                 )
-        self.stdout.write(table(rows))
-        self.stdout.write(
+        write(table(rows))
+        write(
             "BACKLOG: waiting to be delivered; a queue line adds up its consumers. LENGTH "
             "includes acknowledged messages kept for replay. (stalled): a backlog and no "
             "instance alive."
         )
 
-    def do_replay(self, opts: dict[str, Any]) -> None:
-        operations.replay(opts["queue"], opts["consumer"], opts["start"])
-        self.stdout.write(f"{opts['queue']}/{opts['consumer']} now reads from {opts['start']}.")
+    def replay(self, opts: dict[str, Any], write: Write) -> None:
+        start = operations.parse_start(opts["start"])
+        get_broker().reset(opts["queue"], opts["consumer"], start)
+        write(f"{opts['queue']}/{opts['consumer']} now reads from {opts['start']}.")
 
-    def do_dead(self, opts: dict[str, Any]) -> None:
-        action = opts["dead_action"]
-        if action == "sink":
-            self.stdout.write(
-                f"Moved {deadletters.sink_all()} dead letter(s) from Redis to the database."
-            )
+    def dead_sink(self, opts: dict[str, Any], write: Write) -> None:
+        write(f"Moved {deadletters.sink_all()} dead letter(s) from Redis to the database.")
+
+    def dead_list(self, opts: dict[str, Any], write: Write) -> None:
+        status = None if opts["status"] == "all" else opts["status"]
+        rows = deadletters.rows(opts["queue"], opts["consumer"], status)
+        letters = list(rows[: opts["limit"]])
+        if not letters:
+            write("No dead letters.")
             return
-        if action == "list":
-            status = None if opts["status"] == "all" else opts["status"]
-            rows = deadletters.rows(opts["queue"], opts["consumer"], status)
-            letters = list(rows[: opts["limit"]])
-            if not letters:
-                self.stdout.write("No dead letters.")
-                return
-            table_rows = [
+        table_rows = [
+            ["ID", "QUEUE", "CONSUMER", "MESSAGE", "ATTEMPTS", "STATUS", "ERROR", "LAST FAILURE"]
+        ]
+        for d in letters:
+            error = f"{d.error_class}: {d.error_message}"[:60]
+            last = d.last_failed_at.isoformat(timespec="seconds") if d.last_failed_at else "-"
+            table_rows.append(
                 [
-                    "ID",
-                    "QUEUE",
-                    "CONSUMER",
-                    "MESSAGE",
-                    "ATTEMPTS",
-                    "STATUS",
-                    "ERROR",
-                    "LAST FAILURE",
+                    str(d.pk),
+                    d.queue,
+                    d.consumer,
+                    d.message_id,
+                    str(d.attempts),
+                    d.status,
+                    error,
+                    last,
                 ]
-            ]
-            for d in letters:
-                error = f"{d.error_class}: {d.error_message}"[:60]
-                last = d.last_failed_at.isoformat(timespec="seconds") if d.last_failed_at else "-"
-                table_rows.append(
-                    [
-                        str(d.pk),
-                        d.queue,
-                        d.consumer,
-                        d.message_id,
-                        str(d.attempts),
-                        d.status,
-                        error,
-                        last,
-                    ]
-                )
-            self.stdout.write(table(table_rows))
-            return
-        if action == "groups":
-            self._groups(opts)
-            return
-        user = console.user_named(opts["user"])
-        rows = deadletters.rows(
-            opts["queue"],
-            opts["consumer"],
-            error_class=opts["error_class"],
-            error_key=opts["error_key"],
-        )
-        if not opts["all"]:
-            if not opts["ids"]:
-                raise CommandError(
-                    "Name the dead letters (IDs from 'redisq dead list') or pass --all."
-                )
-            rows = rows.filter(pk__in=opts["ids"])
-        if action == "retry":
-            result = deadletters.retry_matching(rows, user)
-            self.stdout.write(f"Re-drove {result.done} dead letter(s), each to its own consumer.")
-            if result.skipped:
-                self.stdout.write(
-                    f"{result.skipped} undecodable dead letter(s) cannot be re-driven: publish "
-                    "corrected messages and discard these."
-                )
-        else:
-            result = deadletters.discard_matching(rows, user)
-            self.stdout.write(f"Discarded {result.done} dead letter(s).")
-        if result.error:
-            raise CommandError(f"{result.error} {result.remaining} are still dead.")
+            )
+        write(table(table_rows))
 
-    def _groups(self, opts: dict[str, Any]) -> None:
+    def dead_groups(self, opts: dict[str, Any], write: Write) -> None:
         rows = deadletters.rows(opts["queue"], opts["consumer"])
         found, total = deadletters.groups(rows, opts["limit"])
         if not found:
-            self.stdout.write("No dead letters.")
+            write("No dead letters.")
             return
         lines = [["COUNT", "QUEUE", "CONSUMER", "ERROR CLASS", "ERROR (NORMALISED)", "LAST"]]
         for g in found:
             last = g.last_seen.isoformat(timespec="seconds") if g.last_seen else "-"
             lines.append([str(g.count), g.queue, g.consumer, g.error_class, g.error_key[:60], last])
-        self.stdout.write(table(lines))
+        write(table(lines))
         if total > len(found):
-            self.stdout.write(f"({total - len(found)} smaller group(s) not shown; see --limit.)")
-        self.stdout.write(
+            write(f"({total - len(found)} smaller group(s) not shown; see --limit.)")
+        write(
             "Retry one: redisq dead retry --all --queue Q --consumer C --error-class E "
             "--error 'NORMALISED'"
         )
 
-    def do_relay(self, opts: dict[str, Any]) -> None:
+    def dead_retry(self, opts: dict[str, Any], write: Write) -> None:
+        user, rows = _matching(opts)
+        result = deadletters.retry_matching(rows, user)
+        write(f"Re-drove {result.done} dead letter(s), each to its own consumer.")
+        if result.skipped:
+            write(
+                f"{result.skipped} undecodable dead letter(s) cannot be re-driven: publish "
+                "corrected messages and discard these."
+            )
+        if result.error:
+            raise CommandError(f"{result.error} {result.remaining} are still dead.")
+
+    def dead_discard(self, opts: dict[str, Any], write: Write) -> None:
+        user, rows = _matching(opts)
+        result = deadletters.discard_matching(rows, user)
+        write(f"Discarded {result.done} dead letter(s).")
+        if result.error:
+            raise CommandError(f"{result.error} {result.remaining} are still dead.")
+
+    def relay(self, opts: dict[str, Any], write: Write) -> None:
         using = opts["database"]
         if opts["once"]:
             sent = relay_once(using=using)
-            self.stdout.write(f"Sent {sent} outbox message(s); {pending_count(using)} waiting.")
+            write(f"Sent {sent} outbox message(s); {pending_count(using)} waiting.")
             return
         stop = StopSignal()  # safe in a signal handler, unlike an Event
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.request())
-        self.stdout.write("Relaying outbox messages; Ctrl-C to stop.")
+        write("Relaying outbox messages; Ctrl-C to stop.")
         while not stop.is_set():
             close_old_connections()
             try:
                 sent = relay_once(using=using)
                 if sent:
-                    self.stdout.write(f"Sent {sent} outbox message(s).")
+                    write(f"Sent {sent} outbox message(s).")
             except Exception as exc:  # database or Redis away: try again next round
                 self.stderr.write(f"Relay round failed: {exc}")
             stop.wait(opts["interval"])
 
-    def do_deliver_now(self, opts: dict[str, Any]) -> None:
-        console.deliver_now(opts, self.stdout.write)
-
-    def do_held(self, opts: dict[str, Any]) -> None:
-        held.held(opts, self.stdout.write)
-
-    def do_release_key(self, opts: dict[str, Any]) -> None:
-        held.release_key(opts, self.stdout.write)
-
-    def do_schedules(self, opts: dict[str, Any]) -> None:
+    def schedules(self, opts: dict[str, Any], write: Write) -> None:
         states, problem = listing.current(get_broker().schedule_ledger)
         if not states:
-            self.stdout.write(
-                "No schedules (declare them with periodic(), or add them in the admin)."
-            )
+            write("No schedules (declare them with periodic(), or add them in the admin).")
         rows = [["NAME", "WHEN", "TIME ZONE", "TARGET", "STATE", "LAST TICK FIRED", "NEXT TICK"]]
         for s in states:
             last = "?" if problem else listing.when(s.last_sent_ms)
@@ -352,23 +336,17 @@ class Command(BaseCommand):
                 ]
             )
         if states:
-            self.stdout.write(table(rows))
-            self.stdout.write(
+            write(table(rows))
+            write(
                 "Times in UTC. NEXT TICK: the next one due, computed now from the current time "
                 "(Redis's clock, as the workers use)."
             )
         if problem:
             self.stderr.write(f"{problem} Last ticks unknown (?); next ticks by this host's clock.")
 
-    def do_partitions(self, opts: dict[str, Any]) -> None:
-        partitioning.partitions(opts, self.stdout.write)
-
-    def do_archives(self, opts: dict[str, Any]) -> None:
-        console.archives(opts, self.stdout.write)
-
-    def do_purge(self, opts: dict[str, Any]) -> None:
+    def purge(self, opts: dict[str, Any], write: Write) -> None:
         if opts["consumer"] is not None:
-            console.purge_consumer(opts, self.stdout.write)
+            console.purge_consumer(opts, write)
             return
         queue = opts["queue"]
         user = console.user_named(opts["user"])
@@ -378,9 +356,30 @@ class Command(BaseCommand):
             )
             if answer.strip() != queue:
                 raise CommandError("Not confirmed; nothing was deleted.")
-        operations.purge(queue)
-        self.stdout.write(f"Purged {queue}.")
+        get_broker().purge(queue)
+        write(f"Purged {queue}.")
         if user is not None and not operations.record_change(
             user, queue, None, operations.PURGED_QUEUE_LOG
         ):
-            self.stdout.write(f"Not recorded in the admin history: no database row for {queue}.")
+            write(f"Not recorded in the admin history: no database row for {queue}.")
+
+
+def _matching(opts: dict[str, Any]) -> tuple[Any, Any]:
+    """``dead retry`` / ``dead discard``: the ``--user`` named, and the dead letters
+    meant (those matching the filters; with IDs, only those among them).
+
+    Raises:
+        CommandError: no such user, or neither IDs nor ``--all``.
+    """
+    user = console.user_named(opts["user"])
+    rows = deadletters.rows(
+        opts["queue"],
+        opts["consumer"],
+        error_class=opts["error_class"],
+        error_key=opts["error_key"],
+    )
+    if not opts["all"]:
+        if not opts["ids"]:
+            raise CommandError("Name the dead letters (IDs from 'redisq dead list') or pass --all.")
+        rows = rows.filter(pk__in=opts["ids"])
+    return user, rows

@@ -1,5 +1,5 @@
 """What a live page reads from Redis, through the admin's guarded access
-(:mod:`~redisq_django.admin.live`: short timeouts, no retries, an outage remembered):
+(:mod:`~redisq_django.admin.live.access`: short timeouts, no retries, an outage remembered):
 the figures, one page of one list, the instances, an ordered consumer's held-back keys,
 and the trends.
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.admin.charts import range_of
-from redisq_django.admin.live import guarded, live_stats
+from redisq_django.admin.live.access import guarded, live_stats
+from redisq_django.admin.live.charts import range_of
 from redisq_django.core import Broker, browse
 from redisq_django.core.browse import Page
 from redisq_django.core.clock import now_ms

@@ -7,12 +7,12 @@ message's own page.
 - ``consumer/live/<queue>/<name>/`` (``admin:redisq_django_consumer_live``) and
   ``queue/live/<queue>/`` (``admin:redisq_django_queue_live``): the page;
 - ``…/data/``: the same regions as JSON (``{"updated", "error", "figures", "html"}``),
-  which the page polls every :attr:`LivePages.refresh_seconds` instead of reloading;
+  which the page polls every ``refresh_seconds`` of its admin instead of reloading;
 - ``…/message/?ref=…``: one message (payload, headers, every field);
-- ``…/do/<action>/``: the actions (:mod:`~redisq_django.admin.liveactions`).
+- ``…/do/<action>/``: the actions (:mod:`~redisq_django.admin.live.page_actions`).
 
 Viewing needs the model's view permission, acting its change permission. Everything
-read from Redis goes through :mod:`~redisq_django.admin.livedata` (short timeouts, no
+read from Redis goes through :mod:`~redisq_django.admin.live.snapshots` (short timeouts, no
 retries): a sick Redis gives a banner and unknown figures within a second.
 """
 
@@ -25,25 +25,26 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 
 from redisq_django import figures
-from redisq_django.admin import livedata
-from redisq_django.admin.charts import range_links, range_of, trend_charts, unknown_charts
 from redisq_django.admin.detail import pretty_json
-from redisq_django.admin.live import guarded
-from redisq_django.admin.liveactions import LiveActions
-from redisq_django.admin.liveheld import declared_ordered, held_context
-from redisq_django.admin.livelists import (
+from redisq_django.admin.live import snapshots
+from redisq_django.admin.live.access import guarded
+from redisq_django.admin.live.charts import range_links, range_of, trend_charts, unknown_charts
+from redisq_django.admin.live.held_keys import declared_ordered, held_context
+from redisq_django.admin.live.lists import (
     Links,
     consumer_rows,
     entry_rows,
     heads,
     instance_rows,
 )
+from redisq_django.admin.live.page_actions import LiveActions
+from redisq_django.admin.live.scope import CONSUMER, LiveOwner, LiveScope
 from redisq_django.core import browse
 from redisq_django.models import Consumer, DeadLetter, Queue
 
@@ -54,42 +55,40 @@ REGIONS = ("banner", "figures", "list")
 KEPT = ("list", "after", "n", "range")
 
 
-class LivePages(LiveActions):
-    """Live pages on the consumer or queue admin (a mixin before ``ModelAdmin``)."""
+class LivePages:
+    """The live pages of the consumer or the queue admin (``owner``), which holds one
+    and adds its :meth:`urls` to its own (``get_urls``)."""
 
-    #: ``consumer`` or ``queue``: whose pages these are.
-    live_kind = "consumer"
-    #: Seconds between two refreshes of a live page (and of the overview).
-    refresh_seconds = 5
-    #: Seconds between two refreshes of the charts (a point is a minute).
-    chart_refresh_seconds = 30
+    def __init__(self, owner: LiveOwner, kind: str) -> None:
+        self.scope = LiveScope(owner, kind)
+        self.owner = owner
+        self.actions = LiveActions(self.scope)
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
-        name = f"redisq_django_{self.live_kind}_live"
+    def urls(self) -> list[URLPattern]:
+        """The page, its JSON, a message's page and the actions, each behind the admin
+        site's login and CSRF protection (``admin_view``)."""
+        view = self.owner.admin_site.admin_view
+        name = self.scope.url_name
         base = (
-            "live/<str:queue>/<str:name>/" if self.live_kind == "consumer" else "live/<str:queue>/"
+            "live/<str:queue>/<str:name>/" if self.scope.kind == CONSUMER else "live/<str:queue>/"
         )
-        mine = [
-            path(base, view(self.live_view), name=name),
-            path(base + "data/", view(self.live_data_view), name=f"{name}_data"),
-            path(base + "message/", view(self.live_message_view), name=f"{name}_message"),
-            path(base + "do/<str:action>/", view(self.live_action_view), name=f"{name}_action"),
+        return [
+            path(base, view(self.page_view), name=name),
+            path(base + "data/", view(self.data_view), name=f"{name}_data"),
+            path(base + "message/", view(self.message_view), name=f"{name}_message"),
+            path(base + "do/<str:action>/", view(self.actions.view), name=f"{name}_action"),
         ]
-        return [*mine, *super().get_urls()]
 
     # -- views --------------------------------------------------------------------------
 
-    def live_view(self, request: HttpRequest, queue: str, name: str | None = None) -> HttpResponse:
-        context = self.live_page_context(request, queue, name, charts=True)
-        context.update(self.admin_site.each_context(request))
+    def page_view(self, request: HttpRequest, queue: str, name: str | None = None) -> HttpResponse:
+        context = self.page_context(request, queue, name, charts=True)
+        context.update(self.owner.admin_site.each_context(request))
         return TemplateResponse(request, "admin/redisq_django/live/page.html", context)
 
-    def live_data_view(
-        self, request: HttpRequest, queue: str, name: str | None = None
-    ) -> JsonResponse:
+    def data_view(self, request: HttpRequest, queue: str, name: str | None = None) -> JsonResponse:
         charts = request.GET.get("charts") == "1"
-        context = self.live_page_context(request, queue, name, charts=charts)
+        context = self.page_context(request, queue, name, charts=charts)
         regions = [
             *REGIONS,
             *(["held"] if name is not None else []),
@@ -109,18 +108,18 @@ class LivePages(LiveActions):
             }
         )
 
-    def live_message_view(
+    def message_view(
         self, request: HttpRequest, queue: str, name: str | None = None
     ) -> HttpResponse:
-        self._check(request, queue, name)
+        self.scope.check(request, queue, name)
         ref = request.GET.get("ref", "")
         try:
             reading = guarded(lambda b: b.operator.find(queue, name, ref))
         except ValueError as exc:
             raise Http404(str(exc)) from None
         context = {
-            **self.admin_site.each_context(request),
-            **self._base_context(request, queue, name),
+            **self.owner.admin_site.each_context(request),
+            **self.scope.base_context(request, queue, name),
             "title": _("Message %(id)s")
             % {"id": reading.value.message_id if reading.value else ref.split(":")[-1]},
             "ref": ref,
@@ -138,13 +137,13 @@ class LivePages(LiveActions):
 
     # -- context ------------------------------------------------------------------------
 
-    def live_page_context(
+    def page_context(
         self, request: HttpRequest, queue: str, name: str | None, *, charts: bool
     ) -> dict[str, Any]:
         """Everything a live page and its JSON show (read once)."""
-        self._check(request, queue, name)
-        lists = livedata.CONSUMER_LISTS if name is not None else livedata.QUEUE_LISTS
-        list_name = livedata.chosen(request.GET.get("list"), lists)
+        self.scope.check(request, queue, name)
+        lists = snapshots.CONSUMER_LISTS if name is not None else snapshots.QUEUE_LISTS
+        list_name = snapshots.chosen(request.GET.get("list"), lists)
         cursor = request.GET.get("after") or None
         try:
             n = int(request.GET.get("n", browse.PAGE_SIZE))
@@ -154,24 +153,24 @@ class LivePages(LiveActions):
         wanted = range_name if charts else None
         row: Consumer | Queue | None
         if name is not None:
-            snapshot = livedata.consumer_snapshot(queue, name, list_name, cursor, n, wanted)
+            snapshot = snapshots.consumer_snapshot(queue, name, list_name, cursor, n, wanted)
             row = (
                 Consumer.objects.select_related("queue")
                 .filter(queue__name=queue, name=name)
                 .first()
             )
         else:
-            snapshot = livedata.queue_snapshot(queue, list_name, cursor, n, wanted)
+            snapshot = snapshots.queue_snapshot(queue, list_name, cursor, n, wanted)
             row = Queue.objects.filter(name=queue).first()
         if row is None and snapshot.error == "" and not self._in_redis(snapshot, name):
             raise Http404(_("Redis and the database know no such queue or consumer."))
-        context = self._base_context(request, queue, name)
+        context = self.scope.base_context(request, queue, name)
         dead = DeadLetter.objects.filter(queue=queue, status=DeadLetter.Status.DEAD)
         dead_rows = (dead.filter(consumer=name) if name else dead).count()
         params = {k: request.GET[k] for k in KEPT if request.GET.get(k)}
         links = Links(
             context["message_url"],
-            self._action_url(queue, name, "deliver"),
+            self.scope.action_url(queue, name, "deliver"),
             get_token(request),
             f"{context['page_url']}?{urlencode(params)}",
             context["can_change"],
@@ -183,15 +182,15 @@ class LivePages(LiveActions):
             redisq_error=snapshot.error,
             list_name=list_name,
             lists=self._tabs(lists, snapshot, dead_rows, context["page_url"], params),
-            refresh_seconds=self.refresh_seconds,
-            chart_refresh_seconds=self.chart_refresh_seconds,
+            refresh_seconds=self.owner.refresh_seconds,
+            chart_refresh_seconds=self.owner.chart_refresh_seconds,
             range_name=range_name,
             ranges=range_links(
                 lambda r: f"{context['page_url']}?{urlencode({**params, 'range': r})}"
             ),
             next_url=links.next_url,
             dead_rows=dead_rows,
-            redisq_glossary=[(k, figures.HELP[k]) for k in self.glossary],
+            redisq_glossary=[(k, figures.HELP[k]) for k in self.owner.glossary],
             **self._figures(snapshot, row, dead_rows, name, context["dead_url"]),
             **self._list(list_name, snapshot, links, params, context["page_url"], queue),
         )
@@ -201,7 +200,7 @@ class LivePages(LiveActions):
                     snapshot.held,
                     declared_ordered(queue, name),
                     message_url=context["message_url"],
-                    release_url=self._action_url(queue, name, "release"),
+                    release_url=self.scope.action_url(queue, name, "release"),
                     next_url=links.next_url,
                     can_change=context["can_change"],
                 )
@@ -210,19 +209,15 @@ class LivePages(LiveActions):
             context["charts"] = self._charts(snapshot, name, range_name)
         return context
 
-    def _in_redis(self, snapshot: livedata.Snapshot, name: str | None) -> bool:
+    def _in_redis(self, snapshot: snapshots.Snapshot, name: str | None) -> bool:
         if snapshot.stats is None:
             return False
         return name is None or snapshot.consumer is not None
 
-    def _action_url(self, queue: str, name: str | None, action: str) -> str:
-        args = [queue, name, action] if name is not None else [queue, action]
-        return reverse(f"admin:redisq_django_{self.live_kind}_live_action", args=args)
-
     def _tabs(
         self,
         lists: tuple[str, ...],
-        snapshot: livedata.Snapshot,
+        snapshot: snapshots.Snapshot,
         dead_rows: int,
         page_url: str,
         params: dict[str, str],
@@ -261,7 +256,7 @@ class LivePages(LiveActions):
 
     def _figures(
         self,
-        snapshot: livedata.Snapshot,
+        snapshot: snapshots.Snapshot,
         row: Any,
         dead_rows: int,
         name: str | None,
@@ -339,7 +334,7 @@ class LivePages(LiveActions):
     def _list(
         self,
         list_name: str,
-        snapshot: livedata.Snapshot,
+        snapshot: snapshots.Snapshot,
         links: Links,
         params: dict[str, str],
         page_url: str,
@@ -370,7 +365,7 @@ class LivePages(LiveActions):
             "list_known": known,
         }
 
-    def _consumer_rows(self, queue: str, snapshot: livedata.Snapshot) -> list[Any]:
+    def _consumer_rows(self, queue: str, snapshot: snapshots.Snapshot) -> list[Any]:
         """The queue's consumers: two queries (rows, dead counts) whatever their number."""
         rows = {
             c.name: c for c in Consumer.objects.select_related("queue").filter(queue__name=queue)
@@ -384,7 +379,7 @@ class LivePages(LiveActions):
         )
         return consumer_rows(queue, snapshot.stats, rows, dead, snapshot.error)
 
-    def _charts(self, snapshot: livedata.Snapshot, name: str | None, range_name: str) -> Any:
+    def _charts(self, snapshot: snapshots.Snapshot, name: str | None, range_name: str) -> Any:
         if snapshot.trends is None:
             return unknown_charts(snapshot.error) if snapshot.error else ""
         return trend_charts(snapshot.trends, [name] if name else None, range_name)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
@@ -26,20 +26,18 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.template.response import TemplateResponse
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext as _
 
 from redisq_django import operations
-from redisq_django.admin.common import BREADCRUMBS_OL, PAUSED_LOG, RESUMED_LOG
-from redisq_django.admin.live import admin_broker, forget_figures
-from redisq_django.admin.liveheld import decode_key, encode_key
+from redisq_django.admin.common import PAUSED_LOG, RESUMED_LOG
+from redisq_django.admin.live.access import admin_broker, forget_figures
+from redisq_django.admin.live.held_keys import decode_key, encode_key
+from redisq_django.admin.live.scope import LiveScope
 from redisq_django.core import Broker, browse
-from redisq_django.core.errors import InvalidName, RedisqError
-from redisq_django.core.keys import validate_name
+from redisq_django.core.errors import RedisqError
 from redisq_django.core.partition_pages import split_ref
 from redisq_django.core.wire import visible
-from redisq_django.models import Consumer, Queue
+from redisq_django.models import Queue
 
 CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "release", "purge")
 QUEUE_ACTIONS = ("pause", "resume", "deliver", "purge")
@@ -53,28 +51,29 @@ STARTS = ("earliest", "time", "id")
 _FAILED = object()
 
 
-class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
-    """The actions of the live pages (the base of :class:`~.livepages.LivePages`)."""
+class LiveActions:
+    """The actions of the live pages of one admin (its :class:`~.scope.LiveScope`)."""
 
-    live_kind: str
-    #: The figures explained under the page (keys of ``figures.HELP``).
-    glossary: tuple[str, ...] = ()
+    def __init__(self, scope: LiveScope) -> None:
+        self.scope = scope
+        self.owner = scope.owner
 
-    def live_action_view(
+    def view(
         self, request: HttpRequest, queue: str, name: str | None = None, action: str = ""
     ) -> HttpResponse:
-        if not self.has_change_permission(request):
+        """``…/do/<action>/``: a confirmation page (GET) or the action (POST)."""
+        if not self.owner.has_change_permission(request):
             raise PermissionDenied
-        self._check(request, queue, name)
+        self.scope.check(request, queue, name)
         if action not in (CONSUMER_ACTIONS if name is not None else QUEUE_ACTIONS):
             raise Http404(_("No such action: %(action)s") % {"action": action})
-        if action in DESTRUCTIVE and not self.has_delete_permission(request):
+        if action in DESTRUCTIVE and not self.owner.has_delete_permission(request):
             raise PermissionDenied  # destroying messages is more than changing a row
         if request.method == "GET" and action in CONFIRMED:
             return self._confirm_page(request, queue, name, action)
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        row = self._row(queue, name)
+        row = self.scope.row(queue, name)
         if action in ("pause", "resume"):
             self._pause(request, row, action == "pause")
         elif action == "deliver":
@@ -85,7 +84,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             self._release(request, queue, name or "", row)
         elif action == "purge":
             if request.POST.get("confirm_name") != (name or queue):
-                self.message_user(
+                self.owner.message_user(
                     request,
                     _("Nothing was purged: type the name %(name)s exactly to confirm.")
                     % {"name": name or queue},
@@ -93,87 +92,30 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
                 return self._confirm_page(request, queue, name, action)
             self._purge(request, queue, name, row)
-        return HttpResponseRedirect(self._back(request, queue, name))
+        return HttpResponseRedirect(self.scope.back(request, queue, name))
 
     # -- helpers ------------------------------------------------------------------------
-
-    def _check(self, request: HttpRequest, queue: str, name: str | None) -> None:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        try:
-            validate_name("queue", queue)
-            if name is not None:
-                validate_name("consumer", name)
-        except InvalidName as exc:
-            raise Http404(str(exc)) from None
-
-    def _urls(self, queue: str, name: str | None) -> dict[str, str]:
-        base = f"admin:redisq_django_{self.live_kind}_live"
-        args = [queue, name] if name is not None else [queue]
-        return {
-            "page_url": reverse(base, args=args),
-            "data_url": reverse(f"{base}_data", args=args),
-            "message_url": reverse(f"{base}_message", args=args),
-            "queue_url": reverse("admin:redisq_django_queue_live", args=[queue]),
-            "overview_url": reverse("admin:redisq_django_overview_changelist"),
-            "dead_url": reverse("admin:redisq_django_deadletter_changelist")
-            + "?"
-            + urlencode(
-                {"queue": queue, **({"consumer": name} if name else {}), "status__exact": "dead"}
-            ),
-        }
-
-    def _base_context(self, request: HttpRequest, queue: str, name: str | None) -> dict[str, Any]:
-        return {
-            **self._urls(queue, name),
-            "queue": queue,
-            "consumer": name,
-            "kind": self.live_kind,
-            "opts": self.model._meta,
-            "breadcrumbs_ol": BREADCRUMBS_OL,
-            "can_change": self.has_change_permission(request),
-            "can_purge": self.has_change_permission(request)
-            and self.has_delete_permission(request),
-        }
-
-    def _row(self, queue: str, name: str | None) -> Any:
-        if name is not None:
-            return (
-                Consumer.objects.select_related("queue")
-                .filter(queue__name=queue, name=name)
-                .first()
-            )
-        return Queue.objects.filter(name=queue).first()
-
-    def _back(self, request: HttpRequest, queue: str, name: str | None) -> str:
-        target = request.POST.get("next") or request.GET.get("next") or ""
-        if target and url_has_allowed_host_and_scheme(
-            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-        ):
-            return target
-        args = [queue, name] if name is not None else [queue]
-        return reverse(f"admin:redisq_django_{self.live_kind}_live", args=args)
 
     def _record(self, request: HttpRequest, row: Any, queue: str, text: str) -> None:
         """Write ``text`` to the admin history of ``row`` (a consumer without a row: its
         queue's row; neither: nothing to write it to, and the message says so)."""
         target = row if row is not None else Queue.objects.filter(name=queue).first()
         if target is None:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _("Not recorded in the admin history: there is no database row for %(q)s.")
                 % {"q": queue},
                 messages.WARNING,
             )
             return
-        self.log_change(request, target, text)
+        self.owner.log_change(request, target, text)
 
     def _redis(self, request: HttpRequest, what: str, work: Callable[[Broker], Any]) -> Any:
         """``work(admin_broker())``; on failure an error message, and ``_FAILED``."""
         try:
             result = work(admin_broker())
         except (RedisqError, redis.RedisError, OSError) as exc:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _("%(what)s failed: %(error)s. Try again once Redis answers.")
                 % {"what": what, "error": str(exc).rstrip(".")},
@@ -187,7 +129,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _pause(self, request: HttpRequest, row: Any, paused: bool) -> None:
         if row is None:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _(
                     "Only a consumer or queue with a database row can be paused: start a worker "
@@ -201,7 +143,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             row.save(update_fields=["paused", "updated_at"])
             self._record(request, row, "", PAUSED_LOG if paused else RESUMED_LOG)
         text = _("Paused %(what)s.") if paused else _("Resumed %(what)s.")
-        self.message_user(
+        self.owner.message_user(
             request,
             "{} {}".format(
                 text % {"what": str(row)}, _("Running workers apply the change within seconds.")
@@ -216,7 +158,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         if where not in (browse.S_DELAYED, browse.S_RETRY) or (
             where == browse.S_RETRY and not name
         ):
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _("Only a delayed message or a retry can be delivered now."),
                 messages.ERROR,
@@ -224,7 +166,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
 
         def work(broker: Broker) -> str | None:
-            return operations.deliver_now(queue, name, ref, broker=broker)
+            return broker.operator.deliver_now(queue, name, ref)
 
         new_id = self._redis(request, _("Delivering it now"), work)
         if new_id is _FAILED:
@@ -233,7 +175,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         partitioned = admin_broker().partition_count(queue) > 1
         message_id = (split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
         if new_id is None:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _(
                     "Message %(id)s was not delivered now: it is no longer waiting (it came due, "
@@ -245,7 +187,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
         what = _("delayed message") if where == browse.S_DELAYED else _("retry")
         self._record(request, row, queue, operations.delivered_log(where, message_id))
-        self.message_user(
+        self.owner.message_user(
             request,
             _("Delivered %(what)s %(id)s now.") % {"what": what, "id": message_id},
             messages.SUCCESS,
@@ -260,14 +202,14 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             start = operations.parse_start(self._start(request))
         except ValueError as exc:
-            self.message_user(request, str(exc), messages.ERROR)
+            self.owner.message_user(request, str(exc), messages.ERROR)
             return
         done = self._redis(request, _("Replay"), lambda b: b.reset(queue, name, start))
         if done is _FAILED:
             return
         shown = self._start(request)
         self._record(request, row, queue, f"Replayed from {shown}")
-        self.message_user(
+        self.owner.message_user(
             request,
             _("%(c)s receives again every message from %(start)s that is still in the log.")
             % {"c": f"{queue}/{name}", "start": shown},
@@ -278,20 +220,20 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             key = decode_key(request.POST.get("key"))
         except ValueError as exc:
-            self.message_user(request, _not_a_key(exc), messages.ERROR)
+            self.owner.message_user(request, _not_a_key(exc), messages.ERROR)
             return
         if key is None:
-            self.message_user(request, _("No ordering key was named."), messages.ERROR)
+            self.owner.message_user(request, _("No ordering key was named."), messages.ERROR)
             return
 
         def work(broker: Broker) -> bool:
-            return operations.release_key(queue, name, key, broker=broker)
+            return broker.operator.release_key(queue, name, key)
 
         released = self._redis(request, _("Releasing the key"), work)
         if released is _FAILED:
             return
         if not released:
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _(
                     "Ordering key %(key)s is not held back (any more): nothing was released. "
@@ -302,7 +244,7 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             )
             return
         self._record(request, row, queue, operations.released_key_log(key))
-        self.message_user(
+        self.owner.message_user(
             request,
             _(
                 "Released ordering key %(key)s of %(c)s: the next of its waiting messages went "
@@ -314,11 +256,11 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _purge(self, request: HttpRequest, queue: str, name: str | None, row: Any) -> None:
         if name is None:
-            done = self._redis(request, _("Purge"), lambda b: operations.purge(queue, broker=b))
+            done = self._redis(request, _("Purge"), lambda b: b.purge(queue))
             if done is _FAILED:
                 return
             self._record(request, row, queue, operations.PURGED_QUEUE_LOG)
-            self.message_user(
+            self.owner.message_user(
                 request,
                 _(
                     "Purged %(q)s: its log, delayed messages, retries and dead letters in Redis "
@@ -330,14 +272,14 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             return
 
         def work(broker: Broker) -> tuple[int, int]:
-            return operations.purge_consumer(queue, name, broker=broker)
+            return broker.operator.purge_consumer(queue, name)
 
         removed = self._redis(request, _("Purge"), work)
         if removed is _FAILED:
             return
         retries, direct = removed
         self._record(request, row, queue, operations.purged_consumer_log(retries, direct))
-        self.message_user(
+        self.owner.message_user(
             request,
             _(
                 "Purged %(c)s: its backlog is skipped, %(r)d retries and %(d)d messages of its "
@@ -363,11 +305,11 @@ class LiveActions(admin.ModelAdmin):  # type: ignore[type-arg]
             "purge": _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
         }
         context = {
-            **self.admin_site.each_context(request),
-            **self._base_context(request, queue, name),
+            **self.owner.admin_site.each_context(request),
+            **self.scope.base_context(request, queue, name),
             "action": action,
             "action_url": request.path,
-            "back_url": self._back(request, queue, name),
+            "back_url": self.scope.back(request, queue, name),
             "confirm_name": name or queue,
             "start": request.GET.get("start") or request.POST.get("start") or "earliest",
             "value": request.GET.get("value") or request.POST.get("value") or "",

@@ -3,7 +3,7 @@ whose later messages wait, how many wait, the message holding it and why it hold
 (running, retrying, queued, not found), each with *Release…*; and whether the admin
 process knows the consumer as declared ordered.
 
-Rows are cells of escaped HTML, as the lists' (:mod:`~redisq_django.admin.livelists`):
+Rows are cells of escaped HTML, as the lists' (:mod:`~redisq_django.admin.live.lists`):
 an ordering key is any UTF-8 text up to 256 bytes, shown as text whose invisible and
 direction-changing characters read as escapes (``core.wire.visible``). Forms carry a key
 JSON-encoded (:func:`encode_key`): a browser submits a field's line breaks as CRLF,
@@ -25,7 +25,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
 from redisq_django import figures
-from redisq_django.admin.livelists import Cell, Row
+from redisq_django.admin.live.lists import Cell, Row
 from redisq_django.consuming.declarations import declarations
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey

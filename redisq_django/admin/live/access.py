@@ -4,9 +4,10 @@ outage remembered for a few seconds, so that no admin page waits on a sick Redis
 Every admin page that shows figures from Redis, and every page added later (live
 consumer and queue pages, trends), reads Redis through this module:
 
-- :func:`admin_broker` is a :class:`~redisq_django.core.Broker` on a client of its own,
-  built from the same settings as the workers' but with ``REDISQ['ADMIN_REDIS_TIMEOUT']``
-  (default 0.5 s) as socket and connect timeout and no retries: a stopped Redis fails at
+- :func:`admin_broker` is a :class:`~redisq_django.core.Broker` on a client of its own
+  (:func:`~redisq_django.connection.quick_broker`), built from the same settings as the
+  workers' but with ``REDISQ['ADMIN_REDIS_TIMEOUT']`` (default 0.5 s) as socket and
+  connect timeout and no retries: a stopped Redis fails at
   once, a hung one (accepts, never answers) after one timeout, never after redis-py's
   default three retries.
 - :func:`guarded` runs one read (a function of that broker, ideally one pipeline) and
@@ -36,8 +37,8 @@ from urllib.parse import urlsplit
 import redis
 from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
-from redisq_django.conf import get_core_config, get_settings
-from redisq_django.connection import quick_client
+from redisq_django.conf import get_settings
+from redisq_django.connection import quick_broker
 from redisq_django.core import Broker
 from redisq_django.core.errors import ConfigurationError, RedisqError, RedisUnavailable
 from redisq_django.core.stats import ConsumerStats, QueueStats
@@ -65,8 +66,7 @@ def admin_broker() -> Broker:
     Raises:
         SettingsError: ``REDISQ`` names no usable connection.
     """
-    timeout = float(get_settings()["ADMIN_REDIS_TIMEOUT"])
-    return Broker(quick_client(timeout), get_core_config())
+    return quick_broker(float(get_settings()["ADMIN_REDIS_TIMEOUT"]))
 
 
 @dataclass(frozen=True)

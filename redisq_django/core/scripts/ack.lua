@@ -1,3 +1,5 @@
+-- Assembled from source/ack.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- ack.lua: acknowledge handled messages of one logical consumer.
 --
 -- KEYS[1]  stream  redisq:{q}:log
@@ -25,6 +27,7 @@
 --
 -- Returns the number of entries acknowledged (ids no longer pending are skipped).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -33,6 +36,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local group = ARGV[2]
 local n = tonumber(ARGV[3])

@@ -1,3 +1,5 @@
+-- Assembled from source/fail.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- fail.lua: settle a failed delivery: schedule a retry or make it a dead letter.
 --
 -- KEYS[1]  stream  the stream the entry was delivered from (log or the group's direct)
@@ -41,6 +43,7 @@
 -- letter, what handing its key on reads (as in ack_ordered.lua: PROTOCOL.md, "What the
 -- scripts check"): an error reply "REDISQ_CORRUPT key <key> holds ...", nothing written.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -49,6 +52,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local group, consumer, id, mode = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
 
@@ -69,10 +73,11 @@ end
 local holders, direct, held_back = KEYS[5], KEYS[6], KEYS[7]
 local prefix = ordered and ordered.prefix
 
--- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
--- scripts check"). What a call reads but did not write is checked before its first write:
--- Redis does not undo a script's earlier writes, so a value refused half-way would lose
--- or duplicate a message. A check returns an error reply naming the key, or nil.
+-- >>> fragments/foreign_state.lua (shared; assembled into this script)
+-- Foreign state (PROTOCOL.md, "What the scripts check"): what a call reads but did not
+-- write is checked before its first write. Redis does not undo a script's earlier writes,
+-- so a value refused half-way would lose or duplicate a message. A check returns an error
+-- reply naming the key, or nil.
 local function corrupt(key, found, wanted)
   local function shown(text)
     return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
@@ -96,7 +101,7 @@ local function check_count(key)
   end
   return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
 end
--- <<< foreign state
+-- <<< fragments/foreign_state.lua
 
 local wanted = {{KEYS[2], 'zset'}, {KEYS[3], 'stream'}, {KEYS[4], 'stream'}}
 for _, key in ipairs(wanted) do
@@ -111,9 +116,11 @@ end
 
 -- An ordered consumer's dead letter hands its key on to the next message of the key's
 -- waiting list (or frees it), as ack_ordered.lua does for a handled message.
--- >>> ordered hand-over (the same text in ack_ordered.lua and fail.lua). It uses the
--- script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the waiting
--- lists: the list of ordering key k is prefix .. k).
+-- >>> fragments/hand_over.lua (shared; assembled into this script)
+-- The ordered hand-over: an ordering key passes from the message that held it to the next
+-- message of its waiting list (ack_ordered.lua, fail.lua's dead letters, release_key.lua).
+-- It uses the script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the
+-- waiting lists: the list of ordering key k is prefix .. k), and foreign_state's checks.
 
 -- The fields of a waiting list's member (a JSON object of at most 1000 string values, as
 -- read_ordered.lua writes it) and its message id; nil for anything else, which is handed
@@ -156,7 +163,7 @@ local function hand_on(key, mid)
   end
   redis.call('HDEL', holders, key)
 end
--- <<< ordered hand-over
+-- <<< fragments/hand_over.lua
 
 if ordered and mode ~= 'retry' then
   local refused = check_hand_on(ordered.key, ordered.mid)

@@ -1,3 +1,5 @@
+-- Assembled from source/task_settle.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- task_settle.lua: settle a delivery of a Django task together with its result: ack it
 -- (SUCCESSFUL), schedule a retry (READY) or make it a dead letter (FAILED).
 --
@@ -40,6 +42,7 @@
 -- never says SUCCESSFUL or FAILED for a message still to be handled, nor the reverse,
 -- and no event is written without its settle.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -48,6 +51,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local group, consumer, id = ARGV[2], ARGV[3], ARGV[4]
 local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)

@@ -17,8 +17,8 @@ from redisq_django.core import Broker, CoreConfig, DeadReason, Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import CorruptState, error_code
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.ordered import ack_parts
 from redisq_django.core.scripts.assembly import fragment
+from redisq_django.core.settle import Settling
 from redisq_django.core.subscription import Subscription
 from tests.support.ordered import CONSUMER, fetch, handle_all, ordered
 
@@ -205,9 +205,9 @@ def test_ack_ordered_refuses_a_waiting_list_of_the_wrong_type_before_acknowledgi
     gk = sub.gkeys
     member = broker.client.lpop(gk.waiting("a"))
     broker.client.set(gk.waiting("a"), "not a list")
-    name, keys, args = ack_parts(gk, "i1", [first], history=False)
+    ack = Settling(gk, "i1", ordered=True).ack([first])
     with pytest.raises(redis.ResponseError) as refused:
-        broker.scripts(name, keys, args)
+        broker.scripts(ack.script, ack.keys, ack.args)
     assert_names(refused.value, gk.waiting("a"))
     assert broker.client.xpending(gk.queue_keys.log, gk.group)["pending"] == 1
     assert broker.client.hget(gk.holders, "a") == first.id.encode()

@@ -31,7 +31,8 @@ def export(directory: Path) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser (also what the docs list its options from)."""
     parser = argparse.ArgumentParser(
         prog="python -m redisq_django.core.scripts",
         description=(
@@ -44,8 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("directory", type=Path, help="where to write them (created if missing)")
     show = commands.add_parser("show", help="print one script")
     show.add_argument("name", choices=SCRIPT_NAMES, metavar="NAME", help="e.g. fail")
-    commands.add_parser("list", help="each script's name and SHA1")
-    args = parser.parse_args(argv)
+    commands.add_parser("list", help="each script's SHA1 and file name")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "export":
         for path in export(args.directory):
             print(path)

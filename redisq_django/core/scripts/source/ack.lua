@@ -1,88 +1,54 @@
--- ack.lua: acknowledge handled messages of one logical consumer.
+-- ack.lua: acknowledge handled deliveries of one logical consumer.
 --
--- KEYS[1]  stream  redisq:{q}:log
--- KEYS[2]  stream  redisq:{q}:g:<g>:direct
--- KEYS[3]  stream  redisq:{q}:events   (only when history is on; see the second layout)
+--#include settle_layout
+-- ack.lua takes none: it reads no entry's message id or ordering key (ack_ordered.lua
+-- hands keys on). Direct entries are also deleted (the direct stream only holds work).
 --
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- Without KEYS[3]:
--- ARGV[2]  group name
--- ARGV[3]  n: how many of the following ids are log entries
--- ARGV[4 .. 3+n]  log entry ids
--- ARGV[4+n ..]    direct entry ids (also deleted: the direct stream only holds work)
---
--- With KEYS[3] (history on):
--- ARGV[2]  group name
--- ARGV[3]  n: how many of the ids are log entries
--- ARGV[4]  instance (consumer) name
--- ARGV[5]  m: how many ids in all
--- ARGV[6 .. 5+m]  entry ids, the n log ids first, then the direct ids
--- ARGV[6+m]       the event records of those ids, in the same order, as one JSON array:
---                 [["<message id>",<attempt>,<ms or null>], ...]
--- One `handled` event lists the records of the entries this call acknowledged (ids no
--- longer pending were settled elsewhere and are left out): no event without its ack.
--- Each id is acknowledged on its own, as only that tells which ones were pending.
+-- With an event (history on): a `handled` event whose `m` holds the records of the
+-- entries, in their order, as one JSON array: [["<message id>",<attempt>,<ms or null>],
+-- ...]. It is written when the call acknowledged any entry, its `m` then listing the
+-- records of those only (ids no longer pending were settled elsewhere): no event without
+-- its ack. Each id is then acknowledged on its own, as only that tells which ones were
+-- pending.
 --
 -- Returns the number of entries acknowledged (ids no longer pending are skipped).
 
 --#include protocol
 
-local group = ARGV[2]
-local n = tonumber(ARGV[3])
-local acked = 0
+--#include settle
 
-if #KEYS >= 3 then
-  local instance, m = ARGV[4], tonumber(ARGV[5])
-  local call, log, direct = redis.call, KEYS[1], KEYS[2]
-  local skipped = {}
-  for i = 1, n do
-    if call('XACK', log, group, ARGV[5 + i]) == 1 then
+if k > 0 then
+  local acked, skipped = 0, {}
+  for i = 1, m do
+    local stream, id = entry(i)
+    if acknowledge(stream, id) == 1 then
       acked = acked + 1
     else
       skipped[i] = true
     end
   end
-  for i = n + 1, m do
-    local id = ARGV[5 + i]
-    if call('XACK', direct, group, id) == 1 then
-      acked = acked + 1
-      call('XDEL', direct, id)
-    else
-      skipped[i] = true
-    end
-  end
-  local records = ARGV[6 + m]
-  if acked > 0 and acked < m then
-    -- Rare (another instance settled some first): keep the acknowledged ones' records.
-    -- cjson turns them back into the same text: strings, and integers below 2^53.
-    local kept = {}
-    for i, record in ipairs(cjson.decode(records)) do
-      if not skipped[i] then kept[#kept + 1] = record end
-    end
-    records = cjson.encode(kept)
-  end
-  if acked > 0 then
-    redis.call('XADD', KEYS[3], '*', 'e', 'handled', 'g', group, 'c', instance, 'm', records)
-  end
+  if acked > 0 then write_event('m', acknowledged(event_field('m'), skipped, acked)) end
   return acked
 end
 
+-- No event: the ids of each stream in a few commands (XACK and XDEL take many).
 local CHUNK = 500
+local ids = {[log] = {}, [direct] = {}}
+for i = 1, m do
+  local stream, id = entry(i)
+  local list = ids[stream]
+  list[#list + 1] = id
+end
 
-local function each_chunk(first, last, fn)
-  local i = first
-  while i <= last do
-    local j = math.min(i + CHUNK - 1, last)
-    fn(unpack(ARGV, i, j))
+local acked = 0
+for _, stream in ipairs({log, direct}) do
+  local list = ids[stream]
+  local i = 1
+  while i <= #list do
+    local j = math.min(i + CHUNK - 1, #list)
+    acked = acked + redis.call('XACK', stream, group, unpack(list, i, j))
+    if stream == direct then redis.call('XDEL', direct, unpack(list, i, j)) end
     i = j + 1
   end
 end
-
-each_chunk(4, 3 + n, function(...)
-  acked = acked + redis.call('XACK', KEYS[1], group, ...)
-end)
-each_chunk(4 + n, #ARGV, function(...)
-  acked = acked + redis.call('XACK', KEYS[2], group, ...)
-  redis.call('XDEL', KEYS[2], ...)
-end)
 return acked

@@ -1,39 +1,18 @@
 -- fail.lua: settle a failed delivery: schedule a retry or make it a dead letter.
 --
--- KEYS[1]  stream  the stream the entry was delivered from (log or the group's direct)
--- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
--- KEYS[3]  stream  redisq:{q}:g:<g>:dead
--- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
--- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  group name
--- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
--- ARGV[4]  entry id
--- ARGV[5]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
--- ARGV[6]  "retry" or "dead"
--- ARGV[7]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
---          that many ms after now by Redis's own clock (TIME), never the caller's; or
---          a due time, ms since the epoch ("0": at once, a release)
--- Without KEYS[4]:
--- ARGV[8 ..]  field, value pairs of the envelope to write (retry member or dead entry)
--- With KEYS[4]:
--- ARGV[8]  k: how many field, value pairs the event has
--- ARGV[9 .. 8+2k]  the event's field, value pairs (written to KEYS[4] when settled). A
---                  `retried` event gets `next_due` here: the retry's due time (ms, by
---                  Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
--- ARGV[9+2k ..]    field, value pairs of the envelope to write
--- With KEYS[5] to KEYS[7] (an ordered consumer; KEYS[4] is then given too, with k = 0 when history
--- is off):
--- KEYS[5]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
--- KEYS[6]  stream  redisq:{q}:g:<g>:direct    where the key's next message goes
--- KEYS[7]  string  redisq:{q}:g:<g>:held_back how many messages the waiting lists hold
--- ARGV[9+2k]   the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
--- ARGV[10+2k]  the entry's ordering key ("": none)
--- ARGV[11+2k]  its message id
--- ARGV[12+2k ..]  field, value pairs of the envelope to write
--- A dead letter hands its ordering key on, as ack_ordered.lua does; a retry keeps it (the
--- key's later messages wait for the retries).
+--#include settle_layout
+-- ARGV[a]    "retry" or "dead" (a = 7+4m+2k; fail.lua settles one entry: m = 1)
+-- ARGV[a+1]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
+--            that many ms after now by Redis's own clock (TIME), never the caller's; or
+--            a due time, ms since the epoch ("0": at once, a release)
+-- ARGV[a+2 ..]  field, value pairs of the envelope to write (retry member or dead entry)
+-- A `retried` event (mode "retry") gets `next_due` from the script: the retry's due time
+-- (ms, by Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped.
 --
--- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
+-- An ordered consumer's dead letter (ARGV[4] given) hands its ordering key on, as
+-- ack_ordered.lua does; a retry keeps it (the key's later messages wait for the retries).
+--
+-- Returns 1 when settled, 0 when the entry is no longer pending for this instance (its
 -- lease expired and another instance owns it now: that instance settles it instead).
 -- A key of the wrong type is refused (WRONGTYPE) before anything is written: Redis does
 -- not undo a script's earlier writes, and the entry must stay pending rather than be
@@ -43,85 +22,52 @@
 
 --#include protocol
 
-local group, consumer, id, mode = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
+--#include clock
 
-local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
-if #pending == 0 then return 0 end
-if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
+--#include settle
 
--- Where the event's and the envelope's arguments are; an ordered consumer's come between.
-local first, k, ordered = 8, 0, nil
-if #KEYS >= 4 then
-  k = tonumber(ARGV[8])
-  first = 9 + 2 * k
-  if KEYS[5] then
-    ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
-    first = first + 3
-  end
+if m ~= 1 then
+  return redis.error_reply('ERR fail.lua settles one entry, not ' .. tostring(ARGV[5])
+    .. ' (PROTOCOL.md, "The settle layout")')
 end
-local holders, direct, held_back = KEYS[5], KEYS[6], KEYS[7]
-local prefix = ordered and ordered.prefix
+local retry = ARGV[own_at] == 'retry'
+local due, first = ARGV[own_at + 1], own_at + 2  -- first: the envelope's first field
+local stream, id, mid, key = entry(1)
+if not held(stream, id) then return 0 end
+
+local holders, held_back = KEYS[5], KEYS[6]
+local ordered = prefix ~= ''
 
 --#include foreign_state
 
-local wanted = {{KEYS[2], 'zset'}, {KEYS[3], 'stream'}, {KEYS[4], 'stream'}}
-for _, key in ipairs(wanted) do
-  if key[1] then
-    local found = redis.call('TYPE', key[1])['ok']
-    if found ~= 'none' and found ~= key[2] then
-      return redis.error_reply('WRONGTYPE ' .. key[1] .. ' holds a ' .. found ..
-        ', not a ' .. key[2] .. '; nothing was settled')
+--#include hand_over
+
+local wanted = {{KEYS[3], 'zset'}, {KEYS[4], 'stream'}, {k > 0 and events, 'stream'}}
+for _, pair in ipairs(wanted) do
+  if pair[1] then
+    local found = redis.call('TYPE', pair[1])['ok']
+    if found ~= 'none' and found ~= pair[2] then
+      return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' holds a ' .. found ..
+        ', not a ' .. pair[2] .. '; nothing was settled')
     end
   end
 end
 
 -- An ordered consumer's dead letter hands its key on to the next message of the key's
 -- waiting list (or frees it), as ack_ordered.lua does for a handled message.
---#include hand_over
-
-if ordered and mode ~= 'retry' then
-  local refused = check_hand_on(ordered.key, ordered.mid)
+if ordered and not retry then
+  local refused = check_hand_on(key, mid)
   if refused then return refused end
 end
 
-local due = ARGV[7]
-if mode == 'retry' and string.sub(due, 1, 1) == '+' then
+if retry and string.sub(due, 1, 1) == '+' then
   -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
   redis.replicate_commands()
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  due = string.format('%d', now + tonumber(string.sub(due, 2)))
+  due = time_of(due)
 end
 
-if #KEYS >= 4 then
-  local event_end = 8 + 2 * k  -- the event's last ARGV (an ordered consumer's args follow)
-  if k > 0 then
-    -- The event as given, but its `next_due`: a `retried` event's is the due time above.
-    local event, retried = {}, false
-    for i = 9, event_end, 2 do
-      if ARGV[i] ~= 'next_due' then
-        event[#event + 1] = ARGV[i]
-        event[#event + 1] = ARGV[i + 1]
-      end
-      if ARGV[i] == 'e' and ARGV[i + 1] == 'retried' then retried = true end
-    end
-    if retried and mode == 'retry' then
-      event[#event + 1] = 'next_due'
-      event[#event + 1] = due
-    end
-    redis.call('XADD', KEYS[4], '*', unpack(event))
-  end
-end
-
-redis.call('XACK', KEYS[1], group, id)
-if ARGV[5] == '1' then redis.call('XDEL', KEYS[1], id) end
-
-if mode == 'retry' then
-  local envelope = {}
-  for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
-  redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
-else
-  redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
-  if ordered and ordered.key ~= '' then hand_on(ordered.key, ordered.mid) end
-end
+write_event('next_due', retry and event_field('e') == 'retried' and due)
+acknowledge(stream, id)
+write_failure(retry, due, first)
+if ordered and not retry and key ~= '' then hand_on(key, mid) end
 return 1

@@ -36,7 +36,8 @@ Entry = tuple[Stream, Any, Any, Any]
 
 def entry_of(delivery: Delivery) -> Entry:
     """``delivery`` as a settle names it."""
-    return delivery.stream, delivery.entry_id, delivery.id, delivery.key or ""
+    message = delivery.message
+    return delivery.stream, delivery.entry_id, message.id, message.key or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +151,17 @@ class Settling:
         """A delivery whose handler raised: retried after ``policy``'s backoff while it
         has had fewer than ``max_retries + 1`` deliveries, else a dead letter (reason
         ``failed``) with ``failure``'s error class, message and traceback."""
-        if not policy.should_retry(delivery.attempts):
+        attempts = delivery.message.attempts
+        if not policy.should_retry(attempts):
             return self.dead(delivery, failure, DeadReason.FAILED)
-        wait_ms = max(1, int(policy.backoff(delivery.attempts, rng) * 1000))
+        wait_ms = max(1, int(policy.backoff(attempts, rng) * 1000))
         return self.retry(delivery, failure, wait_ms)
 
     def retry(self, delivery: Delivery, failure: Failure, wait_ms: int) -> Settle:
         """A failed delivery retried ``wait_ms`` after Redis's now (the script makes the
         due time by Redis's clock, and adds it to the ``retried`` event)."""
         fields = next_delivery(delivery, now_ms(), failed=True, error=failure)
-        event = self._event(EventName.RETRIED, delivery, delivery.attempts, failure=failure)
+        event = self._event(EventName.RETRIED, delivery, failure=failure)
         counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
         keys, args = self._fail(entry_of(delivery), RETRY, f"+{wait_ms}", fields, event)
         return Settle("fail", keys, args, counts, Settlement.retried(wait_ms), failures=1)
@@ -174,9 +176,7 @@ class Settling:
             failure=failure,
             failed_at_ms=now,
         )
-        event = self._event(
-            EventName.DEAD, delivery, delivery.attempts, failure=failure, reason=reason
-        )
+        event = self._event(EventName.DEAD, delivery, failure=failure, reason=reason)
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
         counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
         keys, args = self._fail(entry_of(delivery), DEAD, 0, fields, event)
@@ -186,7 +186,7 @@ class Settling:
         """A fetched-but-unstarted delivery handed back at once: due now, this delivery
         not counted (it never ran)."""
         fields = next_delivery(delivery, now_ms(), failed=False)
-        event = self._event(EventName.RELEASED, delivery, delivery.attempts - 1, ms=False)
+        event = self._event(EventName.RELEASED, delivery, handed_back=True)
         keys, args = self._fail(entry_of(delivery), RETRY, 0, fields, event)
         return Settle("fail", keys, args, {}, Settlement.retried(0))
 
@@ -215,12 +215,17 @@ class Settling:
         return Settle("fail", keys, args, counts, Settlement.dead(DeadReason.UNDECODABLE))
 
     def _event(
-        self, name: EventName, delivery: Delivery, attempt: int, *, ms: bool = True, **details: Any
+        self, name: EventName, delivery: Delivery, *, handed_back: bool = False, **details: Any
     ) -> list[bytes]:
-        """The event of a failure's settle, or nothing when history is off."""
+        """The event of a failure's settle, or nothing when history is off; a delivery
+        ``handed_back`` unstarted did not count, nor run."""
         if not self.history:
             return []
-        record = lifecycle.record(delivery.id, attempt, delivery.duration_ms if ms else None)
+        m = delivery.message
+        if handed_back:
+            record = lifecycle.record(m.id, m.attempts - 1)
+        else:
+            record = lifecycle.record(m.id, m.attempts, delivery.duration_ms)
         return lifecycle.fields(name, self.consumer, self.instance, [record], **details)
 
     def _fail(
@@ -242,12 +247,13 @@ def next_delivery(
     """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
     counts, its failure time is the first one if none was recorded; ``error``: what the
     operators' pages show as its last error) or a hand-back."""
-    first = message.first_failed_at_ms
+    m = message.message
+    first = m.first_failed_at_ms
     fields = env.next_delivery_fields(
         message.fields,
-        message_id=message.id,
-        published_at_ms=message.published_at_ms,
-        attempts=message.attempts - (0 if failed else 1),
+        message_id=m.id,
+        published_at_ms=m.published_at_ms,
+        attempts=m.attempts - (0 if failed else 1),
         first_failed_at_ms=first if first is not None or not failed else now,
     )
     if error is not None:

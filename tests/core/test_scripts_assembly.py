@@ -52,6 +52,9 @@ MUST = {
     "member_of": {"publish_once", "publish_delayed", "publish_batch_once"},
     # a member's fields, the same whichever script moves it
     "flatten": {"promote", "deliver_now"},
+    # the settling scripts: one layout (PROTOCOL.md, "The settle layout"), read once
+    "settle_layout": {"ack", "ack_ordered", "fail", "task_settle"},
+    "settle": {"ack", "ack_ordered", "fail", "task_settle"},
 }
 
 

@@ -5,6 +5,7 @@ and the task store. Watched with MONITOR on a real Redis, as the server receives
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -165,3 +166,26 @@ def test_every_settle_our_code_sends_has_the_one_layout(
     # a script was needed: history on, every ack; off, those with a direct entry
     acks = settles.count(("ack", "ack"))
     assert acks == (4 if history else 1)
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_an_ordered_ack_of_entries_settled_elsewhere_acks_the_others(
+    redis_client: redis.Redis, queue_name: str, history: bool
+) -> None:
+    # Given an ordered consumer's two messages of two keys, the first acknowledged
+    # already (another instance's settle, say)
+    broker = Broker(redis_client, CoreConfig(history=history, poll_interval_ms=20))
+    broker.ensure_consumer(queue_name, "billing")
+    broker.publish(queue_name, {"n": 1}, key="a")
+    broker.publish(queue_name, {"n": 2}, key="b")
+    with broker.subscribe(queue_name, "billing", "i1", ordered=True) as sub:
+        first, second = sub.fetch(count=10, block_ms=100)
+        assert sub.ack([first]) == 1
+        # When both are acknowledged in one call
+        acked = sub.ack([first, second])
+    # Then the other one is, and only its record is in the event (history on)
+    assert acked == 1
+    assert redis_client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0
+    if history:
+        handled = [f for _, f in redis_client.xrange(broker.keys(queue_name).events)]
+        assert [json.loads(f[b"m"])[0][0] for f in handled] == [first.id, second.id]

@@ -56,5 +56,7 @@ for i = 1, m do
   end
 end
 
-if acked > 0 then write_event('m', acknowledged(event_field('m'), skipped, acked)) end
+if acked > 0 and k > 0 then
+  write_event('m', acknowledged(event_field('m'), skipped, acked))
+end
 return acked

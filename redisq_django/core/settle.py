@@ -8,7 +8,7 @@ its pipe) runs it as built."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Any
@@ -29,15 +29,10 @@ from redisq_django.core.wire import flatten
 #: dead letter (``task_settle.lua``: or an acknowledgement).
 RETRY, DEAD, ACK = "retry", "dead", "ack"
 
-#: One entry as a settle names it: the stream it was read from, its entry id, its
-#: message id and ordering key as stored ("": none).
+#: One entry as a settle names it: the stream it was read from, its entry id, and for an
+#: ordered consumer its message id and ordering key as stored ("": none; both "" for a
+#: consumer that is not ordered, whose settles read neither).
 Entry = tuple[Stream, Any, Any, Any]
-
-
-def entry_of(delivery: Delivery) -> Entry:
-    """``delivery`` as a settle names it."""
-    message = delivery.message
-    return delivery.stream, delivery.entry_id, message.id, message.key or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +95,7 @@ class Settling:
 
     def call(
         self,
-        entries: Sequence[Entry],
+        entries: Iterable[Entry],
         event: Sequence[Any] = (),
         own: Sequence[Any] = (),
         extra_keys: Sequence[str] = (),
@@ -113,13 +108,27 @@ class Settling:
             own: the script's own arguments, after the event.
             extra_keys: the script's own keys, after the layout's (``task_settle.lua``).
         """
-        args: list[Any] = [*self._head, len(entries)]
+        args: list[Any] = [*self._head, 0]
         for stream, entry_id, message_id, key in entries:
             args += ("log" if stream is Stream.LOG else "direct", entry_id, message_id, key)
+        args[3] = (len(args) - 4) // 4  # m
         args.append(len(event) // 2)
         args += event
         args += own
         return [*self.keys, *extra_keys], args
+
+    def entry(self, delivery: Delivery) -> Entry:
+        """``delivery`` as this consumer's settles name it."""
+        if not self.ordered:
+            return delivery.stream, delivery.entry_id, "", ""
+        message = delivery.message
+        return delivery.stream, delivery.entry_id, message.id, message.key or ""
+
+    def entries(self, deliveries: Sequence[Delivery]) -> Iterable[Entry]:
+        """``deliveries`` as this consumer's settles name them (:meth:`entry` of each)."""
+        if not self.ordered:
+            return ((d.stream, d.entry_id, "", "") for d in deliveries)
+        return ((d.stream, d.entry_id, d.message.id, d.message.key or "") for d in deliveries)
 
     # -- acknowledgements --------------------------------------------------------------
 
@@ -131,17 +140,17 @@ class Settling:
 
     def ack(self, deliveries: Sequence[Delivery]) -> Settle:
         """The acknowledgement of handled ``deliveries`` (``ack.lua``, ``ack_ordered.lua``,
-        or a plain ``XACK`` where that does the same), counted as handled."""
-        counts = trends.handled_counts(self.consumer, (d.duration_ms for d in deliveries))
+        or a plain ``XACK`` where that does the same). Its trend counts are the caller's
+        (``trends.handled_counts``): the worker's ack pipe counts a batch at once."""
         if not (self.history or self.ordered) and all(d.stream is Stream.LOG for d in deliveries):
             ids = [d.entry_id for d in deliveries]
-            return Settle(None, [self.keys[0]], [self.consumer, *ids], counts)
+            return Settle(None, [self.keys[0]], [self.consumer, *ids], {})
         event: list[Any] = []
         if self.history:
-            records = [(d.id, d.attempts, d.duration_ms) for d in deliveries]
+            records = [(d.message.id, d.message.attempts, d.duration_ms) for d in deliveries]
             event = self.handled_event(lifecycle.records_array(records))
-        keys, args = self.call([entry_of(d) for d in deliveries], event)
-        return Settle("ack_ordered" if self.ordered else "ack", keys, args, counts)
+        keys, args = self.call(self.entries(deliveries), event)
+        return Settle("ack_ordered" if self.ordered else "ack", keys, args, {})
 
     # -- failures (fail.lua) -----------------------------------------------------------
 
@@ -163,7 +172,7 @@ class Settling:
         fields = next_delivery(delivery, now_ms(), failed=True, error=failure)
         event = self._event(EventName.RETRIED, delivery, failure=failure)
         counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
-        keys, args = self._fail(entry_of(delivery), RETRY, f"+{wait_ms}", fields, event)
+        keys, args = self._fail(self.entry(delivery), RETRY, f"+{wait_ms}", fields, event)
         return Settle("fail", keys, args, counts, Settlement.retried(wait_ms), failures=1)
 
     def dead(self, delivery: Delivery, failure: Failure, reason: DeadReason) -> Settle:
@@ -179,7 +188,7 @@ class Settling:
         event = self._event(EventName.DEAD, delivery, failure=failure, reason=reason)
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
         counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
-        keys, args = self._fail(entry_of(delivery), DEAD, 0, fields, event)
+        keys, args = self._fail(self.entry(delivery), DEAD, 0, fields, event)
         return Settle("fail", keys, args, counts, Settlement.dead(reason), failures=int(ran))
 
     def release(self, delivery: Delivery) -> Settle:
@@ -187,7 +196,7 @@ class Settling:
         not counted (it never ran)."""
         fields = next_delivery(delivery, now_ms(), failed=False)
         event = self._event(EventName.RELEASED, delivery, handed_back=True)
-        keys, args = self._fail(entry_of(delivery), RETRY, 0, fields, event)
+        keys, args = self._fail(self.entry(delivery), RETRY, 0, fields, event)
         return Settle("fail", keys, args, {}, Settlement.retried(0))
 
     def undecodable(
@@ -210,7 +219,9 @@ class Settling:
                 reason=DeadReason.UNDECODABLE,
             )
         counts = trends.settle_counts(self.consumer, False, trends.DEAD, None)
-        entry = (stream, entry_id, fields.get(env.F_ID) or entry_id, fields.get(env.F_KEY, b""))
+        entry: Entry = (stream, entry_id, "", "")
+        if self.ordered:
+            entry = (stream, entry_id, fields.get(env.F_ID) or entry_id, fields.get(env.F_KEY, b""))
         keys, args = self._fail(entry, DEAD, 0, dead, event)
         return Settle("fail", keys, args, counts, Settlement.dead(DeadReason.UNDECODABLE))
 

@@ -255,7 +255,8 @@ class Subscription:
             return 0
         settle = self.settling.ack(batch)
         self.report.handled += len(batch)
-        return int(self._call(settle.script, settle.keys, settle.args, settle.counts))
+        counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
+        return int(self._call(settle.script, settle.keys, settle.args, counts))
 
     @translate_errors
     def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:

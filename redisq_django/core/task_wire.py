@@ -18,7 +18,7 @@ from redisq_django.core.delivery import Delivery
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import ScriptCall
-from redisq_django.core.settle import Settling, entry_of
+from redisq_django.core.settle import Settling
 from redisq_django.core.wire import to_str
 
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
@@ -110,7 +110,7 @@ def settle_call(
     ]
     task_keys = [keys.task_result(message.id), keys.task_results, gkeys.leases]
     settling = Settling(gkeys, message.instance)
-    return settling.call([entry_of(message)], event or (), own, task_keys)
+    return settling.call([settling.entry(message)], event or (), own, task_keys)
 
 
 def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:

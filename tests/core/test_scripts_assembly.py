@@ -55,6 +55,8 @@ MUST = {
     # the settling scripts: one layout (PROTOCOL.md, "The settle layout"), read once
     "settle_layout": {"ack", "ack_ordered", "fail", "task_settle"},
     "settle": {"ack", "ack_ordered", "fail", "task_settle"},
+    "handled_records": {"ack", "ack_ordered"},
+    "settle_failure": {"fail", "task_settle"},
 }
 
 

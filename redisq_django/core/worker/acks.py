@@ -172,10 +172,11 @@ class AckPipe:
             if not self.sub.history:
                 if log:
                     return self._packed.xack + _bulk(m.entry_id), None
-                return self._packed.direct.fill(m.entry_id, *_message_of(m)), "ack"
-            records = b"[" + lifecycle.record(m.id, m.attempts, m.duration_ms) + b"]"
+                return self._packed.direct.fill(m.entry_id), "ack"
+            message = m.message
+            records = b"[" + lifecycle.record(message.id, message.attempts, m.duration_ms) + b"]"
             template = self._packed.recorded if log else self._packed.recorded_direct
-            return template.fill(m.entry_id, *_message_of(m), records), "ack"
+            return template.fill(m.entry_id, records), "ack"
         command, script = self._ack_command(messages)
         return packed(command), script
 
@@ -240,15 +241,10 @@ def _head(count: int, *parts: Any) -> bytes:
     return b"*%d\r\n" % count + b"".join(_bulk(to_bytes(p)) for p in parts)
 
 
-def _message_of(message: Delivery) -> tuple[bytes, bytes]:
-    """The message id and ordering key of ``message``, as a settle names them."""
-    return message.id.encode(), (message.key or "").encode()
-
-
-#: Stand-ins for what a prepacked command gets with each write: the entry id, the message
-#: id, the ordering key, and with history the event's records.
-_ID, _MID, _KEY, _RECORDS = object(), object(), object(), object()
-_STAND_INS = (_ID, _MID, _KEY, _RECORDS)
+#: Stand-ins for what a prepacked command gets with each write: the entry id, and with
+#: history the event's records.
+_ID, _RECORDS = object(), object()
+_STAND_INS = (_ID, _RECORDS)
 
 
 class _Template:
@@ -264,14 +260,14 @@ class _Template:
             else:
                 current.append(_bulk(to_bytes(arg)))
         parts.append(b"".join(current))
-        self._first, self._rest = parts[0], parts[1:]
+        # One %-format per write, the cheapest way to put a few values into bytes.
+        self._format = b"$%d\r\n%b\r\n".join(p.replace(b"%", b"%%") for p in parts)
 
     def fill(self, *values: bytes) -> bytes:
         """The command with ``values`` in place of its stand-ins, in order."""
-        out = self._first
-        for value, part in zip(values, self._rest, strict=True):
-            out += _bulk(value) + part
-        return out
+        if len(values) == 1:
+            return self._format % (len(values[0]), values[0])
+        return self._format % tuple(x for v in values for x in (len(v), v))
 
 
 class _Prepacked:
@@ -286,11 +282,11 @@ class _Prepacked:
 
         def template(stream: Stream, *, history: bool) -> _Template:
             event = settling.handled_event(_RECORDS) if history else []
-            keys, args = settling.call([(stream, _ID, _MID, _KEY)], event)
+            # (not ordered: the entry's message id and ordering key are not read)
+            keys, args = settling.call([(stream, _ID, "", "")], event)
             return _Template(scripts.command("ack", keys, args))
 
-        # + the entry id, message id, ordering key and records
-        self.recorded = template(Stream.LOG, history=True)
-        self.recorded_direct = template(Stream.DIRECT, history=True)
-        self.direct = template(Stream.DIRECT, history=False)  # + entry id, message id, key
+        self.recorded = template(Stream.LOG, history=True)  # + the entry id, its records
+        self.recorded_direct = template(Stream.DIRECT, history=True)  # + the same
+        self.direct = template(Stream.DIRECT, history=False)  # + the entry id
         self.mark = _head(4, "HSET", gkeys.running, instance)  # + the started tag

@@ -19,7 +19,8 @@
 -- ARGV[5]  m: how many entries follow
 -- ARGV[6 .. 5+4m]  per entry: "log" or "direct" (the stream it was read from), its entry
 --          id, its message id (its `id` field as stored, else the entry id) and its
---          ordering key as stored ("": none)
+--          ordering key as stored ("": none); only an ordered consumer's settles read
+--          those two: any other consumer may pass "" for both
 -- ARGV[6+4m]  k: how many field, value pairs the settle's lifecycle event has (0: no
 --          event, history off)
 -- ARGV[7+4m .. 6+4m+2k]  the event's pairs (PROTOCOL.md, "Lifecycle events"), written to

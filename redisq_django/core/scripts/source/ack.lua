@@ -17,6 +17,8 @@
 
 --#include settle
 
+--#include handled_records
+
 if k > 0 then
   local acked, skipped = 0, {}
   for i = 1, m do
@@ -27,7 +29,19 @@ if k > 0 then
       skipped[i] = true
     end
   end
-  if acked > 0 then write_event('m', acknowledged(event_field('m'), skipped, acked)) end
+  if acked == m then
+    write_event()  -- as given
+  elseif acked > 0 then
+    write_event('m', acknowledged(event_field('m'), skipped))
+  end
+  return acked
+end
+
+-- No event, one entry (the worker acknowledges each message as its handler returns).
+if m == 1 then
+  local stream, id = entry(1)
+  local acked = redis.call('XACK', stream, group, id)
+  if stream == direct then redis.call('XDEL', direct, id) end
   return acked
 end
 

@@ -23,6 +23,8 @@
 
 --#include settle
 
+--#include handled_records
+
 local holders, held_back = KEYS[5], KEYS[6]
 if prefix == '' then
   return redis.error_reply('ERR ack_ordered.lua settles an ordered consumer: pass the '
@@ -56,7 +58,9 @@ for i = 1, m do
   end
 end
 
-if acked > 0 and k > 0 then
-  write_event('m', acknowledged(event_field('m'), skipped, acked))
+if acked == m then
+  write_event()  -- as given (none without history)
+elseif acked > 0 and k > 0 then
+  write_event('m', acknowledged(event_field('m'), skipped))
 end
 return acked

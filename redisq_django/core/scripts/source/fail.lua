@@ -26,6 +26,8 @@
 
 --#include settle
 
+--#include settle_failure
+
 if m ~= 1 then
   return redis.error_reply('ERR fail.lua settles one entry, not ' .. tostring(ARGV[5])
     .. ' (PROTOCOL.md, "The settle layout")')

@@ -33,6 +33,8 @@
 
 --#include settle
 
+--#include settle_failure
+
 local result, results, leases = KEYS[8], KEYS[9], KEYS[10]
 local stream, id = entry(1)
 if not held(stream, id) then return 0 end

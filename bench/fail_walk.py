@@ -1,6 +1,6 @@
 """The fail path's walk, counted: what one ``Subscription.fail`` of a delivery (a retry,
-and a dead letter) goes through in our code before and after ``fail.lua`` runs; with
-``--time N``, how long N such fails take (µs per fail, median of ``--reps``).
+and a dead letter) goes through in our code before and after ``fail.lua`` runs (what it
+costs: ``bench/settle_cost.py``).
 
 A *stop* is a call into a function of ``redisq_django`` (``sys.setprofile``), at any
 depth; a *return to a module* is a call made from that module's code into another
@@ -13,10 +13,8 @@ commit), e.g. the numbers in bench/RESULTS.md, "The fail path's walk" (issue 33)
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -64,40 +62,10 @@ def walk(call: Any) -> tuple[list[str], Counter[str]]:
     return stops, returns
 
 
-def timed(broker: Broker, n: int, reps: int) -> tuple[float, float]:
-    """µs per ``Subscription.fail`` (a retry) and per dead letter, median of ``reps``
-    runs of ``n`` each (trends on, as by default)."""
-    retry_us, dead_us = [], []
-    for rep in range(reps):
-        queue = f"walk-time-{rep}"
-        broker.ensure_consumer(queue, "billing")
-        broker.publish_many(queue, [{"n": i} for i in range(2 * n)])
-        with broker.subscribe(queue, "billing", "i1") as sub:
-            got = []
-            for _ in range(1000):  # bounded
-                got += sub.fetch(count=500, block_ms=100)
-                if len(got) >= 2 * n:
-                    break
-            error = ValueError("x")
-            sub.policy = RetryPolicy(max_retries=5)
-            start = time.perf_counter()
-            for d in got[:n]:
-                sub.fail(d, error)
-            retry_us.append((time.perf_counter() - start) / n * 1e6)
-            sub.policy = RetryPolicy(max_retries=0)
-            start = time.perf_counter()
-            for d in got[n : 2 * n]:
-                sub.fail(d, error)
-            dead_us.append((time.perf_counter() - start) / n * 1e6)
-    return statistics.median(retry_us), statistics.median(dead_us)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--history", action="store_true", help="with lifecycle events")
     ap.add_argument("--list", action="store_true", help="print every stop")
-    ap.add_argument("--time", type=int, default=0, metavar="N", help="time N fails too")
-    ap.add_argument("--reps", type=int, default=5, help="runs of --time (median)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="redisq-walk-") as tmp:
         server = RedisServer(find_redis_server(), Path(tmp)).start()
@@ -120,9 +88,6 @@ def main() -> int:
                     print(f"{name}: {len(stops)} stops; returns to: {shown}")
                     if args.list:
                         print("  " + "\n  ".join(stops))
-            if args.time:
-                retry_us, dead_us = timed(broker, args.time, args.reps)
-                print(f"time: {retry_us:.0f} µs per retry, {dead_us:.0f} µs per dead letter")
         finally:
             server.stop()
     return 0

@@ -46,7 +46,13 @@ def test_wheel_ships_scripts_templates_migrations_and_types(wheel: Path) -> None
 
     expected = {
         str(p.relative_to(ROOT))
-        for pattern in ("core/scripts/*.lua", "templates/**/*.html", "migrations/0*.py")
+        for pattern in (
+            "core/scripts/*.lua",  # assembled: what every client loads
+            "core/scripts/source/*.lua",  # what our loader assembles them from
+            "core/scripts/fragments/*.lua",
+            "templates/**/*.html",
+            "migrations/0*.py",
+        )
         for p in PACKAGE.glob(pattern)
     }
     assert len([n for n in expected if n.endswith(".lua")]) >= 9

@@ -122,6 +122,8 @@ def test_sdist_carries_the_whole_test_suite_and_no_caches(release: Release) -> N
         "CHANGELOG.md",
         "PROTOCOL.md",
         "redisq_django/core/scripts/publish_once.lua",
+        "redisq_django/core/scripts/source/publish_once.lua",
+        "redisq_django/core/scripts/fragments/protocol.lua",
         "tests/conftest.py",
         "tests/support/redis_server.py",
         "tests/shopapp/models.py",
@@ -145,6 +147,24 @@ def test_installed_package_and_pyspark_come_from_the_venv(release: Release) -> N
     assert Path(package).is_relative_to(release.venv / "lib"), package
     assert Path(pyspark).is_relative_to(release.venv / "lib"), pyspark
     assert version == redisq_django.__version__
+
+
+def test_the_installed_package_assembles_the_scripts_it_ships(release: Release) -> None:
+    # The loader assembles from the sources and fragments the wheel carries, to the very
+    # text of the assembled files it ships beside them (what other languages load)
+    code = (
+        "from pathlib import Path; import redisq_django.core.scripts as s; "
+        "print(all(s.script_source(n) == (Path(s.__file__).parent / f'{n}.lua').read_text() "
+        "for n in s.SCRIPT_NAMES))"
+    )
+    out = _run([release.python, "-c", code], cwd=release.outside, timeout=60)
+    assert out.stdout.strip() == "True"
+    listed = _run(
+        [release.python, "-m", "redisq_django.core.scripts", "list"],
+        cwd=release.outside,
+        timeout=60,
+    )
+    assert "  fail.lua" in listed.stdout
 
 
 def test_pipeline_command_line_runs_from_the_wheel(release: Release) -> None:

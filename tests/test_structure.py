@@ -134,8 +134,9 @@ def test_one_class_per_name() -> None:
 
 
 #: Basenames Django gives to a file of each app or part (``signal_handlers.py``: a part's
-#: receivers, connected from ``AppConfig.ready()``).
-CONVENTIONAL_BASENAMES = {"__init__", "signal_handlers"}
+#: receivers, connected from ``AppConfig.ready()``), and Python to a package's face and to
+#: what ``python -m <package>`` runs.
+CONVENTIONAL_BASENAMES = {"__init__", "__main__", "signal_handlers"}
 
 
 def _one_concern(modules: list[str]) -> bool:

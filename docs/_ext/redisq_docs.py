@@ -224,13 +224,20 @@ def sub_parsers(
                 yield from sub_parsers(sub, (*words, name))
 
 
+#: What ``python -m`` runs, documented like a management command.
+MODULES = ("redisq_django.pipeline", "redisq_django.core.scripts")
+
+
 def command_parser(name: str) -> argparse.ArgumentParser:
-    """The argparse parser of ``manage.py NAME`` (a redisq command), or of the pipeline's
-    ``python -m redisq_django.pipeline`` when ``name`` is that module."""
+    """The argparse parser of ``manage.py NAME`` (a redisq command), or of ``python -m
+    NAME`` when ``name`` is one of :data:`MODULES`."""
     if name == "redisq_django.pipeline":
         from redisq_django.pipeline.cli import build_parser
 
         return build_parser()
+    if name == "redisq_django.core.scripts":
+        scripts_cli = importlib.import_module("redisq_django.core.scripts.__main__")
+        return scripts_cli.build_parser()
     from django.core.management import load_command_class
 
     return load_command_class("redisq_django", name).create_parser("manage.py", name)
@@ -243,7 +250,7 @@ class CommandDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
-        prog = "python -m" if name == "redisq_django.pipeline" else "manage.py"
+        prog = "python -m" if name in MODULES else "manage.py"
         if name == "redisq_pipeline":
             command = importlib.import_module(f"redisq_django.management.commands.{name}")
             if command.MISSING:  # its sub-commands' options come with the pipeline extra

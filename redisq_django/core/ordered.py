@@ -23,21 +23,18 @@ the master's order, so they then have every settle that let those messages out t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
 from redisq_django.core import envelope as env
-from redisq_django.core import lifecycle
 from redisq_django.core.browse import S_DIRECT, S_LOG, S_RETRY, member_fields
-from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import CorruptState, error_code, is_nogroup
 from redisq_django.core.groups import recover_group
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.replica_wait import ReplicaWait, call_and_wait
-from redisq_django.core.scripts import ScriptName, Scripts
+from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient, ScoredMembers, execute
 from redisq_django.core.wire import to_str
 
@@ -139,29 +136,6 @@ def wait_for_entries(
         gkeys.direct,
         *after,
     )
-
-
-def ack_parts(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery], history: bool
-) -> tuple[ScriptName, list[str], list[Any]]:
-    """KEYS and ARGV of ``ack_ordered.lua`` for ``messages`` (with their ``handled``
-    event when ``history`` is on)."""
-    qkeys = gkeys.queue_keys
-    keys = [qkeys.log, gkeys.direct, gkeys.holders, gkeys.held_back]
-    args: list[Any] = [gkeys.group, gkeys.waiting_prefix, instance, len(messages)]
-    for m in messages:
-        args += ["log" if m.stream is Stream.LOG else "direct", m.entry_id, m.id, m.key or ""]
-    if history:
-        keys.append(qkeys.events)
-        args.append(lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in messages]))
-    return "ack_ordered", keys, args
-
-
-def holder_of(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, bytes]:
-    """``(ordering key or b"", message id)`` of an entry as ``read_ordered.lua`` saw it:
-    its raw bytes, also for an entry that is not a valid envelope (a key that is not
-    UTF-8 must reach the script as it is, to free the key it holds)."""
-    return fields.get(env.F_KEY, b""), fields.get(env.F_ID) or entry_id
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""One running instance of a logical consumer: fetch, ack, fail, extend, reclaim."""
+"""One running instance of a logical consumer: fetch, settle (ack, fail, dead-letter,
+release), extend, reclaim."""
 
 from __future__ import annotations
 
@@ -9,22 +10,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redisq_django.core import envelope as env
-from redisq_django.core import leases, lifecycle, ordered, settle, trends
-from redisq_django.core.clock import monotonic_ms, now_ms
+from redisq_django.core import leases, ordered, trends
+from redisq_django.core.clock import monotonic_ms
 from redisq_django.core.config import CoreConfig
-from redisq_django.core.dead_entry import DeadReason, Failure, undecodable_fields
+from redisq_django.core.dead_entry import DeadReason, Failure
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import RedisRefused, translate_errors
-from redisq_django.core.failing import FailureSettling
 from redisq_django.core.groups import entries_of, leave_group, read_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message
-from redisq_django.core.outcome import Outcome
+from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.replica_wait import ReplicaWait
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
+from redisq_django.core.settle import Settle, Settling
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
@@ -34,13 +34,15 @@ logger = logging.getLogger("redisq.worker")
 PROMOTE_RETRY_MS = 1000
 
 
-class Subscription(FailureSettling):
+class Subscription:
     """An instance of logical consumer ``consumer`` on a queue (see ``Broker.subscribe``).
 
     Not thread-safe: give each thread its own (they may share the client).
 
     Attributes:
         policy: its retry policy; the worker replaces it when the admin changes it.
+        settling: how it settles its deliveries: every settling script's call is built
+            there (``core/settle.py``), and run here, or by the worker's ack pipe.
         dead_on_receive: dead letters it made while receiving (undecodable entries,
             leases expired past the retry budget), so far: its worker counts them.
         replica_wait: an ordered consumer's wait for replicas after each read (None:
@@ -74,6 +76,7 @@ class Subscription(FailureSettling):
         self.policy = policy
         self.ordered = ordered  # one message of an ordering key out at a time (core/ordered.py)
         self.history = config.history  # on: each settle records its event (same script)
+        self.settling = Settling(self.gkeys, instance, ordered=ordered, history=self.history)
         self._streams = {keys.log.encode(): Stream.LOG, self.gkeys.direct.encode(): Stream.DIRECT}
         #: When (``monotonic_ms()``) due delayed messages and retries should next be
         #: promoted: the next known due time, or one poll interval after the last check.
@@ -216,18 +219,8 @@ class Subscription(FailureSettling):
         try:
             parts = env.decode(entry_id, fields)
         except env.UndecodableEntry as exc:
-            dead = undecodable_fields(
-                entry_id, fields or {}, consumer=self.consumer, reason=str(exc), now=now_ms()
-            )
-            event = self._event(
-                EventName.DEAD,
-                [lifecycle.record(entry_id.decode(), 1)],
-                failure=Failure("UndecodableEntry", str(exc)),
-                reason=DeadReason.UNDECODABLE,
-            )
-            counts = trends.settle_counts(self.consumer, False, trends.DEAD, None)
-            holder = ordered.holder_of(entry_id, fields or {}) if self.ordered else None
-            if self._settle(stream, entry_id, settle.DEAD, 0, dead, event, counts, holder):
+            settle = self.settling.undecodable(stream, entry_id, fields or {}, str(exc))
+            if self._run(settle).outcome is Outcome.DEAD:
                 self.dead_on_receive += 1
             return None
         # Positional: once per message fetched, where keywords cost a measurable share.
@@ -260,16 +253,61 @@ class Subscription(FailureSettling):
         batch = list(deliveries)
         if not batch:
             return 0
-        name, keys, args = self.ack_parts(batch)
+        settle = self.settling.ack(batch)
         self.report.handled += len(batch)
         counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
-        return int(self._call(name, keys, args, counts))
+        return int(self._call(settle.script, settle.keys, settle.args, counts))
 
-    def ack_parts(self, batch: Sequence[Delivery]) -> tuple[Any, list[str], list[Any]]:
-        """What acknowledges ``batch``: ``(script name or None for XACK, KEYS, ARGV)``."""
-        if self.ordered:
-            return ordered.ack_parts(self.gkeys, self.instance, batch, self.history)
-        return settle.ack_parts(self.gkeys, self.instance, batch, self.history)
+    @translate_errors
+    def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
+        """Settle a failed delivery: retry after a backoff, or dead-letter it.
+
+        The delivery is retried while it has had fewer than ``max_retries + 1``
+        deliveries; otherwise it becomes a dead letter (reason ``failed``) with the
+        error class, message and traceback of ``failure`` (or of the exception).
+
+        Returns:
+            Its settlement: ``RETRIED`` (with its backoff), ``DEAD`` (with the reason),
+            or ``LOST`` when this instance no longer holds the delivery (its lease
+            expired; the instance that took it over settles it).
+        """
+        return self._run(
+            self.settling.failure(delivery, Failure.of(failure), self.policy, self._rng)
+        )
+
+    @translate_errors
+    def dead_letter(
+        self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
+    ) -> Settlement:
+        """Make ``delivery`` a dead letter now, whatever its retry budget.
+
+        Returns:
+            Its settlement: ``DEAD`` (for ``reason``), or ``LOST`` when this instance no
+            longer holds the delivery.
+        """
+        return self._run(self.settling.dead(delivery, Failure.of(failure), reason))
+
+    def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
+        """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
+        return self.dead_letter(delivery, failure, DeadReason.REJECTED)
+
+    @translate_errors
+    def release(self, deliveries: Sequence[Delivery]) -> int:
+        """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).
+
+        Each goes to the consumer's retry set due now, without counting an attempt, so
+        another instance receives it within one poll interval instead of waiting for the
+        visibility timeout. Returns how many were released (held by this instance).
+        """
+        runs = (self._run(self.settling.release(d)) for d in deliveries)
+        return sum(r.outcome is not Outcome.LOST for r in runs)
+
+    def _run(self, settle: Settle) -> Settlement:
+        """Run ``settle`` with its trend counters, in one write: its settlement, or
+        ``LOST`` when this instance no longer held the delivery."""
+        self.report.failed += settle.failures
+        settled = self._call(settle.script, settle.keys, settle.args, settle.counts)
+        return settle.settled if settled else Settlement.lost()
 
     @translate_errors
     def extend(self, deliveries: Sequence[Delivery]) -> list[Delivery]:

@@ -14,10 +14,11 @@ from typing import Any
 
 from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
-from redisq_django.core.delivery import Delivery, Stream
+from redisq_django.core.delivery import Delivery
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.scripts import ScriptCall
+from redisq_django.core.settle import Settling
 from redisq_django.core.wire import to_str
 
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
@@ -93,23 +94,11 @@ def settle_call(
     event: Sequence[bytes] | None,
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of ``task_settle.lua`` for ``message`` of the queue of ``keys``
-    (``mode``: ``ack``, ``retry`` or ``dead``); ``event``: the settle's lifecycle event
-    with history on (its layout then has the events stream), None with history off."""
+    (``mode``: ``ack``, ``retry`` or ``dead``): the settle layout, built by
+    ``Settling.call``, then the task's own arguments and keys; ``event``: the settle's
+    lifecycle event with history on, None with history off."""
     gkeys = keys.group(message.consumer)
-    source = keys.log if message.stream is Stream.LOG else gkeys.direct
-    script_keys = [
-        source,
-        gkeys.retry,
-        gkeys.dead,
-        keys.task_result(message.id),
-        keys.task_results,
-        gkeys.leases,
-    ]
-    args: list[Any] = [
-        message.consumer,
-        message.instance,
-        message.entry_id,
-        "1" if message.stream is Stream.DIRECT else "0",
+    own = [
         mode,
         due,
         expires(expire_at_ms),
@@ -117,11 +106,11 @@ def settle_call(
         error_json,
         len(result),
         *pairs(result),
+        *pairs(envelope),
     ]
-    if event is not None:  # the event goes in the same script as the settle
-        script_keys.append(keys.events)
-        args += [len(event) // 2, *event]
-    return script_keys, [*args, *pairs(envelope)]
+    task_keys = [keys.task_result(message.id), keys.task_results, gkeys.leases]
+    settling = Settling(gkeys, message.instance)
+    return settling.call([settling.entry(message)], event or (), own, task_keys)
 
 
 def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:

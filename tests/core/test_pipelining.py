@@ -43,8 +43,9 @@ def test_after_noscript_exactly_the_refused_calls_run_again(
     scripts = Scripts(redis_client)
     redis_client.script_flush()
     key = f"{queue_name}:n"
-    # ack.lua acknowledging no id: a call that answers 0
-    ack = scripts.command("ack", [f"{queue_name}:log", f"{queue_name}:direct"], ["g", 0])
+    # ack.lua acknowledging no id: a call that answers 0 (the settle layout's seven keys)
+    keys = [f"{queue_name}:{k}" for k in ("log", "direct", "r", "d", "h", "b", "events")]
+    ack = scripts.command("ack", keys, ["g", "i", "", 0, 0])
     marked, unmarked = packed(ack), packed(ack)
     pipe: Pipe[str] = Pipe(redis_client, scripts)
     pipe.write(

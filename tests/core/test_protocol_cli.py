@@ -219,6 +219,24 @@ class Keys:
     def group_sent(self, g: str, message_id: str) -> str:
         return self._q(f"g:{g}:sent:{message_id}")
 
+    def settle(self, g: str) -> list[str]:
+        """The seven KEYS of every settling script (PROTOCOL.md, "The settle layout")."""
+        return [self.log, *[self._q(f"g:{g}:{k}") for k in SETTLED], self.events]
+
+
+#: The group's keys in the settle layout, after the log.
+SETTLED = ("direct", "retry", "dead", "holders", "held_back")
+
+
+def settle_args(
+    g: str, instance: str, entries: list[tuple[str, str, str]], event: dict[str, Any], *own: Any
+) -> list[Any]:
+    """ARGV of a settling script after the token (PROTOCOL.md, "The settle layout"), for a
+    consumer that is not ordered: entries are ``(log or direct, entry id, message id)``."""
+    head = [g, instance, "", len(entries)]
+    entered = [x for stream, entry_id, mid in entries for x in (stream, entry_id, mid, "")]
+    return [*head, *entered, len(event), *flat(event), *own]
+
 
 def pairs(flat: list[str]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
@@ -300,14 +318,9 @@ class ForeignConsumer:
     ) -> int:
         """fail.lua: retry (``mode`` "retry", due at ``due``) or dead-letter the entry."""
         k, g = self.keys, self.group
-        direct = "1" if stream == k.direct(g) else "0"
-        return int(
-            self.cli.script(
-                "fail",
-                [stream, k.retry(g), k.dead(g)],
-                [g, self.instance, entry_id, direct, mode, due, *flat(fields)],
-            )
-        )
+        entry = ("direct" if stream == k.direct(g) else "log", entry_id, fields.get("id", entry_id))
+        args = settle_args(g, self.instance, [entry], {}, mode, due, *flat(fields))
+        return int(self.cli.script("fail", k.settle(g), args))
 
     def next_delivery(
         self, entry_id: str, fields: dict[str, str], attempts: int, now: int, *, failed: bool
@@ -594,13 +607,15 @@ def test_cli_ack_of_log_and_direct_entries(
         (keys.log, log_id),
         (keys.direct("billing"), direct_id),
     }
-    # When ack.lua acknowledges both (n = 1 log id, then the direct id)
-    acked = cli.script("ack", [keys.log, keys.direct("billing")], ["billing", 1, log_id, direct_id])
+    # When ack.lua acknowledges both (m = 2 entries: the log one, then the direct one)
+    entries = [("log", log_id, log_id), ("direct", direct_id, "x1")]
+    acked = cli.script("ack", keys.settle("billing"), settle_args("billing", "n1", entries, {}))
     # Then both are settled and the direct entry is gone; a second ack finds nothing
     assert acked == 2
     assert cli("XLEN", keys.direct("billing")) == 0
     assert cli("XPENDING", keys.log, "billing")[0] == 0
-    assert cli.script("ack", [keys.log, keys.direct("billing")], ["billing", 1, log_id]) == 0
+    again = settle_args("billing", "n1", entries[:1], {})
+    assert cli.script("ack", keys.settle("billing"), again) == 0
 
 
 def test_cli_fail_retries_then_dead_letters_and_python_reads_and_redrives_it(
@@ -935,10 +950,9 @@ def test_cli_history_layouts_write_their_events(
     b = cli("XADD", keys.log, "*", "payload", "2", "id", "m-b")
     node.fetch()
     # When a is acknowledged with ack.lua's history layout
+    handled = {"e": "handled", "g": "billing", "c": "node-1", "m": json.dumps([[a, 1, 12]])}
     acked = cli.script(
-        "ack",
-        [keys.log, keys.direct("billing"), keys.events],
-        ["billing", 1, "node-1", 1, a, json.dumps([[a, 1, 12]])],
+        "ack", keys.settle("billing"), settle_args("billing", "node-1", [("log", a, a)], handled)
     )
     assert acked == 1
     # And b is dead-lettered with fail.lua's history layout (its `dead` event first)
@@ -950,11 +964,9 @@ def test_cli_history_layouts_write_their_events(
         **{"first_failed_at": now, "last_failed_at": now, "reason": "rejected"},
         **{"error_class": "Reject", "error_message": "no", "traceback": "", "group": "billing"},
     }
-    settled = cli.script(
-        "fail",
-        [keys.log, keys.retry("billing"), keys.dead("billing"), keys.events],
-        ["billing", "node-1", b, 0, "dead", 0, len(event), *flat(event), *flat(dead)],
-    )
+    entry = ("log", b, "m-b")
+    args = settle_args("billing", "node-1", [entry], event, "dead", 0, *flat(dead))
+    settled = cli.script("fail", keys.settle("billing"), args)
     assert settled == 1
     # And re-driven with redrive.lua's history layout
     [(dead_id, _)] = cli("XRANGE", keys.dead("billing"), "-", "+")

@@ -66,6 +66,26 @@ class Foreign:
             [1, group, "0-0"],
         )
 
+    def settle_keys(self) -> list[str]:
+        """The seven KEYS of every settling script (PROTOCOL.md, "The settle layout")."""
+        held = [self.g("holders"), self.g("held_back")]
+        return [self.key("log"), *[self.g(k) for k in ("direct", "retry", "dead")], *held,
+                self.key("events")]  # fmt: skip
+
+    def settle_args(
+        self,
+        instance: str,
+        entries: list[tuple[str, Any, Any, Any]],
+        event: list[Any],
+        *own: Any,
+        ordered: bool = False,
+    ) -> list[Any]:
+        """Their ARGV after the token: the head, the entries (stream, entry id, message
+        id, ordering key), the event's pairs, then the script's own arguments."""
+        prefix = self.g("waiting:") if ordered else ""
+        flat = [item for e in entries for item in e]
+        return [G, instance, prefix, len(entries), *flat, len(event) // 2, *event, *own]
+
     def events(self) -> list[dict[str, str]]:
         return [
             {k.decode(): v.decode() for k, v in f.items()}
@@ -283,8 +303,7 @@ def test_retried_events_carry_the_retry_due_time_by_redis_clock_from_both_sides(
     foreign: Foreign, broker: Broker, queue_name: str
 ) -> None:
     foreign.ensure()
-    log, retry, dead = foreign.key("log"), foreign.g("retry"), foreign.g("dead")
-    events = foreign.key("events")
+    log, retry = foreign.key("log"), foreign.g("retry")
     a = foreign.client.xadd(log, {"payload": "1", "id": "from-foreign"}).decode()
     foreign.client.xadd(log, {"payload": "2", "id": "from-python"})
     with broker.subscribe(queue_name, G, "py-1") as py:
@@ -295,12 +314,11 @@ def test_retried_events_carry_the_retry_due_time_by_redis_clock_from_both_sides(
         event = ["e", "retried", "g", G, "c", "py-1", "m", '[["from-foreign",1,3]]',
                  "error_class", "TypeError", "error_message", "no"]  # fmt: skip
         before = foreign.now_ms()
-        settled = foreign.script(
-            "fail",
-            [log, retry, dead, events],
-            [G, "py-1", a, 0, "retry", "+1500", len(event) // 2, *event,
-             "payload", "1", "id", "from-foreign", "attempts", 1],
+        args = foreign.settle_args(
+            "py-1", [("log", a, "from-foreign", "")], event,
+            "retry", "+1500", "payload", "1", "id", "from-foreign", "attempts", 1,
         )  # fmt: skip
+        settled = foreign.script("fail", foreign.settle_keys(), args)
         after = foreign.now_ms()
         assert settled == 1
         # And Python fails the other (Subscription.fail: no next_due passed)
@@ -333,8 +351,8 @@ def test_a_redriven_event_records_attempt_zero_from_both_sides(
                        "first_failed_at", 2, "last_failed_at", 2, "reason", "rejected",
                        "error_class", "Reject", "error_message", "no", "traceback", "",
                        "group", G]  # fmt: skip
-        keys = [log, foreign.g("retry"), dead]
-        assert foreign.script("fail", keys, [G, "node-1", eid, 0, "dead", 0, *dead_letter]) == 1
+        args = foreign.settle_args("node-1", [("log", eid, mid, "")], [], "dead", 0, *dead_letter)
+        assert foreign.script("fail", foreign.settle_keys(), args) == 1
     dead_ids = {f[b"id"].decode(): i.decode() for i, f in foreign.client.xrange(dead)}
     # When the foreign client re-drives a (redrive.lua, history layout, attempt 0) and
     # Python re-drives b
@@ -362,9 +380,10 @@ def test_a_release_by_fail_lua_writes_no_next_due(foreign: Foreign, queue_name: 
     eid = foreign.client.xadd(log, {"payload": "1", "id": "r"}).decode()
     foreign.client.xreadgroup(G, "node-1", {log: ">"}, count=1)
     event = ["e", "released", "g", G, "c", "node-1", "m", '[["r",0,null]]', "next_due", "7"]
-    keys = [log, foreign.g("retry"), foreign.g("dead"), foreign.key("events")]
-    args = [G, "node-1", eid, 0, "retry", 0, 5, *event, "payload", "1", "id", "r"]
-    assert foreign.script("fail", keys, args) == 1
+    args = foreign.settle_args(
+        "node-1", [("log", eid, "r", "")], event, "retry", 0, "payload", "1", "id", "r"
+    )
+    assert foreign.script("fail", foreign.settle_keys(), args) == 1
     [released] = foreign.events()
     assert released == {"e": "released", "g": G, "c": "node-1", "m": '[["r",0,null]]'}
     [(member, score)] = foreign.client.zrange(foreign.g("retry"), 0, -1, withscores=True)
@@ -406,11 +425,9 @@ def test_a_foreign_instance_and_ours_share_the_order_of_a_key(
         assert py.fetch(count=10, block_ms=50) == []
 
         # The foreign acknowledgement hands the key on: ours receives message 1
-        acked = foreign.script(
-            "ack_ordered",
-            [log, foreign.g("direct"), foreign.g("holders"), foreign.g("held_back")],
-            [G, foreign.g("waiting:"), "node-1", 1, "log", entry_id, entry_id, "order-42"],
-        )
+        entry = ("log", entry_id, entry_id, "order-42")
+        args = foreign.settle_args("node-1", [entry], [], ordered=True)
+        acked = foreign.script("ack_ordered", foreign.settle_keys(), args)
         assert acked == 1
         [one] = py.fetch(count=10, block_ms=200)
         assert (one.key, one.payload) == ("order-42", {"n": 1})

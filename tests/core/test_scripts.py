@@ -288,6 +288,30 @@ def test_promote_keeps_utf8_and_escapes_in_string_values(
     assert fields == {b"payload": payload.encode()}
 
 
+# == the settle layout (ack.lua, fail.lua; PROTOCOL.md "The settle layout") =============
+
+
+def settle_keys(qk: QueueKeys, gk: GroupKeys) -> list[str]:
+    """The seven KEYS of every settling script, in their order."""
+    return [qk.log, gk.direct, gk.retry, gk.dead, gk.holders, gk.held_back, qk.events]
+
+
+def settle_args(
+    instance: str, entries: list[tuple[str, Any]], event: tuple[Any, ...] = (), *own: Any
+) -> list[Any]:
+    """ARGV (after the token) of a settle of ``entries`` (``(stream, entry id)``; their
+    message id is the entry id, no ordering key) by ``instance`` of a consumer that is
+    not ordered, with ``event``'s pairs and the script's ``own`` arguments."""
+    args: list[Any] = [G, instance, "", len(entries)]
+    for stream, entry_id in entries:
+        args += [stream, entry_id, entry_id, ""]
+    return [*args, len(event) // 2, *event, *own]
+
+
+def ack_entries(log: list[bytes], direct: list[Any]) -> list[tuple[str, Any]]:
+    return [("log", i) for i in log] + [("direct", i) for i in direct]
+
+
 # == ack.lua =============================================================================
 
 
@@ -301,7 +325,8 @@ def test_ack_acks_log_ids_and_acks_and_deletes_direct_ids(
     assert read(redis_client, qk.log, "c1") == log
     assert read(redis_client, gk.direct, "c1") == direct
     # When two log ids and one direct id are acked
-    acked = broker.scripts("ack", [qk.log, gk.direct], [G, 2, log[0], log[1], direct[0]])
+    args = settle_args("c1", ack_entries(log[:2], direct[:1]))
+    acked = broker.scripts("ack", settle_keys(qk, gk), args)
     # Then three were acked; log entries stay (history), the direct one is deleted
     assert acked == 3
     assert pending(redis_client, qk.log) == [(log[2], b"c1", 1)]
@@ -309,7 +334,7 @@ def test_ack_acks_log_ids_and_acks_and_deletes_direct_ids(
     assert pending(redis_client, gk.direct) == [(direct[1], b"c1", 1)]
     assert ids(redis_client, gk.direct) == [direct[1]]
     # When the same ids are acked again, they count 0
-    again = broker.scripts("ack", [qk.log, gk.direct], [G, 2, log[0], log[1], direct[0]])
+    again = broker.scripts("ack", settle_keys(qk, gk), args)
     assert again == 0
     assert pending(redis_client, qk.log) == [(log[2], b"c1", 1)]
 
@@ -320,7 +345,9 @@ def test_ack_only_direct_ids(
     create_group(redis_client, gk)
     direct = add(redis_client, gk.direct, 2)
     read(redis_client, gk.direct, "c1")
-    assert broker.scripts("ack", [qk.log, gk.direct], [G, 0, *direct]) == 2
+    assert (
+        broker.scripts("ack", settle_keys(qk, gk), settle_args("c1", ack_entries([], direct))) == 2
+    )
     assert redis_client.xlen(gk.direct) == 0
     assert pending(redis_client, gk.direct) == []
 
@@ -330,7 +357,8 @@ def test_ack_of_ids_never_delivered_counts_zero(
 ) -> None:
     create_group(redis_client, gk)
     log = add(redis_client, qk.log, 1)
-    assert broker.scripts("ack", [qk.log, gk.direct], [G, 1, log[0], "99-0"]) == 0
+    args = settle_args("c1", ack_entries(log[:1], ["99-0"]))
+    assert broker.scripts("ack", settle_keys(qk, gk), args) == 0
     assert redis_client.xlen(qk.log) == 1
 
 
@@ -345,7 +373,8 @@ def test_ack_of_a_large_batch(
         log = pipe.execute()
     assert len(read(redis_client, qk.log, "c1", count=2000)) == 1200
     # When all are acked in one call
-    assert broker.scripts("ack", [qk.log, gk.direct], [G, len(log), *log]) == 1200
+    args = settle_args("c1", ack_entries(log, []))
+    assert broker.scripts("ack", settle_keys(qk, gk), args) == 1200
     # Then none is pending
     assert redis_client.xpending(qk.log, G)["pending"] == 0
 
@@ -354,12 +383,13 @@ def test_ack_of_a_large_batch(
 
 
 def fail_args(
-    consumer: str, entry_id: bytes, delete: str, mode: str, due: int, **fields: str
+    instance: str, entry_id: bytes, stream: str, mode: str, due: int, **fields: str
 ) -> list[Any]:
+    """fail.lua's ARGV: one entry, no event, then its mode, due time and envelope."""
     flat: list[Any] = []
     for k, v in fields.items():
         flat += [k, v]
-    return [G, consumer, entry_id, delete, mode, due, *flat]
+    return settle_args(instance, [(stream, entry_id)], (), mode, due, *flat)
 
 
 def test_fail_retry_acks_and_schedules_the_envelope(
@@ -370,8 +400,8 @@ def test_fail_retry_acks_and_schedules_the_envelope(
     [entry] = add(redis_client, qk.log, 1)
     read(redis_client, qk.log, "c1")
     # When c1 fails it in retry mode, due at 12345
-    args = fail_args("c1", entry, "0", "retry", 12345, payload='"x"', id="m1", attempts="1")
-    done = broker.scripts("fail", [qk.log, gk.retry, gk.dead], args)
+    args = fail_args("c1", entry, "log", "retry", 12345, payload='"x"', id="m1", attempts="1")
+    done = broker.scripts("fail", settle_keys(qk, gk), args)
     # Then it is acked (still in the log) and its envelope waits in the retry zset
     assert done == 1
     assert pending(redis_client, qk.log) == []
@@ -388,8 +418,8 @@ def test_fail_dead_writes_the_dead_letter(
     create_group(redis_client, gk)
     [entry] = add(redis_client, qk.log, 1)
     read(redis_client, qk.log, "c1")
-    args = fail_args("c1", entry, "0", "dead", 0, payload="1", reason="failed", error_class="E")
-    assert broker.scripts("fail", [qk.log, gk.retry, gk.dead], args) == 1
+    args = fail_args("c1", entry, "log", "dead", 0, payload="1", reason="failed", error_class="E")
+    assert broker.scripts("fail", settle_keys(qk, gk), args) == 1
     assert pending(redis_client, qk.log) == []
     [(_, fields)] = redis_client.xrange(gk.dead)
     assert list(fields.items()) == [
@@ -411,15 +441,16 @@ def test_fail_with_a_key_of_the_wrong_type_writes_nothing_and_keeps_the_entry_pe
     create_group(redis_client, gk)
     [entry] = add(redis_client, qk.log, 1)
     read(redis_client, qk.log, "c1")
-    keys = [qk.log, gk.retry, gk.dead, qk.events]
-    redis_client.set(keys[("x", "retry", "dead", "events").index(broken)], "not mine")
-    args = [G, "c1", entry, "0", mode, 12345, 2, "e", "retried", "g", G, "payload", "1"]
+    taken = {"retry": gk.retry, "dead": gk.dead, "events": qk.events}
+    redis_client.set(taken[broken], "not mine")
+    event = ("e", "retried", "g", G)
+    args = settle_args("c1", [("log", entry)], event, mode, 12345, "payload", "1")
     # When c1 fails it, then the script refuses before writing anything
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        broker.scripts("fail", keys, args)
+        broker.scripts("fail", settle_keys(qk, gk), args)
     # And the entry is still pending for c1: retried later instead of lost
     assert [p[0] for p in pending(redis_client, qk.log)] == [entry]
-    for key in keys[1:]:
+    for key in taken.values():
         assert redis_client.type(key) in (b"none", b"string")
 
 
@@ -430,9 +461,9 @@ def test_fail_from_direct_deletes_the_entry(
     create_group(redis_client, gk)
     [entry, other] = add(redis_client, gk.direct, 2)
     read(redis_client, gk.direct, "c1")
-    # When it fails again with ARGV[4] = "1"
-    args = fail_args("c1", entry, "1", "retry", 500, payload="0")
-    assert broker.scripts("fail", [gk.direct, gk.retry, gk.dead], args) == 1
+    # When it fails again, named as a direct entry
+    args = fail_args("c1", entry, "direct", "retry", 500, payload="0")
+    assert broker.scripts("fail", settle_keys(qk, gk), args) == 1
     # Then it is acked and deleted from the direct stream
     assert ids(redis_client, gk.direct) == [other]
     assert pending(redis_client, gk.direct) == [(other, b"c1", 1)]
@@ -448,8 +479,8 @@ def test_fail_of_an_entry_owned_by_another_consumer_changes_nothing(
     read(redis_client, gk.direct, "c2")
     # When c1 tries to fail it, in either mode
     for mode in ("retry", "dead"):
-        args = fail_args("c1", entry, "1", mode, 500, payload="0")
-        assert broker.scripts("fail", [gk.direct, gk.retry, gk.dead], args) == 0
+        args = fail_args("c1", entry, "direct", mode, 500, payload="0")
+        assert broker.scripts("fail", settle_keys(qk, gk), args) == 0
     # Then it is still pending for c2, still there, and nothing was written
     assert pending(redis_client, gk.direct) == [(entry, b"c2", 1)]
     assert ids(redis_client, gk.direct) == [entry]
@@ -463,8 +494,8 @@ def test_fail_of_an_entry_no_longer_pending_returns_zero(
     [entry] = add(redis_client, qk.log, 1)
     read(redis_client, qk.log, "c1")
     redis_client.xack(qk.log, G, entry)
-    args = fail_args("c1", entry, "0", "dead", 0, payload="0")
-    assert broker.scripts("fail", [qk.log, gk.retry, gk.dead], args) == 0
+    args = fail_args("c1", entry, "log", "dead", 0, payload="0")
+    assert broker.scripts("fail", settle_keys(qk, gk), args) == 0
     assert redis_client.exists(gk.retry, gk.dead) == 0
 
 
@@ -474,8 +505,8 @@ def test_fail_with_empty_consumer_skips_the_ownership_check(
     create_group(redis_client, gk)
     [entry] = add(redis_client, qk.log, 1)
     read(redis_client, qk.log, "c2")
-    args = fail_args("", entry, "0", "dead", 0, payload="0")
-    assert broker.scripts("fail", [qk.log, gk.retry, gk.dead], args) == 1
+    args = fail_args("", entry, "log", "dead", 0, payload="0")
+    assert broker.scripts("fail", settle_keys(qk, gk), args) == 1
     assert pending(redis_client, qk.log) == []
     assert redis_client.xlen(gk.dead) == 1
 

@@ -8,7 +8,6 @@ scripts check". Real Redis."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,8 @@ from redisq_django.core import Broker, DeadReason, Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import CorruptState, error_code
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.ordered import ack_parts
+from redisq_django.core.scripts.assembly import fragment
+from redisq_django.core.settle import Settling
 from redisq_django.core.subscription import Subscription
 from tests.support.ordered import CONSUMER, fetch, handle_all, ordered
 
@@ -203,9 +203,9 @@ def test_ack_ordered_refuses_a_waiting_list_of_the_wrong_type_before_acknowledgi
     gk = sub.gkeys
     member = broker.client.lpop(gk.waiting("a"))
     broker.client.set(gk.waiting("a"), "not a list")
-    name, keys, args = ack_parts(gk, "i1", [first], history=False)
+    ack = Settling(gk, "i1", ordered=True).ack([first])
     with pytest.raises(redis.ResponseError) as refused:
-        broker.scripts(name, keys, args)
+        broker.scripts(ack.script, ack.keys, ack.args)
     assert_names(refused.value, gk.waiting("a"))
     assert broker.client.xpending(gk.queue_keys.log, gk.group)["pending"] == 1
     assert broker.client.hget(gk.holders, "a") == first.id.encode()
@@ -304,24 +304,21 @@ def test_release_key_of_a_key_nobody_holds_writes_nothing(broker: Broker, queue_
     assert broker.client.xlen(sub.gkeys.direct) == 0
 
 
-# -- the hand-over is written the same in both scripts (issue 33 will write it once) ----
-
-SHARED = re.compile(r"-- >>> ordered hand-over.*?-- <<< ordered hand-over", re.DOTALL)
+# -- the hand-over and the checks are written once (core/scripts/fragments/) -------------
 
 
 def test_ack_ordered_fail_and_release_share_the_same_checks_and_hand_over_text() -> None:
-    names = ("ack_ordered.lua", "fail.lua", "release_key.lua")
-    blocks = [SHARED.findall((SCRIPTS / name).read_text()) for name in names]
-    assert all(len(b) == 1 for b in blocks), "each script has the block once"
-    assert blocks[0] == blocks[1] == blocks[2]
+    # One fragment each, shipped whole in each script (test_scripts_assembly.py checks
+    # that no source copies a fragment's text instead of including it)
+    for name in ("ack_ordered.lua", "fail.lua", "release_key.lua"):
+        text = (SCRIPTS / name).read_text()
+        assert text.count(fragment("hand_over")) == 1, name
+        assert text.count(fragment("foreign_state")) == 1, name
 
 
 @pytest.mark.parametrize("name", ["read_ordered.lua", "ordered_purge.lua", "release_key.lua"])
 def test_every_ordered_script_checks_with_the_same_words(name: str) -> None:
-    checks = re.compile(r"-- >>> foreign state.*?-- <<< foreign state", re.DOTALL)
-    reference = checks.findall((SCRIPTS / "ack_ordered.lua").read_text())
-    assert len(reference) == 1
-    assert checks.findall((SCRIPTS / name).read_text()) == reference
+    assert (SCRIPTS / name).read_text().count(fragment("foreign_state")) == 1
 
 
 # -- retention: archive positions and marks of what it removed ---------------------------

@@ -154,13 +154,20 @@ def _delivered(r: redis.Redis, qk: QueueKeys, gk: GroupKeys) -> bytes:
 
 
 def settle_args(entry: bytes, mode: str, result: list[str], envelope: list[str],
-                *, error: str = "", consumer: str = "c1") -> list[object]:  # fmt: skip
-    return [G, consumer, entry, "0", mode, "+50", now_ms() + 60_000, RID, error,
-            len(result) // 2, *result, *envelope]  # fmt: skip
+                *, error: str = "", consumer: str = "c1", event: list[str] | None = None,
+                ) -> list[object]:  # fmt: skip
+    """The settle layout (PROTOCOL.md): one log entry of message RID, its event, then the
+    script's own arguments."""
+    event = event or []
+    return [G, consumer, "", 1, "log", entry, RID, "", len(event) // 2, *event,
+            mode, "+50", now_ms() + 60_000, RID, error, len(result) // 2, *result,
+            *envelope]  # fmt: skip
 
 
 def settle_keys(qk: QueueKeys, gk: GroupKeys) -> list[str]:
-    return [qk.log, gk.retry, gk.dead, qk.task_result(RID), qk.task_results, gk.leases]
+    """The settle layout's seven keys, then task_settle.lua's own three."""
+    layout = [qk.log, gk.direct, gk.retry, gk.dead, gk.holders, gk.held_back, qk.events]
+    return [*layout, qk.task_result(RID), qk.task_results, gk.leases]
 
 
 def test_settle_ack_writes_successful_with_the_ack(
@@ -222,13 +229,6 @@ def test_settle_ends_the_delivery_s_own_lease(
     assert redis_client.zrange(gk.leases, 0, -1) == [b"log:9-9"]
 
 
-def history_args(args: list[object], event: list[str]) -> list[object]:
-    """``settle_args`` in the history layout: the event after the result's pairs."""
-    k = int(str(args[9]))
-    head, envelope = args[: 10 + 2 * k], args[10 + 2 * k :]
-    return [*head, len(event) // 2, *event, *envelope]
-
-
 @pytest.mark.parametrize("mode", ["ack", "retry", "dead"])
 def test_settle_with_history_writes_its_event_with_the_settle(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, gk: GroupKeys, mode: str
@@ -240,15 +240,17 @@ def test_settle_with_history_writes_its_event_with_the_settle(
     if mode != "ack":
         event += ["error_class", "builtins.ValueError", "error_message", "no"]
     event += {"ack": [], "retry": ["next_due", "1"], "dead": ["reason", "failed"]}[mode]
-    keys = [*settle_keys(qk, gk), qk.events]
+    keys = settle_keys(qk, gk)
     # When another instance tries to settle it, nothing is written, no event either
-    lost = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"], consumer="c9")
-    assert broker.scripts("task_settle", keys, history_args(lost, event)) == 0
+    lost = settle_args(
+        entry, mode, ["status", "READY"], ["payload", "{}"], consumer="c9", event=event
+    )
+    assert broker.scripts("task_settle", keys, lost) == 0
     assert redis_client.xlen(qk.events) == 0
     # When its instance settles it
     before = redis_ms(redis_client)
-    args = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"])
-    assert broker.scripts("task_settle", keys, history_args(args, event)) == 1
+    args = settle_args(entry, mode, ["status", "READY"], ["payload", "{}"], event=event)
+    assert broker.scripts("task_settle", keys, args) == 1
     # Then the settle happened and its one event says so
     assert redis_client.xpending(qk.log, G)["pending"] == 0
     [(_, fields)] = redis_client.xrange(qk.events)

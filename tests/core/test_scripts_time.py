@@ -85,11 +85,10 @@ def test_fail_with_a_relative_due_retries_by_redis_clock(
     redis_client.xgroup_create(qk.log, G, id="0-0", mkstream=True)
     entry = redis_client.xadd(qk.log, {"payload": "1"})
     redis_client.xreadgroup(G, "c1", {qk.log: ">"}, count=1)
-    keys = [qk.log, gk.retry, gk.dead]
-    args: list[object] = [G, "c1", entry, "0", "retry", "+5000"]
-    if history:
-        keys.append(qk.events)
-        args += [2, "e", "retried", "next_due", "0"]
+    # (the settle layout, PROTOCOL.md: its seven keys; one log entry, no ordering key)
+    keys = [qk.log, gk.direct, gk.retry, gk.dead, gk.holders, gk.held_back, qk.events]
+    event = ["e", "retried", "next_due", "0"] if history else []
+    args = [G, "c1", "", 1, "log", entry, entry, "", len(event) // 2, *event, "retry", "+5000"]
     # When it fails with a retry due "+5000"
     t0 = redis_ms(redis_client)
     assert broker.scripts("fail", keys, [*args, "payload", "1", "attempts", "1"]) == 1

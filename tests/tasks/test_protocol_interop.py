@@ -79,15 +79,16 @@ class ForeignTasks:
         envelope: tuple[Any, ...] = (),
         event: tuple[Any, ...] | None = None,
     ) -> int:
-        keys = [stream, self.g("retry"), self.g("dead"), self.key(f"result:{rid}"),
-                self.key("results"), self.g("leases")]  # fmt: skip
-        direct = "1" if stream == self.g("direct") else "0"
+        # The settle layout's seven keys (PROTOCOL.md, "The settle layout"), then the
+        # task's result, the index of results and the leases
+        keys = [self.key("log"), *[self.g(k) for k in ("direct", "retry", "dead")],
+                self.g("holders"), self.g("held_back"), self.key("events"),
+                self.key(f"result:{rid}"), self.key("results"), self.g("leases")]  # fmt: skip
+        kind = "direct" if stream == self.g("direct") else "log"
+        event = event or ()
         pairs = [x for kv in result.items() for x in kv]
-        args = [G, "node-1", entry_id, direct, mode, due, f"+{DAY_MS}", rid, error,
-                len(result), *pairs]  # fmt: skip
-        if event is not None:
-            keys.append(self.key("events"))
-            args += [len(event) // 2, *event]
+        args = [G, "node-1", "", 1, kind, entry_id, rid, "", len(event) // 2, *event,
+                mode, due, f"+{DAY_MS}", rid, error, len(result), *pairs]  # fmt: skip
         return int(self.script("task_settle", keys, [*args, *envelope]))
 
 

@@ -1,7 +1,12 @@
-"""The Lua scripts, one ``.lua`` file per atomic operation, and their loader.
+"""The Lua scripts, one per atomic operation, and their loader.
 
-Each file starts with a header listing every ``KEYS[i]`` and ``ARGV[i]``; PROTOCOL.md
-lists them for clients in other languages, which must call the same scripts.
+A script is written once: its source (``source/<name>.lua``) includes the fragments it
+shares with others (``fragments/``: the protocol check, the layout check, the ordered
+hand-over, the settle layout, ...), and the loader assembles each once per process
+(:mod:`.assembly`). The assembled text is what runs, here and in every other language's
+client: each starts with a header listing every ``KEYS[i]`` and ``ARGV[i]``, PROTOCOL.md
+lists them too, and the package ships them as ``core/scripts/<name>.lua``
+(``python -m redisq_django.core.scripts export DIR`` writes them anywhere).
 
 Every script takes the protocol version as ``ARGV[1]`` (:data:`PROTOCOL_TOKEN`) and
 refuses any other with an error reply starting ``REDISQ_PROTOCOL`` (PROTOCOL.md,
@@ -15,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Literal, get_args
 
 from redis.commands.core import Script
 
+from redisq_django.core.scripts.assembly import assembled
 from redisq_django.core.types import AsyncRedisClient, RedisClient
 
 ScriptName = Literal[
@@ -98,8 +103,10 @@ class ScriptCall:
 
 
 def script_source(name: str) -> str:
-    """The text of ``core/scripts/<name>.lua``."""
-    return resources.files(__name__).joinpath(f"{name}.lua").read_text()
+    """The text of script ``name`` as Redis runs it: assembled from its source and the
+    fragments it includes (:func:`.assembly.assembled`), the same as the shipped
+    ``core/scripts/<name>.lua``."""
+    return assembled(name)
 
 
 class Scripts:

@@ -1,3 +1,5 @@
+-- Assembled from source/archive_commit.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- archive_commit.lua: record how far a named archive has safely stored a stream.
 --
 -- KEYS[1]  hash    redisq:{q}:archives  "<a>:<table>" = the archive's position
@@ -11,6 +13,7 @@
 -- starting NOARCHIVE: a removed archive never comes back by committing.
 -- Returns the position now recorded.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -19,12 +22,16 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/entry_id.lua (shared; assembled into this script)
+-- An entry id <ms>-<seq> as {ms, seq} (numbers), or nil for anything else.
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if not ms then return nil end
   return {tonumber(ms), tonumber(seq)}
 end
+-- <<< fragments/entry_id.lua
 
 local new = parse(ARGV[4])
 if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[4]) end

@@ -1,3 +1,5 @@
+-- Assembled from source/archive_gap.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- archive_gap.lua: a named archive settles its gap record: forget what it has passed,
 -- and record a data loss it goes on past (failOnDataLoss false) for its job to report.
 --
@@ -14,6 +16,7 @@
 -- The gap record is deleted when its last id is at or before ARGV[4].
 -- Returns 1 when it was deleted, else 0.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -22,12 +25,16 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/entry_id.lua (shared; assembled into this script)
+-- An entry id <ms>-<seq> as {ms, seq} (numbers), or nil for anything else.
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if not ms then return nil end
   return {tonumber(ms), tonumber(seq)}
 end
+-- <<< fragments/entry_id.lua
 local upto = parse(ARGV[4])
 if not upto then return redis.error_reply('ERR invalid entry id ' .. ARGV[4]) end
 if ARGV[5] ~= '' then

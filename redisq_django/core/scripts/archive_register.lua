@@ -1,3 +1,5 @@
+-- Assembled from source/archive_register.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- archive_register.lua: register a named archive of one stream of a queue, so that
 -- retention keeps everything it has not stored yet.
 --
@@ -22,6 +24,7 @@
 -- (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key <key>
 -- field <field> holds ...", nothing written.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -30,6 +33,29 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 local name, table_name, start = ARGV[2], ARGV[3], ARGV[4]
 if #name > 100 or not string.match(name, '^[%w_%.%-]+$') then
@@ -42,22 +68,26 @@ local field = name .. ':' .. table_name
 local current = redis.call('HGET', KEYS[1], field)
 if current then return {0, current} end
 
+-- >>> fragments/entry_id.lua (shared; assembled into this script)
+-- An entry id <ms>-<seq> as {ms, seq} (numbers), or nil for anything else.
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if not ms then return nil end
   return {tonumber(ms), tonumber(seq)}
 end
+-- <<< fragments/entry_id.lua
 local function later(a, b) -- of two ids (text), the later
   local pa, pb = parse(a), parse(b)
   if pa[1] > pb[1] or (pa[1] == pb[1] and pa[2] >= pb[2]) then return a end
   return b
 end
 
--- >>> positions (the same words in trim.lua and archive_register.lua; PROTOCOL.md, "What
--- the scripts check"). An archive's position and a mark of what retention removed are
--- entry ids only the scripts write; another client's text there is refused before the
--- first write, naming the key and field: read as an id it would stop retention half-way
--- or move its floor past what an archive still needs.
+-- >>> fragments/positions.lua (shared; assembled into this script)
+-- Positions (PROTOCOL.md, "What the scripts check"): an archive's position and a mark of
+-- what retention removed are entry ids (<ms>-<seq> or <ms>, digits only) that only the
+-- scripts write; another client's text there is refused before the first write, naming
+-- the key and field: read as an id it would stop retention half-way or move its floor
+-- past what an archive still needs.
 local function is_id(text)
   return #text <= 41 and (string.match(text, '^%d+%-%d+$') or string.match(text, '^%d+$')) ~= nil
 end
@@ -70,7 +100,7 @@ local function not_an_id(key, field, value)
     .. 'Nothing was done: repair it as PROTOCOL.md says ("What the scripts check"), then '
     .. 'call again')
 end
--- <<< positions
+-- <<< fragments/positions.lua
 
 local status, position = 1, nil
 local legacy = redis.call('HGET', KEYS[2], 'archive:' .. table_name)
@@ -94,7 +124,5 @@ else
     return redis.error_reply('ERR invalid start ' .. start .. ': earliest, latest or an entry id')
   end
 end
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], field, position,
-  field .. ':since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[1], field, position, field .. ':since', redis_now())
 return {status, position}

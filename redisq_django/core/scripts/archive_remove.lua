@@ -1,3 +1,5 @@
+-- Assembled from source/archive_remove.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- archive_remove.lua: remove a named archive of a queue; retention stops waiting for it.
 --
 -- KEYS[1]  hash    redisq:{q}:archives             its fields "<a>:..." are deleted
@@ -10,6 +12,7 @@
 --
 -- Returns how many tables (messages, events) it was registered for.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -18,6 +21,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local name = ARGV[2]
 local prefix = name .. ':'

@@ -1,3 +1,5 @@
+-- Assembled from source/deliver_now.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- deliver_now.lua: deliver a delayed message or a retry now, ahead of its due time.
 --
 -- KEYS[1]  zset    redisq:{q}:delayed (or redisq:{q}:g:<g>:retry)   the member's set
@@ -13,6 +15,7 @@
 -- Returns the new entry id, or false when the member is no longer in the set (promoted
 -- or delivered now by someone else meanwhile).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -21,9 +24,14 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
--- As promote.lua: a JSON object of strings (null: no such field) gives its fields; any
--- other member is moved unchanged as one field "raw", never re-encoded.
+-- >>> fragments/flatten.lua (shared; assembled into this script)
+-- The stream fields of a member of a delayed or retry set: a JSON object of strings is
+-- its fields (`null` values left out), anything else moves whole, byte for byte, as the
+-- one field `raw`, which its reader makes an undecodable dead letter (PROTOCOL.md,
+-- "Envelope v1"). promote.lua and deliver_now.lua flatten alike: a member's fate never
+-- depends on which of them moves it.
 local function flatten(member)
   local ok, decoded = pcall(cjson.decode, member)
   -- decoded[1] set: a JSON array (cjson decodes arrays and objects to tables alike).
@@ -42,6 +50,7 @@ local function flatten(member)
   if #flat == 0 then return {'raw', member} end
   return flat
 end
+-- <<< fragments/flatten.lua
 
 if redis.call('ZREM', KEYS[1], ARGV[2]) == 0 then return false end
 return redis.call('XADD', KEYS[2], '*', unpack(flatten(ARGV[2])))

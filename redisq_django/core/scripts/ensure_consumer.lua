@@ -1,3 +1,5 @@
+-- Assembled from source/ensure_consumer.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- ensure_consumer.lua: register a logical consumer (consumer group) on a queue.
 --
 -- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta): fields `partitions` (the
@@ -15,6 +17,7 @@
 -- Returns 1 when the group was created on the log, 0 when it already existed (its
 -- position is left alone: use XGROUP SETID to move it).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -23,7 +26,9 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/layout.lua (shared; assembled into this script)
 -- What the place records (PROTOCOL.md, "Partitions: the layout every write checks", and
 -- "Versions and upgrades"): KEYS[1] is the meta of the place written (the queue, or one
 -- partition of it). Data a consumer of another protocol registered may mean something
@@ -44,6 +49,7 @@ if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and reco
     .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
     .. "': read the recorded number again")
 end
+-- <<< fragments/layout.lua
 
 local function create(key, id)
   local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', key, ARGV[3], id, 'MKSTREAM')

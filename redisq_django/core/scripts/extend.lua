@@ -1,3 +1,5 @@
+-- Assembled from source/extend.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- extend.lua: renew the lease of entries a consumer is still working on.
 --
 -- KEYS[1]  stream  redisq:{q}:log
@@ -12,6 +14,7 @@
 -- leaves the delivery count alone). Returns the ids another consumer owns now (ids no
 -- longer pending at all were settled meanwhile and are not reported).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -20,6 +23,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local group, consumer = ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])

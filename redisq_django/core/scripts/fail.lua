@@ -1,39 +1,50 @@
+-- Assembled from source/fail.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- fail.lua: settle a failed delivery: schedule a retry or make it a dead letter.
 --
--- KEYS[1]  stream  the stream the entry was delivered from (log or the group's direct)
--- KEYS[2]  zset    redisq:{q}:g:<g>:retry   member = envelope as JSON, score = due ms
--- KEYS[3]  stream  redisq:{q}:g:<g>:dead
--- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
+-- >>> fragments/settle_layout.lua (shared; assembled into this script)
+-- The settle layout: the KEYS and ARGV of every settling script (ack.lua, ack_ordered.lua,
+-- fail.lua, task_settle.lua; PROTOCOL.md, "The settle layout"). Every one of these keys
+-- is passed in every call, used or not: one layout, and one slot (they share the tag).
+-- KEYS[1]  stream  redisq:{q}:log
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct     the group's private input
+-- KEYS[3]  zset    redisq:{q}:g:<g>:retry      member = envelope as JSON, score = due ms
+-- KEYS[4]  stream  redisq:{q}:g:<g>:dead
+-- KEYS[5]  hash    redisq:{q}:g:<g>:holders    an ordered consumer's: ordering key -> the
+--                  message holding it (see read_ordered.lua)
+-- KEYS[6]  string  redisq:{q}:g:<g>:held_back  how many messages its waiting lists hold
+-- KEYS[7]  stream  redisq:{q}:events           written only when the call has an event
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
--- ARGV[4]  entry id
--- ARGV[5]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
--- ARGV[6]  "retry" or "dead"
--- ARGV[7]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
---          that many ms after now by Redis's own clock (TIME), never the caller's; or
---          a due time, ms since the epoch ("0": at once, a release)
--- Without KEYS[4]:
--- ARGV[8 ..]  field, value pairs of the envelope to write (retry member or dead entry)
--- With KEYS[4]:
--- ARGV[8]  k: how many field, value pairs the event has
--- ARGV[9 .. 8+2k]  the event's field, value pairs (written to KEYS[4] when settled). A
---                  `retried` event gets `next_due` here: the retry's due time (ms, by
---                  Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
--- ARGV[9+2k ..]    field, value pairs of the envelope to write
--- With KEYS[5] to KEYS[7] (an ordered consumer; KEYS[4] is then given too, with k = 0 when history
--- is off):
--- KEYS[5]  hash    redisq:{q}:g:<g>:holders   (see read_ordered.lua)
--- KEYS[6]  stream  redisq:{q}:g:<g>:direct    where the key's next message goes
--- KEYS[7]  string  redisq:{q}:g:<g>:held_back how many messages the waiting lists hold
--- ARGV[9+2k]   the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
--- ARGV[10+2k]  the entry's ordering key ("": none)
--- ARGV[11+2k]  its message id
--- ARGV[12+2k ..]  field, value pairs of the envelope to write
--- A dead letter hands its ordering key on, as ack_ordered.lua does; a retry keeps it (the
--- key's later messages wait for the retries).
+-- ARGV[3]  the instance that settles: fail.lua and task_settle.lua settle an entry only
+--          while it is pending for this instance ("" skips that check)
+-- ARGV[4]  an ordered consumer's prefix of its waiting lists, "redisq:{q}:g:<g>:waiting:"
+--          (the list of ordering key k is ARGV[4] .. k, in the same slot); "" for a
+--          consumer that is not ordered (nothing is handed on)
+-- ARGV[5]  m: how many entries follow
+-- ARGV[6 .. 5+4m]  per entry: "log" or "direct" (the stream it was read from), its entry
+--          id, its message id (its `id` field as stored, else the entry id) and its
+--          ordering key as stored ("": none); only an ordered consumer's settles read
+--          those two: any other consumer may pass "" for both
+-- ARGV[6+4m]  k: how many field, value pairs the settle's lifecycle event has (0: no
+--          event, history off)
+-- ARGV[7+4m .. 6+4m+2k]  the event's pairs (PROTOCOL.md, "Lifecycle events"), written to
+--          KEYS[7] when the call settles anything, with the fields the script knows
+--          better (below) written by the script, last
+-- ARGV[7+4m+2k ..]  the script's own arguments, if any:
+-- <<< fragments/settle_layout.lua
+-- ARGV[a]    "retry" or "dead" (a = 7+4m+2k; fail.lua settles one entry: m = 1)
+-- ARGV[a+1]  when the retry is due (ignored for "dead"): "+<ms>" (what our code sends):
+--            that many ms after now by Redis's own clock (TIME), never the caller's; or
+--            a due time, ms since the epoch ("0": at once, a release)
+-- ARGV[a+2 ..]  field, value pairs of the envelope to write (retry member or dead entry)
+-- A `retried` event (mode "retry") gets `next_due` from the script: the retry's due time
+-- (ms, by Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped.
 --
--- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
+-- An ordered consumer's dead letter (ARGV[4] given) hands its ordering key on, as
+-- ack_ordered.lua does; a retry keeps it (the key's later messages wait for the retries).
+--
+-- Returns 1 when settled, 0 when the entry is no longer pending for this instance (its
 -- lease expired and another instance owns it now: that instance settles it instead).
 -- A key of the wrong type is refused (WRONGTYPE) before anything is written: Redis does
 -- not undo a script's earlier writes, and the entry must stay pending rather than be
@@ -41,6 +52,7 @@
 -- letter, what handing its key on reads (as in ack_ordered.lua: PROTOCOL.md, "What the
 -- scripts check"): an error reply "REDISQ_CORRUPT key <key> holds ...", nothing written.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -49,30 +61,131 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
-local group, consumer, id, mode = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
 
-local pending = redis.call('XPENDING', KEYS[1], group, id, id, 1)
-if #pending == 0 then return 0 end
-if consumer ~= '' and pending[1][2] ~= consumer then return 0 end
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
--- Where the event's and the envelope's arguments are; an ordered consumer's come between.
-local first, k, ordered = 8, 0, nil
-if #KEYS >= 4 then
-  k = tonumber(ARGV[8])
-  first = 9 + 2 * k
-  if KEYS[5] then
-    ordered = {prefix = ARGV[first], key = ARGV[first + 1], mid = ARGV[first + 2]}
-    first = first + 3
+-- >>> fragments/settle.lua (shared; assembled into this script)
+-- The settle layout, read (see the header): its keys, its head, where the entries, the
+-- event and the script's own arguments are; and what every settling script does with
+-- them.
+local log, direct, events = KEYS[1], KEYS[2], KEYS[7]
+local group, instance, prefix = ARGV[2], ARGV[3], ARGV[4]
+local m = tonumber(ARGV[5])
+local event_at = 6 + 4 * m            -- k, then the event's pairs
+local k = tonumber(ARGV[event_at])
+local own_at = event_at + 1 + 2 * k   -- the script's own arguments
+
+-- Entry i: the stream it came from (its key), its entry id, message id and ordering key.
+local function entry(i)
+  local at = 2 + 4 * i
+  return (ARGV[at] == 'log' and log or direct), ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+end
+
+-- The value of the event's field `name` as the caller gave it, or nil.
+local function event_field(name)
+  for i = event_at + 1, own_at - 1, 2 do
+    if ARGV[i] == name then return ARGV[i + 1] end
+  end
+  return nil
+end
+
+-- Write the event (none when k = 0): its pairs as given, but `field` (if any), which
+-- the script knows better: left out where given and, unless `value` is false, written
+-- last with `value` (a retry's `next_due`, the due time it made by Redis's clock; a
+-- `handled` event's `m` with the records of the entries it acknowledged).
+local function write_event(field, value)
+  if k == 0 then return end
+  if not field then
+    redis.call('XADD', events, '*', unpack(ARGV, event_at + 1, own_at - 1))
+    return
+  end
+  local event = {}
+  for i = event_at + 1, own_at - 1, 2 do
+    if ARGV[i] ~= field then
+      event[#event + 1] = ARGV[i]
+      event[#event + 1] = ARGV[i + 1]
+    end
+  end
+  if value then
+    event[#event + 1] = field
+    event[#event + 1] = value
+  end
+  redis.call('XADD', events, '*', unpack(event))
+end
+
+-- Acknowledge entry `id` of `stream` (and delete it from the direct stream, which only
+-- holds work): 1 when it was pending, else 0.
+local function acknowledge(stream, id)
+  local acked = redis.call('XACK', stream, group, id)
+  if acked == 1 and stream == direct then redis.call('XDEL', direct, id) end
+  return acked
+end
+-- <<< fragments/settle.lua
+
+-- >>> fragments/settle_failure.lua (shared; assembled into this script)
+-- What fail.lua and task_settle.lua share beyond the settle layout: the ownership check
+-- and the failed delivery's next place.
+-- Whether entry `id` of `stream` is still pending for the instance of ARGV[3] (any, for
+-- ""): one whose lease expired and that another instance took over is settled by that
+-- one, and this call writes nothing.
+local function held(stream, id)
+  local pending = redis.call('XPENDING', stream, group, id, id, 1)
+  if #pending == 0 then return false end
+  return instance == '' or pending[1][2] == instance
+end
+
+-- A failed delivery's next place: with `retry`, the retry member due at `due` (the
+-- envelope's pairs from ARGV[first] as one JSON object), else the dead letter (those
+-- pairs as its fields).
+local function write_failure(retry, due, first)
+  if retry then
+    local envelope = {}
+    for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
+    redis.call('ZADD', KEYS[3], due, cjson.encode(envelope))
+  else
+    redis.call('XADD', KEYS[4], '*', unpack(ARGV, first))
   end
 end
-local holders, direct, held_back = KEYS[5], KEYS[6], KEYS[7]
-local prefix = ordered and ordered.prefix
+-- <<< fragments/settle_failure.lua
 
--- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
--- scripts check"). What a call reads but did not write is checked before its first write:
--- Redis does not undo a script's earlier writes, so a value refused half-way would lose
--- or duplicate a message. A check returns an error reply naming the key, or nil.
+if m ~= 1 then
+  return redis.error_reply('ERR fail.lua settles one entry, not ' .. tostring(ARGV[5])
+    .. ' (PROTOCOL.md, "The settle layout")')
+end
+local retry = ARGV[own_at] == 'retry'
+local due, first = ARGV[own_at + 1], own_at + 2  -- first: the envelope's first field
+local stream, id, mid, key = entry(1)
+if not held(stream, id) then return 0 end
+
+local holders, held_back = KEYS[5], KEYS[6]
+local ordered = prefix ~= ''
+
+-- >>> fragments/foreign_state.lua (shared; assembled into this script)
+-- Foreign state (PROTOCOL.md, "What the scripts check"): what a call reads but did not
+-- write is checked before its first write. Redis does not undo a script's earlier writes,
+-- so a value refused half-way would lose or duplicate a message. A check returns an error
+-- reply naming the key, or nil.
 local function corrupt(key, found, wanted)
   local function shown(text)
     return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
@@ -96,24 +209,13 @@ local function check_count(key)
   end
   return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
 end
--- <<< foreign state
+-- <<< fragments/foreign_state.lua
 
-local wanted = {{KEYS[2], 'zset'}, {KEYS[3], 'stream'}, {KEYS[4], 'stream'}}
-for _, key in ipairs(wanted) do
-  if key[1] then
-    local found = redis.call('TYPE', key[1])['ok']
-    if found ~= 'none' and found ~= key[2] then
-      return redis.error_reply('WRONGTYPE ' .. key[1] .. ' holds a ' .. found ..
-        ', not a ' .. key[2] .. '; nothing was settled')
-    end
-  end
-end
-
--- An ordered consumer's dead letter hands its key on to the next message of the key's
--- waiting list (or frees it), as ack_ordered.lua does for a handled message.
--- >>> ordered hand-over (the same text in ack_ordered.lua and fail.lua). It uses the
--- script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the waiting
--- lists: the list of ordering key k is prefix .. k).
+-- >>> fragments/hand_over.lua (shared; assembled into this script)
+-- The ordered hand-over: an ordering key passes from the message that held it to the next
+-- message of its waiting list (ack_ordered.lua, fail.lua's dead letters, release_key.lua).
+-- It uses the script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the
+-- waiting lists: the list of ordering key k is prefix .. k), and foreign_state's checks.
 
 -- The fields of a waiting list's member (a JSON object of at most 1000 string values, as
 -- read_ordered.lua writes it) and its message id; nil for anything else, which is handed
@@ -156,51 +258,34 @@ local function hand_on(key, mid)
   end
   redis.call('HDEL', holders, key)
 end
--- <<< ordered hand-over
+-- <<< fragments/hand_over.lua
 
-if ordered and mode ~= 'retry' then
-  local refused = check_hand_on(ordered.key, ordered.mid)
-  if refused then return refused end
-end
-
-local due = ARGV[7]
-if mode == 'retry' and string.sub(due, 1, 1) == '+' then
-  -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
-  redis.replicate_commands()
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  due = string.format('%d', now + tonumber(string.sub(due, 2)))
-end
-
-if #KEYS >= 4 then
-  local event_end = 8 + 2 * k  -- the event's last ARGV (an ordered consumer's args follow)
-  if k > 0 then
-    -- The event as given, but its `next_due`: a `retried` event's is the due time above.
-    local event, retried = {}, false
-    for i = 9, event_end, 2 do
-      if ARGV[i] ~= 'next_due' then
-        event[#event + 1] = ARGV[i]
-        event[#event + 1] = ARGV[i + 1]
-      end
-      if ARGV[i] == 'e' and ARGV[i + 1] == 'retried' then retried = true end
+local wanted = {{KEYS[3], 'zset'}, {KEYS[4], 'stream'}, {k > 0 and events, 'stream'}}
+for _, pair in ipairs(wanted) do
+  if pair[1] then
+    local found = redis.call('TYPE', pair[1])['ok']
+    if found ~= 'none' and found ~= pair[2] then
+      return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' holds a ' .. found ..
+        ', not a ' .. pair[2] .. '; nothing was settled')
     end
-    if retried and mode == 'retry' then
-      event[#event + 1] = 'next_due'
-      event[#event + 1] = due
-    end
-    redis.call('XADD', KEYS[4], '*', unpack(event))
   end
 end
 
-redis.call('XACK', KEYS[1], group, id)
-if ARGV[5] == '1' then redis.call('XDEL', KEYS[1], id) end
-
-if mode == 'retry' then
-  local envelope = {}
-  for i = first, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
-  redis.call('ZADD', KEYS[2], due, cjson.encode(envelope))
-else
-  redis.call('XADD', KEYS[3], '*', unpack(ARGV, first))
-  if ordered and ordered.key ~= '' then hand_on(ordered.key, ordered.mid) end
+-- An ordered consumer's dead letter hands its key on to the next message of the key's
+-- waiting list (or frees it), as ack_ordered.lua does for a handled message.
+if ordered and not retry then
+  local refused = check_hand_on(key, mid)
+  if refused then return refused end
 end
+
+if retry and string.sub(due, 1, 1) == '+' then
+  -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+  redis.replicate_commands()
+  due = time_of(due)
+end
+
+write_event('next_due', retry and event_field('e') == 'retried' and due)
+acknowledge(stream, id)
+write_failure(retry, due, first)
+if ordered and not retry and key ~= '' then hand_on(key, mid) end
 return 1

@@ -1,3 +1,5 @@
+-- Assembled from source/ordered_purge.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- ordered_purge.lua: after a purge of an ordered consumer's waiting work, drop the
 -- messages waiting behind its ordering keys and free every key no message in flight holds.
 --
@@ -21,6 +23,7 @@
 -- (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key <key>
 -- holds ..." and nothing is done. KEYS[4] is deleted, never read.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -29,15 +32,17 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local call = redis.call
 local group, prefix, limit = ARGV[2], ARGV[3], tonumber(ARGV[4]) or 0
 local holders = KEYS[3]
 
--- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
--- scripts check"). What a call reads but did not write is checked before its first write:
--- Redis does not undo a script's earlier writes, so a value refused half-way would lose
--- or duplicate a message. A check returns an error reply naming the key, or nil.
+-- >>> fragments/foreign_state.lua (shared; assembled into this script)
+-- Foreign state (PROTOCOL.md, "What the scripts check"): what a call reads but did not
+-- write is checked before its first write. Redis does not undo a script's earlier writes,
+-- so a value refused half-way would lose or duplicate a message. A check returns an error
+-- reply naming the key, or nil.
 local function corrupt(key, found, wanted)
   local function shown(text)
     return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
@@ -61,7 +66,7 @@ local function check_count(key)
   end
   return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
 end
--- <<< foreign state
+-- <<< fragments/foreign_state.lua
 
 -- The holders, and the waiting list of each, before anything is deleted.
 local refused = check_type(holders, 'hash')

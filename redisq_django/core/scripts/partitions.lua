@@ -1,3 +1,5 @@
+-- Assembled from source/partitions.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- partitions.lua: how many partitions a queue has, recorded on its first use.
 --
 -- KEYS[1]  hash    redisq:{q}:meta      field "partitions": the queue's number of
@@ -20,6 +22,7 @@
 -- thinks the queue unpartitioned fails (WRONGTYPE) instead of writing where no consumer
 -- reads (PROTOCOL.md, "Partitions: the layout every write checks").
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -28,8 +31,14 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/fence.lua (shared; assembled into this script)
+-- What a partitioned queue's own log and delayed keys hold instead (a string): a plain
+-- publish to them (XADD, ZADD) fails with WRONGTYPE instead of writing where no consumer
+-- reads. repartition.lua recognises a fence by this text.
 local FENCE = 'redisq fence: this queue is partitioned, see the field partitions of '
+-- <<< fragments/fence.lua
 
 local function fence()
   for i = 2, 3 do

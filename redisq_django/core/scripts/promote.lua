@@ -1,3 +1,5 @@
+-- Assembled from source/promote.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- promote.lua: move due delayed messages into the log and due retries into a group's
 -- direct stream.
 --
@@ -18,6 +20,7 @@
 -- undecodable instead of it blocking the zset forever. Values are never re-encoded: Lua's
 -- cjson would change them (12345678901234567 -> 1.2345678901235e+16, [] -> {}).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -26,16 +29,41 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = tonumber(ARGV[2]) or redis_now()
 local limit = tonumber(ARGV[3])
 
+-- >>> fragments/flatten.lua (shared; assembled into this script)
+-- The stream fields of a member of a delayed or retry set: a JSON object of strings is
+-- its fields (`null` values left out), anything else moves whole, byte for byte, as the
+-- one field `raw`, which its reader makes an undecodable dead letter (PROTOCOL.md,
+-- "Envelope v1"). promote.lua and deliver_now.lua flatten alike: a member's fate never
+-- depends on which of them moves it.
 local function flatten(member)
   local ok, decoded = pcall(cjson.decode, member)
   -- decoded[1] set: a JSON array (cjson decodes arrays and objects to tables alike).
@@ -54,6 +82,7 @@ local function flatten(member)
   if #flat == 0 then return {'raw', member} end
   return flat
 end
+-- <<< fragments/flatten.lua
 
 local function move(zkey, stream)
   local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', now, 'LIMIT', 0, limit)

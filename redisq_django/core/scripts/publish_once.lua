@@ -1,3 +1,5 @@
+-- Assembled from source/publish_once.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- publish_once.lua: publish a message with a fixed id at most once (outbox relay).
 --
 -- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta): fields `partitions` (the
@@ -19,6 +21,7 @@
 -- Returns {1, entry id or ""} when published now, {0, previous entry id or ""} when the
 -- marker shows it was already published (a relay retrying after a crash).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -27,7 +30,31 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
+
+-- >>> fragments/layout.lua (shared; assembled into this script)
 -- What the place records (PROTOCOL.md, "Partitions: the layout every write checks", and
 -- "Versions and upgrades"): KEYS[1] is the meta of the place written (the queue, or one
 -- partition of it). Data a consumer of another protocol registered may mean something
@@ -48,7 +75,9 @@ if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and reco
     .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
     .. "': read the recorded number again")
 end
+-- <<< fragments/layout.lua
 
+-- >>> fragments/member_of.lua (shared; assembled into this script)
 -- The delayed member: the envelope as one JSON object, `id` first. Members of one due time
 -- are promoted in the order of their bytes, so ids that increase in publish order keep a
 -- batch's order (PROTOCOL.md, "Publish delayed").
@@ -61,6 +90,7 @@ local function member_of(envelope)
   if rest == '{}' then return '{"id":' .. cjson.encode(id) .. '}' end
   return '{"id":' .. cjson.encode(id) .. ',' .. string.sub(rest, 2)
 end
+-- <<< fragments/member_of.lua
 
 local previous = redis.call('GET', KEYS[4])
 if previous then return {0, previous} end
@@ -68,9 +98,7 @@ local entry = ''
 if string.sub(ARGV[4], 1, 1) == '+' then
   -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
   redis.replicate_commands()
-  local t = redis.call('TIME')
-  local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    + tonumber(string.sub(ARGV[4], 2))
+  local due = redis_now() + tonumber(string.sub(ARGV[4], 2))
   local envelope = {}
   for i = 6, #ARGV, 2 do envelope[ARGV[i]] = ARGV[i + 1] end
   envelope['due_at'] = string.format('%d', due)

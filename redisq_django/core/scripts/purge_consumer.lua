@@ -1,3 +1,5 @@
+-- Assembled from source/purge_consumer.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- purge_consumer.lua: discard what waits for one logical consumer in its own keys.
 --
 -- KEYS[1]  zset    redisq:{q}:g:<g>:retry    retries waiting for their backoff
@@ -12,6 +14,7 @@
 -- touched: move the group to the end of it (XGROUP SETID … $) to skip its backlog there.
 -- Returns {retries removed, direct entries removed, 1 when more remain (call again) or 0}.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -20,6 +23,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local limit = tonumber(ARGV[3])
 local retries = redis.call('ZREMRANGEBYRANK', KEYS[1], 0, limit - 1)

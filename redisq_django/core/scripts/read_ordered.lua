@@ -1,3 +1,5 @@
+-- Assembled from source/read_ordered.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- read_ordered.lua: receive new entries for an instance of an ordered consumer, letting
 -- out at most one message of each ordering key at a time.
 --
@@ -33,6 +35,7 @@
 -- the entries read stay pending for the instance and come back after the visibility
 -- timeout, as a crashed instance's do; none is set waiting or lost.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -41,6 +44,7 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 -- Redis 6.2 counts XREADGROUP as non-deterministic: writes after it need this (7+: no-op).
 redis.replicate_commands()
@@ -48,10 +52,11 @@ local group, consumer, count, prefix = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV
 local holders, held_back = KEYS[3], KEYS[4]
 local call = redis.call
 
--- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
--- scripts check"). What a call reads but did not write is checked before its first write:
--- Redis does not undo a script's earlier writes, so a value refused half-way would lose
--- or duplicate a message. A check returns an error reply naming the key, or nil.
+-- >>> fragments/foreign_state.lua (shared; assembled into this script)
+-- Foreign state (PROTOCOL.md, "What the scripts check"): what a call reads but did not
+-- write is checked before its first write. Redis does not undo a script's earlier writes,
+-- so a value refused half-way would lose or duplicate a message. A check returns an error
+-- reply naming the key, or nil.
 local function corrupt(key, found, wanted)
   local function shown(text)
     return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
@@ -75,7 +80,7 @@ local function check_count(key)
   end
   return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
 end
--- <<< foreign state
+-- <<< fragments/foreign_state.lua
 
 local refused = check_type(holders, 'hash') or check_count(held_back)
 if refused then return refused end

@@ -1,3 +1,5 @@
+-- Assembled from source/reclaim.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- reclaim.lua: take over the in-flight entries of crashed instances.
 --
 -- KEYS[1]  stream  redisq:{q}:log
@@ -49,6 +51,7 @@
 -- {id, {field, value, ...}, delivery_count}. Entries deleted from the stream while
 -- pending (hard cap) are acknowledged and not returned.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -57,17 +60,36 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 local group, me = ARGV[2], ARGV[3]
 local min_idle = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[6])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = tonumber(ARGV[6]) or redis_now()
 local streams = {KEYS[1], KEYS[2]}
 local out = {{}, {}}
 local records = {} -- event records of what was taken over (history on)

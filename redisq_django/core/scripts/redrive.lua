@@ -1,3 +1,5 @@
+-- Assembled from source/redrive.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- redrive.lua: send a message again to one logical consumer only.
 --
 -- KEYS[1]  hash    redisq:{q}:meta      (or redisq:{q#i}:meta): fields `partitions` (the
@@ -20,6 +22,7 @@
 -- Returns the new direct entry id, or false when ARGV[3] names an entry that is gone
 -- (another operator re-drove or discarded it first).
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -28,7 +31,9 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/layout.lua (shared; assembled into this script)
 -- What the place records (PROTOCOL.md, "Partitions: the layout every write checks", and
 -- "Versions and upgrades"): KEYS[1] is the meta of the place written (the queue, or one
 -- partition of it). Data a consumer of another protocol registered may mean something
@@ -49,6 +54,7 @@ if (ARGV[2] == '1' and recorded and recorded ~= '1') or (ARGV[2] ~= '1' and reco
     .. " partitions, the caller routes by '" .. shown(ARGV[2] or '')
     .. "': read the recorded number again")
 end
+-- <<< fragments/layout.lua
 
 if ARGV[3] ~= '' then
   if redis.call('XDEL', KEYS[2], ARGV[3]) == 0 then return false end

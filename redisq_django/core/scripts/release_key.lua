@@ -1,3 +1,5 @@
+-- Assembled from source/release_key.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- release_key.lua: let an ordering key of an ordered consumer go by hand (an operator's
 -- action: its holder was lost outside redisq's settles, e.g. deleted by a hard cap, or
 -- an operator gives up on it): the key passes to the first message of its waiting list,
@@ -15,6 +17,7 @@
 -- it. What the hand-on reads is checked first (PROTOCOL.md, "What the scripts check"):
 -- anything another client wrote there is refused with REDISQ_CORRUPT, nothing written.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -23,14 +26,16 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
 local holders, direct, held_back = KEYS[1], KEYS[2], KEYS[3]
 local prefix, key = ARGV[2], ARGV[3]
 
--- >>> foreign state (the same words in every ordered script; PROTOCOL.md, "What the
--- scripts check"). What a call reads but did not write is checked before its first write:
--- Redis does not undo a script's earlier writes, so a value refused half-way would lose
--- or duplicate a message. A check returns an error reply naming the key, or nil.
+-- >>> fragments/foreign_state.lua (shared; assembled into this script)
+-- Foreign state (PROTOCOL.md, "What the scripts check"): what a call reads but did not
+-- write is checked before its first write. Redis does not undo a script's earlier writes,
+-- so a value refused half-way would lose or duplicate a message. A check returns an error
+-- reply naming the key, or nil.
 local function corrupt(key, found, wanted)
   local function shown(text)
     return (string.gsub(string.sub(text, 1, 300), '%c', '?'))
@@ -54,11 +59,13 @@ local function check_count(key)
   end
   return corrupt(key, "'" .. value .. "'", 'a whole number of messages')
 end
--- <<< foreign state
+-- <<< fragments/foreign_state.lua
 
--- >>> ordered hand-over (the same text in ack_ordered.lua and fail.lua). It uses the
--- script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the waiting
--- lists: the list of ordering key k is prefix .. k).
+-- >>> fragments/hand_over.lua (shared; assembled into this script)
+-- The ordered hand-over: an ordering key passes from the message that held it to the next
+-- message of its waiting list (ack_ordered.lua, fail.lua's dead letters, release_key.lua).
+-- It uses the script's locals `holders`, `direct`, `held_back` (keys) and `prefix` (of the
+-- waiting lists: the list of ordering key k is prefix .. k), and foreign_state's checks.
 
 -- The fields of a waiting list's member (a JSON object of at most 1000 string values, as
 -- read_ordered.lua writes it) and its message id; nil for anything else, which is handed
@@ -101,7 +108,7 @@ local function hand_on(key, mid)
   end
   redis.call('HDEL', holders, key)
 end
--- <<< ordered hand-over
+-- <<< fragments/hand_over.lua
 
 local refused = check_type(holders, 'hash')
 if refused then return refused end

@@ -1,3 +1,5 @@
+-- Assembled from source/repartition.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- repartition.lua: record a drained queue's new number of partitions (manage.py redisq
 -- partitions QUEUE K), the last step of core/repartition.py, on the queue's base keys.
 --
@@ -21,6 +23,7 @@
 -- (WRONGTYPE). From K > 1 to 1 the fences go. Each partition's own record (field
 -- "partitions" of redisq:{q#i}:meta) is the caller's to write, before and after.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -29,8 +32,14 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
 
+-- >>> fragments/fence.lua (shared; assembled into this script)
+-- What a partitioned queue's own log and delayed keys hold instead (a string): a plain
+-- publish to them (XADD, ZADD) fails with WRONGTYPE instead of writing where no consumer
+-- reads. repartition.lua recognises a fence by this text.
 local FENCE = 'redisq fence: this queue is partitioned, see the field partitions of '
+-- <<< fragments/fence.lua
 local before, after = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local recorded = redis.call('HGET', KEYS[1], 'partitions') or '1'

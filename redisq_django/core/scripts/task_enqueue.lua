@@ -1,3 +1,5 @@
+-- Assembled from source/task_enqueue.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- task_enqueue.lua: enqueue a Django task: its READY result and its message, together.
 --
 -- KEYS[1]  hash    redisq:{q}:result:<id>   the task's result
@@ -24,6 +26,7 @@
 -- Returns, mode "publish": the log entry id, or "" when delayed. Mode "once": {} when
 -- the result was written, else the existing result as a flat field, value list.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -32,16 +35,34 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = ARGV[2]
-if string.sub(expiry, 1, 1) == '+' then
-  expiry = string.format('%d', now + tonumber(string.sub(expiry, 2)))
-end
-local cutoff = ARGV[7] ~= '' and ARGV[7] or string.format('%d', now)
+local expiry = time_of(ARGV[2])
+local cutoff = ARGV[7] ~= '' and ARGV[7] or string.format('%d', redis_now())
 
 local k = tonumber(ARGV[8])
 local last = 8 + 2 * k

@@ -1,3 +1,5 @@
+-- Assembled from source/task_ready.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- task_ready.lua: a FAILED Django task's dead letter was sent again (the admin's Retry):
 -- its result is READY again.
 --
@@ -12,6 +14,7 @@
 -- Only a result still FAILED changes (a worker may have started the retry already).
 -- Returns 1 when it changed, else 0.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -20,16 +23,34 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 -- The result's expiry, by Redis's clock unless the caller fixed a time.
-local expire_at = ARGV[2]
-if string.sub(expire_at, 1, 1) == '+' then
-  -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
-  redis.replicate_commands()
-  local t = redis.call('TIME')
-  expire_at = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    + tonumber(string.sub(expire_at, 2)))
-end
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+if string.sub(ARGV[2], 1, 1) == '+' then redis.replicate_commands() end
+local expire_at = time_of(ARGV[2])
 
 if redis.call('HGET', KEYS[1], 'status') ~= 'FAILED' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'READY')

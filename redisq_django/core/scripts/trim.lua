@@ -1,3 +1,5 @@
+-- Assembled from source/trim.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
 -- trim.lua: retention of a queue's log, never dropping what a consumer or a registered
 -- archive still needs.
 --
@@ -42,6 +44,7 @@
 -- id (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key
 -- <key> field <field> holds ..." and nothing is done.
 
+-- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
 -- version would misread every argument below.
 if ARGV[1] ~= 'redisq/2' then
@@ -50,17 +53,36 @@ if ARGV[1] ~= 'redisq/2' then
     .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
     .. 'client implements')
 end
+-- <<< fragments/protocol.lua
+
+-- >>> fragments/clock.lua (shared; assembled into this script)
+-- Redis's clock, ms since the epoch (TIME): every "now" that decides a delivery, a lease,
+-- an expiry or a tick is Redis's, never a caller's (PROTOCOL.md, "Clocks"). Read once per
+-- call, and only when needed. A script calls redis.replicate_commands() before it reads
+-- the clock and writes: Redis 6.2 must be told, 7 and later replicate effects anyway.
+local redis_ms
+local function redis_now()
+  if not redis_ms then
+    local t = redis.call('TIME')
+    redis_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redis_ms
+end
+
+-- A time given as "+<ms>" (that long after Redis's now: what our code sends) or as ms
+-- since the epoch, as the text of a whole number of ms.
+local function time_of(given)
+  if string.sub(given, 1, 1) ~= '+' then return given end
+  return string.format('%d', redis_now() + tonumber(string.sub(given, 2)))
+end
+-- <<< fragments/clock.lua
 
 if #KEYS < 3 then
   return redis.error_reply('ERR trim.lua takes the keys log, meta, archives [, events]')
 end
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = tonumber(ARGV[2]) or redis_now()
 local window_ms, window_len = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_len, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 local batch = tonumber(ARGV[7])
@@ -119,11 +141,12 @@ end
 -- unnamed archive ("archive:<table>" in meta) holds retention too, with name false.
 local registry = redis.call('HGETALL', ARCHIVES)
 
--- >>> positions (the same words in trim.lua and archive_register.lua; PROTOCOL.md, "What
--- the scripts check"). An archive's position and a mark of what retention removed are
--- entry ids only the scripts write; another client's text there is refused before the
--- first write, naming the key and field: read as an id it would stop retention half-way
--- or move its floor past what an archive still needs.
+-- >>> fragments/positions.lua (shared; assembled into this script)
+-- Positions (PROTOCOL.md, "What the scripts check"): an archive's position and a mark of
+-- what retention removed are entry ids (<ms>-<seq> or <ms>, digits only) that only the
+-- scripts write; another client's text there is refused before the first write, naming
+-- the key and field: read as an id it would stop retention half-way or move its floor
+-- past what an archive still needs.
 local function is_id(text)
   return #text <= 41 and (string.match(text, '^%d+%-%d+$') or string.match(text, '^%d+$')) ~= nil
 end
@@ -136,7 +159,7 @@ local function not_an_id(key, field, value)
     .. 'Nothing was done: repair it as PROTOCOL.md says ("What the scripts check"), then '
     .. 'call again')
 end
--- <<< positions
+-- <<< fragments/positions.lua
 for i = 1, #registry, 2 do
   local f = registry[i]
   local position = string.match(f, '^[^:]+:messages$') or string.match(f, '^[^:]+:events$')

@@ -38,7 +38,7 @@ from typing import Any
 
 import redis
 
-from redisq_django.core import lifecycle, settle, trends
+from redisq_django.core import lifecycle, trends
 from redisq_django.core.batch import run_batch
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
@@ -172,20 +172,20 @@ class AckPipe:
             if not self.sub.history:
                 if log:
                     return self._packed.xack + _bulk(m.entry_id), None
-                return self._packed.xack_direct + _bulk(m.entry_id), "ack"
-            records = b"[" + lifecycle.record(m.id, m.attempts, m.duration_ms) + b"]"
-            head = self._packed.recorded if log else self._packed.recorded_direct
-            return head + _bulk(m.entry_id) + _bulk(records), "ack"
+                return self._packed.direct.fill(m.entry_id), "ack"
+            message = m.message
+            records = b"[" + lifecycle.record(message.id, message.attempts, m.duration_ms) + b"]"
+            template = self._packed.recorded if log else self._packed.recorded_direct
+            return template.fill(m.entry_id, records), "ack"
         command, script = self._ack_command(messages)
         return packed(command), script
 
     def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
         """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
-        sub = self.sub
-        name, keys, args = sub.ack_parts(messages)
-        if name is None:
-            return ("XACK", *keys, *args), None
-        return sub.scripts.command(name, keys, args), name
+        settle = self.sub.settling.ack(messages)
+        if settle.script is None:
+            return ("XACK", *settle.keys, *settle.args), None
+        return self.sub.scripts.command(settle.script, settle.keys, settle.args), settle.script
 
     def _packed_counts(self) -> bytes:
         """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
@@ -241,35 +241,52 @@ def _head(count: int, *parts: Any) -> bytes:
     return b"*%d\r\n" % count + b"".join(_bulk(to_bytes(p)) for p in parts)
 
 
+#: Stand-ins for what a prepacked command gets with each write: the entry id, and with
+#: history the event's records.
+_ID, _RECORDS = object(), object()
+_STAND_INS = (_ID, _RECORDS)
+
+
+class _Template:
+    """A command packed once but for its stand-ins, which :meth:`fill` puts in."""
+
+    def __init__(self, command: tuple[Any, ...]) -> None:
+        parts: list[bytes] = []
+        current = [b"*%d\r\n" % len(command)]
+        for arg in command:
+            if any(arg is stand_in for stand_in in _STAND_INS):
+                parts.append(b"".join(current))
+                current = []
+            else:
+                current.append(_bulk(to_bytes(arg)))
+        parts.append(b"".join(current))
+        # One %-format per write, the cheapest way to put a few values into bytes.
+        self._format = b"$%d\r\n%b\r\n".join(p.replace(b"%", b"%%") for p in parts)
+
+    def fill(self, *values: bytes) -> bytes:
+        """The command with ``values`` in place of its stand-ins, in order."""
+        if len(values) == 1:
+            return self._format % (len(values[0]), values[0])
+        return self._format % tuple(x for v in values for x in (len(v), v))
+
+
 class _Prepacked:
     """What one instance's single-message writes share, packed once: a write per message
-    is the worker's hot path, and hiredis would encode the same keys every time. Each
-    is a command without its last arguments (the entry id, and with history its
-    records), as ``settle.ack_call`` builds it."""
+    is the worker's hot path, and hiredis would encode the same keys every time. Each is
+    a command as ``Settling.call`` builds it, but for the entry (and with history its
+    records), which each write puts in."""
 
     def __init__(self, sub: Subscription) -> None:
-        gkeys, instance, scripts = sub.gkeys, sub.instance, sub.scripts
+        gkeys, instance, scripts, settling = sub.gkeys, sub.instance, sub.scripts, sub.settling
         self.xack = _head(4, "XACK", sub.keys.log, gkeys.group)  # + the entry id
 
-        def head(*, log: bool, history: bool) -> bytes:
-            ids = ([_ID], []) if log else ([], [_ID])
-            if not history:
-                keys, args = settle.ack_call(gkeys, *ids)
-                return _head_of(scripts.command("ack", keys, args), tail=(_ID,))
-            keys, args = settle.ack_call(gkeys, *ids, instance=instance, records=_RECORDS)
-            return _head_of(scripts.command("ack", keys, args), tail=(_ID, _RECORDS))
+        def template(stream: Stream, *, history: bool) -> _Template:
+            event = settling.handled_event(_RECORDS) if history else []
+            # (not ordered: the entry's message id and ordering key are not read)
+            keys, args = settling.call([(stream, _ID, "", "")], event)
+            return _Template(scripts.command("ack", keys, args))
 
-        self.recorded = head(log=True, history=True)  # + the entry id, its records
-        self.recorded_direct = head(log=False, history=True)  # + the entry id, its records
-        self.xack_direct = head(log=False, history=False)  # + the entry id
+        self.recorded = template(Stream.LOG, history=True)  # + the entry id, its records
+        self.recorded_direct = template(Stream.DIRECT, history=True)  # + the same
+        self.direct = template(Stream.DIRECT, history=False)  # + the entry id
         self.mark = _head(4, "HSET", gkeys.running, instance)  # + the started tag
-
-
-#: Stand-ins for the last arguments of a prepacked command, sent with each write.
-_ID, _RECORDS = object(), object()
-
-
-def _head_of(command: tuple[Any, ...], tail: tuple[object, ...]) -> bytes:
-    """``command`` packed without ``tail``, its last arguments (the header counts them)."""
-    assert command[-len(tail) :] == tail, "ack.lua's layout changed: see settle.ack_call"
-    return _head(len(command), *command[: -len(tail)])

@@ -1,0 +1,29 @@
+-- The settle layout: the KEYS and ARGV of every settling script (ack.lua, ack_ordered.lua,
+-- fail.lua, task_settle.lua; PROTOCOL.md, "The settle layout"). Every one of these keys
+-- is passed in every call, used or not: one layout, and one slot (they share the tag).
+-- KEYS[1]  stream  redisq:{q}:log
+-- KEYS[2]  stream  redisq:{q}:g:<g>:direct     the group's private input
+-- KEYS[3]  zset    redisq:{q}:g:<g>:retry      member = envelope as JSON, score = due ms
+-- KEYS[4]  stream  redisq:{q}:g:<g>:dead
+-- KEYS[5]  hash    redisq:{q}:g:<g>:holders    an ordered consumer's: ordering key -> the
+--                  message holding it (see read_ordered.lua)
+-- KEYS[6]  string  redisq:{q}:g:<g>:held_back  how many messages its waiting lists hold
+-- KEYS[7]  stream  redisq:{q}:events           written only when the call has an event
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  group name
+-- ARGV[3]  the instance that settles: fail.lua and task_settle.lua settle an entry only
+--          while it is pending for this instance ("" skips that check)
+-- ARGV[4]  an ordered consumer's prefix of its waiting lists, "redisq:{q}:g:<g>:waiting:"
+--          (the list of ordering key k is ARGV[4] .. k, in the same slot); "" for a
+--          consumer that is not ordered (nothing is handed on)
+-- ARGV[5]  m: how many entries follow
+-- ARGV[6 .. 5+4m]  per entry: "log" or "direct" (the stream it was read from), its entry
+--          id, its message id (its `id` field as stored, else the entry id) and its
+--          ordering key as stored ("": none); only an ordered consumer's settles read
+--          those two: any other consumer may pass "" for both
+-- ARGV[6+4m]  k: how many field, value pairs the settle's lifecycle event has (0: no
+--          event, history off)
+-- ARGV[7+4m .. 6+4m+2k]  the event's pairs (PROTOCOL.md, "Lifecycle events"), written to
+--          KEYS[7] when the call settles anything, with the fields the script knows
+--          better (below) written by the script, last
+-- ARGV[7+4m+2k ..]  the script's own arguments, if any:

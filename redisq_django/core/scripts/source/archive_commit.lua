@@ -1,0 +1,31 @@
+-- archive_commit.lua: record how far a named archive has safely stored a stream.
+--
+-- KEYS[1]  hash    redisq:{q}:archives  "<a>:<table>" = the archive's position
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  the archive's name
+-- ARGV[3]  the table: "messages" (the log) or "events"
+-- ARGV[4]  the last entry id the archive committed
+--
+-- The position only moves forward (a late or repeated commit never moves it back). An
+-- archive that is not registered (never, or removed since) is refused with an error
+-- starting NOARCHIVE: a removed archive never comes back by committing.
+-- Returns the position now recorded.
+
+--#include protocol
+
+--#include entry_id
+
+local new = parse(ARGV[4])
+if not new then return redis.error_reply('ERR invalid entry id ' .. ARGV[4]) end
+local field = ARGV[2] .. ':' .. ARGV[3]
+local current = redis.call('HGET', KEYS[1], field)
+if not current then
+  return redis.error_reply('NOARCHIVE archive ' .. ARGV[2] .. ' is not registered for '
+    .. ARGV[3])
+end
+local old = parse(current)
+if old and (old[1] > new[1] or (old[1] == new[1] and old[2] >= new[2])) then
+  return current
+end
+redis.call('HSET', KEYS[1], field, ARGV[4])
+return ARGV[4]

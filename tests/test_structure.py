@@ -375,12 +375,43 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
     graph = _graph()
     wing = [m for m in MODULES if m.startswith("redisq_django.deadletters")]
     # The admin and the operator command call the dead letters' package...
-    for caller in ("redisq_django.admin.deadletters", "redisq_django.management.commands.redisq"):
+    callers = (
+        "redisq_django.admin.deadletters.model_admin",
+        "redisq_django.management.commands.redisq",
+    )
+    for caller in callers:
         assert "redisq_django.deadletters" in graph[caller], caller
     # ...not pass-throughs in operations.py...
     assert {m for m in graph["redisq_django.operations"] if m in wing} == set()
     # ...and its functions say what they take and give: no Any.
     assert [f for m in wing for f in _public_signatures_with_any(m)] == []
+
+
+#: The admin's rooms: a subpackage whose ``__init__`` is its face (docs/layout.md).
+ADMIN_ROOMS = ("redisq_django.admin.deadletters",)
+
+
+def _room_breaks(graph: dict[str, set[str]], room: str) -> dict[str, list[str]]:
+    """The modules outside ``room`` that import one of its modules, not its face."""
+    inside = f"{room}."
+    return {
+        name: sorted(m for m in deps if m.startswith(inside))
+        for name, deps in graph.items()
+        if not name.startswith(inside) and name != room and any(m.startswith(inside) for m in deps)
+    }
+
+
+def test_the_admin_rooms_are_reached_through_their_faces() -> None:
+    # The rule finds a module reaching past a face...
+    reaching = {"redisq_django.admin": {"redisq_django.admin.deadletters.model_admin"}}
+    assert _room_breaks(reaching, "redisq_django.admin.deadletters") == {
+        "redisq_django.admin": ["redisq_django.admin.deadletters.model_admin"]
+    }
+    # ...and outside each room, only its face is imported; the admin registers from it.
+    graph = _graph()
+    for room in ADMIN_ROOMS:
+        assert (PACKAGE_DIR.parent / room.replace(".", "/") / "__init__.py").is_file(), room
+        assert _room_breaks(graph, room) == {}, room
 
 
 # -- tests/ mirrors the package (CONTRIBUTING.md, "Where a new test goes") ----------------

@@ -13,6 +13,7 @@ package's own imports its public names lazily (PEP 562).
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -505,3 +506,54 @@ def test_the_seam_exceptions_are_still_needed() -> None:
         tree = ast.parse(MODULES[module].read_text())
         used = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert expression in used, f"{module} no longer uses {expression}: drop it"
+
+
+# -- docs/layout.md, "Words": one word, one idea ------------------------------------------
+
+#: A word holding "group", but in "consumer group" (the Redis one, which keeps the word).
+_GROUP = re.compile(r"(consumer\s+)?(\w*group\w*)", re.IGNORECASE)
+TEMPLATES_DIR = PACKAGE_DIR / "templates" / "admin" / "redisq_django"
+
+
+def _group_words(text: str) -> set[str]:
+    """Every identifier or word of ``text`` that says "group" of something else than the
+    Redis consumer group."""
+    return {m[2] for m in _GROUP.finditer(text) if not m[1]}
+
+
+#: Where dead letters are the subject: their wing, their admin, their pages, and the
+#: operator command (``redisq dead``). Dead letters that failed the same way are a
+#: cause; what still says "group" there is a name of 0.9 kept one minor version.
+DEAD_LETTER_PLACES = {
+    **{f"deadletters/{p.name}": p for p in (PACKAGE_DIR / "deadletters").glob("*.py")},
+    **{
+        f"admin/deadletters/{p.name}": p
+        for p in (PACKAGE_DIR / "admin" / "deadletters").glob("*.py")
+    },
+    **{f"templates/deadletter/{p.name}": p for p in (TEMPLATES_DIR / "deadletter").glob("*.html")},
+    "management/commands/redisq.py": PACKAGE_DIR / "management" / "commands" / "redisq.py",
+}
+DEPRECATED_GROUP_WORDS = {
+    "deadletters/__init__.py": {"groups", "Group", "GROUPS_LIMIT"},
+    "admin/deadletters/triage_pages.py": {
+        *("groups", "groups_view", "redisq_django_deadletter_groups"),
+    },
+    "management/commands/redisq.py": {"groups"},
+}
+
+
+def test_dead_letters_that_failed_the_same_way_are_a_cause_never_a_group() -> None:
+    # The scan finds "group" said of dead letters, and leaves the consumer group alone...
+    assert _group_words("Group by error · Retry group; the consumer group g") == {
+        "Group",
+        "group",
+    }
+    assert _group_words("groups_view, GROUPS_LIMIT") == {"groups_view", "GROUPS_LIMIT"}
+    # ...and where dead letters are the subject, only the deprecated names of 0.9 say it.
+    found = {name: _group_words(path.read_text()) for name, path in DEAD_LETTER_PLACES.items()}
+    assert {
+        name: sorted(words - DEPRECATED_GROUP_WORDS.get(name, set()))
+        for name, words in found.items()
+        if words - DEPRECATED_GROUP_WORDS.get(name, set())
+    } == {}
+    assert {n: w for n, w in DEPRECATED_GROUP_WORDS.items() if not w <= found[n]} == {}

@@ -1,6 +1,6 @@
 """Dead-letter triage: retry or discard one dead letter, a selection, or every one
 matching a filter (server side, in chunks, at any size). The admin and ``manage.py
-redisq dead`` call these functions (their groups by error and summaries are
+redisq dead`` call these functions (their causes and summaries are
 :mod:`~redisq_django.deadletters.breakdown`'s).
 
 Every retry and discard is recorded in the admin history (``LogEntry``, who and when)
@@ -120,8 +120,8 @@ def record(
     by_message: dict[str, list[DeadLetter]] = defaultdict(list)
     for row in rows:
         by_message[message(row)].append(row)
-    for text, group in by_message.items():
-        history.log_change(user, group, text)
+    for text, same_text in by_message.items():
+        history.log_change(user, same_text, text)
 
 
 def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:

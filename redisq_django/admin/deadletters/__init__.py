@@ -6,8 +6,8 @@ admin registers :class:`DeadLetterAdmin` from here.
   discard of one dead letter or of the selected ones;
 * :mod:`.list_columns`: the list's columns, its task filter, the detail page's folded
   texts;
-* :mod:`.triage_pages`: groups by error, and retry/discard of every one matching a
-  filter.
+* :mod:`.triage_pages`: dead letters by cause, and retry/discard of every one matching
+  a filter.
 
 The work is done by :mod:`redisq_django.deadletters`, which ``manage.py redisq dead``
 calls too.

@@ -189,7 +189,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         query = request.GET.urlencode()
         context = {
             **(extra_context or {}),
-            "groups_url": reverse("admin:redisq_django_deadletter_groups")
+            "causes_url": reverse("admin:redisq_django_deadletter_causes")
             + (f"?{query}" if query else ""),
             "matching_query": query,
             "can_retry": self.has_retry_permission(request),
@@ -220,7 +220,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             .first()
         )
         changelist = reverse("admin:redisq_django_deadletter_changelist")
-        group = {
+        cause = {
             "queue": row.queue,
             "consumer": row.consumer,
             "error_class": row.error_class,
@@ -239,7 +239,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             "consumer_dead_url": changelist
             + "?"
             + urlencode({"queue": row.queue, "consumer": row.consumer, "status__exact": "dead"}),
-            "group_url": changelist + "?" + urlencode(group),
+            "cause_url": changelist + "?" + urlencode(cause),
         }
 
     # -- one dead letter -----------------------------------------------------------------

@@ -557,3 +557,16 @@ def test_dead_letters_that_failed_the_same_way_are_a_cause_never_a_group() -> No
         if words - DEPRECATED_GROUP_WORDS.get(name, set())
     } == {}
     assert {n: w for n, w in DEPRECATED_GROUP_WORDS.items() if not w <= found[n]} == {}
+
+
+#: Where priority levels are the subject: the levels of one task queue, read highest
+#: first, are a priority ladder.
+PRIORITY_PLACES = (
+    *("core/worker/priority.py", "core/handler.py", "consuming/declarations.py"),
+    *("tasks/task_queues.py", "tasks/backend_options.py", "tasks/backend.py"),
+)
+
+
+def test_the_levels_of_a_task_queue_are_a_ladder_never_a_group() -> None:
+    found = {name: _group_words((PACKAGE_DIR / name).read_text()) for name in PRIORITY_PLACES}
+    assert {name: sorted(words) for name, words in found.items() if words} == {}

@@ -570,3 +570,24 @@ PRIORITY_PLACES = (
 def test_the_levels_of_a_task_queue_are_a_ladder_never_a_group() -> None:
     found = {name: _group_words((PACKAGE_DIR / name).read_text()) for name in PRIORITY_PLACES}
     assert {name: sorted(words) for name, words in found.items() if words} == {}
+
+
+def _literal(path: Path, name: str) -> object:
+    """The literal value of ``name`` assigned at the top of ``path`` (no import: the
+    pipeline's modules import PySpark)."""
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"no {name} in {path}")
+
+
+def test_no_data_source_option_calls_a_spark_partition_a_partition() -> None:
+    # A partition is a queue's; what one Spark task reads is a slice. The names of 0.9
+    # are only accepted, renamed, for one minor version.
+    source_options = PACKAGE_DIR / "pipeline" / "source_options.py"
+    options = _literal(source_options, "OPTIONS")
+    renamed = _literal(source_options, "RENAMED")
+    assert isinstance(options, tuple) and isinstance(renamed, dict)
+    assert [o for o in options if "partition" in o.lower()] == []
+    assert set(renamed.values()) <= set(options)

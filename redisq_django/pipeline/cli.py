@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "archive",
         help="messages and lifecycle events to Parquet, exactly once",
         description="Archive the queues' messages and lifecycle events to Parquet under "
-        "ROOT (partitioned by queue and UTC date), exactly once.",
+        "ROOT (in directories by queue and UTC date), exactly once.",
     )
     add_archive_arguments(archive_parser, from_settings=False)
     report_parser = jobs.add_parser(
@@ -275,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_arguments(replay_parser, from_settings=False)
     compact_parser = jobs.add_parser(
         "compact",
-        help="rewrite old date partitions of the archive into fewer, larger files",
-        description="Compact the archive's partitions of dates before today (UTC) into "
+        help="rewrite the archive's old day directories into fewer, larger files",
+        description="Compact the archive's directories of days before today (UTC) into "
         "fewer Parquet files, de-duplicated; Spark readers see each row once throughout.",
     )
     add_compact_arguments(compact_parser, from_settings=False)

@@ -186,7 +186,7 @@ class CompactOptions:
         root: the archive root (compacts ``ROOT/messages`` and ``ROOT/events``).
         since: first date compacted (inclusive); None: the oldest.
         until: last date compacted (inclusive); None, today and later mean yesterday
-            (UTC): the archive may still be writing today's partitions.
+            (UTC): the archive may still be writing today's directories.
         target_file_bytes: the size a compacted file aims at.
         today: the UTC date taken as today (tests; None: the clock).
     """

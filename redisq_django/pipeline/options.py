@@ -59,7 +59,8 @@ class ArchiveOptions:
         restarts: how many times in a row a query that failed for a reason outside the
             data (a Python worker killed, a task Spark lost) is started again from its
             checkpoint before the job fails (0: never).
-        extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).
+        extra: more ``redisq`` data source options for both tables (e.g.
+            ``slicesPerStream``).
     """
 
     redis_url: str

@@ -301,7 +301,7 @@ def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redi
             "Option 'commitArchive' was removed: a stream is read-only unless option "
             "'archive' names it",
         ),
-        (read(partitions="0"), "Option 'partitions' must be > 0, got 0."),
+        (read(slicesPerStream="0"), "Option 'slicesPerStream' must be > 0, got 0."),
         (read(cluster="maybe"), "Option 'cluster' must be true or false"),
         (
             stream(startingOffsets="yesterday"),

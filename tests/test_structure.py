@@ -13,6 +13,7 @@ package's own imports its public names lazily (PEP 562).
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 import warnings
 from collections.abc import Iterator
@@ -591,3 +592,65 @@ def test_no_data_source_option_calls_a_spark_partition_a_partition() -> None:
     assert isinstance(options, tuple) and isinstance(renamed, dict)
     assert [o for o in options if "partition" in o.lower()] == []
     assert set(renamed.values()) <= set(options)
+
+
+# -- one error root (CONVENTIONS.md, "Errors") ---------------------------------------------
+
+#: Exceptions a handler raises to the worker, never the package to its user: control flow.
+CONTROL_FLOW = {"Reject", "Settled"}
+#: The exception classes the package's may derive from besides its own: Python's, and
+#: those of Django and redis-py they also are (``ImproperlyConfigured``, ``RedisError``).
+FOREIGN_EXCEPTIONS = {
+    *(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)),
+    *("ImproperlyConfigured", "RedisError"),
+}
+
+
+def _class_bases() -> dict[str, set[str]]:
+    """Each class of the package (one per name: test_one_class_per_name) and the names
+    of its bases, as written (``redis.ConnectionError``: ``ConnectionError``)."""
+    bases: dict[str, set[str]] = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+    return bases
+
+
+def _outside_the_root(bases: dict[str, set[str]]) -> list[str]:
+    """The exception classes of ``bases`` that do not derive from ``RedisqError``."""
+
+    def reaches(name: str, goal: set[str], seen: frozenset[str] = frozenset()) -> bool:
+        if name in goal:
+            return True
+        return any(reaches(b, goal, seen | {name}) for b in bases.get(name, set()) - seen)
+
+    return sorted(
+        name
+        for name in bases
+        if name not in CONTROL_FLOW
+        and name != "RedisqError"
+        and reaches(name, FOREIGN_EXCEPTIONS)
+        and not reaches(name, {"RedisqError"})
+    )
+
+
+def test_every_error_the_package_raises_derives_from_redisq_error() -> None:
+    # The scan follows the bases, through the package's own classes and others'...
+    assert _outside_the_root(
+        {
+            "RedisqError": {"Exception"},
+            "JobError": {"RedisqError", "RuntimeError"},
+            "ArchiveError": {"JobError"},
+            "Outage": {"RedisqError", "ConnectionError"},
+            "Stray": {"ValueError"},
+            "StrayChild": {"Stray"},
+            "Plain": set(),
+            "Reject": {"Exception"},
+        }
+    ) == ["Stray", "StrayChild"]
+    # ...and every exception class of the package has RedisqError among its ancestors
+    # (keeping its other bases, so that an `except ValueError` still catches it), but the
+    # ones a handler raises to the worker.
+    assert _outside_the_root(_class_bases()) == []

@@ -54,7 +54,13 @@ from redisq_django.core.worker.state import StopSignal
 from redisq_django.pipeline import gaps, jvm
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.loss import DataLossError
-from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
+from redisq_django.pipeline.options import (
+    ARCHIVED_TABLES,
+    ArchiveOptions,
+    JobError,
+    OptionError,
+    one_line,
+)
 from redisq_django.pipeline.outages import RedisOutage
 from redisq_django.pipeline.preflight import (
     commit_positions,
@@ -66,7 +72,6 @@ from redisq_django.pipeline.preflight import (
 from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
 from redisq_django.pipeline.redis_io import parse_id
 from redisq_django.pipeline.schemas import PARQUET_OPTIONS
-from redisq_django.pipeline.source_options import OptionError
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
 

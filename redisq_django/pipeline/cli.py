@@ -28,7 +28,7 @@ from redisq_django.pipeline.cli_jobs import (
 )
 from redisq_django.pipeline.options import (
     ArchiveOptions,
-    OptionsError,
+    OptionError,
     conf_argument,
     normalize_root,
     one_line,
@@ -172,7 +172,7 @@ def archive_options(
     when ``--name`` is not given).
 
     Raises:
-        OptionsError: an option is invalid.
+        OptionError: an option is invalid.
     """
     return ArchiveOptions(
         redis_url=redis_url,
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return job_main(PROG, args, parser)
     try:
         options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)
-    except OptionsError as exc:
+    except OptionError as exc:
         parser.error(str(exc))
     conf = parse_conf(args.conf)
     try:

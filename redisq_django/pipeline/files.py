@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from redisq_django.core.errors import RedisqError
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pa_dataset  # type: ignore[import-untyped]
 
@@ -55,7 +57,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"messages": (("key", "a
 _PYARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 
 
-class ArchiveLogError(ValueError):
+class ArchiveLogError(RedisqError, ValueError):
     """The table's sink log cannot be read (unknown version, a batch file missing)."""
 
 

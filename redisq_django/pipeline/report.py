@@ -52,7 +52,7 @@ from pyspark.sql import functions as F
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 from redisq_django.pipeline import gaps, report_tables
-from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
+from redisq_django.pipeline.options import OptionError, join_path, normalize_root
 
 __all__ = ["ReportOptions", "ReportSummary", "report"]
 
@@ -120,7 +120,7 @@ class ReportOptions:
         if since >= until:
             problems.append(f"--since ({since.isoformat()}) must be before --until")
         if problems:
-            raise OptionsError("; ".join(problems))
+            raise OptionError("; ".join(problems))
 
     def window(self) -> tuple[datetime, datetime]:
         """The range as aware UTC datetimes, defaults filled in."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from redisq_django.core.clock import datetime_to_ms, first_id_of_ms, last_id_of_ms
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.schemas import Table
 
 logger = logging.getLogger("redisq.pipeline")
@@ -79,10 +80,6 @@ REFUSED = {
     "path": "The redisq data source takes no path: name queues with option 'queue' and "
     "call load() / save() without an argument.",
 }
-
-
-class OptionError(ValueError):
-    """An option of the ``redisq`` data source is missing or invalid."""
 
 
 def check_names(options: Mapping[str, str]) -> None:

@@ -16,7 +16,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.compact import compact
 from redisq_django.pipeline.job_options import CompactOptions
-from redisq_django.pipeline.options import ArchiveOptions, OptionsError
+from redisq_django.pipeline.options import ArchiveOptions, OptionError
 from tests.pipeline.archive_support import add_events, publish, read_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -122,7 +122,7 @@ def test_today_is_never_compacted(spark: SparkSession, tmp_path: Path) -> None:
     assert options.end_date() == dt.datetime.now(dt.UTC).date()
     summary = compact(spark, options)  # nothing archived: nothing to do
     assert all(t.directories == 0 for t in summary.tables.values())
-    with pytest.raises(OptionsError, match="must not be after --until"):
+    with pytest.raises(OptionError, match="must not be after --until"):
         CompactOptions(root="/r", since=TOMORROW, until=TOMORROW - dt.timedelta(days=1))
 
 

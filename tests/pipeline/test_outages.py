@@ -20,8 +20,9 @@ from redis.exceptions import (
 )
 
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.outages import Link, RedisOutage, transient
-from redisq_django.pipeline.source_options import OptionError, SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions
 from tests.support.hung_server import HungServer
 from tests.support.redis_server import RedisServer, free_port
 

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from redisq_django.pipeline.source_options import OptionError, SourceOptions, check_names
+from redisq_django.pipeline.options import OptionError
+from redisq_django.pipeline.source_options import SourceOptions, check_names
 
 URL = "redis://localhost:6379/0"
 
@@ -53,3 +54,17 @@ def test_a_misspelt_option_is_pointed_at_the_new_name_never_the_old_one() -> Non
         check_names({"url": URL, "slicesPerStrem": "2"})
     assert "did you mean 'slicesPerStream'?" in str(refused.value)
     assert "partitions" not in str(refused.value)
+
+
+def test_the_options_of_jobs_and_of_the_data_source_have_one_error() -> None:
+    from redisq_django.core.errors import RedisqError
+    from redisq_django.pipeline import options, source_options
+
+    # One class, under the root of every redisq error, still a ValueError...
+    assert source_options.OptionError is options.OptionError
+    assert issubclass(OptionError, RedisqError) and issubclass(OptionError, ValueError)
+    with pytest.raises(RedisqError, match="'url'"):
+        SourceOptions.parse({})
+    # ...and the jobs' name of 0.9 is it, with a warning
+    with pytest.warns(DeprecationWarning, match="OptionsError is now OptionError"):
+        assert options.OptionsError is OptionError

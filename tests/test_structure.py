@@ -228,14 +228,14 @@ def test_the_management_commands_never_import_the_admin() -> None:
     # ...and nothing the management commands import, directly or not, is our admin...
     reached = _reachable(graph, [n for n in MODULES if n.startswith("redisq_django.management")])
     assert {n for n in reached if _is_our_admin(n)} == set()
-    # ...nor imports django.contrib.admin, but the admin-history module, which asks first
+    # ...nor imports django.contrib.admin, but the admin log's module, which asks first
     # whether it is installed (tests/management/test_without_admin.py runs every command).
     admin_users = {
         n
         for n in reached
         if any(m.startswith("django.contrib.admin") for m in _imports(n, MODULES[n]))
     }
-    assert admin_users == {"redisq_django.history"}
+    assert admin_users == {"redisq_django.admin_log"}
 
 
 # -- docs/layout.md: the layers and the edges between the package's parts ------------------
@@ -244,7 +244,7 @@ def test_the_management_commands_never_import_the_admin() -> None:
 # (``redisq_django`` itself: the package's ``__init__``, the public names).
 
 FOUNDATION = (
-    *("conf", "signals", "models", "connection", "figures", "history"),
+    *("conf", "signals", "models", "connection", "figures", "admin_log"),
     *("database", "arguments", "discovery"),
 )
 CAPABILITIES = ("publishing", "deadletters", "consuming", "tasks", "schedules", "metrics")
@@ -265,8 +265,8 @@ SIDEWAYS = {
     # foundation
     ("connection", "conf"),
     ("models", "conf"),
-    ("history", "models"),
-    ("history", "conf"),
+    ("admin_log", "models"),
+    ("admin_log", "conf"),
     # capabilities
     ("tasks", "consuming"),
     ("schedules", "tasks"),

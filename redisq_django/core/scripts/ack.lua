@@ -14,7 +14,7 @@
 -- With KEYS[3] (history on):
 -- ARGV[2]  group name
 -- ARGV[3]  n: how many of the ids are log entries
--- ARGV[4]  instance (consumer) name
+-- ARGV[4]  instance name (the Redis consumer it reads as)
 -- ARGV[5]  m: how many ids in all
 -- ARGV[6 .. 5+m]  entry ids, the n log ids first, then the direct ids
 -- ARGV[6+m]       the event records of those ids, in the same order, as one JSON array:

@@ -9,7 +9,7 @@
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
 -- ARGV[3]  the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:"
--- ARGV[4]  instance (consumer) name, for the `handled` event
+-- ARGV[4]  instance name (the Redis consumer it reads as), for the `handled` event
 -- ARGV[5]  m: how many entries follow
 -- ARGV[6 .. 5+4m]  per entry: "log" or "direct", entry id, message id, ordering key ("":
 --                  none)

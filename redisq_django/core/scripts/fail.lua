@@ -6,7 +6,7 @@
 -- KEYS[4]  stream  redisq:{q}:events   (only when history is on)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
+-- ARGV[3]  instance that holds the entry (its Redis consumer); "" skips the ownership check
 -- ARGV[4]  entry id
 -- ARGV[5]  "1" to delete the entry from KEYS[1] after acking (direct stream), else "0"
 -- ARGV[6]  "retry" or "dead"
@@ -33,7 +33,7 @@
 -- A dead letter hands its ordering key on, as ack_ordered.lua does; a retry keeps it (the
 -- key's later messages wait for the retries).
 --
--- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
+-- Returns 1 when settled, 0 when the entry is no longer pending for this instance (its
 -- lease expired and another instance owns it now: that instance settles it instead).
 -- A key of the wrong type is refused (WRONGTYPE) before anything is written: Redis does
 -- not undo a script's earlier writes, and the entry must stay pending rather than be

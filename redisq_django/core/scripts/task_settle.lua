@@ -10,7 +10,7 @@
 -- KEYS[7]  stream  redisq:{q}:events   (only when history is on; see the second layout)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) that holds the entry; "" skips the ownership check
+-- ARGV[3]  instance that holds the entry (its Redis consumer); "" skips the ownership check
 -- ARGV[4]  entry id
 -- ARGV[5]  "1" when KEYS[1] is the direct stream (the entry is deleted after acking),
 --          else "0"
@@ -35,7 +35,7 @@
 --                    Redis's clock with "+<ms>"); a `next_due` the caller passes is dropped
 -- ARGV[13+2k+2j ..]  the envelope's field, value pairs
 --
--- Returns 1 when settled, 0 when the entry is no longer pending for this consumer (its
+-- Returns 1 when settled, 0 when the entry is no longer pending for this instance (its
 -- lease expired and another instance runs it now): then nothing is written, so a result
 -- never says SUCCESSFUL or FAILED for a message still to be handled, nor the reverse,
 -- and no event is written without its settle.

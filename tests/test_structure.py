@@ -594,6 +594,34 @@ def test_no_data_source_option_calls_a_spark_partition_a_partition() -> None:
     assert set(renamed.values()) <= set(options)
 
 
+#: What a delivery must not be called: a Message is what its handler gets.
+_MESSAGE_NAMES = {"message", "messages", "msg", "msgs"}
+
+
+def _deliveries_named_message(source: str) -> list[str]:
+    """The parameters of ``source`` annotated with ``Delivery`` (alone or in a
+    container) but named as a message: ``function(parameter)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+                if arg.arg in _MESSAGE_NAMES and re.search(r"\bDelivery\b", annotation):
+                    found.append(f"{node.name}({arg.arg})")
+    return found
+
+
+def test_a_delivery_is_never_named_a_message() -> None:
+    # The scan finds a Delivery named as a message, alone or in a container...
+    assert _deliveries_named_message(
+        "def f(message: Delivery, messages: Sequence[Delivery], m: Message) -> None: ..."
+    ) == ["f(message)", "f(messages)"]
+    # ...and no parameter of the package is (docs/layout.md, "Words": a delivery).
+    found = {name: _deliveries_named_message(path.read_text()) for name, path in MODULES.items()}
+    assert {name: f for name, f in found.items() if f} == {}
+
+
 # -- one error root (CONVENTIONS.md, "Errors") ---------------------------------------------
 
 #: Exceptions a handler raises to the worker, never the package to its user: control flow.

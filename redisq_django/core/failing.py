@@ -15,6 +15,7 @@ from redisq_django.core.instances import Report
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.outcome import Settlement
+from redisq_django.core.renamed import renamed_keyword
 from redisq_django.core.retry import RetryPolicy
 
 
@@ -66,6 +67,7 @@ class FailureSettling:
         )
         return bool(self._call("fail", keys, args, counts))
 
+    @renamed_keyword("message", "delivery")
     @translate_errors
     def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
@@ -107,6 +109,7 @@ class FailureSettling:
         )
         return Settlement.retried(wait_ms) if settled else Settlement.lost()
 
+    @renamed_keyword("message", "delivery")
     @translate_errors
     def dead_letter(
         self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
@@ -147,10 +150,12 @@ class FailureSettling:
         )
         return Settlement.dead(reason) if settled else Settlement.lost()
 
+    @renamed_keyword("message", "delivery")
     def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
         return self.dead_letter(delivery, failure, DeadReason.REJECTED)
 
+    @renamed_keyword("messages", "deliveries")
     @translate_errors
     def release(self, deliveries: Sequence[Delivery]) -> int:
         """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).

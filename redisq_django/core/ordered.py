@@ -142,18 +142,20 @@ def wait_for_entries(
 
 
 def ack_parts(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery], history: bool
+    gkeys: GroupKeys, instance: str, deliveries: Sequence[Delivery], history: bool
 ) -> tuple[ScriptName, list[str], list[Any]]:
-    """KEYS and ARGV of ``ack_ordered.lua`` for ``messages`` (with their ``handled``
+    """KEYS and ARGV of ``ack_ordered.lua`` for ``deliveries`` (with their ``handled``
     event when ``history`` is on)."""
     qkeys = gkeys.queue_keys
     keys = [qkeys.log, gkeys.direct, gkeys.holders, gkeys.held_back]
-    args: list[Any] = [gkeys.group, gkeys.waiting_prefix, instance, len(messages)]
-    for m in messages:
+    args: list[Any] = [gkeys.group, gkeys.waiting_prefix, instance, len(deliveries)]
+    for m in deliveries:
         args += ["log" if m.stream is Stream.LOG else "direct", m.entry_id, m.id, m.key or ""]
     if history:
         keys.append(qkeys.events)
-        args.append(lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in messages]))
+        args.append(
+            lifecycle.records_array([(m.id, m.attempts, m.duration_ms) for m in deliveries])
+        )
     return "ack_ordered", keys, args
 
 

@@ -19,17 +19,17 @@ RETRY, DEAD = "retry", "dead"
 
 
 def next_delivery(
-    message: Delivery, now: int, *, failed: bool, error: Failure | None = None
+    delivery: Delivery, now: int, *, failed: bool, error: Failure | None = None
 ) -> dict[bytes, bytes]:
-    """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
+    """The envelope of ``delivery``'s next delivery: a retry (``failed``: this delivery
     counts, its failure time is the first one if none was recorded; ``error``: what the
     operators' pages show as its last error) or a hand-back."""
-    first = message.first_failed_at_ms
+    first = delivery.first_failed_at_ms
     fields = env.next_delivery_fields(
-        message.fields,
-        message_id=message.id,
-        published_at_ms=message.published_at_ms,
-        attempts=message.attempts - (0 if failed else 1),
+        delivery.fields,
+        message_id=delivery.id,
+        published_at_ms=delivery.published_at_ms,
+        attempts=delivery.attempts - (0 if failed else 1),
         first_failed_at_ms=first if first is not None or not failed else now,
     )
     if error is not None:
@@ -39,13 +39,15 @@ def next_delivery(
 
 
 def ack_parts(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery], history: bool
+    gkeys: GroupKeys, instance: str, deliveries: Sequence[Delivery], history: bool
 ) -> tuple[ScriptName | None, list[str], list[Any]]:
-    """What acknowledges ``messages``: ``(None, KEYS, ARGV)`` of a plain ``XACK`` (log
+    """What acknowledges ``deliveries``: ``(None, KEYS, ARGV)`` of a plain ``XACK`` (log
     entries, history off: ``XACK log group ids…``), else ``("ack", KEYS, ARGV)`` of
     ``ack.lua`` (direct entries are deleted; with history, its ``handled`` event)."""
-    log = [m for m in messages if m.stream is Stream.LOG]
-    direct = [m for m in messages if m.stream is not Stream.LOG] if len(log) < len(messages) else []
+    log = [m for m in deliveries if m.stream is Stream.LOG]
+    direct = (
+        [m for m in deliveries if m.stream is not Stream.LOG] if len(log) < len(deliveries) else []
+    )
     if not history and not direct:
         return None, [gkeys.queue_keys.log], [gkeys.group, *(m.entry_id for m in log)]
     records = None

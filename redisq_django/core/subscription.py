@@ -22,6 +22,7 @@ from redisq_django.core.keys import QueueKeys
 from redisq_django.core.lifecycle import EventName
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.renamed import renamed_keyword
 from redisq_django.core.replica_wait import ReplicaWait
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import Scripts
@@ -162,16 +163,16 @@ class Subscription(FailureSettling):
                     block,
                     self.replica_wait,
                 )
-                messages = self._decode(got.reply)
-                if got.confirmed is not None and any(m.key is not None for m in messages):
-                    self._replicated(got.confirmed, len(messages))
+                deliveries = self._decode(got.reply)
+                if got.confirmed is not None and any(m.key is not None for m in deliveries):
+                    self._replicated(got.confirmed, len(deliveries))
             else:
                 reply = read_group(
                     self.client, self.scripts, self.gkeys, self.instance, count, block
                 )
-                messages = self._decode(reply)
-            if messages or monotonic_ms() >= deadline:
-                return messages
+                deliveries = self._decode(reply)
+            if deliveries or monotonic_ms() >= deadline:
+                return deliveries
 
     def _replicated(self, confirmed: int, read: int) -> None:
         """Note how many replicas confirmed a read that let keyed messages out (logged
@@ -249,6 +250,7 @@ class Subscription(FailureSettling):
 
     # -- settling ----------------------------------------------------------------------
 
+    @renamed_keyword("messages", "deliveries")
     @translate_errors
     def ack(self, deliveries: Iterable[Delivery]) -> int:
         """Acknowledge handled deliveries (one round trip for the batch, with their trend
@@ -271,6 +273,7 @@ class Subscription(FailureSettling):
             return ordered.ack_parts(self.gkeys, self.instance, batch, self.history)
         return settle.ack_parts(self.gkeys, self.instance, batch, self.history)
 
+    @renamed_keyword("messages", "deliveries")
     @translate_errors
     def extend(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Renew the lease (visibility timeout) of deliveries still being handled: the
@@ -323,18 +326,18 @@ class Subscription(FailureSettling):
         out: list[Delivery] = []
         for stream, entries in ((Stream.LOG, log_entries), (Stream.DIRECT, direct_entries)):
             for entry_id, fields, deliveries in entries:
-                message = self._delivery(stream, entry_id, fields, int(deliveries))
-                if message is None:
+                delivery = self._delivery(stream, entry_id, fields, int(deliveries))
+                if delivery is None:
                     continue
-                if not self.policy.should_retry(message.attempts - 1 - message.failures):
+                if not self.policy.should_retry(delivery.attempts - 1 - delivery.failures):
                     # This claim is not a delivery: the dead letter records the
                     # deliveries actually made (max_retries + 1 crashes, and failures).
-                    message.message.attempts -= 1
-                    failure = Failure.lease_expired(message.attempts, message.failures)
-                    dead = self.dead_letter(message, failure, DeadReason.LEASE_EXPIRED)
+                    delivery.message.attempts -= 1
+                    failure = Failure.lease_expired(delivery.attempts, delivery.failures)
+                    dead = self.dead_letter(delivery, failure, DeadReason.LEASE_EXPIRED)
                     self.dead_on_receive += dead.outcome is Outcome.DEAD
                     continue
-                out.append(message)
+                out.append(delivery)
         return out
 
     # -- liveness ----------------------------------------------------------------------

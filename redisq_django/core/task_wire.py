@@ -83,7 +83,7 @@ def enqueue_call(
 
 def settle_call(
     keys: QueueKeys,
-    message: Delivery,
+    delivery: Delivery,
     mode: str,
     due: str,
     result: Mapping[str, str],
@@ -92,28 +92,28 @@ def settle_call(
     expire_at_ms: int,
     event: Sequence[bytes] | None,
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``task_settle.lua`` for ``message`` of the queue of ``keys``
+    """KEYS and ARGV of ``task_settle.lua`` for ``delivery`` of the queue of ``keys``
     (``mode``: ``ack``, ``retry`` or ``dead``); ``event``: the settle's lifecycle event
     with history on (its layout then has the events stream), None with history off."""
-    gkeys = keys.group(message.consumer)
-    source = keys.log if message.stream is Stream.LOG else gkeys.direct
+    gkeys = keys.group(delivery.consumer)
+    source = keys.log if delivery.stream is Stream.LOG else gkeys.direct
     script_keys = [
         source,
         gkeys.retry,
         gkeys.dead,
-        keys.task_result(message.id),
+        keys.task_result(delivery.id),
         keys.task_results,
         gkeys.leases,
     ]
     args: list[Any] = [
-        message.consumer,
-        message.instance,
-        message.entry_id,
-        "1" if message.stream is Stream.DIRECT else "0",
+        delivery.consumer,
+        delivery.instance,
+        delivery.entry_id,
+        "1" if delivery.stream is Stream.DIRECT else "0",
         mode,
         due,
         expires(expire_at_ms),
-        message.id,
+        delivery.id,
         error_json,
         len(result),
         *pairs(result),

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from redisq_django import history
+from redisq_django import admin_log
 from redisq_django.connection import get_broker
 from redisq_django.core import browse
 from redisq_django.core.keys import readable_names
@@ -86,7 +86,7 @@ def released_key_log(key: str) -> str:
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:
     """Write ``text`` to the admin history of ``consumer``'s row (else its queue's) as
     ``user``, as the live pages do. False when there is no row to write it to (or no
-    ``django.contrib.admin``: see :mod:`~redisq_django.history`)."""
+    ``django.contrib.admin``: see :mod:`~redisq_django.admin_log`)."""
     from redisq_django.models import Consumer, Queue
 
     row: Any = None
@@ -95,4 +95,4 @@ def record_change(user: Any, queue: str, consumer: str | None, text: str) -> boo
     row = row or Queue.objects.filter(name=queue).first()
     if row is None:
         return False
-    return history.log_change(user, [row], text, single_object=True)
+    return admin_log.log_change(user, [row], text, single_object=True)

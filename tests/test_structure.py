@@ -13,6 +13,8 @@ package's own imports its public names lazily (PEP 562).
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,21 +229,21 @@ def test_the_management_commands_never_import_the_admin() -> None:
     # ...and nothing the management commands import, directly or not, is our admin...
     reached = _reachable(graph, [n for n in MODULES if n.startswith("redisq_django.management")])
     assert {n for n in reached if _is_our_admin(n)} == set()
-    # ...nor imports django.contrib.admin, but the admin-history module, which asks first
+    # ...nor imports django.contrib.admin, but the admin log's module, which asks first
     # whether it is installed (tests/management/test_without_admin.py runs every command).
     admin_users = {
         n
         for n in reached
         if any(m.startswith("django.contrib.admin") for m in _imports(n, MODULES[n]))
     }
-    assert admin_users == {"redisq_django.history"}
+    assert admin_users == {"redisq_django.admin_log"}
 
 
 # -- docs/layout.md, "Rooms": a subpackage's face is its __init__ ------------------------
 
 #: Subpackages whose ``__init__`` is their face: a module outside one imports the face,
 #: never a module inside it (the modules inside import each other).
-ROOMS = ("redisq_django.admin.live",)
+ROOMS = ("redisq_django.admin.live", "redisq_django.admin.deadletters")
 
 
 def _past_the_face(importer: str, imported: str) -> bool:
@@ -272,7 +274,7 @@ def test_outside_a_room_only_its_face_is_imported() -> None:
 # (``redisq_django`` itself: the package's ``__init__``, the public names).
 
 FOUNDATION = (
-    *("conf", "signals", "models", "connection", "figures", "history"),
+    *("conf", "signals", "models", "connection", "figures", "admin_log"),
     *("database", "arguments", "discovery"),
 )
 CAPABILITIES = ("publishing", "deadletters", "consuming", "tasks", "schedules", "metrics")
@@ -293,8 +295,8 @@ SIDEWAYS = {
     # foundation
     ("connection", "conf"),
     ("models", "conf"),
-    ("history", "models"),
-    ("history", "conf"),
+    ("admin_log", "models"),
+    ("admin_log", "conf"),
     # capabilities
     ("tasks", "consuming"),
     ("schedules", "tasks"),
@@ -405,7 +407,11 @@ def test_the_dead_letters_are_one_wing_that_the_admin_and_the_command_call() -> 
     graph = _graph()
     wing = [m for m in MODULES if m.startswith("redisq_django.deadletters")]
     # The admin and the operator command call the dead letters' package...
-    for caller in ("redisq_django.admin.deadletters", "redisq_django.management.commands.redisq"):
+    callers = (
+        "redisq_django.admin.deadletters.model_admin",
+        "redisq_django.management.commands.redisq",
+    )
+    for caller in callers:
         assert "redisq_django.deadletters" in graph[caller], caller
     # ...not pass-throughs in operations.py...
     assert {m for m in graph["redisq_django.operations"] if m in wing} == set()
@@ -566,3 +572,178 @@ def test_the_seam_exceptions_are_still_needed() -> None:
         tree = ast.parse(MODULES[module].read_text())
         used = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert expression in used, f"{module} no longer uses {expression}: drop it"
+
+
+# -- docs/layout.md, "Words": one word, one idea ------------------------------------------
+
+#: A word holding "group", but in "consumer group" (the Redis one, which keeps the word).
+_GROUP = re.compile(r"(consumer\s+)?(\w*group\w*)", re.IGNORECASE)
+TEMPLATES_DIR = PACKAGE_DIR / "templates" / "admin" / "redisq_django"
+
+
+def _group_words(text: str) -> set[str]:
+    """Every identifier or word of ``text`` that says "group" of something else than the
+    Redis consumer group."""
+    return {m[2] for m in _GROUP.finditer(text) if not m[1]}
+
+
+#: Where dead letters are the subject: their wing, their admin, their pages, and the
+#: operator command (``redisq dead``). Dead letters that failed the same way are a
+#: cause; what still says "group" there is a name of 0.9 kept one minor version.
+DEAD_LETTER_PLACES = {
+    **{f"deadletters/{p.name}": p for p in (PACKAGE_DIR / "deadletters").glob("*.py")},
+    **{
+        f"admin/deadletters/{p.name}": p
+        for p in (PACKAGE_DIR / "admin" / "deadletters").glob("*.py")
+    },
+    **{f"templates/deadletter/{p.name}": p for p in (TEMPLATES_DIR / "deadletter").glob("*.html")},
+    "management/commands/redisq.py": PACKAGE_DIR / "management" / "commands" / "redisq.py",
+}
+DEPRECATED_GROUP_WORDS = {
+    "deadletters/__init__.py": {"groups", "Group", "GROUPS_LIMIT"},
+    "admin/deadletters/triage_pages.py": {
+        *("groups", "groups_view", "redisq_django_deadletter_groups"),
+    },
+    "management/commands/redisq.py": {"groups"},
+}
+
+
+def test_dead_letters_that_failed_the_same_way_are_a_cause_never_a_group() -> None:
+    # The scan finds "group" said of dead letters, and leaves the consumer group alone...
+    assert _group_words("Group by error · Retry group; the consumer group g") == {
+        "Group",
+        "group",
+    }
+    assert _group_words("groups_view, GROUPS_LIMIT") == {"groups_view", "GROUPS_LIMIT"}
+    # ...and where dead letters are the subject, only the deprecated names of 0.9 say it.
+    found = {name: _group_words(path.read_text()) for name, path in DEAD_LETTER_PLACES.items()}
+    assert {
+        name: sorted(words - DEPRECATED_GROUP_WORDS.get(name, set()))
+        for name, words in found.items()
+        if words - DEPRECATED_GROUP_WORDS.get(name, set())
+    } == {}
+    assert {n: w for n, w in DEPRECATED_GROUP_WORDS.items() if not w <= found[n]} == {}
+
+
+#: Where priority levels are the subject: the levels of one task queue, read highest
+#: first, are a priority ladder.
+PRIORITY_PLACES = (
+    *("core/worker/priority.py", "core/handler.py", "consuming/declarations.py"),
+    *("tasks/task_queues.py", "tasks/backend_options.py", "tasks/backend.py"),
+)
+
+
+def test_the_levels_of_a_task_queue_are_a_ladder_never_a_group() -> None:
+    found = {name: _group_words((PACKAGE_DIR / name).read_text()) for name in PRIORITY_PLACES}
+    assert {name: sorted(words) for name, words in found.items() if words} == {}
+
+
+def _literal(path: Path, name: str) -> object:
+    """The literal value of ``name`` assigned at the top of ``path`` (no import: the
+    pipeline's modules import PySpark)."""
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"no {name} in {path}")
+
+
+def test_no_data_source_option_calls_a_spark_partition_a_partition() -> None:
+    # A partition is a queue's; what one Spark task reads is a slice. The names of 0.9
+    # are only accepted, renamed, for one minor version.
+    source_options = PACKAGE_DIR / "pipeline" / "source_options.py"
+    options = _literal(source_options, "OPTIONS")
+    renamed = _literal(source_options, "RENAMED")
+    assert isinstance(options, tuple) and isinstance(renamed, dict)
+    assert [o for o in options if "partition" in o.lower()] == []
+    assert set(renamed.values()) <= set(options)
+
+
+#: What a delivery must not be called: a Message is what its handler gets.
+_MESSAGE_NAMES = {"message", "messages", "msg", "msgs"}
+
+
+def _deliveries_named_message(source: str) -> list[str]:
+    """The parameters of ``source`` annotated with ``Delivery`` (alone or in a
+    container) but named as a message: ``function(parameter)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+                if arg.arg in _MESSAGE_NAMES and re.search(r"\bDelivery\b", annotation):
+                    found.append(f"{node.name}({arg.arg})")
+    return found
+
+
+def test_a_delivery_is_never_named_a_message() -> None:
+    # The scan finds a Delivery named as a message, alone or in a container...
+    assert _deliveries_named_message(
+        "def f(message: Delivery, messages: Sequence[Delivery], m: Message) -> None: ..."
+    ) == ["f(message)", "f(messages)"]
+    # ...and no parameter of the package is (docs/layout.md, "Words": a delivery).
+    found = {name: _deliveries_named_message(path.read_text()) for name, path in MODULES.items()}
+    assert {name: f for name, f in found.items() if f} == {}
+
+
+# -- one error root (CONVENTIONS.md, "Errors") ---------------------------------------------
+
+#: Exceptions a handler raises to the worker, never the package to its user: control flow.
+CONTROL_FLOW = {"Reject", "Settled"}
+#: The exception classes the package's may derive from besides its own: Python's, and
+#: those of Django and redis-py they also are (``ImproperlyConfigured``, ``RedisError``).
+FOREIGN_EXCEPTIONS = {
+    *(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)),
+    *("ImproperlyConfigured", "RedisError"),
+}
+
+
+def _class_bases() -> dict[str, set[str]]:
+    """Each class of the package (one per name: test_one_class_per_name) and the names
+    of its bases, as written (``redis.ConnectionError``: ``ConnectionError``)."""
+    bases: dict[str, set[str]] = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+    return bases
+
+
+def _outside_the_root(bases: dict[str, set[str]]) -> list[str]:
+    """The exception classes of ``bases`` that do not derive from ``RedisqError``."""
+
+    def reaches(name: str, goal: set[str], seen: frozenset[str] = frozenset()) -> bool:
+        if name in goal:
+            return True
+        return any(reaches(b, goal, seen | {name}) for b in bases.get(name, set()) - seen)
+
+    return sorted(
+        name
+        for name in bases
+        if name not in CONTROL_FLOW
+        and name != "RedisqError"
+        and reaches(name, FOREIGN_EXCEPTIONS)
+        and not reaches(name, {"RedisqError"})
+    )
+
+
+def test_every_error_the_package_raises_derives_from_redisq_error() -> None:
+    # The scan follows the bases, through the package's own classes and others'...
+    assert _outside_the_root(
+        {
+            "RedisqError": {"Exception"},
+            "JobError": {"RedisqError", "RuntimeError"},
+            "ArchiveError": {"JobError"},
+            "Outage": {"RedisqError", "ConnectionError"},
+            "Stray": {"ValueError"},
+            "StrayChild": {"Stray"},
+            "Plain": set(),
+            "Reject": {"Exception"},
+        }
+    ) == ["Stray", "StrayChild"]
+    # ...and every exception class of the package has RedisqError among its ancestors
+    # (keeping its other bases, so that an `except ValueError` still catches it), but the
+    # ones a handler raises to the worker.
+    assert _outside_the_root(_class_bases()) == []

@@ -32,10 +32,10 @@ class DjangoDatabaseMiddleware(Middleware):
     does around each request, so a long-running worker survives database restarts: in
     the handler threads and in the thread where async handlers' ORM calls run."""
 
-    def before_batch(self, messages: Sequence[Delivery]) -> None:
+    def before_batch(self, deliveries: Sequence[Delivery]) -> None:
         close_old_connections()
         _close_old_connections_of_async_code()
 
-    def after_batch(self, messages: Sequence[Delivery]) -> None:
+    def after_batch(self, deliveries: Sequence[Delivery]) -> None:
         close_old_connections()
         _close_old_connections_of_async_code()

@@ -39,7 +39,7 @@ class ConsumerDeclaration:
     ordered: bool = False
     #: An ordered consumer's reads wait for this many replicas (None: the setting's).
     wait_replicas: int | None = None
-    #: ``(group, rank)``: one priority level of a group read highest first (rank 0);
+    #: ``(ladder, rank)``: one level of a priority ladder read highest first (rank 0);
     #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
     priority: tuple[str, int] | None = None
 

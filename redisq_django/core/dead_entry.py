@@ -30,7 +30,7 @@ F_GROUP = b"group"
 F_RAW = b"raw"
 
 
-#: Normalised error messages (the grouping key of dead letters) are cut to this length.
+#: Normalised error messages (what tells dead letters' causes apart) are cut to this length.
 ERROR_KEY_LENGTH = 200
 
 #: What varies between occurrences of one error, replaced in this order, as error
@@ -65,7 +65,7 @@ def normalise_error(message: str) -> str:
     codes, UUIDs, times, hex addresses, quoted values, e-mail addresses, URL query
     values) replaced by placeholders and whitespace collapsed, cut to
     :data:`ERROR_KEY_LENGTH`: dead letters with the same error class and normalised
-    message form one group in the admin.
+    message are one cause in the admin and ``redisq dead causes``.
 
     >>> normalise_error("Order 1234 declined at 2024-05-01T12:00:00Z (card 0x7f3a)")
     'Order <n> declined at <time> (card <hex>)'

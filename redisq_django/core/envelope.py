@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
-from redisq_django.core.errors import InvalidKey
+from redisq_django.core.errors import InvalidKey, RedisqError
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.json import loads
 from redisq_django.core.wire import MAX_INT_DIGITS, to_str, wire_int
@@ -253,7 +253,7 @@ class Envelope:
         )
 
 
-class UndecodableEntry(ValueError):
+class UndecodableEntry(RedisqError, ValueError):
     """A Redis entry is not a valid envelope; ``reason`` says why."""
 
 

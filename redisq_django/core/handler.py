@@ -97,8 +97,9 @@ class ConsumerSpec:
         ordered: one message of an ordering key out at a time (``core/ordered.py``).
         wait_replicas: an ordered consumer's reads wait until this many replicas have
             them (None: the config's ``ordered_wait_replicas``; 0: no wait).
-        priority: ``(group, rank)`` when this consumer is one priority level of a group
-            whose levels a worker reads highest first (rank 0 is the highest): its
+        priority: ``(ladder, rank)`` when this consumer is one level of a priority
+            ladder (``core/worker/priority.py``: the levels of one task queue, a queue
+            each) that a worker reads highest first (rank 0 is the highest): its
             threads fetch only while every higher level's last fetch came back empty.
     """
 

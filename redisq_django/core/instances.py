@@ -31,9 +31,9 @@ REPORT_GRACE_MS = 60_000
 MAX_LISTED = 500
 
 
-def started_tag(message: Delivery) -> str:
+def started_tag(delivery: Delivery) -> str:
     """``log:<entry id>`` or ``direct:<entry id>``: how ``running`` names an entry."""
-    return f"{message.stream.value}:{to_str(message.entry_id)}"
+    return f"{delivery.stream.value}:{to_str(delivery.entry_id)}"
 
 
 class Report:

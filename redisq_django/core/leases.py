@@ -20,26 +20,26 @@ from redisq_django.core.types import RedisClient
 _TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
 
 
-def started_tag(message: Delivery) -> bytes:
+def started_tag(delivery: Delivery) -> bytes:
     """How ``running`` and ``leases`` name a started delivery: ``log:<id>`` or
     ``direct:<id>``."""
-    return _TAGS[message.stream] + message.entry_id
+    return _TAGS[delivery.stream] + delivery.entry_id
 
 
 def renew_call(
-    gkeys: GroupKeys, instance: str, messages: Sequence[Delivery]
+    gkeys: GroupKeys, instance: str, deliveries: Sequence[Delivery]
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``lease.lua``: the leases of ``messages`` (each with its
+    """KEYS and ARGV of ``lease.lua``: the leases of ``deliveries`` (each with its
     ``lease_ms``) held by ``instance`` end that long after Redis's now."""
     args: list[Any] = [gkeys.group, instance]
-    for m in messages:
+    for m in deliveries:
         args += [m.stream.value, m.entry_id, int(m.lease_ms or 0)]
     return [gkeys.queue_keys.log, gkeys.direct, gkeys.leases], args
 
 
-def end_own_leases(client: RedisClient, gkeys: GroupKeys, messages: Sequence[Delivery]) -> None:
-    """The leases of their own of ``messages`` end now (their instance stops running
+def end_own_leases(client: RedisClient, gkeys: GroupKeys, deliveries: Sequence[Delivery]) -> None:
+    """The leases of their own of ``deliveries`` end now (their instance stops running
     them and expired its heartbeat: they are taken over at once, as its other messages)."""
-    own = [started_tag(m) for m in messages if m.lease_ms]
+    own = [started_tag(m) for m in deliveries if m.lease_ms]
     if own:
         client.zrem(gkeys.leases, *own)

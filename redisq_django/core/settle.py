@@ -253,15 +253,15 @@ class Settling:
 
 
 def next_delivery(
-    message: Delivery, now: int, *, failed: bool, error: Failure | None = None
+    delivery: Delivery, now: int, *, failed: bool, error: Failure | None = None
 ) -> dict[bytes, bytes]:
-    """The envelope of ``message``'s next delivery: a retry (``failed``: this delivery
+    """The envelope of ``delivery``'s next delivery: a retry (``failed``: this delivery
     counts, its failure time is the first one if none was recorded; ``error``: what the
     operators' pages show as its last error) or a hand-back."""
-    m = message.message
+    m = delivery.message
     first = m.first_failed_at_ms
     fields = env.next_delivery_fields(
-        message.fields,
+        delivery.fields,
         message_id=m.id,
         published_at_ms=m.published_at_ms,
         attempts=m.attempts - (0 if failed else 1),

@@ -134,7 +134,7 @@ class TaskResultStore:
     @translate_errors
     def start(
         self,
-        message: Delivery,
+        delivery: Delivery,
         *,
         worker_id: str,
         expire_at_ms: int,
@@ -155,13 +155,13 @@ class TaskResultStore:
             ``(worker_ids, errors, started_at_ms)`` after the change.
         """
         now = now_ms() if now is None else now
-        keys, args = self.start_call(message, worker_id, expire_at_ms, rebuild, now, lease_ms)
+        keys, args = self.start_call(delivery, worker_id, expire_at_ms, rebuild, now, lease_ms)
         workers, errors, started = self.scripts("task_start", keys, args)
         return json.loads(workers), json.loads(errors), int(started)
 
     def start_call(
         self,
-        message: Delivery,
+        delivery: Delivery,
         worker_id: str,
         expire_at_ms: int,
         rebuild: Mapping[str, str],
@@ -169,19 +169,19 @@ class TaskResultStore:
         lease_ms: int = 0,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of :meth:`start`, to send through a ``TaskPipe``."""
-        keys = self.keys(message.queue)
-        gkeys = keys.group(message.consumer)
-        source = keys.log if message.stream is Stream.LOG else gkeys.direct
+        keys = self.keys(delivery.queue)
+        gkeys = keys.group(delivery.consumer)
+        source = keys.log if delivery.stream is Stream.LOG else gkeys.direct
         return (
-            [keys.task_result(message.id), keys.task_results, source, gkeys.leases],
+            [keys.task_result(delivery.id), keys.task_results, source, gkeys.leases],
             [
                 expires(expire_at_ms),
-                message.id,
+                delivery.id,
                 worker_id,
                 now,
-                message.consumer,
-                message.entry_id,
-                started_tag(message),
+                delivery.consumer,
+                delivery.entry_id,
+                started_tag(delivery),
                 lease_ms,
                 *pairs(rebuild),
             ],
@@ -190,40 +190,40 @@ class TaskResultStore:
     @translate_errors
     def succeed(
         self,
-        message: Delivery,
+        delivery: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
         duration_ms: int | None = None,
     ) -> bool:
-        """Acknowledge ``message`` and write its SUCCESSFUL ``result`` fields together
+        """Acknowledge ``delivery`` and write its SUCCESSFUL ``result`` fields together
         (with its ``handled`` event, history on: ``duration_ms`` is the task's run time).
 
         Returns:
             False when this instance no longer holds the message (nothing written).
         """
         keys, args = self.succeed_call(
-            message, result, expire_at_ms=expire_at_ms, duration_ms=duration_ms
+            delivery, result, expire_at_ms=expire_at_ms, duration_ms=duration_ms
         )
         return bool(self.scripts("task_settle", keys, args))
 
     def succeed_call(
         self,
-        message: Delivery,
+        delivery: Delivery,
         result: Mapping[str, str],
         *,
         expire_at_ms: int,
         duration_ms: int | None = None,
     ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of :meth:`succeed`, to send through a ``TaskPipe``."""
-        event = self._event(EventName.HANDLED, message, duration_ms)
-        keys = self.keys(message.queue)
-        return settle_call(keys, message, "ack", "", result, b"", {}, expire_at_ms, event)
+        event = self._event(EventName.HANDLED, delivery, duration_ms)
+        keys = self.keys(delivery.queue)
+        return settle_call(keys, delivery, "ack", "", result, b"", {}, expire_at_ms, event)
 
     @translate_errors
     def fail(
         self,
-        message: Delivery,
+        delivery: Delivery,
         failure: Failure,
         policy: RetryPolicy,
         *,
@@ -245,28 +245,28 @@ class TaskResultStore:
         """
         now = now_ms()
         error_json = json.dumps(dict(error)).encode()
-        failed = message.failures + 1  # errors so far, this one included
-        retry_fields = settle.next_delivery(message, now, failed=True)
+        failed = delivery.failures + 1  # errors so far, this one included
+        retry_fields = settle.next_delivery(delivery, now, failed=True)
         retry_fields[F_FAILURES] = str(failed).encode()
         if policy.should_retry(failed):
             wait_ms = max(1, int(policy.backoff(failed, self._rng) * 1000))
             # Without `next_due`: task_settle.lua adds the due time it makes (Redis's clock).
-            event = self._event(EventName.RETRIED, message, duration_ms, failure=failure)
+            event = self._event(EventName.RETRIED, delivery, duration_ms, failure=failure)
             keys, args = settle_call(
-                self.keys(message.queue), message, "retry", f"+{wait_ms}", {"status": READY},
+                self.keys(delivery.queue), delivery, "retry", f"+{wait_ms}", {"status": READY},
                 error_json, retry_fields, expire_at_ms, event,
             )  # fmt: skip
             settled = self.scripts("task_settle", keys, args)
             return Settlement.retried(wait_ms) if settled else Settlement.lost()
         return self._dead(
-            message, failure, DeadReason.FAILED, retry_fields, error_json, now,
+            delivery, failure, DeadReason.FAILED, retry_fields, error_json, now,
             finished_at_ms, expire_at_ms, duration_ms,
         )  # fmt: skip
 
     @translate_errors
     def reject(
         self,
-        message: Delivery,
+        delivery: Delivery,
         failure: Failure,
         *,
         error: Mapping[str, str],
@@ -284,16 +284,16 @@ class TaskResultStore:
         """
         now = now_ms()
         error_json = json.dumps(dict(error)).encode()
-        fields = settle.next_delivery(message, now, failed=True)
-        fields[F_FAILURES] = str(message.failures + 1).encode()
+        fields = settle.next_delivery(delivery, now, failed=True)
+        fields[F_FAILURES] = str(delivery.failures + 1).encode()
         return self._dead(
-            message, failure, DeadReason.REJECTED, fields, error_json, now,
+            delivery, failure, DeadReason.REJECTED, fields, error_json, now,
             finished_at_ms, expire_at_ms, duration_ms,
         )  # fmt: skip
 
     def _dead(
         self,
-        message: Delivery,
+        delivery: Delivery,
         failure: Failure,
         reason: DeadReason,
         fields: dict[bytes, bytes],
@@ -306,25 +306,25 @@ class TaskResultStore:
         """The dead letter of :meth:`fail` and :meth:`reject`: ``fields`` are the
         envelope's for its next delivery, ``now`` the time of the failure."""
         dead = dead_fields(
-            fields, consumer=message.consumer, reason=reason, failure=failure, failed_at_ms=now
+            fields, consumer=delivery.consumer, reason=reason, failure=failure, failed_at_ms=now
         )
         result = {"status": FAILED, "finished_at": str(finished_at_ms)}
-        event = self._event(EventName.DEAD, message, duration_ms, failure=failure, reason=reason)
+        event = self._event(EventName.DEAD, delivery, duration_ms, failure=failure, reason=reason)
         keys, args = settle_call(
-            self.keys(message.queue), message, "dead", "", result, error_json, dead,
+            self.keys(delivery.queue), delivery, "dead", "", result, error_json, dead,
             expire_at_ms, event,
         )  # fmt: skip
         settled = self.scripts("task_settle", keys, args)
         return Settlement.dead(reason) if settled else Settlement.lost()
 
     def _event(
-        self, name: EventName, message: Delivery, duration_ms: int | None, **details: Any
+        self, name: EventName, delivery: Delivery, duration_ms: int | None, **details: Any
     ) -> list[bytes] | None:
         """The lifecycle event of a settle (history on), else None."""
         if not self.history:
             return None
-        record = lifecycle.record(message.id, message.attempts, duration_ms)
-        return lifecycle.fields(name, message.consumer, message.instance, [record], **details)
+        record = lifecycle.record(delivery.id, delivery.attempts, duration_ms)
+        return lifecycle.fields(name, delivery.consumer, delivery.instance, [record], **details)
 
     @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:

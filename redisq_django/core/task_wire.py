@@ -84,7 +84,7 @@ def enqueue_call(
 
 def settle_call(
     keys: QueueKeys,
-    message: Delivery,
+    delivery: Delivery,
     mode: str,
     due: str,
     result: Mapping[str, str],
@@ -93,24 +93,24 @@ def settle_call(
     expire_at_ms: int,
     event: Sequence[bytes] | None,
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of ``task_settle.lua`` for ``message`` of the queue of ``keys``
+    """KEYS and ARGV of ``task_settle.lua`` for ``delivery`` of the queue of ``keys``
     (``mode``: ``ack``, ``retry`` or ``dead``): the settle layout, built by
     ``Settling.call``, then the task's own arguments and keys; ``event``: the settle's
     lifecycle event with history on, None with history off."""
-    gkeys = keys.group(message.consumer)
+    gkeys = keys.group(delivery.consumer)
     own = [
         mode,
         due,
         expires(expire_at_ms),
-        message.id,
+        delivery.id,
         error_json,
         len(result),
         *pairs(result),
         *pairs(envelope),
     ]
-    task_keys = [keys.task_result(message.id), keys.task_results, gkeys.leases]
-    settling = Settling(gkeys, message.instance)
-    return settling.call([settling.entry(message)], event or (), own, task_keys)
+    task_keys = [keys.task_result(delivery.id), keys.task_results, gkeys.leases]
+    settling = Settling(gkeys, delivery.instance)
+    return settling.call([settling.entry(delivery)], event or (), own, task_keys)
 
 
 def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:

@@ -1,15 +1,19 @@
 """Dead letters in the database, one wing for the admin and ``manage.py redisq dead``:
 the sink from Redis (:mod:`.sinking`), which rows an operator means (:mod:`.selection`),
-retry and discard of a few or of every one matching (:mod:`.triage`), and groups by error
-and summaries (:mod:`.breakdown`). The Redis entry itself is the core's ``DeadEntry``."""
+retry and discard of a few or of every one matching (:mod:`.triage`), and causes (dead
+letters that failed the same way) and summaries (:mod:`.breakdown`). The Redis entry
+itself is the core's ``DeadEntry``."""
+
+import warnings
+from typing import Any
 
 from redisq_django.deadletters.breakdown import (
     BY_ERROR,
     BY_TASK,
-    GROUPS_LIMIT,
-    Group,
+    CAUSES_LIMIT,
+    Cause,
     Summary,
-    groups,
+    causes,
     summary,
 )
 from redisq_django.deadletters.selection import rows
@@ -30,16 +34,16 @@ from redisq_django.deadletters.triage import (
 __all__ = [
     "BY_ERROR",
     "BY_TASK",
+    "CAUSES_LIMIT",
     "CHUNK",
     "DISCARDED_LOG",
-    "GROUPS_LIMIT",
     "SINK_BATCH",
     "BulkResult",
-    "Group",
+    "Cause",
     "Summary",
+    "causes",
     "discard",
     "discard_matching",
-    "groups",
     "not_redrivable_reason",
     "redrivable",
     "retried_log",
@@ -51,3 +55,21 @@ __all__ = [
     "sink_all",
     "summary",
 ]
+
+#: Names of 0.9 for the causes, kept one minor version with a warning (docs/layout.md,
+#: "Words": the word is the Redis consumer group's alone).
+_RENAMED = {"groups": "causes", "Group": "Cause", "GROUPS_LIMIT": "CAUSES_LIMIT"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(
+            f"redisq_django.deadletters.{name} is now redisq_django.deadletters.{new} (dead "
+            f"letters that failed the same way are a cause; the word of the old name is "
+            f"the Redis consumer group's). It is removed in the next minor version.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
-"""What a selection of dead letters holds: its groups by error, and the summary a
-confirmation page shows before a bulk retry or discard (a few aggregate queries each,
-whatever the number of rows)."""
+"""What a selection of dead letters holds: its causes (dead letters that failed the same
+way), and the summary a confirmation page shows before a bulk retry or discard (a few
+aggregate queries each, whatever the number of rows)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from django.db.models.functions import Substr
 from redisq_django.core.dead_entry import DeadReason
 from redisq_django.models import DeadLetter
 
-#: The most groups a listing of groups returns (the largest first).
-GROUPS_LIMIT = 200
-#: Characters of a group's sample error message.
+#: The most causes a listing of causes returns (the largest first).
+CAUSES_LIMIT = 200
+#: Characters of a cause's sample error message.
 SAMPLE_CHARS = 300
 
 DEAD = DeadLetter.Status.DEAD
 
 
-#: What groups can be made of: the same error (consumer, task, error class and
-#: normalised message), or the same task (consumer and task, whatever the error).
+#: What makes a cause: the same error (consumer, task, error class and normalised
+#: message), or the same task (consumer and task, whatever the error).
 BY_ERROR, BY_TASK = "error", "task"
 _KEYS = {
     BY_ERROR: ("queue", "consumer", "task", "error_class", "error_key"),
@@ -31,10 +31,11 @@ _KEYS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class Group:
-    """Dead letters of one consumer (and task, for a task queue) that failed with one
-    error (class and normalised message; grouped by task: any), with their earliest
-    first failure, latest last failure and one raw error message as a sample."""
+class Cause:
+    """A cause of dead letters: those of one consumer (and task, for a task queue) that
+    failed with one error (class and normalised message; by task: any), with their
+    count, earliest first failure, latest last failure and one raw error message as a
+    sample (docs/layout.md, "Words")."""
 
     queue: str
     consumer: str
@@ -49,34 +50,34 @@ class Group:
 
     @property
     def lookup(self) -> dict[str, str]:
-        """The filter that selects exactly this group's rows."""
+        """The filter that selects exactly this cause's rows."""
         found = {key: getattr(self, key) for key in _KEYS[self.by]}
         if not self.task:  # no task queue: every row has task ""
             del found["task"]
         return found
 
 
-def groups(
-    rows: QuerySet[DeadLetter], limit: int = GROUPS_LIMIT, *, by: str = BY_ERROR
-) -> tuple[list[Group], int]:
-    """The groups of ``rows`` by consumer, task, error class and normalised message (by
-    :data:`BY_TASK`: consumer and task), the largest first (at most ``limit``), with
-    counts, first/last failure and a sample error message; and how many groups there
-    are. Two queries, whatever the number of rows."""
+def causes(
+    rows: QuerySet[DeadLetter], limit: int = CAUSES_LIMIT, *, by: str = BY_ERROR
+) -> tuple[list[Cause], int]:
+    """The causes of ``rows``: their dead letters by consumer, task, error class and
+    normalised message (by :data:`BY_TASK`: consumer and task), the largest first (at
+    most ``limit``), with counts, first/last failure and a sample error message; and how
+    many causes there are. Two queries, whatever the number of rows."""
     keys = _KEYS[by]
-    grouped = (
+    found = (
         rows.order_by()
         .values(*keys)
         .annotate(
             count=Count("pk"),
             first_seen=Min("first_failed_at"),
             last_seen=Max("last_failed_at"),
-            # One raw message of the group, as written (the key has placeholders).
+            # One raw message of the cause, as written (the key has placeholders).
             sample=Max(Substr("error_message", 1, SAMPLE_CHARS)),
         )
     )
-    top = grouped.order_by("-count", *keys)[:limit]
-    return [Group(**g, by=by) for g in top], grouped.count()
+    top = found.order_by("-count", *keys)[:limit]
+    return [Cause(**c, by=by) for c in top], found.count()
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Dead-letter triage: retry or discard one dead letter, a selection, or every one
 matching a filter (server side, in chunks, at any size). The admin and ``manage.py
-redisq dead`` call these functions (their groups by error and summaries are
+redisq dead`` call these functions (their causes and summaries are
 :mod:`~redisq_django.deadletters.breakdown`'s).
 
 Every retry and discard is recorded in the admin history (``LogEntry``, who and when)
@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from redisq_django import history
+from redisq_django import admin_log
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
 from redisq_django.core.dead_entry import DeadReason
@@ -115,13 +115,13 @@ def record(
 ) -> None:
     """Write one admin-history entry per row (bulk, per distinct message) for ``user``;
     nothing without a user (the shell) or without ``django.contrib.admin``."""
-    if _user(user) is None or not history.is_kept():
+    if _user(user) is None or not admin_log.is_kept():
         return
     by_message: dict[str, list[DeadLetter]] = defaultdict(list)
     for row in rows:
         by_message[message(row)].append(row)
-    for text, group in by_message.items():
-        history.log_change(user, group, text)
+    for text, same_text in by_message.items():
+        admin_log.log_change(user, same_text, text)
 
 
 def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from redisq_django import admin_log, operations
 from redisq_django import archives as named
-from redisq_django import history, operations
 from redisq_django.connection import get_broker
 from redisq_django.core import browse
 from redisq_django.core.keys import validate_name
@@ -68,7 +68,7 @@ def user_named(username: str | None) -> Any:
     """
     if not username:
         return None
-    if not history.is_kept():
+    if not admin_log.is_kept():
         raise CommandError(
             "--user records the change in the admin history, which needs "
             "django.contrib.admin in INSTALLED_APPS (this project has no admin): leave out "

@@ -181,14 +181,14 @@ class PrometheusMiddleware(Middleware):
             self._flusher.join(timeout=5)
         self.flush()
 
-    def after_batch(self, messages: Sequence[Delivery]) -> None:
+    def after_batch(self, deliveries: Sequence[Delivery]) -> None:
         # The hot path, once per fetched batch: no lock, no prometheus-client call, no
         # allocation, a few integer operations per message. Every message of a batch is
         # of the consumer its thread serves: one look-up finds the series.
-        if not messages:
+        if not deliveries:
             return
         local = self._local
-        first = messages[0]
+        first = deliveries[0]
         try:
             if first.consumer is local.consumer and first.queue is local.queue:
                 duration, latency = local.series
@@ -201,7 +201,7 @@ class PrometheusMiddleware(Middleware):
         durations, latencies = duration.counts, latency.counts
         where, duration_bounds, latency_bounds = _bisect, _DURATION_BOUNDS, _LATENCY_BOUNDS
         took_sum = waited_sum = 0
-        for m in messages:
+        for m in deliveries:
             took = m.duration_ns
             if took is None:  # handed back without running
                 continue
@@ -217,19 +217,19 @@ class PrometheusMiddleware(Middleware):
         duration.total += took_sum
         latency.total += waited_sum
 
-    def _series_of(self, message: Delivery) -> tuple[_Series, _Series]:
+    def _series_of(self, delivery: Delivery) -> tuple[_Series, _Series]:
         local = self._local
         mine = getattr(local, "buffer", None)
         if mine is None:
             mine = local.buffer = self._new_buffer()
-        key = (message.queue, message.consumer)
+        key = (delivery.queue, delivery.consumer)
         series = mine.get(key)
         if series is None:
             series = mine[key] = (
                 _Series(len(_DURATION_BOUNDS)),
                 _Series(len(_LATENCY_BOUNDS)),
             )
-        local.queue, local.consumer, local.series = message.queue, message.consumer, series
+        local.queue, local.consumer, local.series = delivery.queue, delivery.consumer, series
         return series
 
     # -- flushing ------------------------------------------------------------------------

@@ -155,31 +155,31 @@ class Tracing(Middleware, PublishHook):
 
     # -- handling ------------------------------------------------------------------------
 
-    def before_process(self, message: Delivery) -> None:
+    def before_process(self, delivery: Delivery) -> None:
         shortcut = self._shortcut  # only once live
         if shortcut is not None and shortcut.drop():
             return  # the sampler would drop this span: see metrics.sampling
         if not self._live and not self.live():
             return
         trace = self._trace
-        attributes = _attributes("process", message.queue)
-        attributes["messaging.consumer.group.name"] = message.consumer
-        attributes["messaging.message.id"] = message.id
-        attributes["messaging.redisq.message.attempt"] = message.attempts
+        attributes = _attributes("process", delivery.queue)
+        attributes["messaging.consumer.group.name"] = delivery.consumer
+        attributes["messaging.message.id"] = delivery.id
+        attributes["messaging.redisq.message.attempt"] = delivery.attempts
         span = self._tracer.start_span(
-            f"process {message.queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes
+            f"process {delivery.queue}", kind=trace.SpanKind.CONSUMER, attributes=attributes
         )
         # The link after the start: a span the sampler dropped skips extracting it (a
         # few microseconds per message).
-        if message.headers and span.is_recording():
-            sent = trace.get_current_span(self._propagate.extract(message.headers))
+        if delivery.headers and span.is_recording():
+            sent = trace.get_current_span(self._propagate.extract(delivery.headers))
             span_context = sent.get_span_context()
             if span_context.is_valid:
                 span.add_link(span_context)
         token = self._context.attach(trace.set_span_in_context(span))
         self._running.set((span, token))
 
-    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
+    def after_process(self, delivery: Delivery, *, error: BaseException | None) -> None:
         running = self._running.get()
         if running is None:  # a dropped span, or before_process failed (and was logged)
             if self._shortcut is not None:

@@ -54,7 +54,13 @@ from redisq_django.core.worker.state import StopSignal
 from redisq_django.pipeline import gaps, jvm
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.loss import DataLossError
-from redisq_django.pipeline.options import ARCHIVED_TABLES, ArchiveOptions, JobError, one_line
+from redisq_django.pipeline.options import (
+    ARCHIVED_TABLES,
+    ArchiveOptions,
+    JobError,
+    OptionError,
+    one_line,
+)
 from redisq_django.pipeline.outages import RedisOutage
 from redisq_django.pipeline.preflight import (
     commit_positions,
@@ -66,11 +72,10 @@ from redisq_django.pipeline.preflight import (
 from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
 from redisq_django.pipeline.redis_io import parse_id
 from redisq_django.pipeline.schemas import PARQUET_OPTIONS
-from redisq_django.pipeline.source_options import OptionError
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
 
-#: The event time of each table's rows, whose UTC day is the ``date`` partition.
+#: The event time of each table's rows, whose UTC day is the ``date`` directory.
 TIME_COLUMNS = {"messages": "published_at", "events": "time"}
 PARTITION_COLUMNS = ("queue", "date")
 
@@ -227,16 +232,17 @@ def _commit_last_batch(
         ) from exc
 
 
-def read_partitions(spark: SparkSession, queues: int) -> int:
-    """Entry-id ranges per stream (a queue's partitions each count) in each micro-batch:
-    Spark's cores shared among ``queues`` streams, at least one each. One wave of tasks:
-    a task costs a Python worker's turn, a connection, a Parquet file per partition."""
-    return max(1, spark.sparkContext.defaultParallelism // max(1, queues))
+def slices_per_stream(spark: SparkSession, streams: int) -> int:
+    """Slices per stream (a queue's partitions each a stream) in each micro-batch:
+    Spark's cores shared among ``streams``, at least one each. One wave of tasks: a task
+    costs a Python worker's turn, a connection, a Parquet file per directory it writes."""
+    return max(1, spark.sparkContext.defaultParallelism // max(1, streams))
 
 
 def archive_frame(frame: DataFrame, table: str) -> DataFrame:
-    """``frame`` (rows of ``table`` from the data source) with its ``date`` partition
-    column: the UTC day of the row's time, whatever the session time zone."""
+    """``frame`` (rows of ``table`` from the data source) with its ``date`` column (a
+    directory level of the archive): the UTC day of the row's time, whatever the session
+    time zone."""
     micros = F.unix_micros(F.col(TIME_COLUMNS[table]))
     day = F.floor(micros / _MICROS_PER_DAY).cast("int")
     return frame.withColumn("date", F.date_from_unix_date(day))
@@ -255,8 +261,10 @@ def _start_query(
     spark: SparkSession, options: ArchiveOptions, table: str, queues: tuple[str, ...]
 ) -> _Run:
     source_options = options.source_options(table)
-    if "partitions" not in source_options:  # a partitioned queue's partitions each count
-        source_options["partitions"] = str(read_partitions(spark, place_count(options, queues)))
+    given = {name.lower() for name in source_options}
+    if not {"slicesperstream", "partitions"} & given:  # (its name of 0.9 still works)
+        streams = place_count(options, queues)  # a partitioned queue's partitions each count
+        source_options["slicesPerStream"] = str(slices_per_stream(spark, streams))
     source = spark.readStream.format("redisq").options(**source_options).load()
     metric = f"redisq_archive_{table}"
     frame = archive_frame(source, table)

@@ -28,7 +28,7 @@ from redisq_django.pipeline.cli_jobs import (
 )
 from redisq_django.pipeline.options import (
     ArchiveOptions,
-    OptionsError,
+    OptionError,
     conf_argument,
     normalize_root,
     one_line,
@@ -172,7 +172,7 @@ def archive_options(
     when ``--name`` is not given).
 
     Raises:
-        OptionsError: an option is invalid.
+        OptionError: an option is invalid.
     """
     return ArchiveOptions(
         redis_url=redis_url,
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "archive",
         help="messages and lifecycle events to Parquet, exactly once",
         description="Archive the queues' messages and lifecycle events to Parquet under "
-        "ROOT (partitioned by queue and UTC date), exactly once.",
+        "ROOT (in directories by queue and UTC date), exactly once.",
     )
     add_archive_arguments(archive_parser, from_settings=False)
     report_parser = jobs.add_parser(
@@ -275,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_arguments(replay_parser, from_settings=False)
     compact_parser = jobs.add_parser(
         "compact",
-        help="rewrite old date partitions of the archive into fewer, larger files",
-        description="Compact the archive's partitions of dates before today (UTC) into "
+        help="rewrite the archive's old day directories into fewer, larger files",
+        description="Compact the archive's directories of days before today (UTC) into "
         "fewer Parquet files, de-duplicated; Spark readers see each row once throughout.",
     )
     add_compact_arguments(compact_parser, from_settings=False)
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return job_main(PROG, args, parser)
     try:
         options = archive_options(args, redis_url=args.redis_url, prefix=args.prefix)
-    except OptionsError as exc:
+    except OptionError as exc:
         parser.error(str(exc))
     conf = parse_conf(args.conf)
     try:

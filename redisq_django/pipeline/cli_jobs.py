@@ -18,7 +18,7 @@ from redisq_django.pipeline.job_options import (
     parse_time,
 )
 from redisq_django.pipeline.options import (
-    OptionsError,
+    OptionError,
     conf_argument,
     normalize_root,
     one_line,
@@ -95,7 +95,7 @@ def run_report(args: argparse.Namespace) -> str:
     line (ending with the path of report.html).
 
     Raises:
-        OptionsError: an option is invalid (before any JVM starts).
+        OptionError: an option is invalid (before any JVM starts).
     """
     from redisq_django.pipeline.report import ReportOptions, report
     from redisq_django.pipeline.session import pipeline_session
@@ -214,7 +214,7 @@ def replay_options(args: argparse.Namespace, *, redis_url: str, prefix: str) -> 
     """The replay options from parsed arguments.
 
     Raises:
-        OptionsError: an option is invalid.
+        OptionError: an option is invalid.
     """
     return ReplayOptions(
         redis_url=redis_url,
@@ -237,7 +237,7 @@ def compact_options(args: argparse.Namespace) -> CompactOptions:
     """The compaction options from parsed arguments.
 
     Raises:
-        OptionsError: an option is invalid.
+        OptionError: an option is invalid.
     """
     return CompactOptions(
         root=normalize_root(args.root),
@@ -285,7 +285,7 @@ def job_main(prog: str, args: argparse.Namespace, parser: argparse.ArgumentParse
             line = run_replay(replay, args)
         else:
             line = run_compact(compact_options(args), args)
-    except OptionsError as exc:
+    except OptionError as exc:
         parser.error(str(exc))
     except KeyboardInterrupt:
         print(f"{prog} {args.job}: interrupted", file=sys.stderr)

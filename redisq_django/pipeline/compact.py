@@ -1,22 +1,22 @@
-"""The ``compact`` job: rewrite old date partitions of the archive into fewer, larger
+"""The ``compact`` job: rewrite old day directories of the archive into fewer, larger
 Parquet files, without ever showing a Spark reader a row twice or not at all.
 
 The rule. ``ROOT/<table>`` is the archive's file sink: Spark readers
 (``spark.read.parquet(ROOT + "/messages")``) list exactly the files its ``_spark_metadata``
 log names. So the compaction works *through that log*, and only on dates strictly before
-today (UTC), which the archive no longer writes (a day's partition gets rows only while
+today (UTC), which the archive no longer writes (a day's directory gets rows only while
 that day's messages are being archived; a late straggler after midnight lands in a batch
 whose log entry is new, see below):
 
 1. For each log file Spark currently reads (the latest ``N.compact`` and the batches after
-   it), the partitions ``queue=Q/date=D`` in range whose files are *all* named in that one
-   file are candidates (a partition spread over several batch files waits until the
+   it), the directories ``queue=Q/date=D`` in range whose files are *all* named in that one
+   file are candidates (a directory spread over several batch files waits until the
    sink's own log compaction, every 10th batch, gathers it in one file; the next run then
    takes it).
 2. Their rows are read from exactly those files, de-duplicated (messages by ``queue,
    message_id``; events by ``queue, message_id, event, consumer, attempt, entry_id``),
    written to ``ROOT/<table>/_compaction/<run>`` (ignored by every reader) in
-   ``ceil(input bytes / target size)`` files per partition, then moved next to the old
+   ``ceil(input bytes / target size)`` files per directory, then moved next to the old
    files as ``part-compacted-<run>-*.parquet``: still invisible, as the log does not
    name them.
 3. That log file is rewritten in one atomic rename: the old files' entries out, the new
@@ -33,13 +33,13 @@ whose log entry is new, see below):
    compaction it wrote from the old version is on disk to be seen and corrected.
 
 So compaction is safe while the archive runs, on any dates: a reader lists either the
-old files or the new ones for a partition, never both, never neither, and never a file
-that is gone. Files the archive adds to a partition while it is being compacted are in
+old files or the new ones for a directory, never both, never neither, and never a file
+that is gone. Files the archive adds to a directory while it is being compacted are in
 newer log files and are left as they are. What this costs: old files stay on disk until
 a run after the archive has committed two more micro-batches (``--once`` runs count).
 The rule assumes one archive query per table and root, as the checkpoint does.
 
-Idempotent: a partition already made only of compacted files, no more of them than its
+Idempotent: a directory already made only of compacted files, no more of them than its
 size calls for, is left alone, so a second run changes nothing. A run that dies before
 step 3 leaves unreferenced files only (in ``_compaction`` or ``part-compacted-*``) that
 no reader sees; after step 3 only old files that no reader lists, recorded for deletion
@@ -53,6 +53,7 @@ import math
 import re
 import time
 import uuid
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,7 @@ DEDUP_KEYS = {
 COMPACTED_PREFIX = "part-compacted-"
 STAGING_DIR = "_compaction"
 RETIRED_DIR = "_retired"
-_PARTITION = re.compile(r"/(queue=[^/]+)/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
+_DIRECTORY = re.compile(r"/(queue=[^/]+)/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
 
 
 class CompactError(JobError):
@@ -91,9 +92,10 @@ class CompactError(JobError):
 
 @dataclass
 class TableCompaction:
-    """What compacting one table did."""
+    """What compacting one table did (``directories``: how many ``queue=Q/date=D`` it
+    rewrote)."""
 
-    partitions: int = 0
+    directories: int = 0
     files_before: int = 0
     files_after: int = 0
     rows_before: int = 0
@@ -101,6 +103,17 @@ class TableCompaction:
     skipped: list[str] = field(default_factory=list)
     deleted: int = 0  # retired files of earlier runs deleted now
     retired: int = 0  # old files waiting to be deleted by a later run
+
+    @property
+    def partitions(self) -> int:
+        """Deprecated (removed in the next minor version): :attr:`directories`."""
+        warnings.warn(
+            "TableCompaction.partitions is now TableCompaction.directories (the archive's "
+            "directories queue=Q/date=D; a partition is a queue's)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.directories
 
 
 @dataclass
@@ -113,12 +126,12 @@ class CompactSummary:
     def line(self) -> str:
         """The summary line the CLI prints."""
         parts = [
-            f"{name}: {t.partitions} partitions, files {t.files_before} -> {t.files_after}, "
+            f"{name}: {t.directories} directories, files {t.files_before} -> {t.files_after}, "
             f"rows {t.rows_before} -> {t.rows_after}"
             for name, t in self.tables.items()
         ]
         waiting = sum(len(t.skipped) for t in self.tables.values())
-        tail = f"; {waiting} partitions wait for the sink's log compaction" if waiting else ""
+        tail = f"; {waiting} directories wait for the sink's log compaction" if waiting else ""
         deleted = sum(t.deleted for t in self.tables.values())
         retired = sum(t.retired for t in self.tables.values())
         if deleted or retired:
@@ -127,11 +140,11 @@ class CompactSummary:
 
 
 @dataclass
-class _Group:
-    """One partition ``queue=Q/date=D`` to compact and the log file naming its files."""
+class _Candidate:
+    """One directory ``queue=Q/date=D`` to compact and the log file naming its files."""
 
     log_file: LogFile
-    partition: str  # "queue=Q/date=D"
+    directory: str  # "queue=Q/date=D"
     entries: list[dict[str, Any]]
 
     @property
@@ -140,7 +153,7 @@ class _Group:
 
 
 def compact(spark: SparkSession, options: CompactOptions) -> CompactSummary:
-    """Compact the date partitions ``[since, until)`` (never today or later) of
+    """Compact the day directories ``[since, until)`` (never today or later) of
     ``ROOT/messages`` and ``ROOT/events``.
 
     Raises:
@@ -170,31 +183,33 @@ def _files_wanted(size: int, options: CompactOptions) -> int:
     return max(1, math.ceil(size / options.target_file_bytes))
 
 
-def plan(fs: HadoopFs, table_path: str, options: CompactOptions) -> tuple[list[_Group], list[str]]:
-    """The partitions to compact now, and those in range that must wait (their files
+def plan(
+    fs: HadoopFs, table_path: str, options: CompactOptions
+) -> tuple[list[_Candidate], list[str]]:
+    """The directories to compact now, and those in range that must wait (their files
     are named in several log files)."""
-    by_partition: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(dict)
+    by_directory: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(dict)
     log_files = {f.batch: f for f in current_files(fs, table_path)}
     for log_file in log_files.values():
         for entry in read_entries(fs, log_file):
-            match = _PARTITION.search(entry["path"])
+            match = _DIRECTORY.search(entry["path"])
             if match is None or not _in_range(match[2], options):
                 continue
-            partition = f"{match[1]}/date={match[2]}"
-            by_partition[partition].setdefault(log_file.batch, []).append(entry)
-    groups, waiting = [], []
-    for partition, per_file in sorted(by_partition.items()):
+            directory = f"{match[1]}/date={match[2]}"
+            by_directory[directory].setdefault(log_file.batch, []).append(entry)
+    candidates, waiting = [], []
+    for directory, per_file in sorted(by_directory.items()):
         if len(per_file) > 1:
-            waiting.append(partition)
+            waiting.append(directory)
             continue
         ((batch, entries),) = per_file.items()
-        group = _Group(log_files[batch], partition, entries)
+        candidate = _Candidate(log_files[batch], directory, entries)
         names = [e["path"].rsplit("/", 1)[1] for e in entries]
         done = all(n.startswith(COMPACTED_PREFIX) for n in names)
-        if done and len(entries) <= _files_wanted(group.size, options):
+        if done and len(entries) <= _files_wanted(candidate.size, options):
             continue  # compacted already: a second run changes nothing
-        groups.append(group)
-    return groups, waiting
+        candidates.append(candidate)
+    return candidates, waiting
 
 
 def _compact_table(
@@ -203,19 +218,19 @@ def _compact_table(
     table_path = join_path(options.root, table)
     result = TableCompaction()
     result.deleted = _delete_retired(fs, table_path)
-    groups, result.skipped = plan(fs, table_path, options)
-    if not groups:
+    candidates, result.skipped = plan(fs, table_path, options)
+    if not candidates:
         result.retired = _retired_count(fs, table_path)
         return result
     run = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     staging = join_path(table_path, STAGING_DIR, run)
-    old = [e["path"] for g in groups for e in g.entries]
+    old = [e["path"] for g in candidates for e in g.entries]
     # The table's schema, not one inferred from a file: files written before a column
     # was added (messages.key) would drop it from the rewrite of newer ones.
     reader = spark.read.schema(archive_schema(Table(table)))
     frame = reader.option("basePath", fs.qualified(table_path)).parquet(*old)
-    wanted = {g.partition: _files_wanted(g.size, options) for g in groups}
-    # One bucket column per row: rows of a partition spread over its wanted file count.
+    wanted = {g.directory: _files_wanted(g.size, options) for g in candidates}
+    # One bucket column per row: rows of a directory spread over its wanted file count.
     buckets = F.create_map(*[x for p, n in wanted.items() for x in (F.lit(p), F.lit(n))])
     key = F.concat(F.lit("queue="), F.col("queue"), F.lit("/date="), F.col("date").cast("string"))
     deduped = frame.dropDuplicates(list(DEDUP_KEYS[table]))
@@ -229,17 +244,17 @@ def _compact_table(
     result.rows_after = spark.read.parquet(staging).count()
     new_entries = _move_into_place(fs, staging, table_path, run)
     fs.delete(join_path(table_path, STAGING_DIR), True)
-    for group in groups:
-        added = new_entries.get(group.partition, [])
-        removed = {e["path"] for e in group.entries}
-        record = _retire(fs, table_path, f"{run}-{result.partitions:05d}", removed, added)
-        if not rewrite_entries(fs, group.log_file, removed, added):
+    for candidate in candidates:
+        added = new_entries.get(candidate.directory, [])
+        removed = {e["path"] for e in candidate.entries}
+        record = _retire(fs, table_path, f"{run}-{result.directories:05d}", removed, added)
+        if not rewrite_entries(fs, candidate.log_file, removed, added):
             fs.delete(record)
             raise CompactError(
-                f"the log of {table} changed while compacting {group.partition}; run again"
+                f"the log of {table} changed while compacting {candidate.directory}; run again"
             )
-        _follow_sink_compaction(fs, table_path, group.log_file, removed, added)
-        result.partitions += 1
+        _follow_sink_compaction(fs, table_path, candidate.log_file, removed, added)
+        result.directories += 1
         result.files_before += len(removed)
         result.files_after += len(added)
     result.retired = _retired_count(fs, table_path)
@@ -300,18 +315,18 @@ def _names_any(fs: HadoopFs, log_file: LogFile, paths: set[str]) -> bool:
 def _move_into_place(
     fs: HadoopFs, staging: str, table_path: str, run: str
 ) -> dict[str, list[dict[str, Any]]]:
-    """Move the staged Parquet files to their partition directories (as
-    ``part-compacted-<run>-<i>.parquet``); returns their log entries by partition."""
+    """Move the staged Parquet files to their directories (as
+    ``part-compacted-<run>-<i>.parquet``); returns their log entries by directory."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     staged_root = fs.qualified(staging)
     for i, status in enumerate(fs.list_files(staging)):
         src = str(status.getPath().toString())
         if not src.endswith(".parquet"):
             continue  # _SUCCESS and checksums
-        partition = src[len(staged_root) :].strip("/").rsplit("/", 1)[0]
-        dst = join_path(table_path, partition, f"{COMPACTED_PREFIX}{run}-{i:05d}.parquet")
+        directory = src[len(staged_root) :].strip("/").rsplit("/", 1)[0]
+        dst = join_path(table_path, directory, f"{COMPACTED_PREFIX}{run}-{i:05d}.parquet")
         fs.rename(src, dst)
-        out[partition].append(entry_for(fs.fs.getFileStatus(fs.path(dst))))
+        out[directory].append(entry_for(fs.fs.getFileStatus(fs.path(dst))))
     return out
 
 

@@ -25,9 +25,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.reading import RedisqReader
 from redisq_django.pipeline.schemas import spark_schema
-from redisq_django.pipeline.source_options import OptionError, SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions
 from redisq_django.pipeline.streaming import RedisqStreamReader
 from redisq_django.pipeline.writer import RedisqStreamWriter, RedisqWriter
 

@@ -1,7 +1,7 @@
 """The archive's committed Parquet files, for engines other than Spark; pure Python.
 
-Spark's file sink writes a micro-batch's Parquet files straight into the partition
-directories and commits them by naming them in ``ROOT/<table>/_spark_metadata``. Spark
+Spark's file sink writes a micro-batch's Parquet files straight into the directories
+``queue=Q/date=D`` and commits them by naming them in ``ROOT/<table>/_spark_metadata``. Spark
 readers list only the named files; a plain glob of ``*.parquet`` also finds the files of
 a batch that never committed (a driver killed mid-batch leaves them, complete or cut
 short, and the batch is written again under new names on restart) and the files a
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from redisq_django.core.errors import RedisqError
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pa_dataset  # type: ignore[import-untyped]
 
@@ -45,7 +47,7 @@ LOG_DIR = "_spark_metadata"
 VERSION_LINE = "v1"
 _BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
 #: The part of a logged path below the table directory: ``queue=Q/date=D/file``.
-_PARTITION_TAIL = re.compile(r"(?:^|/)(queue=[^/]+/date=[^/]+/[^/]+)$")
+_DIRECTORY_TAIL = re.compile(r"(?:^|/)(queue=[^/]+/date=[^/]+/[^/]+)$")
 #: The tables the archive job writes (``options.ARCHIVED_TABLES``, without its imports).
 TABLES = ("messages", "events")
 #: Columns added to a table after archives were first written (``schemas.py``): name,
@@ -55,7 +57,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"messages": (("key", "a
 _PYARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 
 
-class ArchiveLogError(ValueError):
+class ArchiveLogError(RedisqError, ValueError):
     """The table's sink log cannot be read (unknown version, a batch file missing)."""
 
 
@@ -167,11 +169,11 @@ def _resolve(root: str, filesystem: Any | None) -> tuple[str, Any | None]:
 
 
 def _local_path(logged: str, table_dir: str) -> str:
-    """Where a logged file is, seen from ``table_dir``: its partition directory and name
+    """Where a logged file is, seen from ``table_dir``: its directory (``queue=Q/date=D``) and name
     below the table (so an archive copied elsewhere still reads), else the logged URI's
     path."""
     path = unquote(urlsplit(logged).path) if len(urlsplit(logged).scheme) > 1 else logged
-    tail = _PARTITION_TAIL.search(path)
+    tail = _DIRECTORY_TAIL.search(path)
     if tail:
         return f"{table_dir}/{tail[1]}"
     return path
@@ -241,7 +243,7 @@ def archive_dataset(
     root: str, table: str = "messages", *, filesystem: Any = None
 ) -> pa_dataset.Dataset:
     """A ``pyarrow.dataset.Dataset`` over the committed files of ``ROOT/<table>``, with
-    the partition columns ``queue`` (string) and ``date`` (date32) from the paths and
+    the directory columns ``queue`` (string) and ``date`` (date32) from the paths and
     timestamps in microseconds (Spark writes them as INT96).
 
     ``.to_table()``, ``.to_table(filter=...)``, ``.to_batches()``, or
@@ -300,12 +302,12 @@ def write_manifests(
     writer = _Fs(out_fs)
     named: dict[str, int] = {}
     for table in tables:
-        by_partition: dict[str, list[str]] = {}
+        by_directory: dict[str, list[str]] = {}
         for path in archive_files(root, table, filesystem=filesystem):
             tail = path.removeprefix(f"{base}/{table}/")
-            partition = tail.rsplit("/", 1)[0]
-            by_partition.setdefault(partition, []).append(f"{root.rstrip('/')}/{table}/{tail}")
-        for partition, paths in sorted(by_partition.items()):
-            writer.replace(f"{out_base}/{table}/{partition}/manifest", "\n".join(paths) + "\n")
-        named[table] = sum(len(p) for p in by_partition.values())
+            directory = tail.rsplit("/", 1)[0]
+            by_directory.setdefault(directory, []).append(f"{root.rstrip('/')}/{table}/{tail}")
+        for directory, paths in sorted(by_directory.items()):
+            writer.replace(f"{out_base}/{table}/{directory}/manifest", "\n".join(paths) + "\n")
+        named[table] = sum(len(p) for p in by_directory.values())
     return named

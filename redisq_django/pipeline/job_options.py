@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
-from redisq_django.pipeline.options import OptionsError, join_path, redact_url
+from redisq_django.pipeline.options import OptionError, join_path, redact_url
 
 #: Default size of a compacted Parquet file, bytes (Spark's and HDFS's usual block size).
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
@@ -29,12 +29,12 @@ def parse_time(text: str, option: str, *, end: bool = False) -> dt.datetime:
     (``--until 2026-11-01`` includes that day, as in the ``report`` job).
 
     Raises:
-        OptionsError: ``text`` is neither.
+        OptionError: ``text`` is neither.
     """
     try:
         value = dt.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise OptionsError(
+        raise OptionError(
             f"{option} expects an ISO date or time (2026-11-01 or 2026-11-01T12:00:00Z), "
             f"got {text!r}"
         ) from None
@@ -126,7 +126,7 @@ class ReplayOptions:
         if self.batch_size < 1:
             problems.append("the batch size must be at least 1")
         if problems:
-            raise OptionsError("; ".join(problems))
+            raise OptionError("; ".join(problems))
 
     @property
     def messages_path(self) -> str:
@@ -186,7 +186,7 @@ class CompactOptions:
         root: the archive root (compacts ``ROOT/messages`` and ``ROOT/events``).
         since: first date compacted (inclusive); None: the oldest.
         until: last date compacted (inclusive); None, today and later mean yesterday
-            (UTC): the archive may still be writing today's partitions.
+            (UTC): the archive may still be writing today's directories.
         target_file_bytes: the size a compacted file aims at.
         today: the UTC date taken as today (tests; None: the clock).
     """
@@ -204,7 +204,7 @@ class CompactOptions:
         if self.target_file_bytes < 1024 * 1024:
             problems.append("the target file size must be at least 1 MB")
         if problems:
-            raise OptionsError("; ".join(problems))
+            raise OptionError("; ".join(problems))
 
     def end_date(self) -> dt.date:
         """The first date not compacted: the day after ``until``, never later than

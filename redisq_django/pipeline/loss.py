@@ -18,10 +18,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from redisq_django.core.errors import RedisqError
+
 logger = logging.getLogger("redisq.pipeline")
 
 
-class DataLossError(RuntimeError):
+class DataLossError(RedisqError, RuntimeError):
     """Entries a streaming read needed were removed before it read them."""
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from redisq_django.core.errors import InvalidName
+from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
 from redisq_django.core.named_archives import DEFAULT_ARCHIVE
 
@@ -24,12 +25,28 @@ ARCHIVED_TABLES = ("messages", "events")
 _URL_SCHEMES = ("redis", "rediss", "unix")
 
 
-class OptionsError(ValueError):
-    """A job option is invalid; the message names the option and the fix."""
+class OptionError(RedisqError, ValueError):
+    """An option of a job or of the ``redisq`` data source is missing or invalid; the
+    message names the option and the fix."""
 
 
-class JobError(RuntimeError):
+class JobError(RedisqError, RuntimeError):
     """A job could not run to its end; the message says why and what to check."""
+
+
+def __getattr__(name: str) -> Any:
+    # The job options' error was OptionsError, the data source's OptionError: one class,
+    # one name. The old one is kept one minor version, with a warning.
+    if name == "OptionsError":
+        warnings.warn(
+            "redisq_django.pipeline.options.OptionsError is now OptionError (one error for "
+            "the options of jobs and of the data source); the old name is removed in the "
+            "next minor version.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return OptionError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,7 +76,8 @@ class ArchiveOptions:
         restarts: how many times in a row a query that failed for a reason outside the
             data (a Python worker killed, a task Spark lost) is started again from its
             checkpoint before the job fails (0: never).
-        extra: more ``redisq`` data source options for both tables (e.g. ``partitions``).
+        extra: more ``redisq`` data source options for both tables (e.g.
+            ``slicesPerStream``).
     """
 
     redis_url: str
@@ -101,7 +119,7 @@ class ArchiveOptions:
         if self.restarts < 0:
             problems.append(f"restarts must be 0 or more, got {self.restarts}")
         if problems:
-            raise OptionsError("; ".join(problems))
+            raise OptionError("; ".join(problems))
 
     @property
     def once(self) -> bool:
@@ -167,7 +185,7 @@ def conf_argument(text: str) -> str:
 
     try:
         parse_conf([text])
-    except OptionsError as exc:
+    except OptionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
@@ -176,13 +194,13 @@ def parse_conf(items: Iterable[str]) -> dict[str, str]:
     """``["k=v", ...]`` from ``--conf`` into a dict (a later key wins).
 
     Raises:
-        OptionsError: an item has no ``=`` or an empty key.
+        OptionError: an item has no ``=`` or an empty key.
     """
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise OptionsError(
+            raise OptionError(
                 f"--conf expects KEY=VALUE (e.g. spark.executor.memory=2g), got {item!r}"
             )
         out[key.strip()] = value

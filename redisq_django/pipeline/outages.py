@@ -31,7 +31,12 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from redisq_django.core.errors import RedisRefused, RedisUnavailable, refusal_condition
+from redisq_django.core.errors import (
+    RedisqError,
+    RedisRefused,
+    RedisUnavailable,
+    refusal_condition,
+)
 from redisq_django.core.retry import compute_backoff
 from redisq_django.core.types import RedisClient
 from redisq_django.pipeline import redis_io
@@ -52,11 +57,11 @@ MAX_BACKOFF_S = 5.0
 UNREACHABLE = "unreachable"
 
 
-class RedisOutage(redis.ConnectionError):
+class RedisOutage(RedisqError, redis.ConnectionError):
     """Redis did not answer, or kept refusing, for longer than option ``retryTimeout``.
 
-    A ``redis.ConnectionError``, so code that handles a lost connection handles it; it is
-    never retried itself.
+    Also a ``redis.ConnectionError``, so code that handles a lost connection handles it;
+    it is never retried itself.
     """
 
 

@@ -1,9 +1,10 @@
-"""Reading streams by entry-id range: the partitions of batch and streaming reads.
+"""Reading streams by entry-id range: the slices of batch and streaming reads.
 
-A partition is one stream's inclusive id range; ``read`` pages through it with XRANGE and
-yields one ``pyarrow.RecordBatch`` per page (PySpark >= 4.0 takes record batches from a
-Python data source as they are, so no per-row tuple or ``Row`` is ever built), with the
-columns built in :mod:`redisq_django.pipeline.columns`.
+A slice is one stream's inclusive id range, read by one Spark task (a Spark input
+partition; "partition" alone is a queue's, docs/layout.md); ``read`` pages through it
+with XRANGE and yields one ``pyarrow.RecordBatch`` per page (PySpark >= 4.0 takes
+record batches from a Python data source as they are, so no per-row tuple or ``Row`` is
+ever built), with the columns built in :mod:`redisq_django.pipeline.columns`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from redisq_django.pipeline.source_options import SourceOptions
 
 
 @dataclass
-class RangePartition(InputPartition):
-    """One Spark task's share of a read: an entry-id range of one stream.
+class RangeSlice(InputPartition):
+    """One Spark task's share of a read (Spark's input partition): an entry-id range of
+    one stream.
 
     Attributes:
         stream: the stream (a queue's log or events, or one consumer's dead letters).
@@ -41,33 +43,33 @@ class RangePartition(InputPartition):
     expect: str | None = None
 
 
-def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[Batch]:
-    """The rows of one partition, a record batch per XRANGE page (runs on executors:
+def read_slice(options: SourceOptions, piece: InputPartition) -> Iterator[Batch]:
+    """The rows of one slice, a record batch per XRANGE page (runs on executors:
     it connects with the options alone). A transient Redis fault is waited out and the
     read goes on after the last page it yielded (see :mod:`.outages`)."""
-    if not isinstance(partition, RangePartition):  # Spark's placeholder when none planned
+    if not isinstance(piece, RangeSlice):  # Spark's placeholder when none planned
         return
     link = Link(options)
     try:
         convert = CONVERTERS[options.table]
-        key = partition.stream.key
-        if partition.expect is None:
-            pages = resumed_pages(link, key, partition.lo, partition.hi, options.page_size)
+        key = piece.stream.key
+        if piece.expect is None:
+            pages = resumed_pages(link, key, piece.lo, piece.hi, options.page_size)
         else:
 
             def fetch(start: str, count: int) -> list[redis_io.RawEntry]:
-                call = functools.partial(_page, link, key, start, partition.hi, count)
+                call = functools.partial(_page, link, key, start, piece.hi, count)
                 return link.run(call, f"reading {key}")
 
             pages = redis_io.checked_pages(
                 fetch,
-                partition.lo,
+                piece.lo,
                 options.page_size,
-                partition.expect,
-                _on_missing(options, link, partition),
+                piece.expect,
+                _on_missing(options, link, piece),
             )
         for page in pages:
-            yield convert(partition.stream, page)
+            yield convert(piece.stream, page)
     finally:
         link.close()
 
@@ -95,33 +97,33 @@ def resumed_pages(
 
 
 def _on_missing(
-    options: SourceOptions, link: Link, partition: RangePartition
+    options: SourceOptions, link: Link, piece: RangeSlice
 ) -> Callable[[str, str | None], None]:
-    """What a streaming read does when entries of ``partition`` went missing before it
+    """What a streaming read does when entries of slice ``piece`` went missing before it
     read them: fail (``failOnDataLoss``), or warn, record it (a named archive) and go on."""
 
     def missing(first: str, present: str | None) -> None:
         found = Loss(
-            queue=partition.stream.queue,
-            partition=partition.stream.part,
+            queue=piece.stream.queue,
+            partition=piece.stream.part,
             table=options.table.value,
             archive=options.archive,
-            after=partition.lo.lstrip("("),
+            after=piece.lo.lstrip("("),
             first=first,
-            last=None if present else partition.hi,
+            last=None if present else piece.hi,
             before=present,
         )
         settled = loss.report(found, options.fail_on_data_loss)
         archive = options.archive
         if archive:
-            upto = redis_io.previous_id(present) if present else partition.hi
+            upto = redis_io.previous_id(present) if present else piece.hi
 
             def record() -> None:
                 archives = places.archives(link.client, options.prefix)
-                where = partition.stream.place
+                where = piece.stream.place
                 archives.settle(where, archive, found.table, upto, settled.to_json())
 
-            link.run(record, f"recording a data loss of {partition.stream.key}")
+            link.run(record, f"recording a data loss of {piece.stream.key}")
 
     return missing
 
@@ -134,10 +136,10 @@ def plan_ranges(
     hi: str,
     *,
     checked: bool = False,
-) -> list[RangePartition]:
-    """Partitions covering ``stream`` from ``lo`` to ``hi``: ``options.partitions``
+) -> list[RangeSlice]:
+    """Slices covering ``stream`` from ``lo`` to ``hi``: ``options.slices_per_stream``
     equal time spans, those with no entry left out and those holding more than
-    ``options.max_entries_per_partition`` entries cut by count (:mod:`.sizing`).
+    ``options.max_entries_per_slice`` entries cut by count (:mod:`.sizing`).
 
     Args:
         options: the source's options.
@@ -145,7 +147,7 @@ def plan_ranges(
         stream: the stream to read.
         lo: the first id, inclusive, or ``"(id"``: after ``id``.
         hi: the last id, inclusive, or ``"+"``: the stream's last entry now.
-        checked: give each partition its first entry now, so that its read notices
+        checked: give each slice its first entry now, so that its read notices
             entries removed before it read them (streaming); ranges with none are left
             out (no entry can appear in a range of ids already past).
     """
@@ -159,29 +161,27 @@ def plan_ranges(
     last = edges[1] if hi == "+" else redis_io.earlier(edges[1], hi)
     if redis_io.parse_id(first) > redis_io.parse_id(last):
         return []
-    slices = redis_io.split(first, last, options.partitions)
+    slices = redis_io.split(first, last, options.slices_per_stream)
     whole = first == edges[0] and last == edges[1]
-    ranges = sizing.size_split(
-        conn, stream.key, slices, options.max_entries_per_partition, whole=whole
-    )
-    out = [RangePartition(stream, a, b) for a, b in ranges]
+    ranges = sizing.size_split(conn, stream.key, slices, options.max_entries_per_slice, whole=whole)
+    out = [RangeSlice(stream, a, b) for a, b in ranges]
     if out and exclusive and out[0].lo == start:
-        out[0] = RangePartition(stream, f"({start}", out[0].hi)
+        out[0] = RangeSlice(stream, f"({start}", out[0].hi)
     if not checked:
         return out
     expects = redis_io.first_ids(conn, stream.key, [(p.lo, p.hi) for p in out])
     return [
-        RangePartition(stream, p.lo, p.hi, expect)
+        RangeSlice(stream, p.lo, p.hi, expect)
         for p, expect in zip(out, expects, strict=True)
         if expect is not None
     ]
 
 
 class RedisqReader(DataSourceReader):
-    """Batch read: every stream of the table, as it is at planning time (each partition's
-    of a partitioned queue: at least one Spark partition each).
+    """Batch read: every stream of the table, as it is at planning time (each queue
+    partition's of a partitioned queue: at least one slice each).
 
-    No ``pushFilters``: in PySpark 4.3 a DataFrame reuses the partitions planned for a
+    No ``pushFilters``: in PySpark 4.3 a DataFrame reuses the slices planned for a
     filtered query derived from the same ``load()`` (``df.where(queue == "a").count()``
     then ``df.count()`` counted queue ``a`` only; Spark does not even call
     ``pushFilters`` for the unfiltered query, so the reader cannot undo it), and
@@ -211,11 +211,11 @@ class RedisqReader(DataSourceReader):
         if hi != "+" and redis_io.parse_id(lo) > redis_io.parse_id(hi):
             return []
         return [
-            partition
+            piece
             for stream in redis_io.streams(conn, self.options, queues, {})
-            for partition in plan_ranges(self.options, conn, stream, lo, hi)
+            for piece in plan_ranges(self.options, conn, stream, lo, hi)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Batch]:
-        """The rows of ``partition`` (record batches, see :mod:`.columns`)."""
-        return read_partition(self.options, partition)
+        """The rows of ``partition``, a slice (record batches, see :mod:`.columns`)."""
+        return read_slice(self.options, partition)

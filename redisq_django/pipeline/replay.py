@@ -3,7 +3,7 @@ published again with the ``redisq`` data source's writer.
 
 Selection: ``ROOT/messages`` of one queue, ``published_at`` in ``[since, until)``, and an
 optional ``where`` predicate over the messages table (``get_json_object(payload,
-'$.total') > 1000``). The ``date`` partition is filtered too, so Spark lists and reads
+'$.total') > 1000``). The ``date`` directories are filtered too, so Spark lists and reads
 only the days in range.
 
 Order: every task publishes its rows in publish order (``published_at``, ``entry_id``);
@@ -22,8 +22,8 @@ predicate that fails on some value (Spark 4's ANSI mode: ``'1499.00'`` compared 
 which value and how to compare typed instead (``try_cast``).
 
 Publishing: on a local master (``local``, ``local[N]``) the driver hands the rows, a
-partition at a time, to the writer's ``publish_rows`` itself: no Python worker starts,
-which is most of a one-off replay's time otherwise (bench/RESULTS.md). On a cluster, and
+Spark partition at a time, to the writer's ``publish_rows`` itself: no Python worker
+starts, which is most of a one-off replay's time otherwise (bench/RESULTS.md). On a cluster, and
 with ``rate``, each task hands its rows, as Arrow batches (``mapInArrow``), to
 ``publish_rows`` and yields how many it published; the job sums them. Either way the
 writer's code of ``df.write.format("redisq")``, without a data source write's planning
@@ -139,7 +139,7 @@ def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
             "check --root, and run the archive job first"
         ) from exc
     condition: Column = F.col("queue") == F.lit(options.queue)
-    # The date bounds prune partitions (directories); the time bounds are the exact range.
+    # The date bounds prune directories; the time bounds are the exact range.
     if options.since is not None:
         condition &= F.col("date") >= F.lit(options.since.date())
         condition &= F.col("published_at") >= F.lit(options.since)
@@ -251,12 +251,12 @@ def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> i
 
 
 def _publish_in_driver(rows: DataFrame, layout: RowLayout, options: SourceOptions) -> int:
-    """Publish ``rows`` from this process, a partition at a time: on a local master the
-    executors share this machine, and the Python workers a ``mapInArrow`` starts cost a
-    one-off replay most of its time (bench/RESULTS.md); the rows come from the JVM
-    directly, one partition (and the next, prefetched) in memory at once. ``where``
-    stays all or nothing: the shuffle before the first partition arrives evaluates it on
-    every row."""
+    """Publish ``rows`` from this process, a Spark partition at a time: on a local
+    master the executors share this machine, and the Python workers a ``mapInArrow``
+    starts cost a one-off replay most of its time (bench/RESULTS.md); the rows come from
+    the JVM directly, one Spark partition (and the next, prefetched) in memory at once.
+    ``where`` stays all or nothing: the shuffle before the first Spark partition arrives
+    evaluates it on every row."""
     return publish_rows(options, layout, rows.toLocalIterator(prefetchPartitions=True))
 
 

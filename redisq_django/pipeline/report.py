@@ -52,7 +52,7 @@ from pyspark.sql import functions as F
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
 from redisq_django.pipeline import gaps, report_tables
-from redisq_django.pipeline.options import OptionsError, join_path, normalize_root
+from redisq_django.pipeline.options import OptionError, join_path, normalize_root
 
 __all__ = ["ReportOptions", "ReportSummary", "report"]
 
@@ -65,7 +65,7 @@ MINUTE_BUCKETS_UP_TO = timedelta(hours=6)
 #: Bucket sizes in seconds.
 BUCKETS = {"minute": 60, "hour": 3600}
 #: How long before ``since`` a handled message may have been published and still get its
-#: latency measured (the join reads those messages' partitions too).
+#: latency measured (the join reads those messages' day directories too).
 LATENCY_LOOKBACK = timedelta(days=1)
 #: How long before ``since`` the report looks for consumers with no event in the range.
 CONSUMER_LOOKBACK = timedelta(days=30)
@@ -120,7 +120,7 @@ class ReportOptions:
         if since >= until:
             problems.append(f"--since ({since.isoformat()}) must be before --until")
         if problems:
-            raise OptionsError("; ".join(problems))
+            raise OptionError("; ".join(problems))
 
     def window(self) -> tuple[datetime, datetime]:
         """The range as aware UTC datetimes, defaults filled in."""
@@ -176,7 +176,7 @@ def report(spark: SparkSession, options: ReportOptions) -> ReportSummary:
     )
     # Read by counts and totals: the scan of earlier events runs once.
     consumers = _consumers(spark, options, raw, since).persist()
-    # The join is read twice (latency, totals). One partition per core: each partition's
+    # The join is read twice (latency, totals). One Spark partition per core: each one's
     # percentile summaries (accuracy 10000) are merged per group, so 200 of them (Spark's
     # default shuffle partitions, which adaptive execution cannot coalesce for a cached
     # plan) made the report 3.5x slower on 2 cores.
@@ -242,7 +242,7 @@ def _read(
     until: datetime,
 ) -> DataFrame:
     """``table``'s archived rows of the queues in ``[since, until)``; the ``date``
-    partitions outside are pruned before any file is opened."""
+    directories outside are pruned before any file is opened."""
     from redisq_django.pipeline.schemas import Table, archive_schema, spark_schema
 
     path = join_path(normalize_root(options.root), table)

@@ -103,7 +103,7 @@ def spark_schema(table: Table) -> StructType:
 
 def archive_schema(table: Table) -> StructType:
     """The schema of ``table`` as the archive stores it: its columns and the ``date``
-    partition. A reader given it infers nothing (Spark would run a job to read a file's
+    directory column. A reader given it infers nothing (Spark would run a job to read a file's
     footer, a second or more of a short job), and reads a column added since a file was
     written (``messages.key``) as null in that file: every reader of archived files
     passes it, never a schema inferred from whichever file Spark opens first."""

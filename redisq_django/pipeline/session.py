@@ -3,7 +3,7 @@ our package shipped to executors.
 
 Defaults: no web UI (a job on a shared machine should not open a port) and no console
 progress bar, session time zone UTC (timestamps shown and parsed as UTC, as the archive's
-``date`` partitions are UTC days), all overridable with ``conf``; in a session it
+``date`` directories are UTC days), all overridable with ``conf``; in a session it
 creates, adaptive query execution and shuffle partitions from the cores, and for a local
 master that starts its own JVM a driver heap of a quarter of the machine's memory (1 to 4
 GB; :mod:`.tuning`), each unless the configuration sets it; Python workers running

@@ -1,4 +1,4 @@
-"""Partitions of bounded size: a stream's time slices split further by entry count.
+"""Slices of bounded size: a stream's time slices split further by entry count.
 
 Redis cannot count the entries of an id range without walking them (XRANGE ... COUNT n
 builds a reply of n entries: about 3 us each in Redis, a second read of everything), so
@@ -8,7 +8,7 @@ the last id of one millisecond. Entry ids tell more than their order: a generate
 sequence number counts the entries of its millisecond before it, so a burst within one
 millisecond is counted exactly, whatever its size; between the samples the count is
 extrapolated from their density. A slice with no entry is dropped; one estimated over
-``maxEntriesPerPartition`` is cut in time (one millisecond by sequence number) and its
+``maxEntriesPerSlice`` is cut in time (one millisecond by sequence number) and its
 parts probed again. When the slices cover a whole stream its length (XLEN) says how many
 entries they hold, and while the estimates leave more than the limit unexplained (a busy
 minute between quiet samples) every unsure slice is cut and probed too. At most
@@ -18,7 +18,7 @@ from one slice are merged again up to the limit.
 
 Estimates are exact for slices of up to 32 entries and for one-millisecond bursts; in
 a read of part of a stream a busy period between two samples can still leave one
-partition bigger than asked (read correctly, with less parallelism). A stream no longer
+slice bigger than asked (read correctly, with less parallelism). A stream no longer
 than the limit is not probed at all.
 """
 

@@ -2,8 +2,11 @@
 
 Spark hands a data source its options as a case-insensitive map of strings; this module
 turns them into one frozen, picklable :class:`SourceOptions` that travels to the
-executors inside the reader, the partitions and the writer. It holds only what an
+executors inside the reader, the slices it plans and the writer. It holds only what an
 executor needs to reach Redis (URL, prefix, cluster flag): never Django settings.
+
+A **slice** is one stream's entry-id range that one Spark task reads (a Spark input
+partition); "partition" alone is a queue's partition (docs/layout.md, "Words").
 """
 
 from __future__ import annotations
@@ -11,23 +14,28 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+import logging
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from redisq_django.core.clock import datetime_to_ms, first_id_of_ms, last_id_of_ms
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.schemas import Table
 
-#: Default batch read parallelism: partitions per stream read.
-DEFAULT_PARTITIONS = 4
+logger = logging.getLogger("redisq.pipeline")
+
+#: Default read parallelism: time slices per stream read.
+DEFAULT_SLICES_PER_STREAM = 4
 #: Envelopes per ``Broker.send`` round trip when writing.
 DEFAULT_WRITE_BATCH = 500
 #: Entries per XRANGE page when reading.
 DEFAULT_PAGE_SIZE = 2000
-#: A partition planned to hold more entries than this is split by entry count.
-DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+#: A slice planned to hold more entries than this is split by entry count.
+DEFAULT_MAX_ENTRIES_PER_SLICE = 100_000
 #: How long a transient Redis fault is waited out before a read or write fails (seconds).
 DEFAULT_RETRY_TIMEOUT_S = 600.0
 #: Socket (and connect) timeout of the data source's Redis clients (seconds).
@@ -44,13 +52,13 @@ OPTIONS = (
     "cluster",
     "queue",
     "table",
-    "partitions",
+    "slicesPerStream",
     "since",
     "until",
     "startingOffsets",
     "maxEntriesPerTrigger",
     "maxRecordsPerTrigger",
-    "maxEntriesPerPartition",
+    "maxEntriesPerSlice",
     "retryTimeout",
     "socketTimeout",
     "archive",
@@ -60,6 +68,9 @@ OPTIONS = (
     "batchSize",
     "pageSize",
 )
+#: Options of 0.9 under their new names, accepted one minor version with a warning: a
+#: "partition" is a queue's now, and what one Spark task reads is a slice.
+RENAMED = {"partitions": "slicesPerStream", "maxEntriesPerPartition": "maxEntriesPerSlice"}
 #: Options Spark itself passes to a streaming write; accepted and left alone.
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
 #: Options refused with what to do instead.
@@ -71,10 +82,6 @@ REFUSED = {
 }
 
 
-class OptionError(ValueError):
-    """An option of the ``redisq`` data source is missing or invalid."""
-
-
 def check_names(options: Mapping[str, str]) -> None:
     """Refuse an option the data source does not know (a misspelt one would be ignored).
 
@@ -82,17 +89,42 @@ def check_names(options: Mapping[str, str]) -> None:
         OptionError: naming the option, the closest valid one and the valid ones.
     """
     valid = {name.lower(): name for name in OPTIONS + SPARK_OPTIONS}
+    old_names = {name.lower() for name in RENAMED}
     for key in options:
         lower = str(key).lower()
         if lower in REFUSED:
             raise OptionError(REFUSED[lower])
-        if lower not in valid:
+        if lower not in valid and lower not in old_names:
             close = difflib.get_close_matches(lower, list(valid), n=1, cutoff=0.6)
             hint = f" (did you mean {valid[close[0]]!r}?)" if close else ""
             raise OptionError(
                 f"Unknown option {key!r} of the redisq data source{hint}. "
                 f"Valid options: {', '.join(OPTIONS)}."
             )
+
+
+def _renamed(options: Mapping[str, str], new: str) -> str:
+    """The name under which ``options`` gives option ``new``: ``new``, or its name of 0.9
+    (:data:`RENAMED`), which still works and warns.
+
+    Raises:
+        OptionError: both names are given.
+    """
+    old = next(o for o, n in RENAMED.items() if n == new)
+    if options.get(old) is None:
+        return new
+    if options.get(new) is not None:
+        raise OptionError(f"Options {old!r} and {new!r} are one option: give {new!r} only.")
+    text = (
+        f"Option {old!r} of the redisq data source is deprecated and removed in the next "
+        f"minor version: use {new!r} (a partition is a queue's; a slice is what one Spark "
+        f"task reads)."
+    )
+    # Also logged: a data source is built in a Python worker that Spark starts, where a
+    # DeprecationWarning is not shown, but its log reaches Spark's.
+    warnings.warn(text, DeprecationWarning, stacklevel=3)
+    logger.warning("redisq: %s", text)
+    return old
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
@@ -233,7 +265,8 @@ class SourceOptions:
         queues: the queues to read (empty: every queue in ``P:queues`` at planning time),
             or, when writing, the target queue (at most one; empty: column ``queue``).
         table: what to read (``messages``, ``events`` or ``dead``).
-        partitions: batch read partitions per stream.
+        slices_per_stream: time slices of each stream read (option ``slicesPerStream``):
+            a batch read, or each micro-batch of a streaming read.
         starting_offsets: where a new streaming query starts (option ``startingOffsets``:
             ``earliest``, ``latest``, an ISO 8601 time or ``{"queue": "entry-id"}``).
         max_entries_per_trigger: streaming admission control: most entries a
@@ -241,8 +274,8 @@ class SourceOptions:
         max_records_per_trigger: streaming admission control: most rows a micro-batch
             reads (an events entry holds a row per message; one entry holding more is
             read whole, alone in its batch); None: no limit by rows.
-        max_entries_per_partition: a partition (a time slice of a stream) estimated to
-            hold more entries than this is split further by entry count.
+        max_entries_per_slice: a slice estimated to hold more entries than this is split
+            further by entry count (option ``maxEntriesPerSlice``).
         retry_timeout: how long a transient Redis fault is waited out (seconds; 0: fail
             at once), counted from the outage's first failure.
         socket_timeout: socket and connect timeout of the Redis clients (seconds): how
@@ -266,13 +299,13 @@ class SourceOptions:
     cluster: bool = False
     queues: tuple[str, ...] = ()
     table: Table = Table.MESSAGES
-    partitions: int = DEFAULT_PARTITIONS
+    slices_per_stream: int = DEFAULT_SLICES_PER_STREAM
     starting_offsets: StartingOffsets = StartingOffsets()
     max_entries_per_trigger: int | None = None
     archive: str | None = None
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
-    max_entries_per_partition: int = DEFAULT_MAX_ENTRIES_PER_PARTITION
+    max_entries_per_slice: int = DEFAULT_MAX_ENTRIES_PER_SLICE
     retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
     consumer: str | None = None
@@ -315,16 +348,19 @@ class SourceOptions:
             cluster=_flag(options, "cluster"),
             queues=_queues(options.get("queue")),
             table=table,
-            partitions=_positive_int(options, "partitions", DEFAULT_PARTITIONS) or 1,
+            slices_per_stream=_positive_int(
+                options, _renamed(options, "slicesPerStream"), DEFAULT_SLICES_PER_STREAM
+            )
+            or 1,
             starting_offsets=StartingOffsets.parse(options.get("startingOffsets")),
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
             archive=archive,
             fail_on_data_loss=_flag(options, "failOnDataLoss", default=True),
             max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger", None),
-            max_entries_per_partition=_positive_int(
-                options, "maxEntriesPerPartition", DEFAULT_MAX_ENTRIES_PER_PARTITION
+            max_entries_per_slice=_positive_int(
+                options, _renamed(options, "maxEntriesPerSlice"), DEFAULT_MAX_ENTRIES_PER_SLICE
             )
-            or DEFAULT_MAX_ENTRIES_PER_PARTITION,
+            or DEFAULT_MAX_ENTRIES_PER_SLICE,
             retry_timeout=_seconds(options, "retryTimeout", DEFAULT_RETRY_TIMEOUT_S, zero=True),
             socket_timeout=_seconds(options, "socketTimeout", DEFAULT_SOCKET_TIMEOUT_S, zero=False),
             consumer=_name("consumer", options.get("consumer")),

@@ -44,7 +44,7 @@ from redisq_django.pipeline import admission, loss, places, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.outages import Link, waits_out_outages
-from redisq_django.pipeline.reading import plan_ranges, read_partition
+from redisq_django.pipeline.reading import plan_ranges, read_slice
 from redisq_django.pipeline.redis_io import ZERO_ID, StreamRef, later, parse_id
 from redisq_django.pipeline.schemas import Table
 from redisq_django.pipeline.source_options import SourceOptions, StartingOffsets
@@ -239,8 +239,9 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @waits_out_outages("planning a micro-batch")
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        """Per stream, the ids after ``start`` up to ``end``, split by time and size; first,
-        the check that nothing after ``start`` was removed before this batch could read it."""
+        """Per stream, the ids after ``start`` up to ``end``, in slices by time and size;
+        first, the check that nothing after ``start`` was removed before this batch could
+        read it."""
         self._ensure_registered(start)
         due = {
             name: (start[name], hi)
@@ -298,8 +299,8 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def read(self, partition: InputPartition) -> Iterator[Batch]:
-        """The rows of ``partition`` (on an executor)."""
-        return read_partition(self.options, partition)
+        """The rows of ``partition``, a slice (on an executor)."""
+        return read_slice(self.options, partition)
 
     @waits_out_outages("committing the archive position")
     def commit(self, end: Offset) -> None:

@@ -38,8 +38,9 @@ from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.json import loads
 from redisq_django.pipeline import places, redis_io
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.outages import Link
-from redisq_django.pipeline.source_options import OptionError, SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]

@@ -195,7 +195,7 @@ class TaskPipeMiddleware(Middleware):
     """Reads the replies of a handler thread's task writes at the end of each batch and
     gives its connection back (``TaskPipe``)."""
 
-    def after_batch(self, messages: Sequence[Delivery]) -> None:
+    def after_batch(self, deliveries: Sequence[Delivery]) -> None:
         pipe: TaskPipe | None = getattr(_local, "pipe", None)
         if pipe is not None:
             pipe.close()

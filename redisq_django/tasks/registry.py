@@ -24,6 +24,7 @@ from typing import Any
 from django.tasks import Task
 
 from redisq_django import discovery
+from redisq_django.core.errors import RedisqError
 
 #: The module of each installed app imported to find its tasks.
 TASKS_MODULE = "tasks"
@@ -36,7 +37,7 @@ _tasks: dict[str, Task[..., Any]] = {}
 _discovery: dict[str, Any] = {"done": False, "error": None}
 
 
-class UnknownTask(LookupError):
+class UnknownTask(RedisqError, LookupError):
     """A task path names no task this process declared (nothing was imported)."""
 
 

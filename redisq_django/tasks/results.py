@@ -27,11 +27,12 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
+from redisq_django.core.errors import RedisqError
 from redisq_django.core.task_wire import READY
 from redisq_django.tasks.registry import UnknownTask, declared_task
 
 
-class LeaseExpired(Exception):
+class LeaseExpired(RedisqError):
     """A task's workers kept dying while they ran it (or it outran the visibility
     timeout each time): the error a result gets when its message becomes a dead letter
     with reason ``lease_expired``."""

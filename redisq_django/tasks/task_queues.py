@@ -34,7 +34,7 @@ def task_declarations() -> list[ConsumerDeclaration]:
     out: list[ConsumerDeclaration] = []
     for options, names in redisq_backends().values():
         for name in names:
-            group = f"{options.queue_prefix}{name}"
+            ladder = f"{options.queue_prefix}{name}"  # its levels, read highest first
             for rank in range(len(LEVELS)):
                 out.append(
                     ConsumerDeclaration(
@@ -50,7 +50,7 @@ def task_declarations() -> list[ConsumerDeclaration]:
                         visibility_timeout=options.visibility_timeout,
                         concurrency=options.concurrency,
                         start="earliest",
-                        priority=(group, rank),
+                        priority=(ladder, rank),
                     )
                 )
     return out

@@ -40,13 +40,13 @@ def viewer(redisq_settings: Any, queue_name: str) -> Client:
     "query",
     ["payload__regex=(a%2B)%2B$", "payload__iregex=.*", "error_message__regex=declined"],
 )
-def test_pattern_lookups_are_refused_on_the_list_and_the_groups(viewer: Client, query: str) -> None:
+def test_pattern_lookups_are_refused_on_the_list_and_the_causes(viewer: Client, query: str) -> None:
     # When a view-only user asks for a pattern lookup in the querystring
     lists = reverse("admin:redisq_django_deadletter_changelist")
-    groups = reverse("admin:redisq_django_deadletter_groups")
-    got = [viewer.get(f"{lists}?{query}"), viewer.get(f"{groups}?status__exact=dead&{query}")]
+    causes = reverse("admin:redisq_django_deadletter_causes")
+    got = [viewer.get(f"{lists}?{query}"), viewer.get(f"{causes}?status__exact=dead&{query}")]
     # Then no page runs it: the list answers 400 (a lookup the admin does not allow),
-    # the groups page sends back to the list, and no row was shown
+    # the causes page sends back to the list, and no row was shown
     assert got[0].status_code == 400
     assert got[1].status_code in (302, 400)
     dead = DeadLetter.objects.get()

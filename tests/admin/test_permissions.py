@@ -58,7 +58,7 @@ def pages(queue: str, made: Live) -> list[str]:
         reverse("admin:redisq_django_schedule_changelist"),
         reverse("admin:redisq_django_taskresults_changelist"),
         reverse("admin:redisq_django_deadletter_changelist"),
-        reverse("admin:redisq_django_deadletter_groups") + "?status__exact=dead",
+        reverse("admin:redisq_django_deadletter_causes") + "?status__exact=dead",
         queue_live,
         *(f"{queue_live}?list={name}" for name in ("consumers", "delayed", "log")),
         reverse("admin:redisq_django_queue_live_data", args=[queue]) + "?charts=1",

@@ -1,6 +1,6 @@
 """The operations console in a real browser: every page with a stopped or a hung Redis
 (answers within 2 s, a banner, unknown figures), every page at 1440x900 and 390x844
-without sideways scrolling (screenshots in test-artifacts/), and triage by group."""
+without sideways scrolling (screenshots in test-artifacts/), and triage by cause."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def pages(made: Incident) -> dict[str, str]:
         "undecodable": reverse(
             "admin:redisq_django_deadletter_change", args=[made.row("undecodable").pk]
         ),
-        "groups": reverse("admin:redisq_django_deadletter_groups") + "?status__exact=dead",
+        "causes": reverse("admin:redisq_django_deadletter_causes") + "?status__exact=dead",
         "retry-matching": reverse("admin:redisq_django_deadletter_matching", args=["retry"])
         + "?status__exact=dead",
         "queue-delete": reverse("admin:redisq_django_queue_delete", args=[queue.pk]),
@@ -178,7 +178,7 @@ def test_every_page_fits_the_screen_without_sideways_scrolling(
 # -- triage ----------------------------------------------------------------------------
 
 
-def test_triage_by_group_from_the_list_to_a_retried_group(
+def test_triage_by_cause_from_the_list_to_a_retried_cause(
     page: Page, live_server: Any, ops: User, made: Incident, artifacts: Path
 ) -> None:
     broker = get_broker()
@@ -197,16 +197,16 @@ def test_triage_by_group_from_the_list_to_a_retried_group(
     ).click()
     expect(page.locator("#result_list tbody tr")).to_have_count(6)
 
-    # When staff group them by error, then the three card declines are one group
-    page.locator("#redisq-groups-link").click()
-    groups = page.locator("#redisq-groups tr.redisq-group")
-    expect(groups).to_have_count(4)
-    cards = groups.filter(has_text="card declined for order <n> (code <n>)")
+    # When staff look at them by cause, then the three card declines are one cause
+    page.locator("#redisq-causes-link").click()
+    causes = page.locator("#redisq-causes tr.redisq-cause")
+    expect(causes).to_have_count(4)
+    cards = causes.filter(has_text="card declined for order <n> (code <n>)")
     expect(cards.locator("td.redisq-count")).to_have_text("3")
-    page.screenshot(path=str(artifacts / "triage-groups.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "triage-causes.png"), full_page=True)
 
-    # When they retry that group: a summary first, which can be left with the filter kept
-    cards.get_by_role("link", name="Retry group").click()
+    # When they retry that cause: a summary first, which can be left with the filter kept
+    cards.get_by_role("link", name="Retry all").click()
     expect(page.locator("#redisq-confirm-question")).to_contain_text("Retry these 3 dead letters?")
     expect(page.locator("#redisq-summary-sample li")).to_have_count(3)
     page.screenshot(path=str(artifacts / "triage-confirm.png"), full_page=True)

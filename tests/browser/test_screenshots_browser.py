@@ -172,7 +172,7 @@ def pages(made: Incident) -> dict[str, str]:
         "14-consumer-billing-live-dead": f"{live_billing}?list=dead",
         "15-dead-letters": reverse("admin:redisq_django_deadletter_changelist")
         + "?status__exact=dead",
-        "16-dead-letters-by-error": reverse("admin:redisq_django_deadletter_groups")
+        "16-dead-letters-by-cause": reverse("admin:redisq_django_deadletter_causes")
         + "?status__exact=dead",
         "17-dead-letter": reverse("admin:redisq_django_deadletter_change", args=[dead.pk]),
         "18-task-results": reverse("admin:redisq_django_taskresults_changelist"),

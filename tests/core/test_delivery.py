@@ -4,9 +4,12 @@ the subscription fetches, settles and renews."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 import threading
 
+import pytest
 import redis
 
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Delivery, Message, Reject
@@ -90,3 +93,43 @@ def test_a_subscription_fetches_deliveries_that_read_as_their_message(
         assert (delivery.id, delivery.payload, delivery.attempts) == (message_id, {"n": 7}, 1)
         assert sub.ack([delivery]) == 1
     assert redis_client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0
+
+
+def test_a_message_is_frozen_and_replace_builds_another(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given the message of a fetched delivery
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing")
+    message_id = broker.publish(queue_name, {"n": 7}, key="order-7")
+    with broker.subscribe(queue_name, "billing", "w-1") as sub:
+        (delivery,) = sub.fetch(count=1, block_ms=500)
+        sub.ack([delivery])
+    message = delivery.message
+    assert type(message) is Message
+
+    # When a handler tries to change it, then it is refused and nothing changed
+    for name, value in (("attempts", 5), ("payload", {}), ("key", None), ("other", 1)):
+        with pytest.raises(dataclasses.FrozenInstanceError, match=name):
+            setattr(message, name, value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del message.attempts
+    assert (message.attempts, message.payload, message.key) == (1, {"n": 7}, "order-7")
+
+    # And dataclasses.replace builds another, frozen too, leaving it as it was
+    later = dataclasses.replace(message, attempts=2)
+    assert type(later) is Message and later.attempts == 2 and message.attempts == 1
+    assert later == dataclasses.replace(message, attempts=2) and later != message
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        later.attempts = 3  # type: ignore[misc]
+    # ...and a message built by hand, copied or pickled is the same frozen value
+    by_hand = Message(
+        id=message_id, queue=queue_name, payload={"n": 7}, headers={}, attempts=1,
+        consumer="billing", published_at_ms=message.published_at_ms, instance="w-1",
+        key="order-7",
+    )  # fmt: skip
+    assert by_hand == message and repr(by_hand).startswith("Message(id=")
+    for again in (copy.copy(message), copy.deepcopy(message), pickle.loads(pickle.dumps(message))):
+        assert again == message and type(again) is Message
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            again.attempts = 9  # type: ignore[misc]

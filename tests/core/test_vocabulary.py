@@ -149,3 +149,38 @@ def test_a_dead_letter_read_from_redis_names_its_consumer(
     assert (dead.id, dead.queue, dead.consumer) == (message_id, queue_name, "billing")
     with pytest.warns(DeprecationWarning, match=r"\.consumer"):
         assert dead.group == "billing"
+
+
+def test_the_settling_methods_still_take_their_keywords_of_0_1_and_say_the_new_ones(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a consumer with three messages fetched
+    broker = Broker(redis_client)
+    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    ids = broker.publish_many(queue_name, [{"n": i} for i in range(4)])
+    with broker.subscribe(queue_name, "billing", instance="w1") as sub:
+        first, second, third, fourth = sub.fetch(count=4, block_ms=100)
+
+        # When they are settled with the keywords of 0.1 (a delivery was a "message")
+        with pytest.warns(DeprecationWarning, match=r"pass deliveries="):
+            acked = sub.ack(messages=[first])
+        with pytest.warns(DeprecationWarning, match=r"pass deliveries="):
+            lost = sub.extend(messages=[second])
+        with pytest.warns(DeprecationWarning, match=r"pass delivery="):
+            rejected = sub.reject(message=second, failure=ValueError("no"))
+        with pytest.warns(DeprecationWarning, match=r"pass delivery="):
+            failed = sub.fail(message=third, failure=ValueError("later"))
+        with pytest.warns(DeprecationWarning, match=r"pass deliveries="):
+            released = sub.release(messages=[fourth])
+
+    # Then each did what the new keyword does
+    assert (acked, lost, released) == (1, [], 1)
+    assert rejected.outcome.value == "dead" and failed.outcome.value == "retried"
+    dead = broker.dead_letters(queue_name, "billing")
+    assert [d.id for d in dead] == [ids[1]]
+    # ...and both names at once is a mistake, said as such
+    with (
+        broker.subscribe(queue_name, "billing", instance="w1") as sub,
+        pytest.raises(TypeError, match="got both 'messages' and 'deliveries'"),
+    ):
+        sub.ack(messages=[first], deliveries=[first])

@@ -1,5 +1,5 @@
 """Migration 0002: each existing dead letter keeps its failure as the first record of
-its deaths, and gets its grouping key."""
+its deaths, and gets its cause key (the normalised error)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def back_to_the_latest_migrations() -> Iterator[None]:
     executor.migrate(executor.loader.graph.leaf_nodes())
 
 
-def test_existing_dead_letters_keep_their_failure_and_get_a_group() -> None:
+def test_existing_dead_letters_keep_their_failure_and_get_a_cause_key() -> None:
     # Given dead letters stored before every death was kept
     old = migrate(BEFORE).loader.project_state(BEFORE).apps
     DeadLetter = old.get_model(APP, "DeadLetter")
@@ -52,7 +52,7 @@ def test_existing_dead_letters_keep_their_failure_and_get_a_group() -> None:
     # When the migration runs
     new = migrate(AFTER).loader.project_state(AFTER).apps
 
-    # Then each has one failure with its details, a death count of 1, and one group key
+    # Then each has one failure with its details, a death count of 1, and one cause key
     rows = new.get_model(APP, "DeadLetter").objects.order_by("message_id")
     assert [(r.deaths, r.error_key) for r in rows] == [(1, "card declined for order <n>")] * 3
     failures = new.get_model(APP, "DeadLetterFailure").objects.order_by("dead_letter__message_id")

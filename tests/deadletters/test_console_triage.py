@@ -1,5 +1,5 @@
 """Dead-letter triage at scale with Django's test client: retry and discard thousands
-from a filter (never one form field per row), groups by error, every death kept, the
+from a filter (never one form field per row), dead letters by cause, every death kept, the
 detail page's links and undecodable entries, and the operator command calling the same
 functions."""
 
@@ -182,7 +182,7 @@ def test_redis_down_during_a_bulk_retry_leaves_the_rest_dead(
     assert DeadLetter.objects.filter(status="dead").count() == 30
 
 
-def test_groups_by_consumer_error_class_and_normalised_message(
+def test_causes_by_consumer_error_class_and_normalised_message(
     queue_name: str, broker: Any, ops: Client
 ) -> None:
     # Given 3 card declines differing by order number, a KeyError, and one of email
@@ -195,25 +195,25 @@ def test_groups_by_consumer_error_class_and_normalised_message(
     for consumer in ("billing", "email"):
         deadletters.sink(queue_name, consumer)
 
-    # When staff open the groups page
-    page = ops.get(reverse("admin:redisq_django_deadletter_groups"), {"queue": queue_name})
+    # When staff open the causes page
+    page = ops.get(reverse("admin:redisq_django_deadletter_causes"), {"queue": queue_name})
     page = ops.get(page["Location"])  # status "dead" added to the filter
 
-    # Then there are three groups, the largest first, with counts and seen times
-    groups = page.context["groups"]
-    assert [(g.consumer, g.error_class, g.error_key, g.count) for g, _ in groups] == [
+    # Then there are three causes, the largest first, with counts and seen times
+    causes = page.context["causes"]
+    assert [(c.consumer, c.error_class, c.error_key, c.count) for c, _ in causes] == [
         ("billing", "ValueError", "card declined <n>", 3),
         ("billing", "KeyError", "<str>", 1),
         ("email", "ValueError", "card declined <n>", 1),
     ]
-    assert groups[0][0].first_seen <= groups[0][0].last_seen
+    assert causes[0][0].first_seen <= causes[0][0].last_seen
 
-    # When the largest group is retried through its link, then exactly its 3 are sent
+    # When the largest cause is retried through its link, then exactly its 3 are sent
     read_all(broker, queue_name, "billing")  # (what billing had not read yet)
     retry_url = reverse("admin:redisq_django_deadletter_matching", args=["retry"])
-    summary = ops.get(f"{retry_url}?{groups[0][1]}")
+    summary = ops.get(f"{retry_url}?{causes[0][1]}")
     assert b"Retry these 3 dead letters?" in summary.content
-    ops.post(f"{retry_url}?{groups[0][1]}")
+    ops.post(f"{retry_url}?{causes[0][1]}")
     assert sorted(m.payload["o"] for m in read_all(broker, queue_name, "billing")) == [
         1041,
         2093,
@@ -222,19 +222,19 @@ def test_groups_by_consumer_error_class_and_normalised_message(
     assert DeadLetter.objects.filter(status="dead").count() == 2
 
 
-def test_the_groups_and_summary_pages_cost_the_same_queries_for_10_or_500_rows(
+def test_the_causes_and_summary_pages_cost_the_same_queries_for_10_or_500_rows(
     queue_name: str, broker: Any, ops: Client, django_assert_num_queries: Any
 ) -> None:
-    groups = reverse("admin:redisq_django_deadletter_groups") + "?status__exact=dead"
+    causes = reverse("admin:redisq_django_deadletter_causes") + "?status__exact=dead"
     summary = reverse("admin:redisq_django_deadletter_matching", args=["retry"])
     many_dead(broker, queue_name, "billing", 10)
     counts = []
-    for url in (groups, summary):
+    for url in (causes, summary):
         with CaptureQueriesContext(connection) as ten:
             assert ops.get(url).status_code == 200
         counts.append(len(ten))
     many_dead(broker, queue_name, "email", 490)
-    for url, count in zip((groups, summary), counts, strict=True):
+    for url, count in zip((causes, summary), counts, strict=True):
         with django_assert_num_queries(count):
             assert ops.get(url).status_code == 200
 
@@ -291,7 +291,7 @@ def test_the_detail_page_has_the_error_and_retry_at_the_top_and_related_links(
     assert "every death (newest first)" in html.lower()
     consumer = made_consumer_url(queue_name)
     assert f'href="{consumer}"' in html
-    assert 'id="redisq-queue-link"' in html and 'id="redisq-group-link"' in html
+    assert 'id="redisq-queue-link"' in html and 'id="redisq-cause-link"' in html
 
 
 def made_consumer_url(queue: str) -> str:
@@ -355,14 +355,14 @@ def test_search_covers_headers_and_error_classes(queue_name: str, broker: Any, o
     assert [r.message_id for r in found.context["cl"].result_list] == [message_id]
 
 
-def test_the_command_lists_groups_and_retries_one_recording_the_user(
+def test_the_command_lists_causes_and_retries_one_recording_the_user(
     queue_name: str, broker: Any
 ) -> None:
     many_dead(broker, queue_name, "billing", 4)
     many_dead(broker, queue_name, "billing-b", 2, error_class="KeyError")
     User.objects.create_user("ops")
     out = io.StringIO()
-    call_command("redisq", "dead", "groups", "--queue", queue_name, stdout=out)
+    call_command("redisq", "dead", "causes", "--queue", queue_name, stdout=out)
     assert re.search(
         rf"4\s+{queue_name}\s+billing\s+ValueError\s+card declined for order <n>", out.getvalue()
     )
@@ -386,6 +386,42 @@ def test_the_command_lists_groups_and_retries_one_recording_the_user(
     assert DeadLetter.objects.filter(status="retried").count() == 4
     assert LogEntry.objects.filter(user__username="ops").count() == 4
     assert len(read_all(broker, queue_name, "billing")) == 4
+
+
+def test_the_names_of_0_9_for_causes_still_work_and_say_the_new_one(
+    queue_name: str, broker: Any, ops: Client
+) -> None:
+    # Given dead letters of one cause
+    many_dead(broker, queue_name, "billing", 3)
+
+    # When a bookmark of the old page is opened, then it lands on the causes page, its
+    # filters kept
+    query = f"queue={queue_name}&status__exact=dead&by=task"
+    old = ops.get(f"{reverse('admin:redisq_django_deadletter_groups')}?{query}")
+    assert old.status_code == 301
+    assert old["Location"] == f"{reverse('admin:redisq_django_deadletter_causes')}?{query}"
+    page = ops.get(old["Location"])
+    assert [(c.consumer, c.count) for c, _ in page.context["causes"]] == [("billing", 3)]
+
+    # When the old sub-command runs, then it lists the same causes and says the new name
+    out, err = io.StringIO(), io.StringIO()
+    call_command("redisq", "dead", "groups", "--queue", queue_name, stdout=out, stderr=err)
+    new = io.StringIO()
+    call_command("redisq", "dead", "causes", "--queue", queue_name, stdout=new)
+    assert out.getvalue() == new.getvalue()
+    assert re.search(rf"3\s+{queue_name}\s+billing\s+ValueError", new.getvalue())
+    assert "'redisq dead groups' is deprecated" in err.getvalue()
+    assert "use 'redisq dead causes'" in err.getvalue()
+
+    # When Python code uses the old names, then they are the new ones, with a warning
+    rows = DeadLetter.objects.filter(queue=queue_name)
+    with pytest.warns(DeprecationWarning, match=r"deadletters\.causes"):
+        old_function = deadletters.groups
+    with pytest.warns(DeprecationWarning, match=r"deadletters\.Cause"):
+        assert deadletters.Group is deadletters.Cause
+    with pytest.warns(DeprecationWarning, match="CAUSES_LIMIT"):
+        assert deadletters.GROUPS_LIMIT == deadletters.CAUSES_LIMIT
+    assert old_function(rows) == deadletters.causes(rows)
 
 
 def test_retry_all_matching_with_redis_down_says_so_and_changes_nothing(

@@ -59,6 +59,8 @@ STEPS = [
     Step(("schedules",), ("redisq", "schedules"), r"No schedules"),
     Step(("dead", "sink"), ("redisq", "dead", "sink"), r"Moved \d+ dead letter\(s\) from Redis"),
     Step(("dead", "list"), ("redisq", "dead", "list"), r"(?m)^\d+\s+workeronly\s+keeper\s+"),
+    Step(("dead", "causes"), ("redisq", "dead", "causes"), r"(?m)^2\s+workeronly\s+keeper\s+"),
+    # The deprecated name of 'dead causes' (0.9) still works.
     Step(("dead", "groups"), ("redisq", "dead", "groups"), r"(?m)^2\s+workeronly\s+keeper\s+"),
     Step(
         None,

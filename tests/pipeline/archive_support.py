@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 def publish(broker: Broker, queue: str, n: int, *, start: int = 0) -> list[str]:
     """Publish ``n`` small messages to ``queue``; returns their ids (= entry ids).
 
-    The chunks are a few milliseconds apart: the source splits a stream into partitions
+    The chunks are a few milliseconds apart: the source splits a stream into slices
     by time, and one batch can fit in a single millisecond."""
     ids: list[str] = []
     for lo in range(start, start + n, CHUNK):

@@ -141,7 +141,7 @@ def test_max_records_per_trigger_bounds_the_rows_of_each_events_micro_batch(
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_a_skewed_stream_is_read_in_partitions_of_bounded_size(
+def test_a_skewed_stream_is_read_in_slices_of_bounded_size(
     spark: SparkSession, redis_client: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     # Given a queue's log: 3,000 messages in one millisecond, then one a second for 40 s
@@ -155,13 +155,13 @@ def test_a_skewed_stream_is_read_in_partitions_of_bounded_size(
     # When it is read with 4 time slices of at most 500 entries
     frame = (
         spark.read.format("redisq")
-        .options(url=redis_url, queue=queue_name, partitions="4", maxEntriesPerPartition="500")
+        .options(url=redis_url, queue=queue_name, slicesPerStream="4", maxEntriesPerSlice="500")
         .load()
     )
     sizes = [
         r["n"] for r in frame.groupBy(F.spark_partition_id()).agg(F.count("*").alias("n")).collect()
     ]
-    # Then the burst is spread over partitions of at most 500 rows, every row read once
+    # Then the burst is spread over slices of at most 500 rows, every row read once
     assert sum(sizes) == 3040
     assert frame.select("message_id").distinct().count() == 3040
     assert max(sizes) <= 500

@@ -288,10 +288,10 @@ def test_the_tally_counts_each_report_once_and_by_queue() -> None:
 def test_the_archive_reads_each_queue_in_the_cores_shared_among_the_queues(
     spark: SparkSession,
 ) -> None:
-    from redisq_django.pipeline.archive import read_partitions
+    from redisq_django.pipeline.archive import slices_per_stream
 
     cores = spark.sparkContext.defaultParallelism  # 2 on the tests' local[2]
-    assert read_partitions(spark, 1) == cores
-    assert read_partitions(spark, 2) == max(1, cores // 2)
-    assert read_partitions(spark, 50) == 1
-    assert read_partitions(spark, 0) == cores
+    assert slices_per_stream(spark, 1) == cores
+    assert slices_per_stream(spark, 2) == max(1, cores // 2)
+    assert slices_per_stream(spark, 50) == 1
+    assert slices_per_stream(spark, 0) == cores

@@ -133,7 +133,7 @@ def test_an_archive_of_files_before_and_after_the_key_column_reads_whole_everywh
     # And compaction, reading old and new files together, keeps every key, and the old
     # files' nulls, in the files it writes
     done = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
-    assert (done.tables["messages"].partitions, done.tables["messages"].rows_after) == (
+    assert (done.tables["messages"].directories, done.tables["messages"].rows_after) == (
         2,
         OLD + NEW,
     )

@@ -301,7 +301,7 @@ def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redi
             "Option 'commitArchive' was removed: a stream is read-only unless option "
             "'archive' names it",
         ),
-        (read(partitions="0"), "Option 'partitions' must be > 0, got 0."),
+        (read(slicesPerStream="0"), "Option 'slicesPerStream' must be > 0, got 0."),
         (read(cluster="maybe"), "Option 'cluster' must be true or false"),
         (
             stream(startingOffsets="yesterday"),
@@ -319,6 +319,6 @@ def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redi
         # Spark's own first line, one frame of ours, then our message and Spark's SQLSTATE
         lines = [line for line in text.splitlines() if line.strip()]
         assert len(text) < 700 and len(lines) <= 5, text
-        assert lines[-2].startswith(f"redisq_django.pipeline.source_options.OptionError: {says}")
+        assert lines[-2].startswith(f"redisq_django.pipeline.options.OptionError: {says}")
     with pytest.raises(Exception, match="takes no path"):
         read().load("orders")

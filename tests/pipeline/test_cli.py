@@ -18,7 +18,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.management.commands.redisq_pipeline import settings_redis_url
 from redisq_django.pipeline.cli import main
 from redisq_django.pipeline.options import (
-    OptionsError,
+    OptionError,
     normalize_root,
     one_line,
     parse_conf,
@@ -239,7 +239,7 @@ def test_urls_from_connection_kwargs_and_their_redaction() -> None:
 
 def test_conf_and_root_parsing() -> None:
     assert parse_conf(["a=1", "b=x=y", "a=2"]) == {"a": "2", "b": "x=y"}
-    with pytest.raises(OptionsError, match="KEY=VALUE"):
+    with pytest.raises(OptionError, match="KEY=VALUE"):
         parse_conf(["=1"])
     assert normalize_root("hdfs://nn/archive/") == "hdfs://nn/archive"
     assert normalize_root("rel/dir") == str(Path.cwd() / "rel" / "dir")

@@ -15,7 +15,7 @@ from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.compact import compact
 from redisq_django.pipeline.job_options import CompactOptions
-from redisq_django.pipeline.options import ArchiveOptions, OptionsError
+from redisq_django.pipeline.options import ArchiveOptions, OptionError
 from tests.pipeline.archive_support import add_events, publish, read_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -45,8 +45,8 @@ def named_files(spark: SparkSession, root: Path, table: str) -> list[Path]:
 def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
-    # Given an archive of two queues whose partitions have several files each (each
-    # queue read in 4 ranges: one file per task and partition)
+    # Given an archive of two queues whose day directories have several files each (each
+    # queue read in 4 slices: one file per task and directory)
     other = f"{queue_name}.mail"
     ids = publish(broker, queue_name, 600)
     publish(broker, other, 200)
@@ -55,7 +55,7 @@ def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
         redis_url=redis_url,
         root=str(tmp_path),
         queues=(queue_name, other),
-        extra={"partitions": "4"},
+        extra={"slicesPerStream": "4"},
     )
     archive(spark, archive_options)
     before = {t: read_table(spark, tmp_path, t).cache() for t in ("messages", "events")}
@@ -68,23 +68,23 @@ def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
     options = CompactOptions(root=str(tmp_path), today=TOMORROW)
     summary = compact(spark, options)
 
-    # Then readers see exactly the same rows, from one file per partition
+    # Then readers see exactly the same rows, from one file per directory
     for table, frame in before.items():
         assertDataFrameEqual(read_table(spark, tmp_path, table), frame)
     messages = summary.tables["messages"]
     assert (messages.rows_before, messages.rows_after) == (800, 800)
     assert messages.files_before == files_before["messages"]
-    assert messages.files_after == messages.partitions == 2
+    assert messages.files_after == messages.directories == 2
     assert len(named_files(spark, tmp_path, "messages")) == 2
     # the old files are retired: on disk until the archive has moved on (step 5)
     assert len(parquet_files(tmp_path, "messages")) == 2 + files_before["messages"]
     assert messages.retired == files_before["messages"]
     assert summary.tables["events"].rows_after == n_events
-    assert "compacted messages: 2 partitions" in summary.line()
+    assert "compacted messages: 2 directories" in summary.line()
 
     # And a second run changes nothing
     again = compact(spark, options)
-    assert all(t.partitions == 0 for t in again.tables.values())
+    assert all(t.directories == 0 for t in again.tables.values())
     assert len(named_files(spark, tmp_path, "messages")) == 2
     assert again.tables["messages"].deleted == 0  # the archive has not moved on yet
 
@@ -111,12 +111,12 @@ def test_compaction_keeps_every_row_once_in_fewer_files_and_is_idempotent(
 
 
 def test_today_is_never_compacted(spark: SparkSession, tmp_path: Path) -> None:
-    # The archive may still be writing today's partitions: the default range ends before.
+    # The archive may still be writing today's directories: the default range ends before.
     options = CompactOptions(root=str(tmp_path), until=TOMORROW + dt.timedelta(days=5))
     assert options.end_date() == dt.datetime.now(dt.UTC).date()
     summary = compact(spark, options)  # nothing archived: nothing to do
-    assert all(t.partitions == 0 for t in summary.tables.values())
-    with pytest.raises(OptionsError, match="must not be after --until"):
+    assert all(t.directories == 0 for t in summary.tables.values())
+    with pytest.raises(OptionError, match="must not be after --until"):
         CompactOptions(root="/r", since=TOMORROW, until=TOMORROW - dt.timedelta(days=1))
 
 
@@ -126,7 +126,7 @@ def test_cli_compact(
     from redisq_django.pipeline.cli import main
 
     assert main(["compact", "--root", str(tmp_path), "--until", "2026-01-01"]) == 0
-    assert capsys.readouterr().out.startswith("compacted messages: 0 partitions")
+    assert capsys.readouterr().out.startswith("compacted messages: 0 directories")
     with pytest.raises(SystemExit) as exit_info:
         main(["compact", "--root", str(tmp_path), "--target-file-mb", "0"])
     assert exit_info.value.code == 2
@@ -142,7 +142,7 @@ def test_manage_py_compact_uses_the_archive_root_of_settings(
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "ARCHIVE_ROOT": str(tmp_path)}  # type: ignore[attr-defined]
     out = StringIO()
     call_command("redisq_pipeline", "compact", "--until", "2026-01-01", stdout=out)
-    assert out.getvalue().startswith("compacted messages: 0 partitions")
+    assert out.getvalue().startswith("compacted messages: 0 directories")
 
 
 def test_rows_stored_twice_are_stored_once_after_compaction(
@@ -217,7 +217,7 @@ def test_compaction_while_the_archive_runs_never_shows_a_row_twice_or_loses_one(
         # 8 rounds, or up to 16 until it compacted twice (a loaded machine's archive may
         # add no file between two rounds)
         for round_ in range(1, 17):
-            if round_ > 8 and sum(c.partitions for c in compactions) >= 2:
+            if round_ > 8 and sum(c.directories for c in compactions) >= 2:
                 break
             published += publish(broker, queue_name, 100, start=100 * round_)
             time.sleep(0.4)
@@ -243,10 +243,10 @@ def test_compaction_while_the_archive_runs_never_shows_a_row_twice_or_loses_one(
     assert not failures
     assert not runner.is_alive()
     assert (rows, distinct) == (len(published), len(published))
-    assert sum(c.partitions for c in compactions) >= 2  # it did compact, more than once
+    assert sum(c.directories for c in compactions) >= 2  # it did compact, more than once
     # And the retired files go once the log has moved on two batches, leaving what readers
     # list. A run that compacts again (the sink's own log compaction may just have gathered
-    # the partition) retires files of its own, which the next round deletes: up to 4 rounds
+    # the directory) retires files of its own, which the next round deletes: up to 4 rounds
     once = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
     for round_ in range(4):
         publish(broker, queue_name, 10, start=2000 + 20 * round_)
@@ -255,7 +255,7 @@ def test_compaction_while_the_archive_runs_never_shows_a_row_twice_or_loses_one(
         archive(spark, once)
         extra = 20 * (round_ + 1)
         last = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
-        if not last.tables["messages"].partitions:
+        if not last.tables["messages"].directories:
             break
     assert last.tables["messages"].retired == 0
     on_disk = {p.resolve() for p in parquet_files(tmp_path, "messages")}

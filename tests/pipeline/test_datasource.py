@@ -121,7 +121,7 @@ def test_batch_read_of_messages_equals_what_was_published(
         },
     ).decode()
 
-    df = reader(spark, redis_url, queue=queue_name, partitions="4").load()
+    df = reader(spark, redis_url, queue=queue_name, slicesPerStream="4").load()
 
     assert df.schema == schemas.MESSAGES
     assert df.rdd.getNumPartitions() > 1
@@ -235,7 +235,7 @@ def test_events_are_one_row_per_message(
     queue_name: str, spark: Any, broker: Broker, redis_client: redis.Redis, redis_url: str
 ) -> None:
     def xadd(**fields: str) -> str:
-        time.sleep(0.003)  # entries a few ms apart: several partitions
+        time.sleep(0.003)  # entries a few ms apart: several slices
         return redis_client.xadd(
             broker.keys(queue_name).events, {"g": "billing", **fields}
         ).decode()
@@ -246,7 +246,7 @@ def test_events_are_one_row_per_message(
     dead = xadd(e="dead", c="w-2", m='[["m3",3,5]]', reason="failed", **error)
     reset = xadd(e="reset", c="", m="[]", start="1700000000000-0")
 
-    df = reader(spark, redis_url, queue=queue_name, table="events", partitions="8").load()
+    df = reader(spark, redis_url, queue=queue_name, table="events", slicesPerStream="8").load()
 
     def row(entry: str, event: str, instance: str, mid: Any, att: Any, ms: Any, **more: Any) -> Row:
         values = dict.fromkeys(schemas.EVENTS.fieldNames())

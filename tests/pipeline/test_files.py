@@ -91,7 +91,7 @@ def test_orphans_and_compacted_files_are_read_once_by_pyarrow_and_duckdb(
     options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
     archive(spark, options)
     summary = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
-    assert summary.tables["messages"].partitions == 1
+    assert summary.tables["messages"].directories == 1
     assert summary.tables["messages"].retired > 0
     ids += publish(broker, queue_name, 200, start=300)
     n_events = add_events(broker, queue_name, ids)

@@ -12,24 +12,20 @@ import redis
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.pipeline import redis_io
 from redisq_django.pipeline.loss import DataLossError, Loss
-from redisq_django.pipeline.reading import RangePartition, plan_ranges, read_partition
+from redisq_django.pipeline.reading import RangeSlice, plan_ranges, read_slice
 from redisq_django.pipeline.source_options import SourceOptions
 
 pytestmark = pytest.mark.spark  # imports PySpark; needs no session
 
 
-def ids_read(options: SourceOptions, partition: RangePartition) -> list[str]:
-    return [
-        mid
-        for batch in read_partition(options, partition)
-        for mid in batch["message_id"].to_pylist()
-    ]
+def ids_read(options: SourceOptions, piece: RangeSlice) -> list[str]:
+    return [mid for batch in read_slice(options, piece) for mid in batch["message_id"].to_pylist()]
 
 
 @pytest.fixture
 def setup(
     redis_client: redis.Redis, redis_url: str, queue_name: str
-) -> tuple[Broker, SourceOptions, RangePartition, list[str]]:
+) -> tuple[Broker, SourceOptions, RangeSlice, list[str]]:
     """Ten messages a slow consumer has not read, an archive "a" at the start, and the
     one range a micro-batch planned over them (pages of 3)."""
     broker = Broker(redis_client, CoreConfig(max_len=6, replay_window_ms=0))
@@ -37,26 +33,26 @@ def setup(
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
     broker.archives.register(queue_name, "a", "messages")
     raw = {"url": redis_url, "queue": queue_name, "archive": "a", "pageSize": "3"}
-    options = dataclasses.replace(SourceOptions.parse(raw), partitions=1)
+    options = dataclasses.replace(SourceOptions.parse(raw), slices_per_stream=1)
     conn = redis_io.client(options)
     try:
         stream = redis_io.StreamRef(queue_name, broker.keys(queue_name).log)
-        [partition] = plan_ranges(options, conn, stream, "(0-0", ids[-1], checked=True)
+        [piece] = plan_ranges(options, conn, stream, "(0-0", ids[-1], checked=True)
     finally:
         conn.close()
-    assert partition.expect == ids[0]
-    return broker, options, partition, ids
+    assert piece.expect == ids[0]
+    return broker, options, piece, ids
 
 
 def test_entries_removed_after_planning_fail_the_read_naming_them(
-    setup: tuple[Broker, SourceOptions, RangePartition, list[str]], queue_name: str
+    setup: tuple[Broker, SourceOptions, RangeSlice, list[str]], queue_name: str
 ) -> None:
-    broker, options, partition, ids = setup
+    broker, options, piece, ids = setup
     # When a hard cap (6) drops the first four before the range is read
     assert broker.trim(queue_name) == (0, 4)
     # Then the read fails, naming the first missing entry and the first one left
     with pytest.raises(DataLossError) as caught:
-        ids_read(options, partition)
+        ids_read(options, piece)
     assert str(caught.value).startswith(
         f"Data loss in the messages of queue {queue_name!r}: entries {ids[0]} up to (not "
         f"including) {ids[4]} were removed before archive 'a' read them"
@@ -64,14 +60,14 @@ def test_entries_removed_after_planning_fail_the_read_naming_them(
 
 
 def test_entries_removed_between_two_pages_are_found_too(
-    setup: tuple[Broker, SourceOptions, RangePartition, list[str]],
+    setup: tuple[Broker, SourceOptions, RangeSlice, list[str]],
     queue_name: str,
     redis_client: redis.Redis,
 ) -> None:
-    broker, options, partition, ids = setup
+    broker, options, piece, ids = setup
     lenient = dataclasses.replace(options, fail_on_data_loss=False)
     # Given the read has yielded its first page (3 entries)
-    pages = read_partition(lenient, partition)
+    pages = read_slice(lenient, piece)
     assert next(pages)["message_id"].to_pylist() == ids[:3]
     # When the next three are removed before the second page is read
     redis_client.xtrim(broker.keys(queue_name).log, minid=ids[6], approximate=False)
@@ -93,14 +89,14 @@ def test_entries_removed_between_two_pages_are_found_too(
 
 
 def test_a_readonly_stream_records_nothing(
-    setup: tuple[Broker, SourceOptions, RangePartition, list[str]],
+    setup: tuple[Broker, SourceOptions, RangeSlice, list[str]],
     queue_name: str,
     redis_client: redis.Redis,
 ) -> None:
-    broker, options, partition, ids = setup
+    broker, options, piece, ids = setup
     readonly = dataclasses.replace(options, archive=None, fail_on_data_loss=False)
     broker.trim(queue_name)
     before = redis_client.hgetall(broker.keys(queue_name).archives)
-    assert ids_read(readonly, partition) == ids[4:]
+    assert ids_read(readonly, piece) == ids[4:]
     assert redis_client.hgetall(broker.keys(queue_name).archives) == before
     assert redis_client.exists(broker.keys(queue_name).archive_gaps("a")) == 0

@@ -20,8 +20,9 @@ from redis.exceptions import (
 )
 
 from redisq_django.core.errors import RedisRefused, RedisUnavailable
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.outages import Link, RedisOutage, transient
-from redisq_django.pipeline.source_options import OptionError, SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions
 from tests.support.hung_server import HungServer
 from tests.support.redis_server import RedisServer, free_port
 
@@ -57,18 +58,18 @@ def test_the_new_options_and_their_defaults() -> None:
     default = SourceOptions.parse({"url": "redis://h"})
     assert (default.retry_timeout, default.socket_timeout) == (600.0, 10.0)
     assert default.max_records_per_trigger is None
-    assert default.max_entries_per_partition == 100_000
+    assert default.max_entries_per_slice == 100_000
     given = SourceOptions.parse(
         {
             "url": "redis://h",
             "retryTimeout": "0",
             "socketTimeout": "2.5",
             "maxRecordsPerTrigger": "500",
-            "maxEntriesPerPartition": "1000",
+            "maxEntriesPerSlice": "1000",
         }
     )
     assert (given.retry_timeout, given.socket_timeout) == (0.0, 2.5)
-    assert (given.max_records_per_trigger, given.max_entries_per_partition) == (500, 1000)
+    assert (given.max_records_per_trigger, given.max_entries_per_slice) == (500, 1000)
     for bad in ({"socketTimeout": "0"}, {"retryTimeout": "-1"}, {"retryTimeout": "soon"}):
         with pytest.raises(OptionError, match=next(iter(bad))):
             SourceOptions.parse({"url": "redis://h", **bad})

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive_frame
 from redisq_django.pipeline.job_options import ReplayOptions
-from redisq_django.pipeline.options import OptionsError
+from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.replay import ReplayError, replay
 from redisq_django.pipeline.schemas import MESSAGES
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
@@ -249,9 +249,9 @@ def test_a_where_failing_on_one_value_publishes_nothing_and_says_which(
 
 def test_options_are_checked_before_spark() -> None:
     Q = "orders"
-    with pytest.raises(OptionsError, match="must be before --until"):
+    with pytest.raises(OptionError, match="must be before --until"):
         ReplayOptions(redis_url="redis://x", root="/r", queue=Q, since=DAY2, until=DAY1)
-    with pytest.raises(OptionsError, match="--rate must be > 0"):
+    with pytest.raises(OptionError, match="--rate must be > 0"):
         ReplayOptions(redis_url="redis://x", root="/r", queue=Q, rate=0)
 
 

@@ -305,16 +305,16 @@ def test_minute_buckets_and_explicit_out(spark: Any, made: Any, tmp_path: Path) 
 
 def test_parse_time_and_options() -> None:
     from redisq_django.pipeline.job_options import parse_time
-    from redisq_django.pipeline.options import OptionsError
+    from redisq_django.pipeline.options import OptionError
     from redisq_django.pipeline.report import ReportOptions
 
     assert parse_time("2026-11-20", "--since") == T0
     assert parse_time("2026-11-20", "--until", end=True) == T0 + timedelta(days=1)
     assert parse_time("2026-11-20T01:00", "--since") == T0 + timedelta(hours=1)
     assert parse_time("2026-11-20T02:00+01:00", "--since") == T0 + timedelta(hours=1)
-    with pytest.raises(OptionsError, match="ISO date or time"):
+    with pytest.raises(OptionError, match="ISO date or time"):
         parse_time("yesterday", "--since")
-    with pytest.raises(OptionsError, match="before --until"):
+    with pytest.raises(OptionError, match="before --until"):
         ReportOptions(root="/x", since=T0, until=T0)
     since, until = ReportOptions(root="/x").window()
     assert until - since == timedelta(days=7)

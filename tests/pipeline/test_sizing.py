@@ -95,8 +95,8 @@ def test_a_busy_minute_in_quiet_hours_is_found_and_cut(
     _add(redis_client, key, ids)
     # When it is planned in 4 time slices of at most 2,000 entries
     sizes = _sizes(conn, key, _plan(conn, key, 4, 2000))
-    # Then no partition holds the busy minute: it is cut into parts of about the limit
-    # (estimated: within a factor of 2), and the quiet hours stay few partitions
+    # Then no slice holds the busy minute: it is cut into parts of about the limit
+    # (estimated: within a factor of 2), and the quiet hours stay few slices
     assert max(sizes) <= 2 * 2000
     assert 20_000 // 2000 <= len(sizes) <= 40
 

@@ -42,7 +42,7 @@ def fits(page: Page) -> dict[str, Any]:
     result: dict[str, Any] = page.evaluate(
         """() => {
         const tables = [...document.querySelectorAll(
-            '#result_list, #redisq-overview, #redisq-groups, table.redisq-consumers, ' +
+            '#result_list, #redisq-overview, #redisq-causes, table.redisq-consumers, ' +
             '#redisq-list, .redisq-charts')];
         return {
             page: [document.documentElement.scrollWidth, window.innerWidth],

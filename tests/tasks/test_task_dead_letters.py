@@ -1,5 +1,5 @@
 """Dead letters of Django tasks name their task (not only ``tasks.<queue>/tasks``) in
-the list, on their page and in the groups, and triage can group them by task."""
+the list, on their page and in their causes, and triage can tell causes by task."""
 
 from __future__ import annotations
 
@@ -45,19 +45,19 @@ def test_a_failed_tasks_dead_letter_shows_its_task(tasks_env: TasksEnv, admin_cl
     detail = admin_client.get(reverse("admin:redisq_django_deadletter_change", args=[row.pk]))
     assert FAILING.encode() in detail.content
 
-    # And the groups by error keep the tasks apart, with the task named
-    groups_url = reverse("admin:redisq_django_deadletter_groups")
-    by_error = admin_client.get(groups_url, {"status__exact": "dead"})
-    found = {(g.task, g.error_key, g.count) for g, _ in by_error.context["groups"]}
+    # And the causes by error keep the tasks apart, with the task named
+    causes_url = reverse("admin:redisq_django_deadletter_causes")
+    by_error = admin_client.get(causes_url, {"status__exact": "dead"})
+    found = {(c.task, c.error_key, c.count) for c, _ in by_error.context["causes"]}
     assert found == {
         (FAILING, "bad order <n>", 3),
         (FLAKY, "attempt <n> fails", 1),
     }
     assert f'<span class="redisq-task">{FAILING}</span>'.encode() in by_error.content
 
-    # And grouped by task, one group per task whose link lists exactly its rows
-    by_task = admin_client.get(groups_url, {"status__exact": "dead", "by": "task"})
-    groups = {g.task: (g.count, query) for g, query in by_task.context["groups"]}
-    assert {task: count for task, (count, _) in groups.items()} == {FAILING: 3, FLAKY: 1}
-    listing = admin_client.get(f"{changelist}?{groups[FAILING][1]}")
+    # And by task, one cause per task whose link lists exactly its rows
+    by_task = admin_client.get(causes_url, {"status__exact": "dead", "by": "task"})
+    causes = {c.task: (c.count, query) for c, query in by_task.context["causes"]}
+    assert {task: count for task, (count, _) in causes.items()} == {FAILING: 3, FLAKY: 1}
+    listing = admin_client.get(f"{changelist}?{causes[FAILING][1]}")
     assert {r.message_id for r in listing.context["cl"].result_list} == {r.id for r in failed}

@@ -1,17 +1,17 @@
 -- Assembled from source/extend.lua and the fragments/ it includes (redisq_django/core/scripts/):
 -- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
--- extend.lua: renew the lease of entries a consumer is still working on.
+-- extend.lua: renew the lease of entries an instance is still working on.
 --
 -- KEYS[1]  stream  redisq:{q}:log
 -- KEYS[2]  stream  redisq:{q}:g:<g>:direct
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) name
+-- ARGV[3]  instance name (the Redis consumer it reads as)
 -- ARGV[4]  n: how many of the following ids are log entries
 -- ARGV[5 .. 4+n]  log entry ids; ARGV[5+n ..] direct entry ids
 --
--- Resets the idle time of each entry this consumer still owns (XCLAIM ... JUSTID, which
--- leaves the delivery count alone). Returns the ids another consumer owns now (ids no
+-- Resets the idle time of each entry this instance still owns (XCLAIM ... JUSTID, which
+-- leaves the delivery count alone). Returns the ids another instance owns now (ids no
 -- longer pending at all were settled meanwhile and are not reported).
 
 -- >>> fragments/protocol.lua (shared; assembled into this script)

@@ -9,14 +9,14 @@
 --                  "direct:<entry id>", score = when that delivery's lease ends (ms)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) name
+-- ARGV[3]  instance name (the Redis consumer it reads as)
 -- ARGV[4 ..]  triples: "log" or "direct", entry id, the lease's length in ms
 --
--- For each entry this consumer still holds, its lease now ends that many ms after Redis's
+-- For each entry this instance still holds, its lease now ends that many ms after Redis's
 -- now (TIME), and its idle time restarts (XCLAIM ... JUSTID, which counts no delivery).
 -- reclaim.lua takes a delivery with a lease over only once its lease has ended, whatever
 -- the instance's heartbeat and the consumer's visibility timeout. An entry no longer
--- pending loses its lease (it was settled). Returns the ids another consumer holds now.
+-- pending loses its lease (it was settled). Returns the ids another instance holds now.
 
 -- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another

@@ -90,25 +90,25 @@ class AckPipe:
         """Handled messages whose acknowledgement Redis has not confirmed yet, in order."""
         return [m for ms in self._pipe.tags() for m in ms] + self._queued
 
-    def add(self, message: Delivery) -> None:
-        """``message``'s handler returned: acknowledge it with the next write (and count
+    def add(self, delivery: Delivery) -> None:
+        """``delivery``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
-        self._queued.append(message)
+        self._queued.append(delivery)
         if not self._pooled:  # acknowledged (and counted) by Subscription.ack
             return
         counts = self._counts
         counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
-        counts[self._ms_field] = counts.get(self._ms_field, 0) + (message.duration_ms or 0)
+        counts[self._ms_field] = counts.get(self._ms_field, 0) + (delivery.duration_ms or 0)
 
-    def count_settled(self, message: Delivery, settlement: Settlement) -> None:
-        """``message``'s handler settled it itself (a Django task): count it in the trends
+    def count_settled(self, delivery: Delivery, settlement: Settlement) -> None:
+        """``delivery``'s handler settled it itself (a Django task): count it in the trends
         with the batch's last write, as if it went through :meth:`add` or a failure."""
         outcome = settlement.outcome
         if outcome is Outcome.ACKED:
-            counts = trends.handled_counts(self.sub.consumer, [message.duration_ms])
+            counts = trends.handled_counts(self.sub.consumer, [delivery.duration_ms])
         elif outcome in (Outcome.RETRIED, Outcome.DEAD):
             counts = trends.settle_counts(
-                self.sub.consumer, settlement.failed, outcome.value, message.duration_ms
+                self.sub.consumer, settlement.failed, outcome.value, delivery.duration_ms
             )
         else:
             return
@@ -163,11 +163,11 @@ class AckPipe:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _packed_command(self, messages: list[Delivery]) -> tuple[bytes, ScriptName | None]:
-        """The acknowledgement of ``messages``, packed, and the script it calls (None:
+    def _packed_command(self, deliveries: list[Delivery]) -> tuple[bytes, ScriptName | None]:
+        """The acknowledgement of ``deliveries``, packed, and the script it calls (None:
         a plain ``XACK``)."""
-        if len(messages) == 1 and not self.sub.ordered:  # the usual write: mostly prepacked
-            m = messages[0]
+        if len(deliveries) == 1 and not self.sub.ordered:  # the usual write: mostly prepacked
+            m = deliveries[0]
             log = m.stream is Stream.LOG
             if not self.sub.history:
                 if log:
@@ -177,12 +177,12 @@ class AckPipe:
             records = b"[" + lifecycle.record(message.id, message.attempts, m.duration_ms) + b"]"
             template = self._packed.recorded if log else self._packed.recorded_direct
             return template.fill(m.entry_id, records), "ack"
-        command, script = self._ack_command(messages)
+        command, script = self._ack_command(deliveries)
         return packed(command), script
 
-    def _ack_command(self, messages: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
-        """The acknowledgement of ``messages`` and the script it calls (None: ``XACK``)."""
-        settle = self.sub.settling.ack(messages)
+    def _ack_command(self, deliveries: list[Delivery]) -> tuple[tuple[Any, ...], ScriptName | None]:
+        """The acknowledgement of ``deliveries`` and the script it calls (None: ``XACK``)."""
+        settle = self.sub.settling.ack(deliveries)
         if settle.script is None:
             return ("XACK", *settle.keys, *settle.args), None
         return self.sub.scripts.command(settle.script, settle.keys, settle.args), settle.script
@@ -193,8 +193,8 @@ class AckPipe:
         commands = self._counter.commands(self._counts)
         return skipping_replies(commands)
 
-    def _mark_command(self, message: Delivery) -> tuple[Any, ...]:
-        return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(message))
+    def _mark_command(self, delivery: Delivery) -> tuple[Any, ...]:
+        return ("HSET", self.sub.gkeys.running, self.sub.instance, started_tag(delivery))
 
     def _run_now(self, mark: Delivery | None) -> None:
         acked = self._queued

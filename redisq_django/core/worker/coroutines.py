@@ -191,12 +191,12 @@ class AsyncHandlerThread(HandlerThread):
         budget leaves unstarted are handed back)."""
         self.hooks.before_batch(batch)
         starting: list[Delivery] = []
-        for i, message in enumerate(batch):
+        for i, delivery in enumerate(batch):
             if self.stopping or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
                 break
-            starting.append(message)
-            self._flight[id(message)] = message
+            starting.append(delivery)
+            self._flight[id(delivery)] = delivery
         self.held = list(self._flight.values())  # every running message's lease is renewed
         if starting:
             self.event_loop.loop.call_soon_threadsafe(self._create_tasks, starting)
@@ -209,76 +209,76 @@ class AsyncHandlerThread(HandlerThread):
                 ended += self._ended.get_nowait()
         if not ended:
             return
-        for message, returned, error in ended:
-            del self._flight[id(message)]
-            if self._finish(message, returned, error):
-                self.acks.add(message)
+        for delivery, returned, error in ended:
+            del self._flight[id(delivery)]
+            if self._finish(delivery, returned, error):
+                self.acks.add(delivery)
         self.held = list(self._flight.values())
         self.hooks.after_batch([m for m, _, _ in ended])
         self._settle(self.acks.flush)
 
-    def _create_tasks(self, messages: list[Delivery]) -> None:
-        """Start the handlers of ``messages`` (on the loop)."""
-        for message in messages:
+    def _create_tasks(self, deliveries: list[Delivery]) -> None:
+        """Start the handlers of ``deliveries`` (on the loop)."""
+        for delivery in deliveries:
             # In a task of its own: the middleware's per-message hooks run in its
             # context, so a span made current in before_process is current in this
             # handler only.
-            task = self.event_loop.loop.create_task(self._run(message))
+            task = self.event_loop.loop.create_task(self._run(delivery))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, message: Delivery) -> None:
-        """Run ``message``'s handler and hand what it returned (or raised) to the thread."""
+    async def _run(self, delivery: Delivery) -> None:
+        """Run ``delivery``'s handler and hand what it returned (or raised) to the thread."""
         try:
-            returned, error = await self._run_one(message)
+            returned, error = await self._run_one(delivery)
         except BaseException as exc:  # escaped a hook (hooks log Exception): the message fails
             returned, error = None, exc
         if not self._ending:  # the first to end in this iteration: hand over after it
             self.event_loop.loop.call_soon(self._hand_over)
-        self._ending.append((message, returned, error))
+        self._ending.append((delivery, returned, error))
 
     def _hand_over(self) -> None:
         """Hand the handlers that ended in the last loop iteration to the thread."""
         ending, self._ending = self._ending, []
         self._ended.put(ending)
 
-    async def _run_one(self, message: Delivery) -> tuple[object, BaseException | None]:
+    async def _run_one(self, delivery: Delivery) -> tuple[object, BaseException | None]:
         hooks = self.hooks
         if hooks.wants_before_process:
-            hooks.before_process(message)
+            hooks.before_process(delivery)
         started = time.perf_counter_ns()
         handler = cast("Callable[[Any], Awaitable[object]]", self.spec.handler)
         try:
-            returned = await handler(message.message)
+            returned = await handler(delivery.message)
         except BaseException as exc:  # CancelledError too: its message fails, the loop goes on
-            _stop_watch(message, started)
+            _stop_watch(delivery, started)
             if hooks.wants_after_process:
-                hooks.after_process(message, error=exc)
+                hooks.after_process(delivery, error=exc)
             return None, exc
-        _stop_watch(message, started)
+        _stop_watch(delivery, started)
         if hooks.wants_after_process:
-            hooks.after_process(message, error=None)
+            hooks.after_process(delivery, error=None)
         return returned, None
 
-    def _finish(self, message: Delivery, returned: object, error: BaseException | None) -> bool:
+    def _finish(self, delivery: Delivery, returned: object, error: BaseException | None) -> bool:
         """Settle a failed handler's message (in this thread); True when it is to be acked."""
         if error is None:
             if isinstance(returned, Settlement):  # settled by the handler itself
-                self._settled_by_handler(message, returned)
+                self._settled_by_handler(delivery, returned)
                 return False
             return True
-        message.failed = True
+        delivery.failed = True
         if isinstance(error, Reject):
-            self._settle(functools.partial(self._fail, message, error, reject=True))
+            self._settle(functools.partial(self._fail, delivery, error, reject=True))
             return False
         self._count("failed")
         logger.info(
             "Handler %s/%s failed on %s (attempt %d): %r",
             self.spec.queue,
             self.spec.name,
-            loggable(message.id),
-            message.attempts,
+            loggable(delivery.id),
+            delivery.attempts,
             error,
         )
-        self._settle(functools.partial(self._fail, message, error, reject=False))
+        self._settle(functools.partial(self._fail, delivery, error, reject=False))
         return False

@@ -159,9 +159,9 @@ class LivenessThread(threading.Thread):
                 self._extend(t, due)
         self._renewed = renewed
 
-    def _extend(self, thread: HandlerThread, messages: list[Delivery]) -> None:
+    def _extend(self, thread: HandlerThread, deliveries: list[Delivery]) -> None:
         with _each(thread, "lease renewal"):
-            for m in thread.sub.extend(messages):
+            for m in thread.sub.extend(deliveries):
                 logger.warning(
                     "Lease of %s lost to another instance; it will be handled again there",
                     loggable(m.id),

@@ -52,19 +52,19 @@ class Middleware:
     def on_worker_stop(self, worker: RunningWorker) -> None:
         """Called in the main thread after the last handler finished."""
 
-    def before_batch(self, messages: Sequence[Delivery]) -> None:
+    def before_batch(self, deliveries: Sequence[Delivery]) -> None:
         """Called in the handler's thread before the handlers of a fetched batch run."""
 
-    def after_batch(self, messages: Sequence[Delivery]) -> None:
+    def after_batch(self, deliveries: Sequence[Delivery]) -> None:
         """Called in the handler's thread once a batch is handled."""
 
-    def before_process(self, message: Delivery) -> None:
+    def before_process(self, delivery: Delivery) -> None:
         """Called in the handler's thread just before the handler runs."""
 
-    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
+    def after_process(self, delivery: Delivery, *, error: BaseException | None) -> None:
         """Called in the handler's thread after the handler returned or raised."""
 
-    def after_settle(self, message: Delivery, settlement: Settlement) -> None:
+    def after_settle(self, delivery: Delivery, settlement: Settlement) -> None:
         """Called once the message is settled: ``settlement.outcome`` is ``ACKED``,
         ``RETRIED`` (``settlement.retry_in_ms``), ``DEAD`` (``settlement.reason``) or
         ``LOST`` (another instance took it over); ``settlement.error`` is what its
@@ -118,30 +118,30 @@ class MiddlewareChain:
     def on_worker_stop(self, worker: RunningWorker) -> None:
         self._call("on_worker_stop", worker)
 
-    def before_batch(self, messages: Sequence[Delivery]) -> None:
-        self._call("before_batch", messages)
+    def before_batch(self, deliveries: Sequence[Delivery]) -> None:
+        self._call("before_batch", deliveries)
 
-    def after_batch(self, messages: Sequence[Delivery]) -> None:
-        self._call("after_batch", messages)
+    def after_batch(self, deliveries: Sequence[Delivery]) -> None:
+        self._call("after_batch", deliveries)
 
-    def before_process(self, message: Delivery) -> None:
+    def before_process(self, delivery: Delivery) -> None:
         for fn in self._before_process:
             try:
-                fn(message)
+                fn(delivery)
             except Exception:
                 _failed(fn)
 
-    def after_process(self, message: Delivery, *, error: BaseException | None) -> None:
+    def after_process(self, delivery: Delivery, *, error: BaseException | None) -> None:
         for fn in self._after_process:
             try:
-                fn(message, error=error)
+                fn(delivery, error=error)
             except Exception:
                 _failed(fn)
 
-    def after_settle(self, message: Delivery, settlement: Settlement) -> None:
+    def after_settle(self, delivery: Delivery, settlement: Settlement) -> None:
         for fn in self._after_settle:
             try:
-                fn(message, settlement)
+                fn(delivery, settlement)
             except Exception:
                 _failed(fn)
 

@@ -1,7 +1,8 @@
-"""Priority levels read highest first: a gate shared by the threads of a group of queues.
+"""Priority levels read highest first: a gate shared by the threads of a priority ladder.
 
-Redis Streams have no priorities, so a priority is a queue per level (the Django tasks
-backend makes three of each task queue). A worker runs every level's threads; the gate
+Redis Streams have no priorities, so a priority is a queue per level, and a **ladder** is
+the levels of one thing, read highest first (the Django tasks backend makes each task
+queue a ladder of three queues). A worker runs every level's threads; the gate
 lets a level's threads fetch only while no thread of a higher level holds work, that is
 while each higher-level thread's last fetch came back empty (or it has stopped). Every
 thread counts as holding work until its first fetch, so a worker that starts on a
@@ -18,7 +19,7 @@ GATE_POLL_S = 0.01
 
 
 class PriorityGate:
-    """Which levels of one group may fetch now. Thread-safe."""
+    """Which levels of one ladder may fetch now. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -237,7 +237,7 @@ class HandlerThread(threading.Thread):
         timeout_s = self.spec.policy.visibility_timeout_ms / 1000
         stale_at = fetched_at + timeout_s * STALE_BATCH_FRACTION
         self.hooks.before_batch(batch)
-        for i, message in enumerate(batch):
+        for i, delivery in enumerate(batch):
             stale = time.monotonic() >= stale_at
             if self.stopping or stale or not self.quota.take():
                 self._settle(functools.partial(self._release, batch[i:]))
@@ -245,12 +245,12 @@ class HandlerThread(threading.Thread):
             if self.pace.batch_ack:
                 # Acks go at the end of the batch: the handled ones' leases are renewed
                 # with the running one's until then.
-                self.held = [*self.acks.unconfirmed(), message]
+                self.held = [*self.acks.unconfirmed(), delivery]
             else:
-                self._send_acks(message)  # the last ack and "started", before the handler
-                self.held = [message]
-            if self._run_handler(message):
-                self.acks.add(message)
+                self._send_acks(delivery)  # the last ack and "started", before the handler
+                self.held = [delivery]
+            if self._run_handler(delivery):
+                self.acks.add(delivery)
             self.held = []
         self.hooks.after_batch(batch)
         self._settle(self.acks.flush)  # the last ack; every reply read, hooks run
@@ -262,52 +262,52 @@ class HandlerThread(threading.Thread):
         elif elapsed > SLOW_BATCH_S:
             self._batch_size = max(1, self._batch_size // 2)
 
-    def _run_handler(self, message: Delivery) -> bool:
+    def _run_handler(self, delivery: Delivery) -> bool:
         """Run the handler; True when the message is to be acked."""
         hooks = self.hooks
         if hooks.wants_before_process:
-            hooks.before_process(message)
+            hooks.before_process(delivery)
         error: BaseException | None = None
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         returned: object = None
         try:
             if self._handles_delivery:
-                returned = cast("Callable[[Delivery], object]", self.spec.handler)(message)
+                returned = cast("Callable[[Delivery], object]", self.spec.handler)(delivery)
             else:
-                self.spec.handler(message.message)
+                self.spec.handler(delivery.message)
         except Settled as exc:  # deprecated: how a handler said it before Settlement
-            _stop_watch(message, started)
+            _stop_watch(delivery, started)
             returned = exc.settlement
         except Reject as exc:
-            _stop_watch(message, started)
-            message.failed = True
+            _stop_watch(delivery, started)
+            delivery.failed = True
             error = exc
-            self._settle(functools.partial(self._fail, message, exc, reject=True))
+            self._settle(functools.partial(self._fail, delivery, exc, reject=True))
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt too: a handler thread gets no signal (the
             # main thread does), so they are the handler's own, and fail its message
             # like any error instead of killing the thread (and, redelivered, the next).
-            _stop_watch(message, started)
-            message.failed = True
+            _stop_watch(delivery, started)
+            delivery.failed = True
             error = exc
             self._count("failed")
             logger.info(
                 "Handler %s/%s failed on %s (attempt %d): %r",
                 self.spec.queue,
                 self.spec.name,
-                loggable(message.id),  # from Redis: a newline in it forges no log line
-                message.attempts,
+                loggable(delivery.id),  # from Redis: a newline in it forges no log line
+                delivery.attempts,
                 exc,
             )
-            self._settle(functools.partial(self._fail, message, exc, reject=False))
+            self._settle(functools.partial(self._fail, delivery, exc, reject=False))
         else:
-            _stop_watch(message, started)
+            _stop_watch(delivery, started)
         if isinstance(returned, Settlement):  # the handler settled the delivery itself
             error, settled = returned.error, True
-            self._settled_by_handler(message, returned)
+            self._settled_by_handler(delivery, returned)
         if hooks.wants_after_process:
-            hooks.after_process(message, error=error)
+            hooks.after_process(delivery, error=error)
         return error is None and not settled
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
@@ -344,48 +344,48 @@ class HandlerThread(threading.Thread):
                 "Redis is reachable again (%s); settled %d waiting message(s)", self.sub, settled
             )
 
-    def _acked(self, messages: list[Delivery]) -> None:
-        self._count("handled", len(messages))
+    def _acked(self, deliveries: list[Delivery]) -> None:
+        self._count("handled", len(deliveries))
         if self.hooks.wants_after_settle:
-            for m in messages:
+            for m in deliveries:
                 self.hooks.after_settle(m, ACKED)
 
-    def _fail(self, message: Delivery, exc: BaseException, *, reject: bool) -> None:
+    def _fail(self, delivery: Delivery, exc: BaseException, *, reject: bool) -> None:
         failure = Failure.from_exception(exc)
-        settled = self.sub.reject(message, failure) if reject else self.sub.fail(message, failure)
-        self._settled(message, settled.with_error(exc))
+        settled = self.sub.reject(delivery, failure) if reject else self.sub.fail(delivery, failure)
+        self._settled(delivery, settled.with_error(exc))
 
-    def _settled_by_handler(self, message: Delivery, settlement: Settlement) -> None:
+    def _settled_by_handler(self, delivery: Delivery, settlement: Settlement) -> None:
         """Count (with the trends: the batch's last write) a delivery its handler
         settled itself, as the worker counts the ones it settles."""
-        message.failed = settlement.failed
+        delivery.failed = settlement.failed
         if settlement.failed:
             self._count("failed")
-        self.acks.count_settled(message, settlement)
-        self._settled(message, settlement)
+        self.acks.count_settled(delivery, settlement)
+        self._settled(delivery, settlement)
 
-    def _settled(self, message: Delivery, settlement: Settlement) -> None:
+    def _settled(self, delivery: Delivery, settlement: Settlement) -> None:
         """Count, log and hand on how a delivery was settled (but by an ack)."""
         self._count(settlement.outcome.counted_as)
         if settlement.outcome is Outcome.DEAD:
             logger.warning(
                 "Message %s of %s/%s is a dead letter after %d attempt(s): %r",
-                loggable(message.id),
+                loggable(delivery.id),
                 self.spec.queue,
                 self.spec.name,
-                message.attempts,
+                delivery.attempts,
                 settlement.error,
             )
-        self.hooks.after_settle(message, settlement)
+        self.hooks.after_settle(delivery, settlement)
 
-    def _release(self, messages: list[Delivery]) -> None:
-        released = self.sub.release(messages)
+    def _release(self, deliveries: list[Delivery]) -> None:
+        released = self.sub.release(deliveries)
         if released:
             logger.info("%s handed back %d unstarted message(s)", self.sub.instance, released)
 
 
-def _stop_watch(message: Delivery, started_ns: int) -> None:
-    """Record how long ``message``'s handler ran since ``started_ns`` (perf counter)."""
-    message.ended_ns = ended = time.perf_counter_ns()
-    message.duration_ns = elapsed = ended - started_ns
-    message.duration_ms = elapsed // 1_000_000
+def _stop_watch(delivery: Delivery, started_ns: int) -> None:
+    """Record how long ``delivery``'s handler ran since ``started_ns`` (perf counter)."""
+    delivery.ended_ns = ended = time.perf_counter_ns()
+    delivery.duration_ns = elapsed = ended - started_ns
+    delivery.duration_ms = elapsed // 1_000_000

@@ -83,7 +83,7 @@ class Worker:
         self.quota = Quota(self.options.max_messages)
         self.tally = Tally()
         self.threads: dict[tuple[str, str], list[HandlerThread]] = {}
-        #: One gate per priority group (its levels are read highest first).
+        #: One gate per priority ladder (its levels are read highest first).
         self.gates: dict[str, PriorityGate] = {}
         #: Each sync consumer's threads, its spares fetching only while handlers wait.
         self.crews = Crews(elastic=self.options.elastic_threads)
@@ -176,7 +176,7 @@ class Worker:
             logger.warning("Redis refuses writes; %s/%s starts anyway", spec.queue, spec.name)
 
     def _all_threads(self) -> list[HandlerThread]:
-        return [t for group in self.threads.values() for t in group]
+        return [t for threads in self.threads.values() for t in threads]
 
     def _on_crash(self, thread: HandlerThread, exc: BaseException) -> None:
         # Nothing restarts a thread: stop the whole worker (warm, exit code 1) so that
@@ -250,8 +250,8 @@ class Worker:
     def _gate_slot(self, spec: ConsumerSpec) -> GateSlot | None:
         if spec.priority is None:
             return None
-        group, rank = spec.priority
-        return GateSlot(self.gates.setdefault(group, PriorityGate()), rank)
+        ladder, rank = spec.priority
+        return GateSlot(self.gates.setdefault(ladder, PriorityGate()), rank)
 
     def _main_loop(self) -> None:
         opts = self.options

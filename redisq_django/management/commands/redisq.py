@@ -80,7 +80,7 @@ class Command(BaseCommand):
 
         dead = sub.add_parser("dead", parents=common, help="dead letters (database rows)")
         dead_sub = dead.add_subparsers(
-            dest="dead_action", required=True, metavar="list|groups|retry|discard|sink"
+            dest="dead_action", required=True, metavar="list|causes|retry|discard|sink"
         )
         dl = dead_sub.add_parser("list", parents=common, help="list dead letters")
         dl.add_argument("--queue")
@@ -88,13 +88,26 @@ class Command(BaseCommand):
         dl.add_argument("--status", default="dead", choices=["dead", "retried", "discarded", "all"])
         dl.add_argument("--limit", type=positive_int, default=50)
         dl.set_defaults(handler=self.dead_list)
-        dg = dead_sub.add_parser(
-            "groups", parents=common, help="dead letters grouped by consumer and error"
+        causes = dead_sub.add_parser(
+            "causes",
+            parents=common,
+            help="dead letters by cause: those of one consumer that failed with one error",
         )
-        dg.add_argument("--queue")
-        dg.add_argument("--consumer")
-        dg.add_argument("--limit", type=positive_int, default=50)
-        dg.set_defaults(handler=self.dead_groups)
+        causes.set_defaults(handler=self.dead_causes)
+        # The sub-command's name in 0.9, kept one minor version (the word is the Redis
+        # consumer group's alone now): it works, and says so on stderr.
+        old_name = dead_sub.add_parser(
+            "groups",
+            parents=common,
+            help="deprecated: 'dead causes'",
+            description="Deprecated name of 'redisq dead causes', removed in the next minor "
+            "version.",
+        )
+        old_name.set_defaults(handler=self.dead_groups)
+        for p in (causes, old_name):
+            p.add_argument("--queue")
+            p.add_argument("--consumer")
+            p.add_argument("--limit", type=positive_int, default=50)
         for name, text, handler in (
             ("retry", "deliver again, each to its own consumer only", self.dead_retry),
             ("discard", "mark discarded (the record is kept; never delivered)", self.dead_discard),
@@ -117,7 +130,7 @@ class Command(BaseCommand):
                 "--error",
                 dest="error_key",
                 metavar="NORMALISED",
-                help="the normalised error message, as 'dead groups' shows it",
+                help="the normalised error message, as 'dead causes' shows it",
             )
             console.add_user_option(p)
         dead_sub.add_parser(
@@ -258,18 +271,26 @@ class Command(BaseCommand):
         write(table(table_rows))
 
     def dead_groups(self, opts: dict[str, Any], write: Write) -> None:
+        self.stderr.write(
+            "'redisq dead groups' is deprecated and will be removed in the next minor "
+            "version: use 'redisq dead causes'.",
+            self.style.WARNING,
+        )
+        self.dead_causes(opts, write)
+
+    def dead_causes(self, opts: dict[str, Any], write: Write) -> None:
         rows = deadletters.rows(opts["queue"], opts["consumer"])
-        found, total = deadletters.groups(rows, opts["limit"])
+        found, total = deadletters.causes(rows, opts["limit"])
         if not found:
             write("No dead letters.")
             return
         lines = [["COUNT", "QUEUE", "CONSUMER", "ERROR CLASS", "ERROR (NORMALISED)", "LAST"]]
-        for g in found:
-            last = g.last_seen.isoformat(timespec="seconds") if g.last_seen else "-"
-            lines.append([str(g.count), g.queue, g.consumer, g.error_class, g.error_key[:60], last])
+        for c in found:
+            last = c.last_seen.isoformat(timespec="seconds") if c.last_seen else "-"
+            lines.append([str(c.count), c.queue, c.consumer, c.error_class, c.error_key[:60], last])
         write(table(lines))
         if total > len(found):
-            write(f"({total - len(found)} smaller group(s) not shown; see --limit.)")
+            write(f"({total - len(found)} smaller cause(s) not shown; see --limit.)")
         write(
             "Retry one: redisq dead retry --all --queue Q --consumer C --error-class E "
             "--error 'NORMALISED'"

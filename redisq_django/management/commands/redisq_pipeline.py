@@ -45,7 +45,7 @@ try:
         run_report,
     )
     from redisq_django.pipeline.options import (
-        OptionsError,
+        OptionError,
         one_line,
         parse_conf,
         url_from_connection_kwargs,
@@ -133,7 +133,7 @@ class Command(BaseCommand):
         """Run the report job (no Redis needed: it reads the archive); its summary line."""
         try:
             return run_report(namespace)
-        except OptionsError as exc:
+        except OptionError as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:  # the job's JobError, or Spark failing
             raise CommandError(f"report failed: {one_line(exc)}") from None
@@ -148,7 +148,7 @@ class Command(BaseCommand):
             )
             self.stderr.write(options.describe())
             return run_replay(options, namespace)
-        except OptionsError as exc:
+        except OptionError as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:  # the job's JobError, or Spark failing
             raise CommandError(f"{namespace.job} failed: {one_line(exc)}") from None
@@ -186,7 +186,7 @@ class Command(BaseCommand):
                 name=settings["ARCHIVE_NAME"],
             )
             conf = parse_conf(opts["conf"])
-        except OptionsError as exc:
+        except OptionError as exc:
             raise CommandError(str(exc)) from None
         if not settings.get("HISTORY"):
             self.stderr.write(

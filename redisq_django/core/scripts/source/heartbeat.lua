@@ -4,7 +4,7 @@
 -- KEYS[2]  string  redisq:{q}:g:<g>:instance:<instance>   (optional) its report to the
 --                  operators: JSON text (host, pid, start, counts, what it runs)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
--- ARGV[2]  instance (consumer) name
+-- ARGV[2]  instance name (the Redis consumer it reads as)
 -- ARGV[3]  how long the heartbeat lives, ms (negative: it has expired, the instance is
 --          dead and others take over its messages at once)
 -- ARGV[4]  with KEYS[2]: the report (stored as given)

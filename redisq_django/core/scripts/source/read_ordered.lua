@@ -8,7 +8,7 @@
 -- KEYS[4]  string  redisq:{q}:g:<g>:held_back  how many messages the waiting lists hold
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) name
+-- ARGV[3]  instance name (the Redis consumer it reads as)
 -- ARGV[4]  at most this many entries are read from each stream
 -- ARGV[5]  the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:": the list of
 --          ordering key k is ARGV[5] .. k (same hash tag: same slot as KEYS)

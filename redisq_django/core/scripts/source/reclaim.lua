@@ -14,7 +14,7 @@
 --                  `reclaimed` event per call, listing every entry taken over)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  group name
--- ARGV[3]  consumer (instance) taking the entries over
+-- ARGV[3]  instance taking the entries over (the Redis consumer it reads as)
 -- ARGV[4]  visibility timeout, ms: entries idle this long are claimed
 -- ARGV[5]  at most this many entries are claimed per stream
 -- ARGV[6]  "" (what our code sends): heartbeat expiries are compared with Redis's own

@@ -1,6 +1,6 @@
-"""Group by error merges what differs only by identifiers (codes, UUIDs, hex ids,
+"""Causes by error merge what differs only by identifiers (codes, UUIDs, hex ids,
 numbers, quoted values, e-mail addresses, URL query values), as error trackers do, and
-keeps genuinely different errors apart; each group shows one raw message."""
+keep genuinely different errors apart; each cause shows one raw message."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_different_errors_keep_different_keys() -> None:
     assert normalise_error("unknown SKU X0001") == "unknown SKU <id>"
 
 
-def test_30_failures_of_one_sku_error_are_one_group_with_a_sample(
+def test_30_failures_of_one_sku_error_are_one_cause_with_a_sample(
     redisq_settings: Any, queue_name: str
 ) -> None:
     # Given 30 "unknown SKU X00nn", 3 UUID and 2 quoted variants, and 2 other errors
@@ -60,14 +60,14 @@ def test_30_failures_of_one_sku_error_are_one_group_with_a_sample(
         kill(broker, queue_name, "stock", {"i": i}, failure(text))
     assert deadletters.sink(queue_name, "stock") == len(texts)
 
-    # When staff open the groups page
+    # When staff open the causes page
     ops = Client()
     ops.force_login(User.objects.create_superuser("ops", password="pw"))
-    url = reverse("admin:redisq_django_deadletter_groups")
+    url = reverse("admin:redisq_django_deadletter_causes")
     page = ops.get(url, {"queue": queue_name, "status__exact": "dead"})
 
-    # Then each error is one group, the largest first, with a raw message as its sample
-    found = [(g.error_key, g.count) for g, _ in page.context["groups"]]
+    # Then each error is one cause, the largest first, with a raw message as its sample
+    found = [(c.error_key, c.count) for c, _ in page.context["causes"]]
     assert found == [
         ("unknown SKU <id>", 30),
         ("customer <uuid> has no address", 3),
@@ -75,10 +75,10 @@ def test_30_failures_of_one_sku_error_are_one_group_with_a_sample(
         ("connection refused", 1),
         ("connection reset by peer", 1),
     ]
-    sku = page.context["groups"][0][0]
+    sku = page.context["causes"][0][0]
     assert sku.sample in SAME["sku"]
     assert sku.sample.encode() in page.content
     # And its Show link lists exactly its 30
     changelist = reverse("admin:redisq_django_deadletter_changelist")
-    listing = ops.get(f"{changelist}?{page.context['groups'][0][1]}")
+    listing = ops.get(f"{changelist}?{page.context['causes'][0][1]}")
     assert listing.context["cl"].result_count == 30

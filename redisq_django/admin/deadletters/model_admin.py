@@ -1,6 +1,6 @@
-"""Admin for dead letters: filters, search (payloads and headers too), the error and a
-payload preview in the list, a detail page with the error and Retry at the top, every
-death kept, and triage at any size (:mod:`redisq_django.admin.deadletter_triage`).
+"""The dead letters' ``ModelAdmin``: filters, search (payloads and headers too), the error
+and a payload preview in the list (:mod:`.list_columns`), a detail page with the error and
+Retry at the top, every death kept, and triage at any size (:mod:`.triage_pages`).
 
 Retrying and discarding need the permission ``redisq_django.retry_deadletter``; every
 change is a POST with CSRF protection (``admin_view``), is reported through
@@ -30,8 +30,8 @@ from django.utils.translation import gettext_lazy as _
 from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete, NoPatternLookups
-from redisq_django.admin.deadletter_columns import Columns, TaskFilter
-from redisq_django.admin.deadletter_triage import TriageViews
+from redisq_django.admin.deadletters.list_columns import Columns, TaskFilter
+from redisq_django.admin.deadletters.triage_pages import TriageViews
 from redisq_django.admin.detail import FailureInline
 from redisq_django.admin.live import admin_broker
 from redisq_django.core.errors import RedisUnavailable
@@ -50,7 +50,6 @@ DELETE_NOTE = _(
 )
 
 
-@admin.register(DeadLetter)
 class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
     list_display = (
         "short_id",
@@ -190,7 +189,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         query = request.GET.urlencode()
         context = {
             **(extra_context or {}),
-            "groups_url": reverse("admin:redisq_django_deadletter_groups")
+            "causes_url": reverse("admin:redisq_django_deadletter_causes")
             + (f"?{query}" if query else ""),
             "matching_query": query,
             "can_retry": self.has_retry_permission(request),
@@ -221,7 +220,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             .first()
         )
         changelist = reverse("admin:redisq_django_deadletter_changelist")
-        group = {
+        cause = {
             "queue": row.queue,
             "consumer": row.consumer,
             "error_class": row.error_class,
@@ -240,7 +239,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             "consumer_dead_url": changelist
             + "?"
             + urlencode({"queue": row.queue, "consumer": row.consumer, "status__exact": "dead"}),
-            "group_url": changelist + "?" + urlencode(group),
+            "cause_url": changelist + "?" + urlencode(cause),
         }
 
     # -- one dead letter -----------------------------------------------------------------

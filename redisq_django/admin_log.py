@@ -1,5 +1,7 @@
-"""The admin history (``LogEntry``: who changed what, when) of operator actions taken
-outside the admin's own views, kept where ``django.contrib.admin`` is installed.
+"""The admin log (Django's ``LogEntry``, shown as each object's *History*: who changed
+what, when) of operator actions taken outside the admin's own views, kept where
+``django.contrib.admin`` is installed. (Not the lifecycle history of messages, which
+``REDISQ["HISTORY"]`` turns on: that one is in Redis.)
 
 The admin is optional (a worker-only service has none), and its models cannot even be
 imported without it: this is the one module outside ``admin/`` that touches them, and

@@ -1,4 +1,4 @@
-"""Dead-letter triage pages of the admin: groups by error, and retry/discard of every
+"""Dead-letter triage pages of the admin: dead letters by cause, and retry/discard of every
 dead letter matching the current filter (a summary first, then the work done server
 side in chunks from the filter itself: never one form field per row).
 
@@ -15,7 +15,13 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
@@ -29,12 +35,12 @@ from redisq_django.models import DeadLetter
 
 #: The verbs of the bulk operations, as they appear in URLs.
 OPS = ("retry", "discard")
-#: The groups page's parameter choosing the grouping (by error, or by task).
+#: The causes page's parameter choosing what makes a cause (the error, or the task).
 BY = "by"
 
 
 class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
-    """The groups page, the "all matching" pages and the bulk actions' confirmation."""
+    """The causes page, the "all matching" pages and the bulk actions' confirmation."""
 
     #: A bulk retry or discard stops after this many seconds (whole chunks), says how
     #: many are left, and is run again to continue; so a request never outlives a
@@ -47,6 +53,9 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
     def triage_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
         return [
+            path("causes/", view(self.causes_view), name="redisq_django_deadletter_causes"),
+            # The page's address in 0.9, which a bookmark may hold: redirected, filters
+            # kept, for one minor version.
             path("groups/", view(self.groups_view), name="redisq_django_deadletter_groups"),
             path(
                 "matching/<str:op>/",
@@ -80,12 +89,19 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             **extra,
         }
 
-    # -- groups --------------------------------------------------------------------------
+    # -- causes --------------------------------------------------------------------------
 
     def groups_view(self, request: HttpRequest) -> HttpResponse:
-        """Dead letters grouped by consumer, task, error class and normalised message,
-        or with ``?by=task`` by consumer and task (the current filters apply; status
-        *dead* unless a status is chosen)."""
+        """Deprecated address of :meth:`causes_view` (``groups/``, 0.9): redirected there
+        with the same query."""
+        query = request.GET.urlencode()
+        url = reverse("admin:redisq_django_deadletter_causes")
+        return HttpResponsePermanentRedirect(f"{url}?{query}" if query else url)
+
+    def causes_view(self, request: HttpRequest) -> HttpResponse:
+        """The causes of dead letters: those of one consumer, task, error class and
+        normalised message together, or with ``?by=task`` those of one consumer and task
+        (the current filters apply; status *dead* unless a status is chosen)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         query = request.GET
@@ -95,37 +111,37 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
         if not any(k.startswith("status") for k in query):  # triage is about the dead
             dead = query.copy()
             dead["status__exact"] = DeadLetter.Status.DEAD
-            url = reverse("admin:redisq_django_deadletter_groups")
+            url = reverse("admin:redisq_django_deadletter_causes")
             return HttpResponseRedirect(f"{url}?{dead.urlencode()}")
         filters = query.copy()
-        filters.pop(BY, None)  # the grouping, not a filter of the changelist
+        filters.pop(BY, None)  # what makes a cause, not a filter of the changelist
         filters._mutable = False
         request.GET = filters  # type: ignore[assignment]  # (immutable again, as Django's)
         try:
             rows = self.filtered(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(self.changelist_url("e=1"))
-        found, total = deadletters.groups(rows, by=by)
+        found, total = deadletters.causes(rows, by=by)
         status = query.get("status__exact", "")
         lines = [
-            (g, urlencode({**g.lookup, **({"status__exact": status} if status else {})}))
-            for g in found
+            (c, urlencode({**c.lookup, **({"status__exact": status} if status else {})}))
+            for c in found
         ]
-        url = reverse("admin:redisq_django_deadletter_groups")
+        url = reverse("admin:redisq_django_deadletter_causes")
         by_task = filters.copy()
         by_task[BY] = deadletters.BY_TASK
         context = self.context(
             request,
-            _("Dead letters by task") if by == deadletters.BY_TASK else _("Dead letters by error"),
+            _("Dead letters by cause"),
             by=by,
             by_error_url=f"{url}?{filters.urlencode()}",
             by_task_url=f"{url}?{by_task.urlencode()}",
-            groups=lines,
-            total_groups=total,
+            causes=lines,
+            total_causes=total,
             can_retry=self.has_retry_permission(request),
             status=status,
         )
-        return TemplateResponse(request, "admin/redisq_django/deadletter/groups.html", context)
+        return TemplateResponse(request, "admin/redisq_django/deadletter/causes.html", context)
 
     # -- all matching --------------------------------------------------------------------
 

@@ -264,6 +264,7 @@ class Subscription:
         counts = trends.handled_counts(self.consumer, (m.duration_ms for m in batch))
         return int(self._call(settle.script, settle.keys, settle.args, counts))
 
+    @renamed_keyword("message", "delivery")
     @translate_errors
     def fail(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Settle a failed delivery: retry after a backoff, or dead-letter it.
@@ -281,6 +282,7 @@ class Subscription:
             self.settling.failure(delivery, Failure.of(failure), self.policy, self._rng)
         )
 
+    @renamed_keyword("message", "delivery")
     @translate_errors
     def dead_letter(
         self, delivery: Delivery, failure: Failure | BaseException, reason: DeadReason
@@ -293,10 +295,12 @@ class Subscription:
         """
         return self._run(self.settling.dead(delivery, Failure.of(failure), reason))
 
+    @renamed_keyword("message", "delivery")
     def reject(self, delivery: Delivery, failure: Failure | BaseException) -> Settlement:
         """Dead-letter ``delivery`` at once, without retries (reason ``rejected``)."""
         return self.dead_letter(delivery, failure, DeadReason.REJECTED)
 
+    @renamed_keyword("messages", "deliveries")
     @translate_errors
     def release(self, deliveries: Sequence[Delivery]) -> int:
         """Hand fetched-but-unstarted deliveries back at once (graceful shutdown).

@@ -22,6 +22,8 @@ import hashlib
 import re
 from importlib import resources
 
+from redisq_django.core.errors import RedisqError
+
 #: The line that includes a fragment (the rest of the line is its name).
 INCLUDE = "--#include "
 #: Where a fragment names the script it is assembled into (``ack.lua``).
@@ -32,7 +34,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _HERE = resources.files(__package__ or __name__)
 
 
-class AssemblyError(ValueError):
+class AssemblyError(RedisqError, ValueError):
     """A script source that cannot be assembled: an unknown or repeated fragment, or a
     fragment that includes another (fragments are included by scripts only)."""
 

@@ -103,7 +103,7 @@ class Command(BaseCommand):
             description="Deprecated name of 'redisq dead causes', removed in the next minor "
             "version.",
         )
-        old_name.set_defaults(handler=self.dead_groups)
+        old_name.set_defaults(handler=self.dead_causes_by_old_name)
         for p in (causes, old_name):
             p.add_argument("--queue")
             p.add_argument("--consumer")
@@ -270,7 +270,7 @@ class Command(BaseCommand):
             )
         write(table(table_rows))
 
-    def dead_groups(self, opts: dict[str, Any], write: Write) -> None:
+    def dead_causes_by_old_name(self, opts: dict[str, Any], write: Write) -> None:
         self.stderr.write(
             "'redisq dead groups' is deprecated and will be removed in the next minor "
             "version: use 'redisq dead causes'.",

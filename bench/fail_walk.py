@@ -71,7 +71,7 @@ def main() -> int:
         server = RedisServer(find_redis_server(), Path(tmp)).start()
         try:
             broker = Broker(server.client(), CoreConfig(history=args.history))
-            broker.ensure_consumer("walk", "billing")
+            broker.consumers.ensure("walk", "billing")
             broker.publish_many("walk", [{"n": 1}, {"n": 2}, {"n": 3}])
             policy = RetryPolicy(max_retries=1)
             with broker.subscribe("walk", "billing", "i1", policy=policy) as sub:

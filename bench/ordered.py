@@ -32,7 +32,7 @@ KEY_COUNTS = (1, 8, 64, 1_000)
 def _fill(client: redis.Redis, broker: Broker, n: int, keys: int) -> None:
     client.flushdb()
     broker._registered.clear()
-    broker.ensure_consumer("ordered", "c")
+    broker.consumers.ensure("ordered", "c")
     for i in range(n):  # one by one: publish_many gives its whole batch one key
         broker.publish("ordered", {"i": i}, key=f"k{i % keys}")
 

@@ -87,7 +87,7 @@ def run_k(cluster: RedisClusterHandle, k: int) -> dict[str, Any]:
             conn.config_resetstat()
     client = _client(cluster.startup_nodes)
     broker = Broker(client, _config(k))
-    broker.ensure_consumer(QUEUE, "c", start="earliest")
+    broker.consumers.ensure(QUEUE, "c", start="earliest")
     started = time.perf_counter()
     for i in range(N):
         broker.publish(QUEUE, {"i": i}, key=f"k{i % KEYS}")

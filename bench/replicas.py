@@ -39,7 +39,7 @@ def _broker(master: RedisServer, wait: int) -> tuple[Any, Broker]:
 def _fresh(client: Any, broker: Broker) -> None:
     client.flushall()
     broker._registered.clear()
-    broker.ensure_consumer(QUEUE, CONSUMER, "earliest")
+    broker.consumers.ensure(QUEUE, CONSUMER, "earliest")
 
 
 def _reads(master: RedisServer, wait: int) -> float:

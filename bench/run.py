@@ -384,7 +384,7 @@ def fill(
 ) -> None:
     client.flushdb()
     broker._registered.clear()
-    broker.ensure_consumer(queue, name)  # registered before publishing: gets all
+    broker.consumers.ensure(queue, name)  # registered before publishing: gets all
     for i in range(0, n, 1000):
         broker.publish_many(queue, [{"i": j} for j in range(i, min(n, i + 1000))])
 
@@ -556,7 +556,7 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         # Fixed cost: Django start-up, the burst exit's last empty fetch, shutdown.
         client.flushdb()
         broker._registered.clear()
-        broker.ensure_consumer("bench", "noop")
+        broker.consumers.ensure("bench", "noop")
         wall, _, _ = drain_runconsumer(denv, tmp, 1)
         add("empty_wall", wall)
     return res
@@ -760,7 +760,7 @@ def observe_rows(obs: dict) -> list[dict]:
 def start_latency_consumer(client: redis.Redis, broker: Broker, denv: DjangoEnv):
     client.flushdb()
     broker._registered.clear()
-    broker.ensure_consumer("bench_latency", "latency")
+    broker.consumers.ensure("bench_latency", "latency")
     proc = denv.popen("runconsumer", "bench_latency", "--stats-interval", "0")
     deadline = time.monotonic() + 30
     while not client.llen("bench:latency"):  # ready once a warm-up message is handled

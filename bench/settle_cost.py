@@ -53,7 +53,7 @@ def _fetch(sub: Any, n: int) -> list[Any]:
 
 
 def _deliveries(broker: Broker, queue: str, n: int, *, direct: bool, ordered: bool) -> Any:
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     if ordered:
         broker.publish_many(queue, [{"n": i} for i in range(n)], key=None)
     else:

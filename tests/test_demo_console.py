@@ -46,7 +46,7 @@ def test_the_demo_leaves_dead_letters_of_several_errors_and_delayed_messages(
     register = (
         "from redisq_django.connection import get_broker\n"
         "for n in ('billing', 'email', 'fraud-check'):\n"
-        "    get_broker().ensure_consumer('orders', n)\n"
+        "    get_broker().consumers.ensure('orders', n)\n"
     )
     manage(env, "migrate", "--verbosity", "0")
     manage(env, "shell", "--verbosity", "0", "-c", register)

@@ -41,8 +41,8 @@ def receive_all(queue: str, group: str, expected: int) -> list[Any]:
 def test_publish_reaches_every_logical_consumer(queue_name: str, redisq_settings: Any) -> None:
     # Given two logical consumers of one queue
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
 
     # When one message and a batch are published through the package API
     first = redisq_django.publish(queue_name, {"order": 1}, headers={"source": "test"})
@@ -59,7 +59,7 @@ def test_publish_reaches_every_logical_consumer(queue_name: str, redisq_settings
 def test_django_types_are_encoded_like_djangojsonencoder(
     queue_name: str, redisq_settings: Any
 ) -> None:
-    get_broker().ensure_consumer(queue_name, "g")
+    get_broker().consumers.ensure(queue_name, "g")
     when = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
     ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
     redisq_django.publish(
@@ -163,8 +163,8 @@ def test_good_settings_pass_the_checks(redisq_settings: Any) -> None:
 def test_partitions_reach_the_core_config(redisq_settings: Any) -> None:
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {"orders": 4}}
     assert dict(get_core_config().partitions) == {"orders": 4}
-    assert get_broker().partition_count("orders") == 4
-    assert get_broker().partition_count("emails") == 1
+    assert get_broker().partitions.count("orders") == 4
+    assert get_broker().partitions.count("emails") == 1
 
 
 def test_missing_cache_alias_says_what_to_do(queue_name: str, settings: Any) -> None:
@@ -243,7 +243,7 @@ def test_example_project_demo_runs_end_to_end(redis_url: str, tmp_path: Path) ->
     register = (
         "from redisq_django.connection import get_broker\n"
         "for n in ('billing', 'email', 'fraud-check'):\n"
-        "    get_broker().ensure_consumer('orders', n)\n"
+        "    get_broker().consumers.ensure('orders', n)\n"
     )
     outputs = []
     for args in (

@@ -34,7 +34,7 @@ def setup() -> None:
 
     global _publish, _publish_many
     _publish, _publish_many = publish, publish_many
-    get_broker().ensure_consumer(QUEUE, NAME)
+    get_broker().consumers.ensure(QUEUE, NAME)
 
 
 def one(t0: float) -> None:

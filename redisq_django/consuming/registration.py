@@ -73,7 +73,7 @@ def register(broker: Broker, decls: Iterable[ConsumerDeclaration]) -> list[Consu
         RedisUnavailable, RedisRefused: Redis cannot be reached, or refused.
         PartitionsMismatch: Redis records another number of partitions.
     """
-    return [d for d in decls if broker.ensure_consumer(d.queue, d.name, d.start)]
+    return [d for d in decls if broker.consumers.ensure(d.queue, d.name, d.start)]
 
 
 def register_after_migrate() -> None:

@@ -7,7 +7,7 @@ Use it directly from any Python program::
     from redisq_django.core import Broker
 
     broker = Broker(redis.Redis())
-    broker.ensure_consumer("orders", "billing", start="earliest")
+    broker.consumers.ensure("orders", "billing", start="earliest")
     broker.publish("orders", {"order": 42})
     with broker.subscribe("orders", "billing", instance="worker-1") as sub:
         for delivery in sub.fetch(count=10, block_ms=1000):
@@ -47,6 +47,7 @@ from redisq_django.core.ids import new_message_id
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.partitions import partition_of
+from redisq_django.core.place import Place
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats
@@ -75,6 +76,7 @@ __all__ = [
     "PartitionsMismatch",
     "PayloadNotSerializable",
     "PayloadTooLarge",
+    "Place",
     "ProtocolMismatch",
     "PublishError",
     "QueueStats",

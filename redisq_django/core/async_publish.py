@@ -17,7 +17,7 @@ import redis
 
 from redisq_django.core import partitions
 from redisq_django.core.asyncio_client import run_send
-from redisq_django.core.envelope import Delay, Envelope, due_of
+from redisq_django.core.envelope import Delay, Envelope
 from redisq_django.core.errors import translated
 from redisq_django.core.hooks import sending
 from redisq_django.core.scripts import AsyncScripts
@@ -37,26 +37,14 @@ async def asend(
     once: bool = False,
     batch: str | None = None,
 ) -> list[str]:
-    """:meth:`Broker.send` on asyncio client ``conn`` (``scripts``: its scripts).
-
-    The first send to a queue in this process compares its number of partitions with
-    Redis's record (``Broker.check_partitions``, here on ``conn``).
+    """:meth:`Broker.send` on asyncio client ``conn`` (``scripts``: its scripts): the
+    plan runs as the synchronous send runs it, each write checking the layout it
+    assumes where it happens (``partitions.aretried``).
 
     Raises:
         RedisUnavailable, RedisRefused: as :meth:`Broker.send`.
         PartitionsMismatch: Redis records another number of partitions.
     """
-    try:
-        for queue in dict.fromkeys(e.queue for e in envelopes):
-            if not broker.partitions_checked(queue):
-                count = broker.partition_count(queue)
-                await partitions.arecorded(conn, scripts, broker.keys(queue), count)
-                broker.checked_partitions(queue)
-    except redis.RedisError as exc:
-        ours = translated(exc, broker)
-        if ours is exc:
-            raise
-        raise ours from exc
     ids, plans = broker.plan_send(envelopes, once=once, batch=batch, register=True)
     try:
         for indexes, plan in plans:
@@ -109,8 +97,9 @@ async def apublish_many(
 ) -> list[str]:
     """:meth:`Broker.publish_many` on asyncio client ``conn``: the message ids in order,
     all or none (``key``: one ordering key for the batch)."""
-    due = due_of(delay, eta)  # one due time for the whole batch
     payloads = list(payloads)
     with sending(broker.hooks, queue, len(payloads)):
-        envelopes = [broker.prepare_due(queue, p, headers, due, None, key) for p in payloads]
+        envelopes = broker.prepare_many(
+            queue, payloads, headers=headers, delay=delay, eta=eta, key=key
+        )
         return await asend(broker, conn, scripts, envelopes)

@@ -19,6 +19,7 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
 
+from redisq_django.core import partitions
 from redisq_django.core.scripts import AsyncScripts, ScriptCall, ScriptName
 from redisq_django.core.sending import QueueSend
 from redisq_django.core.types import AsyncRedisClient, RedisClient
@@ -117,6 +118,8 @@ async def run_send(conn: AsyncRedisClient, scripts: AsyncScripts, s: QueueSend) 
     """Run a send the core planned (``Broker.plan_send``) on asyncio client ``conn``, as
     ``core.sending.run_send`` runs it on the synchronous client: one round trip (and one
     more after NOSCRIPT), one reply per envelope, errors raised."""
+    if s.check is not None:
+        await partitions.arecorded(conn, scripts, *s.check)
     try:
         if s.script is None:
             async with conn.pipeline(transaction=s.transaction) as pipe:

@@ -1,17 +1,28 @@
 """Dead letters in Redis on every partition of a queue: reading them (one partition, or
-all merged oldest first) and where one is delivered again."""
+all merged oldest first), removing them, and delivering them again (``broker.dead_letters``,
+:class:`DeadLetters`)."""
 
 from __future__ import annotations
 
+import warnings
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+import redis
 
 from redisq_django.core import envelope as env
-from redisq_django.core.dead_entry import DeadEntry
-from redisq_django.core.keys import QueueKeys
-from redisq_django.core.partitions import Partitions
+from redisq_django.core import redelivery
+from redisq_django.core.config import CoreConfig
+from redisq_django.core.dead_entry import DeadEntry, redrive_fields
+from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
+from redisq_django.core.keys import GroupKeys, QueueKeys
+from redisq_django.core.layouts import PartitionLayouts
+from redisq_django.core.partitions import Partitions, pick, retried
+from redisq_django.core.place import Place, place_of
+from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient, StreamEntries
+from redisq_django.core.wire import to_bytes, to_str
 
 
 def _order(entry_id: str) -> tuple[int, int]:
@@ -81,3 +92,199 @@ def redrive_target(
     if message_id:
         return parts.keys[zlib.crc32(message_id) % parts.count]
     return parts.next()
+
+
+class DeadLetters:
+    """``broker.dead_letters``: the dead letters still in Redis (the database keeps them
+    after the sink moves them: ``redisq_django.deadletters``), read, removed and
+    delivered again, on any place of a queue (:class:`~redisq_django.core.place.Place`:
+    a queue, or one partition of a partitioned one)."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        scripts: Scripts,
+        config: CoreConfig,
+        partitions: PartitionLayouts,
+    ) -> None:
+        self.client = client
+        self._scripts = scripts
+        self._config = config
+        self._partitions = partitions
+
+    @translate_errors
+    def read(
+        self,
+        where: str | Place,
+        consumer: str,
+        *,
+        count: int = 100,
+        after: str | None = None,
+        partition: int | None = None,
+    ) -> list[DeadEntry]:
+        """Dead letters of ``consumer`` still in Redis, oldest first (at most ``count``,
+        after dead-stream entry id ``after`` when paging).
+
+        On a partitioned queue, those of the place's partition, or (a queue) those of
+        every partition merged oldest first, each naming its
+        :attr:`~redisq_django.core.dead_entry.DeadEntry.partition`. Entry ids repeat
+        across partitions: page one partition at a time for exact paging.
+        ``partition``: deprecated, the place's.
+        """
+        place = place_of(where, partition, caller="broker.dead_letters.read")
+        layout = self._partitions.layout(place.queue)
+        if place.partition is None and len(layout) > 1:
+            return read_all(self.client, layout, consumer, count, after)
+        keys = pick(layout, place.partition, "dead letters")
+        return read(self.client, keys, consumer, count, after)
+
+    @translate_errors
+    def delete(
+        self,
+        where: str | Place,
+        consumer: str,
+        entry_ids: Iterable[str],
+        *,
+        partition: int | None = None,
+    ) -> int:
+        """Remove dead letters from Redis (once stored elsewhere, or to discard them);
+        on a partitioned queue, from the place's partition (required there)."""
+        place = place_of(where, partition, caller="broker.dead_letters.delete")
+        ids = list(entry_ids)
+        if not ids:
+            return 0
+        dead = self._partitions.at(place, "these dead letters").group(consumer).dead
+        return int(cast("Any", self.client.xdel(dead, *ids)))
+
+    @translate_errors
+    def redrive(
+        self,
+        where: str | Place,
+        consumer: str,
+        entry_id: str,
+        *,
+        partition: int | None = None,
+    ) -> str | None:
+        """Deliver the dead letter ``entry_id`` again to logical consumer ``consumer`` only
+        (on a partitioned queue: the one in the place's partition, required there, and
+        to that partition).
+
+        The attempt count starts again from zero; other consumers of the queue do not
+        see the message again.
+
+        Returns:
+            The new delivery's entry id, or None when the dead letter is gone.
+
+        Raises:
+            NotRedrivable: the dead letter is undecodable (it would only die again).
+            PartitionedQueueError: no partition on a partitioned queue, one on another,
+                or out of range.
+        """
+        place = place_of(where, partition, caller="broker.dead_letters.redrive")
+        gkeys = self._partitions.at(place, "the dead letter").group(consumer)
+        entries = cast("StreamEntries", self.client.xrange(gkeys.dead, entry_id, entry_id))
+        if not entries:
+            return None
+        fields = redrive_fields(dict(entries[0][1]))
+        history = self._config.history
+        new_id = retried(
+            self.client,
+            self._scripts,
+            gkeys.queue_keys,
+            lambda: redelivery.redrive(self._scripts, gkeys, entry_id, fields, history),
+        )
+        return to_str(new_id) if new_id else None
+
+    def _target(self, place: Place, consumer: str, envelope: Mapping[bytes, bytes]) -> GroupKeys:
+        layouts = self._partitions
+        base, parts = layouts.base(place.queue), layouts.of(place.queue)
+        return redrive_target(base, parts, envelope, place.partition).group(consumer)
+
+    @translate_errors
+    def redrive_envelope(
+        self,
+        where: str | Place,
+        consumer: str,
+        fields: Mapping[str | bytes, Any],
+        *,
+        partition: int | None = None,
+    ) -> str:
+        """Deliver an envelope (e.g. a dead letter kept in a database) to ``consumer`` only.
+
+        Args:
+            where: its queue, or the partition of a partitioned queue it died in: it goes
+                back there, or, keyed, to its key's partition (:func:`redrive_target`).
+            fields: envelope fields; ``payload`` is required (else ``NotRedrivable``);
+                ``id``, ``headers`` and ``published_at`` keep the message's identity.
+            partition: deprecated, the place's.
+
+        Returns:
+            The new delivery's entry id.
+        """
+        place = place_of(where, partition, caller="broker.dead_letters.redrive_envelope")
+        envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+        gkeys = self._target(place, consumer, envelope)
+        history = self._config.history
+        return to_str(
+            retried(
+                self.client,
+                self._scripts,
+                gkeys.queue_keys,
+                lambda: redelivery.redrive(self._scripts, gkeys, "", envelope, history),
+            )
+        )
+
+    def redrive_envelopes(
+        self,
+        targets: Sequence[tuple[str | Place, str, Mapping[str | bytes, Any]]],
+        *,
+        partitions: Sequence[int | None] | None = None,
+    ) -> list[object]:
+        """Deliver each ``(place, consumer, fields)`` envelope to its consumer only, as
+        :meth:`redrive_envelope` does, all in one pipelined round trip (one call each on
+        a Redis Cluster client); the place: its queue, or the partition it died in.
+        ``partitions``: deprecated, the places' partitions.
+
+        Returns:
+            Each new delivery's entry id, or the exception Redis answered for that one.
+
+        Raises:
+            NotRedrivable: an envelope has no ``payload`` (nothing is sent then).
+            RedisUnavailable: Redis cannot be reached.
+        """
+        died_in = list(partitions) if partitions is not None else [None] * len(targets)
+        places = [
+            place_of(w, p, caller="broker.dead_letters.redrive_envelopes")
+            for (w, _c, _f), p in zip(targets, died_in, strict=True)
+        ]
+        envelopes = [
+            redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+            for _where, _consumer, fields in targets
+        ]
+        history = self._config.history
+        try:
+            if not isinstance(self.client, redis.Redis):  # Cluster: scripts one by one
+                return [
+                    self.redrive_envelope(place, c, cast("dict[str | bytes, Any]", e))
+                    for place, (_w, c, _f), e in zip(places, targets, envelopes, strict=True)
+                ]
+            with self.client.pipeline(transaction=False) as pipe:
+                for place, (_w, consumer, _f), fields in zip(
+                    places, targets, envelopes, strict=True
+                ):
+                    gkeys = self._target(place, consumer, fields)
+                    redelivery.redrive(self._scripts, gkeys, "", fields, history, client=pipe)
+                replies = pipe.execute(raise_on_error=False)
+            return [r if isinstance(r, Exception) else to_str(r) for r in replies]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise RedisUnavailable(describe_client(self.client), exc) from exc
+
+    def __call__(self, queue: str, consumer: str, **options: Any) -> list[DeadEntry]:
+        """Deprecated (0.9's ``broker.dead_letters(queue, consumer)``): :meth:`read`."""
+        warnings.warn(
+            "broker.dead_letters(queue, consumer) is deprecated and removed in the next minor "
+            "version: use broker.dead_letters.read(queue, consumer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.read(queue, consumer, **options)

@@ -30,6 +30,7 @@ import redis
 from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
 from redisq_django.core.keys import QueueKeys, validate_name
 from redisq_django.core.partitions import pick
+from redisq_django.core.place import Place, place_of
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -161,31 +162,33 @@ class Archives:
         self.keys = keys
         self.layout = layout or (lambda queue: (keys(queue),))
 
-    def at(self, queue: str, partition: int | None) -> QueueKeys:
-        """The keys of ``queue``, or of its partition ``partition`` (required on a
-        partitioned queue, refused on another: ``PartitionedQueueError``)."""
-        return pick(self.layout(queue), partition, "an archive position")
+    def at(self, place: Place) -> QueueKeys:
+        """The keys of ``place``: a queue, or one partition of a partitioned queue
+        (required there, refused elsewhere: ``PartitionedQueueError``)."""
+        return pick(self.layout(place.queue), place.partition, "an archive position")
 
     @translate_errors
     def register(
         self,
-        queue: str,
+        where: str | Place,
         name: str,
         stream: ArchivedStream | str,
         start: str = "earliest",
         *,
         partition: int | None = None,
     ) -> ArchiveRegistration:
-        """Register archive ``name`` for ``queue``'s ``stream`` (of its partition
-        ``partition``, on a partitioned queue: :meth:`register_all` registers every one)
-        unless it is already.
+        """Register archive ``name`` for the ``stream`` of ``where`` (a queue, or on a
+        partitioned queue one of its partitions, a ``Place``: :meth:`register_all`
+        registers every one) unless it is already. ``partition``: deprecated, the
+        place's.
 
         Args:
             start: where a new registration starts: ``earliest`` (everything still in
                 Redis), ``latest`` (what comes next) or an entry id (it has everything
                 up to that id). An archive registered already keeps its position.
         """
-        keys = self.at(queue, partition)
+        place = place_of(where, partition, caller="broker.archives.register")
+        keys = self.at(place)
         table = ArchivedStream(stream)
         status, position = self.scripts(
             "archive_register",
@@ -204,21 +207,21 @@ class Archives:
             Each partition's registration, by partition (one for an unpartitioned queue).
         """
         layout = self.layout(queue)
-        return [self.register(queue, name, stream, start, partition=keys.part) for keys in layout]
+        return [self.register(Place(queue, keys.part), name, stream, start) for keys in layout]
 
     @translate_errors
     def commit(
         self,
-        queue: str,
+        where: str | Place,
         name: str,
         stream: ArchivedStream | str,
         entry_id: str,
         *,
         partition: int | None = None,
     ) -> str:
-        """Record that archive ``name`` stored ``queue``'s ``stream`` (of its partition
-        ``partition``) up to ``entry_id`` (never moves back); retention may then trim
-        that partition behind it.
+        """Record that archive ``name`` stored the ``stream`` of ``where`` (a queue, or a
+        partition of one) up to ``entry_id`` (never moves back); retention may then trim
+        that place behind it. ``partition``: deprecated, the place's.
 
         Returns:
             The position now recorded.
@@ -226,16 +229,17 @@ class Archives:
         Raises:
             ArchiveNotRegistered: it is not registered (never, or removed since).
         """
+        place = place_of(where, partition, caller="broker.archives.commit")
         table = ArchivedStream(stream)
         try:
             reply = self.scripts(
                 "archive_commit",
-                [self.at(queue, partition).archives],
+                [self.at(place).archives],
                 [validate_name("archive", name), table.value, entry_id],
             )
         except redis.ResponseError as exc:
             if error_code(exc) == "NOARCHIVE":
-                raise ArchiveNotRegistered(queue, name, table.value) from None
+                raise ArchiveNotRegistered(place.queue, name, table.value) from None
             raise
         return to_str(reply)
 
@@ -264,10 +268,13 @@ class Archives:
         )
 
     @translate_errors
-    def positions(self, queue: str, name: str, *, partition: int | None = None) -> dict[str, str]:
+    def positions(
+        self, where: str | Place, name: str, *, partition: int | None = None
+    ) -> dict[str, str]:
         """``{"messages": id, "events": id}`` for the streams archive ``name`` is
-        registered for (of partition ``partition``)."""
-        raw = self.client.hgetall(self.at(queue, partition).archives)
+        registered for (of the place's partition)."""
+        place = place_of(where, partition, caller="broker.archives.positions")
+        raw = self.client.hgetall(self.at(place).archives)
         return {
             s.value: to_str(raw[f"{name}:{s.value}".encode()])
             for s in ArchivedStream
@@ -275,30 +282,32 @@ class Archives:
         }
 
     @translate_errors
-    def trimmed(self, queue: str, *, partition: int | None = None) -> dict[str, str]:
+    def trimmed(self, where: str | Place, *, partition: int | None = None) -> dict[str, str]:
         """Per stream, the greatest entry id retention has removed (``0-0``: none), of
-        partition ``partition`` (each keeps its own in its ``{q#i}:meta``)."""
-        raw = self.client.hmget(self.at(queue, partition).meta, list(TRIMMED_FIELDS.values()))
+        ``where`` (a partition keeps its own in its ``{q#i}:meta``)."""
+        place = place_of(where, partition, caller="broker.archives.trimmed")
+        raw = self.client.hmget(self.at(place).meta, list(TRIMMED_FIELDS.values()))
         pairs = zip(TRIMMED_FIELDS, raw, strict=True)
         return {s.value: to_str(v) if v else "0-0" for s, v in pairs}
 
     @translate_errors
     def gap(
         self,
-        queue: str,
+        where: str | Place,
         name: str,
         stream: ArchivedStream | str,
         *,
         partition: int | None = None,
     ) -> Gap | None:
-        """The gap record of archive ``name`` in ``stream`` (of partition ``partition``;
+        """The gap record of archive ``name`` in ``stream`` (of the place's partition;
         None: no loss recorded)."""
+        place = place_of(where, partition, caller="broker.archives.gap")
         field = f"{name}:{ArchivedStream(stream).value}:gap"
-        return Gap.parse(self.client.hget(self.at(queue, partition).archives, field))
+        return Gap.parse(self.client.hget(self.at(place).archives, field))
 
     def settle(
         self,
-        queue: str,
+        where: str | Place,
         name: str,
         stream: ArchivedStream | str,
         upto: str,
@@ -306,32 +315,35 @@ class Archives:
         *,
         partition: int | None = None,
     ) -> bool:
-        """Archive ``name`` has read (or records as lost) ``stream`` (of partition
-        ``partition``) up to ``upto``: forget its gap record if that covers it, and
+        """Archive ``name`` has read (or records as lost) the ``stream`` of ``where`` up
+        to ``upto``: forget its gap record if that covers it, and
         record ``loss`` (text) for its job.
 
         Returns:
             True when the gap record was forgotten.
         """
-        keys = self.at(queue, partition)
+        place = place_of(where, partition, caller="broker.archives.settle")
+        keys = self.at(place)
         table = ArchivedStream(stream).value
         args = [validate_name("archive", name), table, upto, loss]
         return bool(self.scripts("archive_gap", [keys.archives, keys.archive_gaps(name)], args))
 
     @translate_errors
-    def losses(self, queue: str, name: str, *, partition: int | None = None) -> list[str]:
+    def losses(self, where: str | Place, name: str, *, partition: int | None = None) -> list[str]:
         """The data losses archive ``name`` went past (oldest first), not yet reported
-        (of partition ``partition``)."""
-        gaps = self.at(queue, partition).archive_gaps(name)
+        (of the place's partition)."""
+        place = place_of(where, partition, caller="broker.archives.losses")
+        gaps = self.at(place).archive_gaps(name)
         return [to_str(x) for x in self.client.lrange(gaps, 0, -1)]
 
     @translate_errors
     def forget_losses(
-        self, queue: str, name: str, count: int, *, partition: int | None = None
+        self, where: str | Place, name: str, count: int, *, partition: int | None = None
     ) -> None:
         """Forget the ``count`` oldest losses (once its job has reported them)."""
+        place = place_of(where, partition, caller="broker.archives.forget_losses")
         if count > 0:
-            self.client.ltrim(self.at(queue, partition).archive_gaps(name), count, -1)
+            self.client.ltrim(self.at(place).archive_gaps(name), count, -1)
 
     @translate_errors
     def states(self, queue: str) -> list[ArchiveState]:

@@ -28,7 +28,7 @@ from redisq_django.core.types import RedisClient
 def read_layouts(
     client: RedisClient, layouts: Sequence[Sequence[QueueKeys]], *, history: bool = False
 ) -> list[QueueStats]:
-    """The stats of queues given by their layouts (``BrokerUpkeep.layout``: a queue's
+    """The stats of queues given by their layouts (``PartitionLayouts.layout``: a queue's
     keys, or each of its partitions' keys), in that order, in the two round trips of
     :func:`~redisq_django.core.stats.read_many` whatever their number: a partitioned
     queue's figures added up over its partitions (:func:`merge`).

@@ -342,11 +342,11 @@ def pick(layout: Sequence[QueueKeys], partition: int | None, what: str) -> Queue
     if count == 1:
         raise PartitionedQueueError(
             f"Queue {queue!r} is not partitioned (REDISQ['PARTITIONS'] gives it none): ask "
-            f"for {what} without partition= (got {partition!r})."
+            f"for {what} by the queue alone, not Place({queue!r}, {partition!r})."
         )
     if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < count:
         raise PartitionedQueueError(
             f"Queue {queue!r} has {count} partitions: say which one holds {what}, "
-            f"partition=0 to {count - 1} (got {partition!r})."
+            f"Place({queue!r}, 0) to Place({queue!r}, {count - 1}) (got {partition!r})."
         )
     return layout[partition]

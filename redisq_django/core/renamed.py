@@ -42,3 +42,33 @@ def renamed_keyword(old: str, new: str) -> Callable[[F], F]:
         return cast(F, wrapper)
 
     return decorate
+
+
+def moved_methods(cls: type, moves: dict[str, str]) -> None:
+    """Give ``cls`` each method of the last release that moved to an object it holds:
+    ``moves`` maps the old name to the new path from an instance (``"consumers.ensure"``:
+    ``self.consumers.ensure``). Each warns (``DeprecationWarning``, naming the new path)
+    and forwards its arguments as they are.
+    """
+    for old, new in moves.items():
+        setattr(cls, old, _forward(cls.__name__, old, new))
+
+
+def _forward(owner: str, old: str, new: str) -> Callable[..., Any]:
+    attributes = new.split(".")
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(
+            f"{owner}.{old}() is deprecated and removed in the next minor version: use "
+            f"{owner.lower()}.{new}()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        target = self
+        for attribute in attributes:
+            target = getattr(target, attribute)
+        return target(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = old
+    forward.__doc__ = f"Deprecated: ``{new}``."
+    return forward

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.core import trends
+from redisq_django.core import partitions, trends
 from redisq_django.core.batch import Command, run_batch, run_script, run_scripts
 from redisq_django.core.envelope import Envelope, content_fields
 from redisq_django.core.keys import GroupKeys, QueueKeys
@@ -63,6 +63,12 @@ class QueueSend:
             counter, a queue's registration).
         ids: the result instead of the replies (message ids known beforehand).
         counted: the trend counter rides along (forgotten when the send fails).
+        check: the queue's base keys and the number of partitions this process routes
+            by, when it has not compared that number with Redis's record yet: the
+            runner does so first (``partitions.checking``, its steps run by either
+            client), so that a first write is not refused for a layout Redis lost (and
+            its trend counter not counted twice). Every write is checked again where
+            it happens regardless.
     """
 
     keys: QueueKeys
@@ -74,6 +80,7 @@ class QueueSend:
     quiet: Sequence[Command] = ()
     ids: list[str] | None = None
     counted: bool = False
+    check: tuple[QueueKeys, int] | None = None
 
     def failed(self) -> None:
         """The send failed: its trend counter's ``EXPIRE`` may be lost, send it again."""
@@ -84,6 +91,8 @@ class QueueSend:
 def run_send(client: RedisClient, scripts: Scripts, s: QueueSend) -> list[Any]:
     """Run ``s`` on the synchronous client: one reply per envelope (see
     :class:`QueueSend`), errors raised."""
+    if s.check is not None:
+        partitions.recorded(client, scripts, *s.check)
     try:
         if s.script is None:
             # The common publish, one message: no MULTI around one command (and its counter)

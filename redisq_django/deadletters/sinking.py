@@ -82,18 +82,16 @@ def sink(queue: str, consumer: str, *, batch: int = SINK_BATCH) -> int:
             from Redis (of the partition it met; earlier partitions' stay moved).
     """
     broker = get_broker()
-    count = broker.partition_count(queue)
-    parts: list[int | None] = [None] if count == 1 else list(range(count))
     moved = 0
-    for part in parts:
-        letters = broker.dead_letters(queue, consumer, count=batch, partition=part)
+    for place in broker.partitions.places(queue):
+        letters = broker.dead_letters.read(place, consumer, count=batch)
         if not letters:
             continue
         with transaction.atomic():
             stored = [d.entry_id for d in letters if _store(queue, consumer, d)]
         # Only after the rows are committed: a crash in between leaves them in Redis, and
         # the next round updates the same rows.
-        broker.delete_dead(queue, consumer, stored, partition=part)
+        broker.dead_letters.delete(place, consumer, stored)
         moved += len(stored)
     return moved
 
@@ -193,7 +191,7 @@ def sink_all(pairs: Iterable[tuple[str, str]] | None = None) -> int:
     if pairs is None:
         # A registry member that is no queue name (another client's) is no queue to sink.
         queues, _ = readable_names(broker.queues())
-        pairs = [(q, c) for q in queues for c in broker.consumers(q)]
+        pairs = [(q, c) for q in queues for c in broker.consumers.names(q)]
     moved = 0
     failed: Exception | None = None
     for queue, consumer in pairs:

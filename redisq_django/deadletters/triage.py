@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from redisq_django import admin_log
 from redisq_django.connection import get_broker
-from redisq_django.core import Broker
+from redisq_django.core import Broker, Place
 from redisq_django.core.dead_entry import DeadReason
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.wire import loggable
@@ -137,8 +137,8 @@ def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
         envelope = dict(row.envelope)
         envelope.setdefault("payload", row.payload)
         envelope.setdefault("id", row.message_id)
-        targets.append((row.queue, row.consumer, envelope))
-    return broker.redrive_envelopes(targets, partitions=[row.partition for row in rows])
+        targets.append((Place(row.queue, row.partition), row.consumer, envelope))
+    return broker.dead_letters.redrive_envelopes(targets)
 
 
 def _retry_chunk(

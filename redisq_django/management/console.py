@@ -95,7 +95,7 @@ def check_names(queue: str, consumer: str | None = None) -> None:
     if consumer is None:
         return
     validate_name("consumer", consumer)
-    known = broker.consumers(queue)
+    known = broker.consumers.names(queue)
     if consumer not in known:
         raise CommandError(
             f"Logical consumer {consumer!r} is not registered on queue {queue!r} (its "

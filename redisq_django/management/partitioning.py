@@ -39,10 +39,10 @@ def partitions(opts: dict[str, Any], write: Write) -> None:
     validate_name("queue", queue)
     broker = get_broker()
     if count is None:
-        write(f"{queue}: {broker.recorded_partitions(queue)} partition(s) in Redis")
+        write(f"{queue}: {broker.partitions.recorded(queue)} partition(s) in Redis")
         return
     try:
-        done = broker.repartition(queue, count)
+        done = broker.partitions.change(queue, count)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     consumers = ", ".join(done.consumers) or "none"

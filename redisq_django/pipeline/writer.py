@@ -171,7 +171,7 @@ class _Sender:
 
 def _send_once(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
     if options.consumer:
-        broker.send_to_consumer(options.consumer, batch, once=options.once)
+        broker.consumers.deliver(options.consumer, batch, once=options.once)
     else:
         broker.send(batch, once=options.once)
 

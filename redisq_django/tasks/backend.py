@@ -184,7 +184,7 @@ class RedisqBackend(BaseTaskBackend):
             InvalidTask: that queue is partitioned (``manage.py check`` says so: E034).
         """
         queue = self.task_options.level_queue(task.queue_name, level_rank(task.priority))
-        if get_broker().partition_count(queue) > 1:
+        if get_broker().partitions.count(queue) > 1:
             raise InvalidTask(
                 f"Task queue {task.queue_name!r} is partitioned (REDISQ['PARTITIONS'] names "
                 f"{queue!r}): task queues cannot be. Remove it from PARTITIONS."
@@ -231,7 +231,7 @@ class RedisqBackend(BaseTaskBackend):
         """Register the ``tasks`` consumer of ``queue`` from its start (once a process),
         so that tasks enqueued before any worker ran are not skipped."""
         if queue not in self._ensured:
-            get_broker().ensure_consumer(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
+            get_broker().consumers.ensure(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
             self._ensured.add(queue)
 
     def enqueue(  # type: ignore[override]  # the stubs' ParamSpec ties args to the task
@@ -261,7 +261,7 @@ class RedisqBackend(BaseTaskBackend):
         async with aio.loop_client() as client:
             if queue not in self._ensured:
                 # From the log's start, as ensure_queue does.
-                call = get_broker().ensure_consumer_call(queue, TASKS_CONSUMER, "earliest")
+                call = get_broker().consumers.ensure_call(queue, TASKS_CONSUMER, "earliest")
                 await aio.run(client, call)
                 self._ensured.add(queue)
             fields = message.result_fields()

@@ -32,7 +32,7 @@ def history() -> set[tuple[int, str, str]]:
 
 def test_retry_button_redrives_to_that_consumer_only(queue_name: str, broker: Any) -> None:
     # Given a dead letter of billing, and another consumer of the same queue
-    broker.ensure_consumer(queue_name, "email", start="earliest")
+    broker.consumers.ensure(queue_name, "email", start="earliest")
     row = make_dead(broker, queue_name, {"order": 1})
     with broker.subscribe(queue_name, "email") as email:
         email.ack(email.fetch(count=10, block_ms=100))
@@ -219,7 +219,7 @@ def test_filters_and_search(queue_name: str, broker: Any) -> None:
 # The overview lists every queue in Redis: its figures must be this test's only.
 @pytest.mark.usefixtures("empty_redis")
 def test_queue_stats_columns_and_overview(queue_name: str, broker: Any) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": n} for n in range(3)])
     Queue.objects.create(name=queue_name)
     client = Client()
@@ -245,7 +245,7 @@ def test_archive_lag_is_shown_when_history_is_on(queue_name: str, redisq_setting
     # Given history on, 5 messages of which the archive stored 2
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "HISTORY": True}
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
     broker.archives.register(queue_name, "default", "messages", ids[1])
     Queue.objects.create(name=queue_name)

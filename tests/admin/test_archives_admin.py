@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(REPLAY_WINDOW=0)]
 @pytest.fixture
 def archived(broker: Any, queue_name: str) -> list[str]:
     """Ten messages every consumer acked; archive "nightly" stored 4, "adhoc" all."""
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
     with broker.subscribe(queue_name, "billing") as sub:
         sub.ack(sub.fetch(count=20, block_ms=200))

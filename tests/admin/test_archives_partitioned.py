@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
+from redisq_django.core.place import Place
 from redisq_django.models import Queue
 
 K = 3
@@ -27,19 +28,19 @@ pytestmark = [pytest.mark.django_db, pytest.mark.site_broker(REPLAY_WINDOW=0, qu
 def archived(broker: Any, queue_name: str) -> dict[int, str]:
     """Two acked messages per partition; archive "parts-nightly" stored the first of partition
     1 only. Returns each partition's first entry id."""
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     for n in range(2 * K):
         broker.publish(queue_name, {"n": n})
     first: dict[int, str] = {}
     for p in range(K):
-        with broker.subscribe(queue_name, "billing", f"i{p}", partition=p) as sub:
+        with broker.subscribe(Place(queue_name, p), "billing", f"i{p}") as sub:
             got = sub.fetch(count=10, block_ms=200)
             sub.ack(got)
             first[p] = min(
                 (d.entry_id.decode() for d in got), key=lambda i: tuple(map(int, i.split("-")))
             )
     broker.archives.register_all(queue_name, "parts-nightly", "messages")
-    broker.archives.commit(queue_name, "parts-nightly", "messages", first[1], partition=1)
+    broker.archives.commit(Place(queue_name, 1), "parts-nightly", "messages", first[1])
     return first
 
 
@@ -85,7 +86,7 @@ def test_an_unpartitioned_queues_page_has_no_partition_column(
 ) -> None:
     live.clear()
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.archives.register(queue_name, "parts-nightly", "messages", "latest")
     row = Queue.objects.create(name=queue_name)
     viewer = User.objects.create_user("viewer", password="pw", is_staff=True)

@@ -137,7 +137,7 @@ def test_every_figure_has_its_help_text_and_the_lists_a_glossary(broker: Any, ro
 def test_backlog_is_not_the_length_of_the_log(queue_name: str, broker: Any, root: Client) -> None:
     # Given 5 messages billing has handled (kept for replay) and 2 it has not
     Queue.objects.create(name=queue_name)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": n} for n in range(5)])
     with broker.subscribe(queue_name, "billing") as sub:
         sub.ack(sub.fetch(count=5, block_ms=500))
@@ -261,7 +261,7 @@ def test_a_worker_ignores_an_invalid_override_and_says_so(
     build_worker([queue_name])  # writes the rows
     Consumer.objects.filter(name="billing").update(concurrency=0, visibility_timeout=0)
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": n} for n in range(20)])
 
     # When a worker starts, then it runs with the code's values and logs why
@@ -348,5 +348,5 @@ def test_the_admin_client_of_a_django_redis_cache_has_short_timeouts_and_no_retr
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.25, 0.25)
     assert kwargs["retry"].get_retries() == 0
     assert client.connection_pool is not get_broker().client.connection_pool
-    get_broker().ensure_consumer(queue_name, "billing")
+    get_broker().consumers.ensure(queue_name, "billing")
     assert live.live_stats([queue_name]).consumer(queue_name, "billing") is not None

@@ -112,7 +112,7 @@ def test_nothing_for_an_unordered_consumer_one_line_for_an_ordered_one_without_h
     billing = root.get(page_url(queue_name, consumer="billing")).content.decode()
     assert 'id="redisq-held"' not in billing
     assert root.get(page_url(queue_name, "_data", "billing")).json()["html"]["held"].strip() == ""
-    broker.ensure_consumer(queue_name, CONSUMER)
+    broker.consumers.ensure(queue_name, CONSUMER)
     Consumer.objects.create(queue=Consumer.objects.get(name="billing").queue, name=CONSUMER)
     with declared(queue_name):
         page = root.get(page_url(queue_name)).content.decode()
@@ -122,7 +122,7 @@ def test_nothing_for_an_unordered_consumer_one_line_for_an_ordered_one_without_h
 
 def test_a_long_list_is_cut_and_says_so(root: Client, broker: Any, queue_name: str) -> None:
     # Given more held keys than the page shows, "k-0000" with the most waiting
-    broker.ensure_consumer(queue_name, CONSUMER)
+    broker.consumers.ensure(queue_name, CONSUMER)
     keys = [f"k-{n:04d}" for n in range(HELD_LIMIT + 5)]
     broker.publish_many(queue_name, [{"n": 0}] * 3, key=keys[0])
     for key in keys[1:]:

@@ -42,7 +42,7 @@ def held_bidi_key(broker: Any, queue: str) -> Any:
     """Ordered consumer ``ledger`` with key :data:`BIDI_KEY` held (one message waiting)."""
     q = Queue.objects.create(name=queue)
     Consumer.objects.create(queue=q, name="ledger", handler="shop.consumers.ledger")
-    broker.ensure_consumer(queue, "ledger")
+    broker.consumers.ensure(queue, "ledger")
     broker.publish_many(queue, [{"n": 0}, {"n": 1}], key=BIDI_KEY)
     sub = broker.subscribe(queue, "ledger", "i1", ordered=True)
     assert len(sub.fetch(count=10, block_ms=200)) == 1
@@ -99,7 +99,7 @@ def test_hidden_characters_in_a_message_page_and_a_dead_letter_show_as_escapes(
     key = f"cart{hidden}7"
     row = make_dead(broker, queue_name, {"n": 1}, key=key)
     DeadLetter.objects.filter(pk=row.pk).update(error_message=f"bad{hidden}card")
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     entry_id = broker.publish(queue_name, {"n": 2}, key=key)
     escape = repr(hidden)[1:-1]
     # When staff open the dead letter and the message's page
@@ -142,7 +142,7 @@ def test_a_deep_payload_shows_raw_with_a_note_on_the_message_page(
     root: Client, broker: Any, queue_name: str
 ) -> None:
     # Given a log entry another client wrote, its payload nested 100,000 deep
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     real = broker.publish(queue_name, {"n": 1})
     [(_, fields)] = broker.client.xrange(broker.keys(queue_name).log, real, real)
     fields = {**fields, b"id": b"deep-1", b"payload": DEEP.encode(), b"headers": DEEP.encode()}

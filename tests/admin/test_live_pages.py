@@ -409,7 +409,7 @@ def test_a_messages_ordering_key_is_shown_escaped_in_its_row_and_on_its_page(
     root: Client, broker: Any, queue_name: str
 ) -> None:
     # Given a message whose key holds markup, and one without a key
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     key = '<b class="x">order-1</b> & "more"'
     keyed = broker.publish(queue_name, {"n": 1}, key=key)
     plain = broker.publish(queue_name, {"n": 2})

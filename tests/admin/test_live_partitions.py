@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.core import partition_of
+from redisq_django.core import Place, partition_of
 from redisq_django.models import Consumer, Queue
 
 pytestmark = pytest.mark.django_db
@@ -32,10 +32,10 @@ def shop(redisq_settings: Any, queue_name: str) -> dict[str, Any]:
     broker = get_broker()
     q = Queue.objects.create(name=queue_name)
     Consumer.objects.create(queue=q, name="billing", handler="shop.consumers.billing")
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     keys = {broker.publish(queue_name, {"n": n}, key=f"k{n}"): f"k{n}" for n in range(9)}
     delayed = [broker.publish(queue_name, {"later": n}, delay=3600 + n) for n in range(2)]
-    sub = broker.subscribe(queue_name, "billing", "worker-1", partition=1)
+    sub = broker.subscribe(Place(queue_name, 1), "billing", "worker-1")
     [taken] = sub.fetch(count=1, block_ms=200)
     return {"broker": broker, "keys": keys, "delayed": delayed, "taken": taken}
 

@@ -31,7 +31,7 @@ def orders(redisq_settings: Any) -> Queue:
         Consumer.objects.create(
             queue=queue, name=name, handler=f"shop.{name}", paused=name == "mail"
         )
-        broker.ensure_consumer(QUEUE, name)
+        broker.consumers.ensure(QUEUE, name)
     broker.publish_many(QUEUE, [{"n": i} for i in range(5)])
     # Instances that stay alive: subscriptions never left (leaving withdraws them)
     for consumer, instance in [("fast", "fast-1"), ("fast", "fast-2"), ("fast", "fast-3"),

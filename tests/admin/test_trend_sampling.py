@@ -62,7 +62,7 @@ def private(settings: Any, volatile_redis_server: Any) -> Iterator[redis.Redis]:
 def stall(broker: Any, queue: str, name: str, n: int) -> None:
     """Consumer ``name`` of ``queue`` registered, with ``n`` messages waiting and no
     worker: what a stalled consumer looks like."""
-    broker.ensure_consumer(queue, name)
+    broker.consumers.ensure(queue, name)
     broker.publish_many(queue, [{"n": i} for i in range(n)])
 
 
@@ -70,7 +70,7 @@ def billing_and_a_stalled_queue(queue: str, n: int) -> tuple[Any, str]:
     """The site's broker with consumer billing of ``queue``, and a queue next to it with
     a stalled consumer and ``n`` messages; (broker, that queue)."""
     broker = get_broker()
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     other = f"{queue}.other"
     stall(broker, other, "stalled", n)
     return broker, other
@@ -127,7 +127,7 @@ def test_a_running_worker_samples_the_consumers_no_worker_runs(
     broker = get_broker()
     # (no lease left by a worker of an earlier test on the session's server)
     broker.client.delete(sampler_key("redisq"))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     stall(broker, queue_name, "audit", 3)
     other = f"{queue_name}.other"
     stall(broker, other, "stalled", 5)

@@ -115,7 +115,7 @@ def test_retry_from_the_list_is_handled_again_by_a_running_consumer(
 ) -> None:
     # Given a dead letter of shop/billing, one of another queue, and a worker running
     # billing and email (email, another consumer of shop, has handled the message once)
-    broker.ensure_consumer("shop", "email", start="earliest")
+    broker.consumers.ensure("shop", "email", start="earliest")
     row = make_dead(broker, "shop", {"order": 1, "sku": "needle-1"})
     other = make_dead(broker, "audit", {"entry": 2}, consumer="archive")
     shop_worker.start()

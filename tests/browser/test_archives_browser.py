@@ -26,7 +26,7 @@ def test_an_archive_is_removed_from_the_queue_page_after_confirmation(
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "REPLAY_WINDOW": 0}
     live.clear()
     broker = get_broker()
-    broker.ensure_consumer("shop", "billing")
+    broker.consumers.ensure("shop", "billing")
     ids = broker.publish_many("shop", [{"n": n} for n in range(5)])
     with broker.subscribe("shop", "billing") as sub:
         sub.ack(sub.fetch(count=10, block_ms=200))

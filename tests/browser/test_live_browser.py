@@ -230,7 +230,7 @@ def test_a_right_to_left_key_reads_as_its_escapes_on_the_held_keys_list(
     Consumer.objects.create(
         queue=Queue.objects.create(name="uploads"), name="ledger", handler="shop.x.ledger"
     )
-    broker.ensure_consumer("uploads", "ledger")
+    broker.consumers.ensure("uploads", "ledger")
     broker.publish_many("uploads", [{"n": 0}, {"n": 1}], key="\u202egnp.exe")
     sub = broker.subscribe("uploads", "ledger", "i1", ordered=True)
     assert len(sub.fetch(count=10, block_ms=200)) == 1
@@ -262,7 +262,7 @@ def test_the_charts_add_up_to_what_was_published_handled_and_failed(
     broker = get_broker()
     q = Queue.objects.create(name="trend")
     Consumer.objects.create(queue=q, name="billing", handler="shop.consumers.billing")
-    broker.ensure_consumer("trend", "billing")
+    broker.consumers.ensure("trend", "billing")
     broker.publish_many("trend", [{"n": n} for n in range(30)])
     seen: set[int] = set()
     lock = threading.Lock()

@@ -62,7 +62,7 @@ def webhooks(broker: Any) -> None:
     queue = Queue.objects.create(name="webhooks")
     for name in ("deliver", "sync"):
         Consumer.objects.create(queue=queue, name=name, handler=f"hooks.{name}")
-        broker.ensure_consumer("webhooks", name)
+        broker.consumers.ensure("webhooks", name)
     ids = broker.publish_many(
         "webhooks", [{"hook": n, "url": f"https://h{n}.test/"} for n in range(30)]
     )

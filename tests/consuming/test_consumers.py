@@ -177,7 +177,7 @@ def test_worker_runs_declared_consumers_to_completion(
     # Given both consumers registered and messages published, one poison, one rejected
     broker = get_broker()
     for name in ("billing", "email"):
-        broker.ensure_consumer(queue_name, name)
+        broker.consumers.ensure(queue_name, name)
     ids = broker.publish_many(queue_name, [{"order": n} for n in range(30)])
     broker.publish(queue_name, {"poison": True})
     broker.publish(queue_name, {"bad": True})
@@ -197,7 +197,7 @@ def test_worker_runs_declared_consumers_to_completion(
     assert set(dead) == {"failed", "rejected"}
     assert dead["failed"].attempts == 3  # max_retries=2 -> 3 deliveries
     assert dead["rejected"].error_message == "no such order"
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
 
 def test_worker_picks_up_a_pause_from_the_database(
@@ -292,7 +292,7 @@ def test_operator_command(
     queue_name: str, declared: None, redisq_settings: Any, monkeypatch: Any
 ) -> None:
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"poison": True})
     build_worker(
         [queue_name], ["billing"], options=WorkerOptions(burst=True, stats_interval=0)
@@ -306,7 +306,7 @@ def test_operator_command(
     out = io.StringIO()
     call_command("redisq", "dead", "list", "--queue", queue_name, stdout=out)
     (row,) = DeadLetter.objects.filter(queue=queue_name, consumer="billing")
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
     assert str(row.pk) in out.getvalue() and "ValueError" in out.getvalue()
 
     out = io.StringIO()
@@ -382,7 +382,7 @@ def test_runconsumer_batch_ack_acknowledges_per_batch_and_children_get_it(
 
     broker = get_broker()
     for name in ("billing", "email"):
-        broker.ensure_consumer(queue_name, name)
+        broker.consumers.ensure(queue_name, name)
     broker.publish_many(queue_name, [{"n": i} for i in range(40)])
     out = io.StringIO()
     call_command(

@@ -68,7 +68,7 @@ def test_the_first_publish_registers_the_declared_consumers_of_its_queue(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     broker = get_broker()
-    assert broker.consumers(queue_name) == []
+    assert broker.consumers.names(queue_name) == []
     # When this process first publishes to the queue (no worker ever ran)
     if how == "publish":
         ids = [redisq_django.publish(queue_name, {"n": 1})]
@@ -80,11 +80,11 @@ def test_the_first_publish_registers_the_declared_consumers_of_its_queue(
     else:
         ids = [run_async(redisq_django.apublish(queue_name, {"n": 1}))]
     # Then its declared consumers exist, and each receives what was published
-    assert broker.consumers(queue_name) == ["billing", "email"]
+    assert broker.consumers.names(queue_name) == ["billing", "email"]
     assert _received(queue_name, "billing") == ids
     assert _received(queue_name, "email") == ids
     # And the other queue's consumer waits for a publish to its own queue
-    assert broker.consumers(declared) == []
+    assert broker.consumers.names(declared) == []
 
 
 def test_a_registration_that_failed_is_tried_again(
@@ -103,7 +103,7 @@ def test_a_registration_that_failed_is_tried_again(
     # When Redis is back, the next publish registers the consumers before its message
     volatile_redis_server.restart()  # on the same port
     ids = [redisq_django.publish(queue_name, {"n": 1})]
-    assert get_broker().consumers(queue_name) == ["billing", "email"]
+    assert get_broker().consumers.names(queue_name) == ["billing", "email"]
     assert _received(queue_name, "billing") == ids
 
 
@@ -113,16 +113,16 @@ def test_a_process_registers_a_queue_once(
     # Given the consumers registered by this process's first publish
     redisq_django.publish(queue_name, {"n": 1})
     broker = get_broker()
-    assert broker.consumers(queue_name) == ["billing", "email"]
+    assert broker.consumers.names(queue_name) == ["billing", "email"]
     # When one is removed, later publishes of this process do not ask Redis again (the
     # publish path stays one round trip)...
-    broker.remove_consumer(queue_name, "email")
+    broker.consumers.remove(queue_name, "email")
     redisq_django.publish(queue_name, {"n": 2})
-    assert broker.consumers(queue_name) == ["billing"]
+    assert broker.consumers.names(queue_name) == ["billing"]
     # ...while a new broker (settings changed) registers again on its first publish
     redisq_settings.REDISQ = {**redisq_settings.REDISQ, "MAX_RETRIES": 3}
     redisq_django.publish(queue_name, {"n": 3})
-    assert get_broker().consumers(queue_name) == ["billing", "email"]
+    assert get_broker().consumers.names(queue_name) == ["billing", "email"]
 
 
 def test_migrate_registers_every_declared_consumer(
@@ -133,8 +133,8 @@ def test_migrate_registers_every_declared_consumer(
     # Then every declared consumer exists, at its start point: "latest" is the end of
     # the log then, "earliest" its beginning
     broker = get_broker()
-    assert broker.consumers(queue_name) == ["billing", "email"]
-    assert broker.consumers(declared) == ["audit"]
+    assert broker.consumers.names(queue_name) == ["billing", "email"]
+    assert broker.consumers.names(declared) == ["audit"]
     # And what is published from then on reaches each one
     ids = broker.publish_many(queue_name, [{"n": 1}, {"n": 2}])
     assert _received(queue_name, "billing") == ids

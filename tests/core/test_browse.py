@@ -51,7 +51,7 @@ def test_waiting_lists_100000_messages_in_order_at_one_round_trip_per_log_page(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given 100,000 published messages of which billing took the first 10 (in flight)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = []
     for start in range(0, BIG, 5_000):
         ids += broker.publish_many(queue_name, [{"n": n} for n in range(start, start + 5_000)])
@@ -80,7 +80,7 @@ def test_waiting_lists_100000_messages_in_order_at_one_round_trip_per_log_page(
 def test_waiting_lists_the_private_input_first_then_the_log(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     gkeys = broker.keys(queue_name).group("billing")
     first = broker.publish(queue_name, {"n": "retried"})
     with broker.subscribe(queue_name, "billing") as sub:
@@ -145,7 +145,7 @@ def test_delayed_lists_100000_messages_soonest_first_through_tied_due_times(
 def test_retrying_lists_next_attempt_attempt_and_last_error(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(3)])
     before = int(time.time() * 1000)
     with broker.subscribe(queue_name, "billing") as sub:
@@ -167,7 +167,7 @@ def test_in_flight_lists_instance_delivery_count_and_since_when(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given two instances holding messages, one of them running its first
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
     one = broker.subscribe(queue_name, "billing", "w-1")
     two = broker.subscribe(queue_name, "billing", "w-2")
@@ -198,7 +198,7 @@ def test_deliver_now_makes_exactly_that_delayed_message_delivered_next(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given three messages delayed by an hour
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = [broker.publish(queue_name, {"n": n}, delay=3600) for n in range(3)]
     keys = broker.keys(queue_name)
     (chosen,) = [
@@ -223,8 +223,8 @@ def test_deliver_now_makes_exactly_that_delayed_message_delivered_next(
 def test_deliver_now_sends_a_retry_to_its_own_consumer_only(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(2)])
     with broker.subscribe(queue_name, "billing") as sub:
         for m in drain(sub, expected=2, ack=False):
@@ -261,8 +261,8 @@ def test_purge_of_a_consumer_discards_what_waits_for_it_alone(
 ) -> None:
     # Given billing with a backlog, retries, re-driven input and one message in flight,
     # and email with its own backlog
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     broker.publish_many(queue_name, [{"n": n} for n in range(4)])
     sub = broker.subscribe(queue_name, "billing", "w-1")
     got = drain(sub, expected=4, ack=False)
@@ -322,7 +322,7 @@ def test_deliver_waiting_finds_ids_and_delivers_all_across_pages(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given 450 messages delayed by an hour (more than two pages of browse.MAX_PAGE)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(450)], delay=3600)
     keys = broker.keys(queue_name)
     assert browse.MAX_PAGE < 450
@@ -362,8 +362,8 @@ def test_deliver_waiting_delivers_the_retries_of_that_consumer_only(
     policy = RetryPolicy.from_seconds(
         max_retries=5, backoff=3600, max_backoff=3600, visibility_timeout=60
     )
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(3)])
     with broker.subscribe(queue_name, "billing", policy=policy) as sub:
         for m in drain(sub, expected=3, ack=False):

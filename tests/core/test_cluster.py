@@ -40,8 +40,8 @@ def test_queues_land_on_different_nodes(cluster_broker: Broker) -> None:
 def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> None:
     broker = cluster_broker
     # Given two consumers of the queue
-    broker.ensure_consumer(queue, "billing")
-    broker.ensure_consumer(queue, "email")
+    broker.consumers.ensure(queue, "billing")
+    broker.consumers.ensure(queue, "email")
     sub = broker.subscribe(queue, "billing", "i1", max_retries=1, backoff_s=0.05)
     sub.heartbeat(10_000)
 
@@ -64,7 +64,7 @@ def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> 
         outcomes.append(sub.fail(m, ValueError("always")).outcome)
     # Then it is a dead letter after exactly 2 deliveries
     assert outcomes == [Outcome.RETRIED, Outcome.DEAD]
-    [dead] = broker.dead_letters(queue, "billing")
+    [dead] = broker.dead_letters.read(queue, "billing")
     assert (dead.id, dead.attempts, dead.reason, dead.error_class) == (
         bad,
         2,
@@ -73,7 +73,7 @@ def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> 
     )
 
     # And a re-drive reaches billing only
-    broker.redrive(queue, "billing", dead.entry_id)
+    broker.dead_letters.redrive(queue, "billing", dead.entry_id)
     [again] = drain(sub, expected=1, ack=True)
     assert (again.id, again.attempts) == (bad, 1)
 
@@ -108,7 +108,7 @@ def test_lifecycle_end_to_end_on_cluster(cluster_broker: Broker, queue: str) -> 
 
 def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
     broker = cluster_broker
-    broker.ensure_consumer("emails", "send")
+    broker.consumers.ensure("emails", "send")
     mid = broker.publish("emails", "x")
     a = broker.subscribe("emails", "send", "a", visibility_timeout_ms=200)
     b = broker.subscribe("emails", "send", "b", visibility_timeout_ms=200)
@@ -121,7 +121,7 @@ def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
     b.release([taken])
     [back] = drain(a, expected=1, ack=True, timeout_s=3)
     assert (back.id, back.attempts) == (mid, 2)  # release does not add an attempt
-    broker.reset("emails", "send", "earliest")
+    broker.consumers.reset("emails", "send", "earliest")
     assert ids(drain(a, expected=1)) == [mid]
 
 
@@ -144,17 +144,17 @@ def test_history_events_and_archive_hold_on_cluster(redis_cluster: Any, queue: s
     client = redis_cluster.client()
     try:
         broker = Broker(client, CoreConfig(poll_interval_ms=20, replay_window_ms=0, history=True))
-        broker.ensure_consumer(queue, "billing")
+        broker.consumers.ensure(queue, "billing")
         sub = broker.subscribe(queue, "billing", "i1", max_retries=0)
         # When one message is handled, one dies, and one is re-driven and reset replays
         _good, bad = broker.publish_many(queue, [{"n": 1}, {"n": 2}])
         first, second = drain(sub, expected=2, ack=False)
         assert sub.ack([first]) == 1
         assert sub.fail(second, ValueError("no")).outcome is Outcome.DEAD
-        (dead,) = broker.dead_letters(queue, "billing")
-        assert broker.redrive(queue, "billing", dead.entry_id)
+        (dead,) = broker.dead_letters.read(queue, "billing")
+        assert broker.dead_letters.redrive(queue, "billing", dead.entry_id)
         drain(sub, expected=1)
-        broker.reset(queue, "billing", "latest")
+        broker.consumers.reset(queue, "billing", "latest")
         # Then every step is recorded on the queue's own node
         names = [f[b"e"].decode() for _, f in client.xrange(broker.keys(queue).events)]
         assert names == ["handled", "dead", "redriven", "handled", "reset"]
@@ -177,7 +177,7 @@ def test_an_ordered_consumer_keeps_each_keys_order_on_cluster(
     client = redis_cluster.client()
     try:
         broker = Broker(client, CoreConfig(poll_interval_ms=20, history=True))
-        broker.ensure_consumer(queue, "ledger")
+        broker.consumers.ensure(queue, "ledger")
         policy = {"max_retries": 1, "backoff_s": 0.01, "max_backoff_s": 0.01}
         subs = [
             broker.subscribe(queue, "ledger", name, ordered=True, **policy)  # type: ignore[arg-type]
@@ -208,7 +208,7 @@ def test_an_ordered_consumer_keeps_each_keys_order_on_cluster(
 
         # Then each key went on in order past its dead letter, and every key is free
         assert handled == {"a": [0, 2, 3, 4, 5, 6], "b": [0, 1, 3]}
-        assert len(broker.dead_letters(queue, "ledger")) == 2
+        assert len(broker.dead_letters.read(queue, "ledger")) == 2
         gkeys = broker.keys(queue).group("ledger")
         assert client.hlen(gkeys.holders) == 0
         names = [f[b"e"].decode() for _, f in client.xrange(broker.keys(queue).events)]

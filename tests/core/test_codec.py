@@ -342,7 +342,7 @@ json_values = st.recursive(
 @pytest.fixture
 def consumer_g(broker: Broker, queue_name: str) -> None:
     """Consumer ``g`` of the test's queue, registered at its end (``latest``)."""
-    broker.ensure_consumer(queue_name, "g", start="latest")
+    broker.consumers.ensure(queue_name, "g", start="latest")
 
 
 @pytest.mark.usefixtures("consumer_g")
@@ -400,6 +400,6 @@ def test_a_deeply_nested_entry_becomes_a_listable_dead_letter(
     # When it is fetched
     # Then it is not delivered but dead-lettered as undecodable
     assert sub.fetch(count=10, block_ms=0) == []
-    [dead] = broker.dead_letters(queue_name, "g")
+    [dead] = broker.dead_letters.read(queue_name, "g")
     assert (dead.id, dead.reason, dead.payload) == (entry_id.decode(), "undecodable", deep.decode())
     assert "payload is not valid JSON" in dead.error_message

@@ -50,7 +50,7 @@ def test_a_handler_gets_a_message_without_the_workers_bookkeeping(
             raise Reject("the first one is bad")
 
     spec = ConsumerSpec(queue_name, "billing", handler, start="earliest")
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
     ids = broker.publish_many(queue_name, [{"n": i} for i in range(5)])
 
     # When a worker runs it
@@ -65,7 +65,7 @@ def test_a_handler_gets_a_message_without_the_workers_bookkeeping(
         assert not any(hasattr(message, name) for name in BOOKKEEPING)
     # ...and the worker still settled each: four acked, the rejected one dead
     assert redis_client.xpending(broker.keys(queue_name).log, "billing")["pending"] == 0
-    dead = broker.dead_letters(queue_name, "billing")
+    dead = broker.dead_letters.read(queue_name, "billing")
     assert [d.id for d in dead] == [ids[0]]
 
 
@@ -74,7 +74,7 @@ def test_a_subscription_fetches_deliveries_that_read_as_their_message(
 ) -> None:
     # Given a published message
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"n": 7}, headers={"k": "v"})
 
     # When an instance fetches it
@@ -100,7 +100,7 @@ def test_a_message_is_frozen_and_replace_builds_another(
 ) -> None:
     # Given the message of a fetched delivery
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"n": 7}, key="order-7")
     with broker.subscribe(queue_name, "billing", "w-1") as sub:
         (delivery,) = sub.fetch(count=1, block_ms=500)

@@ -990,12 +990,12 @@ def _refuse_writes(client: redis.Redis, condition: str) -> Callable[[], None]:
 def test_refusals_inside_our_scripts_are_redis_refused(client: redis.Redis, condition: str) -> None:
     # Given a Redis refusing writes (scripts meet the refusal inside; 6.2 wraps it)
     broker = Broker(client)
-    broker.ensure_consumer("q", "billing", "earliest")
+    broker.consumers.ensure("q", "billing", "earliest")
     sub = broker.subscribe("q", "billing", "instance-1")
     undo = _refuse_writes(client, condition)
     try:
         calls: dict[str, Callable[[], object]] = {
-            "ensure_consumer": lambda: broker.ensure_consumer("q", "audit"),
+            "ensure_consumer": lambda: broker.consumers.ensure("q", "audit"),
             "publish once": lambda: broker.send(
                 [broker.prepare("q", {"n": 1}, id="order-1")], once=True
             ),
@@ -1018,7 +1018,7 @@ def test_a_removed_group_is_consumer_not_found_in_every_script_of_a_subscription
 ) -> None:
     # Given an instance holding a message of a logical consumer
     broker = Broker(client)
-    broker.ensure_consumer("q", "billing", "earliest")
+    broker.consumers.ensure("q", "billing", "earliest")
     broker.publish("q", {"n": 1})
     sub = broker.subscribe("q", "billing", "instance-1")
     (message,) = sub.fetch(count=1, block_ms=0)

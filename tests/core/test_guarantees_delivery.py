@@ -28,8 +28,8 @@ def test_c1_each_logical_consumer_gets_every_message_also_when_offline(
     queue_name: str, broker: Broker
 ) -> None:
     # Given two logical consumers registered before publishing
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     n = 1_000
     payloads = [{"n": i, "text": f"order {i} ✓", "items": [i, {"x": None}]} for i in range(n)]
 
@@ -47,7 +47,7 @@ def test_c1_each_logical_consumer_gets_every_message_also_when_offline(
     assert len(published) == n
     assert len(set(published)) == n
     # and a third consumer, offline during publishing, starts from the earliest entry
-    broker.ensure_consumer(queue_name, "analytics", start="earliest")
+    broker.consumers.ensure(queue_name, "analytics", start="earliest")
 
     # Then each of the three receives exactly the N messages, payloads intact
     expected = dict(zip(published, payloads, strict=True))
@@ -72,7 +72,7 @@ def test_c1_consumer_registered_latest_sees_only_later_messages(
 ) -> None:
     # Given messages published before a consumer registered with the default start
     broker.publish_many(queue_name, [1, 2, 3])
-    broker.ensure_consumer(queue_name, "late")
+    broker.consumers.ensure(queue_name, "late")
     # When more are published
     later = broker.publish_many(queue_name, [4, 5])
     # Then it gets only those
@@ -87,7 +87,7 @@ def test_c1_consumer_registered_latest_sees_only_later_messages(
 
 def test_c2_four_threads_split_the_work_without_duplicates(queue_name: str, broker: Broker) -> None:
     # Given one logical consumer with four instances (threads, one Subscription each)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     n = 10_000
     received: list[list[str]] = [[] for _ in range(4)]
     producer_done = threading.Event()
@@ -165,7 +165,7 @@ def test_c2_four_processes_split_the_work_without_duplicates(
     queue_name: str, broker: Broker, redis_server: Any, tmp_path: Path
 ) -> None:
     # Given one logical consumer and four instances, each its own (spawned) process
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
     readies = [ctx.Event() for _ in range(4)]
@@ -222,7 +222,7 @@ def test_c3_unacked_message_is_reclaimed_after_visibility_timeout(
     queue_name: str, broker: Broker
 ) -> None:
     # Given a consumer whose instance A fetched a message and never acks it
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, {"order": 1})
     a = broker.subscribe(queue_name, "billing", "a", visibility_timeout_ms=300)
     b = broker.subscribe(queue_name, "billing", "b", visibility_timeout_ms=300)
@@ -240,7 +240,7 @@ def test_c3_unacked_message_is_reclaimed_after_visibility_timeout(
     assert a.fail(first, RuntimeError("late")).outcome is Outcome.LOST
     assert b.ack([again]) == 1
     assert broker.stats(queue_name).consumers[0].in_flight == 0
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
 
 def test_c3_dead_instance_heartbeat_releases_its_messages_before_the_timeout(
@@ -248,7 +248,7 @@ def test_c3_dead_instance_heartbeat_releases_its_messages_before_the_timeout(
     broker: Broker,
 ) -> None:
     # Given instance A that announced itself alive for 200 ms, fetched, then went silent
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, "x")
     a = broker.subscribe(queue_name, "billing", "a", visibility_timeout_ms=60_000)
     b = broker.subscribe(queue_name, "billing", "b", visibility_timeout_ms=60_000)
@@ -272,7 +272,7 @@ def test_c3_dead_instance_heartbeat_releases_its_messages_before_the_timeout(
 
 def test_c3_extend_keeps_a_long_handler_lease(queue_name: str, broker: Broker) -> None:
     # Given instance A handling a message longer than the 400 ms visibility timeout
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, "long")
     a = broker.subscribe(queue_name, "billing", "a", visibility_timeout_ms=400)
     b = broker.subscribe(queue_name, "billing", "b", visibility_timeout_ms=400)
@@ -306,7 +306,7 @@ def test_c3_released_messages_go_to_another_instance_without_counting_an_attempt
     broker: Broker,
 ) -> None:
     # Given instance A fetched three messages it will not start (shutting down)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     published = broker.publish_many(queue_name, ["a", "b", "c"])
     a = broker.subscribe(queue_name, "billing", "a")
     b = broker.subscribe(queue_name, "billing", "b")
@@ -337,7 +337,7 @@ def test_c4_poison_message_is_retried_with_backoff_then_dead_after_max_retries_p
 ) -> None:
     # Given a consumer with max_retries=3, backoff 50 ms, and a handler that always
     # raises on the poison message while others keep arriving
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "billing", "i1", max_retries=3, backoff_s=0.05)
     poison = broker.publish(queue_name, {"poison": True}, headers={"trace": "t-1"})
     deliveries: list[tuple[float, int]] = []  # (time, attempts) of the poison message
@@ -383,7 +383,7 @@ def test_c4_poison_message_is_retried_with_backoff_then_dead_after_max_retries_p
         assert received[others[k]] <= deliveries[k + 1][0] + 0.001
 
     # And the dead letter carries everything
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert dead.id == poison
     assert dead.payload == {"poison": True}
     assert dead.headers == {"trace": "t-1"}
@@ -402,7 +402,7 @@ def test_c4_poison_message_is_retried_with_backoff_then_dead_after_max_retries_p
 
 def test_c4_reject_dead_letters_at_once(queue_name: str, broker: Broker) -> None:
     # Given a consumer with retries left
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "billing", "i1", max_retries=5)
     mid = broker.publish(queue_name, {"bad": "input"})
     [msg] = drain(sub, expected=1, ack=False)
@@ -411,7 +411,7 @@ def test_c4_reject_dead_letters_at_once(queue_name: str, broker: Broker) -> None
     assert sub.reject(msg, ValueError("malformed order")).outcome is Outcome.DEAD
 
     # Then it is a dead letter at once, never retried
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert (dead.id, dead.reason, dead.attempts) == (mid, "rejected", 1)
     assert (dead.error_class, dead.error_message) == ("ValueError", "malformed order")
     assert fetch_nothing(sub, wait_ms=150) == []
@@ -425,7 +425,7 @@ def test_c4_message_whose_instances_keep_crashing_is_dead_as_lease_expired(
 ) -> None:
     # Given max_retries=2 and instances that fetch the message and crash (never settle)
     max_retries = 2
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, "crashy")
     subs = [
         broker.subscribe(
@@ -445,7 +445,7 @@ def test_c4_message_whose_instances_keep_crashing_is_dead_as_lease_expired(
 
     # Then it was delivered max_retries + 1 times, then became a dead letter
     assert deliveries == [1, 2, 3]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert dead.id == mid
     assert dead.reason == "lease_expired"
     assert dead.attempts == max_retries + 1
@@ -462,7 +462,7 @@ def test_c4_settled_failures_are_not_crashes_in_the_lease_expired_budget(
     # Given max_retries=2 and a message whose envelope counts 3 deliveries, all failures
     # its handler settled (as a Django task's retry carries them: `failures`)
     max_retries = 2
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
     broker.client.xadd(
         broker.keys(queue_name).log,
         {"payload": '"flaky"', "id": "m-1", "attempts": "3", "failures": "3"},
@@ -487,7 +487,7 @@ def test_c4_settled_failures_are_not_crashes_in_the_lease_expired_budget(
     # Then only the crashes count against max_retries: it runs max_retries + 1 = 3 times
     # more, crashing each time, before it is a dead letter
     assert deliveries == [(4, 3), (5, 3), (6, 3)]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert (dead.id, dead.reason, dead.attempts) == ("m-1", "lease_expired", 6)
     assert dead.error_message == (
         "delivered 6 times without being acknowledged: the handler crashed or outran the "
@@ -499,19 +499,19 @@ def test_c4_redrive_goes_to_that_consumer_only_starting_at_attempt_one(
     queue_name: str, broker: Broker
 ) -> None:
     # Given a message one consumer dead-lettered and another handled
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     mid = broker.publish(queue_name, {"order": 7}, headers={"h": 1})
     billing = broker.subscribe(queue_name, "billing", "b1", max_retries=0)
     email = broker.subscribe(queue_name, "email", "e1")
     [msg] = drain(billing, expected=1, ack=False)
     assert billing.fail(msg, KeyError("customer")).outcome is Outcome.DEAD
     assert ids(drain(email, expected=1)) == [mid]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert dead.attempts == 1
 
     # When an operator re-drives it
-    assert broker.redrive(queue_name, "billing", dead.entry_id) is not None
+    assert broker.dead_letters.redrive(queue_name, "billing", dead.entry_id) is not None
 
     # Then billing receives it again, same id and content, attempts from 1
     [again] = drain(billing, expected=1, ack=False)
@@ -524,8 +524,8 @@ def test_c4_redrive_goes_to_that_consumer_only_starting_at_attempt_one(
     billing.ack([again])
     # email does not see it again; the dead letter is gone; a second re-drive is a no-op
     assert fetch_nothing(email, wait_ms=150) == []
-    assert broker.dead_letters(queue_name, "billing") == []
-    assert broker.redrive(queue_name, "billing", dead.entry_id) is None
+    assert broker.dead_letters.read(queue_name, "billing") == []
+    assert broker.dead_letters.redrive(queue_name, "billing", dead.entry_id) is None
     stats = {c.name: c for c in broker.stats(queue_name).consumers}
     assert (stats["billing"].in_flight, stats["billing"].direct, stats["billing"].dead) == (
         0,
@@ -541,7 +541,7 @@ def test_c5_delayed_messages_are_never_early_and_arrive_soon_after_due(
     queue_name: str, broker: Broker
 ) -> None:
     # Given a consumer and messages delayed by 0.2-0.6 s, by delay= and eta=
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "billing", "i1")
     now = dt.datetime.now(dt.UTC)
     expected: dict[str, float] = {}  # id -> due (epoch seconds) as asked by the producer
@@ -583,7 +583,7 @@ def test_c5_delayed_messages_are_never_early_and_arrive_soon_after_due(
 
 def test_c5_eta_is_never_rounded_early(queue_name: str, broker: Broker) -> None:
     # Given an eta with sub-millisecond precision
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     eta = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3)
     eta = eta.replace(microsecond=(eta.microsecond // 1000) * 1000 + 999)
     # When it is published and received
@@ -597,7 +597,7 @@ def test_c5_eta_is_never_rounded_early(queue_name: str, broker: Broker) -> None:
 
 def test_c5_publish_many_with_delay(queue_name: str, broker: Broker) -> None:
     # Given a batch published with delay=0.3 s and one published at once
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "billing", "i1")
     t = time.time()
     delayed = broker.publish_many(queue_name, [{"k": k} for k in range(20)], delay=0.3)

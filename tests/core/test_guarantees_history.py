@@ -33,7 +33,7 @@ def test_c6_reset_to_earliest_time_and_id_delivers_again_in_order(
     queue_name: str, broker: Broker
 ) -> None:
     # Given 20 messages, published in two halves a little apart in time, all handled
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "billing", "i1")
     first = [broker.publish(queue_name, {"n": n}) for n in range(1, 11)]
     time.sleep(0.02)
@@ -45,25 +45,25 @@ def test_c6_reset_to_earliest_time_and_id_delivers_again_in_order(
     assert fetch_nothing(sub, wait_ms=50) == []
 
     # When reset to earliest: the same 20 again, in order
-    broker.reset(queue_name, "billing", "earliest")
+    broker.consumers.reset(queue_name, "billing", "earliest")
     again = drain(sub, expected=20)
     assert ids(again) == published
     assert [m.payload["n"] for m in again] == list(range(1, 21))
     assert fetch_nothing(sub, wait_ms=50) == []
 
     # When reset to a time between message 10 and 11: messages 11..20, in order
-    broker.reset(queue_name, "billing", between)
+    broker.consumers.reset(queue_name, "billing", between)
     assert ids(drain(sub, expected=10)) == second
     assert fetch_nothing(sub, wait_ms=50) == []
 
     # When reset to an id: from that id, inclusive
-    broker.reset(queue_name, "billing", published[14])
+    broker.consumers.reset(queue_name, "billing", published[14])
     assert ids(drain(sub, expected=6)) == published[14:]
     assert fetch_nothing(sub, wait_ms=50) == []
 
     # When reset to latest: nothing old, only what comes next
-    broker.reset(queue_name, "billing", published[0])
-    broker.reset(queue_name, "billing", "latest")
+    broker.consumers.reset(queue_name, "billing", published[0])
+    broker.consumers.reset(queue_name, "billing", "latest")
     assert fetch_nothing(sub, wait_ms=50) == []
     new = broker.publish(queue_name, {"n": 21})
     assert ids(drain(sub, expected=1)) == [new]
@@ -72,14 +72,14 @@ def test_c6_reset_to_earliest_time_and_id_delivers_again_in_order(
 def test_c6_reset_moves_one_consumer_only(queue_name: str, broker: Broker) -> None:
     # Given two consumers that handled everything
     for group in ("billing", "email"):
-        broker.ensure_consumer(queue_name, group)
+        broker.consumers.ensure(queue_name, group)
     published = broker.publish_many(queue_name, list(range(5)))
     billing = broker.subscribe(queue_name, "billing", "b")
     email = broker.subscribe(queue_name, "email", "e")
     drain(billing, expected=5)
     drain(email, expected=5)
     # When billing is reset to earliest
-    broker.reset(queue_name, "billing", "earliest")
+    broker.consumers.reset(queue_name, "billing", "earliest")
     # Then billing replays, email does not
     assert ids(drain(billing, expected=5)) == published
     assert fetch_nothing(email, wait_ms=100) == []
@@ -93,8 +93,8 @@ def test_c6_new_consumer_may_start_from_a_time_or_an_id(queue_name: str, broker:
     time.sleep(0.02)
     recent = broker.publish_many(queue_name, ["c", "d"])
     # When new consumers start at a time and at an id
-    broker.ensure_consumer(queue_name, "from-time", start=cut)
-    broker.ensure_consumer(queue_name, "from-id", start=old[1])
+    broker.consumers.ensure(queue_name, "from-time", start=cut)
+    broker.consumers.ensure(queue_name, "from-id", start=old[1])
     # Then they receive from there on
     assert ids(drain(broker.subscribe(queue_name, "from-time", "x"), expected=2)) == recent
     assert ids(drain(broker.subscribe(queue_name, "from-id", "x"), expected=3)) == [old[1], *recent]
@@ -103,7 +103,7 @@ def test_c6_new_consumer_may_start_from_a_time_or_an_id(queue_name: str, broker:
 def test_c6_reset_of_unknown_consumer_says_so(queue_name: str, broker: Broker) -> None:
     broker.publish(queue_name, 1)
     with pytest.raises(ConsumerNotFound, match=rf"'nobody'.*'{re.escape(queue_name)}'"):
-        broker.reset(queue_name, "nobody", "earliest")
+        broker.consumers.reset(queue_name, "nobody", "earliest")
 
 
 # -- C7: retention ------------------------------------------------------------------------
@@ -115,8 +115,8 @@ def test_c7_slow_consumer_keeps_its_backlog_through_trimming(
     # Given no replay window, a fast consumer that acked all 20 messages and a slow one
     # that fetched them all and acked none
     broker = make_broker(redis_client, replay_window_ms=0, replay_window_len=0)
-    broker.ensure_consumer(queue_name, "fast")
-    broker.ensure_consumer(queue_name, "slow")
+    broker.consumers.ensure(queue_name, "fast")
+    broker.consumers.ensure(queue_name, "slow")
     published = broker.publish_many(queue_name, list(range(20)))
     drain(broker.subscribe(queue_name, "fast", "f"), expected=20)
     slow = broker.subscribe(queue_name, "slow", "s")
@@ -145,8 +145,8 @@ def test_c7_consumer_that_has_not_fetched_yet_keeps_everything(
 ) -> None:
     # Given a consumer that is offline (never fetched) and one that handled all
     broker = make_broker(redis_client, replay_window_ms=0)
-    broker.ensure_consumer(queue_name, "offline")
-    broker.ensure_consumer(queue_name, "online")
+    broker.consumers.ensure(queue_name, "offline")
+    broker.consumers.ensure(queue_name, "online")
     published = broker.publish_many(queue_name, list(range(15)))
     drain(broker.subscribe(queue_name, "online", "o"), expected=15)
     # When trimming
@@ -162,7 +162,7 @@ def test_c7_queue_without_consumers_is_not_trimmed_safely(
     broker = make_broker(redis_client, replay_window_ms=0)
     published = broker.publish_many(queue_name, list(range(5)))
     assert broker.trim(queue_name) == (0, 0)
-    broker.ensure_consumer(queue_name, "later", start="earliest")
+    broker.consumers.ensure(queue_name, "later", start="earliest")
     assert ids(drain(broker.subscribe(queue_name, "later", "x"), expected=5)) == published
 
 
@@ -171,7 +171,7 @@ def test_c7_acked_history_outside_the_replay_window_is_trimmed(
 ) -> None:
     # Given a 1 s replay window and 20 acked messages published in two halves
     broker = make_broker(redis_client, replay_window_ms=1_000)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     older = broker.publish_many(queue_name, list(range(10)))
     time.sleep(0.01)
     newer = broker.publish_many(queue_name, list(range(10, 20)))
@@ -187,7 +187,7 @@ def test_c7_acked_history_outside_the_replay_window_is_trimmed(
     assert log_ids(redis_client, queue_name) == newer
 
     # And replay within the window still works
-    broker.reset(queue_name, "billing", "earliest")
+    broker.consumers.reset(queue_name, "billing", "earliest")
     assert ids(drain(broker.subscribe(queue_name, "billing", "i2"), expected=10)) == newer
 
 
@@ -196,7 +196,7 @@ def test_c7_replay_window_by_length_keeps_the_newest_entries(
 ) -> None:
     # Given a length window of 5 and 12 acked messages
     broker = make_broker(redis_client, replay_window_ms=0, replay_window_len=5)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     published = broker.publish_many(queue_name, list(range(12)))
     drain(broker.subscribe(queue_name, "billing", "i1"), expected=12)
     # When trimming: the newest 5 stay
@@ -207,7 +207,7 @@ def test_c7_replay_window_by_length_keeps_the_newest_entries(
 def test_c7_hard_cap_drops_are_counted(queue_name: str, redis_client: redis.Redis) -> None:
     # Given a hard cap of 5 entries, a consumer that acked the first 3 of 12
     broker = make_broker(redis_client, replay_window_ms=0, max_len=5)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     published = broker.publish_many(queue_name, list(range(12)))
     sub = broker.subscribe(queue_name, "billing", "i1")
     fetched = drain(sub, expected=12, ack=False)
@@ -230,7 +230,7 @@ def test_c7_hard_cap_drops_are_counted(queue_name: str, redis_client: redis.Redi
 def test_c7_hard_age_cap_drops_are_counted(queue_name: str, redis_client: redis.Redis) -> None:
     # Given a 1 s age cap and a consumer that has not handled anything
     broker = make_broker(redis_client, replay_window_ms=0, max_age_ms=1_000)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     old = broker.publish_many(queue_name, list(range(4)))
     time.sleep(0.01)
     young = broker.publish_many(queue_name, list(range(4)))
@@ -247,8 +247,8 @@ def test_c7_hard_age_cap_drops_are_counted(queue_name: str, redis_client: redis.
 
 def test_stats_reflect_a_constructed_situation(queue_name: str, broker: Broker) -> None:
     # Given a queue with two consumers and messages in every state
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     published = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
     broker.publish(queue_name, "later", delay=60)
     broker.publish_many(queue_name, ["later", "later"], delay=120)
@@ -263,8 +263,10 @@ def test_stats_reflect_a_constructed_situation(queue_name: str, broker: Broker) 
     assert sub.fail(fetched[2], RuntimeError("x")).outcome is Outcome.RETRIED  # waiting 30-60 s
     assert sub.reject(fetched[3], RuntimeError("y")).outcome is Outcome.DEAD
     assert sub.reject(fetched[4], RuntimeError("z")).outcome is Outcome.DEAD
-    [dead, _] = broker.dead_letters(queue_name, "billing")
-    broker.redrive(queue_name, "billing", dead.entry_id)  # waits in billing's direct input
+    [dead, _] = broker.dead_letters.read(queue_name, "billing")
+    broker.dead_letters.redrive(
+        queue_name, "billing", dead.entry_id
+    )  # waits in billing's direct input
     # fetched[0] and fetched[5] stay in flight
 
     # When reading the stats

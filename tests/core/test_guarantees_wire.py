@@ -78,7 +78,7 @@ def test_c9_message_published_with_raw_xadd_is_consumed(
     queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a registered consumer
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     # When another program publishes with plain XADD: payload only, with headers,
     # and with its own message id
     e1 = redis_client.execute_command("XADD", raw.log, "*", "payload", '{"order":1}').decode()
@@ -104,7 +104,7 @@ def test_c9_message_published_with_redis_cli_is_consumed(
     queue_name: str, raw: RawKeys, broker: Broker, redis_server: Any, redis_cli_binary: str
 ) -> None:
     # Given a registered consumer
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     # When a shell script publishes with redis-cli
     result = subprocess.run(
         [
@@ -128,7 +128,7 @@ def test_c9_delayed_message_published_with_raw_zadd_is_consumed_when_due(
     queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a consumer, and a delayed message added by another program with ZADD
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     due = int(time.time() * 1000) + 300
     member = json.dumps({"payload": json.dumps({"remind": 1}), "id": "rem-1"})
     redis_client.execute_command("ZADD", raw.delayed, due, member)
@@ -146,7 +146,7 @@ def test_c9_our_messages_read_with_raw_commands(
     # Given a consumer registered with plain commands, as another language would
     for key in (raw.log, raw.direct("php")):
         redis_client.execute_command("XGROUP", "CREATE", key, "php", "$", "MKSTREAM")
-    assert broker.consumers(queue_name) == ["php"]
+    assert broker.consumers.names(queue_name) == ["php"]
     # When we publish one message with headers and one delayed
     now = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
     mid = broker.publish(queue_name, {"at": now, "n": 1}, headers={"trace": "abc"})
@@ -171,7 +171,7 @@ def test_c9_our_messages_read_with_raw_commands(
 
     # When any of our instances promotes it once due, the raw consumer reads it too
     time.sleep(0.25)
-    broker.ensure_consumer(queue_name, "promoter")
+    broker.consumers.ensure(queue_name, "promoter")
     broker.subscribe(queue_name, "promoter", "p").promote()
     [(promoted_entry, promoted)] = raw_read(redis_client, raw, "php")[raw.log]
     assert promoted[b"id"].decode() == delayed_id
@@ -191,8 +191,10 @@ def test_c9_raw_consumer_reads_and_acks_its_direct_input(
     queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a re-drive to a consumer that reads with plain commands
-    broker.ensure_consumer(queue_name, "php")
-    broker.redrive_envelope(queue_name, "php", {"payload": '{"again":true}', "id": "m-1"})
+    broker.consumers.ensure(queue_name, "php")
+    broker.dead_letters.redrive_envelope(
+        queue_name, "php", {"payload": '{"again":true}', "id": "m-1"}
+    )
     # When it reads: the message arrives on its direct stream
     entries = raw_read(redis_client, raw, "php")
     assert entries[raw.log] == []
@@ -213,7 +215,7 @@ def test_c11_undecodable_entries_become_dead_letters_and_valid_ones_still_flow(
     queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given garbage written straight into the log between valid messages
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     before = broker.publish(queue_name, {"ok": 1})
     garbage = {
         redis_client.execute_command("XADD", raw.log, "*", "body", "hello").decode(): "payload",
@@ -237,7 +239,7 @@ def test_c11_undecodable_entries_become_dead_letters_and_valid_ones_still_flow(
     # Then the valid messages arrive; each garbage entry is a dead letter saying why
     assert ids(got) == [before, after]
     assert fetch_nothing(sub, wait_ms=50) == []
-    dead = broker.dead_letters(queue_name, "billing")
+    dead = broker.dead_letters.read(queue_name, "billing")
     assert {d.id: d.reason for d in dead} == dict.fromkeys(garbage, "undecodable")
     for d in dead:
         assert d.error_class == "UndecodableEntry"
@@ -251,14 +253,14 @@ def test_c11_undecodable_delayed_member_becomes_dead_letter(
     queue_name: str, raw: RawKeys, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given a delayed member that is not a JSON object, and a valid delayed one
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     redis_client.zadd(raw.delayed, {b"not json at all": 1})
     good = broker.publish(queue_name, "fine", delay=0.05)
     # When consuming
     got = drain(broker.subscribe(queue_name, "billing", "i1"), expected=1, timeout_s=3)
     # Then the valid one arrives and the bad one is a dead letter
     assert ids(got) == [good]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert dead.reason == "undecodable"
     assert b"not json at all" in dead.fields[b"raw"]
     assert broker.stats(queue_name).delayed == 0
@@ -270,7 +272,7 @@ def test_c11_oversized_payload_is_refused_with_size_and_limit(
     redis_client: redis.Redis,
 ) -> None:
     broker = Broker(redis_client, CoreConfig(max_payload_bytes=100))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     with pytest.raises(PayloadTooLarge) as info:
         broker.publish(queue_name, "x" * 200)
     assert (info.value.size, info.value.limit) == (202, 100)
@@ -355,7 +357,7 @@ def test_c11_invalid_names_are_refused(queue_name: str, broker: Broker, name: An
     with pytest.raises(InvalidName, match="Invalid queue name"):
         broker.publish(name, 1)
     with pytest.raises(InvalidName, match="Invalid consumer name"):
-        broker.ensure_consumer(queue_name, name)
+        broker.consumers.ensure(queue_name, name)
     with pytest.raises(InvalidName):
         broker.subscribe(name, "billing")
     with pytest.raises(InvalidName):
@@ -367,11 +369,11 @@ def test_c11_fetch_for_an_unregistered_consumer_says_so(queue_name: str, broker:
     with pytest.raises(ConsumerNotFound, match=rf"'ghost'.*'{re.escape(queue_name)}'"):
         broker.subscribe(queue_name, "ghost", "i1").fetch(block_ms=0)
     # on a queue that has other consumers
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, 1)
     with pytest.raises(ConsumerNotFound, match="ensure_consumer"):
         broker.subscribe(queue_name, "ghost", "i1").fetch(block_ms=10)
-    assert broker.consumers(queue_name) == ["billing"]
+    assert broker.consumers.names(queue_name) == ["billing"]
 
 
 def test_c11_fetch_repairs_a_missing_direct_group(
@@ -402,7 +404,7 @@ def test_c11_unreachable_redis_is_reported_with_its_address(queue_name: str) -> 
     address = f"127.0.0.1:{port}"
     calls = [
         lambda: broker.publish(queue_name, 1),
-        lambda: broker.ensure_consumer(queue_name, "billing"),
+        lambda: broker.consumers.ensure(queue_name, "billing"),
         lambda: broker.stats(queue_name),
         lambda: broker.subscribe(queue_name, "billing", "i1").fetch(block_ms=0),
     ]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 def test_each_holder_found_has_a_ref_that_finds_it_again(broker: Broker, queue_name: str) -> None:
     # Given holders running (from the log), retrying, queued in the input, and found nowhere
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     ids = {k: broker.publish_many(queue_name, [{"n": n} for n in range(3)], key=k)
            for k in ("run", "retry", "queued", "lost")}  # fmt: skip
     sub = broker.subscribe(
@@ -46,7 +46,7 @@ def test_each_holder_found_has_a_ref_that_finds_it_again(broker: Broker, queue_n
 
 
 def test_the_operator_releases_a_key(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(2)], key="a")
     sub = broker.subscribe(queue_name, "ledger", "i1", ordered=True)
     [first] = sub.fetch(count=10, block_ms=100)

@@ -38,7 +38,7 @@ def test_handled_after_two_failures_records_exactly_these_events_in_order(
     broker: Broker,
 ) -> None:
     # Given a consumer and one message
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, {"order": 1})
     sub = broker.subscribe(queue_name, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
     # When its handler fails twice, then succeeds in 7 ms
@@ -65,7 +65,7 @@ def test_a_batch_ack_is_one_event_and_skips_what_another_instance_settled(
     queue_name: str,
     broker: Broker,
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)])
     sub = broker.subscribe(queue_name, "billing", "w1")
     batch = sub.fetch(count=10, block_ms=500)
@@ -81,7 +81,7 @@ def test_a_batch_ack_is_one_event_and_skips_what_another_instance_settled(
 def test_dead_rejected_released_and_undecodable_are_recorded(
     queue_name: str, broker: Broker
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     a, b = broker.publish_many(queue_name, [{"n": 1}, {"n": 2}])
     broker.client.xadd(broker.keys(queue_name).log, {"garbage": "no payload"})
     sub = broker.subscribe(queue_name, "billing", "w1")
@@ -99,7 +99,7 @@ def test_dead_rejected_released_and_undecodable_are_recorded(
 
 
 def test_reclaim_redrive_and_reset_are_recorded(queue_name: str, broker: Broker) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, {"n": 1})
     crashed = broker.subscribe(queue_name, "billing", "crashed", visibility_timeout_ms=0)
     assert [m.id for m in crashed.fetch(count=1, block_ms=500)] == [mid]
@@ -111,9 +111,9 @@ def test_reclaim_redrive_and_reset_are_recorded(queue_name: str, broker: Broker)
     (taken,) = rescuer.reclaim()
     assert taken.id == mid and taken.attempts == 2
     assert rescuer.fail(taken, RuntimeError("still broken")).outcome is Outcome.DEAD
-    (dead,) = broker.dead_letters(queue_name, "billing")
-    assert broker.redrive(queue_name, "billing", dead.entry_id)
-    broker.reset(queue_name, "billing", "earliest")
+    (dead,) = broker.dead_letters.read(queue_name, "billing")
+    assert broker.dead_letters.redrive(queue_name, "billing", dead.entry_id)
+    broker.consumers.reset(queue_name, "billing", "earliest")
     # Then each step has its event
     recorded = events(broker, queue_name)
     assert [(e["e"], e["c"], e["m"]) for e in recorded] == [
@@ -128,7 +128,7 @@ def test_reclaim_redrive_and_reset_are_recorded(queue_name: str, broker: Broker)
 
 def test_history_off_writes_no_events(queue_name: str, redis_client: redis.Redis) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     sub = broker.subscribe(queue_name, "billing", "w1")
     sub.ack(sub.fetch(count=1, block_ms=500))
@@ -141,7 +141,7 @@ def test_retention_waits_for_the_archive_then_trims_behind_it(
 ) -> None:
     # Given history on, no replay window, and a consumer that handled every message
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
     sub = broker.subscribe(queue_name, "billing", "w1")
     sub.ack(sub.fetch(count=20, block_ms=500))
@@ -198,7 +198,7 @@ def test_a_partial_batch_ack_keeps_the_records_of_odd_ids_intact(
     broker: Broker,
 ) -> None:
     # Given messages with ids that need JSON escaping, one of them settled elsewhere
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     odd = ['a"quote\\and\nnewline', "caf\u00e9/slash", "x" * 40]
     envelopes = [broker.prepare(queue_name, {"n": n}, id=i) for n, i in enumerate(odd)]
     broker.send(envelopes)

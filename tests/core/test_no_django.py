@@ -26,7 +26,7 @@ import redisq_django.core as core
 assert "django" not in sys.modules, sorted(m for m in sys.modules if m.startswith("django"))
 broker = core.Broker(redis.Redis.from_url(sys.argv[1]))
 queue = sys.argv[2]
-broker.ensure_consumer(queue, "worker", start="latest")
+broker.consumers.ensure(queue, "worker", start="latest")
 message_id = broker.publish(queue, {"n": 1}, headers={"from": "script"})
 with broker.subscribe(queue, "worker", instance="w1") as sub:
     messages = sub.fetch(count=10, block_ms=1000)

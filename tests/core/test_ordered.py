@@ -18,7 +18,7 @@ pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 def test_one_message_of_a_key_out_at_a_time_in_publish_order(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         for key in ("a", "b"):
             broker.publish(queue_name, {"n": n}, key=key)
@@ -47,7 +47,7 @@ def test_one_message_of_a_key_out_at_a_time_in_publish_order(
 def test_a_failing_message_holds_back_its_key_only_until_it_succeeds(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
         broker.publish(queue_name, {"n": n}, key="b")
@@ -67,7 +67,7 @@ def test_a_failing_message_holds_back_its_key_only_until_it_succeeds(
 
 
 def test_a_dead_letter_hands_its_key_on(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1", max_retries=0)
@@ -85,7 +85,7 @@ def test_a_dead_letter_hands_its_key_on(broker: Broker, queue_name: str) -> None
 def test_a_crashed_holder_keeps_its_key_and_is_reclaimed_first(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     crashed = ordered(broker, queue_name, "crashed", visibility_timeout_ms=100)
@@ -102,7 +102,7 @@ def test_a_crashed_holder_keeps_its_key_and_is_reclaimed_first(
 def test_held_keys_say_why_and_a_key_can_be_released_by_hand(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     broker.publish(queue_name, {"n": 0}, key="b")
@@ -126,7 +126,7 @@ def test_held_keys_say_why_and_a_key_can_be_released_by_hand(
 
 def test_history_on_and_the_worker_path(redis_client: redis.Redis, queue_name: str) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20, history=True))
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(2):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1")
@@ -140,8 +140,8 @@ def test_history_on_and_the_worker_path(redis_client: redis.Redis, queue_name: s
 def test_unordered_consumers_of_the_same_queue_are_unaffected(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
-    broker.ensure_consumer(queue_name, "mailer")
+    broker.consumers.ensure(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "mailer")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     with broker.subscribe(queue_name, "mailer", "m1") as mailer:
@@ -152,7 +152,7 @@ def test_unordered_consumers_of_the_same_queue_are_unaffected(
 def test_purging_the_consumer_drops_waiting_messages_and_frees_keys(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1")
@@ -168,7 +168,7 @@ def test_purging_the_consumer_drops_waiting_messages_and_frees_keys(
 
 
 def test_the_held_back_counter_follows_every_push_and_pop(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(4):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1", max_retries=0)
@@ -193,7 +193,7 @@ def test_the_held_back_counter_follows_every_push_and_pop(broker: Broker, queue_
 
 
 def test_the_stats_count_what_is_held_back(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1")
@@ -209,7 +209,7 @@ def test_a_holder_past_what_is_looked_at_is_unseen_not_lost(
     broker: Broker, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given more messages in flight than the admin looks at, the holder among the last
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n})
     for n in range(2):
@@ -230,7 +230,7 @@ def test_an_undecodable_entry_with_a_key_frees_the_key_it_took(
 ) -> None:
     # Given an entry another client wrote with a key our publishers refuse, and a message
     # of the same raw key behind it
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     log = broker.keys(queue_name).log
     broker.client.xadd(log, {"payload": b'{"n": 0}', "key": raw_key})
     broker.client.xadd(log, {"payload": b'{"n": 1}', "key": raw_key})

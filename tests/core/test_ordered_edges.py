@@ -25,7 +25,7 @@ def ordering_keys(client: redis.Redis, sub: Subscription) -> list[bytes]:
 
 def test_publish_many_with_a_key_is_handled_in_batch_order(broker: Broker, queue_name: str) -> None:
     # Given a batch of one key, payloads chosen so that no other order sorts them
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     ns = [5, 3, 9, 1, 7, 2, 8, 0, 6, 4]
     broker.publish_many(queue_name, [{"n": n} for n in ns], key="a")
     a, b = ordered(broker, queue_name, "i1"), ordered(broker, queue_name, "i2")
@@ -46,7 +46,7 @@ def test_publish_many_with_a_key_is_handled_in_batch_order(broker: Broker, queue
 def test_a_delayed_keyed_message_joins_its_keys_order_when_due(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     sub = ordered(broker, queue_name, "i1")
     # Given a delayed message of key a, and one of a published now
     broker.publish(queue_name, {"n": 1}, key="a", delay=0.3)
@@ -65,7 +65,7 @@ def test_a_delayed_keyed_message_joins_its_keys_order_when_due(
 def test_a_redriven_dead_letter_goes_to_the_end_of_its_keys_line(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     sub = ordered(broker, queue_name, "i1", max_retries=0)
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
@@ -75,8 +75,8 @@ def test_a_redriven_dead_letter_goes_to_the_end_of_its_keys_line(
     [second] = fetch(sub)
     assert seq([second]) == [("a", 1)]
     # When the dead letter is re-driven meanwhile
-    [dead] = broker.dead_letters(queue_name, "ledger")
-    assert broker.redrive(queue_name, "ledger", dead.entry_id)
+    [dead] = broker.dead_letters.read(queue_name, "ledger")
+    assert broker.dead_letters.redrive(queue_name, "ledger", dead.entry_id)
     assert fetch(sub) == []  # it waits: a is held
     sub.ack([second])
     # Then it runs after the messages of a that were waiting already
@@ -87,7 +87,7 @@ def test_a_redriven_dead_letter_goes_to_the_end_of_its_keys_line(
 def test_remove_consumer_deletes_its_holders_and_waiting_lists(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         for key in ("a", "b"):
             broker.publish(queue_name, {"n": n}, key=key)
@@ -95,7 +95,7 @@ def test_remove_consumer_deletes_its_holders_and_waiting_lists(
     assert len(fetch(sub)) == 2
     assert fetch(sub) == []  # the rest wait
     assert len(ordering_keys(redis_client, sub)) == 3  # holders, waiting:a, waiting:b
-    broker.remove_consumer(queue_name, "ledger")
+    broker.consumers.remove(queue_name, "ledger")
     assert ordering_keys(redis_client, sub) == []
 
 
@@ -103,7 +103,7 @@ def test_history_records_handled_retried_and_dead_events_of_an_ordered_consumer(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20, history=True))
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1", max_retries=1, backoff_s=0.01, max_backoff_s=0.01)
@@ -131,7 +131,7 @@ def test_history_records_handled_retried_and_dead_events_of_an_ordered_consumer(
 
 
 def test_a_hand_back_keeps_the_key_with_its_holder(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     leaving = ordered(broker, queue_name, "leaving")
@@ -147,7 +147,7 @@ def test_a_hand_back_keeps_the_key_with_its_holder(broker: Broker, queue_name: s
 
 
 def test_purging_the_queue_frees_its_ordering_keys(broker: Broker, queue_name: str) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         broker.publish(queue_name, {"n": n}, key="a")
     sub = ordered(broker, queue_name, "i1", backoff_s=60, max_backoff_s=60)
@@ -163,7 +163,7 @@ def test_purging_the_queue_frees_its_ordering_keys(broker: Broker, queue_name: s
 def test_purging_a_consumer_frees_the_keys_its_purged_messages_held(
     broker: Broker, queue_name: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     for n in range(3):
         for key in ("a", "b"):
             broker.publish(queue_name, {"n": n}, key=key)
@@ -185,7 +185,7 @@ def test_purging_a_consumer_frees_the_keys_its_purged_messages_held(
 
 def test_a_delayed_keyed_batch_is_handled_in_batch_order(broker: Broker, queue_name: str) -> None:
     # Given a delayed batch of one key (one due time for all), payloads in no sorted order
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     ns = [5, 3, 9, 1, 7, 2, 8, 0, 6, 4]
     broker.publish_many(queue_name, [{"n": n} for n in ns], key="a", delay=0.1)
     # When it falls due

@@ -29,7 +29,7 @@ def test_an_immediate_message_carries_its_key_to_the_handler_and_none_without(
 ) -> None:
     # Given a consumer, a message without a key (the queue is recorded by this process
     # from then on: later publishes take its shortest path), one with, one without
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     first = broker.publish(queue_name, {"n": 0})
     with_key = broker.publish(queue_name, {"n": 1}, key="order-42")
     without = broker.publish(queue_name, {"n": 2})
@@ -47,7 +47,7 @@ def test_an_immediate_message_carries_its_key_to_the_handler_and_none_without(
 def test_publish_many_gives_every_message_of_the_batch_the_one_key(
     queue_name: str, broker: Broker
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(5)], key="cart-7")
     received = drain(broker.subscribe(queue_name, "billing", "i1"), expected=5)
     assert _keys(received) == dict.fromkeys(ids, "cart-7")
@@ -58,7 +58,7 @@ def test_delayed_messages_keep_their_key_by_delay_and_by_eta(
 ) -> None:
     # Given messages delayed by delay= (made a member by the script) and eta= (ZADD),
     # one at a time and as a batch
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     eta = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.2)
     by_delay = broker.publish(queue_name, "d", delay=0.1, key="order-1")
     by_eta = broker.publish(queue_name, "e", eta=eta, key="order-2")
@@ -80,7 +80,7 @@ def test_delayed_messages_keep_their_key_by_delay_and_by_eta(
 
 def test_publish_once_and_batch_once_carry_the_key(queue_name: str, broker: Broker) -> None:
     # Given envelopes with keys sent at most once (per id, and per batch id), now and later
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     once_now = broker.prepare(queue_name, 1, key="a", id="once-now")
     once_later = broker.prepare(queue_name, 2, key="b", id="once-later", delay=0.05)
     once_eta = broker.prepare(queue_name, 3, key="c", id="once-eta", eta=dt.datetime.now(dt.UTC))
@@ -104,10 +104,10 @@ def test_publish_once_and_batch_once_carry_the_key(queue_name: str, broker: Brok
 
 
 def test_send_to_one_consumer_keeps_the_key(queue_name: str, broker: Broker) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     envelopes = [broker.prepare(queue_name, n, key=f"k{n}", id=f"m{n}") for n in range(2)]
-    broker.send_to_consumer("billing", envelopes[:1])
-    broker.send_to_consumer("billing", envelopes[1:], once=True)
+    broker.consumers.deliver("billing", envelopes[:1])
+    broker.consumers.deliver("billing", envelopes[1:], once=True)
     received = drain(broker.subscribe(queue_name, "billing", "i1"), expected=2)
     assert _keys(received) == {"m0": "k0", "m1": "k1"}
 
@@ -116,7 +116,7 @@ def test_a_retry_and_a_dead_letter_keep_the_key_and_a_redrive_delivers_it_again(
     queue_name: str, broker: Broker
 ) -> None:
     # Given a message with a key whose handler fails on every delivery
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     mid = broker.publish(queue_name, {"order": 42}, key="order-42")
     sub = broker.subscribe(queue_name, "billing", "i1", max_retries=1, backoff_s=0.01)
     seen: list[tuple[int, str | None]] = []
@@ -130,24 +130,24 @@ def test_a_retry_and_a_dead_letter_keep_the_key_and_a_redrive_delivers_it_again(
     # Then the retry carried the key, and the dead letter keeps it
     assert seen == [(1, "order-42"), (2, "order-42")]
     assert outcomes == [Outcome.RETRIED, Outcome.DEAD]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert (dead.id, dead.key) == (mid, "order-42")
     # When an operator re-drives it, the consumer gets it again with its key
-    assert broker.redrive(queue_name, "billing", dead.entry_id) is not None
+    assert broker.dead_letters.redrive(queue_name, "billing", dead.entry_id) is not None
     [again] = drain(sub, expected=1)
     assert (again.id, again.key, again.attempts) == (mid, "order-42", 1)
     # And re-driving the envelope a database row keeps (its carried fields) does too
-    broker.redrive_envelope(queue_name, "billing", dead.fields)
+    broker.dead_letters.redrive_envelope(queue_name, "billing", dead.fields)
     [third] = drain(sub, expected=1)
     assert (third.id, third.key) == (mid, "order-42")
 
 
 def test_a_reset_replays_messages_with_their_keys(queue_name: str, broker: Broker) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = [broker.publish(queue_name, n, key=f"order-{n}") for n in range(3)]
     sub = broker.subscribe(queue_name, "billing", "i1")
     assert len(drain(sub, expected=3)) == 3
-    broker.reset(queue_name, "billing", "earliest")
+    broker.consumers.reset(queue_name, "billing", "earliest")
     assert _keys(drain(sub, expected=3)) == {i: f"order-{n}" for n, i in enumerate(ids)}
 
 
@@ -182,7 +182,7 @@ def test_an_invalid_key_is_refused_before_anything_is_sent(
 
 
 def test_the_longest_key_is_allowed(queue_name: str, broker: Broker) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     longest = "é" * (MAX_KEY_BYTES // 2)  # 256 bytes in UTF-8
     mid = broker.publish(queue_name, 1, key=longest)
     assert _keys(drain(broker.subscribe(queue_name, "billing", "i1"), expected=1)) == {mid: longest}
@@ -200,7 +200,7 @@ def test_an_entry_with_a_key_publish_would_refuse_is_undecodable(
     queue_name: str, broker: Broker, redis_client: redis.Redis, raw_key: bytes, reason: str
 ) -> None:
     # Given a client in another language that wrote a key our publish refuses
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     log = broker.keys(queue_name).log
     redis_client.xadd(log, {"payload": b"{}", "key": raw_key})
     good = redis_client.xadd(log, {"payload": b"{}", "key": "order-1"}).decode()
@@ -209,5 +209,5 @@ def test_an_entry_with_a_key_publish_would_refuse_is_undecodable(
     received = drain(sub, expected=1)
     # Then the valid one is handled and the other is an undecodable dead letter saying why
     assert _keys(received) == {good: "order-1"}
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert (dead.reason, dead.error_message) == ("undecodable", reason)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, partition_of
+from redisq_django.core import Broker, CoreConfig, Place, partition_of
 from redisq_django.core.async_publish import apublish, apublish_many
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import (
@@ -214,13 +214,13 @@ def test_the_first_use_records_k_and_other_numbers_are_refused(
     before = sorted(redis_client.keys(f"*{queue_name}*"))
     # A process configured with 2 partitions, or none, is refused, saying both numbers
     for other in (Broker(redis_client, config(**{queue_name: 2})), Broker(redis_client)):
-        k = other.partition_count(queue_name)
+        k = other.partitions.count(queue_name)
         with pytest.raises(PartitionsMismatch, match=f"has 4 partition.*configured with {k}"):
             other.publish(queue_name, {"n": 2})
         with pytest.raises(PartitionsMismatch, match=f"redisq partitions {queue_name} {k}"):
-            other.ensure_consumer(queue_name, "billing")
+            other.consumers.ensure(queue_name, "billing")
         with pytest.raises(PartitionsMismatch):
-            other.subscribe(queue_name, "billing", partition=0 if k > 1 else None)
+            other.subscribe(Place(queue_name, 0 if k > 1 else None), "billing")
     assert isinstance(PartitionsMismatch(queue_name, 4, 2), ConfigurationError)
     # And nothing was written by them
     assert sorted(redis_client.keys(f"*{queue_name}*")) == before
@@ -236,7 +236,7 @@ def test_a_queue_used_unpartitioned_is_not_partitioned_silently(
     other = f"{queue_name}.d"
     Broker(redis_client).publish(other, {"n": 1}, delay=60)
     with pytest.raises(PartitionsMismatch):
-        Broker(redis_client, config(**{other: 4})).ensure_consumer(other, "billing")
+        Broker(redis_client, config(**{other: 4})).consumers.ensure(other, "billing")
 
 
 def test_a_lost_record_of_the_queue_is_recorded_again_from_its_partitions(
@@ -283,42 +283,42 @@ def test_consumers_are_registered_moved_and_removed_on_every_partition(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client, config(**{queue_name: 3}))
-    assert broker.ensure_consumer(queue_name, "billing", "earliest") is True
-    assert broker.ensure_consumer(queue_name, "billing") is False
-    parts = broker.layout(queue_name)
+    assert broker.consumers.ensure(queue_name, "billing", "earliest") is True
+    assert broker.consumers.ensure(queue_name, "billing") is False
+    parts = broker.partitions.layout(queue_name)
     assert [[to_str(g["name"]) for g in redis_client.xinfo_groups(p.log)] for p in parts] == [
         ["billing"]
     ] * 3
-    assert broker.consumers(queue_name) == ["billing"]
+    assert broker.consumers.names(queue_name) == ["billing"]
     # Reset: a time or earliest moves every partition; a message id is refused
     for n in range(6):
         broker.publish(queue_name, {"n": n})
-    subs = [broker.subscribe(queue_name, "billing", f"i{p}", partition=p) for p in range(3)]
+    subs = [broker.subscribe(Place(queue_name, p), "billing", f"i{p}") for p in range(3)]
     assert sum(len(drain(s, expected=2, timeout_s=3)) for s in subs) == 6
-    broker.reset(queue_name, "billing", "earliest")
+    broker.consumers.reset(queue_name, "billing", "earliest")
     assert sum(len(drain(s, expected=2, timeout_s=3)) for s in subs) == 6
     with pytest.raises(PartitionedQueueError, match="message id"):
-        broker.reset(queue_name, "billing", "1700000000000-0")
+        broker.consumers.reset(queue_name, "billing", "1700000000000-0")
     with pytest.raises(PartitionedQueueError, match="message id"):
-        broker.ensure_consumer(queue_name, "audit", "1700000000000-0")
+        broker.consumers.ensure(queue_name, "audit", "1700000000000-0")
     # Remove: gone from every partition
-    broker.remove_consumer(queue_name, "billing")
-    assert broker.consumers(queue_name) == []
+    broker.consumers.remove(queue_name, "billing")
+    assert broker.consumers.names(queue_name) == []
 
 
 def test_an_instance_consumes_one_partition_which_must_be_named(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client, config(**{queue_name: 2}))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     for bad in (None, 2, -1, True):
-        with pytest.raises(PartitionedQueueError, match="partition=0 to 1"):
-            broker.subscribe(queue_name, "billing", partition=bad)
+        with pytest.raises(PartitionedQueueError, match=r"Place\(.*, 0\) to Place\(.*, 1\)"):
+            broker.subscribe(Place(queue_name, bad), "billing")
     with pytest.raises(PartitionedQueueError, match="not partitioned"):
-        Broker(redis_client).subscribe(f"{queue_name}.flat", "billing", partition=0)
+        Broker(redis_client).subscribe(Place(f"{queue_name}.flat", 0), "billing")
     # A message read from a partition belongs to the queue
     sent = broker.publish(queue_name, {"n": 1}, key="k")
-    sub = broker.subscribe(queue_name, "billing", "i", partition=partition_of("k", 2))
+    sub = broker.subscribe(Place(queue_name, partition_of("k", 2)), "billing", "i")
     [message] = drain(sub, expected=1)
     assert (message.id, message.queue, message.key) == (sent, queue_name, "k")
 
@@ -329,7 +329,7 @@ def test_an_instance_consumes_one_partition_which_must_be_named(
 def _writes(client: redis.Redis, broker: Broker, queue: str) -> dict[str, Any]:
     """Publish one of each kind to ``queue`` and return what Redis holds, the queue's
     name replaced, ids and times left out."""
-    broker.ensure_consumer(queue, "billing", "earliest")
+    broker.consumers.ensure(queue, "billing", "earliest")
     broker.publish(queue, {"a": 1})
     broker.publish(queue, {"a": 2}, key="k")
     broker.publish(queue, {"a": 3}, delay=60)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from redisq_django.core import Broker, CoreConfig, PartitionsMismatch, partition_of
+from redisq_django.core import Broker, CoreConfig, PartitionsMismatch, Place, partition_of
 from tests.core.guarantee_helpers import drain
 
 pytestmark = pytest.mark.cluster
@@ -32,7 +32,7 @@ def test_partitions_spread_over_masters_and_every_message_is_consumed_once(
 ) -> None:
     queue = f"orders-{k}"
     broker = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: k}))
-    parts = broker.layout(queue)
+    parts = broker.partitions.layout(queue)
     # Each partition's keys share one slot (asked of the cluster), the partitions do not
     slots = []
     for p in parts:
@@ -43,7 +43,7 @@ def test_partitions_spread_over_masters_and_every_message_is_consumed_once(
     masters = {cluster_client.get_node_from_key(p.log).name for p in parts}
     assert len(masters) >= 2, (slots, masters)
     # Given a consumer on every partition, when keyed, unkeyed and delayed messages are sent
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     sent = [broker.publish(queue, {"n": n}, key=f"k{n % 7}") for n in range(40)]
     sent += broker.publish_many(queue, range(10))
     sent += [broker.publish(queue, {"n": n}) for n in range(k * 3)]
@@ -53,7 +53,7 @@ def test_partitions_spread_over_masters_and_every_message_is_consumed_once(
     got: Counter[str] = Counter()
     where: dict[str, int] = {}
     for i in range(k):
-        sub = broker.subscribe(queue, "billing", f"i{i}", partition=i)
+        sub = broker.subscribe(Place(queue, i), "billing", f"i{i}")
         for message in drain(sub, expected=len(sent), timeout_s=0.6):
             got[message.id] += 1
             if message.key:
@@ -67,7 +67,7 @@ def test_a_master_that_came_back_empty_is_given_the_layout_again(cluster_client:
     # Given a queue of 4 partitions on the cluster, in use
     queue = "orders-lost"
     broker = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: 4}))
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     sent = [broker.publish(queue, {"n": n}, key=f"k{n}") for n in range(8)]
     base = broker.keys(queue)
     # When the master holding the queue's own keys loses its data (a restart without
@@ -85,12 +85,12 @@ def test_a_master_that_came_back_empty_is_given_the_layout_again(cluster_client:
         Broker(cluster_client, CoreConfig(partitions={queue: 2})).publish(queue, {"n": 0})
     # And what survived on the other masters is consumed, with what came after (a group
     # lost with that master is registered again from the start, as the worker does)
-    broker.ensure_consumer(queue, "billing", "earliest")
+    broker.consumers.ensure(queue, "billing", "earliest")
     got = set()
     for i in range(4):
-        sub = broker.subscribe(queue, "billing", f"i{i}", partition=i)
+        sub = broker.subscribe(Place(queue, i), "billing", f"i{i}")
         got |= {m.id for m in drain(sub, expected=len(sent), timeout_s=0.4)}
-    parts = broker.layout(queue)
+    parts = broker.partitions.layout(queue)
     kept = {
         sent[n]
         for n in range(8)

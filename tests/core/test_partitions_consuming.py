@@ -18,6 +18,7 @@ from redisq_django.core import (
     PartitionsMismatch,
     partition_of,
 )
+from redisq_django.core.place import Place
 from redisq_django.core.worker import Worker, WorkerOptions
 from tests.core.guarantee_helpers import drain, wait_for
 
@@ -48,8 +49,8 @@ def test_a_worker_runs_its_instances_on_every_partition_and_handles_all(
 
     # Given two consumers of a queue of 4 partitions and 400 messages, keyed and not
     spec = ConsumerSpec(queue_name, "billing", handle, concurrency=2, start="earliest")
-    broker.ensure_consumer(queue_name, "billing", "earliest")
-    broker.ensure_consumer(queue_name, "audit", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "audit", "earliest")
     sent = [broker.publish(queue_name, {"n": n}) for n in range(200)]
     sent += [broker.publish(queue_name, {"n": n}, key=f"k{n % 13}") for n in range(200)]
     # When a worker runs the consumer with concurrency 2
@@ -70,12 +71,12 @@ def test_two_instances_of_each_partition_share_its_messages(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = partitioned(redis_client, queue_name, 4)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sent = [broker.publish(queue_name, {"n": n}) for n in range(80)]
     got: list[str] = []
     for p in range(4):
-        a = broker.subscribe(queue_name, "billing", f"a{p}", partition=p)
-        b = broker.subscribe(queue_name, "billing", f"b{p}", partition=p)
+        a = broker.subscribe(Place(queue_name, p), "billing", f"a{p}")
+        b = broker.subscribe(Place(queue_name, p), "billing", f"b{p}")
         got += [m.id for m in drain(a, expected=10, count=10, timeout_s=3)]
         got += [m.id for m in drain(b, expected=10, count=10, timeout_s=3)]
     assert sorted(got) == sorted(sent)
@@ -93,7 +94,7 @@ def test_an_ordered_consumer_keeps_each_keys_order_on_a_partitioned_queue(
             order[message.key or ""].append(message.payload["seq"])
 
     spec = ConsumerSpec(queue_name, "ship", handle, concurrency=3, ordered=True)
-    broker.ensure_consumer(queue_name, "ship")
+    broker.consumers.ensure(queue_name, "ship")
     keys = [f"order-{n}" for n in range(12)]
     for seq in range(15):
         broker.publish_many(queue_name, [{"seq": seq}], key=keys[seq % 12])
@@ -111,7 +112,7 @@ def test_delayed_once_batch_and_relayed_messages_are_consumed_once(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = partitioned(redis_client, queue_name, 4)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     delayed = [broker.publish(queue_name, {"d": n}, delay=0.05) for n in range(8)]
     once = [broker.prepare(queue_name, {"o": n}) for n in range(8)]
     once_ids = broker.send(once, once=True)
@@ -124,7 +125,7 @@ def test_delayed_once_batch_and_relayed_messages_are_consumed_once(
     broker.send(relayed, once=True)
     broker.send(relayed[:3], once=True)
     got: Counter[str] = Counter()
-    subs = [broker.subscribe(queue_name, "billing", f"i{p}", partition=p) for p in range(4)]
+    subs = [broker.subscribe(Place(queue_name, p), "billing", f"i{p}") for p in range(4)]
     expected = [*delayed, *once_ids, *(f"b-{n}" for n in range(4)), *(f"row-{n}" for n in range(6))]
 
     def all_in() -> bool:
@@ -144,19 +145,19 @@ def test_a_queue_is_repartitioned_only_when_drained(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     old = partitioned(redis_client, queue_name, 2)
-    old.ensure_consumer(queue_name, "billing")
-    old.ensure_consumer(queue_name, "audit")
+    old.consumers.ensure(queue_name, "billing")
+    old.consumers.ensure(queue_name, "audit")
     sent = [old.publish(queue_name, {"n": n}, key=f"k{n}") for n in range(6)]
     sent.append(old.publish(queue_name, {"later": 1}, delay=0.3))
     # Refused while messages wait: it lists what remains, and changes nothing
     with pytest.raises(ValueError, match="is not drained") as refused:
-        old.repartition(queue_name, 4)
+        old.partitions.change(queue_name, 4)
     assert "1 delayed message" in str(refused.value)
     assert "not yet read by 'audit'" in str(refused.value)
-    assert old.recorded_partitions(queue_name) == 2
+    assert old.partitions.recorded(queue_name) == 2
     # When both consumers handle everything but one message, still in flight
     subs = {
-        (c, p): old.subscribe(queue_name, c, f"{c}{p}", partition=p)
+        (c, p): old.subscribe(Place(queue_name, p), c, f"{c}{p}")
         for c in ("billing", "audit")
         for p in range(2)
     }
@@ -167,19 +168,19 @@ def test_a_queue_is_repartitioned_only_when_drained(
     [in_flight] = holder.fetch(count=1, block_ms=500)
     drain(subs["audit", partition_of("k0", 2)], expected=1)
     with pytest.raises(ValueError, match=r"1 message\(s\) in flight for 'billing'"):
-        old.repartition(queue_name, 4)
+        old.partitions.change(queue_name, 4)
     # Then once it is acknowledged, the change is made
     holder.ack([in_flight])
-    done = old.repartition(queue_name, 4)
+    done = old.partitions.change(queue_name, 4)
     assert (done.before, done.after, done.consumers) == (2, 4, ["audit", "billing"])
     new = partitioned(redis_client, queue_name, 4)
-    assert new.recorded_partitions(queue_name) == 4
-    assert new.consumers(queue_name) == ["audit", "billing"]
+    assert new.partitions.recorded(queue_name) == 4
+    assert new.consumers.names(queue_name) == ["audit", "billing"]
     # And a process of the new setting works from the end, one of the old is refused
     fresh = new.publish(queue_name, {"n": "new"}, key="k1")
-    sub = new.subscribe(queue_name, "audit", "n", partition=partition_of("k1", 4))
+    sub = new.subscribe(Place(queue_name, partition_of("k1", 4)), "audit", "n")
     assert [m.id for m in drain(sub, expected=1, timeout_s=3)] == [fresh] != [last]
     with pytest.raises(PartitionsMismatch, match="has 4 partition"):
         partitioned(redis_client, queue_name, 2).publish(queue_name, {"n": 1})
     with pytest.raises(ValueError, match="1 to 64"):
-        new.repartition(queue_name, 65)
+        new.partitions.change(queue_name, 65)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, partition_of
+from redisq_django.core import Broker, CoreConfig, Place, partition_of
 from redisq_django.core.async_publish import apublish
 from redisq_django.core.errors import ConfigurationError, LayoutRefused, PartitionsMismatch
 from redisq_django.core.keys import QueueKeys, queue_keys
@@ -73,8 +73,8 @@ def test_running_processes_record_the_layout_again_after_redis_lost_its_data(
     # Given a running publisher and a consumer of a queue of 4 partitions
     publisher = Broker(client, config(**{queue_name: 4}))
     worker = Broker(client, config(**{queue_name: 4}))
-    worker.ensure_consumer(queue_name, "billing", "earliest")
-    subs = [worker.subscribe(queue_name, "billing", f"i{p}", partition=p) for p in range(4)]
+    worker.consumers.ensure(queue_name, "billing", "earliest")
+    subs = [worker.subscribe(Place(queue_name, p), "billing", f"i{p}") for p in range(4)]
     publisher.publish(queue_name, {"n": 0}, key="k-0")
     assert sum(len(drain(s, expected=1, timeout_s=0.5)) for s in subs) == 1
     # When Redis restarts without persistence (every record gone) and both go on
@@ -93,9 +93,9 @@ def test_running_processes_record_the_layout_again_after_redis_lost_its_data(
     # And a process started afterwards (a deploy) is not refused
     fresh = Broker(client, config(**{queue_name: 4}))
     sent.append(fresh.publish(queue_name, {"n": 9}, key="k-9"))
-    fresh.ensure_consumer(queue_name, "audit", "earliest")
+    fresh.consumers.ensure(queue_name, "audit", "earliest")
     # And the running consumer, whose group is gone, registers it again and gets them all
-    worker.ensure_consumer(queue_name, "billing", "earliest")  # what its threads do
+    worker.consumers.ensure(queue_name, "billing", "earliest")  # what its threads do
     got = [m.id for s in subs for m in drain(s, expected=len(sent), timeout_s=0.5)]
     assert sorted(got) == sorted(sent)
 
@@ -111,8 +111,8 @@ def test_a_worker_thread_registers_its_group_again_after_redis_lost_its_data(
 
     client = volatile_redis_server.client()
     broker = Broker(client, config(**{queue_name: 2}))
-    broker.ensure_consumer(queue_name, "billing")
-    sub = broker.subscribe(queue_name, "billing", "i1", partition=1)
+    broker.consumers.ensure(queue_name, "billing")
+    sub = broker.subscribe(Place(queue_name, 1), "billing", "i1")
     volatile_redis_server.restart()
     client = volatile_redis_server.client()
     with pytest.raises(redis.ResponseError, match="REDISQ_LAYOUT"):
@@ -149,14 +149,18 @@ def forgotten_writes(broker: Broker, queue: str) -> dict[str, Callable[[], Any]]
         "eta": lambda: broker.publish(queue, {"w": "eta"}, eta=dt.datetime.now(dt.UTC) + LATER),
         "once": lambda: broker.send([env], once=True),
         "batch": lambda: broker.send([broker.prepare(queue, {"w": "b"})], batch="b-1"),
-        "to one consumer": lambda: broker.send_to_consumer("billing", [env]),
-        "to one consumer once": lambda: broker.send_to_consumer("billing", [env], once=True),
+        "to one consumer": lambda: broker.consumers.deliver("billing", [env]),
+        "to one consumer once": lambda: broker.consumers.deliver("billing", [env], once=True),
         "redrive": lambda: (
-            broker.redrive_envelope(queue, "billing", {"payload": "1", "id": "r-1"}, partition=0)
-            if broker.partition_count(queue) > 1
-            else broker.redrive_envelope(queue, "billing", {"payload": "1", "id": "r-1"})
+            broker.dead_letters.redrive_envelope(
+                Place(queue, 0), "billing", {"payload": "1", "id": "r-1"}
+            )
+            if broker.partitions.count(queue) > 1
+            else broker.dead_letters.redrive_envelope(
+                queue, "billing", {"payload": "1", "id": "r-1"}
+            )
         ),
-        "ensure_consumer": lambda: broker.ensure_consumer(queue, "late"),
+        "ensure_consumer": lambda: broker.consumers.ensure(queue, "late"),
         "apublish": lambda: asyncio.run(publish_async()),
     }
 
@@ -167,7 +171,7 @@ def test_a_forgotten_process_is_refused_after_k_changes_and_writes_nothing(
 ) -> None:
     # Given a process that used the queue with `before` partitions (every way of writing)
     forgotten = Broker(redis_client, config(**{queue_name: before}))
-    forgotten.ensure_consumer(queue_name, "billing")
+    forgotten.consumers.ensure(queue_name, "billing")
     for write in forgotten_writes(forgotten, queue_name).values():
         write()
     # And the queue drained (nothing left but its records and fences) and changed to
@@ -175,7 +179,7 @@ def test_a_forgotten_process_is_refused_after_k_changes_and_writes_nothing(
     wipe_messages(redis_client, queue_name)
     new = Broker(redis_client, config(**{queue_name: after}))
     repartition(redis_client, new.scripts, new.keys(queue_name), after)
-    new.ensure_consumer(queue_name, "billing")
+    new.consumers.ensure(queue_name, "billing")
     before_writes = every_place(redis_client, queue_name)
     # When the forgotten process writes again, every way
     refused = {}
@@ -193,7 +197,7 @@ def test_a_forgotten_process_is_refused_after_k_changes_and_writes_nothing(
     # And the process with the new number writes where the consumers read
     sent = new.publish(queue_name, {"n": 1}, key="k-1")
     subs = (
-        [new.subscribe(queue_name, "billing", f"i{p}", partition=p) for p in range(after)]
+        [new.subscribe(Place(queue_name, p), "billing", f"i{p}") for p in range(after)]
         if after > 1
         else [new.subscribe(queue_name, "billing", "i")]
     )
@@ -205,7 +209,7 @@ def test_repartition_fences_the_partitions_before_it_checks_the_drain(
 ) -> None:
     # Given a queue of 4 that is not drained (a message nobody read)
     four = Broker(redis_client, config(**{queue_name: 4}))
-    four.ensure_consumer(queue_name, "billing")
+    four.consumers.ensure(queue_name, "billing")
     four.publish(queue_name, {"n": 1})
     # When it is asked to become 2, it is refused, and every record is as before
     before = layout_keys(redis_client, queue_name)

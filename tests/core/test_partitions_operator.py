@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, partition_of
+from redisq_django.core import Broker, CoreConfig, Place, partition_of
 from redisq_django.core.browse import Page
 from redisq_django.core.trends import BACKLOG, PUBLISHED, per_consumer
 
@@ -40,8 +40,8 @@ def shop(redis_client: redis.Redis, queue_name: str) -> tuple[Broker, dict[str, 
     """A queue of 3 partitions, consumers billing and audit from the start, 36 keyed
     messages (each key's in its partition) and 6 delayed ones: message id -> key."""
     broker = partitioned(redis_client, queue_name)
-    broker.ensure_consumer(queue_name, "billing", "earliest")
-    broker.ensure_consumer(queue_name, "audit", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "audit", "earliest")
     sent = {broker.publish(queue_name, {"n": n}, key=KEYS[n % 12]): KEYS[n % 12] for n in range(36)}
     for n in range(6):
         sent[broker.publish(queue_name, {"d": n}, key=KEYS[n], delay=600 + n)] = KEYS[n]
@@ -53,9 +53,7 @@ def test_stats_add_up_over_the_partitions(
 ) -> None:
     broker, sent = shop
     # Given billing has taken 5 messages of partition 1 and failed one (it waits to retry)
-    sub = broker.subscribe(
-        queue_name, "billing", "i1", partition=1, backoff_s=600, max_backoff_s=600
-    )
+    sub = broker.subscribe(Place(queue_name, 1), "billing", "i1", backoff_s=600, max_backoff_s=600)
     taken = sub.fetch(count=5, block_ms=100)
     sub.fail(taken[0], RuntimeError("boom"))
     in_part = Counter(partition_of(k, K) for mid, k in sent.items())
@@ -121,9 +119,7 @@ def test_actions_reach_the_partition_of_the_message(
 ) -> None:
     broker, _ = shop
     op = broker.operator
-    sub = broker.subscribe(
-        queue_name, "billing", "i1", partition=2, backoff_s=600, max_backoff_s=600
-    )
+    sub = broker.subscribe(Place(queue_name, 2), "billing", "i1", backoff_s=600, max_backoff_s=600)
     for d in sub.fetch(count=3, block_ms=100):
         sub.fail(d, RuntimeError("boom"))
     [soonest] = op.delayed(queue_name, None, 1).entries
@@ -176,11 +172,11 @@ def test_held_keys_and_release_in_the_key_partition(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = partitioned(redis_client, queue_name)
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     keys = ["a", "b", "c", "d"]
     ids = {k: broker.publish_many(queue_name, [{"n": n} for n in range(2)], key=k) for k in keys}
     subs = [
-        broker.subscribe(queue_name, "ledger", f"i{i}", ordered=True, partition=i) for i in range(K)
+        broker.subscribe(Place(queue_name, i), "ledger", f"i{i}", ordered=True) for i in range(K)
     ]
     first = {d.key: d for s in subs for d in s.fetch(count=10, block_ms=100)}
     assert set(first) == set(keys)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, PartitionedQueueError
+from redisq_django.core import Broker, CoreConfig, PartitionedQueueError, Place
 from redisq_django.core.repartition import repartition
 
 K = 3
@@ -25,12 +25,12 @@ def partitioned(client: redis.Redis, queue: str, k: int = K, **config: int) -> B
 def fill(broker: Broker, queue: str, per_partition: int) -> dict[int, list[str]]:
     """``per_partition`` messages in each partition, all read and acknowledged by the one
     consumer; returns each partition's log entry ids."""
-    broker.ensure_consumer(queue, "billing", "earliest")
+    broker.consumers.ensure(queue, "billing", "earliest")
     for n in range(per_partition * K):
         broker.publish(queue, {"n": n})  # no key: the partitions take turns
     entries: dict[int, list[str]] = {}
     for p in range(K):
-        with broker.subscribe(queue, "billing", f"i{p}", partition=p) as sub:
+        with broker.subscribe(Place(queue, p), "billing", f"i{p}") as sub:
             got = sub.fetch(count=per_partition * 2, block_ms=100)
             sub.ack(got)
             ids = [d.entry_id.decode() for d in got]
@@ -40,7 +40,7 @@ def fill(broker: Broker, queue: str, per_partition: int) -> dict[int, list[str]]
 
 
 def lengths(client: redis.Redis, broker: Broker, queue: str) -> list[int]:
-    return [int(client.xlen(keys.log)) for keys in broker.layout(queue)]
+    return [int(client.xlen(keys.log)) for keys in broker.partitions.layout(queue)]
 
 
 def test_each_partition_is_trimmed_behind_what_the_archive_stored_of_it(
@@ -52,18 +52,18 @@ def test_each_partition_is_trimmed_behind_what_the_archive_stored_of_it(
     # Given an archive registered on every partition from the earliest
     got = archives.register_all(queue_name, "lake", "messages")
     assert [r.position for r in got] == ["0-0"] * K
-    with pytest.raises(PartitionedQueueError, match="partition=0 to 2"):
+    with pytest.raises(PartitionedQueueError, match=r"Place\(.*, 0\) to Place\(.*, 2\)"):
         archives.register(queue_name, "lake", "messages")
     # When it stored 2 entries of partition 0 and everything of partition 2
-    archives.commit(queue_name, "lake", "messages", entries[0][1], partition=0)
-    archives.commit(queue_name, "lake", "messages", entries[2][-1], partition=2)
-    assert archives.positions(queue_name, "lake", partition=0) == {"messages": entries[0][1]}
+    archives.commit(Place(queue_name, 0), "lake", "messages", entries[0][1])
+    archives.commit(Place(queue_name, 2), "lake", "messages", entries[2][-1])
+    assert archives.positions(Place(queue_name, 0), "lake") == {"messages": entries[0][1]}
     # Then retention removes just that of each partition: 2, none, all 4
     assert broker.trim(queue_name) == (6, 0)
     assert lengths(redis_client, broker, queue_name) == [2, 4, 0]
-    assert archives.trimmed(queue_name, partition=0)["messages"] == entries[0][1]
-    assert archives.trimmed(queue_name, partition=1)["messages"] == "0-0"
-    assert archives.trimmed(queue_name, partition=2)["messages"] == entries[2][-1]
+    assert archives.trimmed(Place(queue_name, 0))["messages"] == entries[0][1]
+    assert archives.trimmed(Place(queue_name, 1))["messages"] == "0-0"
+    assert archives.trimmed(Place(queue_name, 2))["messages"] == entries[2][-1]
     # And the admin's states show the archive's position in each partition
     states = archives.states(queue_name)
     shown = {(s.partition, s.name, s.table): (s.position, s.lag) for s in states}
@@ -84,18 +84,18 @@ def test_a_hard_cap_drops_and_marks_per_partition(
 ) -> None:
     # Given a queue of 3 partitions capped at 2 entries, whose consumer read nothing
     broker = partitioned(redis_client, queue_name, max_len=2)
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     for n in range(3 * K):
         broker.publish(queue_name, {"n": n})
     broker.archives.register_all(queue_name, "lake", "messages")
     # When retention runs: one dropped of each partition, counted and marked there
     assert broker.trim(queue_name) == (0, K)
-    for keys in broker.layout(queue_name):
+    for keys in broker.partitions.layout(queue_name):
         meta = redis_client.hgetall(keys.meta)
         assert meta[b"dropped"] == b"1"
         first = redis_client.xrange(keys.log)[0][0]
         assert meta[b"last_trimmed"] < first  # the one removed, before the first kept
-        gap = broker.archives.gap(queue_name, "lake", "messages", partition=keys.part)
+        gap = broker.archives.gap(Place(queue_name, keys.part), "lake", "messages")
         assert gap is not None and gap.count == 1
     assert not redis_client.hexists(broker.keys(queue_name).meta, "dropped")
 
@@ -106,11 +106,11 @@ def test_archive_calls_name_their_partition_on_a_partitioned_queue_only(
     broker = partitioned(redis_client, queue_name)
     with pytest.raises(PartitionedQueueError, match="say which one"):
         broker.archives.commit(queue_name, "lake", "messages", "1-0")
-    with pytest.raises(PartitionedQueueError, match="partition=0 to 2"):
-        broker.archives.positions(queue_name, "lake", partition=3)
+    with pytest.raises(PartitionedQueueError, match=r"Place\(.*, 0\) to Place\(.*, 2\)"):
+        broker.archives.positions(Place(queue_name, 3), "lake")
     plain = Broker(redis_client, CoreConfig())
     with pytest.raises(PartitionedQueueError, match="not partitioned"):
-        plain.archives.trimmed(f"{queue_name}.plain", partition=0)
+        plain.archives.trimmed(Place(f"{queue_name}.plain", 0))
 
 
 def test_a_new_layout_keeps_the_archives_of_the_old_one(
@@ -118,7 +118,7 @@ def test_a_new_layout_keeps_the_archives_of_the_old_one(
 ) -> None:
     # Given an unpartitioned, drained queue whose log an archive keeps
     plain = Broker(redis_client, CoreConfig())
-    plain.ensure_consumer(queue_name, "billing", "earliest")
+    plain.consumers.ensure(queue_name, "billing", "earliest")
     last = plain.publish(queue_name, {"n": 1})
     with plain.subscribe(queue_name, "billing") as sub:
         sub.ack(sub.fetch(count=5, block_ms=100))

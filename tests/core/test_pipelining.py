@@ -120,7 +120,7 @@ def test_acknowledgements_flushed_after_redis_lost_its_scripts_are_all_applied(
     # Given handled messages acknowledged through ack.lua (history on) and a Redis that
     # lost its scripts (restarted) before the acknowledgements were written
     broker = Broker(redis_client, CoreConfig(history=True))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": i} for i in range(3)])
     sub = broker.subscribe(queue_name, "billing", "w1")
     fetched = sub.fetch(count=3, block_ms=500)
@@ -145,7 +145,7 @@ def test_publishing_once_after_redis_lost_its_scripts_sends_each_call_once(
 ) -> None:
     # Given a Redis that lost its scripts (restarted)
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     redis_client.script_flush()
     # When a batch is published once per message id
     envelopes = [broker.prepare(queue_name, {"n": n}, id=f"m{n}") for n in range(3)]

@@ -663,7 +663,7 @@ def test_cli_fail_retries_then_dead_letters_and_python_reads_and_redrives_it(
     assert cli("ZCARD", keys.retry("billing")) == 0
     assert cli("XPENDING", keys.direct("billing"), "billing")[0] == 0
     # And the Python side reads it as a dead letter
-    [letter] = broker.dead_letters(queue_name, "billing")
+    [letter] = broker.dead_letters.read(queue_name, "billing")
     assert (letter.entry_id, letter.id, letter.attempts, letter.reason) == (
         dead_id,
         mid,
@@ -846,7 +846,7 @@ def test_cli_lease_expired_and_release(
     }
     assert node2.settle(keys.log, entry_id, "dead", 0, dead) == 1
     # Then the Python side reads a lease_expired dead letter with 1 attempt
-    [letter] = broker.dead_letters(queue_name, "billing")
+    [letter] = broker.dead_letters.read(queue_name, "billing")
     assert (letter.id, letter.reason, letter.attempts) == (a, "lease_expired", 1)
 
     # When node-2 fetches another message and stops before starting it: release

@@ -364,7 +364,7 @@ def test_a_redriven_event_records_attempt_zero_from_both_sides(
         [1, dead_ids["a"], 4, *event, *carried],
     )
     assert new is not None
-    assert broker.redrive(queue_name, G, dead_ids["b"]) is not None
+    assert broker.dead_letters.redrive(queue_name, G, dead_ids["b"]) is not None
     # Then both redriven events say attempt 0: the re-driven entry carries no attempts
     redriven = [json.loads(e["m"]) for e in foreign.events() if e["e"] == "redriven"]
     assert redriven == [[["a", 0, None]], [["b", 0, None]]]

@@ -208,7 +208,7 @@ def test_a_refused_call_raises_protocol_mismatch_saying_what_to_do(
 ) -> None:
     broker = Broker(redis_client)
     with pytest.raises(ProtocolMismatch) as refused:
-        broker.ensure_consumer(queue_name, "billing")
+        broker.consumers.ensure(queue_name, "billing")
     text = str(refused.value)
     assert "script ensure_consumer.lua speaks redisq/2, caller sent 'redisq/1'" in text
     assert "run every client with the scripts shipped with the redisq version" in text
@@ -223,7 +223,7 @@ def test_registering_a_consumer_records_the_protocol_and_writers_check_it(
 ) -> None:
     # Given a consumer registered by us: the queue's meta records the protocol
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     qk = broker.keys(queue_name)
     assert redis_client.hget(qk.meta, "protocol") == b"2"
     # When a client of another protocol has registered one (its data may mean another
@@ -234,9 +234,11 @@ def test_registering_a_consumer_records_the_protocol_and_writers_check_it(
         "once": lambda: broker.send([env], once=True),
         "batch": lambda: broker.send([env], batch="b-1"),
         "delayed": lambda: broker.publish(queue_name, {"n": 2}, delay=5),
-        "ensure_consumer": lambda: Broker(redis_client).ensure_consumer(queue_name, "audit"),
-        "redrive": lambda: broker.redrive_envelope(queue_name, "billing", {"payload": "1"}),
-        "to one consumer": lambda: broker.send_to_consumer("billing", [env]),
+        "ensure_consumer": lambda: Broker(redis_client).consumers.ensure(queue_name, "audit"),
+        "redrive": lambda: broker.dead_letters.redrive_envelope(
+            queue_name, "billing", {"payload": "1"}
+        ),
+        "to one consumer": lambda: broker.consumers.deliver("billing", [env]),
     }
     before = redis_client.xlen(qk.log)
     for name, write in writes.items():

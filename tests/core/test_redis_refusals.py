@@ -233,7 +233,7 @@ def test_a_worker_starts_on_a_full_redis_and_drains_it(
     # Given a registered consumer with messages waiting, and a full Redis (which refuses
     # XGROUP CREATE and SADD even for a group and a queue that exist)
     broker = Broker(client, CoreConfig(poll_interval_ms=50))
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     waiting = broker.publish_many(queue_name, [{"n": i} for i in range(20)])
     make_full(client)
 
@@ -283,7 +283,7 @@ def test_a_consumer_whose_group_is_removed_mid_handler_consumes_again(
         assert wait_for(lambda: {m1, m2} <= set(billing.ids), timeout_s=15), billing.ids
         assert wait_for(lambda: {m1, m2} <= set(email.ids), timeout_s=5), email.ids
         assert thread.is_alive() and not worker.crashed
-        assert "billing" in broker.consumers(queue_name)
+        assert "billing" in broker.consumers.names(queue_name)
     finally:
         billing.gate.set()
         worker.stop()
@@ -328,7 +328,7 @@ def test_a_promotion_in_progress_never_shows_the_refusal_backoff(
     # Given a subscription with delayed messages due 0.2 s apart, whose next promotion
     # the worker's main thread reads while a handler thread promotes
     broker = Broker(client, CoreConfig(poll_interval_ms=50))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     for i in range(3):
         broker.publish(queue_name, {"d": i}, delay=0.2 * (i + 1))
     sub = broker.subscribe(queue_name, "billing", "billing-0")
@@ -357,7 +357,7 @@ def test_a_refused_promotion_is_tried_again_after_the_backoff(
 ) -> None:
     # Given a delayed message and a full Redis
     broker = Broker(client, CoreConfig(poll_interval_ms=50))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"d": 1}, delay=0.05)
     sub = broker.subscribe(queue_name, "billing", "billing-0")
     time.sleep(0.1)

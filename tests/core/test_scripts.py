@@ -1044,11 +1044,11 @@ def test_send_to_consumer_reaches_that_consumer_only(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     # When two envelopes are sent to billing only
     envelopes = [broker.prepare(queue_name, {"n": n}, id=f"orig-{n}") for n in range(2)]
-    entries = broker.send_to_consumer("billing", envelopes)
+    entries = broker.consumers.deliver("billing", envelopes)
     assert len(entries) == 2
     # Then billing receives both with their ids, and email nothing
     with broker.subscribe(queue_name, "billing") as billing:
@@ -1063,13 +1063,13 @@ def test_send_to_consumer_once_delivers_once_per_message_and_consumer(
     redis_client: redis.Redis,
 ) -> None:
     broker = Broker(redis_client)
-    broker.ensure_consumer("target-once", "billing")
-    broker.ensure_consumer("target-once", "email")
+    broker.consumers.ensure("target-once", "billing")
+    broker.consumers.ensure("target-once", "email")
     envelope = broker.prepare("target-once", {"n": 1}, id="replay-1")
     # When the same message is sent once to billing twice, and once to email
-    assert broker.send_to_consumer("billing", [envelope], once=True) == ["replay-1"]
-    assert broker.send_to_consumer("billing", [envelope], once=True) == ["replay-1"]
-    broker.send_to_consumer("email", [envelope], once=True)
+    assert broker.consumers.deliver("billing", [envelope], once=True) == ["replay-1"]
+    assert broker.consumers.deliver("billing", [envelope], once=True) == ["replay-1"]
+    broker.consumers.deliver("email", [envelope], once=True)
     # Then each consumer got it exactly once, and the queue's log never saw it
     for name in ("billing", "email"):
         with broker.subscribe("target-once", name) as sub:

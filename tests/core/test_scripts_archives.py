@@ -352,7 +352,7 @@ def test_archives_on_a_cluster(redis_cluster: Any) -> None:
     try:
         broker = Broker(client, CoreConfig(replay_window_ms=0, max_len=2))
         for queue in ("orders", "emails"):
-            broker.ensure_consumer(queue, "billing", "earliest")
+            broker.consumers.ensure(queue, "billing", "earliest")
             ids = broker.publish_many(queue, [{"n": n} for n in range(6)])
             with broker.subscribe(queue, "billing") as sub:
                 sub.ack(sub.fetch(count=10, block_ms=200))

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.core_config(poll_interval_ms=20)
 
 def two_of_key_a(broker: Broker, queue: str) -> tuple[Subscription, list[str]]:
     """An ordered instance and two messages of key ``a``, none read yet."""
-    broker.ensure_consumer(queue, CONSUMER)
+    broker.consumers.ensure(queue, CONSUMER)
     ids = [broker.publish(queue, {"n": n}, key="a") for n in range(2)]
     return ordered(broker, queue, "i1"), ids
 
@@ -178,7 +178,7 @@ def test_read_ordered_refuses_a_waiting_list_of_the_wrong_type_and_delivers_noth
 ) -> None:
     # Given the first message of key a out, a string where its waiting list goes, then
     # a second message of key a
-    broker.ensure_consumer(queue_name, CONSUMER)
+    broker.consumers.ensure(queue_name, CONSUMER)
     broker.publish(queue_name, {"n": 0}, key="a")
     sub = ordered(broker, queue_name, "i1")
     gk = sub.gkeys
@@ -343,7 +343,7 @@ def test_trim_refuses_a_position_that_is_no_entry_id_before_removing_anything(
     # Given a log of 10 acknowledged entries, an archive at entry 5, and a position or
     # mark another client wrote
     qk = broker.keys(queue_name)
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     ids = broker.publish_many(queue_name, [{"n": i} for i in range(10)])
     sub = broker.subscribe(queue_name, "billing", "b1")
     sub.ack(sub.fetch(count=10, block_ms=0))

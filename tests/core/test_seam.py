@@ -28,7 +28,7 @@ def test_the_operator_reads_and_acts_on_the_queue(
     broker: Broker, redis_client: redis.Redis, queue_name: str
 ) -> None:
     # Given a consumer from the start, three messages in the log and two delayed ones
-    broker.ensure_consumer(queue_name, C, "earliest")
+    broker.consumers.ensure(queue_name, C, "earliest")
     logged = broker.publish_many(queue_name, [{"n": i} for i in range(3)])
     delayed = broker.publish_many(queue_name, [{"n": 9}, {"n": 10}], delay=3600)
     operator = broker.operator
@@ -63,7 +63,7 @@ def test_the_operator_reads_and_acts_on_the_queue(
 
 def test_the_operator_samples_and_reads_trends(broker: Broker, queue_name: str) -> None:
     # Given a consumer with two messages in its backlog
-    broker.ensure_consumer(queue_name, C, "earliest")
+    broker.consumers.ensure(queue_name, C, "earliest")
     broker.publish_many(queue_name, [1, 2])
     # When a worker samples the queue and the admin reads its trends
     broker.operator.sample_trends([queue_name])
@@ -79,14 +79,14 @@ def test_redrive_envelopes_sends_each_to_its_own_consumer_in_one_call(
 ) -> None:
     # Given two consumers of a queue
     for consumer in ("a", "b"):
-        broker.ensure_consumer(queue_name, consumer)
+        broker.consumers.ensure(queue_name, consumer)
     # When three envelopes (kept in a database, say) are re-driven at once
     targets: list[tuple[str, str, dict[str | bytes, Any]]] = [
         (queue_name, "a", {"payload": "1", "id": "m1"}),
         (queue_name, "b", {"payload": "2", "id": "m2"}),
         (queue_name, "a", {b"payload": b"3", b"id": b"m3"}),
     ]
-    replies = broker.redrive_envelopes(targets)
+    replies = broker.dead_letters.redrive_envelopes(targets)
     # Then each went to its own consumer's private input only, and its entry id came back
     keys = broker.keys(queue_name)
     got = {
@@ -111,7 +111,7 @@ def test_the_asyncio_client_runs_the_calls_the_core_builds(
 ) -> None:
     # Given the core's calls: the tasks consumer from the start, and one task's enqueue
     # (trends on: its published count rides in the same round trip)
-    ensure = broker.ensure_consumer_call(queue_name, "tasks", "earliest")
+    ensure = broker.consumers.ensure_call(queue_name, "tasks", "earliest")
     enqueue = _enqueued(broker, queue_name, "r1")
     assert enqueue.quiet, "the trend counter rides along"
 
@@ -128,7 +128,7 @@ def test_the_asyncio_client_runs_the_calls_the_core_builds(
     run_async(run())
     # Then the consumer and the queue's name are registered, the task is in the log with
     # its READY result, and it counted in the queue's trends
-    assert broker.consumers(queue_name) == ["tasks"]
+    assert broker.consumers.names(queue_name) == ["tasks"]
     assert queue_name in broker.queues()
     keys = broker.keys(queue_name)
     [(_eid, fields)] = redis_client.xrange(keys.log)

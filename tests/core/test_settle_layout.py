@@ -85,7 +85,7 @@ SETTLED = ("direct", "retry", "dead", "holders", "held_back")
 
 def settle_every_way(broker: Broker, queue: str, history: bool) -> None:
     """Each caller of a settling script, once."""
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     broker.publish_many(queue, [{"n": n} for n in range(5)])
     broker.client.xadd(broker.keys(queue).log, {"junk": "1"})  # undecodable: a dead letter
     with broker.subscribe(queue, "billing", "i1") as sub:
@@ -117,7 +117,7 @@ def settle_every_way(broker: Broker, queue: str, history: bool) -> None:
             t, {"status": "SUCCESSFUL"}, expire_at_ms=now_ms() + 60_000
         )
     ordered = f"{queue}.ordered"
-    broker.ensure_consumer(ordered, "billing")
+    broker.consumers.ensure(ordered, "billing")
     broker.publish_many(ordered, [{"n": n} for n in range(2)], key="k")
     broker.publish(ordered, {"n": 9}, key="other")
     with broker.subscribe(ordered, "billing", "i1", ordered=True) as sub:
@@ -175,7 +175,7 @@ def test_an_ordered_ack_of_entries_settled_elsewhere_acks_the_others(
     # Given an ordered consumer's two messages of two keys, the first acknowledged
     # already (another instance's settle, say)
     broker = Broker(redis_client, CoreConfig(history=history, poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1}, key="a")
     broker.publish(queue_name, {"n": 2}, key="b")
     with broker.subscribe(queue_name, "billing", "i1", ordered=True) as sub:

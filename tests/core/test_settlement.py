@@ -40,7 +40,7 @@ def test_the_worker_hands_each_settlement_to_its_middleware(
 ) -> None:
     # Given a handler that succeeds, rejects, or fails on every attempt (one retry)
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"do": "ok"}, {"do": "reject"}, {"do": "fail"}])
     errors: dict[str, BaseException] = {}
 
@@ -73,7 +73,7 @@ def test_the_worker_hands_each_settlement_to_its_middleware(
 def test_settling_returns_a_settlement(redis_client: redis.Redis, queue_name: str) -> None:
     # Given three delivered messages
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": i} for i in range(3)])
     policy = RetryPolicy(max_retries=3, backoff_s=10, max_backoff_s=10)
     with broker.subscribe(queue_name, "billing", "w1", policy=policy) as sub:
@@ -105,7 +105,7 @@ def test_a_handler_that_settles_its_delivery_returns_how_and_is_not_acked_again(
     # Given a handler that gets the delivery and settles it itself: it acknowledges one
     # message and leaves the other pending, returning "acknowledged" for both
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     log = broker.keys(queue_name).log
     broker.publish_many(queue_name, [{"do": "ack"}, {"do": "leave"}])
 
@@ -131,7 +131,7 @@ def test_a_handler_that_settles_its_delivery_returns_how_and_is_not_acked_again(
 def test_raising_settled_still_works_and_warns(redis_client: redis.Redis, queue_name: str) -> None:
     # Given a settling handler written for the old way: it raises Settled(ACKED)
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     log = broker.keys(queue_name).log
     broker.publish(queue_name, {"do": "ack"})
 

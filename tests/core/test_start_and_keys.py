@@ -204,7 +204,7 @@ def test_stats_count_a_key_of_the_wrong_type_as_empty(
 ) -> None:
     # Given a queue with a consumer, and some of its keys taken by strings
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": i} for i in range(3)])
     keys = broker.keys(queue_name)
     for key in (keys.delayed, keys.group("billing").retry, keys.group("billing").dead):

@@ -53,7 +53,7 @@ def test_many_queues_and_consumers_are_read_in_two_round_trips(
     names = [f"{queue_name}.{i}" for i in range(5)]
     for i, name in enumerate(names):
         for consumer in ("billing", "email", "audit"):
-            broker.ensure_consumer(name, consumer)
+            broker.consumers.ensure(name, consumer)
         broker.publish_many(name, [{"n": n} for n in range(i + 1)])
         broker.publish(name, {"later": True}, delay=60)
         with broker.subscribe(name, "billing") as sub:

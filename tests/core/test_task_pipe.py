@@ -17,7 +17,7 @@ G = "tasks"
 
 
 def _delivered(broker: Broker, queue: str) -> Delivery:
-    broker.ensure_consumer(queue, G, "earliest")
+    broker.consumers.ensure(queue, G, "earliest")
     broker.client.xadd(broker.keys(queue).log, {"payload": "{}", "id": "r1"})
     with broker.subscribe(queue, G, "c1") as sub:
         [message] = sub.fetch(count=1, block_ms=100)

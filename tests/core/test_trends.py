@@ -47,7 +47,7 @@ def test_the_counters_equal_what_was_published_handled_failed_retried_and_dead(
     # Given a queue whose consumer handles most messages, fails some once, and can never
     # handle the poison ones (dead after 3 attempts) or the rejected one
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=10))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     attempts: dict[int, int] = {}
     lock = threading.Lock()
 
@@ -93,7 +93,7 @@ def test_a_subscription_counts_acks_and_failures_it_settles_itself(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client, CoreConfig(retry=FAST_RETRIES))
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "email")
     broker.publish_many(queue_name, [{"n": n} for n in range(5)])
     with broker.subscribe(queue_name, "email") as sub:
         got = sub.fetch(count=10, block_ms=200)
@@ -120,7 +120,7 @@ def test_counters_ride_in_the_same_write_as_the_work_they_count(
     # Given the same work done with trends off and on
     def work(on: bool, queue: str) -> int:
         broker = Broker(redis_client, CoreConfig(trends=on, retry=FAST_RETRIES))
-        broker.ensure_consumer(queue, "billing")
+        broker.consumers.ensure(queue, "billing")
         broker.publish(queue, {"n": 0})  # registers the queue name (a write of its own)
         sub = broker.subscribe(queue, "billing")
         for name in SCRIPT_NAMES:  # loaded: no NOSCRIPT round trips in either run
@@ -146,7 +146,7 @@ def test_counters_ride_in_the_same_write_as_the_work_they_count(
 
 def test_every_minute_expires_after_48_hours(redis_client: redis.Redis, queue_name: str) -> None:
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     now = trends.minute_of(int(time.time() * 1000))
     keys = [broker.keys(queue_name).trend(m) for m in (now - 1, now)]
@@ -189,8 +189,8 @@ def test_the_worker_samples_backlog_in_flight_retrying_and_delayed(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     broker.publish_many(queue_name, [{"n": n} for n in range(6)])
     broker.publish(queue_name, {"late": True}, delay=3600)
     with broker.subscribe(queue_name, "email") as sub:
@@ -228,7 +228,7 @@ def test_instances_report_host_pid_counts_and_what_they_run(
     import socket
 
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish_many(queue_name, [{"n": n} for n in range(3)])
     sub = broker.subscribe(queue_name, "billing", "w-1")
     idle = broker.subscribe(queue_name, "billing", "w-2")
@@ -261,7 +261,7 @@ def test_a_retry_carries_its_last_error_for_the_operators(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     broker = Broker(redis_client, CoreConfig(retry=FAST_RETRIES))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     with broker.subscribe(queue_name, "billing") as sub:
         (m,) = drain(sub, expected=1, ack=False)

@@ -41,7 +41,7 @@ def test_a_handler_run_by_a_worker_reads_its_consumer_and_its_instance(
         for name in ("billing", "email")
     ]
     for spec in specs:
-        broker.ensure_consumer(queue_name, spec.name, start="earliest")
+        broker.consumers.ensure(queue_name, spec.name, start="earliest")
     ids = broker.publish_many(queue_name, [{"n": i} for i in range(N)])
 
     # When a worker drains the queue
@@ -65,7 +65,7 @@ def test_subscribe_takes_the_consumer_then_the_instance(
 ) -> None:
     # Given a logical consumer
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"n": 1})
 
     # When an instance of it named "w-7" fetches
@@ -85,12 +85,12 @@ def test_the_old_keyword_for_the_instance_fails_loudly(
 ) -> None:
     # Given the old call, where ``consumer=`` named the instance
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
 
     # When it is made, Then it does not silently subscribe a consumer named "w-1"
     with pytest.raises(TypeError, match="consumer"):
         broker.subscribe(queue_name, "billing", consumer="w-1")  # type: ignore[misc]
-    assert broker.consumers(queue_name) == ["billing"]
+    assert broker.consumers.names(queue_name) == ["billing"]
 
 
 def test_message_group_still_reads_the_consumer_and_warns(
@@ -98,7 +98,7 @@ def test_message_group_still_reads_the_consumer_and_warns(
 ) -> None:
     # Given a message fetched by an instance of "billing"
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     with broker.subscribe(queue_name, "billing", "w-1") as sub:
         (delivery,) = sub.fetch(count=1, block_ms=500)
@@ -118,7 +118,7 @@ def test_a_missing_consumer_is_named_as_the_consumer(
 ) -> None:
     # Given an instance of a consumer never registered
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sub = broker.subscribe(queue_name, "ghost", "w-1")
 
     # When it fetches
@@ -136,14 +136,14 @@ def test_a_dead_letter_read_from_redis_names_its_consumer(
 ) -> None:
     # Given a message that "billing" rejected
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"n": 1})
     with broker.subscribe(queue_name, "billing", "w-1") as sub:
         (delivery,) = sub.fetch(count=1, block_ms=500)
         sub.reject(delivery, ValueError("bad"))
 
     # When its dead letter is read from Redis
-    (dead,) = broker.dead_letters(queue_name, "billing")
+    (dead,) = broker.dead_letters.read(queue_name, "billing")
 
     # Then it names the logical consumer as .consumer (the old .group warns)
     assert (dead.id, dead.queue, dead.consumer) == (message_id, queue_name, "billing")
@@ -156,7 +156,7 @@ def test_the_settling_methods_still_take_their_keywords_of_0_1_and_say_the_new_o
 ) -> None:
     # Given a consumer with three messages fetched
     broker = Broker(redis_client)
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
     ids = broker.publish_many(queue_name, [{"n": i} for i in range(4)])
     with broker.subscribe(queue_name, "billing", instance="w1") as sub:
         first, second, third, fourth = sub.fetch(count=4, block_ms=100)
@@ -176,7 +176,7 @@ def test_the_settling_methods_still_take_their_keywords_of_0_1_and_say_the_new_o
     # Then each did what the new keyword does
     assert (acked, lost, released) == (1, [], 1)
     assert rejected.outcome.value == "dead" and failed.outcome.value == "retried"
-    dead = broker.dead_letters(queue_name, "billing")
+    dead = broker.dead_letters.read(queue_name, "billing")
     assert [d.id for d in dead] == [ids[1]]
     # ...and both names at once is a mistake, said as such
     with (

@@ -29,7 +29,7 @@ def dead_reasons(broker: Broker, queue: str) -> dict[str, str]:
     """{dead letter id: error message} of "billing"'s undecodable dead letters."""
     return {
         d.id: d.error_message
-        for d in broker.dead_letters(queue, "billing")
+        for d in broker.dead_letters.read(queue, "billing")
         if d.reason == "undecodable"
     }
 
@@ -39,7 +39,7 @@ def test_a_time_beyond_the_year_9999_is_undecodable(
     queue_name: str, broker: Broker, redis_client: redis.Redis, field: str
 ) -> None:
     # Given an entry whose time no datetime can hold, between two valid messages
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     log = broker.keys(queue_name).log
     before = broker.publish(queue_name, 1)
     bad = redis_client.xadd(log, {"payload": "1", "id": "far", field: FAR_FUTURE_MS}).decode()
@@ -57,7 +57,7 @@ def test_an_id_over_64_characters_is_undecodable(
     queue_name: str, broker: Broker, redis_client: redis.Redis
 ) -> None:
     # Given two entries whose 65-character ids share their first 64 characters
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     log = broker.keys(queue_name).log
     fine = broker.publish(queue_name, 0)
     bad = [redis_client.xadd(log, {"payload": "1", "id": "p" * 64 + end}).decode() for end in "12"]
@@ -91,7 +91,7 @@ def test_a_delayed_member_with_a_value_that_is_not_a_string_is_undecodable_uncha
     queue_name: str, broker: Broker, redis_client: redis.Redis, member: str
 ) -> None:
     # Given a delayed member whose values are not all strings, and a valid delayed one
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     redis_client.zadd(broker.keys(queue_name).delayed, {member: 1})
     good = broker.publish(queue_name, "fine", delay=0.05)
     # When consuming
@@ -99,7 +99,7 @@ def test_a_delayed_member_with_a_value_that_is_not_a_string_is_undecodable_uncha
     # Then the valid one arrives and the other is an undecodable dead letter that keeps
     # the member exactly as it was written (no number or array re-encoded)
     assert got == [good]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     assert dead.reason == "undecodable"
     assert dead.error_message == "a delayed or retry member that is not a JSON object of strings"
     assert json.loads(dead.fields[b"raw"]) == {"raw": member}
@@ -120,7 +120,7 @@ def test_nan_or_infinity_written_by_another_client_is_undecodable(
     queue_name: str, broker: Broker, redis_client: redis.Redis, fields: dict[str, str]
 ) -> None:
     # Given an entry holding a number JSON has no place for (our publish refuses them)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     bad = redis_client.xadd(broker.keys(queue_name).log, fields).decode()
     fine = broker.publish(queue_name, 1.5)
     # When consuming, the handler never sees it: it is an undecodable dead letter
@@ -147,7 +147,7 @@ def test_headers_count_toward_the_payload_size_limit(
 def test_an_unsupported_version_is_named_as_text(
     queue_name: str, broker: Broker, redis_client: redis.Redis
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     bad = redis_client.xadd(broker.keys(queue_name).log, {"payload": "1", "v": "2"}).decode()
     fine = broker.publish(queue_name, 1)
     assert consume_all(broker, queue_name, expected=1) == [fine]
@@ -163,14 +163,14 @@ def test_an_undecodable_dead_letter_is_not_redriven(
     queue_name: str, broker: Broker, redis_client: redis.Redis, fields: dict[str, str]
 ) -> None:
     # Given an undecodable dead letter (re-driven, it would only die again)
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     redis_client.xadd(broker.keys(queue_name).log, fields)
     fine = broker.publish(queue_name, 1)
     assert consume_all(broker, queue_name, expected=1) == [fine]
-    [dead] = broker.dead_letters(queue_name, "billing")
+    [dead] = broker.dead_letters.read(queue_name, "billing")
     # When re-driving it, the broker refuses and says why
     with pytest.raises(NotRedrivable, match="undecodable"):
-        broker.redrive(queue_name, "billing", dead.entry_id)
+        broker.dead_letters.redrive(queue_name, "billing", dead.entry_id)
     # Then it is still a dead letter and nothing was delivered again
-    assert [d.entry_id for d in broker.dead_letters(queue_name, "billing")] == [dead.entry_id]
+    assert [d.entry_id for d in broker.dead_letters.read(queue_name, "billing")] == [dead.entry_id]
     assert redis_client.xlen(broker.keys(queue_name).group("billing").direct) == 0

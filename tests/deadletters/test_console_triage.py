@@ -43,7 +43,7 @@ def ops() -> Client:
 def many_dead(broker: Any, queue: str, consumer: str, n: int, **row: Any) -> list[str]:
     """``n`` dead-letter rows of ``consumer`` as the sink stores them (written in bulk:
     dying 5,000 times through a worker would take minutes); returns their message ids."""
-    broker.ensure_consumer(queue, consumer)
+    broker.consumers.ensure(queue, consumer)
     ids = [f"{consumer}-{i:05}" for i in range(n)]
     DeadLetter.objects.bulk_create(
         DeadLetter(
@@ -186,11 +186,11 @@ def test_causes_by_consumer_error_class_and_normalised_message(
     queue_name: str, broker: Any, ops: Client
 ) -> None:
     # Given 3 card declines differing by order number, a KeyError, and one of email
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     for order in (1041, 2093, 3337):
         kill(broker, queue_name, "billing", {"o": order}, failure(f"card declined {order}"))
     kill(broker, queue_name, "billing", {"o": 9}, KeyError("customer"))
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "email")
     kill(broker, queue_name, "email", {"o": 1}, failure("card declined 77"))
     for consumer in ("billing", "email"):
         deadletters.sink(queue_name, consumer)
@@ -243,7 +243,7 @@ def test_every_death_is_kept_and_the_sink_stays_idempotent(
     queue_name: str, broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a message that died, was retried, and died again with another error
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = kill(broker, queue_name, "billing", {"o": 1}, failure("card declined 1"))
     deadletters.sink(queue_name, "billing")
     row = DeadLetter.objects.get(message_id=message_id)
@@ -256,11 +256,11 @@ def test_every_death_is_kept_and_the_sink_stays_idempotent(
     # When the sink stores it but crashes before deleting it from Redis, then stores it
     # again on its next round
     with monkeypatch.context() as crash:
-        crash.setattr(type(broker), "delete_dead", lambda *args, **kwargs: 0)
+        crash.setattr(type(broker.dead_letters), "delete", lambda *args, **kwargs: 0)
         deadletters.sink(queue_name, "billing")
-    assert len(broker.dead_letters(queue_name, "billing")) == 1
+    assert len(broker.dead_letters.read(queue_name, "billing")) == 1
     deadletters.sink(queue_name, "billing")
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
     # Then the row shows the latest death, keeps the first failure time and counts two
     # deaths; both failures are kept, once each, newest first
@@ -305,7 +305,7 @@ def test_an_undecodable_entry_says_why_offers_discard_and_its_raw_fields(
     queue_name: str, broker: Any, ops: Client
 ) -> None:
     # Given an undecodable dead letter
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     undecodable(broker, queue_name, "billing", "garbage-1")
     deadletters.sink(queue_name, "billing")
     row = DeadLetter.objects.get(message_id="garbage-1")
@@ -345,7 +345,7 @@ def test_no_take_me_back_keeps_the_filters(queue_name: str, broker: Any, ops: Cl
 
 
 def test_search_covers_headers_and_error_classes(queue_name: str, broker: Any, ops: Client) -> None:
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"o": 1}, headers={"tenant": "acme-needle"})
     with broker.subscribe(queue_name, "billing") as sub:
         (message,) = sub.fetch(count=1, block_ms=500)

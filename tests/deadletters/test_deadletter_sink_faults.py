@@ -22,7 +22,7 @@ FAR_FUTURE_MS = b"100000000000000000"
 def dead_entry(broker: Any, queue: str, group: str, message_id: str, **extra: bytes) -> None:
     """A dead letter written straight into ``group``'s dead stream, as a script or another
     client may have left it."""
-    broker.ensure_consumer(queue, group)
+    broker.consumers.ensure(queue, group)
     fields: dict[bytes, bytes] = {
         b"id": message_id.encode(),
         b"payload": b'{"n":1}',
@@ -57,13 +57,13 @@ def test_a_dead_letter_with_an_out_of_range_time_blocks_no_other(
     assert set(rows) == {"good-1", "bad", "good-2", "good-3"}
     assert rows["bad"].published_at is None and rows["bad"].last_failed_at is not None
     assert rows["good-2"].last_failed_at is None and rows["good-2"].published_at is not None
-    assert broker.dead_letters(queue_name, "a") == []
-    assert broker.dead_letters(queue_name, "b") == []
+    assert broker.dead_letters.read(queue_name, "a") == []
+    assert broker.dead_letters.read(queue_name, "b") == []
 
 
 def test_a_consumer_whose_sink_fails_does_not_stop_the_others(queue_name: str, broker: Any) -> None:
     # Given consumer "a" whose dead stream is not a stream (a broken key), and consumer "b"
-    broker.ensure_consumer(queue_name, "a")
+    broker.consumers.ensure(queue_name, "a")
     dead_entry(broker, queue_name, "b", "good-b")
     broken = broker.keys(queue_name).group("a").dead
     broker.client.set(broken, b"not a stream")
@@ -78,7 +78,7 @@ def test_a_consumer_whose_sink_fails_does_not_stop_the_others(queue_name: str, b
     # Then "b"'s dead letter reached the database all the same
     stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)
     assert list(stored) == ["good-b"]
-    assert broker.dead_letters(queue_name, "b") == []
+    assert broker.dead_letters.read(queue_name, "b") == []
 
 
 def test_dead_letters_whose_ids_share_64_characters_stay_two_rows(
@@ -98,7 +98,7 @@ def test_dead_letters_whose_ids_share_64_characters_stay_two_rows(
     assert sorted(r.envelope["id"] for r in rows) == long_ids
     assert len({r.message_id for r in rows}) == 2
     assert all(len(r.message_id) <= 64 for r in rows)
-    assert broker.dead_letters(queue_name, "a") == []
+    assert broker.dead_letters.read(queue_name, "a") == []
 
 
 def test_undecodable_dead_letters_are_not_retried_from_the_database(
@@ -145,7 +145,7 @@ def test_redis_down_stops_the_sink_at_once_with_one_error(
     settings.REDISQ = {"URL": fresh_redis_server.url}
     broker = get_broker()
     for queue in ("q1", "q2", "q3"):
-        broker.ensure_consumer(queue, "billing")
+        broker.consumers.ensure(queue, "billing")
     pairs = [(q, "billing") for q in ("q1", "q2", "q3")]
     fresh_redis_server.stop()
     # When the sink runs, then it raises RedisUnavailable once (the worker's ticker logs
@@ -170,4 +170,4 @@ def test_a_registry_member_that_is_no_queue_name_does_not_stop_the_sink(
     # Then the dead letter reached the database
     stored = DeadLetter.objects.filter(queue=queue_name).values_list("message_id", flat=True)
     assert list(stored) == ["good-a"]
-    assert broker.dead_letters(queue_name, "a") == []
+    assert broker.dead_letters.read(queue_name, "a") == []

@@ -30,7 +30,7 @@ def database_down() -> Iterator[None]:
 
 def kill(broker: Any, queue: str, payload: Any, consumer: str = "billing") -> str:
     """Publish and reject one message; returns its id (a dead letter in Redis)."""
-    broker.ensure_consumer(queue, consumer)
+    broker.consumers.ensure(queue, consumer)
     message_id = broker.publish(queue, payload)
     with broker.subscribe(queue, consumer) as sub:
         (message,) = sub.fetch(count=1, block_ms=500)
@@ -50,7 +50,7 @@ def test_sink_moves_dead_letters_into_rows_with_their_details(queue_name: str, b
     assert "ValueError: declined" in row.traceback
     assert row.payload == '{"order":1}' and row.attempts == 1
     assert row.first_failed_at and row.last_failed_at and row.published_at
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
 
 def test_with_the_database_down_dead_letters_wait_in_redis(queue_name: str, broker: Any) -> None:
@@ -60,13 +60,13 @@ def test_with_the_database_down_dead_letters_wait_in_redis(queue_name: str, brok
         deadletters.sink(queue_name, "billing")
 
     # Then nothing was lost: it is still in Redis, and no row was half-written
-    assert [d.id for d in broker.dead_letters(queue_name, "billing")] == [message_id]
+    assert [d.id for d in broker.dead_letters.read(queue_name, "billing")] == [message_id]
     assert DeadLetter.objects.count() == 0
 
     # When the database is back, the next round moves it
     assert deadletters.sink(queue_name, "billing") == 1
     assert DeadLetter.objects.get().message_id == message_id
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
 
 def test_sink_is_idempotent_when_redis_keeps_an_entry_already_stored(
@@ -74,7 +74,7 @@ def test_sink_is_idempotent_when_redis_keeps_an_entry_already_stored(
 ) -> None:
     # Given a dead letter stored as a row, but (a crash before the delete) still in Redis
     kill(broker, queue_name, {"order": 3})
-    (letter,) = broker.dead_letters(queue_name, "billing")
+    (letter,) = broker.dead_letters.read(queue_name, "billing")
     DeadLetter.objects.create(
         queue=queue_name, consumer="billing", message_id=letter.id, payload="{}", reason="x"
     )

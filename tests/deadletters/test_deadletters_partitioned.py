@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from redisq_django import deadletters
 from redisq_django.connection import get_broker
-from redisq_django.core import Broker, PartitionedQueueError, partition_of
+from redisq_django.core import Broker, PartitionedQueueError, Place, partition_of
 from redisq_django.core.dead_letters import redrive_target
 from redisq_django.core.keys import queue_keys
 from redisq_django.core.partitions import Partitions
@@ -31,7 +31,7 @@ def kill_all(broker: Broker, queue: str, consumer: str = "billing") -> dict[str,
     """Reject every message of every partition; returns message id -> its partition."""
     died: dict[str, int] = {}
     for p in range(K):
-        with broker.subscribe(queue, consumer, f"killer-{p}", partition=p) as sub:
+        with broker.subscribe(Place(queue, p), consumer, f"killer-{p}") as sub:
             for _ in range(20):  # bounded: a few fetches empty a partition
                 got = sub.fetch(count=50, block_ms=50)
                 if not got:
@@ -46,7 +46,7 @@ def received(broker: Broker, queue: str, consumer: str = "billing") -> dict[str,
     """Fetch (and ack) what each partition's instances receive: message id -> partition."""
     got: dict[str, int] = {}
     for p in range(K):
-        with broker.subscribe(queue, consumer, f"reader-{p}", partition=p) as sub:
+        with broker.subscribe(Place(queue, p), consumer, f"reader-{p}") as sub:
             for _ in range(20):
                 batch = sub.fetch(count=50, block_ms=50)
                 if not batch:
@@ -59,7 +59,7 @@ def received(broker: Broker, queue: str, consumer: str = "billing") -> dict[str,
 def publish_some(broker: Broker, queue: str) -> dict[str, str | None]:
     """Ten keyed messages (spread over the partitions by key) and six without a key
     (taking turns); returns message id -> key."""
-    broker.ensure_consumer(queue, "billing")
+    broker.consumers.ensure(queue, "billing")
     sent: dict[str, str | None] = {}
     for n in range(10):
         sent[broker.publish(queue, {"n": n}, key=f"order-{n}")] = f"order-{n}"
@@ -76,21 +76,21 @@ def test_dead_letters_of_every_partition_are_read_merged_and_per_partition(
     died = kill_all(broker, queue_name)
     assert set(died) == set(sent) and set(died.values()) == set(range(K))
     # Then all are read, oldest first, each naming its partition
-    letters = broker.dead_letters(queue_name, "billing")
+    letters = broker.dead_letters.read(queue_name, "billing")
     assert {d.id: d.partition for d in letters} == died
     times = [d.last_failed_at for d in letters]
     assert times == sorted(times)  # type: ignore[type-var]
-    assert len(broker.dead_letters(queue_name, "billing", count=5)) == 5
+    assert len(broker.dead_letters.read(queue_name, "billing", count=5)) == 5
     # And one partition's alone
-    two = broker.dead_letters(queue_name, "billing", partition=2)
+    two = broker.dead_letters.read(Place(queue_name, 2), "billing")
     assert {d.id for d in two} == {m for m, p in died.items() if p == 2}
     # A dead letter's entry id is no address without its partition
-    with pytest.raises(PartitionedQueueError, match="partition=0 to 3"):
-        broker.redrive(queue_name, "billing", two[0].entry_id)
-    with pytest.raises(PartitionedQueueError, match="partition=0 to 3"):
-        broker.delete_dead(queue_name, "billing", [two[0].entry_id], partition=K)
+    with pytest.raises(PartitionedQueueError, match=r"Place\(.*, 0\) to Place\(.*, 3\)"):
+        broker.dead_letters.redrive(queue_name, "billing", two[0].entry_id)
+    with pytest.raises(PartitionedQueueError, match=r"Place\(.*, 0\) to Place\(.*, 3\)"):
+        broker.dead_letters.delete(Place(queue_name, K), "billing", [two[0].entry_id])
     # Re-driven from Redis, it goes back to its partition only
-    assert broker.redrive(queue_name, "billing", two[0].entry_id, partition=2)
+    assert broker.dead_letters.redrive(Place(queue_name, 2), "billing", two[0].entry_id)
     assert received(broker, queue_name) == {two[0].id: 2}
 
 
@@ -108,7 +108,7 @@ def test_the_sink_drains_every_partition_and_rows_remember_theirs(
     for message_id, key in sent.items():
         if key is not None:
             assert rows[message_id].partition == partition_of(key, K)
-    assert broker.dead_letters(queue_name, "billing") == []
+    assert broker.dead_letters.read(queue_name, "billing") == []
 
 
 def test_a_retry_sends_each_dead_letter_back_to_its_partition(
@@ -129,12 +129,12 @@ def test_the_admin_shows_the_partition_a_dead_letter_died_in(
     broker: Broker, queue_name: str
 ) -> None:
     # Given a sunk dead letter of partition p, and an unpartitioned queue's
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1}, key="order-1")
     p = partition_of("order-1", K)
     kill_all(broker, queue_name)
     plain_queue = f"{queue_name}.plain"
-    broker.ensure_consumer(plain_queue, "billing")
+    broker.consumers.ensure(plain_queue, "billing")
     broker.publish(plain_queue, {"n": 2})
     with broker.subscribe(plain_queue, "billing") as sub:
         (delivery,) = sub.fetch(count=1, block_ms=500)
@@ -162,15 +162,15 @@ def test_unpartitioned_dead_letters_have_no_partition(
     redisq_settings: Any, queue_name: str
 ) -> None:
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     message_id = broker.publish(queue_name, {"n": 1})
     with broker.subscribe(queue_name, "billing") as sub:
         (delivery,) = sub.fetch(count=1, block_ms=500)
         sub.reject(delivery, ValueError("declined"))
-    (letter,) = broker.dead_letters(queue_name, "billing")
+    (letter,) = broker.dead_letters.read(queue_name, "billing")
     assert letter.partition is None
     with pytest.raises(PartitionedQueueError, match="not partitioned"):
-        broker.dead_letters(queue_name, "billing", partition=0)
+        broker.dead_letters.read(Place(queue_name, 0), "billing")
     assert deadletters.sink(queue_name, "billing") == 1
     assert DeadLetter.objects.get(message_id=message_id).partition is None
 

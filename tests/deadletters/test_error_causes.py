@@ -54,7 +54,7 @@ def test_30_failures_of_one_sku_error_are_one_cause_with_a_sample(
 ) -> None:
     # Given 30 "unknown SKU X00nn", 3 UUID and 2 quoted variants, and 2 other errors
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "stock")
+    broker.consumers.ensure(queue_name, "stock")
     texts = [*SAME["sku"], *SAME["uuid"][:3], *SAME["quoted"][:2], *APART[:2]]
     for i, text in enumerate(texts):
         kill(broker, queue_name, "stock", {"i": i}, failure(text))

@@ -112,7 +112,7 @@ def test_sigkill_during_handling_redelivers_to_another_instance(
     wait_for(lambda: unacked(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="ack")
     assert holder.proc.returncode == -signal.SIGKILL
     assert other.alive
-    assert broker.dead_letters(FAULTS, RECORDER) == []
+    assert broker.dead_letters.read(FAULTS, RECORDER) == []
 
 
 # ---------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_worker_survives_a_redis_restart(
     client = fresh_redis_server.client()
     try:
         broker = Broker(client)
-        broker.ensure_consumer(FAULTS, RECORDER, "earliest")
+        broker.consumers.ensure(FAULTS, RECORDER, "earliest")
         worker = pool.start(FAULTS, "--prefetch", "20")
         worker.wait_ready()
         ids: list[str] = []
@@ -264,11 +264,12 @@ def test_worker_survives_a_redis_restart(
             print("\nthe async worker saw no failed call during the restart")
         else:
             assert "reachable again" in stderr, stderr[-3000:]
+        dead = broker.dead_letters.read(FAULTS, RECORDER)
         print(
             f"\nall {n} handled {took:.2f}s after the restart; "
-            f"{duplicates(done)} duplicate(s); dead={len(broker.dead_letters(FAULTS, RECORDER))}"
+            f"{duplicates(done)} duplicate(s); dead={len(dead)}"
         )
-        assert broker.dead_letters(FAULTS, RECORDER) == []
+        assert dead == []
         assert "Traceback" not in stderr, stderr[-3000:]
         worker.send(signal.SIGTERM)
         assert worker.wait_exit(timeout=20) == 0
@@ -290,8 +291,8 @@ def test_chaos_kills_lose_nothing(
     CHAOS, ALPHA, BETA = kind.chaos, kind.alpha, kind.beta
     n, rounds, prefetch = 20_000, 40, 10  # a batch every 0.5 s, a kill every second
     per_round = n // rounds
-    broker.ensure_consumer(CHAOS, ALPHA, "earliest")
-    broker.ensure_consumer(CHAOS, BETA, "earliest")
+    broker.consumers.ensure(CHAOS, ALPHA, "earliest")
+    broker.consumers.ensure(CHAOS, BETA, "earliest")
     args = ("--prefetch", str(prefetch), "--stats-interval", "0")
     alphas = [workers.start(CHAOS, "--consumer", ALPHA, *args) for _ in range(3)]
     beta = workers.start(CHAOS, "--consumer", BETA, *args)
@@ -331,8 +332,8 @@ def test_chaos_kills_lose_nothing(
     # Duplicates come from the kills: each killed instance held at most one batch
     # (async: its 10 handlers in flight, the --prefetch of threads).
     assert dups_alpha <= kills * prefetch, workers.report()
-    assert broker.dead_letters(CHAOS, ALPHA) == []
-    assert broker.dead_letters(CHAOS, BETA) == []
+    assert broker.dead_letters.read(CHAOS, ALPHA) == []
+    assert broker.dead_letters.read(CHAOS, BETA) == []
     assert beta.alive and all(a.alive for a in alphas), workers.report()
 
 
@@ -354,7 +355,7 @@ def test_poison_message_dies_after_max_retries_plus_one_while_others_flow(
     # When the worker runs, then every good message is handled once
     wait_ids(redis_client, FAULTS, RECORDER, good, timeout=60)
     dead = wait_for(
-        lambda: broker.dead_letters(FAULTS, RECORDER),
+        lambda: broker.dead_letters.read(FAULTS, RECORDER),
         timeout=30,
         what="the dead letter",
     )
@@ -413,7 +414,7 @@ def test_a_message_that_kills_its_process_dies_alone(
 
     def finished() -> bool:
         done = {d.id for d in read_done(redis_client, PILLS, EATER)}
-        in_redis = [(d.id, d.attempts, d.reason) for d in broker.dead_letters(PILLS, EATER)]
+        in_redis = [(d.id, d.attempts, d.reason) for d in broker.dead_letters.read(PILLS, EATER)]
         dead[:] = dead or in_redis or _dead_letter_rows(workers.db_path, PILLS, EATER)
         return bool(dead) and done >= set(good)
 
@@ -484,7 +485,7 @@ def test_a_long_handler_does_not_keep_its_prefetched_batch_from_other_instances(
         (mid, 1, second.pid) for mid in quick
     }
     wait_for(lambda: unacked(redis_client, FAULTS, RECORDER) == 0, timeout=10, what="acks")
-    assert broker.dead_letters(FAULTS, RECORDER) == []
+    assert broker.dead_letters.read(FAULTS, RECORDER) == []
 
 
 # ---------------------------------------------------------------------------
@@ -521,7 +522,7 @@ def test_pause_resume_and_max_retries_override_reach_a_running_worker(
     worker.wait_log("max_retries 3 -> 0", timeout=10)
     poison = broker.publish(FAULTS, {"poison": True})
     (letter,) = wait_for(
-        lambda: broker.dead_letters(FAULTS, RECORDER), timeout=15, what="the dead letter"
+        lambda: broker.dead_letters.read(FAULTS, RECORDER), timeout=15, what="the dead letter"
     )
     assert (letter.id, letter.attempts) == (poison, 1)
     assert worker.alive
@@ -571,7 +572,7 @@ def test_runconsumer_burst_and_max_messages(
     assert sorted(d.id for d in deliveries if d.id != failing) == sorted(ids)
     assert all(d.attempts == 1 for d in deliveries if d.id != failing)
     assert [d.attempts for d in deliveries if d.id == failing] == [1, 2, 3, 4]
-    assert [d.id for d in broker.dead_letters(FAULTS, RECORDER)] == [failing]
+    assert [d.id for d in broker.dead_letters.read(FAULTS, RECORDER)] == [failing]
     assert unacked(redis_client, FAULTS, RECORDER) == 0
 
 
@@ -622,7 +623,7 @@ def test_events_agree_with_outcomes_after_a_sigkilled_worker(
     assert all(order[("reclaimed", m)] < order[("handled", m)] for m in reclaimed)
     # ...and nothing died, was retried or handled without an event
     assert {e for e, _, _, _ in recorded} <= {"handled", "reclaimed"}
-    assert broker.dead_letters(FAULTS, RECORDER) == []
+    assert broker.dead_letters.read(FAULTS, RECORDER) == []
     assert acked_by_first <= set(ids)
 
 

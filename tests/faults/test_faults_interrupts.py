@@ -37,7 +37,8 @@ def _dead(broker: Broker, db_path: Path) -> dict[str, tuple[int, str, str]]:
     """message id -> (attempts, reason, error class) of the dead letters of
     faults/recorder, in Redis or already in the workers' database."""
     found = {
-        d.id: (d.attempts, d.reason, d.error_class) for d in broker.dead_letters(FAULTS, RECORDER)
+        d.id: (d.attempts, d.reason, d.error_class)
+        for d in broker.dead_letters.read(FAULTS, RECORDER)
     }
     with contextlib.closing(sqlite3.connect(db_path, timeout=5)) as db:
         rows = db.execute(

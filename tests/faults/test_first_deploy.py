@@ -69,7 +69,7 @@ def test_a_message_published_before_any_worker_ran_reaches_every_declared_consum
     migrated = workers.run("migrate", "-v", "0", env=workers.env(REDISQ_TEST_URL=away))
     assert migrated.returncode == 0, migrated.stderr
     assert "declared consumer(s) are not registered in Redis yet" in migrated.stderr
-    assert broker.consumers(QUEUE) == []
+    assert broker.consumers.names(QUEUE) == []
 
     # When a process of the project publishes (no worker of the queue ever ran)
     done = subprocess.run(
@@ -86,8 +86,8 @@ def test_a_message_published_before_any_worker_ran_reaches_every_declared_consum
     assert len(set(ids)) == MESSAGES
 
     # Then its first publish registered the declared consumers (on every partition)...
-    assert broker.consumers(QUEUE) == sorted(CONSUMERS)
-    for keys in broker.layout(QUEUE):
+    assert broker.consumers.names(QUEUE) == sorted(CONSUMERS)
+    for keys in broker.partitions.layout(QUEUE):
         groups = {g["name"].decode() for g in redis_client.xinfo_groups(keys.log)}
         assert groups == set(CONSUMERS), keys.log
     # ...and the first run of the worker handles every message, for each consumer
@@ -100,7 +100,7 @@ def test_after_migrate_alone_a_declared_consumer_gets_what_any_client_publishes(
     # Given a deploy's migrate, Redis up
     workers.migrate()
     broker = Broker(redis_client)  # the core alone: it loads no declarations
-    assert broker.consumers(QUEUE) == sorted(CONSUMERS)
+    assert broker.consumers.names(QUEUE) == sorted(CONSUMERS)
     # When a client that knows nothing of the consumers publishes (another service)
     ids = broker.publish_many(QUEUE, [{"n": n} for n in range(MESSAGES)])
     ids.append(broker.publish(QUEUE, {"n": MESSAGES}))

@@ -68,7 +68,7 @@ def test_a_handler_outliving_the_grace_period_runs_again_not_dead(
     ]
     (done,) = wait_deliveries(redis_client, queue, name, 1, timeout=30, done=True)
     assert (done.id, done.pid) == (mid, second.pid)
-    assert broker.dead_letters(queue, name) == []
+    assert broker.dead_letters.read(queue, name) == []
 
 
 def test_an_ordered_consumer_keeps_the_key_for_the_message_handed_back(
@@ -93,7 +93,7 @@ def test_an_ordered_consumer_keeps_the_key_for_the_message_handed_back(
     wait_deliveries(redis_client, queue, name, 2, timeout=30, done=True)
     done = read_done(redis_client, queue, name)
     assert [(d.id, d.attempts) for d in done] == [(first_id, 1), (second_id, 1)]
-    assert broker.dead_letters(queue, name) == []
+    assert broker.dead_letters.read(queue, name) == []
 
 
 def test_a_cold_stop_says_that_the_delivery_counts(

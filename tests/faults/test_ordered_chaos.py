@@ -174,7 +174,7 @@ def test_on_a_cluster_a_partitioned_queue_keeps_each_keys_order_under_sigkill_ch
 def run_chaos(workers: Workers, broker: Broker, redis_client: Any, kind: Kind) -> None:
     """Start 3 instances, publish rounds while killing one a round, drain, check."""
     runs = ordered_key(kind.queue, kind.name)
-    broker.ensure_consumer(kind.queue, kind.name, "earliest")
+    broker.consumers.ensure(kind.queue, kind.name, "earliest")
     args = ("--prefetch", "10", "--stats-interval", "0")
     pool = [workers.start(kind.queue, *args) for _ in range(INSTANCES)]
     for w in pool:
@@ -227,7 +227,7 @@ def run_chaos(workers: Workers, broker: Broker, redis_client: Any, kind: Kind) -
     assert verdict.problems == [], verdict.problems[:20]
     assert sent <= verdict.handled
     assert kills >= ROUNDS - 1 - 2  # (a kill that could not be reaped is not counted)
-    assert broker.dead_letters(kind.queue, kind.name) == []
+    assert broker.dead_letters.read(kind.queue, kind.name) == []
     # And every key is free again, nothing waits behind one
     gkeys = broker.keys(kind.queue).group(kind.name)
     wait_for(

@@ -175,7 +175,7 @@ def _acknowledged_then_failover(topology: Topology, queue: str, wait_replicas: i
     master whose replica lags; another instance reads the key's next message, 11; the
     master dies. Returns the numbers of the messages in the order their handlers ran."""
     broker = Broker(topology.client, _config(wait_replicas))
-    broker.ensure_consumer(queue, LEDGER, "earliest")
+    broker.consumers.ensure(queue, LEDGER, "earliest")
     # Given messages 10 and 11 of one key, 10 handled by instance A, all replicated
     broker.publish(queue, {"n": 10}, key="k")
     broker.publish(queue, {"n": 11}, key="k")
@@ -264,7 +264,7 @@ def test_a_read_confirmed_by_the_replica_is_on_the_replica_when_it_returns(
 ) -> None:
     # Given an ordered consumer whose reads wait for one replica
     broker = Broker(primary.client, _config(wait_replicas=1))
-    broker.ensure_consumer(queue_name, LEDGER, "earliest")
+    broker.consumers.ensure(queue_name, LEDGER, "earliest")
     mid = broker.publish(queue_name, {"n": 1}, key="k")
     sub = broker.subscribe(queue_name, LEDGER, "B", ordered=True)
     # When it reads
@@ -287,7 +287,7 @@ def test_a_read_whose_replica_is_frozen_times_out_and_its_messages_run(
     # Given an ordered consumer whose reads wait up to 300 ms for one replica, and a
     # replica that is frozen and cut off
     broker = Broker(primary.client, _config(wait_replicas=1, timeout_ms=300))
-    broker.ensure_consumer(queue_name, LEDGER, "earliest")
+    broker.consumers.ensure(queue_name, LEDGER, "earliest")
     first = broker.publish(queue_name, {"n": 1}, key="k")
     keyless = broker.publish(queue_name, {"n": 2})
     primary.lose_the_link()
@@ -332,7 +332,7 @@ def test_a_worker_counts_the_reads_its_replicas_did_not_confirm(
     # Given an ordered consumer declared with wait_replicas=1 (the config says 0), and a
     # replica that is frozen and cut off
     broker = Broker(primary.client, _config(wait_replicas=0, timeout_ms=100))
-    broker.ensure_consumer(queue_name, LEDGER, "earliest")
+    broker.consumers.ensure(queue_name, LEDGER, "earliest")
     handled: list[str] = []
     ids = [broker.publish(queue_name, {"n": n}, key=f"k{n}") for n in range(3)]
     primary.lose_the_link()

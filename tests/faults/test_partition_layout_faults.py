@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, RedisUnavailable
+from redisq_django.core import Broker, CoreConfig, Place, RedisUnavailable
 from tests.support.redis_server import RedisServer
 from tests.support.workers import Workers, wait_ids
 
@@ -57,7 +57,7 @@ def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
     try:
         # Given a running publisher and a running worker of a queue of 4 partitions
         publisher = Broker(client, CoreConfig(partitions={FAULTS: K}))
-        publisher.ensure_consumer(FAULTS, RECORDER, "earliest")
+        publisher.consumers.ensure(FAULTS, RECORDER, "earliest")
         worker = pool.start(FAULTS).wait_ready()
         wait_ids(client, FAULTS, RECORDER, publish_retrying(publisher, 20, "before"), timeout=30)
         # When Redis restarts without persistence: every record of the layout is gone
@@ -83,7 +83,7 @@ def test_a_partitioned_queue_goes_on_after_redis_restarts_empty(
         for proc in (worker, second):
             assert "partition logs but no number" not in proc.stderr
             assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        assert publisher.dead_letters(FAULTS, RECORDER, partition=None) == []
+        assert publisher.dead_letters.read(Place(FAULTS, None), RECORDER) == []
     finally:
         client.close()
 
@@ -96,7 +96,7 @@ def test_a_deploy_after_the_restart_is_not_refused_by_what_a_running_worker_wrot
     # afterwards found logs but no record and was refused.
     client = volatile_redis_server.client()
     try:
-        Broker(client, CoreConfig(partitions={FAULTS: K})).ensure_consumer(
+        Broker(client, CoreConfig(partitions={FAULTS: K})).consumers.ensure(
             FAULTS, RECORDER, "earliest"
         )
         worker = pool.start(FAULTS).wait_ready()

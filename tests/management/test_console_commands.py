@@ -165,7 +165,7 @@ def test_with_redis_stopped_the_commands_say_so(
 ) -> None:
     # Given a queue with a consumer on a Redis that then stops
     settings.REDISQ = {"URL": volatile_redis_server.url}
-    get_broker().ensure_consumer(queue_name, "billing")
+    get_broker().consumers.ensure(queue_name, "billing")
     volatile_redis_server.stop()
     # When the operator delivers or purges: an error that says what to do, no traceback
     says = r"Cannot reach Redis.*Check that the server is running"

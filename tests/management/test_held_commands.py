@@ -48,7 +48,7 @@ def test_held_lists_each_key_with_its_waiting_count_holder_and_why(made: Held) -
 
 
 def test_held_says_when_nothing_is_held_and_refuses_unknown_names(broker: Any, made: Held) -> None:
-    broker.ensure_consumer(made.queue, "mailer")
+    broker.consumers.ensure(made.queue, "mailer")
     assert "No ordering key of" in redisq("held", made.queue, "mailer")
     with pytest.raises(CommandError, match="is not registered on queue"):
         redisq("held", made.queue, "nobody")

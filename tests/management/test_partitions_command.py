@@ -10,7 +10,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from redisq_django.connection import get_broker
-from redisq_django.core import PartitionsMismatch, partition_of
+from redisq_django.core import PartitionsMismatch, Place, partition_of
 from tests.support.admin_pages import redisq
 
 
@@ -25,7 +25,7 @@ def test_partitions_is_refused_until_drained_then_recorded(
 ) -> None:
     # Given a queue of 2 partitions with a consumer and a message it has not read
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     sent = broker.publish(queue_name, {"n": 1}, key="k")
     assert redisq("partitions", queue_name) == f"{queue_name}: 2 partition(s) in Redis\n"
     # When asked for 4: refused, saying what remains, nothing changed
@@ -36,7 +36,7 @@ def test_partitions_is_refused_until_drained_then_recorded(
     )
     assert redisq("partitions", queue_name).startswith(f"{queue_name}: 2 partition")
     # When the consumer has handled it: done, and the restart is asked for
-    sub = broker.subscribe(queue_name, "billing", "i", partition=partition_of("k", 2))
+    sub = broker.subscribe(Place(queue_name, partition_of("k", 2)), "billing", "i")
     [delivery] = sub.fetch(count=1, block_ms=1000)
     assert delivery.message.id == sent
     sub.ack([delivery])
@@ -47,7 +47,7 @@ def test_partitions_is_refused_until_drained_then_recorded(
     with pytest.raises(PartitionsMismatch):
         type(broker)(broker.client, broker.config).publish(queue_name, {"n": 2})
     partitioned.REDISQ = {**partitioned.REDISQ, "PARTITIONS": {queue_name: 4}}
-    assert get_broker().consumers(queue_name) == ["billing"]
+    assert get_broker().consumers.names(queue_name) == ["billing"]
     get_broker().publish(queue_name, {"n": 3})
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from redisq_django.core import partition_of
+from redisq_django.core import Place, partition_of
 from tests.support.admin_pages import redisq
 
 K = 3
@@ -26,7 +26,7 @@ def row(text: str, first: str) -> list[str]:
 def test_status_deliver_now_and_purge_cover_every_partition(broker: Any, queue_name: str) -> None:
     # Given billing and audit on a queue of 3 partitions, 9 keyed messages, 3 delayed
     for name in ("billing", "audit"):
-        broker.ensure_consumer(queue_name, name)
+        broker.consumers.ensure(queue_name, name)
     for n in range(9):
         broker.publish(queue_name, {"n": n}, key=f"k{n}")
     later = [broker.publish(queue_name, {"d": n}, delay=3600, key=f"k{n}") for n in range(3)]
@@ -53,10 +53,10 @@ def test_status_deliver_now_and_purge_cover_every_partition(broker: Any, queue_n
 
 def test_held_and_release_key_reach_the_key_partition(broker: Any, queue_name: str) -> None:
     # Given an ordered consumer on every partition, each of 3 keys holding one message back
-    broker.ensure_consumer(queue_name, "ledger")
+    broker.consumers.ensure(queue_name, "ledger")
     ids = {k: broker.publish_many(queue_name, [{"n": 0}, {"n": 1}], key=k) for k in "abc"}
     subs = [
-        broker.subscribe(queue_name, "ledger", f"i{i}", ordered=True, partition=i) for i in range(K)
+        broker.subscribe(Place(queue_name, i), "ledger", f"i{i}", ordered=True) for i in range(K)
     ]
     assert sorted(d.key for s in subs for d in s.fetch(count=10, block_ms=100)) == ["a", "b", "c"]
 

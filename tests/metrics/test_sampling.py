@@ -71,7 +71,7 @@ def test_a_ratio_sampler_keeps_its_share_and_a_dropped_handler_runs_in_a_span_of
     # threads, and 2,000 messages published with tracing
     tracing, exporter = traced(ParentBasedTraceIdRatio(0.25))
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     ids = {broker.publish(queue_name, {"n": n}) for n in range(2000)}
     seen = Seen(tracing)
     asked: list[str] = []  # the spans the SDK was asked for
@@ -128,9 +128,9 @@ def test_a_dropped_handler_passes_its_own_context_on(
     # Given a worker whose sampler drops everything, and a handler that publishes
     tracing, exporter = traced(ParentBased(ALWAYS_OFF))
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     follow_up = f"{queue_name}.next"
-    broker.ensure_consumer(follow_up, GROUP, "earliest")
+    broker.consumers.ensure(follow_up, GROUP, "earliest")
     for n in range(20):
         broker.publish(queue_name, {"n": n})
     in_handler: dict[str, int] = {}
@@ -178,7 +178,7 @@ def test_a_span_current_around_the_handler_leaves_the_decision_to_the_sdk(
     outer_exporter = InMemorySpanExporter()
     outer_provider.add_span_processor(SimpleSpanProcessor(outer_exporter))
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     for n in range(50):
         broker.publish(queue_name, {"n": n})
 
@@ -267,7 +267,7 @@ GLOBAL_PROVIDER = textwrap.dedent(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     broker = Broker(redis.Redis.from_url(url))
-    broker.ensure_consumer(queue, "g", "earliest")
+    broker.consumers.ensure(queue, "g", "earliest")
     broker.publish_many(queue, [{"n": n} for n in range(1000)])
     spec = ConsumerSpec(queue, "g", lambda m: None, start="earliest")
     options = WorkerOptions(block_ms=50, burst=True, stats_interval=0)

@@ -47,7 +47,7 @@ def test_publish_sends_in_a_producer_span_and_the_handler_runs_in_a_linked_consu
 ) -> None:
     # Given a broker with the tracing hook, and a request span around the publish
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     tracer = tracing._tracer  # the same provider: spans of the test go to the exporter
     with tracer.start_as_current_span("request") as request:
         message_id = broker.publish(queue_name, {"order": 1}, headers={"who": "me"})
@@ -91,7 +91,7 @@ def test_publish_many_carries_one_send_span_to_every_message(
     redis_client: redis.Redis, queue_name: str, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     ids = broker.publish_many(queue_name, [{"n": i} for i in range(3)])
 
     handled = drain(broker, queue_name, tracing)
@@ -112,7 +112,7 @@ def test_a_message_prepared_now_and_sent_later_carries_a_create_span(
 ) -> None:
     # Given a message prepared (as publish_on_commit does) and sent later
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     envelope = broker.prepare(queue_name, {"n": 1}, id="fixed-id-1")
     broker.send([envelope])
 
@@ -132,7 +132,7 @@ def test_a_failing_handler_marks_its_span_and_each_attempt_has_one(
     redis_client: redis.Redis, queue_name: str, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     broker.publish(queue_name, {"fail": True})
 
     def fail(message: Message) -> None:
@@ -159,7 +159,7 @@ def test_async_handlers_running_together_each_run_in_their_own_span(
     import asyncio
 
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     ids = broker.publish_many(queue_name, [0.03, 0.01, 0.02])
     current: dict[str, list[int]] = {}
 
@@ -198,7 +198,7 @@ def test_the_callers_traceparent_wins_and_a_handler_span_is_a_child(
     # Given a message that already carries a trace context of its own
     given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[tracing])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     broker.publish(queue_name, {"n": 1}, headers={"traceparent": given})
     tracer = tracing._tracer
 
@@ -223,7 +223,7 @@ def test_a_message_without_trace_context_is_processed_without_a_link(
     # Given a message published by a producer without tracing (any client)
     Broker(redis_client).publish(queue_name, {"n": 1})
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20))
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     # (the consumer registered after the publish: start from the earliest entry)
     assert len(drain(broker, queue_name, tracing)) == 1
     (process,) = spans(exporter, f"process {queue_name}")
@@ -272,7 +272,7 @@ def test_publish_on_commit_and_the_outbox_carry_the_context(
     settings.REDISQ = {"URL": redis_url, "TRACING": True, "OUTBOX": outbox}
     broker = get_broker()
     assert tracing_hooks(broker) == [get_tracing()]
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
 
     # When a message is published on commit inside a request span
     tracer = trace.get_tracer("test")
@@ -297,7 +297,7 @@ def test_without_an_sdk_nothing_is_traced_but_a_current_context_passes_on(
     noop = Tracing(tracer_provider=trace.NoOpTracerProvider())
     assert not noop.live()
     broker = Broker(redis_client, CoreConfig(poll_interval_ms=20), hooks=[noop])
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
 
     # When one message is published with no context, one inside a remote one
     broker.publish(queue_name, {"n": 1})

@@ -106,7 +106,7 @@ def test_gauges_equal_the_state_of_the_queue(client: Client, queue_name: str) ->
     broker = get_broker()
     q = queue_name
     for group in ("billing", "mail"):
-        broker.ensure_consumer(q, group, "earliest")
+        broker.consumers.ensure(q, group, "earliest")
     broker.publish_many(q, [{"n": i} for i in range(5)])
     broker.publish(q, {"later": True}, delay=3600)
     # billing: 2 fetched (one of them fails: waits 60 s for its retry), 3 not delivered,
@@ -167,7 +167,7 @@ def test_gauges_equal_the_state_of_the_queue(client: Client, queue_name: str) ->
 def test_ages_grow_with_the_oldest_waiting_message(client: Client, queue_name: str) -> None:
     # Given a message published, then one delivered and not acked, 1.2 s ago
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     broker.publish_many(queue_name, [{"n": 1}, {"n": 2}])
     assert len(broker.subscribe(queue_name, "billing", "b").fetch(count=1, block_ms=0)) == 1
     time.sleep(1.2)
@@ -288,7 +288,7 @@ def test_the_collector_reads_a_redis_cluster(redis_cluster: Any) -> None:
     client = redis_cluster.client()
     broker = Broker(client)
     for q in ("alpha", "omega"):
-        broker.ensure_consumer(q, "billing", "earliest")
+        broker.consumers.ensure(q, "billing", "earliest")
         broker.publish_many(q, [{"n": i} for i in range(3)])
 
     # When collected
@@ -320,7 +320,7 @@ def test_a_bad_registry_member_costs_only_its_own_series(
     broker = get_broker()
     queues = [f"{queue_name}-a", f"{queue_name}-b"]
     for q in queues:
-        broker.ensure_consumer(q, "billing", "earliest")
+        broker.consumers.ensure(q, "billing", "earliest")
         broker.publish_many(q, [{"n": i} for i in range(3)])
     healthy = scrape(client)
     # ...and members of the queue registry another client wrote that are no queue name

@@ -73,7 +73,7 @@ def test_counters_and_histograms_equal_what_the_handlers_did(
     policy = RetryPolicy.from_seconds(
         max_retries=1, backoff=0.01, max_backoff=0.02, visibility_timeout=1.0
     )
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     broker.publish(queue_name, {"orphan": True})
     ghost = broker.subscribe(queue_name, GROUP, "ghost", policy=policy)
     assert len(ghost.fetch(count=1, block_ms=0)) == 1  # never acknowledged
@@ -144,7 +144,7 @@ def test_deaths_by_lease_expiry_and_undecodable_entries_count_as_dead(
     policy = RetryPolicy.from_seconds(
         max_retries=0, backoff=0.01, max_backoff=0.02, visibility_timeout=0.2
     )
-    broker.ensure_consumer(queue_name, GROUP, "earliest")
+    broker.consumers.ensure(queue_name, GROUP, "earliest")
     broker.publish(queue_name, {"orphan": True})
     ghost = broker.subscribe(queue_name, GROUP, "ghost", policy=policy)
     assert len(ghost.fetch(count=1, block_ms=0)) == 1  # never acknowledged
@@ -162,7 +162,7 @@ def test_deaths_by_lease_expiry_and_undecodable_entries_count_as_dead(
 
     # Then both deaths, which no handler saw, count as dead; the good message as handled
     assert handled == [{"good": True}]
-    reasons = sorted(d.reason for d in broker.dead_letters(queue_name, GROUP))
+    reasons = sorted(d.reason for d in broker.dead_letters.read(queue_name, GROUP))
     assert reasons == ["lease_expired", "undecodable"]
     labels = {"queue": queue_name, "consumer": GROUP}
     assert value(registry, "redisq_messages_total", outcome="dead", **labels) == 2

@@ -115,7 +115,7 @@ def test_an_archive_of_files_before_and_after_the_key_column_reads_whole_everywh
     assert summary.totals["published"] == OLD + NEW
 
     # And a replay publishes them again with their keys (none for the old ones)
-    broker.ensure_consumer(queue_name, "audit")  # from now: only the replayed messages
+    broker.consumers.ensure(queue_name, "audit")  # from now: only the replayed messages
     replayed = replay(
         spark, ReplayOptions(redis_url=redis_url, root=str(tmp_path), queue=queue_name)
     )

@@ -74,7 +74,7 @@ def test_an_adhoc_stream_and_a_second_archive_beside_the_archive_lose_nothing(
     # Given history on, no replay window, a consumer that acks, and the archive job,
     # which has archived what was there so far
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = publish(broker, queue_name, 300)
     ack_all(broker, queue_name)
     options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path / "main"), queues=(queue_name,))
@@ -130,7 +130,7 @@ def test_a_hard_cap_past_the_archive_stops_it_naming_the_gap_unless_told_to_go_o
     # Given an archive that stored 50 messages, then a hard cap of 100 entries with a
     # slow consumer: 200 messages after the archive's position are dropped
     broker = Broker(redis_client, CoreConfig(max_len=100, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     root = tmp_path / "archive"
     ids = publish(broker, queue_name, 50)
     argv = ["archive", "--redis-url", redis_url, "--root", str(root), "--queue", queue_name]
@@ -185,7 +185,7 @@ def test_a_readonly_stream_fails_when_retention_passed_it_or_goes_on_when_told(
 ) -> None:
     # Given a read-only stream that read the first 100 messages
     broker = Broker(redis_client, CoreConfig(replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     ids = publish(broker, queue_name, 100)
     options = {"url": redis_url, "queue": queue_name}
 
@@ -224,7 +224,7 @@ def test_upgrading_keeps_what_the_unnamed_archive_had_not_stored(
     # Given what an earlier version left: an archive (checkpoint and files) of 200
     # messages, its position in meta's "archive:messages", and no named archive
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     ids = publish(broker, queue_name, 200)
     options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
     archive(spark, options)

@@ -157,8 +157,8 @@ def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
     assertDataFrameEqual(counts["cluster"], counts["local"])
 
     # The replay on the cluster publishes exactly the selected messages, to billing only.
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     selected = {
         r.message_id for r in read_table(spark, local, "messages").where(F.expr(WHERE)).collect()
     }

@@ -147,7 +147,7 @@ def test_batch_read_of_all_queues_and_empty_ones(
     a, b, empty = f"{queue_name}.a", f"{queue_name}.b", f"{queue_name}.empty"
     broker.publish_many(a, [1, 2])
     broker.publish_many(b, [3])
-    broker.ensure_consumer(empty, "billing")  # registered, log created, no entries
+    broker.consumers.ensure(empty, "billing")  # registered, log created, no entries
 
     df = reader(spark, redis_url).load()
 
@@ -273,7 +273,7 @@ def test_events_written_by_a_subscription_with_history_on(
     queue_name: str, spark: Any, redis_client: redis.Redis, redis_url: str
 ) -> None:
     broker = Broker(redis_client, CoreConfig(history=True))
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
     ids = broker.publish_many(queue_name, [1, 2, 3])
     with broker.subscribe(queue_name, "billing", instance="w-1") as sub:
         first, second, third = sub.fetch(count=3, block_ms=100)
@@ -297,13 +297,13 @@ def test_events_written_by_a_subscription_with_history_on(
 def test_dead_letters_of_a_rejected_message(
     queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
-    broker.ensure_consumer(queue_name, "email", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "email", start="earliest")
     message_id = broker.publish(queue_name, {"order": 42}, headers={"trace": "t-1"}, key="o-42")
     with broker.subscribe(queue_name, "billing") as sub:
         fetched = sub.fetch(count=10, block_ms=100)
         sub.reject(fetched[0], ValueError("no such customer"))
-    letter = broker.dead_letters(queue_name, "billing")[0]
+    letter = broker.dead_letters.read(queue_name, "billing")[0]
 
     df = reader(spark, redis_url, table="dead").load()
 
@@ -387,8 +387,8 @@ def test_streaming_starts_at_latest_and_picks_up_new_entries(
 def test_write_publishes_every_row_to_every_consumer(
     queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     rows = [
         (compact({"n": i}), compact({"h": i}) if i % 2 else None, f"old-{i}") for i in range(120)
     ]
@@ -410,8 +410,8 @@ def test_write_publishes_every_row_to_every_consumer(
 def test_write_to_one_consumer_and_publish_once(
     queue_name: str, spark: Any, broker: Broker, redis_url: str
 ) -> None:
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     df = spark.createDataFrame(
         [(compact({"n": i}), f"m-{i}") for i in range(10)], "payload STRING, message_id STRING"
     )
@@ -440,7 +440,7 @@ def test_stream_from_one_queue_into_another(
     queue_name: str, spark: Any, broker: Broker, redis_url: str, tmp_path: Any
 ) -> None:
     copy = f"{queue_name}.copy"
-    broker.ensure_consumer(copy, "audit")
+    broker.consumers.ensure(copy, "audit")
     ids = publish_spread(broker, queue_name, 90, chunk=30)
     stream = (
         spark.readStream.format("redisq")

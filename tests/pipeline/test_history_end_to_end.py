@@ -30,7 +30,7 @@ def test_retention_waits_for_the_archive_job_then_trims_behind_it(
     # Given history on, no replay window, and a consumer that handled 200 messages, one
     # of them after a failure
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(200)])
     sub = broker.subscribe(queue_name, "billing", "w1", backoff_s=0.001, max_backoff_s=0.001)
     batch = sub.fetch(count=500, block_ms=500)

@@ -29,7 +29,7 @@ def setup(
     """Ten messages a slow consumer has not read, an archive "a" at the start, and the
     one range a micro-batch planned over them (pages of 3)."""
     broker = Broker(redis_client, CoreConfig(max_len=6, replay_window_ms=0))
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     ids = broker.publish_many(queue_name, [{"n": n} for n in range(10)])
     broker.archives.register(queue_name, "a", "messages")
     raw = {"url": redis_url, "queue": queue_name, "archive": "a", "pageSize": "3"}

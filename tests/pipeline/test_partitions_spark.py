@@ -20,7 +20,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from redisq_django.core import Broker, CoreConfig
+from redisq_django.core import Broker, CoreConfig, Place
 from redisq_django.core.partitions import partition_of
 from redisq_django.pipeline.archive import archive, archive_frame
 from redisq_django.pipeline.checkpoint import last_committed_offset
@@ -57,7 +57,7 @@ def ack_all(broker: Broker, queue: str, consumer: str = "billing") -> int:
     """Deliver and acknowledge everything waiting for ``consumer`` in every partition."""
     done = 0
     for part in range(K):
-        with broker.subscribe(queue, consumer, partition=part) as sub:
+        with broker.subscribe(Place(queue, part), consumer) as sub:
             for _ in range(100):  # bounded: at most 100 fetches of 500
                 batch = sub.fetch(count=500, block_ms=20)
                 if not batch:
@@ -109,7 +109,7 @@ def test_archive_commits_per_partition_so_retention_trims_each_exactly_behind_it
     spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:
     # Given a queue of 4 partitions with 200 messages, and a consumer
-    broker.ensure_consumer(queue_name, "billing", "earliest")
+    broker.consumers.ensure(queue_name, "billing", "earliest")
     first = publish_keyed(broker, queue_name, 25)
     options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
 
@@ -196,7 +196,7 @@ def test_replay_routes_each_key_to_its_partition_in_order(
             rows.append((queue_name, f"m-{n}-{k}", f"{ms}-0", at, None, payload, None, 1, key))
     frame = archive_frame(spark.createDataFrame(rows, MESSAGES), "messages")
     frame.repartition(3).write.partitionBy("queue", "date").parquet(f"{tmp_path}/messages")
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
 
     # When they are replayed to the queue (several tasks)
     summary = replay(
@@ -221,12 +221,12 @@ def test_the_events_and_dead_tables_of_a_partitioned_queue_read_as_one_queue(
     # Given a partitioned queue with history on: every message handled once, and the
     # messages of two keys (two partitions, likely) dead letters
     broker = Broker(redis_client, CoreConfig(partitions={queue_name: K}, history=True))
-    broker.ensure_consumer(queue_name, "billing", start="earliest")
+    broker.consumers.ensure(queue_name, "billing", start="earliest")
     ids = publish_keyed(broker, queue_name, 5)
     doomed = {KEYS[0], KEYS[5]}
     dead = set()
     for part in range(K):
-        with broker.subscribe(queue_name, "billing", partition=part, max_retries=0) as sub:
+        with broker.subscribe(Place(queue_name, part), "billing", max_retries=0) as sub:
             for _ in range(20):
                 batch = sub.fetch(count=100, block_ms=20)
                 if not batch:

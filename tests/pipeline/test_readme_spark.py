@@ -127,7 +127,7 @@ def demo(
     made = Demo(server.url, tmp_path_factory.mktemp("var-lib-redisq"), Broker(client, CoreConfig()))
     try:
         for consumer in demo_data.CONSUMERS:
-            made.broker.ensure_consumer(QUEUE, consumer)
+            made.broker.consumers.ensure(QUEUE, consumer)
         for day in PAST_DAYS:
             made.write_orders(day)
         made.write_orders(None)

@@ -67,8 +67,8 @@ def archived(spark: SparkSession, tmp_path: Path, broker: Broker, queue_name: st
         + day_rows(queue_name, DAY2, 40, first=40)
         + day_rows(other, DAY1, 10, 100),
     )
-    broker.ensure_consumer(queue_name, "billing")
-    broker.ensure_consumer(queue_name, "email")
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
     return tmp_path
 
 
@@ -224,7 +224,7 @@ def test_a_where_failing_on_one_value_publishes_nothing_and_says_which(
     bad = (queue_name, "m-bad", DAY2 + dt.timedelta(days=1), {"n": 120, "total": "n/a"})
     write_archive(spark, tmp_path, rows)
     write_archive(spark, tmp_path, [bad])
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     # (each file "costs" more to open than a task reads: one file per task)
     spark.conf.set("spark.sql.files.openCostInBytes", str(256 * 1024 * 1024))
     request.addfinalizer(lambda: spark.conf.unset("spark.sql.files.openCostInBytes"))
@@ -319,7 +319,7 @@ def test_a_replay_keeps_the_order_of_each_ordering_key(
             rows.append((Q, f"m-{n}", day + dt.timedelta(seconds=i), payload, f"k{i % 3}"))
         rows.append((Q, f"free-{first}", day, {"n": -1, "pad": pad}))
     write_archive(spark, tmp_path, rows)
-    broker.ensure_consumer(Q, "billing")
+    broker.consumers.ensure(Q, "billing")
 
     # When they are replayed without a global order
     summary = replay(spark, ReplayOptions(redis_url=redis_url, root=str(tmp_path), queue=Q))

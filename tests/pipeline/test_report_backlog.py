@@ -184,7 +184,7 @@ def test_on_a_real_queue_the_backlog_after_a_bulk_retry_is_what_redis_says(
     broker = Broker(redis_client, CoreConfig(history=True, replay_window_ms=0))
     started = datetime.now(UTC) - timedelta(minutes=1)
     for consumer in ("webhook", "stalled"):
-        broker.ensure_consumer(queue_name, consumer)
+        broker.consumers.ensure(queue_name, consumer)
     broker.publish_many(queue_name, [{"n": n} for n in range(20)])
     webhook = broker.subscribe(queue_name, "webhook", "w1")
     batch = webhook.fetch(count=20, block_ms=1000)
@@ -195,9 +195,9 @@ def test_on_a_real_queue_the_backlog_after_a_bulk_retry_is_what_redis_says(
     stalled = broker.subscribe(queue_name, "stalled", "s1")
     (first,) = stalled.fetch(count=1, block_ms=1000)
     stalled.ack([first])
-    dead = broker.dead_letters(queue_name, "webhook")
+    dead = broker.dead_letters.read(queue_name, "webhook")
     assert len(dead) == 8
-    assert all(broker.redrive(queue_name, "webhook", d.entry_id) for d in dead)
+    assert all(broker.dead_letters.redrive(queue_name, "webhook", d.entry_id) for d in dead)
     again = webhook.fetch(count=5, block_ms=1000)
     assert len(again) == 5
     webhook.ack(again)

@@ -40,7 +40,7 @@ def keys_in_log(queue: str) -> dict[str, str | None]:
 def handled_keys(queue: str, expected: int) -> dict[str, str | None]:
     """Message id -> ``message.key`` as logical consumer "billing" (from the start) gets it."""
     broker = get_broker()
-    broker.ensure_consumer(queue, "billing", "earliest")
+    broker.consumers.ensure(queue, "billing", "earliest")
     sub = broker.subscribe(queue, "billing", "i1")
     out: dict[str, str | None] = {}
     for _ in range(50):

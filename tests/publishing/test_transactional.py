@@ -98,7 +98,7 @@ def test_commit_publishes_once_with_the_returned_id(
 ) -> None:
     # Given a logical consumer of the queue
     broker = get_broker()
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
 
     # When a transaction publishes two messages
     with transaction.atomic(using=alias):

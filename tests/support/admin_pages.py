@@ -41,7 +41,7 @@ def make_dead(
     """A real dead letter: published, fetched, rejected, sunk into the database."""
     from redisq_django.deadletters.sinking import sink
 
-    broker.ensure_consumer(queue, consumer)  # latest: only what is published next
+    broker.consumers.ensure(queue, consumer)  # latest: only what is published next
     broker.publish(queue, payload, key=key)
     with broker.subscribe(queue, consumer) as sub:
         (message,) = sub.fetch(count=1, block_ms=500)

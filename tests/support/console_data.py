@@ -78,9 +78,9 @@ def incident(broker: Any, queue: str = "shop", *, backlog: int = 12) -> Incident
         Consumer.objects.create(
             queue=q, name=name, handler=f"shop.consumers.{name}", paused=name == "email"
         )
-        broker.ensure_consumer(queue, name)
+        broker.consumers.ensure(queue, name)
     Consumer.objects.create(queue=audit, name="archive", handler="shop.consumers.archive")
-    broker.ensure_consumer(paused_queue, "archive")
+    broker.consumers.ensure(paused_queue, "archive")
     made = Incident(queue, paused_queue)
     for n, order in enumerate((1041, 2093, 3337)):
         made.dead[f"card-{n}"] = kill(

@@ -49,7 +49,7 @@ def held_consumer(broker: Any, queue: str, *, rows: bool = True) -> Held:
     if rows:
         q = Queue.objects.get_or_create(name=queue)[0]
         Consumer.objects.create(queue=q, name=CONSUMER, handler="shop.consumers.ledger")
-    broker.ensure_consumer(queue, CONSUMER)
+    broker.consumers.ensure(queue, CONSUMER)
     made = Held(queue)
     published: dict[str, list[str]] = {}
     for key, n in ((ODD_KEY, 4), ("retry-me", 3), ("queued", 3), ("lost", 2)):

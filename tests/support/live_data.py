@@ -40,7 +40,7 @@ def live_consumer(broker: Any, queue: str, *, waiting: int = 6, rows: bool = Tru
         for name in ("billing", "email"):
             Consumer.objects.create(queue=q, name=name, handler=f"shop.consumers.{name}")
     for name in ("billing", "email"):
-        broker.ensure_consumer(queue, name)
+        broker.consumers.ensure(queue, name)
     made = Live(queue)
     first = broker.publish_many(queue, [{"order": 100 + n} for n in range(6)], key=CART_KEY)
     sub = broker.subscribe(queue, "billing", "worker-1")

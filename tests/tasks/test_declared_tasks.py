@@ -48,7 +48,7 @@ def _task_message(env: TasksEnv, path: str, message_id: str) -> str:
     who can write to Redis can; returns its id."""
     queue = f"tasks.{env.queue}"
     broker = get_broker()
-    broker.ensure_consumer(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
+    broker.consumers.ensure(queue, TASKS_CONSUMER, StartPoint.parse("earliest"))
     payload = {
         "task": path,
         "args": [],
@@ -215,7 +215,7 @@ def test_a_message_id_with_a_newline_is_logged_escaped(
     # Given a message whose id (written straight into Redis) holds a newline and a fake
     # log line, to a consumer whose handler fails
     broker = get_broker()
-    broker.ensure_consumer(failing_consumer, "fails", StartPoint.parse("earliest"))
+    broker.consumers.ensure(failing_consumer, "fails", StartPoint.parse("earliest"))
     broker.client.xadd(broker.keys(failing_consumer).log, {"payload": "{}", "id": NEWLINE_ID})
     # When a worker handles it (it fails, then is a dead letter)
     with caplog.at_level(logging.INFO):
@@ -227,7 +227,7 @@ def test_a_message_id_with_a_newline_is_logged_escaped(
         assert "\n" not in line
         assert repr(NEWLINE_ID) in line
     # the id itself is kept as it was (in Redis, or in its row once the sink moved it)
-    in_redis = [d.id for d in broker.dead_letters(failing_consumer, "fails")]
+    in_redis = [d.id for d in broker.dead_letters.read(failing_consumer, "fails")]
     rows = list(DeadLetter.objects.filter(queue=failing_consumer).values_list("message_id"))
     assert in_redis + [r[0] for r in rows] == [NEWLINE_ID]
 
@@ -247,7 +247,8 @@ def test_a_task_id_with_a_newline_is_refused_before_django_logs_it(
     assert any(repr(NEWLINE_ID) in line and "dead letter" in line for line in lines), lines
     queue = f"tasks.{tasks_env.queue}"
     dead = [
-        (d.id, d.reason, d.error_message) for d in get_broker().dead_letters(queue, TASKS_CONSUMER)
+        (d.id, d.reason, d.error_message)
+        for d in get_broker().dead_letters.read(queue, TASKS_CONSUMER)
     ] + list(
         DeadLetter.objects.filter(queue=queue).values_list("message_id", "reason", "error_message")
     )

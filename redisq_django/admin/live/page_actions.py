@@ -172,7 +172,7 @@ class LiveActions:
         if new_id is _FAILED:
             return
         # A partitioned queue's ref ends in @<partition> (core/partition_pages.py).
-        partitioned = admin_broker().partition_count(queue) > 1
+        partitioned = admin_broker().partitions.count(queue) > 1
         message_id = (split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
         if new_id is None:
             self.owner.message_user(
@@ -204,7 +204,7 @@ class LiveActions:
         except ValueError as exc:
             self.owner.message_user(request, str(exc), messages.ERROR)
             return
-        done = self._redis(request, _("Replay"), lambda b: b.reset(queue, name, start))
+        done = self._redis(request, _("Replay"), lambda b: b.consumers.reset(queue, name, start))
         if done is _FAILED:
             return
         shown = self._start(request)

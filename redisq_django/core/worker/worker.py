@@ -24,6 +24,7 @@ from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.outcome import Outcome
+from redisq_django.core.place import Place
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
 from redisq_django.core.worker.crew import Crews
@@ -167,11 +168,11 @@ class Worker:
 
     def _register(self, spec: ConsumerSpec) -> None:
         try:
-            self.broker.ensure_consumer(spec.queue, spec.name, spec.start)
+            self.broker.consumers.ensure(spec.queue, spec.name, spec.start)
         except RedisRefused:
             # A full (or read-only) Redis refuses XGROUP CREATE even for a group that
             # exists; a worker of an existing group can still drain it, so it starts.
-            if spec.name not in self.broker.consumers(spec.queue):
+            if spec.name not in self.broker.consumers.names(spec.queue):
                 raise
             logger.warning("Redis refuses writes; %s/%s starts anyway", spec.queue, spec.name)
 
@@ -193,7 +194,7 @@ class Worker:
     def _scale(self, spec: ConsumerSpec, wanted: int) -> None:
         # A partitioned queue: `wanted` instances on each partition (each a consumer
         # group of its own), else the queue's one.
-        count = self.broker.partition_count(spec.queue)
+        count = self.broker.partitions.count(spec.queue)
         for partition in range(count) if count > 1 else (None,):
             self._scale_partition(spec, wanted, partition)
 
@@ -211,12 +212,11 @@ class Worker:
         where = spec.name if partition is None else f"{spec.name}-p{partition}"
         for index in range(len(running), wanted):
             sub = self.broker.subscribe(
-                spec.queue,
+                Place(spec.queue, partition),
                 spec.name,
                 f"{self.instance_prefix}-{where}-{index}",
                 policy=spec.policy,
                 ordered=spec.ordered,
-                partition=partition,
                 wait_replicas=spec.wait_replicas,
             )
             parts: dict[str, Any] = dict(

@@ -237,7 +237,7 @@ class Command(BaseCommand):
 
     def replay(self, opts: dict[str, Any], write: Write) -> None:
         start = operations.parse_start(opts["start"])
-        get_broker().reset(opts["queue"], opts["consumer"], start)
+        get_broker().consumers.reset(opts["queue"], opts["consumer"], start)
         write(f"{opts['queue']}/{opts['consumer']} now reads from {opts['start']}.")
 
     def dead_sink(self, opts: dict[str, Any], write: Write) -> None:

@@ -69,7 +69,7 @@ def test_a_single_acknowledgement_is_packed_as_hiredis_would(
     from redisq_django.core.worker.acks import AckPipe, _bulk, started_tag
 
     broker = Broker(redis_client, CoreConfig(history=history))
-    broker.ensure_consumer(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "billing")
     broker.publish(queue_name, {"n": 1})
     sub = broker.subscribe(queue_name, "billing", "w\u00e9-1")
     (message,) = sub.fetch(count=1, block_ms=500)

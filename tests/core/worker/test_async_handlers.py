@@ -135,7 +135,7 @@ def test_a_failing_async_handler_is_retried_then_dead_and_reject_is_dead_at_once
     # Then the failing one was tried max_retries + 1 times, the rejected one once
     assert attempts[fail] == 3 and attempts[reject] == 1
     assert all(attempts[i] == 1 for i in good)
-    dead = {d.id: d for d in broker.dead_letters(queue_name, "billing")}
+    dead = {d.id: d for d in broker.dead_letters.read(queue_name, "billing")}
     assert set(dead) == {fail, reject}
     assert (dead[fail].attempts, dead[fail].error_class) == (3, "ValueError")
     assert "failed on attempt 3" in dead[fail].error_message
@@ -194,7 +194,7 @@ def test_a_long_async_handler_keeps_its_lease(redis_client: redis.Redis, queue_n
     spec = ConsumerSpec(
         queue_name, "billing", handler, policy=policy, start="earliest", concurrency=2
     )
-    broker.ensure_consumer(queue_name, "billing", "earliest")  # before other's first look
+    broker.consumers.ensure(queue_name, "billing", "earliest")  # before other's first look
     other = broker.subscribe(queue_name, "billing", "other", policy=policy)
     taken: list[str] = []
     worker = Worker(broker, [spec], WorkerOptions(block_ms=50, burst=True, stats_interval=0))

@@ -21,7 +21,7 @@ def test_a_corrupt_held_back_stops_the_ordered_consumer_loudly_until_repaired(
 ) -> None:
     # Given an ordered consumer, 6 messages of key a and 3 without a key, and a held_back
     # another client set to text
-    broker.ensure_consumer(queue_name, "ledger", "earliest")
+    broker.consumers.ensure(queue_name, "ledger", "earliest")
     ids = [broker.publish(queue_name, {"n": n}, key="a") for n in range(6)]
     ids += [broker.publish(queue_name, {"n": n}) for n in range(6, 9)]
     held_back = queue_keys("redisq", queue_name).group("ledger").held_back

@@ -14,8 +14,8 @@ from typing import Any
 from redisq_django import operations
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker
+from redisq_django.core.archives import ArchiveState
 from redisq_django.core.keys import validate_name
-from redisq_django.core.named_archives import ArchiveState
 
 #: The admin-history text of removing an archive (stored as is, read by anyone).
 REMOVED_LOG = "Removed archive {name}: retention no longer waits for it"

@@ -141,7 +141,8 @@ def check_redis_reachable(app_configs: Any = None, **kwargs: Any) -> list[checks
     return []
 
 
-#: System check ids of the Redis server's shortcomings (``core.server.ServerProblem.code``).
+#: System check ids of the Redis server's shortcomings
+#: (``core.operator.server.ServerProblem.code``).
 SERVER_CHECK_IDS = {
     "eviction": "redisq_django.W010",
     "no_aof": "redisq_django.W011",

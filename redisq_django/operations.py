@@ -17,8 +17,8 @@ from django.utils.dateparse import parse_datetime
 
 from redisq_django import admin_log
 from redisq_django.connection import get_broker
-from redisq_django.core import browse
 from redisq_django.core.keys import readable_names
+from redisq_django.core.operator import S_DELAYED
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import QueueStats
 
@@ -68,9 +68,7 @@ PURGED_QUEUE_LOG = "Purged the queue's messages in Redis"
 def delivered_log(where: str, message_id: str) -> str:
     """The history text of delivering one delayed message (``where``: ``delayed``) or
     retry (``retry``) now."""
-    return f"Delivered now: {'delayed message' if where == browse.S_DELAYED else 'retry'} " + (
-        message_id
-    )
+    return f"Delivered now: {'delayed message' if where == S_DELAYED else 'retry'} " + (message_id)
 
 
 def purged_consumer_log(retries: int, direct: int) -> str:

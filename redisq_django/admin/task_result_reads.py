@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from redisq_django.core import task_listing
-from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.tasks import TaskResultStore, latest_results, result_fields
 from redisq_django.tasks.configured import redisq_backends
 
 #: The most recently changed results a list looks at (filters and paging work in them).
@@ -72,14 +71,14 @@ def read_page(
 ) -> ResultsPage:
     """Page ``page`` (from 1) of the results of ``queues`` with ``status`` and ``task``
     ("": any) among the latest :data:`WINDOW`, the most recently changed first."""
-    total, window = task_listing.latest(store, queues, WINDOW)
+    total, window = latest_results(store, queues, WINDOW)
     matching = [
         c for c in window if (not status or c.status == status) and (not task or c.task == task)
     ]
     shown = matching[(page - 1) * PER_PAGE : page * PER_PAGE]
     rows = [
         (c.queue, c.id, fields)
-        for c, fields in zip(shown, task_listing.fields_of(store, shown, ROW_FIELDS), strict=True)
+        for c, fields in zip(shown, result_fields(store, shown, ROW_FIELDS), strict=True)
         if fields
     ]
     return ResultsPage(

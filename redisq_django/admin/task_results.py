@@ -29,7 +29,7 @@ from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.admin.task_result_reads import PER_PAGE, WINDOW, read_page, task_queues
 from redisq_django.admin.task_retry import RETRY_PERMISSION, TaskRetry
 from redisq_django.core.clock import ms_to_datetime
-from redisq_django.core.task_wire import STATUSES
+from redisq_django.core.tasks import STATUSES
 from redisq_django.core.wire import wire_int
 from redisq_django.models import DeadLetter, TaskResults
 

@@ -20,7 +20,7 @@ from django.utils.translation import gettext
 from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.admin.task_result_reads import task_queues
-from redisq_django.core.task_wire import FAILED, TASKS_CONSUMER
+from redisq_django.core.tasks import FAILED, TASKS_CONSUMER
 from redisq_django.models import DeadLetter
 from redisq_django.tasks import registry
 

@@ -46,8 +46,7 @@ from redisq_django.core.handler import ConsumerSpec, Reject
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome, Settlement
-from redisq_django.core.partitions import partition_of
-from redisq_django.core.place import Place
+from redisq_django.core.partitions import Place, partition_of
 from redisq_django.core.retry import RetryPolicy, compute_backoff
 from redisq_django.core.start import StartPoint
 from redisq_django.core.stats import ConsumerStats, QueueStats

@@ -10,7 +10,8 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from redisq_django.core import named_archives, ordered, retention
+from redisq_django.core import ordered
+from redisq_django.core.archives import Archives, purge_place, trim_log
 from redisq_django.core.asyncio_client import new_client
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_letters import DeadLetters
@@ -22,10 +23,9 @@ from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
 from redisq_django.core.layouts import PartitionLayouts
 from redisq_django.core.logical_consumers import Consumers
+from redisq_django.core.operator import QueueOperator
 from redisq_django.core.partition_stats import read_layouts
-from redisq_django.core.partitions import retried, route
-from redisq_django.core.place import Place, place_of
-from redisq_django.core.queue_operator import QueueOperator
+from redisq_django.core.partitions import Place, place_of, retried, route
 from redisq_django.core.renamed import moved_methods
 from redisq_django.core.replica_wait import ReplicaWait
 from redisq_django.core.retry import RetryPolicy
@@ -34,7 +34,7 @@ from redisq_django.core.scripts import Scripts
 from redisq_django.core.sending import QueueSend, plan_immediate, plan_queue, run_send
 from redisq_django.core.stats import QueueStats
 from redisq_django.core.subscription import Subscription
-from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.tasks import TaskResultStore
 from redisq_django.core.types import AsyncRedisClient, RedisClient
 from redisq_django.core.wire import to_str
 
@@ -48,7 +48,7 @@ class Broker:
     where, what Redis records, changing it), :attr:`operator` (what an operator reads
     and does), :attr:`task_results`, :attr:`archives` and :attr:`schedule_ledger`.
     A queue's messages live in one place, or in each partition of a partitioned queue
-    (:class:`~redisq_django.core.place.Place`).
+    (:class:`~redisq_django.core.partitions.place.Place`).
 
     Args:
         client: a redis-py ``Redis`` or ``RedisCluster`` client (bytes responses, i.e.
@@ -109,23 +109,23 @@ class Broker:
     # -- what it hands out -------------------------------------------------------------
 
     @property
-    def archives(self) -> named_archives.Archives:
+    def archives(self) -> Archives:
         """The queues' named archives: register, commit, list, remove, per partition of
-        a partitioned queue (:class:`~redisq_django.core.named_archives.Archives`)."""
-        return named_archives.Archives(self.client, self.scripts, self.keys, self.partitions.layout)
+        a partitioned queue (:class:`~redisq_django.core.archives.named.Archives`)."""
+        return Archives(self.client, self.scripts, self.keys, self.partitions.layout)
 
     @functools.cached_property
     def operator(self) -> QueueOperator:
         """An operator's reads and actions: the lists of a queue, one message, instances,
         figures and trends, the server's shortcomings, delivering now, purging
-        (:class:`~redisq_django.core.queue_operator.QueueOperator`)."""
+        (:class:`~redisq_django.core.operator.queue_operator.QueueOperator`)."""
         return QueueOperator(
             self.client, self.scripts, self.config, self.keys, self.partitions.layout
         )
 
     @functools.cached_property
     def task_results(self) -> TaskResultStore:
-        """The task queues' results (:class:`~redisq_django.core.task_store.TaskResultStore`),
+        """The task queues' results (:class:`~redisq_django.core.tasks.store.TaskResultStore`),
         with this broker's history and trends settings."""
         return TaskResultStore(
             self.client,
@@ -185,7 +185,7 @@ class Broker:
         """
         removed = dropped = 0
         for keys in self.partitions.layout(queue):
-            r, d = retention.trim(self.scripts, keys, self.config, now=now)
+            r, d = trim_log(self.scripts, keys, self.config, now=now)
             removed, dropped = removed + r, dropped + d
         return removed, dropped
 
@@ -196,7 +196,7 @@ class Broker:
         every partition of a partitioned queue)."""
         for keys in self.partitions.layout(queue):
             groups = group_names(self.client, keys)
-            retention.purge(self.client, keys, groups)
+            purge_place(self.client, keys, groups)
             for group in groups:  # ordered consumers: no key stays held by a deleted message
                 ordered.after_purge(self.scripts, keys.group(group))
 

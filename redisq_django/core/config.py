@@ -47,7 +47,7 @@ class CoreConfig:
             round trip as the publish, acknowledgement or settle it counts.
         partitions: queue name -> its number of partitions K (2 to
             :data:`~redisq_django.core.partitions.MAX_PARTITIONS`; a queue not named has
-            1: one hash tag, today's layout). See ``core/partitions.py``.
+            1: one hash tag, today's layout). See ``core/partitions/``.
         ordered_wait_replicas: the replicas an ordered consumer's read waits for
             (``WAIT``) before its messages run, unless the consumer says otherwise
             (0: none; ``core/ordered.py``).

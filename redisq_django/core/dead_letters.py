@@ -18,8 +18,7 @@ from redisq_django.core.dead_entry import DeadEntry, redrive_fields
 from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.layouts import PartitionLayouts
-from redisq_django.core.partitions import Partitions, pick, retried
-from redisq_django.core.place import Place, place_of
+from redisq_django.core.partitions import Partitions, Place, pick, place_of, retried
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient, StreamEntries
 from redisq_django.core.wire import to_bytes, to_str
@@ -97,7 +96,7 @@ def redrive_target(
 class DeadLetters:
     """``broker.dead_letters``: the dead letters still in Redis (the database keeps them
     after the sink moves them: ``redisq_django.deadletters``), read, removed and
-    delivered again, on any place of a queue (:class:`~redisq_django.core.place.Place`:
+    delivered again, on any place of a queue (:class:`~redisq_django.core.partitions.place.Place`:
     a queue, or one partition of a partitioned one)."""
 
     def __init__(

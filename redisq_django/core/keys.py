@@ -161,7 +161,7 @@ class QueueKeys:
 
     @property
     def archives(self) -> str:
-        """Hash: the named archives of this queue (:mod:`~redisq_django.core.named_archives`)."""
+        """Hash: the named archives of this queue (:mod:`~redisq_django.core.archives.named`)."""
         return f"{self.tag}:archives"
 
     def archive_gaps(self, archive: str) -> str:

@@ -1,5 +1,5 @@
 """``broker.partitions``: how many partitions each queue has, where its messages live, and
-the record Redis keeps of it (``core/partitions.py`` routes and checks;
+the record Redis keeps of it (``core/partitions/`` routes and checks;
 ``core/repartition.py`` changes the number)."""
 
 from __future__ import annotations
@@ -7,13 +7,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 
-from redisq_django.core import partitions, repartition
+from redisq_django.core import repartition
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.errors import PartitionedQueueError, translate_errors
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.partitions import Partitions
-from redisq_django.core.place import Place
+from redisq_django.core.partitions import Partitions, Place, pick, recorded, route
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 
@@ -23,7 +22,7 @@ class PartitionLayouts:
 
     A queue's number of partitions comes from the config (``REDISQ["PARTITIONS"]``);
     Redis records it too, and every write into a partition is checked against that
-    record where it happens (``core/partitions.py``), so this object's view is a cache
+    record where it happens (``core/partitions/``), so this object's view is a cache
     that is never trusted for a write. Thread-safe (its caches fill idempotently).
     """
 
@@ -46,7 +45,7 @@ class PartitionLayouts:
         return self._config.partitions.get(queue, 1)
 
     def of(self, queue: str) -> Partitions | None:
-        """The partitions of ``queue`` (``core/partitions.py``), or None when it has one."""
+        """The partitions of ``queue`` (``core/partitions/``), or None when it has one."""
         parts = self._parts.get(queue)
         if parts is None:
             count = self.count(queue)
@@ -75,7 +74,7 @@ class PartitionLayouts:
             PartitionedQueueError: no partition named on a partitioned queue, one named
                 on another, or out of range.
         """
-        return partitions.pick(self.layout(place.queue), place.partition, what)
+        return pick(self.layout(place.queue), place.partition, what)
 
     def places(self, queue: str) -> list[Place]:
         """Each place of ``queue``: the queue, or each of its partitions."""
@@ -90,7 +89,7 @@ class PartitionLayouts:
         parts = self.of(queue)
         if parts is None:
             return [(self._keys(queue), list(range(len(envelopes))))]
-        return partitions.route(parts, envelopes, once=once, batch=batch)
+        return route(parts, envelopes, once=once, batch=batch)
 
     @translate_errors
     def check(self, queue: str) -> None:
@@ -104,7 +103,7 @@ class PartitionLayouts:
         """
         if queue in self._checked:
             return
-        partitions.recorded(self.client, self._scripts, self._keys(queue), self.count(queue))
+        recorded(self.client, self._scripts, self._keys(queue), self.count(queue))
         self._checked.add(queue)
 
     def mark_checked(self, queue: str) -> None:
@@ -122,8 +121,8 @@ class PartitionLayouts:
 
     @translate_errors
     def change(self, queue: str, count: int) -> repartition.Repartitioned:
-        """Give drained ``queue`` ``count`` partitions in Redis (``core/repartition.py``);
-        every process must then be restarted with that setting.
+        """Give drained ``queue`` ``count`` partitions in Redis
+        (``core/repartition.py``); every process must then be restarted with that setting.
 
         Raises:
             ValueError: ``count`` out of range, or the queue is not drained (what remains

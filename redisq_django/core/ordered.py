@@ -29,10 +29,10 @@ from typing import Any, cast
 import redis
 
 from redisq_django.core import envelope as env
-from redisq_django.core.browse import S_DIRECT, S_LOG, S_RETRY, member_fields
 from redisq_django.core.errors import CorruptState, error_code, is_nogroup
 from redisq_django.core.groups import recover_group
 from redisq_django.core.keys import GroupKeys
+from redisq_django.core.members import S_DIRECT, S_LOG, S_RETRY, member_fields
 from redisq_django.core.replica_wait import ReplicaWait, call_and_wait
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient, ScoredMembers, execute
@@ -152,7 +152,7 @@ class HeldKey:
             :data:`LOOK_LIMIT` entries of a longer place: most likely busy), or
             ``"unknown"`` (found nowhere: see
             :func:`release_key`).
-        ref: where the holder is, as :attr:`~redisq_django.core.browse.Entry.ref`
+        ref: where the holder is, as :attr:`~redisq_django.core.operator.browse.Entry.ref`
             (``log:<id>``, ``direct:<id>``, ``retry:<due ms>:<message id>``) for a page
             that shows it; None when it was found nowhere.
     """

@@ -1,6 +1,6 @@
 """A partitioned queue's figures as one queue's: its partitions' stats and trends added up.
 
-A queue of K > 1 partitions (``core/partitions.py``) keeps K full queues; an operator sees
+A queue of K > 1 partitions (``core/partitions/``) keeps K full queues; an operator sees
 one queue whose figures add up over them. Counts are summed (lengths, backlogs, in
 flight, retries, dead letters, drops, instances: each partition runs instances of its
 own), the oldest ages are the largest, a position is the furthest (each partition's is

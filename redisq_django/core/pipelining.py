@@ -1,7 +1,7 @@
 """Commands written to one pooled connection without waiting, replies read back in order.
 
 The one pipelining layer under the batch sender (``core/batch.py``), the worker's
-acknowledgements (``core/worker/acks.py``) and the task writes (``core/task_pipe.py``).
+acknowledgements (``core/worker/acks.py``) and the task writes (``core/tasks/pipe.py``).
 redis-py's pipeline spends several microseconds per command in Python (a command stack,
 per-argument encoding, a callback per reply), more than Redis spends on an ``XACK``:
 these paths pack their commands with hiredis' C encoder (often once, ahead of time) and

@@ -18,14 +18,14 @@ from typing import Any, cast
 
 import redis
 
-from redisq_django.core.groups import ensure_group, group_names
-from redisq_django.core.keys import QueueKeys
-from redisq_django.core.named_archives import (
+from redisq_django.core.archives import (
     ArchivedStream,
     legacy_field,
     parse_id,
     stream_key,
 )
+from redisq_django.core.groups import ensure_group, group_names
+from redisq_django.core.keys import QueueKeys
 from redisq_django.core.partitions import MAX_PARTITIONS, META_FIELD, parse_recorded
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint

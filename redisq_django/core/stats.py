@@ -11,9 +11,9 @@ from typing import Any
 
 import redis
 
+from redisq_django.core.archives import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
+from redisq_django.core.archives import ArchivedStream, legacy_field
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.named_archives import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
-from redisq_django.core.named_archives import ArchivedStream, legacy_field
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str, wire_int
 

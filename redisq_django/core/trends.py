@@ -16,7 +16,7 @@ field                  what
 ``backlog:<g>`` …      samples (``backlog``, ``in_flight``, ``retrying`` per
                        consumer, ``delayed`` per queue), the last one of the minute
                        (one worker samples every queue every 15 s, or the admin
-                       while none runs: ``core/trend_sampler.py``)
+                       while none runs: ``core/operator/trend_sampler.py``)
 =====================  =========================================================
 
 Counters go in the same round trip as what they count: the ``HINCRBY`` rides in the
@@ -51,7 +51,7 @@ TTL_S = 48 * 3600
 #: Minutes in :data:`TTL_S`: the longest range a chart can show.
 KEPT_MINUTES = TTL_S // 60
 MINUTE_MS = 60_000
-#: How often the backlogs are sampled (``core/trend_sampler.py``), seconds.
+#: How often the backlogs are sampled (``core/operator/trend_sampler.py``), seconds.
 SAMPLE_INTERVAL_S = 15.0
 
 PUBLISHED = "published"

@@ -25,7 +25,7 @@ from redisq_django.core.dead_entry import DeadEntry, normalise_error
 from redisq_django.core.envelope import CARRIED_FIELDS, MAX_ID_LENGTH, describe_raw
 from redisq_django.core.errors import RedisUnavailable
 from redisq_django.core.keys import readable_names
-from redisq_django.core.task_wire import task_of
+from redisq_django.core.tasks import task_of
 from redisq_django.models import DeadLetter, DeadLetterFailure
 
 logger = logging.getLogger("redisq.deadletters")

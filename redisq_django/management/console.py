@@ -15,9 +15,9 @@ from django.core.management.base import CommandError
 from redisq_django import admin_log, operations
 from redisq_django import archives as named
 from redisq_django.connection import get_broker
-from redisq_django.core import browse
+from redisq_django.core.archives import LAG_COUNT_CAP
 from redisq_django.core.keys import validate_name
-from redisq_django.core.named_archives import LAG_COUNT_CAP
+from redisq_django.core.operator import MAX_PAGE
 
 #: How a sub-command's handler writes (``BaseCommand.stdout.write``).
 Write = Callable[[str], Any]
@@ -154,9 +154,9 @@ def deliver_now(opts: dict[str, Any], write: Write) -> None:
 def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:
     operator = get_broker().operator
     if consumer is None:
-        page = operator.delayed(queue, None, browse.MAX_PAGE)
+        page = operator.delayed(queue, None, MAX_PAGE)
     else:
-        page = operator.retrying(queue, consumer, None, browse.MAX_PAGE)
+        page = operator.retrying(queue, consumer, None, MAX_PAGE)
     if not page.entries:
         write(empty)
         return

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import migrations, models
 
 from redisq_django.core.dead_entry import normalise_error
-from redisq_django.core.task_wire import task_of
+from redisq_django.core.tasks import task_of
 
 
 def name_tasks_and_regroup(apps: Any, schema_editor: Any) -> None:

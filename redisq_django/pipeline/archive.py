@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from redisq_django.core.errors import ArchiveNotRegistered
-from redisq_django.core.worker.state import StopSignal
+from redisq_django.core.worker import StopSignal
 from redisq_django.pipeline import gaps, jvm
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.loss import DataLossError

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from redisq_django.arguments import non_negative_int, positive_float, positive_int
-from redisq_django.core.named_archives import DEFAULT_ARCHIVE
+from redisq_django.core.archives import DEFAULT_ARCHIVE
 from redisq_django.pipeline.cli_jobs import (
     add_compact_arguments,
     add_files_arguments,

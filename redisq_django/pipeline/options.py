@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from redisq_django.core.archives import DEFAULT_ARCHIVE
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
-from redisq_django.core.named_archives import DEFAULT_ARCHIVE
 
 #: The tables of a queue that the archive keeps (data source option ``table``).
 ARCHIVED_TABLES = ("messages", "events")

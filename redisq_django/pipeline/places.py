@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from redisq_django.core.archives import Archives
 from redisq_django.core.keys import QueueKeys, queue_keys
-from redisq_django.core.named_archives import Archives
 from redisq_django.core.partitions import META_FIELD, parse_recorded
 from redisq_django.core.repartition import layout_of
 from redisq_django.core.scripts import Scripts

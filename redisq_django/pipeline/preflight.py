@@ -9,15 +9,15 @@ from __future__ import annotations
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.errors import ArchiveNotRegistered
-from redisq_django.core.keys import readable_names
-from redisq_django.core.named_archives import (
+from redisq_django.core.archives import (
     TRIMMED_FIELDS,
     ArchivedStream,
     Registered,
     parse_id,
     stream_key,
 )
+from redisq_django.core.errors import ArchiveNotRegistered
+from redisq_django.core.keys import readable_names
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 from redisq_django.pipeline import places

@@ -14,10 +14,10 @@ from typing import Any
 import redis
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.archives import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import readable_names, registry_key
-from redisq_django.core.named_archives import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.types import RedisClient, execute
 from redisq_django.pipeline import places
 from redisq_django.pipeline.schemas import Table

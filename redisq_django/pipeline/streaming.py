@@ -7,7 +7,7 @@ entry ids are per partition). A micro-batch reads, per stream, the ids after its
 offset up to its end offset.
 
 A stream is read-only unless option ``archive`` names it: then it is that named archive
-(:mod:`redisq_django.core.named_archives`). It registers each stream before it reads it (a new
+(:mod:`redisq_django.core.archives.named`). It registers each stream before it reads it (a new
 query where ``startingOffsets`` says, a resumed one at its checkpoint's offset), and
 ``commit(end)`` moves its position in Redis, so retention trims behind it and never
 before (a partitioned queue's: in each partition's record, so that each partition's log
@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from redisq_django.core.named_archives import Archives, Gap, Registered
+from redisq_django.core.archives import Archives, Gap, Registered
 from redisq_django.pipeline import admission, loss, places, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss

@@ -25,7 +25,7 @@ async def run(entry: LoopClient, call: ScriptCall) -> Any:
 
 
 async def pipelined(entry: LoopClient, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """The replies to ``commands`` the core built (``core.task_wire.read_commands``), in
+    """The replies to ``commands`` the core built (``core.tasks.result_wire.read_commands``), in
     one round trip (on a cluster, one per node holding some of their keys)."""
     async with entry.conn.pipeline(transaction=False) as pipe:
         for command in commands:

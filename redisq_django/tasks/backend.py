@@ -21,9 +21,8 @@ from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.start import StartPoint
-from redisq_django.core.task_store import TaskResultStore
-from redisq_django.core.task_wire import found as read_found
-from redisq_django.core.task_wire import read_commands
+from redisq_django.core.tasks import TaskResultStore, read_commands
+from redisq_django.core.tasks import found as read_found
 from redisq_django.tasks import aio, registry
 from redisq_django.tasks.backend_options import (
     TASKS_CONSUMER,

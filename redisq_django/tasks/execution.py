@@ -30,11 +30,9 @@ from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.handler import Reject, settling
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
-from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_store import TaskResultStore
-from redisq_django.core.task_wire import SUCCESSFUL
+from redisq_django.core.tasks import SUCCESSFUL, TaskPipe, TaskResultStore
 from redisq_django.core.wire import loggable
-from redisq_django.core.worker.middleware import Middleware
+from redisq_django.core.worker import Middleware
 from redisq_django.tasks.backend import RedisqBackend, RedisqTask
 from redisq_django.tasks.registry import UnknownTask, declared_task
 from redisq_django.tasks.results import RedisqTaskResult, TaskMessage, task_for, to_datetime
@@ -72,7 +70,7 @@ def execute(delivery: Delivery) -> Settlement:
 
     Returns:
         How the attempt was settled here: ``ACKED`` with its result (written without
-        waiting, see ``core/task_pipe.py``), or after a failure ``RETRIED`` or ``DEAD``
+        waiting, see ``core/tasks/pipe.py``), or after a failure ``RETRIED`` or ``DEAD``
         (the settlement's ``error`` is the task's exception; ``DEAD`` at once, reason
         ``rejected``, when the task raised ``Reject``); ``LOST`` when another instance
         holds the message.

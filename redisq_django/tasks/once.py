@@ -8,7 +8,7 @@ from django.tasks import Task, TaskResult
 from django.tasks.signals import task_enqueued
 
 from redisq_django.connection import get_broker
-from redisq_django.core.task_wire import ONCE
+from redisq_django.core.tasks import ONCE
 from redisq_django.tasks.backend import RedisqBackend
 from redisq_django.tasks.results import from_fields
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.task_wire import READY
+from redisq_django.core.tasks import READY
 from redisq_django.tasks.registry import UnknownTask, declared_task
 
 

@@ -14,7 +14,7 @@ from redisq_django.signals import dead_letters_retried
 from redisq_django.tasks.backend_options import TASKS_CONSUMER
 
 if TYPE_CHECKING:
-    from redisq_django.core.task_store import TaskResultStore
+    from redisq_django.core.tasks import TaskResultStore
 
 
 def _task_queue_ttls() -> dict[str, int]:

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
-from redisq_django.core.place import Place
+from redisq_django.core.partitions.place import Place
 from redisq_django.models import Queue
 
 K = 3

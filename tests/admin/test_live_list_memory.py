@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from redisq_django.core import browse
+from redisq_django.core.operator import browse
 from tests.support.live_data import Live, live_consumer
 
 #: The size of each large message, bytes.

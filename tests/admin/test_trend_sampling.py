@@ -1,5 +1,5 @@
 """The backlog is sampled for every consumer of every queue whatever runs
-(``core/trend_sampler.py``): a running worker samples queues it does not consume, two
+(``core/operator/trend_sampler.py``): a running worker samples queues it does not consume, two
 workers write one sample per tick, and an open console samples when no worker runs,
 never from a read that failed. Real Redis, real in-process workers."""
 

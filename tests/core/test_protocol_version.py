@@ -26,7 +26,7 @@ from redisq_django.core import Broker, ProtocolMismatch
 from redisq_django.core.batch import run_batch, run_script
 from redisq_django.core.keys import QueueKeys, queue_keys
 from redisq_django.core.scripts import SCRIPT_NAMES, AsyncScripts, ScriptName, Scripts
-from redisq_django.core.task_pipe import TaskPipe
+from redisq_django.core.tasks.pipe import TaskPipe
 from tests.support.aio import run_async
 
 SCRIPTS_DIR = Path(shipped.__file__).parent

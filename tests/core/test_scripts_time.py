@@ -13,10 +13,11 @@ import json
 import pytest
 import redis
 
-from redisq_django.core import task_store, task_wire
 from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.keys import GroupKeys, QueueKeys, schedule_keys
+from redisq_django.core.tasks import result_wire as task_wire
+from redisq_django.core.tasks import store as task_store
 from tests.support.clock_steps import redis_ms
 
 G = "billing"

@@ -14,7 +14,7 @@ from redisq_django.core.asyncio_client import run_call
 from redisq_django.core.broker import Broker
 from redisq_django.core.envelope import Envelope
 from redisq_django.core.scripts import AsyncScripts, ScriptCall
-from redisq_django.core.task_wire import PUBLISH, decode_hash
+from redisq_django.core.tasks.result_wire import PUBLISH, decode_hash
 from tests.support.aio import run_async
 
 C = "billing"

@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.named_archives import Gap
+from redisq_django.core.archives.named import Gap
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.cli import main
 from redisq_django.pipeline.options import ArchiveOptions

@@ -19,7 +19,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig
-from redisq_django.core.named_archives import DEFAULT_ARCHIVE
+from redisq_django.core.archives.named import DEFAULT_ARCHIVE
 from tests.pipeline.archive_support import count_and_distinct, publish, read_table
 from tests.support.redis_server import RedisServer, free_port
 

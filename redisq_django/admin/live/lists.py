@@ -20,9 +20,8 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 
 from redisq_django import figures
-from redisq_django.core import browse
-from redisq_django.core.browse import Entry
 from redisq_django.core.instances import Instance
+from redisq_django.core.operator import DELAYED, IN_FLIGHT, RETRYING, S_DIRECT, WAITING, Entry
 from redisq_django.core.wire import visible
 
 
@@ -102,8 +101,8 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
     for e in entries:
         message = Cell(_("message"), _link(links, e), "redisq-col-message")
         payload = Cell(_("payload"), _preview(e), "redisq-col-payload")
-        if list_name == browse.WAITING:
-            where = _("private input") if e.where == browse.S_DIRECT else _("log")
+        if list_name == WAITING:
+            where = _("private input") if e.where == S_DIRECT else _("log")
             cells = [
                 message,
                 Cell(_("from"), format_html("{}", where)),
@@ -111,7 +110,7 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
                 Cell(_("attempt"), _number(e.attempts + 1)),
                 payload,
             ]
-        elif list_name == browse.DELAYED:
+        elif list_name == DELAYED:
             cells = [
                 message,
                 Cell(_("due"), figures.moment(e.due_ms)),
@@ -119,7 +118,7 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
                 payload,
                 Cell(_("action"), _deliver(links, e), "redisq-col-action"),
             ]
-        elif list_name == browse.RETRYING:
+        elif list_name == RETRYING:
             error = Truncator(e.last_error or "-").chars(160)
             cells = [
                 message,
@@ -129,7 +128,7 @@ def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[R
                 payload,
                 Cell(_("action"), _deliver(links, e), "redisq-col-action"),
             ]
-        elif list_name == browse.IN_FLIGHT:
+        elif list_name == IN_FLIGHT:
             if e.since_ms is not None:
                 since = format_html("{} {}", _("running since"), figures.moment(e.since_ms))
             else:

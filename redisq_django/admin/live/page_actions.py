@@ -33,9 +33,9 @@ from redisq_django.admin.common import PAUSED_LOG, RESUMED_LOG
 from redisq_django.admin.live.access import admin_broker, forget_figures
 from redisq_django.admin.live.held_keys import decode_key, encode_key
 from redisq_django.admin.live.scope import LiveScope
-from redisq_django.core import Broker, browse
+from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.partition_pages import split_ref
+from redisq_django.core.operator import S_DELAYED, S_RETRY, split_ref
 from redisq_django.core.wire import visible
 from redisq_django.models import Queue
 
@@ -155,9 +155,7 @@ class LiveActions:
         self, request: HttpRequest, queue: str, name: str | None, row: Any, ref: str
     ) -> None:
         where = ref.partition(":")[0]
-        if where not in (browse.S_DELAYED, browse.S_RETRY) or (
-            where == browse.S_RETRY and not name
-        ):
+        if where not in (S_DELAYED, S_RETRY) or (where == S_RETRY and not name):
             self.owner.message_user(
                 request,
                 _("Only a delayed message or a retry can be delivered now."),
@@ -171,7 +169,7 @@ class LiveActions:
         new_id = self._redis(request, _("Delivering it now"), work)
         if new_id is _FAILED:
             return
-        # A partitioned queue's ref ends in @<partition> (core/partition_pages.py).
+        # A partitioned queue's ref ends in @<partition> (core/operator/partition_pages.py).
         partitioned = admin_broker().partitions.count(queue) > 1
         message_id = (split_ref(ref)[0] if partitioned else ref).split(":", 2)[-1]
         if new_id is None:
@@ -185,7 +183,7 @@ class LiveActions:
                 messages.WARNING,
             )
             return
-        what = _("delayed message") if where == browse.S_DELAYED else _("retry")
+        what = _("delayed message") if where == S_DELAYED else _("retry")
         self._record(request, row, queue, operations.delivered_log(where, message_id))
         self.owner.message_user(
             request,

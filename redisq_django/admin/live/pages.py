@@ -45,7 +45,16 @@ from redisq_django.admin.live.lists import (
 )
 from redisq_django.admin.live.page_actions import LiveActions
 from redisq_django.admin.live.scope import CONSUMER, LiveOwner, LiveScope
-from redisq_django.core import browse
+from redisq_django.core.operator import (
+    DELAYED,
+    IN_FLIGHT,
+    LOG,
+    PAGE_SIZE,
+    RETRYING,
+    S_DELAYED,
+    S_RETRY,
+    WAITING,
+)
 from redisq_django.models import Consumer, DeadLetter, Queue
 
 #: The regions of a live page that its JSON endpoint renders again (a consumer's page
@@ -131,7 +140,7 @@ class LivePages:
                 (k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
                 for k, v in (reading.value.fields.items() if reading.value else ())
             ),
-            "deliverable": ref.partition(":")[0] in (browse.S_DELAYED, browse.S_RETRY),
+            "deliverable": ref.partition(":")[0] in (S_DELAYED, S_RETRY),
         }
         return TemplateResponse(request, "admin/redisq_django/live/message.html", context)
 
@@ -146,9 +155,9 @@ class LivePages:
         list_name = snapshots.chosen(request.GET.get("list"), lists)
         cursor = request.GET.get("after") or None
         try:
-            n = int(request.GET.get("n", browse.PAGE_SIZE))
+            n = int(request.GET.get("n", PAGE_SIZE))
         except ValueError:
-            n = browse.PAGE_SIZE
+            n = PAGE_SIZE
         range_name = range_of(request.GET.get("range"))[0]
         wanted = range_name if charts else None
         row: Consumer | Queue | None
@@ -224,24 +233,24 @@ class LivePages:
     ) -> list[dict[str, Any]]:
         c, s = snapshot.consumer, snapshot.stats
         counts: dict[str, Any] = {
-            browse.WAITING: c.backlog if c else None,
-            browse.DELAYED: s.delayed if s else None,
-            browse.RETRYING: c.waiting_retry if c else None,
-            browse.IN_FLIGHT: c.in_flight if c else None,
+            WAITING: c.backlog if c else None,
+            DELAYED: s.delayed if s else None,
+            RETRYING: c.waiting_retry if c else None,
+            IN_FLIGHT: c.in_flight if c else None,
             "instances": c.instances_alive if c else None,
             "dead": dead_rows + (c.dead if c else 0) if c or not snapshot.error else None,
             "consumers": len(s.consumers) if s else None,
-            browse.LOG: s.length if s else None,
+            LOG: s.length if s else None,
         }
         labels = {
-            browse.WAITING: _("Waiting"),
-            browse.DELAYED: _("Delayed"),
-            browse.RETRYING: _("Retrying"),
-            browse.IN_FLIGHT: _("In flight"),
+            WAITING: _("Waiting"),
+            DELAYED: _("Delayed"),
+            RETRYING: _("Retrying"),
+            IN_FLIGHT: _("In flight"),
             "instances": _("Instances"),
             "dead": _("Dead"),
             "consumers": _("Consumers"),
-            browse.LOG: _("Log (newest first)"),
+            LOG: _("Log (newest first)"),
         }
         keep = {k: v for k, v in params.items() if k in ("n", "range")}
         return [

@@ -14,25 +14,25 @@ from typing import Any
 
 from redisq_django.admin.live.access import guarded, live_stats
 from redisq_django.admin.live.charts import range_of
-from redisq_django.core import Broker, browse
-from redisq_django.core.browse import Page
+from redisq_django.core import Broker
 from redisq_django.core.clock import now_ms
 from redisq_django.core.instances import Instance
+from redisq_django.core.operator import DELAYED, IN_FLIGHT, LOG, RETRYING, WAITING, Page
 from redisq_django.core.ordered import HELD_LIMIT, HeldKey
 from redisq_django.core.stats import ConsumerStats, QueueStats
 from redisq_django.core.trends import Trend
 
 #: The lists of a consumer's page, in the order of its tabs.
 CONSUMER_LISTS = (
-    browse.WAITING,
-    browse.DELAYED,
-    browse.RETRYING,
-    browse.IN_FLIGHT,
+    WAITING,
+    DELAYED,
+    RETRYING,
+    IN_FLIGHT,
     "instances",
     "dead",
 )
 #: The lists of a queue's page.
-QUEUE_LISTS = ("consumers", browse.DELAYED, browse.LOG)
+QUEUE_LISTS = ("consumers", DELAYED, LOG)
 #: The overview's charts show at most this many queues (summed).
 MAX_CHARTED_QUEUES = 100
 
@@ -84,13 +84,13 @@ def consumer_snapshot(
         operator = broker.operator
         page: Page | None = None
         instances = None
-        if list_name == browse.WAITING:
+        if list_name == WAITING:
             page = operator.waiting(queue, name, cursor, n)
-        elif list_name == browse.DELAYED:
+        elif list_name == DELAYED:
             page = operator.delayed(queue, cursor, n)
-        elif list_name == browse.RETRYING:
+        elif list_name == RETRYING:
             page = operator.retrying(queue, name, cursor, n)
-        elif list_name == browse.IN_FLIGHT:
+        elif list_name == IN_FLIGHT:
             page = operator.in_flight(queue, name, cursor, n)
         elif list_name == "instances":
             instances = operator.instances(queue, name)
@@ -120,9 +120,9 @@ def queue_snapshot(
 
     def read(broker: Broker) -> tuple[Any, Any]:
         page: Page | None = None
-        if list_name == browse.DELAYED:
+        if list_name == DELAYED:
             page = broker.operator.delayed(queue, cursor, n)
-        elif list_name == browse.LOG:
+        elif list_name == LOG:
             page = broker.operator.log(queue, cursor, n)
         return page, _trends(broker, [queue], range_name)
 

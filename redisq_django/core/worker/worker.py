@@ -4,7 +4,7 @@ One process runs :class:`Worker`; each logical consumer gets ``concurrency`` han
 threads, each an instance (a :class:`~redisq_django.core.subscription.Subscription`);
 one with an ``async def`` handler gets one instance keeping up to ``concurrency``
 handlers in flight on the process's event loop (:mod:`~redisq_django.core.worker.coroutines`).
-On a partitioned queue, each partition gets as many (``core/partitions.py``).
+On a partitioned queue, each partition gets as many (``core/partitions/``).
 A liveness thread heartbeats and extends the leases of long handlers
 (:mod:`~redisq_django.core.worker.liveness`: it never waits behind database work). The
 main thread runs the rest from one :class:`Ticker`: configuration refresh, retention,
@@ -24,7 +24,7 @@ from redisq_django.core.errors import RedisRefused, RedisUnavailable
 from redisq_django.core.groups import default_instance_name
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.outcome import Outcome
-from redisq_django.core.place import Place
+from redisq_django.core.partitions import Place
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
 from redisq_django.core.worker.crew import Crews

@@ -21,8 +21,7 @@ from redisq_django.consuming.consumer_sync import sync_declarations
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.worker import Worker, WorkerOptions
-from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
+from redisq_django.core.worker import COLD_SIGNAL, Supervisor, Worker, WorkerOptions, is_supervised
 from redisq_django.metrics.exporter import DEFAULT_HOST, MULTIPROC_ENV, MetricsServer
 from redisq_django.models import TUNABLES, Consumer
 from redisq_django.runner import build_worker, select

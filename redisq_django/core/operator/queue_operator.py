@@ -9,9 +9,9 @@ what the core stores, and how, stays the core's. Each method is the core functio
 names, with the broker's client, scripts, keys and configuration; errors are those of
 that function (redis-py's: the caller decides what an outage means for it).
 
-A partitioned queue (``core/partitions.py``) is read as one queue: its figures and trends
+A partitioned queue (``core/partitions/``) is read as one queue: its figures and trends
 add up over its partitions (``core/partition_stats.py``), its lists merge theirs
-(``core/partition_pages.py``) and each entry's ref names its partition
+(``core/operator/partition_pages.py``) and each entry's ref names its partition
 (``<ref>@<i>``), which :meth:`QueueOperator.find` and :meth:`QueueOperator.deliver_now`
 read back; an ordering key is released in its key's partition.
 """
@@ -22,16 +22,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from redisq_django.core import actions, browse, ordered, trend_sampler, trends
+from redisq_django.core import ordered, trends
 from redisq_django.core.batch import Command, run_batch
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.instances import Instance, read_instances
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.partition_pages import Fetch, merged_page, part_ref, split_ref
+from redisq_django.core.operator import actions, browse, trend_sampler
+from redisq_django.core.operator.partition_pages import Fetch, merged_page, part_ref, split_ref
+from redisq_django.core.operator.server import ServerProblem, server_problems, warn_server_problems
 from redisq_django.core.partition_stats import read_layouts, sum_trends
 from redisq_django.core.partitions import partition_of
 from redisq_django.core.scripts import Scripts
-from redisq_django.core.server import ServerProblem, server_problems, warn_server_problems
 from redisq_django.core.stats import QueueStats
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
@@ -91,7 +92,7 @@ class QueueOperator:
             )
         return layout[part], base
 
-    # -- the lists of a queue and of its consumers (core/browse.py) ----------------------
+    # -- the lists of a queue and of its consumers (core/operator/browse.py) ----------------------
 
     def log(self, queue: str, cursor: str | None = None, n: int | None = None) -> browse.Page:
         """A page of the queue's log, the newest first."""
@@ -242,7 +243,7 @@ class QueueOperator:
 
     def record_trend_samples(self, read: Sequence[QueueStats]) -> bool:
         """Record the figures just ``read`` as this minute's backlog samples, unless a
-        worker samples every queue (``core/trend_sampler.py``); whether they were."""
+        worker samples every queue (``core/operator/trend_sampler.py``); whether they were."""
         return trend_sampler.record(self._client, self._config.prefix, self._keys, read)
 
     # -- the server --------------------------------------------------------------------
@@ -256,7 +257,7 @@ class QueueOperator:
         return bool(self._client.ping())
 
     def server_problems(self) -> list[ServerProblem]:
-        """What the Redis server lacks for the guarantees (``core/server.py``).
+        """What the Redis server lacks for the guarantees (``core/operator/server.py``).
 
         Raises:
             redis.RedisError: Redis cannot be reached.
@@ -267,7 +268,7 @@ class QueueOperator:
         """Log each of :meth:`server_problems` as a WARNING; never raises."""
         return warn_server_problems(self._client)
 
-    # -- actions (core/actions.py) -----------------------------------------------------
+    # -- actions (core/operator/actions.py) -----------------------------------------------------
 
     def deliver_now(self, queue: str, consumer: str | None, ref: str) -> str | None:
         """Deliver one delayed message (``consumer`` None) or retry of ``consumer`` now.

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig, Place, partition_of
-from redisq_django.core.browse import Page
+from redisq_django.core.operator.browse import Page
 from redisq_django.core.trends import BACKLOG, PUBLISHED, per_consumer
 
 K = 3

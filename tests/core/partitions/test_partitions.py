@@ -29,7 +29,7 @@ from redisq_django.core.scripts import AsyncScripts
 from redisq_django.core.wire import to_str
 from tests.core.guarantee_helpers import drain
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 ROW = re.compile(
     r"^\| `?(\"[^|]*\")`?(?: \u00d7 (\d+))?[^|]*\| (\d+) \| `(0x[0-9a-f]{8})` \| (\d+) \| (\d+) \|$"

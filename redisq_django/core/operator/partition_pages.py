@@ -1,13 +1,13 @@
 """A partitioned queue's lists as one list: each partition's page, merged in order, with a
 cursor that holds every partition's own.
 
-The lists of ``core/browse.py`` are cut by entry ids and scores, never by an offset; a
-partitioned queue's list (``core/partitions.py``) reads a page of each partition from
+The lists of ``core/operator/browse.py`` are cut by entry ids and scores, never by an offset; a
+partitioned queue's list (``core/partitions/``) reads a page of each partition from
 its own cursor and merges them by the list's order (newest first for the log, soonest
 due for delayed messages and retries, the private input then the log for what waits and
 what is in flight, each by entry id). Each partition's entries shown are a prefix of its
 page, so its next cursor is the one after the last of them. Each entry knows its
-partition (:attr:`~redisq_django.core.browse.Entry.part`, and its ref says it).
+partition (:attr:`~redisq_django.core.operator.browse.Entry.part`, and its ref says it).
 
 The cursor is the partitions' cursors joined by ``|`` (``~``: that partition is done).
 A page costs each partition's round trips (one or two), not one pipeline for all.
@@ -20,9 +20,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redisq_django.core import browse
-from redisq_django.core.browse import Entry, Page
+from redisq_django.core import members
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.operator import browse
+from redisq_django.core.operator.browse import Entry, Page
 from redisq_django.core.stats import id_order
 
 #: A partition's read: its keys, its cursor, the page size.
@@ -42,11 +43,11 @@ def _soonest(e: Entry) -> Any:
 
 
 def _input_then_log(e: Entry) -> Any:  # waiting: the private input first
-    return (e.where != browse.S_DIRECT, id_order(e.key))
+    return (e.where != members.S_DIRECT, id_order(e.key))
 
 
 def _log_then_input(e: Entry) -> Any:  # in flight: the log first
-    return (e.where != browse.S_LOG, id_order(e.key))
+    return (e.where != members.S_LOG, id_order(e.key))
 
 
 #: Per list kind: the merge order, consistent with each partition's own order.
@@ -123,7 +124,7 @@ def _cursors(cursor: str | None, count: int) -> list[str]:
 
 def _after(kind: str, shown: Sequence[Entry], old: str) -> str:
     """The cursor of one partition after its entries ``shown`` (in its order), as the
-    partition's own next page would have it (``core/browse.py``)."""
+    partition's own next page would have it (``core/operator/browse.py``)."""
     last = shown[-1]
     if kind in (browse.DELAYED, browse.RETRYING):
         match = _SCORE_CURSOR.match(old)
@@ -131,4 +132,4 @@ def _after(kind: str, shown: Sequence[Entry], old: str) -> str:
         return f"{last.key}:{sum(1 for e in shown if e.key == last.key) + skip}"
     if kind == browse.LOG:
         return f"l:{last.key}"
-    return f"{'d' if last.where == browse.S_DIRECT else 'l'}:{last.key}"
+    return f"{'d' if last.where == members.S_DIRECT else 'l'}:{last.key}"

@@ -29,8 +29,7 @@ import redis
 
 from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
 from redisq_django.core.keys import QueueKeys, validate_name
-from redisq_django.core.partitions import pick
-from redisq_django.core.place import Place, place_of
+from redisq_django.core.partitions import Place, pick, place_of
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str

@@ -1,4 +1,12 @@
-"""A large delayed or retry member's fields read without decoding it whole, for a list."""
+"""Where a message lives, and a delayed or retry member's fields.
+
+A message is in a stream (a queue's log or a consumer's private input) or a member of a
+sorted set (delayed, or waiting for its retry): a JSON object of strings, as
+``promote.lua`` writes it to a stream. :func:`member_fields` decodes one;
+:func:`peek_member` reads a large one's fields without decoding it whole, for a list.
+The ``S_*`` names are the first part of a message's ref (``log:…``, ``retry:…``), which
+the operator's pages and an ordered consumer's held keys both give.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,9 @@ import json
 import re
 
 from redisq_django.core import envelope as env
+
+# Where an entry lives (the first part of its ref).
+S_LOG, S_DIRECT, S_DELAYED, S_RETRY = "log", "direct", "delayed", "retry"
 
 #: Bytes of a payload decoded for a preview (room for multi-byte characters and spaces
 #: around the 140 characters a list shows).
@@ -70,3 +81,24 @@ def _head(body: bytes, keep: int) -> str:
         except ValueError:
             continue
     raise ValueError("no JSON string")
+
+
+def member_fields(member: bytes) -> dict[bytes, bytes]:
+    """A delayed or retry member's fields, as ``promote.lua`` writes them to a stream: a
+    JSON object of strings (``null``: no such field), else one field ``raw``. For pages:
+    ``deliver_now.lua`` flattens the member itself, as ``promote.lua`` does."""
+    if member.startswith(b"\xef\xbb\xbf"):  # a byte order mark: no JSON text for Lua's cjson
+        return {env.F_RAW_MEMBER: member}
+    try:
+        decoded = json.loads(member)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[…" nested past the limit
+        return {env.F_RAW_MEMBER: member}
+    if not isinstance(decoded, dict):
+        return {env.F_RAW_MEMBER: member}
+    out = {}
+    for k, v in decoded.items():
+        if isinstance(v, str):
+            out[k.encode("utf-8", "surrogatepass")] = v.encode("utf-8", "surrogatepass")
+        elif v is not None:
+            return {env.F_RAW_MEMBER: member}
+    return out or {env.F_RAW_MEMBER: member}

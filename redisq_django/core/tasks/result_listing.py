@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.tasks.store import TaskResultStore
 from redisq_django.core.wire import to_str
 
 
@@ -25,7 +25,9 @@ def _text(value: object) -> str:
     return "?" if value is None else to_str(value)
 
 
-def latest(store: TaskResultStore, queues: Sequence[str], count: int) -> tuple[int, list[Listed]]:
+def latest_results(
+    store: TaskResultStore, queues: Sequence[str], count: int
+) -> tuple[int, list[Listed]]:
     """How many results the indexes of ``queues`` hold, and the ``count`` most recently
     changed of them (the latest to expire), newest first, with status and task. Two
     round trips; results expired meanwhile are left out."""
@@ -64,7 +66,7 @@ def latest(store: TaskResultStore, queues: Sequence[str], count: int) -> tuple[i
     ]
 
 
-def fields_of(
+def result_fields(
     store: TaskResultStore, results: Sequence[Listed], fields: Sequence[str]
 ) -> list[dict[str, str]]:
     """``fields`` of each of ``results`` (those set; an expired result: {}), one round

@@ -13,7 +13,6 @@ A :class:`Entry` keeps the raw fields of the message; :attr:`Entry.ref` finds it
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -22,7 +21,15 @@ from redisq_django.core import envelope as env
 from redisq_django.core.clock import ms_from_entry_id
 from redisq_django.core.dead_entry import F_ERROR_CLASS, F_ERROR_MESSAGE
 from redisq_django.core.keys import GroupKeys, QueueKeys
-from redisq_django.core.peek import PREVIEW_BYTES, peek_member
+from redisq_django.core.members import (
+    PREVIEW_BYTES,
+    S_DELAYED,
+    S_DIRECT,
+    S_LOG,
+    S_RETRY,
+    member_fields,
+    peek_member,
+)
 from redisq_django.core.types import RedisClient, ScoredMembers
 from redisq_django.core.wire import json_object, to_str, wire_int
 
@@ -32,13 +39,12 @@ MAX_PAGE = 200
 #: Characters of a payload shown in a list.
 PREVIEW_CHARS = 140
 #: A delayed or retry member larger than this is not JSON-decoded whole for a list:
-#: its fields are found by :func:`~.peek.peek_member`, its payload kept only in part.
+#: its fields are found by :func:`~redisq_django.core.members.peek_member`, its
+#: payload kept only in part.
 PEEK_MEMBER_BYTES = 64 * 1024
 
 # The kinds of lists and of entries.
 WAITING, DELAYED, RETRYING, IN_FLIGHT, LOG = "waiting", "delayed", "retrying", "in_flight", "log"
-# Where an entry lives (the first part of its ref).
-S_LOG, S_DIRECT, S_DELAYED, S_RETRY = "log", "direct", "delayed", "retry"
 
 _SPACES = re.compile(r"\s+")
 _SCORE_CURSOR = re.compile(r"^(-?[0-9]+(?:\.[0-9]+)?):([0-9]+)\Z")
@@ -162,27 +168,6 @@ class Page:
 def page_size(n: int | None) -> int:
     """``n`` within 1 … :data:`MAX_PAGE` (None: :data:`PAGE_SIZE`)."""
     return PAGE_SIZE if n is None else max(1, min(MAX_PAGE, n))
-
-
-def member_fields(member: bytes) -> dict[bytes, bytes]:
-    """A delayed or retry member's fields, as ``promote.lua`` writes them to a stream: a
-    JSON object of strings (``null``: no such field), else one field ``raw``. For pages:
-    ``deliver_now.lua`` flattens the member itself, as ``promote.lua`` does."""
-    if member.startswith(b"\xef\xbb\xbf"):  # a byte order mark: no JSON text for Lua's cjson
-        return {env.F_RAW_MEMBER: member}
-    try:
-        decoded = json.loads(member)
-    except (ValueError, RecursionError):  # RecursionError: "[[[[…" nested past the limit
-        return {env.F_RAW_MEMBER: member}
-    if not isinstance(decoded, dict):
-        return {env.F_RAW_MEMBER: member}
-    out = {}
-    for k, v in decoded.items():
-        if isinstance(v, str):
-            out[k.encode("utf-8", "surrogatepass")] = v.encode("utf-8", "surrogatepass")
-        elif v is not None:
-            return {env.F_RAW_MEMBER: member}
-    return out or {env.F_RAW_MEMBER: member}
 
 
 # -- waiting: the consumer's private input, then the log after its position -------------

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.archives.named import ArchiveRegistration, Gap, Registered
 from redisq_django.core.errors import ArchiveNotRegistered, InvalidName
 from redisq_django.core.keys import QueueKeys
-from redisq_django.core.named_archives import ArchiveRegistration, Gap, Registered
 
 TEN = [f"{i * 1000}-0" for i in range(1, 11)]  # 1000-0 .. 10000-0
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from redisq_django.core import browse, ordered, redelivery
+from redisq_django.core import members, ordered, redelivery
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.operator import browse
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.start import StartPoint
 from redisq_django.core.types import RedisClient
@@ -44,7 +45,7 @@ def deliver_now(
         ValueError: ``ref`` names no delayed message or retry.
     """
     where = ref.partition(":")[0]
-    if where not in (browse.S_DELAYED, browse.S_RETRY):
+    if where not in (members.S_DELAYED, members.S_RETRY):
         raise ValueError(f"Only a delayed message or a retry can be delivered now, not {ref!r}.")
     entry = browse.find(client, keys, consumer, ref)
     return None if entry is None else deliver_entry(scripts, keys, consumer, entry)
@@ -55,9 +56,9 @@ def deliver_entry(
 ) -> str | None:
     """Deliver ``entry`` (a delayed message, or a retry of ``consumer``) now: see
     :func:`deliver_now`. Returns the new entry id, or None when it is gone."""
-    if entry.where == browse.S_DELAYED:
+    if entry.where == members.S_DELAYED:
         target = [keys.delayed, keys.log]
-    elif entry.where == browse.S_RETRY:
+    elif entry.where == members.S_RETRY:
         gkeys = keys.group(consumer or "")
         target = [gkeys.retry, gkeys.direct]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from redisq_django.core.server import MIN_VERSION, _version
+from redisq_django.core.operator.server import MIN_VERSION, _version
 
 
 @pytest.mark.parametrize(

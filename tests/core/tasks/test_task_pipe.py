@@ -10,8 +10,8 @@ import redis
 
 from redisq_django.core.broker import Broker
 from redisq_django.core.delivery import Delivery, Stream
-from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_store import TaskResultStore
+from redisq_django.core.tasks.pipe import TaskPipe
+from redisq_django.core.tasks.store import TaskResultStore
 
 G = "tasks"
 

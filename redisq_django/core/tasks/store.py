@@ -35,8 +35,8 @@ from redisq_django.core.lifecycle import EventName
 from redisq_django.core.outcome import Settlement
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.scripts import ScriptCall, Scripts
-from redisq_django.core.task_pipe import TaskPipe
-from redisq_django.core.task_wire import (
+from redisq_django.core.tasks.pipe import TaskPipe
+from redisq_django.core.tasks.result_wire import (
     FAILED,
     ONCE,
     PUBLISH,
@@ -82,7 +82,7 @@ class TaskResultStore:
         self._rng = random.Random()
 
     def new_pipe(self) -> TaskPipe:
-        """A pipe of this store's task writes for one thread (``core/task_pipe.py``)."""
+        """A pipe of this store's task writes for one thread (``core/tasks/pipe.py``)."""
         return TaskPipe(self.client, self.scripts)
 
     @translate_errors

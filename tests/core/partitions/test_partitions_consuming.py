@@ -18,7 +18,7 @@ from redisq_django.core import (
     PartitionsMismatch,
     partition_of,
 )
-from redisq_django.core.place import Place
+from redisq_django.core.partitions.place import Place
 from redisq_django.core.worker import Worker, WorkerOptions
 from tests.core.guarantee_helpers import drain, wait_for
 

@@ -10,7 +10,7 @@ from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 
 
-def trim(
+def trim_log(
     scripts: Scripts, keys: QueueKeys, config: CoreConfig, *, now: int | None = None
 ) -> tuple[int, int]:
     """One bounded round of ``trim.lua`` on ``keys``' log.
@@ -39,7 +39,7 @@ def trim(
     return int(removed), int(dropped)
 
 
-def purge(client: RedisClient, keys: QueueKeys, groups: list[str]) -> None:
+def purge_place(client: RedisClient, keys: QueueKeys, groups: list[str]) -> None:
     """Delete every message of the queue (log, delayed, retries, dead letters in Redis)
     while keeping ``groups`` registered at the end of the (empty) log."""
     with client.pipeline(transaction=True) as pipe:

@@ -1,7 +1,8 @@
-"""Every message before it dies (``core/browse.py``, ``core/actions.py``): the listed ids
-equal what is waiting, delayed, retrying and in flight, page by page through 100,000
-entries at a constant number of round trips per page; "deliver now" makes exactly that
-message delivered next; a consumer's purge discards what waits for it alone."""
+"""Every message before it dies (``core/operator/browse.py``,
+``core/operator/actions.py``): the listed ids equal what is waiting, delayed, retrying
+and in flight, page by page through 100,000 entries at a constant number of round trips
+per page; "deliver now" makes exactly that message delivered next; a consumer's purge
+discards what waits for it alone."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from redisq_django.core import Broker, RetryPolicy, actions, browse
-from redisq_django.core.browse import Page
+from redisq_django.core import Broker, RetryPolicy
 from redisq_django.core.keys import GroupKeys
+from redisq_django.core.operator import actions, browse
+from redisq_django.core.operator.browse import Page
 from tests.core.guarantee_helpers import drain
 from tests.support.round_trips import round_trips
 

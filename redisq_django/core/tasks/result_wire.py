@@ -1,7 +1,7 @@
 """The wire of task results (Django-free): statuses, the enqueue and settle calls,
 expiries, hashes.
 
-Shared by the sync store (:mod:`redisq_django.core.task_store`) and the asyncio side
+Shared by the sync store (:mod:`redisq_django.core.tasks.store`) and the asyncio side
 of the Tasks backend (``redisq_django.tasks.aio``), so that both run the same
 ``task_enqueue.lua`` call, read results with the same commands and decode a result hash
 the same way (PROTOCOL.md, "Django task results").

@@ -329,7 +329,7 @@ def _check(job: str, argv: list[str], out: str, demo: Demo, var: Path) -> None:
             target = demo.broker.keys(QUEUE).group(argv[argv.index("--consumer") + 1]).direct
             assert demo.broker.client.xlen(target) >= int(replayed[1])
     elif job == "compact":
-        compacted = re.search(r"compacted messages: (\d+) partitions, files (\d+) -> (\d+)", out)
+        compacted = re.search(r"compacted messages: (\d+) directories, files (\d+) -> (\d+)", out)
         assert compacted and int(compacted[1]) > 0 and int(compacted[3]) <= int(compacted[2]), out
         assert _read_once(root) == (demo.messages(), demo.messages())
     elif job == "archives":

@@ -39,6 +39,8 @@ class ConsumerDeclaration:
     ordered: bool = False
     #: An ordered consumer's reads wait for this many replicas (None: the setting's).
     wait_replicas: int | None = None
+    #: Seconds a handler may run on one message (None: no limit).
+    time_limit: float | None = None
     #: ``(ladder, rank)``: one level of a priority ladder read highest first (rank 0);
     #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
     priority: tuple[str, int] | None = None
@@ -66,6 +68,7 @@ def consumer(
     start: str | dt.datetime = "latest",
     ordered: bool = False,
     wait_replicas: int | None = None,
+    time_limit: float | None = None,
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
@@ -106,6 +109,14 @@ def consumer(
             ``REDISQ['ORDERED_WAIT_TIMEOUT']``, after which they run all the same
             (logged and counted). Default ``REDISQ['ORDERED_WAIT_REPLICAS']`` (0: no
             wait).
+        time_limit: seconds a handler may run on one message (default: no limit). Past
+            it the attempt fails with ``TimeLimitExceeded`` ("time limit exceeded after
+            30 s"): retried after its backoff, then a dead letter. A plain function gets
+            the exception raised into its thread, an ``async def`` one is cancelled; a
+            thread blocked in a call Python cannot interrupt (a socket read without a
+            timeout, a C extension) is left, and when it is still there
+            ``REDISQ['SHUTDOWN_GRACE_PERIOD']`` later its process exits (code 1) to be
+            started again by its supervisor. Give network calls timeouts of their own.
     """
     validate_name("queue", queue)
     _check_number("max_retries", max_retries)
@@ -117,6 +128,7 @@ def consumer(
     if not isinstance(ordered, bool):
         raise ConfigurationError(f"@consumer ordered must be True or False, not {ordered!r}.")
     _check_number("wait_replicas", wait_replicas)
+    _check_number("time_limit", time_limit)
     if wait_replicas and not ordered:
         raise ConfigurationError(
             f"@consumer wait_replicas={wait_replicas!r} needs ordered=True: only an ordered "
@@ -139,6 +151,7 @@ def consumer(
             start=start,
             ordered=ordered,
             wait_replicas=wait_replicas,
+            time_limit=time_limit,
         )
         registry.add(declaration)
         return handler

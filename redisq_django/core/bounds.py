@@ -136,6 +136,12 @@ BOUNDS: dict[str, Bound] = {
         "0 would make WAIT block for ever; the messages run after it anyway",
         above=True,
     ),
+    "time_limit": Bound(
+        "seconds",
+        0,
+        "how long a handler may run on one message before its attempt fails",
+        above=True,
+    ),
 }
 #: ``@consumer(wait_replicas=...)`` is ``REDISQ["ORDERED_WAIT_REPLICAS"]`` for one consumer.
 BOUNDS["wait_replicas"] = BOUNDS["ordered_wait_replicas"]

@@ -42,6 +42,9 @@ class Delivery:
             event); ``duration_ns`` the same in nanoseconds and ``ended_ns`` when it
             ended (``time.perf_counter_ns()``), for metrics.
         failed: whether its handler raised (``Reject`` included), once it ran.
+        timed_out: its handler ran past its consumer's ``time_limit``: the worker
+            settled it as a failed attempt (``core/worker/time_limits.py``), so whatever
+            the handler does after that is ignored.
     """
 
     message: Message
@@ -54,6 +57,7 @@ class Delivery:
     duration_ns: int | None = field(default=None, repr=False)
     ended_ns: int | None = field(default=None, repr=False)
     failed: bool = field(default=False, repr=False)
+    timed_out: bool = field(default=False, repr=False)
 
     # -- its message's fields, read through ----------------------------------------------
 

@@ -97,6 +97,8 @@ class ConsumerSpec:
         ordered: one message of an ordering key out at a time (``core/ordered.py``).
         wait_replicas: an ordered consumer's reads wait until this many replicas have
             them (None: the config's ``ordered_wait_replicas``; 0: no wait).
+        time_limit: seconds a handler may run on one message (None: no limit); past it
+            the attempt fails with ``TimeLimitExceeded`` (``core/worker/time_limits.py``).
         priority: ``(ladder, rank)`` when this consumer is one level of a priority
             ladder (``core/worker/priority.py``: the levels of one task queue, a queue
             each) that a worker reads highest first (rank 0 is the highest): its
@@ -114,6 +116,7 @@ class ConsumerSpec:
     priority: tuple[str, int] | None = None
     ordered: bool = False
     wait_replicas: int | None = None
+    time_limit: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:

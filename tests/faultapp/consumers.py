@@ -2,11 +2,11 @@
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
 ``firsthour``, ``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``,
-``ahandback``, ``ohandback``) are used by no other test (tests/faults/test_faults.py,
+``ahandback``, ``ohandback``, ``timed``) are used by no other test (tests/faults/test_faults.py,
 tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
 tests/faults/test_start_together.py, tests/faults/test_first_deploy.py,
 tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py,
-tests/faults/test_grace_handback.py).
+tests/faults/test_grace_handback.py, tests/faults/test_time_limit_faults.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -349,3 +349,11 @@ async def alastchance(message: Message) -> None:
 )
 def inorder(message: Message) -> None:
     _obey(message, "inorder")
+
+
+# A time limit (tests/faults/test_time_limit_faults.py): {"sleep": s} sleeps in one C
+# call, which no exception interrupts, so a process whose handler is stuck past the
+# grace period is replaced; one retry, then a dead letter.
+@consumer("timed", name="bounded", time_limit=1, max_retries=1, backoff=0.05, start="earliest")
+def bounded(message: Message) -> None:
+    _obey(message, "bounded")

@@ -45,6 +45,7 @@ from redisq_django.core.worker.priority import GATE_POLL_S
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import WAKE_S
 from redisq_django.core.worker.threads import HandlerThread, _stop_watch
+from redisq_django.core.worker.time_limits import exceeded
 
 logger = logging.getLogger("redisq.worker")
 
@@ -111,6 +112,17 @@ class AsyncHandlerThread(HandlerThread):
         self._ending: list[_Ended] = []  # (loop only) ended in this loop iteration
         self._taken: list[_Ended] = []  # taken from _ended while waiting, not settled yet
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps weak references only
+        #: When each running handler started (``time.monotonic()``), by ``id()``.
+        self._began_at: dict[int, float] = {}
+
+    def watch_time(self, now: float, grace: float) -> bool:
+        """True when a handler still runs ``grace`` seconds after its time limit: its
+        ``asyncio.timeout`` cancelled it at the limit, so only a handler that blocks the
+        event loop (a synchronous call in it) is still there."""
+        limit = self.spec.time_limit
+        if limit is None:
+            return False
+        return any(now - began >= limit + grace for began in list(self._began_at.values()))
 
     def _loop(self) -> None:
         # Redis refusing is waited out as by a handler thread (logged once); handlers
@@ -197,6 +209,7 @@ class AsyncHandlerThread(HandlerThread):
                 break
             starting.append(delivery)
             self._flight[id(delivery)] = delivery
+            self._began_at[id(delivery)] = time.monotonic()
         self.held = list(self._flight.values())  # every running message's lease is renewed
         if starting:
             self.event_loop.loop.call_soon_threadsafe(self._create_tasks, starting)
@@ -211,6 +224,7 @@ class AsyncHandlerThread(HandlerThread):
             return
         for delivery, returned, error in ended:
             del self._flight[id(delivery)]
+            self._began_at.pop(id(delivery), None)
             if self._finish(delivery, returned, error):
                 self.acks.add(delivery)
         self.held = list(self._flight.values())
@@ -248,9 +262,16 @@ class AsyncHandlerThread(HandlerThread):
             hooks.before_process(delivery)
         started = time.perf_counter_ns()
         handler = cast("Callable[[Any], Awaitable[object]]", self.spec.handler)
+        limit = self.spec.time_limit
         try:
-            returned = await handler(delivery.message)
-        except BaseException as exc:  # CancelledError too: its message fails, the loop goes on
+            if limit is None:
+                returned = await handler(delivery.message)
+            else:  # cancelled at its limit: a failed attempt (core/worker/time_limits.py)
+                async with asyncio.timeout(limit) as deadline:
+                    returned = await handler(delivery.message)
+        except BaseException as raised:  # CancelledError too: its message fails, the loop goes on
+            timed_out = limit is not None and deadline.expired()
+            exc = exceeded(limit) if timed_out and limit is not None else raised
             _stop_watch(delivery, started)
             if hooks.wants_after_process:
                 hooks.after_process(delivery, error=exc)

@@ -30,6 +30,7 @@ from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import Pace, Quota, StopSignal, Tally
+from redisq_django.core.worker.time_limits import Watch, exceeded
 
 logger = logging.getLogger("redisq.worker")
 
@@ -87,6 +88,7 @@ class HandlerThread(threading.Thread):
         self._last_reclaim = 0.0
         self._counted: dict[str, int] = {}  # of what the subscription counts itself
         self._batch_size = min(INITIAL_BATCH, pace.prefetch)
+        self.watch = Watch()  # the running handler, for its time limit
 
     def apply(self, spec: ConsumerSpec) -> None:
         """Use ``spec`` (changed in the admin) from the next message on."""
@@ -271,26 +273,38 @@ class HandlerThread(threading.Thread):
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         returned: object = None
+        raised: BaseException | None = None
+        limit = self.spec.time_limit
         try:
-            if self._handles_delivery:
-                returned = cast("Callable[[Delivery], object]", self.spec.handler)(delivery)
-            else:
-                self.spec.handler(delivery.message)
-        except Settled as exc:  # deprecated: how a handler said it before Settlement
-            _stop_watch(delivery, started)
-            returned = exc.settlement
-        except Reject as exc:
-            _stop_watch(delivery, started)
-            delivery.failed = True
-            error = exc
-            self._settle(functools.partial(self._fail, delivery, exc, reject=True))
+            if limit is not None:  # watched (core/worker/time_limits.py)
+                self.watch.arm(delivery, limit)
+            try:
+                if self._handles_delivery:
+                    returned = cast("Callable[[Delivery], object]", self.spec.handler)(delivery)
+                else:
+                    self.spec.handler(delivery.message)
+            finally:
+                if limit is not None:
+                    self.watch.disarm()
         except BaseException as exc:
             # SystemExit and KeyboardInterrupt too: a handler thread gets no signal (the
             # main thread does), so they are the handler's own, and fail its message
             # like any error instead of killing the thread (and, redelivered, the next).
-            _stop_watch(delivery, started)
+            raised = exc
+            if limit is not None:  # a time limit's exception may have cut the first short
+                self.watch.disarm()
+        _stop_watch(delivery, started)
+        if delivery.timed_out:  # the watchdog settled it as failed: nothing more to do
+            error = exceeded(self.spec.time_limit or 0)
+        elif isinstance(raised, Settled):  # deprecated: how a handler said it before Settlement
+            returned = raised.settlement
+        elif isinstance(raised, Reject):
             delivery.failed = True
-            error = exc
+            error = raised
+            self._settle(functools.partial(self._fail, delivery, raised, reject=True))
+        elif raised is not None:
+            delivery.failed = True
+            error = raised
             self._count("failed")
             logger.info(
                 "Handler %s/%s failed on %s (attempt %d): %r",
@@ -298,17 +312,47 @@ class HandlerThread(threading.Thread):
                 self.spec.name,
                 loggable(delivery.id),  # from Redis: a newline in it forges no log line
                 delivery.attempts,
-                exc,
+                raised,
             )
-            self._settle(functools.partial(self._fail, delivery, exc, reject=False))
-        else:
-            _stop_watch(delivery, started)
-        if isinstance(returned, Settlement):  # the handler settled the delivery itself
+            self._settle(functools.partial(self._fail, delivery, raised, reject=False))
+        if isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
             error, settled = returned.error, True
             self._settled_by_handler(delivery, returned)
         if hooks.wants_after_process:
             hooks.after_process(delivery, error=error)
         return error is None and not settled
+
+    def watch_time(self, now: float, grace: float) -> bool:
+        """Stop a handler that ran past its consumer's time limit (the watchdog's turn,
+        in the worker's main thread); True when one is still on its message ``grace``
+        seconds later: stuck in a call Python cannot interrupt."""
+        if self.spec.time_limit is None:
+            return False
+        delivery = self.watch.overdue(now)
+        if delivery is not None:
+            self.time_out(delivery)
+        return self.watch.stuck(now, grace)
+
+    def time_out(self, delivery: Delivery) -> None:
+        """Settle ``delivery``, whose handler ran past its limit, as a failed attempt
+        (called by the watchdog, in the worker's main thread, while the handler may
+        still run: it ignores what the handler does next)."""
+        limit = self.spec.time_limit or 0
+        error = exceeded(limit)
+        delivery.failed = True
+        self._count("failed")
+        logger.warning(
+            "Handler %s/%s ran past its time limit of %g s on %s (attempt %d): %s",
+            self.spec.queue,
+            self.spec.name,
+            limit,
+            loggable(delivery.id),
+            delivery.attempts,
+            "stopped; the message is retried or dead-lettered as a failed attempt",
+        )
+        # Its lease is no longer renewed: the delivery is settled, whatever the handler does.
+        self.held = [d for d in self.held if d is not delivery]
+        self._fail(delivery, error, reject=False)
 
     # Settlement survives Redis outages: what cannot be sent now is retried before
     # anything new is fetched (the messages stay pending meanwhile, so nothing is lost).

@@ -268,7 +268,34 @@ class Worker:
             if not any(t.is_alive() for t in self._all_threads()) and not self._paused_only():
                 return  # burst drained, message budget spent, or every thread gone
             ticker.run_due()
+            self._watch_time_limits()
             self._stop.wait(min(self._promote_due(), self.crews.tick()))
+
+    def _watch_time_limits(self) -> None:
+        """Stop the handlers that ran past their consumer's time limit; replace this
+        process when one is stuck past the grace period (``core/worker/time_limits.py``)."""
+        if not any(s.time_limit is not None for s in self.specs.values()):
+            return
+        now = time.monotonic()
+        for thread in self._all_threads():
+            try:
+                stuck = thread.watch_time(now, self.options.grace_period)
+            except (RedisUnavailable, RedisRefused) as exc:  # settled when it is back...
+                # ...by nothing: the message stays pending and comes back by C3, counted.
+                logger.warning("Could not settle a timed-out message of %s: %s", thread.name, exc)
+                continue
+            if stuck:
+                self.crashed = True
+                logger.error(
+                    "Handler thread %s is still stuck %g s after its time limit, in a call "
+                    "Python cannot interrupt: stopping this worker now (exit code 1) so "
+                    "that its supervisor starts a new process; its other in-flight "
+                    "messages come back to other instances as after a crash",
+                    thread.name,
+                    self.options.grace_period,
+                )
+                self._stop.request(cold=True)
+                return
 
     def _promote_due(self) -> float:
         """Promote due delayed messages and retries on time; seconds until the next check.

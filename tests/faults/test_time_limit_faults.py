@@ -4,6 +4,7 @@ still stuck a grace period later, is replaced by the supervisor; nothing is lost
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -31,7 +32,7 @@ TIMED, BOUNDED = "timed", "bounded"  # time_limit=1, max_retries=1
 
 
 def _dead_rows(db_file: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(db_file, timeout=30) as conn:
+    with contextlib.closing(sqlite3.connect(db_file, timeout=30)) as conn:
         return conn.execute(
             "SELECT message_id, error_class, error_message FROM redisq_django_deadletter"
         ).fetchall()

@@ -280,9 +280,13 @@ class Worker:
         for thread in self._all_threads():
             try:
                 stuck = thread.watch_time(now, self.options.grace_period)
-            except (RedisUnavailable, RedisRefused) as exc:  # settled when it is back...
-                # ...by nothing: the message stays pending and comes back by C3, counted.
-                logger.warning("Could not settle a timed-out message of %s: %s", thread.name, exc)
+            except Exception as exc:  # Redis away or refusing: the watchdog must go on
+                logger.warning(
+                    "Could not settle a timed-out message of %s (%r): it stays pending and "
+                    "comes back when its lease runs out, counting this delivery",
+                    thread.name,
+                    exc,
+                )
                 continue
             if stuck:
                 self.crashed = True

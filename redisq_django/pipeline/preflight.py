@@ -112,11 +112,27 @@ def last_entry_ids(options: ArchiveOptions, table: str, queues: tuple[str, ...])
     out = {}
     for where, entry, gone in zip(wheres, replies[::2], replies[1::2], strict=True):
         last = to_str(entry[0][0]) if entry else None
+        if gone is not None:
+            _check_trimmed(places.keys_of(options.prefix, where).meta, field, to_str(gone))
         if gone is not None and (last is None or parse_id(to_str(gone)) > parse_id(last)):
             last = to_str(gone)
         if last is not None:
             out[where] = last
     return out
+
+
+def _check_trimmed(meta: str, field: str, value: str) -> None:
+    """Refuse a retention mark that is no entry id (another client wrote it): the job
+    cannot tell what retention removed, so it says what to repair instead of guessing."""
+    ms, dash, seq = value.partition("-")
+    if ms.isascii() and ms.isdigit() and (not dash or (seq.isascii() and seq.isdigit())):
+        return
+    raise JobError(
+        f"{meta} field {field!r} holds {value[:60]!r}, which is no entry id: another client "
+        "wrote it, and the archive cannot tell what retention removed. Delete the field "
+        f"(HDEL {meta} {field}) or set it to the last entry id retention removed, then run "
+        "the job again."
+    )
 
 
 def register(

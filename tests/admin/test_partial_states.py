@@ -17,38 +17,41 @@ from redisq_django.models import Consumer, Queue
 
 pytestmark = pytest.mark.django_db
 
-QUEUE = "orders"
-
 
 @pytest.fixture
-def orders(redisq_settings: Any) -> Queue:
-    """Queue ``orders``: ``fast`` with 3 instances alive (its backlog drained), ``slow``
-    with a backlog of 5 and no instance alive (stalled), ``mail`` paused with an
-    instance alive."""
+def orders(redisq_settings: Any, queue_name: str) -> Queue:
+    """A queue of its own (the session's server is shared: a fixed name would meet other
+    tests' consumers of that name), here called *orders*: ``fast`` with 3 instances alive
+    (its backlog drained), ``slow`` with a backlog of 5 and no instance alive (stalled),
+    ``mail`` paused with an instance alive."""
     broker = get_broker()
-    queue = Queue.objects.create(name=QUEUE)
+    queue = Queue.objects.create(name=queue_name)
     for name in ("fast", "slow", "mail"):
         Consumer.objects.create(
             queue=queue, name=name, handler=f"shop.{name}", paused=name == "mail"
         )
-        broker.consumers.ensure(QUEUE, name)
-    broker.publish_many(QUEUE, [{"n": i} for i in range(5)])
+        broker.consumers.ensure(queue_name, name)
+    broker.publish_many(queue_name, [{"n": i} for i in range(5)])
     # Instances that stay alive: subscriptions never left (leaving withdraws them)
     for consumer, instance in [("fast", "fast-1"), ("fast", "fast-2"), ("fast", "fast-3"),
                                ("mail", "mail-1")]:  # fmt: skip
-        sub = broker.subscribe(QUEUE, consumer, instance)
+        sub = broker.subscribe(queue_name, consumer, instance)
         sub.heartbeat(60_000)
         sub.ack(sub.fetch(count=100, block_ms=200))
     live.clear()
     return queue
 
 
-def overview_line(html: str) -> str:
+def overview_line(html: str, queue: str) -> str:
+    """The overview's row of ``queue`` after its name (the name itself left out:
+    a test's queue name may contain the words the row is checked for)."""
     found = re.search(
-        rf'<tr class="redisq-queue"><th><a href="[^"]*">{QUEUE}</a></th>.*?</tr>', html, re.S
+        rf'<tr class="redisq-queue"><th><a href="[^"]*">{re.escape(queue)}</a></th>.*?</tr>',
+        html,
+        re.S,
     )
     assert found, html
-    return found.group(0)
+    return found.group(0).split(f">{queue}</a>", 1)[1]
 
 
 def text(html: str) -> str:
@@ -60,8 +63,8 @@ def test_the_overview_names_the_stalled_consumer_and_the_partial_pause(
     orders: Queue, root: Client
 ) -> None:
     # When the overview shows queue orders (4 instances alive, slow stalled, mail paused)
-    line = text(overview_line(root.get(reverse("admin:redisq_django_overview_changelist"))
-                              .content.decode()))  # fmt: skip
+    page = root.get(reverse("admin:redisq_django_overview_changelist")).content.decode()
+    line = text(overview_line(page, orders.name))
     # Then its warning says which consumer it concerns, and its state the partial pause
     assert "4 ⚠ consumer `slow`: backlog, no instance alive" in line
     assert "Active · 1 of 3 consumers paused" in line
@@ -76,7 +79,7 @@ def test_the_queue_list_names_the_stalled_consumer_and_the_partial_pause(
     orders: Queue, root: Client
 ) -> None:
     page = root.get(reverse("admin:redisq_django_queue_changelist")).content.decode()
-    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page, re.S) if f">{QUEUE}<" in r)
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page, re.S) if f">{orders.name}<" in r)
     state = re.search(r'<td class="field-state">(.*?)</td>', row, re.S)
     instances = re.search(r'<td class="field-instances_alive">(.*?)</td>', row, re.S)
     assert state and instances, row
@@ -87,7 +90,9 @@ def test_the_queue_list_names_the_stalled_consumer_and_the_partial_pause(
 def test_the_queue_live_page_names_the_stalled_consumer_and_the_partial_pause(
     orders: Queue, root: Client
 ) -> None:
-    page = text(root.get(reverse("admin:redisq_django_queue_live", args=[QUEUE])).content.decode())
+    page = text(
+        root.get(reverse("admin:redisq_django_queue_live", args=[orders.name])).content.decode()
+    )
     assert "Active · 1 of 3 consumers paused" in page
     assert "Consumer `slow` has a backlog and no instance alive" in page
     assert "4 ⚠ consumer `slow`: backlog, no instance alive" in page
@@ -97,16 +102,16 @@ def test_every_consumer_paused_and_a_paused_queue_say_so(orders: Queue, root: Cl
     # Given every consumer of orders paused
     Consumer.objects.filter(queue=orders).update(paused=True)
     overview = reverse("admin:redisq_django_overview_changelist")
-    line = text(overview_line(root.get(overview).content.decode()))
+    line = text(overview_line(root.get(overview).content.decode(), orders.name))
     assert "Active · all 3 consumers paused" in line
     # Given the queue itself paused: Paused, whatever its consumers
     Queue.objects.filter(pk=orders.pk).update(paused=True)
-    line = text(overview_line(root.get(overview).content.decode()))
+    line = text(overview_line(root.get(overview).content.decode(), orders.name))
     assert "Paused" in line and "consumers paused" not in line
     # And with none paused: Active
     Queue.objects.filter(pk=orders.pk).update(paused=False)
     Consumer.objects.filter(queue=orders).update(paused=False)
-    line = text(overview_line(root.get(overview).content.decode()))
+    line = text(overview_line(root.get(overview).content.decode(), orders.name))
     assert "Active" in line and "paused" not in line
 
 

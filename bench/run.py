@@ -42,6 +42,8 @@ What is measured (see bench/RESULTS.md for the discussion):
   on a primary with one replica of its own (``bench/replicas.py``).
 * partitions: one queue of K = 1, 2, 4, 8 partitions on a 3-master cluster of its own:
   commands per message, each master's share, drain throughput (``bench/partitions.py``).
+* flow: the cost of a rate limit and a concurrency limit far above the drain rate vs no
+  limit, and a rate limit's precision at 10, 100 and 1,000/s (``bench/flow.py``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ REPO = BENCH_DIR.parent
 sys.path[:0] = [str(REPO), str(BENCH_DIR)]
 
 import redis  # noqa: E402
+from flow import bench_flow, flow_rows  # noqa: E402
 from ordered import bench_ordered, ordered_rows  # noqa: E402
 from partitions import bench_partitions, partition_rows  # noqa: E402
 from replicas import bench_replicas, replica_rows  # noqa: E402
@@ -1103,7 +1106,7 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions",
+        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions,flow",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1134,6 +1137,7 @@ def main() -> int:
             ordr: dict = {}
             repl: dict = {}
             parts: list = []
+            flw: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -1159,6 +1163,9 @@ def main() -> int:
             if "replicas" in only:
                 log("ordered reads waiting for a replica vs not ...")
                 repl = bench_replicas(redis_binary(), args.reps, log)
+            if "flow" in only:
+                log("rate and concurrency limits: cost and precision ...")
+                flw = bench_flow(client, args.reps, log)
             if "partitions" in only:
                 log("partitioned queues on a 3-master cluster ...")
                 parts = bench_partitions()
@@ -1194,6 +1201,7 @@ def main() -> int:
     rows += ordered_rows(ordr, median, _ratio_row) if ordr else []
     rows += replica_rows(repl, median, _row, _ratio_row) if repl else []
     rows += partition_rows(parts, _row) if parts else []
+    rows += flow_rows(flw, median, _row, _ratio_row) if flw else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -1209,6 +1217,7 @@ def main() -> int:
     raw_data["ordered"] = ordr
     raw_data["replicas"] = repl
     raw_data["partitions"] = parts
+    raw_data["flow"] = flw
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

@@ -83,8 +83,8 @@ def load_specs(
 
     handlers: dict[tuple[str, str], Handler] = {d.key: d.handler for d in chosen}
     priorities = {d.key: d.priority for d in chosen if d.priority is not None}
+    shared_flow = {d.key: d.flow_queue for d in chosen if d.flow_queue is not None}
     ordered = {d.key: d.wait_replicas for d in chosen if d.ordered}
-    limits = {d.key: d.time_limit for d in chosen if d.time_limit is not None}
     config = get_core_config()
     rows = Consumer.objects.select_related("queue").filter(
         queue__name__in={d.queue for d in chosen}, name__in={d.name for d in chosen}
@@ -99,10 +99,10 @@ def load_specs(
                 spec = spec.evolve(concurrency=concurrency)
             if key in priorities:
                 spec = spec.evolve(priority=priorities[key])
+            if key in shared_flow:
+                spec = spec.evolve(flow_queue=shared_flow[key])
             if key in ordered:
                 spec = spec.evolve(ordered=True, wait_replicas=ordered[key])
-            if key in limits:
-                spec = spec.evolve(time_limit=limits[key])
             specs.append(spec)
     return sorted(specs, key=lambda s: s.key)
 

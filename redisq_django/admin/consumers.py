@@ -34,6 +34,7 @@ from redisq_django.admin.live import (
     live_column,
     ordered_text,
 )
+from redisq_django.admin.live.access import guarded
 from redisq_django.conf import get_core_config
 from redisq_django.models import TUNABLES, Consumer
 
@@ -64,6 +65,21 @@ OVERRIDE_HELP = {
         "Seconds, at least 1: an unacknowledged delivery goes to another instance after it."
     ),
     "concurrency": _("Handler threads per worker process, at least 1."),
+    "time_limit": _(
+        "Seconds a handler may run on one message before its attempt fails; 0: no limit."
+    ),
+    "rate": _(
+        "At most this many messages per second, minute or hour across every worker "
+        "('100/s', '600/m', '5000/h'); 'off': no limit."
+    ),
+    "burst": _("Messages that may start at once after a pause, within the rate; at least 1."),
+    "rate_per_key": _(
+        "At most this many messages of each ordering key per second, minute or hour "
+        "('10/s'); 'off': no limit."
+    ),
+    "max_in_flight": _(
+        "At most this many handlers running at once across every worker; 0: no limit."
+    ),
 }
 
 
@@ -114,6 +130,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "start",
         "ordered",
         "live_figures",
+        "flow_control",
         "effective_settings",
     )
     fieldsets = (
@@ -124,6 +141,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             _("Overrides (empty: the code's value applies)"),
             {"fields": (*TUNABLES, "effective_settings")},
         ),
+        (_("Flow control"), {"fields": ("flow_control",)}),
     )
     actions = (
         *pause_actions(
@@ -301,6 +319,49 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
         return format_html('{}{}<p class="redisq-state">{}</p>{}', live, warning, state, table)
 
+    @admin.display(description=_("limits, and what they do now"))
+    def flow_control(self, obj: Consumer) -> SafeString:
+        """Each limit that applies, and what it does now: messages waiting for the rate,
+        slots in use, attempts stopped by the time limit in the last hour."""
+        spec = obj.to_spec(lambda m: None, get_core_config())
+        reading = guarded(lambda b: b.operator.flow(obj.queue.name, obj.name))
+        unknown: Any = figures.unknown(reading.error)
+        rate_now = slots_now = timed_now = unknown
+        if reading.value is not None:
+            flow, timed_out = reading.value
+            rate_now = (
+                _("at its limit now: messages wait in the queue for their turn")
+                if flow.at_rate_limit(spec.rate)
+                else _("below its limit now")
+            )
+            slots_now = _("%(n)d in use now") % {"n": flow.slots_in_use}
+            timed_now = _("%(n)d attempt(s) stopped at the limit in the last hour") % {
+                "n": timed_out
+            }
+        none = _("no limit")
+        rows = [
+            (_("rate"), spec.rate.describe() if spec.rate else none, rate_now),
+            (
+                _("rate per key"),
+                spec.rate_per_key.describe() if spec.rate_per_key else none,
+                "",
+            ),
+            (_("max in flight"), spec.max_in_flight or none, slots_now),
+            (
+                _("time limit"),
+                f"{spec.time_limit:g} s" if spec.time_limit else none,
+                timed_now,
+            ),
+        ]
+        return format_html(
+            '<table class="redisq-flow" id="redisq-flow"><thead><tr><th>{}</th><th>{}</th>'
+            "<th>{}</th></tr></thead><tbody>{}</tbody></table>",
+            _("limit"),
+            _("setting"),
+            _("now"),
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
+
     @admin.display(description=_("effective settings (and which value wins)"))
     def effective_settings(self, obj: Consumer) -> str:
         rows = obj.effective_all(get_core_config()).items()
@@ -316,7 +377,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 (
                     (
                         f,
-                        e.value,
+                        _("no limit") if e.value is None else e.value,
                         e.source,
                         format_html(' <strong class="redisq-warning">({})</strong>', e.note)
                         if e.note

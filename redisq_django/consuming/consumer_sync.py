@@ -38,6 +38,11 @@ def _declared(d: ConsumerDeclaration) -> dict[str, Any]:
         "declared_max_backoff": d.max_backoff,
         "declared_visibility_timeout": d.visibility_timeout,
         "declared_concurrency": d.concurrency,
+        "declared_time_limit": d.time_limit,
+        "declared_rate": d.rate or "",
+        "declared_burst": d.burst,
+        "declared_rate_per_key": d.rate_per_key or "",
+        "declared_max_in_flight": d.max_in_flight,
     }
 
 

@@ -13,6 +13,7 @@ from redisq_django.core import bounds
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
 from redisq_django.core.keys import validate_name
+from redisq_django.core.limits import Rate, rate_problem
 from redisq_django.core.start import StartPoint
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,6 +42,17 @@ class ConsumerDeclaration:
     wait_replicas: int | None = None
     #: Seconds a handler may run on one message (None: no limit).
     time_limit: float | None = None
+    #: At most this many messages per period across every instance ("100/s"; None: no limit).
+    rate: str | None = None
+    #: How many of them may start at once after a pause (None: ``limits.default_burst``).
+    burst: int | None = None
+    #: At most this many messages of each ordering key per period ("10/s"; None: no limit).
+    rate_per_key: str | None = None
+    #: At most this many handlers running at once across every instance (None: no limit).
+    max_in_flight: int | None = None
+    #: The queue whose keys hold the rate and slots (None: its own): a task queue's
+    #: priority levels share theirs. Declared by the tasks backend, not by ``@consumer``.
+    flow_queue: str | None = None
     #: ``(ladder, rank)``: one level of a priority ladder read highest first (rank 0);
     #: see ``ConsumerSpec.priority``. Declared by the tasks backend, not by ``@consumer``.
     priority: tuple[str, int] | None = None
@@ -69,6 +81,10 @@ def consumer(
     ordered: bool = False,
     wait_replicas: int | None = None,
     time_limit: float | None = None,
+    rate: str | None = None,
+    burst: int | None = None,
+    rate_per_key: str | None = None,
+    max_in_flight: int | None = None,
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
@@ -117,6 +133,21 @@ def consumer(
             timeout, a C extension) is left, and when it is still there
             ``REDISQ['SHUTDOWN_GRACE_PERIOD']`` later its process exits (code 1) to be
             started again by its supervisor. Give network calls timeouts of their own.
+        rate: at most this many messages per second, minute or hour (``"100/s"``,
+            ``"600/m"``, ``"5000/h"``) handled by all the consumer's instances together,
+            on every host (default: no limit). A message over the limit waits in the
+            queue: it is not fetched, so it uses no attempt and is never failed or
+            reclaimed. Decided in Redis, on Redis's clock.
+        burst: how many messages may start at once after a pause, within the rate
+            (default: 1, plus 50 ms worth of the rate: 3 for ``"50/s"``).
+        rate_per_key: at most this many messages of each ordering key (``publish(...,
+            key=...)``: a tenant, a customer) per second, minute or hour, every instance
+            together (default: no limit). A message over it is handed back until its
+            key's turn, using no attempt; messages without a key are not limited.
+            An ordered consumer keeps each key's order.
+        max_in_flight: at most this many handlers of the consumer run at once across
+            every instance and host (default: no limit). A SIGKILLed worker's slots come
+            back when its heartbeat expires (15 s after the last one).
     """
     validate_name("queue", queue)
     _check_number("max_retries", max_retries)
@@ -129,6 +160,21 @@ def consumer(
         raise ConfigurationError(f"@consumer ordered must be True or False, not {ordered!r}.")
     _check_number("wait_replicas", wait_replicas)
     _check_number("time_limit", time_limit)
+    _check_number("burst", burst)
+    _check_number("max_in_flight", max_in_flight)
+    if rate is not None:
+        problem = rate_problem(rate, burst)
+        if problem:
+            raise ConfigurationError(f"@consumer {problem}.")
+    if rate_per_key is not None:
+        problem = rate_problem(rate_per_key)
+        if problem:
+            raise ConfigurationError(f"@consumer rate_per_key: {problem}.")
+    if burst is not None and rate is None:
+        raise ConfigurationError(
+            f"@consumer burst={burst!r} needs a rate: burst is how many messages of the rate "
+            "may start at once."
+        )
     if wait_replicas and not ordered:
         raise ConfigurationError(
             f"@consumer wait_replicas={wait_replicas!r} needs ordered=True: only an ordered "
@@ -152,6 +198,10 @@ def consumer(
             ordered=ordered,
             wait_replicas=wait_replicas,
             time_limit=time_limit,
+            rate=None if rate is None else str(Rate.parse(rate)),
+            burst=burst,
+            rate_per_key=None if rate_per_key is None else str(Rate.parse(rate_per_key)),
+            max_in_flight=max_in_flight,
         )
         registry.add(declaration)
         return handler

@@ -142,6 +142,18 @@ BOUNDS: dict[str, Bound] = {
         "how long a handler may run on one message before its attempt fails",
         above=True,
     ),
+    "max_in_flight": Bound(
+        "handlers",
+        1,
+        "how many handlers of the consumer may run at once across every worker",
+        integer=True,
+    ),
+    "burst": Bound(
+        "messages",
+        1,
+        "how many messages may start at once after a pause, within the rate",
+        integer=True,
+    ),
 }
 #: ``@consumer(wait_replicas=...)`` is ``REDISQ["ORDERED_WAIT_REPLICAS"]`` for one consumer.
 BOUNDS["wait_replicas"] = BOUNDS["ordered_wait_replicas"]

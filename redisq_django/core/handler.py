@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from redisq_django.core.delivery import Delivery
+from redisq_django.core.limits import Rate
 from redisq_django.core.message import Message
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.retry import RetryPolicy
@@ -99,6 +100,14 @@ class ConsumerSpec:
             them (None: the config's ``ordered_wait_replicas``; 0: no wait).
         time_limit: seconds a handler may run on one message (None: no limit); past it
             the attempt fails with ``TimeLimitExceeded`` (``core/worker/time_limits.py``).
+        rate: at most this many messages started per period by all its instances
+            together (None: no limit; ``core/limits.py``).
+        rate_per_key: at most this many messages of each ordering key started per period
+            (None: no limit); a message over it is handed back until its turn.
+        max_in_flight: at most this many of its handlers running at once across all its
+            instances (None: no limit).
+        flow_queue: the queue whose keys hold its rate and slots (None: its own), for
+            consumers that share their limits (a task queue's priority levels).
         priority: ``(ladder, rank)`` when this consumer is one level of a priority
             ladder (``core/worker/priority.py``: the levels of one task queue, a queue
             each) that a worker reads highest first (rank 0 is the highest): its
@@ -117,6 +126,10 @@ class ConsumerSpec:
     ordered: bool = False
     wait_replicas: int | None = None
     time_limit: float | None = None
+    rate: Rate | None = None
+    rate_per_key: Rate | None = None
+    max_in_flight: int | None = None
+    flow_queue: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -137,4 +150,8 @@ class ConsumerSpec:
             "backoff_s": p.backoff_s,
             "max_backoff_s": p.max_backoff_s,
             "visibility_timeout_ms": p.visibility_timeout_ms,
+            "time_limit": self.time_limit,
+            "rate": self.rate.describe() if self.rate else None,
+            "rate_per_key": self.rate_per_key.describe() if self.rate_per_key else None,
+            "max_in_flight": self.max_in_flight,
         }

@@ -32,6 +32,9 @@ key                               type    role
 ``redisq:{q}:g:<g>:waiting:<k>``  list    ordered ``g``: later messages of key ``k``, in order
 ``redisq:{q}:g:<g>:held_back``    string  ordered ``g``: how many messages all those lists hold
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
+``redisq:{q}:g:<g>:rate``         string  ``g``'s rate limit: when its bucket is full (µs)
+``redisq:{q}:g:<g>:rate:<k>``     string  ``g``'s rate limit for ordering key ``k`` (as ``rate``)
+``redisq:{q}:g:<g>:slots``        zset    ``g``'s concurrency slots in use; score = lease end
 ``redisq:trends:sampler``         string  the worker sampling every queue's backlog (a lease)
 ``redisq:schedules:claimed``      zset    schedule name -> latest tick claimed (ms)
 ``redisq:schedules:sent``         zset    schedule name -> latest tick published (ms)
@@ -257,6 +260,24 @@ class GroupKeys:
     def waiting_prefix(self) -> str:
         """What :meth:`waiting` puts before an ordering key (scripts append the key)."""
         return f"{self._base}:waiting:"
+
+    @property
+    def rate(self) -> str:
+        """String: the consumer's rate limit, as the time its bucket is full again (µs;
+        ``rate.lua``). Kept on the base queue of a partitioned one: the limit is the
+        logical consumer's, whichever partition a message is on."""
+        return f"{self._base}:rate"
+
+    def key_rate(self, key: str) -> str:
+        """String: the consumer's rate limit for ordering key ``key`` (``rate_per_key``),
+        as :attr:`rate`. The key may hold any character: it follows the hash tag."""
+        return f"{self._base}:rate:{key}"
+
+    @property
+    def slots(self) -> str:
+        """Zset: the consumer's concurrency slots in use, ``<instance>/<n>``, scored by
+        when their lease ends (ms; ``slots.lua``). On the base queue, as :attr:`rate`."""
+        return f"{self._base}:slots"
 
     def waiting(self, key: str) -> str:
         """List of an ordered consumer: the messages of ordering key ``key`` waiting for

@@ -171,7 +171,9 @@ class Settling:
         due time by Redis's clock, and adds it to the ``retried`` event)."""
         fields = next_delivery(delivery, now_ms(), failed=True, error=failure)
         event = self._event(EventName.RETRIED, delivery, failure=failure)
-        counts = trends.settle_counts(self.consumer, True, trends.RETRIED, delivery.duration_ms)
+        counts = trends.settle_counts(
+            self.consumer, True, trends.RETRIED, delivery.duration_ms, failure.error_class
+        )
         keys, args = self._fail(self.entry(delivery), RETRY, f"+{wait_ms}", fields, event)
         return Settle("fail", keys, args, counts, Settlement.retried(wait_ms), failures=1)
 
@@ -187,17 +189,21 @@ class Settling:
         )
         event = self._event(EventName.DEAD, delivery, failure=failure, reason=reason)
         ran = reason in (DeadReason.FAILED, DeadReason.REJECTED)  # its handler raised
-        counts = trends.settle_counts(self.consumer, ran, trends.DEAD, delivery.duration_ms)
+        counts = trends.settle_counts(
+            self.consumer, ran, trends.DEAD, delivery.duration_ms, failure.error_class
+        )
         keys, args = self._fail(self.entry(delivery), DEAD, 0, fields, event)
         return Settle("fail", keys, args, counts, Settlement.dead(reason), failures=int(ran))
 
-    def release(self, delivery: Delivery) -> Settle:
-        """A fetched-but-unstarted delivery handed back at once: due now, this delivery
-        not counted (it never ran)."""
+    def release(self, delivery: Delivery, after_ms: int = 0) -> Settle:
+        """A fetched-but-unstarted delivery handed back: due now, or ``after_ms`` after
+        Redis's now (its ordering key's rate limit: its turn), this delivery not counted
+        (it never ran)."""
         fields = next_delivery(delivery, now_ms(), failed=False)
         event = self._event(EventName.RELEASED, delivery, handed_back=True)
-        keys, args = self._fail(self.entry(delivery), RETRY, 0, fields, event)
-        return Settle("fail", keys, args, {}, Settlement.retried(0))
+        due: int | str = f"+{after_ms}" if after_ms > 0 else 0
+        keys, args = self._fail(self.entry(delivery), RETRY, due, fields, event)
+        return Settle("fail", keys, args, {}, Settlement.retried(max(0, after_ms)))
 
     def undecodable(
         self, stream: Stream, entry_id: bytes, fields: Mapping[bytes, bytes], reason: str

@@ -312,6 +312,15 @@ class Subscription:
         runs = (self._run(self.settling.release(d)) for d in deliveries)
         return sum(r.outcome is not Outcome.LOST for r in runs)
 
+    @translate_errors
+    def defer(self, deliveries: Sequence[tuple[Delivery, int]]) -> int:
+        """Hand fetched-but-unstarted deliveries back until their turn: each to the
+        consumer's retry set due that many ms after Redis's now, without counting an
+        attempt (its ordering key's rate limit, ``core/limits.py``). An ordered
+        consumer's key stays held by it. Returns how many were deferred."""
+        runs = (self._run(self.settling.release(d, after_ms)) for d, after_ms in deliveries)
+        return sum(r.outcome is not Outcome.LOST for r in runs)
+
     def _run(self, settle: Settle) -> Settlement:
         """Run ``settle`` with its trend counters, in one write: its settlement, or
         ``LOST`` when this instance no longer held the delivery."""

@@ -13,6 +13,7 @@ field                  what
 ``retried:<g>``        failed deliveries scheduled for another attempt
 ``dead:<g>``           messages that became dead letters (any reason)
 ``ms:<g>``             handler time of the handled and failed deliveries, whole ms
+``timed_out:<g>``      failed deliveries whose handler ran past its time limit
 ``backlog:<g>`` …      samples (``backlog``, ``in_flight``, ``retrying`` per
                        consumer, ``delayed`` per queue), the last one of the minute
                        (one worker samples every queue every 15 s, or the admin
@@ -56,6 +57,9 @@ SAMPLE_INTERVAL_S = 15.0
 
 PUBLISHED = "published"
 HANDLED, FAILED, RETRIED, DEAD, HANDLER_MS = "handled", "failed", "retried", "dead", "ms"
+TIMED_OUT = "timed_out"
+#: The error class of a time-limited attempt (``core/worker/time_limits.py``).
+TIME_LIMIT_ERROR = "TimeLimitExceeded"
 #: Sampled gauges: per consumer, and the queue's delayed set.
 BACKLOG, IN_FLIGHT, RETRYING, DELAYED = "backlog", "in_flight", "retrying", "delayed"
 #: Counted per logical consumer (``<what>:<consumer>``).
@@ -165,7 +169,9 @@ class CountedCalls:
             raise
 
 
-def settle_counts(consumer: str, failed: bool, outcome: str, ms: int | None) -> dict[str, int]:
+def settle_counts(
+    consumer: str, failed: bool, outcome: str, ms: int | None, error_class: str = ""
+) -> dict[str, int]:
     """The counts of one failed delivery, or of a message dead-lettered without running.
 
     Args:
@@ -173,12 +179,15 @@ def settle_counts(consumer: str, failed: bool, outcome: str, ms: int | None) -> 
         failed: its handler raised (``Reject`` included).
         outcome: ``retried`` or ``dead``.
         ms: how long its handler ran (counted only when ``failed``).
+        error_class: what it raised (a time limit's is counted as such too).
     """
     counts = {per_consumer(outcome, consumer): 1}
     if failed:
         counts[per_consumer(FAILED, consumer)] = 1
         if ms:
             counts[per_consumer(HANDLER_MS, consumer)] = ms
+        if error_class == TIME_LIMIT_ERROR:
+            counts[per_consumer(TIMED_OUT, consumer)] = 1
     return counts
 
 

@@ -259,6 +259,22 @@ PAUSED = Family(
     "1 when the consumer is paused in the admin, else 0.",
     "redis",
 )
+SLOTS_IN_USE = Family(
+    "redisq_slots_in_use",
+    Kind.GAUGE,
+    QC,
+    "Slots of the consumer's max_in_flight limit held by running handlers, across every "
+    "worker (0 when it has no limit).",
+    "redis",
+)
+RATE_AHEAD = Family(
+    "redisq_rate_limit_ahead_seconds",
+    Kind.GAUGE,
+    QC,
+    "How far ahead of now the consumer's rate limit has given out tokens (0: its bucket is "
+    "full, or it has no limit); from (burst - 1) / rate on, messages wait for the rate.",
+    "redis",
+)
 
 #: Every family, worker's first.
 ALL = (
@@ -283,4 +299,6 @@ ALL = (
     DEAD,
     INSTANCES,
     PAUSED,
+    SLOTS_IN_USE,
+    RATE_AHEAD,
 )

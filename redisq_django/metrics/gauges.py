@@ -22,6 +22,7 @@ import redis
 from redisq_django.core.broker import Broker
 from redisq_django.core.errors import RedisqError, RedisUnavailable
 from redisq_django.core.keys import readable_names
+from redisq_django.core.limits import FlowFigures, read_flow
 from redisq_django.core.stats import QueueStats
 from redisq_django.metrics import extras, families
 
@@ -62,7 +63,7 @@ class QueueCollector:
         extras.prometheus()  # names the extra when it is missing
         up = _family(families.REDIS_UP)
         try:
-            stats, added, unreadable = self._read()
+            stats, added, unreadable, flows = self._read()
         except (RedisqError, redis.RedisError, OSError) as exc:
             logger.warning("redisq metrics: Redis did not answer: %s", exc)
             up.add_metric([], 0)
@@ -74,12 +75,13 @@ class QueueCollector:
         left_out.add_metric([], unreadable)
         yield left_out
         yield from self._queue_families(stats, added)
-        yield from self._consumer_families(stats)
+        yield from self._consumer_families(stats, flows)
 
     # -- reading -------------------------------------------------------------------------
 
-    def _read(self) -> tuple[list[QueueStats], dict[str, int], int]:
-        """The stats and published counts of every readable queue, and how many were not."""
+    def _read(self) -> tuple[list[QueueStats], dict[str, int], int, list[FlowFigures]]:
+        """The stats and published counts of every readable queue, how many were not, and
+        what the limits of each consumer read (in the stats' order) are doing."""
         broker = self.connect()
         names, invalid = readable_names(sorted({*broker.queues(), *self.queues()}))
         for name in invalid:
@@ -99,7 +101,9 @@ class QueueCollector:
                     _log_once(name, f"could not be read: {exc}")
                     invalid.append(name)
         read = [q.name for q in stats]
-        return stats, broker.operator.entries_added(read), len(invalid)
+        groups = [broker.keys(q.name).group(c.name) for q in stats for c in q.consumers]
+        flows = read_flow(broker.client, groups)
+        return stats, broker.operator.entries_added(read), len(invalid), flows
 
     # -- families ------------------------------------------------------------------------
 
@@ -119,7 +123,9 @@ class QueueCollector:
                 archive_lag.add_metric([q.name], q.archive_lag)
         yield from (length, delayed, published, dropped, archive_lag)
 
-    def _consumer_families(self, stats: list[QueueStats]) -> Iterator[Any]:
+    def _consumer_families(
+        self, stats: list[QueueStats], flows: list[FlowFigures]
+    ) -> Iterator[Any]:
         dead_elsewhere = self.dead_letters()
         paused = self.paused()
         out = {
@@ -133,11 +139,15 @@ class QueueCollector:
                 families.DEAD,
                 families.INSTANCES,
                 families.PAUSED,
+                families.SLOTS_IN_USE,
+                families.RATE_AHEAD,
             )
         }
         seen: set[tuple[str, str]] = set()
+        flow = iter(flows)
         for q in stats:
             for c in q.consumers:
+                figures = next(flow)
                 labels = [q.name, c.name]
                 key = (q.name, c.name)
                 seen.add(key)
@@ -151,6 +161,8 @@ class QueueCollector:
                 out[families.DEAD].add_metric(labels, c.dead + dead_elsewhere.get(key, 0))
                 out[families.INSTANCES].add_metric(labels, c.instances_alive)
                 out[families.PAUSED].add_metric(labels, paused.get(key, 0))
+                out[families.SLOTS_IN_USE].add_metric(labels, figures.slots_in_use)
+                out[families.RATE_AHEAD].add_metric(labels, figures.rate_ahead_s)
         # Consumers known to the database only (removed from Redis, or never started)
         # still show their dead letters and pause.
         for key in sorted((set(dead_elsewhere) | set(paused)) - seen):

@@ -21,12 +21,30 @@ from django.utils.translation import gettext_lazy as _
 from redisq_django.core import bounds
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.handler import ConsumerSpec, Handler
+from redisq_django.core.limits import Rate, RateError, rate_problem
 from redisq_django.core.retry import RetryPolicy
 
 #: Settings a consumer row can override: (field, declared field, default from config).
 
 
-TUNABLES = ("max_retries", "backoff", "max_backoff", "visibility_timeout", "concurrency")
+#: Flow control (``core/limits.py``, ``core/worker/time_limits.py``): no ``REDISQ``
+#: default, so without an override or a declaration there is no limit.
+LIMITS = ("time_limit", "rate", "burst", "rate_per_key", "max_in_flight")
+TUNABLES = (
+    "max_retries",
+    "backoff",
+    "max_backoff",
+    "visibility_timeout",
+    "concurrency",
+    *LIMITS,
+)
+#: The override that lifts a limit the code declares.
+NO_LIMIT: dict[str, object] = {
+    "time_limit": 0,
+    "rate": "off",
+    "rate_per_key": "off",
+    "max_in_flight": 0,
+}
 
 SOURCE_OVERRIDE = "admin override"
 SOURCE_CODE = "code"
@@ -72,8 +90,10 @@ def override_problem(field: str, value: Any) -> str:
     The admin form refuses such a value; a worker that finds one in the database anyway
     (written before this check, or by other means) ignores it and says so.
     """
-    if value is None:
+    if value is None or value == "" or (field in NO_LIMIT and value == NO_LIMIT[field]):
         return ""
+    if field in ("rate", "rate_per_key"):
+        return rate_problem(value) or ""
     return bounds.problem(field, value, field.replace("_", " ")) or ""
 
 
@@ -105,6 +125,11 @@ class Consumer(models.Model):
     declared_max_backoff = models.FloatField(null=True, editable=False)
     declared_visibility_timeout = models.FloatField(null=True, editable=False)
     declared_concurrency = models.PositiveIntegerField(default=1, editable=False)
+    declared_time_limit = models.FloatField(null=True, editable=False)
+    declared_rate = models.CharField(max_length=32, blank=True, default="", editable=False)
+    declared_burst = models.PositiveIntegerField(null=True, editable=False)
+    declared_rate_per_key = models.CharField(max_length=32, blank=True, default="", editable=False)
+    declared_max_in_flight = models.PositiveIntegerField(null=True, editable=False)
 
     _empty = _("Empty: the value declared in code (or the REDISQ default) applies.")
     max_retries = models.PositiveIntegerField(
@@ -119,6 +144,19 @@ class Consumer(models.Model):
     )
     concurrency = models.PositiveIntegerField(
         _("concurrency override"), null=True, blank=True, help_text=_empty
+    )
+    time_limit = models.FloatField(
+        _("time limit override (s)"), null=True, blank=True, help_text=_empty
+    )
+    rate = models.CharField(_("rate override"), max_length=32, blank=True, help_text=_empty)
+    burst = models.PositiveIntegerField(
+        _("burst override"), null=True, blank=True, help_text=_empty
+    )
+    rate_per_key = models.CharField(
+        _("rate per key override"), max_length=32, blank=True, help_text=_empty
+    )
+    max_in_flight = models.PositiveIntegerField(
+        _("max in flight override"), null=True, blank=True, help_text=_empty
     )
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
@@ -139,8 +177,10 @@ class Consumer(models.Model):
 
     def _fallback(self, field: str, config: CoreConfig) -> Effective:
         declared = getattr(self, f"declared_{field}")
-        if declared is not None:
+        if declared is not None and declared != "":
             return Effective(declared, SOURCE_CODE)
+        if field in LIMITS:  # no setting: no limit (the burst: the rate's default)
+            return Effective(None, SOURCE_DEFAULT)
         return Effective(config.retry.to_seconds()[field], SOURCE_DEFAULT)
 
     def effective_all(self, config: CoreConfig) -> dict[str, Effective]:
@@ -152,8 +192,10 @@ class Consumer(models.Model):
         for field in TUNABLES:
             override = getattr(self, field)
             problem = override_problem(field, override)
-            if override is None:
+            if override is None or override == "":
                 out[field] = self._fallback(field, config)
+            elif field in NO_LIMIT and override == NO_LIMIT[field]:
+                out[field] = Effective(None, SOURCE_OVERRIDE)  # the code's limit lifted
             elif problem:
                 base = self._fallback(field, config)
                 out[field] = Effective(
@@ -200,6 +242,12 @@ class Consumer(models.Model):
     def to_spec(self, handler: Handler, config: CoreConfig) -> ConsumerSpec:
         """The runtime description the worker uses (effective values)."""
         value = {f: e.value for f, e in self.effective_all(config).items()}
+        rate = None
+        if value["rate"]:
+            try:
+                rate = Rate.parse(value["rate"], value["burst"])
+            except RateError:  # a declared rate with a burst override it refuses
+                rate = Rate.parse(value["rate"])
         return ConsumerSpec(
             queue=self.queue.name,
             name=self.name,
@@ -214,6 +262,10 @@ class Consumer(models.Model):
             start=self.start,
             paused=self.paused or self.queue.paused,
             enabled=self.enabled and self.declared,
+            time_limit=value["time_limit"],
+            rate=rate,
+            rate_per_key=Rate.parse(value["rate_per_key"]) if value["rate_per_key"] else None,
+            max_in_flight=value["max_in_flight"],
         )
 
 

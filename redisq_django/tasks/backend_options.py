@@ -23,6 +23,7 @@ from typing import Any
 from redisq_django.core import bounds
 from redisq_django.core.errors import InvalidName
 from redisq_django.core.keys import validate_name
+from redisq_django.core.limits import Rate, rate_problem
 
 #: The logical consumer that runs the tasks of every task queue.
 TASKS_CONSUMER = "tasks"
@@ -47,6 +48,12 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "VISIBILITY_TIMEOUT": None,
     # Handler threads per priority level and queue in each runconsumer process.
     "CONCURRENCY": 1,
+    # Flow control of each task queue, its priority levels together, every worker on
+    # every host together (docs/howto/protecting.md); None: no limit.
+    "TIME_LIMIT": None,
+    "RATE": None,
+    "BURST": None,
+    "MAX_IN_FLIGHT": None,
 }
 
 
@@ -66,6 +73,10 @@ class TaskOptions:
     max_backoff: float | None = None
     visibility_timeout: float | None = None
     concurrency: int = 1
+    time_limit: float | None = None
+    rate: str | None = None
+    burst: int | None = None
+    max_in_flight: int | None = None
 
     @property
     def result_ttl_ms(self) -> int:
@@ -98,6 +109,10 @@ def option_problems(options: Any) -> list[str]:
     prefix = merged["QUEUE_PREFIX"]
     if not isinstance(prefix, str):
         found.append("QUEUE_PREFIX must be a string")
+    if merged["RATE"] is not None:
+        found.append(rate_problem(merged["RATE"], merged["BURST"]))
+    elif merged["BURST"] is not None:
+        found.append("BURST needs a RATE: it is how many of the rate may start at once")
     return [p for p in found if p]
 
 
@@ -119,6 +134,10 @@ def parse_options(options: Any) -> TaskOptions:
         max_backoff=merged["MAX_BACKOFF"],
         visibility_timeout=merged["VISIBILITY_TIMEOUT"],
         concurrency=int(merged["CONCURRENCY"]),
+        time_limit=merged["TIME_LIMIT"],
+        rate=None if merged["RATE"] is None else str(Rate.parse(merged["RATE"])),
+        burst=merged["BURST"],
+        max_in_flight=merged["MAX_IN_FLIGHT"],
     )
 
 

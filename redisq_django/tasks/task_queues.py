@@ -51,6 +51,12 @@ def task_declarations() -> list[ConsumerDeclaration]:
                         concurrency=options.concurrency,
                         start="earliest",
                         priority=(ladder, rank),
+                        time_limit=options.time_limit,
+                        rate=options.rate,
+                        burst=options.burst,
+                        max_in_flight=options.max_in_flight,
+                        # The queue's levels share its rate and slots (the normal one's).
+                        flow_queue=options.level_queue(name, 1),
                     )
                 )
     return out

@@ -2,11 +2,12 @@
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
 ``firsthour``, ``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``,
-``ahandback``, ``ohandback``, ``timed``) are used by no other test (tests/faults/test_faults.py,
-tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
+``ahandback``, ``ohandback``, ``timed``, ``paced``, ``narrow``) are used by no other
+test (tests/faults/test_faults.py, tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
 tests/faults/test_start_together.py, tests/faults/test_first_deploy.py,
 tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py,
-tests/faults/test_grace_handback.py, tests/faults/test_time_limit_faults.py).
+tests/faults/test_grace_handback.py, tests/faults/test_time_limit_faults.py,
+tests/faults/test_flow_faults.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -357,3 +358,32 @@ def inorder(message: Message) -> None:
 @consumer("timed", name="bounded", time_limit=1, max_retries=1, backoff=0.05, start="earliest")
 def bounded(message: Message) -> None:
     _obey(message, "bounded")
+
+
+def spans_key(queue: str, name: str) -> str:
+    """The list recording, by Redis's clock, when each handler started and ended:
+    ``"start <id> <µs> <pid>"`` and ``"end <id> <µs> <pid>"``."""
+    return f"{KEY_PREFIX}:{queue}:{name}:spans"
+
+
+def _span(message: Message, name: str) -> None:
+    """Record the handler's start and end on Redis's clock (the flow control tests
+    measure rates and overlaps on the clock that decides them)."""
+    client, key = _client(), spans_key(message.queue, name)
+    seconds, micros = client.time()
+    client.rpush(key, f"start {message.id} {seconds * 1_000_000 + micros} {os.getpid()}")
+    _obey(message, name)
+    seconds, micros = client.time()
+    client.rpush(key, f"end {message.id} {seconds * 1_000_000 + micros} {os.getpid()}")
+
+
+# Flow control (tests/faults/test_flow_faults.py): a rate shared by every process, and
+# a concurrency limit shared by every process, SIGKILL included.
+@consumer("paced", name="paced", rate="50/s", concurrency=8, start="earliest")
+def paced(message: Message) -> None:
+    _span(message, "paced")
+
+
+@consumer("narrow", name="narrow", max_in_flight=3, concurrency=8, start="earliest")
+def narrow(message: Message) -> None:
+    _span(message, "narrow")

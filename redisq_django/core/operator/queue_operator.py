@@ -27,6 +27,7 @@ from redisq_django.core.batch import Command, run_batch
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.instances import Instance, read_instances
 from redisq_django.core.keys import QueueKeys
+from redisq_django.core.limits import FlowFigures, read_flow
 from redisq_django.core.operator import actions, browse, trend_sampler
 from redisq_django.core.operator.partition_pages import Fetch, merged_page, part_ref, split_ref
 from redisq_django.core.operator.server import ServerProblem, server_problems, warn_server_problems
@@ -224,6 +225,14 @@ class QueueOperator:
             mine = [next(read) for _ in keys_list]
             out.append(mine[0] if len(mine) == 1 else sum_trends(queue, mine))
         return out
+
+    def flow(self, queue: str, consumer: str) -> tuple[FlowFigures, int]:
+        """What ``consumer``'s limits are doing now (``core/limits.py``), and how many of
+        its attempts ran past its time limit in the last hour."""
+        (figures,) = read_flow(self._client, [self._keys(queue).group(consumer)])
+        (trend,) = self.trends([queue], 60)
+        field = trends.per_consumer(trends.TIMED_OUT, consumer)
+        return figures, sum(m.get(field, 0) for m in trend.minutes)
 
     def sample_trends(self, queues: Sequence[str]) -> None:
         """Sample the queues' backlog figures into this minute's trends (a worker's job;

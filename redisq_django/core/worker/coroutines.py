@@ -41,6 +41,7 @@ from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.handler import Reject
 from redisq_django.core.outcome import Settlement
 from redisq_django.core.wire import loggable
+from redisq_django.core.worker.flow import Flow
 from redisq_django.core.worker.priority import GATE_POLL_S
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
 from redisq_django.core.worker.state import WAKE_S
@@ -174,15 +175,37 @@ class AsyncHandlerThread(HandlerThread):
         if self._flight:
             self._idle(REFILL_POLL_S)  # wakes as soon as a handler ends
             return []
-        if self.pace.burst and self._drained():
+        if self.pace.burst and not self.held_back and self._drained():
             # A retry promoted between that fetch and the count in _drained() is in the
             # direct stream now: a burst ends only when a look finds none.
-            try:
-                batch = self.sub.fetch(count=free, block_ms=0)
-            finally:
-                self._count_on_receive()
-            return batch or None
+            batch = self._look_again()
+            return batch if batch or self.held_back else None
         return []
+
+    def _receive_limited(self, flow: Flow) -> list[Delivery]:
+        """Fetch no more than the consumer's limits let this instance start now: a slot
+        and a rate token per message. With handlers in flight it never waits for
+        either: the ones that end are settled (and their slots given back) first."""
+        idle = not self._flight
+        want = self._batch_size
+        if flow.slots is not None:
+            want = flow.take_slots(self, want, wait=idle)
+        tokens = want
+        if want and flow.rate is not None:
+            tokens = flow.take_tokens(self, want, wait=idle)
+        self.held_back = not tokens
+        batch: list[Delivery] = []
+        if tokens:
+            # Never waiting for messages while holding slots or tokens (as a thread).
+            waits = flow.rate is None and flow.slots is None and idle
+            batch = self._fetch_or_reclaim(tokens, self._block_ms() if waits else 0)
+            flow.give_tokens(tokens - len(batch))
+            if not batch and idle and not waits:
+                self._return_slots(0)
+                batch = self._wait_for_one(flow)
+            batch = self._keep_to_key_rates(flow, batch)
+        self._return_slots(len(self._flight) + len(batch))
+        return batch
 
     def _block_ms(self) -> int:
         """A fetch waits only while no handler runs: one that ends is settled, and its
@@ -228,6 +251,7 @@ class AsyncHandlerThread(HandlerThread):
             if self._finish(delivery, returned, error):
                 self.acks.add(delivery)
         self.held = list(self._flight.values())
+        self._return_slots(len(self._flight))
         self.hooks.after_batch([m for m, _, _ in ended])
         self._settle(self.acks.flush)
 

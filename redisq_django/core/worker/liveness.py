@@ -118,7 +118,7 @@ class LivenessThread(threading.Thread):
 
     def heartbeat(self) -> None:
         """Announce every live handler thread's instance alive for the TTL, with its
-        report (what its handler runs now among it)."""
+        report (what its handler runs now among it), and renew its slots' leases."""
         for t in self._threads():
             if self._halt.is_set():
                 return
@@ -126,6 +126,8 @@ class LivenessThread(threading.Thread):
                 held = t.held  # replaced, never changed, by the handler thread
                 with _each(t, "heartbeat"):
                     t.sub.heartbeat(self._ttl_ms, held[-1] if held else None)
+                    if t.slots_held and t.flow is not None:  # its slots live as long
+                        t.flow.renew(t)
 
     def extend_leases(self) -> None:
         """Renew the lease of the message each handler thread runs (unless it has a lease

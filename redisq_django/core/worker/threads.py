@@ -26,6 +26,7 @@ from redisq_django.core.subscription import Subscription
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.acks import AckPipe
 from redisq_django.core.worker.crew import Crew
+from redisq_django.core.worker.flow import Flow
 from redisq_django.core.worker.middleware import MiddlewareChain
 from redisq_django.core.worker.priority import GATE_POLL_S, GateSlot
 from redisq_django.core.worker.refusals import TEMPORARY, Condition
@@ -66,6 +67,7 @@ class HandlerThread(threading.Thread):
         on_crash: Callable[[HandlerThread, BaseException], None],
         gate: GateSlot | None = None,
         crew: Crew | None = None,
+        flow: Flow | None = None,
     ) -> None:
         super().__init__(name=f"redisq-{spec.queue}-{spec.name}-{index}", daemon=True)
         self.sub = sub
@@ -79,6 +81,9 @@ class HandlerThread(threading.Thread):
         self.on_crash = on_crash
         self.gate = gate  # a priority level: fetch only when higher levels hold no work
         self.crew = crew  # the consumer's threads (it joins them): a spare waits its turn
+        self.flow = flow  # the consumer's limits: rate tokens and slots (core/worker/flow.py)
+        self.slots_held = 0  # of the consumer's max_in_flight slots (changed by the flow)
+        self.held_back = False  # the last receive fetched nothing as the limits said so
         self.finished = False  # run() returned
         self.held: list[Delivery] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
@@ -102,6 +107,10 @@ class HandlerThread(threading.Thread):
     def stopping(self) -> bool:
         return self.stop_signal.is_set() or self.retire
 
+    @property
+    def instance(self) -> str:
+        return self.sub.instance
+
     def _count(self, what: str, n: int = 1) -> None:
         self.tally.add(self.spec.queue, self.spec.name, what, n)
 
@@ -116,6 +125,7 @@ class HandlerThread(threading.Thread):
         finally:
             if self.gate is not None:
                 self.gate.report(busy=False)  # a stopped level holds back no other
+            self._return_slots(0)
             try:
                 if not self.stop_signal.cold:
                     self.acks.flush()  # warm: everything handled is acked before leaving
@@ -138,6 +148,7 @@ class HandlerThread(threading.Thread):
                 if self.spec.paused or self.quota.exhausted:
                     if self.quota.exhausted:
                         return
+                    self._return_slots(0)  # a paused consumer holds none
                     if self.gate is not None:
                         self.gate.report(busy=False)  # a paused level holds back no other
                     self.stop_signal.wait(0.2)
@@ -150,20 +161,18 @@ class HandlerThread(threading.Thread):
                         return  # a crew-mate found the queue drained: nothing to help with
                     if self.gate is not None:
                         self.gate.report(busy=False)  # a waiting spare holds back no level
+                    self._return_slots(0)
                     self.crew.wait_turn(lambda: self.stopping)
                     continue
                 fetched_at = time.monotonic()  # the leases start later than this
                 batch = self._receive()
                 if self.gate is not None:
                     self.gate.report(busy=bool(batch))
-                if not batch and self.pace.burst and self._drained():
+                if not batch and self.pace.burst and not self.held_back and self._drained():
                     # A retry promoted between that fetch and the count in _drained() is
                     # in the direct stream now: a burst ends only when a look finds none.
-                    try:
-                        batch = self.sub.fetch(count=self._batch_size, block_ms=0)
-                    finally:
-                        self._count_on_receive()
-                    if not batch:
+                    batch = self._look_again()
+                    if not batch and not self.held_back:
                         if self.crew is not None:
                             self.crew.drained = True
                         return
@@ -176,6 +185,7 @@ class HandlerThread(threading.Thread):
                 continue
             if batch:
                 self._process(batch, fetched_at)
+            self._return_slots(0)  # its handlers ran one at a time, on one slot
 
     def _register_again(self, redis_state: Condition) -> bool:
         """Re-create the missing consumer group; False when Redis refused (wait, retry).
@@ -194,10 +204,70 @@ class HandlerThread(threading.Thread):
         return True
 
     def _receive(self) -> list[Delivery]:
+        self.held_back = False
         try:
-            return self._fetch_or_reclaim()
+            flow = self.flow
+            if flow is None or not flow.active:
+                return self._fetch_or_reclaim(self._batch_size, self._block_ms())
+            return self._receive_limited(flow)
         finally:
             self._count_on_receive()
+
+    def _receive_limited(self, flow: Flow) -> list[Delivery]:
+        """Fetch no more than the consumer's limits let this thread start now: a slot,
+        its handlers running one at a time, and a rate token per message."""
+        if flow.rate is None and flow.slots is None:  # a rate per key only: checked after
+            batch = self._fetch_or_reclaim(self._batch_size, self._block_ms())
+            return self._keep_to_key_rates(flow, batch)
+        if flow.slots is not None and not self.slots_held and not flow.take_slots(self, 1):
+            self.held_back = True
+            return []
+        tokens = self._batch_size
+        if flow.rate is not None:
+            tokens = flow.take_tokens(self, tokens)
+            if not tokens:
+                self.held_back = True
+                return []
+        # Never waiting for messages while holding a slot or tokens: held idle, they would
+        # keep others from running what comes, and tokens would pile up into a burst.
+        batch = self._fetch_or_reclaim(tokens, 0)
+        flow.give_tokens(tokens - len(batch))
+        if not batch:
+            self._return_slots(0)
+            batch = self._wait_for_one(flow)
+        return self._keep_to_key_rates(flow, batch)
+
+    def _keep_to_key_rates(self, flow: Flow, batch: list[Delivery]) -> list[Delivery]:
+        """``batch`` but for the messages over their ordering key's rate, handed back
+        until their turn (no attempt counted; their consumer-wide tokens given back)."""
+        if flow.key_rates is None or not batch:
+            return batch
+        over = flow.key_turns(batch)
+        if not over:
+            return batch
+        self._settle(functools.partial(self.sub.defer, over))
+        flow.give_tokens(len(over))
+        self.held_back = True  # the queue is not drained: they come back
+        deferred = {id(d) for d, _ in over}
+        return [d for d in batch if id(d) not in deferred]
+
+    def _wait_for_one(self, flow: Flow) -> list[Delivery]:
+        """Wait for the queue's next message holding no slot and no token, then for
+        them (``Flow.admit_fetched``)."""
+        batch = self.sub.fetch(count=1, block_ms=self._block_ms())
+        if batch and not flow.admit_fetched(self, self.spec.policy.visibility_timeout_ms):
+            self._settle(functools.partial(self._release, batch))  # its turn is too far
+            return []
+        return batch
+
+    def _return_slots(self, keep: int) -> None:
+        """Give back the slots this thread holds beyond ``keep`` (Redis refusing: they
+        are given back at the next call, or their leases end)."""
+        if self.slots_held > keep and self.flow is not None:
+            try:
+                self.flow.give_slots(self, self.slots_held - keep)
+            except (redis.RedisError, *TEMPORARY) as exc:
+                logger.debug("%s could not give back its slots yet: %s", self.sub.instance, exc)
 
     def _count_on_receive(self) -> None:
         # Undecodable entries and leases expired past the budget die inside fetch and
@@ -210,11 +280,11 @@ class HandlerThread(threading.Thread):
                 self._counted[what] = total
                 self._count(what, made)
 
-    def _fetch_or_reclaim(self) -> list[Delivery]:
+    def _fetch_or_reclaim(self, count: int, block_ms: int) -> list[Delivery]:
         now = time.monotonic()
         if now - self._last_reclaim >= self.pace.reclaim_interval:
             self._last_reclaim = now
-            reclaimed = self.sub.reclaim(self._batch_size)
+            reclaimed = self.sub.reclaim(count)
             if reclaimed:
                 self._count("reclaimed", len(reclaimed))
                 logger.info(
@@ -223,7 +293,16 @@ class HandlerThread(threading.Thread):
                     len(reclaimed),
                 )
                 return reclaimed
-        return self.sub.fetch(count=self._batch_size, block_ms=self._block_ms())
+        return self.sub.fetch(count=count, block_ms=block_ms)
+
+    def _look_again(self) -> list[Delivery]:
+        """One more fetch that does not wait (the end of a burst), within the limits."""
+        if self.flow is not None and self.flow.active:
+            return self._receive()
+        try:
+            return self.sub.fetch(count=self._batch_size, block_ms=0)
+        finally:
+            self._count_on_receive()
 
     def _block_ms(self) -> int:
         """How long the next fetch waits for a first message (ms)."""

@@ -28,6 +28,7 @@ from redisq_django.core.partitions import Place
 from redisq_django.core.subscription import Subscription
 from redisq_django.core.worker.coroutines import AsyncHandlerThread, EventLoop, is_async_handler
 from redisq_django.core.worker.crew import Crews
+from redisq_django.core.worker.flow import Flow
 from redisq_django.core.worker.liveness import LivenessThread, lease_renewal_interval
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain
 from redisq_django.core.worker.priority import GateSlot, PriorityGate
@@ -88,6 +89,8 @@ class Worker:
         self.gates: dict[str, PriorityGate] = {}
         #: Each sync consumer's threads, its spares fetching only while handlers wait.
         self.crews = Crews(elastic=self.options.elastic_threads)
+        #: Each limited consumer's rate and slots as this process's threads meet them.
+        self.flows: dict[tuple[str, str], Flow] = {}
         self._stop = StopSignal()
         self.crashed = False  # a handler thread died of an unexpected error
         self.loop: EventLoop | None = None  # async handlers' (core/worker/coroutines.py)
@@ -230,6 +233,7 @@ class Worker:
                 tally=self.tally,
                 on_crash=self._on_crash,
                 gate=self._gate_slot(spec),
+                flow=self._flow(spec, sub),
             )
             if is_async:
                 thread: HandlerThread = AsyncHandlerThread(loop=self._event_loop(), **parts)
@@ -246,6 +250,22 @@ class Worker:
         if self.loop is None:
             self.loop = EventLoop()
         return self.loop
+
+    def _flow(self, spec: ConsumerSpec, sub: Subscription) -> Flow:
+        """The process's :class:`Flow` of ``spec``'s consumer (one for all its threads and
+        partitions: the limits are the logical consumer's; one for the consumers that
+        share theirs, ``ConsumerSpec.flow_queue``)."""
+        shared = (spec.flow_queue or spec.queue, spec.name)
+        flow = self.flows.get(shared)
+        if flow is None:
+            flow = self.flows[shared] = Flow(
+                client=sub.client,
+                scripts=sub.scripts,
+                keys=self.broker.keys(shared[0]).group(spec.name),
+                spec=spec,
+                lease_ms=int(self.options.heartbeat_ttl * 1000),
+            )
+        return flow
 
     def _gate_slot(self, spec: ConsumerSpec) -> GateSlot | None:
         if spec.priority is None:
@@ -352,6 +372,9 @@ class Worker:
                 "Configuration of %s/%s changed: %s", spec.queue, spec.name, ", ".join(changes)
             )
             self.specs[spec.key] = spec
+            shared = (spec.flow_queue or spec.queue, spec.name)
+            if shared in self.flows:
+                self.flows[shared].apply(spec)
             for t in self.threads.get(spec.key, []):
                 t.apply(spec)
             self._scale(spec, spec.concurrency if spec.enabled else 0)

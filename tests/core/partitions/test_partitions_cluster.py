@@ -97,3 +97,68 @@ def test_a_master_that_came_back_empty_is_given_the_layout_again(cluster_client:
         if cluster_client.get_node_from_key(parts[partition_of(f"k{n}", 4)].log) != node
     }
     assert got == kept | {sent[-1]}
+
+
+def test_a_partitioned_consumers_limits_hold_across_its_partitions_on_the_cluster(
+    cluster_client: Any,
+) -> None:
+    # Given a queue of 4 partitions over the masters, 60 keyed messages, and a consumer
+    # limited to 20/s (burst 1) and 2 handlers at once, run by two workers of 3 threads
+    # on every partition
+    import threading
+    import time
+
+    from redisq_django.core import ConsumerSpec, Message, RetryPolicy
+    from redisq_django.core.limits import Rate
+    from redisq_django.core.worker import Worker, WorkerOptions
+
+    queue = "limited-4"
+    broker = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: 4}))
+    broker.consumers.ensure(queue, "billing")
+    sent = {broker.publish(queue, {"n": n}, key=f"k{n % 9}") for n in range(60)}
+    lock = threading.Lock()
+    started: dict[str, float] = {}
+    running = [0, 0]  # now, most
+
+    def handler(message: Message) -> None:
+        with lock:
+            started[message.id] = time.monotonic()
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(0.03)
+        with lock:
+            running[0] -= 1
+
+    policy = RetryPolicy.from_seconds(max_retries=2, backoff=0.05, visibility_timeout=30)
+    spec = ConsumerSpec(
+        queue,
+        "billing",
+        handler,
+        policy,
+        concurrency=3,
+        rate=Rate.parse("20/s", 1),
+        max_in_flight=2,
+    )
+    workers = [
+        Worker(broker, [spec], WorkerOptions(block_ms=100, stats_interval=0)) for _ in range(2)
+    ]
+    runners = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for r in runners:
+        r.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(started) < 60 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for w in workers:
+            w.stop()
+        for r in runners:
+            r.join(15)
+    # Then every message ran, never more than 2 at once, at about 20/s over every
+    # partition together (59 intervals: about 3 s), the limits kept under the queue's tag
+    assert set(started) == sent
+    assert running[1] <= 2
+    times = sorted(started.values())
+    assert 2.7 <= times[-1] - times[0] <= 4.5
+    tag = broker.keys(queue).group("billing")
+    assert cluster_client.cluster_keyslot(tag.rate) == cluster_client.cluster_keyslot(tag.slots)

@@ -1,0 +1,74 @@
+-- Assembled from source/rate.lua and the fragments/ it includes (redisq_django/core/scripts/):
+-- load this text as it is. To change it, edit those, then run python -m redisq_django.core.scripts export
+-- rate.lua: a logical consumer's rate limit, shared by every instance on every host
+-- (GCRA, the "generic cell rate algorithm": a token bucket kept as one number), by
+-- Redis's clock.
+--
+-- KEYS[1]  string  redisq:{q}:g:<g>:rate (or redisq:{q}:g:<g>:rate:<key>, a limit per
+--                  ordering key): the limit's theoretical arrival time, µs since the
+--                  epoch; absent when the bucket is full
+-- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
+-- ARGV[2]  emission interval, µs: the period over the count ("100/s": 10000)
+-- ARGV[3]  burst: how many messages may start at once after a pause (>= 1)
+-- ARGV[4]  "take" (start up to ARGV[5] messages now), "reserve" (the next message's
+--          turn, which may be up to ARGV[5] µs away) or "give" (ARGV[5] messages taken
+--          were not started after all)
+-- ARGV[5]  take: how many the caller would start (>= 1); reserve: how far ahead a turn
+--          may be, µs; give: how many it gives back
+--
+-- Every message started moves the arrival time one interval on; a message may start
+-- while the arrival time is at most (burst - 1) intervals ahead of now. So over any
+-- span of time at most burst + span / interval messages start, whoever starts them.
+-- Returns {granted, wait}: take: how many may start now (0: none) and, when none may,
+-- µs until one may; reserve: 1 and the µs until the reserved turn, or 0 and the µs
+-- after which to ask again; give: {0, 0}.
+
+-- >>> fragments/protocol.lua (shared; assembled into this script)
+-- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
+-- version would misread every argument below.
+if ARGV[1] ~= 'redisq/2' then
+  local sent = string.gsub(string.sub(ARGV[1] or '', 1, 20), '%c', '?')
+  return redis.error_reply('REDISQ_PROTOCOL script rate.lua speaks redisq/2, '
+    .. "caller sent '" .. sent .. "': load the scripts shipped with the redisq version your "
+    .. 'client implements')
+end
+-- <<< fragments/protocol.lua
+
+-- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval, burst, op, n = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+
+local function store(at)
+  if at <= now then
+    redis.call('DEL', KEYS[1]) -- a full bucket needs no key
+  else
+    redis.call('SET', KEYS[1], string.format('%d', at), 'PX', math.ceil((at - now) / 1000) + 1)
+  end
+end
+
+if op == 'give' then
+  store(tat - n * interval)
+  return {0, 0}
+end
+
+local earliest = tat - (burst - 1) * interval -- when the next message may start
+if op == 'take' then
+  if earliest > now then
+    return {0, math.ceil(earliest - now)}
+  end
+  local granted = math.min(n, math.floor((now - earliest) / interval) + 1)
+  store(tat + granted * interval)
+  return {granted, 0}
+end
+
+-- reserve
+local wait = math.max(0, earliest - now)
+if wait > n then
+  return {0, math.ceil(wait - n)}
+end
+store(tat + interval)
+return {1, math.ceil(wait)}

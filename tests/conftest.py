@@ -186,8 +186,12 @@ def queue_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def redisq_settings(settings: Any, redis_url: str) -> Any:
-    """Django settings with REDISQ pointing at the session server (not flushed)."""
-    settings.REDISQ = {"URL": redis_url}
+    """Django settings with REDISQ pointing at the session server (not flushed).
+
+    The admin's reads wait 2 s, not the default 0.5 s: on a CI machine running three test
+    workers on two cores, a healthy server's answer took longer and a page showed "?"
+    (the tests of a Redis that is down or hung set their own timeout)."""
+    settings.REDISQ = {"URL": redis_url, "ADMIN_REDIS_TIMEOUT": 2.0}
     return settings
 
 

@@ -377,7 +377,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 (
                     (
                         f,
-                        _("no limit") if e.value is None else e.value,
+                        _shown_limit(f, e.value),
                         e.source,
                         format_html(' <strong class="redisq-warning">({})</strong>', e.note)
                         if e.note
@@ -387,3 +387,11 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 ),
             ),
         )
+
+
+def _shown_limit(field: str, value: Any) -> Any:
+    """An effective setting as the table shows it: a limit without a value is none, a
+    burst without one is the rate's default (``core/limits.default_burst``)."""
+    if value is not None:
+        return value
+    return _("the rate's default") if field == "burst" else _("no limit")

@@ -87,9 +87,14 @@ def count_timed_out(broker: Any, queue: str, consumer: str, n: int, at_ms: int) 
 def test_the_declared_limits_and_what_they_do_now(
     page: Page, live_server: Any, broker: Any, queue_name: str, artifacts: Path
 ) -> None:
-    # Given a consumer whose code declares 20/s, 3 in flight and a 30 s time limit
+    # Given a consumer whose code declares 20/s (2/s per ordering key), 3 in flight and
+    # a 30 s time limit
     billing = flow_consumer(
-        queue_name, declared_rate="20/s", declared_max_in_flight=3, declared_time_limit=30
+        queue_name,
+        declared_rate="20/s",
+        declared_rate_per_key="2/s",
+        declared_max_in_flight=3,
+        declared_time_limit=30,
     )
     # ... an instance holding 2 of its 3 slots
     slots_key = broker.keys(queue_name).group("billing").slots
@@ -110,12 +115,14 @@ def test_the_declared_limits_and_what_they_do_now(
     # Then the flow-control table says each limit and what it does now
     assert flow(page) == {
         "rate": ["20/s, bursts of 2", BELOW],
+        "rate per key": ["2/s, bursts of 1", ""],
         "max in flight": ["3", "2 in use now"],
         "time limit": ["30 s", "2 attempt(s) stopped at the limit in the last hour"],
     }
     # ... and the effective settings say they come from the code
     settings = effective(page)
     assert settings["rate"] == ["20/s", "code"]
+    assert settings["rate_per_key"] == ["2/s", "code"]
     assert settings["max_in_flight"] == ["3", "code"]
     assert settings["time_limit"] == ["30.0", "code"]
     page.locator("#redisq-flow").scroll_into_view_if_needed()
@@ -146,11 +153,12 @@ def test_a_consumer_at_its_rate_limit_and_one_without_limits(
     page.goto(change_page(live_server, free))
     assert flow(page) == {
         "rate": ["no limit", BELOW],
+        "rate per key": ["no limit", ""],
         "max in flight": ["no limit", "0 in use now"],
         "time limit": ["no limit", "0 attempt(s) stopped at the limit in the last hour"],
     }
     settings = effective(page)
-    for name in ("rate", "max_in_flight", "time_limit"):
+    for name in ("rate", "rate_per_key", "max_in_flight", "time_limit"):
         assert settings[name] == ["no limit", "settings"], name
 
 
@@ -184,6 +192,7 @@ def test_overrides_change_and_lift_the_code_limits(
     expect(page.locator("#id_max_in_flight")).to_have_value("0")
     assert flow(page) == {
         "rate": ["5/s, bursts of 1", BELOW],
+        "rate per key": ["no limit", ""],
         "max in flight": ["no limit", "0 in use now"],
         "time limit": ["30 s", "0 attempt(s) stopped at the limit in the last hour"],
     }

@@ -109,7 +109,7 @@ def test_many_callers_together_take_no_more_than_the_rate_allows(
     elapsed = time.monotonic() - began
     # Then they took at most the burst + the rate over that time, and not much less
     assert taken <= 1 + 100 * elapsed + 1
-    assert taken >= 100 * elapsed * 0.9
+    assert taken >= 100 * elapsed * 0.75  # callers sleeping late lose turns (burst 1)
 
 
 def test_a_reservation_holds_the_next_turn_within_its_horizon_only(
@@ -174,3 +174,13 @@ def test_a_lowered_limit_grants_nothing_until_enough_slots_came_back(
     assert lower.take("b", 0, 1)[0] == 0
     lower.give("a", 4, 3)
     assert lower.take("b", 0, 1)[0] == 1
+
+
+def test_the_slots_key_outlives_every_lease_in_it(
+    broker: Broker, redis_client: redis.Redis, queue_name: str
+) -> None:
+    # A take with a shorter lease than another holder's does not cut the key's life short
+    key = f"test:{queue_name}:slots"
+    slots(broker, key, 3, lease_ms=60_000).take("long", 0, 1)
+    slots(broker, key, 3, lease_ms=500).take("short", 0, 1)
+    assert redis_client.pttl(key) > 59_000

@@ -65,13 +65,21 @@ end
 
 local now = redis_now()
 local ends = now + tonumber(ARGV[7])
+
+-- The key outlives every lease in it (a key no live instance renews goes), never cut
+-- short by a caller with a shorter lease than the others'.
+local function outlive(lease)
+  if redis.call('PTTL', key) < lease + 1000 then
+    redis.call('PEXPIRE', key, lease + 1000)
+  end
+end
 if op == 'renew' then
   -- ZADD, not ZADD XX: a slot whose lease ended during a stall is still in use by a
   -- running handler, and counting it again is the truth.
   for i = 1, held do
     redis.call('ZADD', key, ends, instance .. '/' .. i)
   end
-  if held > 0 then redis.call('PEXPIRE', key, tonumber(ARGV[7]) + 1000) end
+  if held > 0 then outlive(tonumber(ARGV[7])) end
   return {held, 0}
 end
 
@@ -81,9 +89,7 @@ local granted = math.max(0, math.min(tonumber(ARGV[5]), free))
 for i = held + 1, held + granted do
   redis.call('ZADD', key, ends, instance .. '/' .. i)
 end
-if granted > 0 then
-  redis.call('PEXPIRE', key, tonumber(ARGV[7]) + 1000) -- a key no live instance renews goes
-end
+if granted > 0 then outlive(tonumber(ARGV[7])) end
 local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local wait = -1
 if granted == 0 and #first > 0 then wait = tonumber(first[2]) - now end

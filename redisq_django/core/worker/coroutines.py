@@ -187,6 +187,8 @@ class AsyncHandlerThread(HandlerThread):
         and a rate token per message. With handlers in flight it never waits for
         either: the ones that end are settled (and their slots given back) first."""
         idle = not self._flight
+        if idle and self._place_idle:  # the last look found none: wait, holding nothing
+            return self._keep_to_key_rates(flow, self._wait_for_one(flow))
         want = self._batch_size
         if flow.slots is not None:
             want = flow.take_slots(self, want, wait=idle)
@@ -200,9 +202,7 @@ class AsyncHandlerThread(HandlerThread):
             waits = flow.rate is None and flow.slots is None and idle
             batch = self._fetch_or_reclaim(tokens, self._block_ms() if waits else 0)
             flow.give_tokens(tokens - len(batch))
-            if not batch and idle and not waits:
-                self._return_slots(0)
-                batch = self._wait_for_one(flow)
+            self._place_idle = idle and not batch and not waits
             batch = self._keep_to_key_rates(flow, batch)
         self._return_slots(len(self._flight) + len(batch))
         return batch

@@ -84,6 +84,7 @@ class HandlerThread(threading.Thread):
         self.flow = flow  # the consumer's limits: rate tokens and slots (core/worker/flow.py)
         self.slots_held = 0  # of the consumer's max_in_flight slots (changed by the flow)
         self.held_back = False  # the last receive fetched nothing as the limits said so
+        self._place_idle = False  # with limits: the last look found its place empty
         self.finished = False  # run() returned
         self.held: list[Delivery] = []  # the running message (its lease is renewed)
         self.acks = AckPipe(sub, self._acked)  # each message acked as its handler returns
@@ -219,6 +220,8 @@ class HandlerThread(threading.Thread):
         if flow.rate is None and flow.slots is None:  # a rate per key only: checked after
             batch = self._fetch_or_reclaim(self._batch_size, self._block_ms())
             return self._keep_to_key_rates(flow, batch)
+        if self._place_idle:  # the last look found none: wait for one, holding nothing
+            return self._keep_to_key_rates(flow, self._wait_for_one(flow))
         if flow.slots is not None and not self.slots_held and not flow.take_slots(self, 1):
             self.held_back = True
             return []
@@ -232,9 +235,7 @@ class HandlerThread(threading.Thread):
         # keep others from running what comes, and tokens would pile up into a burst.
         batch = self._fetch_or_reclaim(tokens, 0)
         flow.give_tokens(tokens - len(batch))
-        if not batch:
-            self._return_slots(0)
-            batch = self._wait_for_one(flow)
+        self._place_idle = not batch  # the next look waits for a message, holding nothing
         return self._keep_to_key_rates(flow, batch)
 
     def _keep_to_key_rates(self, flow: Flow, batch: list[Delivery]) -> list[Delivery]:
@@ -252,10 +253,15 @@ class HandlerThread(threading.Thread):
         return [d for d in batch if id(d) not in deferred]
 
     def _wait_for_one(self, flow: Flow) -> list[Delivery]:
-        """Wait for the queue's next message holding no slot and no token, then for
-        them (``Flow.admit_fetched``)."""
-        batch = self.sub.fetch(count=1, block_ms=self._block_ms())
-        if batch and not flow.admit_fetched(self, self.spec.policy.visibility_timeout_ms):
+        """Wait for the next message of this thread's place holding no slot and no
+        token, then for them (``Flow.admit_fetched``). A place that stays empty costs no
+        slot and no token: threads of a partitioned queue's idle partitions wait here."""
+        self._return_slots(0)
+        batch = self._fetch_or_reclaim(1, self._block_ms())
+        if not batch:
+            return []
+        self._place_idle = False
+        if not flow.admit_fetched(self, self.spec.policy.visibility_timeout_ms):
             self._settle(functools.partial(self._release, batch))  # its turn is too far
             return []
         return batch

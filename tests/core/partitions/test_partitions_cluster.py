@@ -129,7 +129,9 @@ def test_a_partitioned_consumers_limits_hold_across_its_partitions_on_the_cluste
         with lock:
             running[0] -= 1
 
-    policy = RetryPolicy.from_seconds(max_retries=2, backoff=0.05, visibility_timeout=30)
+    policy = RetryPolicy.from_seconds(
+        max_retries=2, backoff=0.05, max_backoff=0.1, visibility_timeout=30
+    )
     spec = ConsumerSpec(
         queue,
         "billing",

@@ -30,6 +30,7 @@ from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.retry import RetryPolicy
 from redisq_django.management.commands.runconsumer import Command as RunConsumer
 from redisq_django.models import TUNABLES, Consumer, Queue
+from redisq_django.models.queues import LIMITS
 from redisq_django.tasks.backend_options import OPTION_DEFAULTS, option_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,16 +74,19 @@ def test_every_default_is_within_its_bounds() -> None:
     # The TASKS options' defaults (None: the REDISQ setting applies)
     options = {k: v for k, v in OPTION_DEFAULTS.items() if k.lower() in bounds.BOUNDS}
     assert set(options) == {"RESULT_TTL", "MAX_RETRIES", "BACKOFF", "MAX_BACKOFF",
-                            "VISIBILITY_TIMEOUT", "CONCURRENCY"}  # fmt: skip
+                            "VISIBILITY_TIMEOUT", "CONCURRENCY", "TIME_LIMIT", "BURST",
+                            "MAX_IN_FLIGHT"}  # fmt: skip
     assert option_problems({}) == []
     # A consumer's tunables when nothing overrides them (the core's defaults)
     defaults = {**RetryPolicy().to_seconds(), "concurrency": 1}
-    assert {f: bounds.problem(f, defaults[f]) for f in TUNABLES} == dict.fromkeys(TUNABLES)
+    bounded = [f for f in TUNABLES if f not in LIMITS]  # limits default to none
+    assert {f: bounds.problem(f, defaults[f]) for f in bounded} == dict.fromkeys(bounded)
     # runconsumer's option defaults
     parser = RunConsumer().create_parser("manage.py", "runconsumer")
     for action in parser._actions:
         name = action.dest
-        if name in bounds.BOUNDS and action.default is not None:
+        # (--burst is a flag, not the rate's burst of the same name)
+        if name in bounds.BOUNDS and isinstance(action.default, int | float) and name != "burst":
             assert bounds.problem(name, action.default) is None, name
 
 

@@ -78,7 +78,7 @@ def test_redis_server_version(redis_server: RedisServer) -> None:
 
 
 def test_redisq_settings(redisq_settings: Any, redis_url: str) -> None:
-    assert {"URL": redis_url} == django_settings.REDISQ
+    assert {"URL": redis_url, "ADMIN_REDIS_TIMEOUT": 2.0} == django_settings.REDISQ
 
 
 def test_the_broker_is_a_core_one_on_the_session_server_by_default(
@@ -104,6 +104,7 @@ def test_a_site_broker_is_the_sites_with_the_markers_settings(
     assert broker is get_broker()
     assert {
         "URL": redis_url,
+        "ADMIN_REDIS_TIMEOUT": 2.0,
         "REPLAY_WINDOW": 0,
         "PARTITIONS": {queue_name: 2},
     } == django_settings.REDISQ

@@ -31,10 +31,10 @@ from redisq_django.admin.live import (
     LivePages,
     LiveRows,
     declared_ordered,
+    guarded,
     live_column,
     ordered_text,
 )
-from redisq_django.admin.live.access import guarded
 from redisq_django.conf import get_core_config
 from redisq_django.models import TUNABLES, Consumer
 

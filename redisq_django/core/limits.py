@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
@@ -37,7 +38,7 @@ BURST_SLACK_S = 0.05
 MAX_PER_SECOND = 100_000
 
 
-class RateError(ValueError):
+class RateError(ConfigurationError, ValueError):
     """A rate's text is not ``"<count>/<s|m|h>"`` or is out of bounds."""
 
 

@@ -22,7 +22,7 @@ import redis
 from redisq_django.core.broker import Broker
 from redisq_django.core.errors import RedisqError, RedisUnavailable
 from redisq_django.core.keys import readable_names
-from redisq_django.core.limits import FlowFigures, read_flow
+from redisq_django.core.limits import FlowFigures
 from redisq_django.core.stats import QueueStats
 from redisq_django.metrics import extras, families
 
@@ -101,8 +101,7 @@ class QueueCollector:
                     _log_once(name, f"could not be read: {exc}")
                     invalid.append(name)
         read = [q.name for q in stats]
-        groups = [broker.keys(q.name).group(c.name) for q in stats for c in q.consumers]
-        flows = read_flow(broker.client, groups)
+        flows = broker.operator.flows([(q.name, c.name) for q in stats for c in q.consumers])
         return stats, broker.operator.entries_added(read), len(invalid), flows
 
     # -- families ------------------------------------------------------------------------

@@ -226,10 +226,15 @@ class QueueOperator:
             out.append(mine[0] if len(mine) == 1 else sum_trends(queue, mine))
         return out
 
+    def flows(self, consumers: Sequence[tuple[str, str]]) -> list[FlowFigures]:
+        """What the limits of each ``(queue, consumer)`` are doing now
+        (``core/limits.py``), in one round trip."""
+        return read_flow(self._client, [self._keys(q).group(c) for q, c in consumers])
+
     def flow(self, queue: str, consumer: str) -> tuple[FlowFigures, int]:
         """What ``consumer``'s limits are doing now (``core/limits.py``), and how many of
         its attempts ran past its time limit in the last hour."""
-        (figures,) = read_flow(self._client, [self._keys(queue).group(consumer)])
+        (figures,) = self.flows([(queue, consumer)])
         (trend,) = self.trends([queue], 60)
         field = trends.per_consumer(trends.TIMED_OUT, consumer)
         return figures, sum(m.get(field, 0) for m in trend.minutes)

@@ -246,7 +246,7 @@ class HandlerThread(threading.Thread):
         over = flow.key_turns(batch)
         if not over:
             return batch
-        self._settle(functools.partial(self.sub.defer, over))
+        self._settle(functools.partial(self._defer, over))
         flow.give_tokens(len(over))
         self.held_back = True  # the queue is not drained: they come back
         deferred = {id(d) for d, _ in over}
@@ -265,6 +265,9 @@ class HandlerThread(threading.Thread):
             self._settle(functools.partial(self._release, batch))  # its turn is too far
             return []
         return batch
+
+    def _defer(self, over: list[tuple[Delivery, int]]) -> None:
+        self.sub.defer(over)
 
     def _return_slots(self, keep: int) -> None:
         """Give back the slots this thread holds beyond ``keep`` (Redis refusing: they

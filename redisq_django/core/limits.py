@@ -127,28 +127,43 @@ class RateLimit:
         self.key = key
         self.rate = rate
 
-    def _call(self, op: str, n: float) -> tuple[int, float]:
+    def _call(self, op: str, n: float, mark: int = 0) -> tuple[int, float, int]:
         rate = self.rate
-        granted, wait_us = self.scripts(
-            "rate", [self.key], [f"{rate.interval_us:.3f}", rate.burst, op, int(n)]
-        )
-        return int(granted), int(wait_us) / 1_000_000
+        args = [f"{rate.interval_us:.3f}", rate.burst, op, int(n), mark]
+        granted, wait_us, after = self.scripts("rate", [self.key], args)
+        return int(granted), int(wait_us) / 1_000_000, int(after)
 
-    def take(self, n: int) -> tuple[int, float]:
-        """Take up to ``n`` tokens now: how many were taken and, when none, the seconds
-        until one is due."""
-        return self._call("take", n)
+    def take(self, n: int) -> Tokens:
+        """Take up to ``n`` tokens now (:attr:`Tokens.count`; when none, ``due_in``
+        says the seconds until one is)."""
+        granted, wait, mark = self._call("take", n)
+        return Tokens(granted, mark, wait)
 
-    def reserve(self, within_s: float) -> tuple[bool, float]:
-        """Reserve the next token if it is due within ``within_s`` seconds: (True, the
-        seconds until it is due), or (False, the seconds after which to ask again)."""
-        granted, wait = self._call("reserve", within_s * 1_000_000)
-        return granted == 1, wait
+    def reserve(self, within_s: float) -> Tokens:
+        """Reserve the next token if it is due within ``within_s`` seconds: one token,
+        ``due_in`` seconds from now; or none, and ``due_in`` the seconds after which to
+        ask again."""
+        granted, wait, mark = self._call("reserve", within_s * 1_000_000)
+        return Tokens(granted, mark, wait)
 
-    def give(self, n: int) -> None:
-        """Give back ``n`` tokens taken and not used (nothing was fetched for them)."""
-        if n > 0:
-            self._call("give", n)
+    def give(self, tokens: Tokens, used: int) -> bool:
+        """Give back the tokens of ``tokens`` beyond ``used`` (nothing was fetched for
+        them), unless others were taken since: then they are lost (the rate runs a
+        little under, never over). True when given back."""
+        unused = tokens.count - used
+        if unused <= 0 or not tokens.mark:
+            return False
+        return self._call("give", unused, tokens.mark)[0] == 1
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Tokens a caller took (``count``), what it must show to give them back
+    (``mark``), and when none were, the seconds until one is due (``due_in``)."""
+
+    count: int
+    mark: int = 0
+    due_in: float = 0.0
 
 
 class KeyRates:
@@ -172,7 +187,7 @@ class KeyRates:
             for key in keys:
                 self.scripts("rate", [self.prefix + key], [*args, wanted[key]], client=pipe)
             replies = pipe.execute()
-        return {k: (int(g), int(w) / 1_000_000) for k, (g, w) in zip(keys, replies, strict=True)}
+        return {k: (int(r[0]), int(r[1]) / 1_000_000) for k, r in zip(keys, replies, strict=True)}
 
 
 class Slots:

@@ -64,14 +64,29 @@ def test_a_full_bucket_gives_its_burst_at_once_then_one_token_per_interval(
     key = f"test:{queue_name}:rate"
     rate = limit(broker, key, "10/s", burst=3)
     # A full bucket: the burst at once, then nothing until the next interval
-    assert rate.take(5) == (3, 0)
-    granted, wait = rate.take(1)
-    assert granted == 0 and 0.05 < wait <= 0.1
-    time.sleep(wait + 0.01)
-    assert rate.take(5)[0] == 1
-    # Given back: the tokens are there again (for one who asks next)
-    rate.give(1)
-    assert rate.take(5)[0] == 1
+    assert rate.take(5).count == 3
+    none = rate.take(1)
+    assert none.count == 0 and 0.05 < none.due_in <= 0.1
+    time.sleep(none.due_in + 0.01)
+    one = rate.take(5)
+    assert one.count == 1
+    # Given back (no one took a token since): there again for the next taker
+    assert rate.give(one, 0)
+    assert rate.take(5).count == 1
+
+
+def test_tokens_are_given_back_only_while_no_one_took_one_since(
+    broker: Broker, queue_name: str
+) -> None:
+    # Two callers take a token each, one after the other (burst 1: one at a time)
+    key = f"test:{queue_name}:rate"
+    first = limit(broker, key, "10/s", burst=1).take(1)
+    later = limit(broker, key, "10/s", burst=1).reserve(0.5)
+    assert first.count == later.count == 1
+    # The first cannot give its token back: the later one's turn would be a second's
+    assert not limit(broker, key, "10/s", burst=1).give(first, 0)
+    # The later can: it is the last turn given out
+    assert limit(broker, key, "10/s", burst=1).give(later, 0)
 
 
 def test_the_bucket_lives_in_redis_only_while_it_is_not_full(
@@ -85,8 +100,8 @@ def test_the_bucket_lives_in_redis_only_while_it_is_not_full(
     assert until is not None
     assert 0 < redis_client.pttl(key) <= 52
     time.sleep(0.1)
-    rate.take(1)  # after the bucket filled up again: the key was gone, and is back
-    rate.give(1)
+    taken = rate.take(1)  # after the bucket filled up again: the key was gone, and is back
+    assert rate.give(taken, 0)
     assert not redis_client.exists(key)  # given back to full: no key
 
 
@@ -102,10 +117,10 @@ def test_many_callers_together_take_no_more_than_the_rate_allows(
     for round_ in range(20_000):
         if time.monotonic() - began >= 1.5:
             break
-        granted, wait = callers[round_ % 3].take(10)
-        taken += granted
-        if not granted:
-            time.sleep(min(wait, 0.005))
+        tokens = callers[round_ % 3].take(10)
+        taken += tokens.count
+        if not tokens.count:
+            time.sleep(min(tokens.due_in, 0.005))
     elapsed = time.monotonic() - began
     # Then they took at most the burst + the rate over that time, and not much less
     assert taken <= 1 + 100 * elapsed + 1
@@ -117,12 +132,12 @@ def test_a_reservation_holds_the_next_turn_within_its_horizon_only(
 ) -> None:
     key = f"test:{queue_name}:rate"
     rate = limit(broker, key, "10/s", burst=1)
-    assert rate.reserve(0.5) == (True, 0)  # full: now
-    reserved, wait = rate.reserve(0.5)  # the next: one interval away
-    assert reserved and 0.08 < wait <= 0.1
-    reserved, wait = rate.reserve(0.15)  # the one after: 0.2 s away, beyond 0.15 s
-    assert not reserved and 0 < wait <= 0.051
-    assert rate.take(1)[0] == 0  # the reserved turns are taken
+    assert rate.reserve(0.5).count == 1  # full: now
+    second = rate.reserve(0.5)  # the next: one interval away
+    assert second.count == 1 and 0.08 < second.due_in <= 0.1
+    third = rate.reserve(0.15)  # the one after: 0.2 s away, beyond 0.15 s
+    assert third.count == 0 and 0 < third.due_in <= 0.051
+    assert rate.take(1).count == 0  # the reserved turns are taken
 
 
 def slots(broker: Broker, key: str, n: int, lease_ms: int = 10_000) -> Slots:

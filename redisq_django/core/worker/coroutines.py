@@ -39,6 +39,7 @@ from typing import Any, cast
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.handler import Reject
+from redisq_django.core.limits import Tokens
 from redisq_django.core.outcome import Settlement
 from redisq_django.core.wire import loggable
 from redisq_django.core.worker.flow import Flow
@@ -192,18 +193,18 @@ class AsyncHandlerThread(HandlerThread):
         want = self._batch_size
         if flow.slots is not None:
             want = flow.take_slots(self, want, wait=idle)
-        tokens = want
+        tokens = Tokens(want)
         if want and flow.rate is not None:
             tokens = flow.take_tokens(self, want, wait=idle)
-        self.held_back = not tokens
+        self.held_back = not tokens.count
         batch: list[Delivery] = []
-        if tokens:
+        if tokens.count:
             # Never waiting for messages while holding slots or tokens (as a thread).
             waits = flow.rate is None and flow.slots is None and idle
-            batch = self._fetch_or_reclaim(tokens, self._block_ms() if waits else 0)
-            flow.give_tokens(tokens - len(batch))
+            batch = self._fetch_or_reclaim(tokens.count, self._block_ms() if waits else 0)
             self._place_idle = idle and not batch and not waits
             batch = self._keep_to_key_rates(flow, batch)
+            flow.give_tokens(tokens, len(batch))
         self._return_slots(len(self._flight) + len(batch))
         return batch
 

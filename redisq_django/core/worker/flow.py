@@ -20,7 +20,7 @@ from typing import Protocol
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.handler import ConsumerSpec
 from redisq_django.core.keys import GroupKeys
-from redisq_django.core.limits import KeyRates, RateLimit, Slots
+from redisq_django.core.limits import KeyRates, RateLimit, Slots, Tokens
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient
 from redisq_django.core.worker.state import StopSignal
@@ -157,27 +157,38 @@ class Flow:
 
     # -- rate tokens --------------------------------------------------------------------
 
-    def take_tokens(self, holder: Holder, n: int, *, wait: bool = True) -> int:
+    def take_tokens(self, holder: Holder, n: int, *, wait: bool = True) -> Tokens:
         """Take up to ``n`` rate tokens, waiting (``wait``) up to :data:`LONGEST_WAIT_S`
-        for one: how many it took (0: none due, or stopping)."""
+        for one (none: 0 tokens, or stopping).
+
+        When none is due, the next turn is reserved and the thread sleeps until it,
+        without the process's turn to ask: the next thread reserves the turn after, so
+        a late wake-up loses no turn, and the threads' turns follow each other."""
         deadline = time.monotonic() + (LONGEST_WAIT_S if wait else 0)
         while not holder.stopping:
             if not _acquire(self._token_turn, holder, deadline):
-                return 0
+                return Tokens(0)
             try:
                 rate = self.rate
                 if rate is None:
-                    return n
-                got, due_in = rate.take(n)
-                if got:
-                    return got
+                    return Tokens(n)
+                tokens = rate.take(n)
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    return 0
-                holder.stop_signal.wait(min(left, due_in))
+                if tokens.count or left <= 0:
+                    return tokens
+                tokens = rate.reserve(left)
             finally:
                 self._token_turn.release()
-        return 0
+            if tokens.count:  # a stop request loses the turn: the rate runs under
+                return Tokens(0) if holder.stop_signal.wait(tokens.due_in) else tokens
+            holder.stop_signal.wait(min(tokens.due_in, max(0.0, deadline - time.monotonic())))
+        return Tokens(0)
+
+    def give_tokens(self, tokens: Tokens, used: int) -> None:
+        """Give back those of ``tokens`` beyond ``used`` (nothing was fetched for them, or
+        it waits for its ordering key's turn)."""
+        if self.rate is not None and tokens.count > used:
+            self.rate.give(tokens, used)
 
     def key_turns(self, deliveries: list[Delivery]) -> list[tuple[Delivery, int]]:
         """The deliveries over their ordering key's rate (``rate_per_key``), each with the
@@ -210,11 +221,6 @@ class Flow:
             over.append((d, max(1, math.ceil(first + n * interval_ms))))
         return over
 
-    def give_tokens(self, n: int) -> None:
-        """Give back ``n`` tokens taken for messages that were not there."""
-        if n > 0 and self.rate is not None:
-            self.rate.give(n)
-
     def admit_fetched(self, holder: Holder, visibility_timeout_ms: int) -> bool:
         """For a message fetched holding no slot and no token (the thread waited for the
         queue, not for the limits): take a slot, then reserve the next token and sleep
@@ -232,12 +238,12 @@ class Flow:
             return True
         deadline = time.monotonic() + within
         while not holder.stopping:
-            reserved, wait = rate.reserve(max(0.0, deadline - time.monotonic()))
-            if reserved:
-                return not holder.stop_signal.wait(wait)
-            if time.monotonic() + wait > deadline:
+            tokens = rate.reserve(max(0.0, deadline - time.monotonic()))
+            if tokens.count:
+                return not holder.stop_signal.wait(tokens.due_in)
+            if time.monotonic() + tokens.due_in > deadline:
                 return False
-            holder.stop_signal.wait(wait)
+            holder.stop_signal.wait(tokens.due_in)
         return False
 
 

@@ -20,6 +20,7 @@ from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import register
 from redisq_django.core.handler import ConsumerSpec, Reject, Settled, settles_itself
+from redisq_django.core.limits import Tokens
 from redisq_django.core.outcome import ACKED, Outcome, Settlement
 from redisq_django.core.start import StartPoint
 from redisq_django.core.subscription import Subscription
@@ -225,29 +226,29 @@ class HandlerThread(threading.Thread):
         if flow.slots is not None and not self.slots_held and not flow.take_slots(self, 1):
             self.held_back = True
             return []
-        tokens = self._batch_size
+        tokens = Tokens(self._batch_size)
         if flow.rate is not None:
-            tokens = flow.take_tokens(self, tokens)
-            if not tokens:
+            tokens = flow.take_tokens(self, tokens.count)
+            if not tokens.count:
                 self.held_back = True
                 return []
         # Never waiting for messages while holding a slot or tokens: held idle, they would
         # keep others from running what comes, and tokens would pile up into a burst.
-        batch = self._fetch_or_reclaim(tokens, 0)
-        flow.give_tokens(tokens - len(batch))
+        batch = self._fetch_or_reclaim(tokens.count, 0)
         self._place_idle = not batch  # the next look waits for a message, holding nothing
-        return self._keep_to_key_rates(flow, batch)
+        batch = self._keep_to_key_rates(flow, batch)
+        flow.give_tokens(tokens, len(batch))
+        return batch
 
     def _keep_to_key_rates(self, flow: Flow, batch: list[Delivery]) -> list[Delivery]:
         """``batch`` but for the messages over their ordering key's rate, handed back
-        until their turn (no attempt counted; their consumer-wide tokens given back)."""
+        until their turn (no attempt counted)."""
         if flow.key_rates is None or not batch:
             return batch
         over = flow.key_turns(batch)
         if not over:
             return batch
         self._settle(functools.partial(self._defer, over))
-        flow.give_tokens(len(over))
         self.held_back = True  # the queue is not drained: they come back
         deferred = {id(d) for d, _ in over}
         return [d for d in batch if id(d) not in deferred]

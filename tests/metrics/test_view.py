@@ -356,3 +356,31 @@ def test_a_bad_registry_member_costs_only_its_own_series(
     ]
     assert len(logged) == 4
     assert any(repr(f"{queue_name} x") in line for line in logged)
+
+
+@pytest.mark.usefixtures("metrics_settings", "empty_redis")
+def test_the_flow_control_gauges_equal_what_the_limits_hold(
+    client: Client, queue_name: str
+) -> None:
+    # Given billing with 2 of its max_in_flight slots in use and its rate limit's tokens
+    # given out 0.5 s ahead, and mail with no limit at all
+    from redisq_django.core.limits import Rate, RateLimit, Slots
+
+    broker = get_broker()
+    q = queue_name
+    for group in ("billing", "mail"):
+        broker.consumers.ensure(q, group, "earliest")
+    billing = broker.keys(q).group("billing")
+    Slots(broker.client, broker.scripts, billing.slots, 3, 60_000).take("worker-1", 0, 2)
+    RateLimit(broker.client, broker.scripts, billing.rate, Rate.parse("10/s", 5)).take(5)
+
+    # When Prometheus scrapes the view
+    s = scrape(client)
+
+    # Then the gauges say so, and 0 for the consumer without limits
+    b = {"queue": q, "consumer": "billing"}
+    m = {"queue": q, "consumer": "mail"}
+    assert sample(s, "redisq_slots_in_use", **b) == 2
+    assert 0.3 < sample(s, "redisq_rate_limit_ahead_seconds", **b) <= 0.5
+    assert sample(s, "redisq_slots_in_use", **m) == 0
+    assert sample(s, "redisq_rate_limit_ahead_seconds", **m) == 0

@@ -85,6 +85,8 @@ def test_a_thread_handler_in_python_code_is_stopped_at_its_limit_and_its_thread_
     assert set(dead(broker, queue_name)) == {looping}
     totals = worker.totals()
     assert (totals["handled"], totals["failed"], totals["dead"]) == (3, 1, 1)
+    # ...counted as time-limited in this minute's trends (the admin's "last hour")
+    assert broker.operator.flow(queue_name, "billing")[1] == 1
 
 
 def test_a_thread_blocked_in_a_c_call_has_its_message_failed_at_the_limit_while_the_others_go_on(

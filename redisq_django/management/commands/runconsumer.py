@@ -301,6 +301,10 @@ class Command(BaseCommand):
                 value, source = eff.value, eff.source
                 if field == "concurrency" and opts["concurrency"]:
                     value, source = opts["concurrency"], "--concurrency"
+                if value is None:  # a limit not set: none, or (burst) the rate's default
+                    if field == "burst" or source == "settings":
+                        continue  # only the limits that apply, and their lifts
+                    value = "none"
                 parts.append(f"{field}={value} ({source})")
             lines.append("      " + ", ".join(parts) + f", start={row.start}")
         lines += listing.banner_lines(listing.listed(now_ms()))  # rows synced just now

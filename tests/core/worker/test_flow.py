@@ -18,6 +18,7 @@ import redis
 from redisq_django.core import Broker, ConsumerSpec, Message, RetryPolicy
 from redisq_django.core.limits import Rate, Slots
 from redisq_django.core.worker import Worker, WorkerOptions
+from tests.support.flow import most_in_any_window
 
 POLICY = RetryPolicy.from_seconds(
     max_retries=3, backoff=0.05, max_backoff=0.1, visibility_timeout=30
@@ -87,16 +88,6 @@ class Recorder:
     def end(self) -> None:
         with self.lock:
             self.running -= 1
-
-
-def most_in_any_window(times: list[float], window: float) -> int:
-    times = sorted(times)
-    most, j = 0, 0
-    for i, t in enumerate(times):
-        while times[j] <= t - window:
-            j += 1
-        most = max(most, i - j + 1)
-    return most
 
 
 def test_two_workers_of_eight_threads_together_keep_to_the_rate(

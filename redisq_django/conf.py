@@ -49,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX": False,
     # Sent outbox rows are deleted this long after sending, seconds.
     "OUTBOX_RETENTION": 3600.0,
+    # Inbox rows of atomic=True consumers are deleted this long after handling, seconds:
+    # longer than a message can be delivered again (replay window, retries).
+    "INBOX_RETENTION": 7 * 24 * 3600.0,
     # Optional list of the queue names in use; when set, publishing to or declaring a
     # consumer of another queue is an error (catches typos).
     "QUEUES": None,

@@ -17,6 +17,7 @@ from django.db import close_old_connections
 
 from redisq_django.conf import get_core_config, get_settings
 from redisq_django.connection import get_broker
+from redisq_django.consuming import inbox
 from redisq_django.consuming.consumer_sync import sync_declarations
 from redisq_django.consuming.db_hygiene import DjangoDatabaseMiddleware
 from redisq_django.consuming.declarations import ConsumerDeclaration, declarations
@@ -163,6 +164,15 @@ def build_worker(
         ),
         schedule_job(broker),  # every worker evaluates the schedules: no beat process
     ]
+    inboxes = sorted({d.atomic for d in chosen if d.atomic})
+    if inboxes:  # atomic=True consumers: their inbox rows past the retention go
+        periodic.append(
+            Every(
+                "inbox prune",
+                inbox.PRUNE_INTERVAL_S,
+                _with_fresh_connections(lambda: [inbox.prune(db) for db in inboxes]),
+            )
+        )
     if get_settings()["OUTBOX"]:
         periodic.append(
             Every("outbox relay", RELAY_INTERVAL_S, _with_fresh_connections(relay_once))

@@ -3,7 +3,8 @@
 live pages of each consumer and queue there too),
 pause/resume and validated overrides; dead letters with filters, search, groups by
 error and retry/discard of everything matching a filter (:mod:`.triage`); a live
-overview of every queue; Django task results; periodic schedules.
+overview of every queue; Django task results; periodic schedules; the inbox of
+``atomic=True`` consumers (read-only).
 
 Every mutation is POST-only, CSRF-protected, permission-checked, reported through
 ``messages`` and recorded in the admin history (``LogEntry``).
@@ -11,9 +12,9 @@ Every mutation is POST-only, CSRF-protected, permission-checked, reported throug
 
 import django
 
-from redisq_django.admin import consumers, deadletters, overview, queues, schedules
+from redisq_django.admin import consumers, deadletters, inbox, overview, queues, schedules
 
-__all__ = ["consumers", "deadletters", "overview", "queues", "schedules"]
+__all__ = ["consumers", "deadletters", "inbox", "overview", "queues", "schedules"]
 
 if django.VERSION >= (6, 0):  # the results of Django tasks (django.tasks)
     from redisq_django.admin import task_results

@@ -322,13 +322,21 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=_("limits, and what they do now"))
     def flow_control(self, obj: Consumer) -> SafeString:
         """Each limit that applies, and what it does now: messages waiting for the rate,
-        slots in use, attempts stopped by the time limit in the last hour."""
+        slots in use, attempts stopped by the time limit in the last hour; for an
+        ``atomic=True`` consumer, the duplicates its inbox skipped in the last hour."""
         spec = obj.to_spec(lambda m: None, get_core_config())
-        reading = guarded(lambda b: b.operator.flow(obj.queue.name, obj.name))
+        atomic = obj.declared_atomic
+        reading = guarded(
+            lambda b: (
+                *b.operator.flow(obj.queue.name, obj.name),
+                b.operator.last_hour(obj.queue.name, obj.name, "skipped") if atomic else 0,
+            )
+        )
         unknown: Any = figures.unknown(reading.error)
-        rate_now = slots_now = timed_now = unknown
+        rate_now = slots_now = timed_now = skipped_now = unknown
         if reading.value is not None:
-            flow, timed_out = reading.value
+            flow, timed_out, skipped = reading.value
+            skipped_now = _("%(n)d duplicate(s) skipped in the last hour") % {"n": skipped}
             rate_now = (
                 _("at its limit now: messages wait in the queue for their turn")
                 if flow.at_rate_limit(spec.rate)
@@ -351,6 +359,11 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 _("time limit"),
                 f"{spec.time_limit:g} s" if spec.time_limit else none,
                 timed_now,
+            ),
+            (
+                _("exactly once (atomic)"),
+                _("on, database %(db)s") % {"db": atomic} if atomic else _("off"),
+                skipped_now if atomic else "",
             ),
         ]
         return format_html(

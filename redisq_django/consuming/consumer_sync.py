@@ -42,6 +42,7 @@ def _declared(d: ConsumerDeclaration) -> dict[str, Any]:
         "declared_rate": d.rate or "",
         "declared_burst": d.burst,
         "declared_rate_per_key": d.rate_per_key or "",
+        "declared_atomic": d.atomic or "",
         "declared_max_in_flight": d.max_in_flight,
     }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from redisq_django import discovery
+from redisq_django.consuming import inbox
 from redisq_django.core import bounds
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import Handler
@@ -50,6 +51,9 @@ class ConsumerDeclaration:
     rate_per_key: str | None = None
     #: At most this many handlers running at once across every instance (None: no limit).
     max_in_flight: int | None = None
+    #: The database whose transaction an atomic=True consumer's handler runs in, with its
+    #: inbox row (``consuming/inbox.py``); None: not atomic.
+    atomic: str | None = None
     #: The queue whose keys hold the rate and slots (None: its own): a task queue's
     #: priority levels share theirs. Declared by the tasks backend, not by ``@consumer``.
     flow_queue: str | None = None
@@ -85,6 +89,7 @@ def consumer(
     burst: int | None = None,
     rate_per_key: str | None = None,
     max_in_flight: int | None = None,
+    atomic: bool | str = False,
 ) -> Callable[[F], F]:
     """Declare ``handler(message)`` as logical consumer ``name`` of ``queue``.
 
@@ -148,6 +153,13 @@ def consumer(
         max_in_flight: at most this many handlers of the consumer run at once across
             every instance and host (default: no limit). A SIGKILLed worker's slots come
             back when its heartbeat expires (15 s after the last one).
+        atomic: ``True`` (the default database) or a database alias: run the handler in
+            a transaction on that database whose first statement records the message in
+            the inbox table, so that its rows there are written exactly once — a message
+            delivered again (a crash after the commit, a lease taken over, a replay) is
+            acknowledged without running the handler again. A plain function only
+            (``async def`` is refused). Effects outside that database (an e-mail, an
+            HTTP call) stay at least once: use ``message.id`` as their idempotency key.
     """
     validate_name("queue", queue)
     _check_number("max_retries", max_retries)
@@ -184,10 +196,14 @@ def consumer(
     def decorate(handler: F) -> F:
         consumer_name = validate_name("consumer", name or handler.__name__)
         path = f"{handler.__module__}.{handler.__qualname__}"
+        using = inbox.database_of(atomic, f"@consumer {queue}/{consumer_name}")
+        run: Handler = handler
+        if using is not None:  # the function itself stays as written, for its callers
+            run = inbox.atomic_handler(handler, queue=queue, consumer=consumer_name, using=using)
         declaration = ConsumerDeclaration(
             queue=queue,
             name=consumer_name,
-            handler=handler,
+            handler=run,
             handler_path=path,
             max_retries=max_retries,
             backoff=backoff,
@@ -202,6 +218,7 @@ def consumer(
             burst=burst,
             rate_per_key=None if rate_per_key is None else str(Rate.parse(rate_per_key)),
             max_in_flight=max_in_flight,
+            atomic=using,
         )
         registry.add(declaration)
         return handler

@@ -105,6 +105,12 @@ BOUNDS: dict[str, Bound] = {
         "seconds", 0, "0: handlers still running at a stop are not waited for"
     ),
     "outbox_retention": Bound("seconds", 0, "0: sent outbox rows are deleted at once"),
+    "inbox_retention": Bound(
+        "seconds",
+        0,
+        "a message delivered again after its inbox row is deleted runs again",
+        above=True,
+    ),
     "admin_redis_timeout": Bound(
         "seconds", 0, "0 would mean no answer from Redis in time: pages show no figures", above=True
     ),

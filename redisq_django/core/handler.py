@@ -54,6 +54,19 @@ class Settled(Exception):
 
 Handler = Callable[[Message], Any]
 
+
+class _Duplicate:
+    """The type of :data:`DUPLICATE` (one instance)."""
+
+    def __repr__(self) -> str:
+        return "DUPLICATE"
+
+
+#: What a handler returns to say that the message was handled before (an inbox found
+#: its record, ``consuming/inbox.py``): the delivery is acknowledged, as after any
+#: return, and counted as a duplicate skipped instead of as handled work.
+DUPLICATE = _Duplicate()
+
 #: The attribute that marks a handler that settles its delivery itself.
 _SETTLES = "redisq_settles_itself"
 

@@ -14,6 +14,7 @@ field                  what
 ``dead:<g>``           messages that became dead letters (any reason)
 ``ms:<g>``             handler time of the handled and failed deliveries, whole ms
 ``timed_out:<g>``      failed deliveries whose handler ran past its time limit
+``skipped:<g>``        deliveries of messages an ``atomic=True`` consumer had handled
 ``backlog:<g>`` …      samples (``backlog``, ``in_flight``, ``retrying`` per
                        consumer, ``delayed`` per queue), the last one of the minute
                        (one worker samples every queue every 15 s, or the admin
@@ -58,6 +59,7 @@ SAMPLE_INTERVAL_S = 15.0
 PUBLISHED = "published"
 HANDLED, FAILED, RETRIED, DEAD, HANDLER_MS = "handled", "failed", "retried", "dead", "ms"
 TIMED_OUT = "timed_out"
+SKIPPED = "skipped"
 #: The error class of a time-limited attempt (``core/worker/time_limits.py``).
 TIME_LIMIT_ERROR = "TimeLimitExceeded"
 #: Sampled gauges: per consumer, and the queue's delayed set.

@@ -68,6 +68,14 @@ FAILURES = Family(
     "Handler runs that raised (a Reject is not counted here, only as outcome dead).",
     "worker",
 )
+DUPLICATES = Family(
+    "redisq_duplicates_skipped_total",
+    Kind.COUNTER,
+    QC,
+    "Deliveries of messages an atomic=True consumer had handled already (its inbox had "
+    "them): acknowledged without running the handler again.",
+    "worker",
+)
 RECLAIMED = Family(
     "redisq_messages_reclaimed_total",
     Kind.COUNTER,
@@ -280,6 +288,7 @@ RATE_AHEAD = Family(
 ALL = (
     MESSAGES,
     FAILURES,
+    DUPLICATES,
     RECLAIMED,
     REPLICA_WAIT_TIMEOUTS,
     DURATION,

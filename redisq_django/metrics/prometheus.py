@@ -76,6 +76,7 @@ class WorkerMetrics:
 
         self.messages = make(prom.Counter, families.MESSAGES)
         self.failures = make(prom.Counter, families.FAILURES)
+        self.duplicates = make(prom.Counter, families.DUPLICATES)
         self.reclaimed = make(prom.Counter, families.RECLAIMED)
         self.unreplicated = make(prom.Counter, families.REPLICA_WAIT_TIMEOUTS)
         self.duration = make(prom.Histogram, families.DURATION, buckets=families.DURATION_BUCKETS)
@@ -86,6 +87,7 @@ class WorkerMetrics:
         for outcome in families.OUTCOMES:
             self.messages.labels(queue, consumer, outcome)
         self.failures.labels(queue, consumer)
+        self.duplicates.labels(queue, consumer)
         self.reclaimed.labels(queue, consumer)
         self.unreplicated.labels(queue, consumer)
         _check_bulk_api(self.duration.labels(queue, consumer))
@@ -99,6 +101,8 @@ class WorkerMetrics:
             self.failures.labels(queue, consumer).inc(n)
         elif what == "reclaimed":
             self.reclaimed.labels(queue, consumer).inc(n)
+        elif what == "skipped":
+            self.duplicates.labels(queue, consumer).inc(n)
         elif what == "unreplicated":
             self.unreplicated.labels(queue, consumer).inc(n)
 

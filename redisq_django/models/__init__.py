@@ -4,10 +4,12 @@
   overrides) and the proxies behind the overview and task-result pages;
 - :mod:`.deadletters`: ``DeadLetter`` and ``DeadLetterFailure`` (every death kept);
 - :mod:`.outbox`: ``OutboxMessage`` (the transactional outbox);
-- :mod:`.schedules`: ``Schedule`` (periodic schedules).
+- :mod:`.schedules`: ``Schedule`` (periodic schedules);
+- :mod:`.inbox`: ``InboxEntry`` (the messages ``atomic=True`` consumers handled).
 """
 
 from redisq_django.models.deadletters import DeadLetter, DeadLetterFailure
+from redisq_django.models.inbox import InboxEntry
 from redisq_django.models.outbox import OutboxMessage
 from redisq_django.models.queues import (
     SOURCE_CODE,
@@ -32,6 +34,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterFailure",
     "Effective",
+    "InboxEntry",
     "OutboxMessage",
     "Overview",
     "Queue",

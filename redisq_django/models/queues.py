@@ -130,6 +130,8 @@ class Consumer(models.Model):
     declared_burst = models.PositiveIntegerField(null=True, editable=False)
     declared_rate_per_key = models.CharField(max_length=32, blank=True, default="", editable=False)
     declared_max_in_flight = models.PositiveIntegerField(null=True, editable=False)
+    #: The database an atomic=True consumer's transaction and inbox use ("": not atomic).
+    declared_atomic = models.CharField(max_length=100, blank=True, default="", editable=False)
 
     _empty = _("Empty: the value declared in code (or the REDISQ default) applies.")
     max_retries = models.PositiveIntegerField(

@@ -11,3 +11,15 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"Order {self.pk} ({self.total})"
+
+
+class Receipt(models.Model):
+    """What a consumer writes for each message it handles (the inbox tests count them):
+    ``source`` is the message's or the source row's id, not unique, so that a message
+    handled twice shows as two receipts."""
+
+    source = models.CharField(max_length=100, db_index=True)
+    note = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"Receipt of {self.source}"

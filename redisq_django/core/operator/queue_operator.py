@@ -226,6 +226,20 @@ class QueueOperator:
             out.append(mine[0] if len(mine) == 1 else sum_trends(queue, mine))
         return out
 
+    def count_skipped(self, queue: str, consumer: str) -> None:
+        """Count in this minute's trends a delivery ``consumer`` skipped as handled before
+        (an ``atomic=True`` consumer's inbox had it)."""
+        field = trends.per_consumer(trends.SKIPPED, consumer)
+        commands = trends.counter(self._keys(queue)).commands({field: 1})
+        run_batch(self._client, commands, transaction=False)
+
+    def last_hour(self, queue: str, consumer: str, what: str) -> int:
+        """Counter ``what`` (``trends.TIMED_OUT``, ``trends.SKIPPED``...) of ``consumer``
+        summed over the last hour."""
+        (trend,) = self.trends([queue], 60)
+        field = trends.per_consumer(what, consumer)
+        return sum(m.get(field, 0) for m in trend.minutes)
+
     def flows(self, consumers: Sequence[tuple[str, str]]) -> list[FlowFigures]:
         """What the limits of each ``(queue, consumer)`` are doing now
         (``core/limits.py``), in one round trip."""
@@ -235,9 +249,7 @@ class QueueOperator:
         """What ``consumer``'s limits are doing now (``core/limits.py``), and how many of
         its attempts ran past its time limit in the last hour."""
         (figures,) = self.flows([(queue, consumer)])
-        (trend,) = self.trends([queue], 60)
-        field = trends.per_consumer(trends.TIMED_OUT, consumer)
-        return figures, sum(m.get(field, 0) for m in trend.minutes)
+        return figures, self.last_hour(queue, consumer, trends.TIMED_OUT)
 
     def sample_trends(self, queues: Sequence[str]) -> None:
         """Sample the queues' backlog figures into this minute's trends (a worker's job;

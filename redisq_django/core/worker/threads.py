@@ -19,7 +19,13 @@ from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.errors import ConsumerNotFound
 from redisq_django.core.groups import register
-from redisq_django.core.handler import ConsumerSpec, Reject, Settled, settles_itself
+from redisq_django.core.handler import (
+    DUPLICATE,
+    ConsumerSpec,
+    Reject,
+    Settled,
+    settles_itself,
+)
 from redisq_django.core.limits import Tokens
 from redisq_django.core.outcome import ACKED, Outcome, Settlement
 from redisq_django.core.start import StartPoint
@@ -404,7 +410,9 @@ class HandlerThread(threading.Thread):
                 raised,
             )
             self._settle(functools.partial(self._fail, delivery, raised, reject=False))
-        if isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
+        if returned is DUPLICATE:  # handled before (an inbox had it): acked, counted apart
+            self._count("skipped")
+        elif isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
             error, settled = returned.error, True
             self._settled_by_handler(delivery, returned)
         if hooks.wants_after_process:

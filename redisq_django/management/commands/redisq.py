@@ -22,7 +22,7 @@ from redisq_django.core import bounds
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.worker import StopSignal
 from redisq_django.figures import age
-from redisq_django.management import console, held, partitioning
+from redisq_django.management import console, held, inbox_command, partitioning
 from redisq_django.management.console import Write, table
 from redisq_django.publishing.outbox import pending_count, relay_once
 from redisq_django.schedules import listing
@@ -165,6 +165,8 @@ class Command(BaseCommand):
         console.add_archives(sub, common)
 
         partitioning.add_partitions(sub, common)
+
+        inbox_command.add_inbox(sub, common)
 
         purge = sub.add_parser(
             "purge",

@@ -1,0 +1,33 @@
+"""The inbox of ``atomic=True`` consumers (``consuming/inbox.py``), read-only: which
+messages each consumer handled exactly once, searchable by message id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from redisq_django.models import InboxEntry
+
+
+@admin.register(InboxEntry)
+class InboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Rows are written by handlers' transactions and deleted by the workers after
+    ``REDISQ['INBOX_RETENTION']``: nothing here changes them (deleting one would let its
+    message's effects happen again; ``manage.py redisq inbox prune`` is the way)."""
+
+    list_display = ("message_id", "queue", "consumer", "handled_at")
+    list_filter = ("queue", "consumer")
+    search_fields = ("=message_id",)
+    date_hierarchy = "handled_at"
+    show_full_result_count = False  # a large inbox: no COUNT(*) of the whole table
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

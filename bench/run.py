@@ -42,6 +42,8 @@ What is measured (see bench/RESULTS.md for the discussion):
   on a primary with one replica of its own (``bench/replicas.py``).
 * partitions: one queue of K = 1, 2, 4, 8 partitions on a 3-master cluster of its own:
   commands per message, each master's share, drain throughput (``bench/partitions.py``).
+* inbox: ``atomic=True`` consumers' drain on SQLite and PostgreSQL vs not atomic, and
+  pruning a million inbox rows (``bench/inbox.py``, in a process of its own).
 * flow: the cost of a rate limit and a concurrency limit far above the drain rate vs no
   limit, and a rate limit's precision at 10, 100 and 1,000/s (``bench/flow.py``).
 """
@@ -72,6 +74,7 @@ sys.path[:0] = [str(REPO), str(BENCH_DIR)]
 
 import redis  # noqa: E402
 from flow import bench_flow, flow_rows  # noqa: E402
+from inbox import inbox_rows  # noqa: E402
 from ordered import bench_ordered, ordered_rows  # noqa: E402
 from partitions import bench_partitions, partition_rows  # noqa: E402
 from replicas import bench_replicas, replica_rows  # noqa: E402
@@ -1106,7 +1109,7 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions,flow",
+        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions,flow,inbox",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1138,6 +1141,7 @@ def main() -> int:
             repl: dict = {}
             parts: list = []
             flw: dict = {}
+            inb: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -1166,6 +1170,16 @@ def main() -> int:
             if "flow" in only:
                 log("rate and concurrency limits: cost and precision ...")
                 flw = bench_flow(client, args.reps, log)
+            if "inbox" in only:
+                log("atomic=True consumers (the inbox) on SQLite and PostgreSQL ...")
+                script = str(BENCH_DIR / "inbox.py")
+                done = subprocess.run(
+                    [sys.executable, script, server.url, str(tmp), str(args.reps)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                inb = json.loads(done.stdout.strip().splitlines()[-1])
             if "partitions" in only:
                 log("partitioned queues on a 3-master cluster ...")
                 parts = bench_partitions()
@@ -1202,6 +1216,7 @@ def main() -> int:
     rows += replica_rows(repl, median, _row, _ratio_row) if repl else []
     rows += partition_rows(parts, _row) if parts else []
     rows += flow_rows(flw, median, _row, _ratio_row) if flw else []
+    rows += inbox_rows(inb, median, _row, _ratio_row) if inb else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -1218,6 +1233,7 @@ def main() -> int:
     raw_data["replicas"] = repl
     raw_data["partitions"] = parts
     raw_data["flow"] = flw
+    raw_data["inbox"] = inb
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

@@ -22,6 +22,9 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import redis
 
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import GroupKeys
@@ -183,10 +186,18 @@ class KeyRates:
         rate = self.rate
         args = [f"{rate.interval_us:.3f}", rate.burst, "take"]
         keys = list(wanted)
-        with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                self.scripts("rate", [self.prefix + key], [*args, wanted[key]], client=pipe)
-            replies = pipe.execute()
+
+        def call() -> list[Any]:
+            with self.client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    self.scripts("rate", [self.prefix + key], [*args, wanted[key]], client=pipe)
+                return list(pipe.execute())
+
+        try:
+            replies = call()
+        except redis.exceptions.NoScriptError:  # a pipeline does not load it: once, again
+            self.scripts.load("rate")
+            replies = call()
         return {k: (int(r[0]), int(r[1]) / 1_000_000) for k, r in zip(keys, replies, strict=True)}
 
 
@@ -262,27 +273,34 @@ class FlowFigures:
         return self.rate_ahead_s * 1_000_000 > (rate.burst - 1) * rate.interval_us
 
 
-def read_flow(client: RedisClient, keys: Sequence[GroupKeys]) -> list[FlowFigures]:
+def read_flow(
+    client: RedisClient, scripts: Scripts, keys: Sequence[GroupKeys]
+) -> list[FlowFigures]:
     """The :class:`FlowFigures` of each consumer (its keys on the queue's base), in one
-    round trip.
+    round trip: each read by a script on the node that holds the key, on its clock
+    (``slots.lua count``, ``rate.lua peek``; a cluster pipelines no ``TIME``).
 
     Raises:
         redis.RedisError: Redis did not answer.
     """
     if not keys:
         return []
-    with client.pipeline(transaction=False) as pipe:
-        pipe.time()
-        for gkeys in keys:
-            pipe.zrange(gkeys.slots, 0, -1, withscores=True)
-            pipe.get(gkeys.rate)
-        replies = pipe.execute()
-    seconds, micros = replies[0]
-    now_us = int(seconds) * 1_000_000 + int(micros)
+
+    def read() -> list[Any]:
+        with client.pipeline(transaction=False) as pipe:
+            for gkeys in keys:
+                scripts("slots", [gkeys.slots], ["", 0, "count"], client=pipe)
+                scripts("rate", [gkeys.rate], [1, 1, "peek", 0], client=pipe)
+            return list(pipe.execute())
+
+    try:
+        replies = read()
+    except redis.exceptions.NoScriptError:  # a pipeline does not load them: once, then again
+        scripts.load("slots")
+        scripts.load("rate")
+        replies = read()
     out = []
     for i in range(len(keys)):
-        leases, tat = replies[1 + 2 * i], replies[2 + 2 * i]
-        live = sum(1 for _, ends in leases if ends * 1000 >= now_us)
-        ahead = max(0, int(tat) - now_us) / 1_000_000 if tat else 0.0
-        out.append(FlowFigures(live, ahead))
+        slots, rate = replies[2 * i], replies[2 * i + 1]
+        out.append(FlowFigures(int(slots[0]), int(rate[1]) / 1_000_000))
     return out

@@ -270,6 +270,7 @@ def test_a_continuous_archive_survives_a_restart_and_loading(
         tmp_path / "redis",
         port=free_port(),
         extra_args=("--appendonly", "yes", "--appendfsync", "always", "--key-load-delay", "1000"),
+        start_timeout=60,  # ~5 s of loading, far more on a machine busy with Spark
     ).start()
     try:
         with server.client() as client:

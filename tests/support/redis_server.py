@@ -165,8 +165,12 @@ class RedisServer:
         workdir: str | os.PathLike[str],
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        start_timeout: float = START_TIMEOUT,
     ) -> None:
         self.binary = os.fspath(binary)
+        #: How long a start waits for PING (a data set slowed to load on purpose needs
+        #: more than the default on a loaded machine).
+        self.start_timeout = start_timeout
         self.workdir = Path(workdir)
         self.extra_args = tuple(extra_args)
         self._fixed_port = port
@@ -286,7 +290,7 @@ class RedisServer:
             raise
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], port: int) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         last_exc: Exception | None = None
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -307,7 +311,7 @@ class RedisServer:
                 conn.close()
             time.sleep(0.05)
         raise RedisServerError(
-            f"redis-server on port {port} did not answer PING within {START_TIMEOUT:.0f}s "
+            f"redis-server on port {port} did not answer PING within {self.start_timeout:.0f}s "
             f"(last error: {last_exc!r}); log tail:\n{_tail(self.logfile)}"
         )
 

@@ -243,7 +243,8 @@ class QueueOperator:
     def flows(self, consumers: Sequence[tuple[str, str]]) -> list[FlowFigures]:
         """What the limits of each ``(queue, consumer)`` are doing now
         (``core/limits.py``), in one round trip."""
-        return read_flow(self._client, [self._keys(q).group(c) for q, c in consumers])
+        groups = [self._keys(q).group(c) for q, c in consumers]
+        return read_flow(self._client, self._scripts, groups)
 
     def flow(self, queue: str, consumer: str) -> tuple[FlowFigures, int]:
         """What ``consumer``'s limits are doing now (``core/limits.py``), and how many of

@@ -9,15 +9,16 @@
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
 -- ARGV[2]  instance name (the Redis consumer it reads as)
 -- ARGV[3]  how many slots the instance holds now (h: members <instance>/1 .. /h)
--- ARGV[4]  "take" (up to ARGV[5] more slots), "give" (give back ARGV[5] slots) or
---          "renew" (the leases of the h slots held)
+-- ARGV[4]  "take" (up to ARGV[5] more slots), "give" (give back ARGV[5] slots),
+--          "renew" (the leases of the h slots held) or "count" (read only: the slots in
+--          use now, any instance's)
 -- ARGV[5]  take, give: how many
 -- ARGV[6]  take: the limit (slots in all)
 -- ARGV[7]  take, renew: the lease's length, ms (the instance renews it with its
 --          heartbeat; a dead instance's slots come back when their leases end)
 --
 -- Returns take: {granted, ms until the first lease held by another ends (-1: none)};
--- give: {0, 0}; renew: {h, 0}. Leases that ended are freed by every take.
+-- give: {0, 0}; renew: {h, 0}; count: {slots in use, 0}. Leases that ended are freed by every take.
 
 -- >>> fragments/protocol.lua (shared; assembled into this script)
 -- The protocol version first (PROTOCOL.md, "Versions and upgrades"): a caller of another
@@ -55,6 +56,10 @@ end
 local key, instance, held, op = KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 -- Redis >= 7 replicates a script's effects; 6.2 must be told before writing after TIME.
 redis.replicate_commands()
+
+if op == 'count' then -- what a dashboard shows: the slots whose lease has not ended
+  return {redis.call('ZCOUNT', key, redis_now(), '+inf'), 0}
+end
 
 if op == 'give' then
   for i = held - tonumber(ARGV[5]) + 1, held do

@@ -9,8 +9,8 @@
 -- ARGV[2]  emission interval, µs: the period over the count ("100/s": 10000)
 -- ARGV[3]  burst: how many messages may start at once after a pause (>= 1)
 -- ARGV[4]  "take" (start up to ARGV[5] messages now), "reserve" (the next message's
---          turn, which may be up to ARGV[5] µs away) or "give" (ARGV[5] messages taken
---          were not started after all)
+--          turn, which may be up to ARGV[5] µs away), "give" (ARGV[5] messages taken
+--          were not started after all) or "peek" (read only: {0, µs ahead, 0})
 -- ARGV[5]  take: how many the caller would start (>= 1); reserve: how far ahead a turn
 --          may be, µs; give: how many it gives back
 -- ARGV[6]  give: the mark its take or reserve replied
@@ -46,6 +46,10 @@ local function store(at)
   local text = string.format('%d', at)
   redis.call('SET', KEYS[1], text, 'PX', math.ceil((at - now) / 1000) + 1)
   return tonumber(text)
+end
+
+if op == 'peek' then -- what a dashboard shows: how far ahead tokens were given out
+  return {0, math.max(0, tonumber(stored or '0') - now), 0}
 end
 
 if op == 'give' then

@@ -28,7 +28,7 @@ import redis
 
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import GroupKeys
-from redisq_django.core.scripts import Scripts
+from redisq_django.core.scripts import ScriptName, Scripts
 from redisq_django.core.types import RedisClient
 
 #: The periods a rate may name, in seconds.
@@ -39,6 +39,29 @@ _RATE_RE = re.compile(r"^\s*(\d{1,9})\s*/\s*([smh])\s*\Z")
 BURST_SLACK_S = 0.05
 #: The highest rate accepted (per second): beyond it, the scripts' µs clock is too coarse.
 MAX_PER_SECOND = 100_000
+
+
+def run_scripts(
+    client: RedisClient, scripts: Scripts, calls: Sequence[tuple[ScriptName, list[str], list[Any]]]
+) -> list[Any]:
+    """Each call's reply, in one round trip (a pipeline, which loads no script: on
+    NOSCRIPT the scripts are loaded and the calls sent again); one call after another on
+    a cluster, whose client pipelines no script."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        return [scripts(name, keys, args) for name, keys, args in calls]
+
+    def send() -> list[Any]:
+        with client.pipeline(transaction=False) as pipe:
+            for name, keys, args in calls:
+                scripts(name, keys, args, client=pipe)
+            return list(pipe.execute())
+
+    try:
+        return send()
+    except redis.exceptions.NoScriptError:
+        for name in {name for name, _, _ in calls}:
+            scripts.load(name)
+        return send()
 
 
 class RateError(ConfigurationError, ValueError):
@@ -186,18 +209,10 @@ class KeyRates:
         rate = self.rate
         args = [f"{rate.interval_us:.3f}", rate.burst, "take"]
         keys = list(wanted)
-
-        def call() -> list[Any]:
-            with self.client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    self.scripts("rate", [self.prefix + key], [*args, wanted[key]], client=pipe)
-                return list(pipe.execute())
-
-        try:
-            replies = call()
-        except redis.exceptions.NoScriptError:  # a pipeline does not load it: once, again
-            self.scripts.load("rate")
-            replies = call()
+        calls: list[tuple[ScriptName, list[str], list[Any]]] = [
+            ("rate", [self.prefix + key], [*args, wanted[key]]) for key in keys
+        ]
+        replies = run_scripts(self.client, self.scripts, calls)
         return {k: (int(r[0]), int(r[1]) / 1_000_000) for k, r in zip(keys, replies, strict=True)}
 
 
@@ -286,19 +301,11 @@ def read_flow(
     if not keys:
         return []
 
-    def read() -> list[Any]:
-        with client.pipeline(transaction=False) as pipe:
-            for gkeys in keys:
-                scripts("slots", [gkeys.slots], ["", 0, "count"], client=pipe)
-                scripts("rate", [gkeys.rate], [1, 1, "peek", 0], client=pipe)
-            return list(pipe.execute())
-
-    try:
-        replies = read()
-    except redis.exceptions.NoScriptError:  # a pipeline does not load them: once, then again
-        scripts.load("slots")
-        scripts.load("rate")
-        replies = read()
+    calls: list[tuple[ScriptName, list[str], list[Any]]] = []
+    for gkeys in keys:
+        calls.append(("slots", [gkeys.slots], ["", 0, "count"]))
+        calls.append(("rate", [gkeys.rate], [1, 1, "peek", 0]))
+    replies = run_scripts(client, scripts, calls)
     out = []
     for i in range(len(keys)):
         slots, rate = replies[2 * i], replies[2 * i + 1]

@@ -85,7 +85,7 @@ def test_atomic_is_declared_and_kept_on_the_row(queue_name: str) -> None:
 )
 def test_atomic_names_a_database(queue_name: str, kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigurationError, match=needle):
-        consumer(queue_name, **kwargs)(lambda m: None)
+        consumer(queue_name, name="billing", **kwargs)(lambda m: None)
 
 
 def test_an_async_handler_cannot_be_atomic(queue_name: str) -> None:
@@ -159,12 +159,15 @@ def _close_connections() -> None:
         conn.close()
 
 
+# On PostgreSQL: the test database of SQLite is in memory here, where a second writer
+# fails at once ("table is locked") instead of waiting as on a file; the real processes
+# of tests/faults/test_exactly_once_faults.py share a SQLite file.
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
-@pytest.mark.parametrize("using", ["pg", "default"])
 @pytest.mark.parametrize("first_commits", [True, False], ids=["first-commits", "first-rolls-back"])
 def test_two_instances_on_one_message_serialize_on_its_inbox_row(
-    broker: Any, queue_name: str, using: str, first_commits: bool
+    broker: Any, queue_name: str, first_commits: bool
 ) -> None:
+    using = "pg"
     # Given a first instance inside the handler, its inbox row written, its transaction
     # open for 1 s, and a second instance that starts the same message meanwhile
     message = a_message(broker, queue_name)
@@ -251,11 +254,10 @@ def test_a_redelivery_after_the_commit_is_acknowledged_without_running_again(
     finally:
         worker.stop()
         runner.join(15)
-        _close_connections()
     # Then it was acknowledged without running the handler again, and counted as skipped
     assert ran == [sent]
     assert Receipt.objects.filter(source=sent).count() == 1
-    assert worker.totals()["skipped"] == 1
+    assert worker.totals()["skipped"] == 1, worker.totals()
     with broker.subscribe(queue_name, "billing", "after") as after:
         assert after.fetch(count=1, block_ms=200) == []
     assert (broker.stats(queue_name).consumers[0].in_flight) == 0

@@ -368,6 +368,7 @@ class HandlerThread(threading.Thread):
         settled = False  # by the handler itself: never acked here as well
         started = time.perf_counter_ns()
         returned: object = None
+        duplicate = False  # a plain handler said it was handled before (an inbox had it)
         raised: BaseException | None = None
         limit = self.spec.time_limit
         try:
@@ -376,8 +377,8 @@ class HandlerThread(threading.Thread):
             try:
                 if self._handles_delivery:
                     returned = cast("Callable[[Delivery], object]", self.spec.handler)(delivery)
-                else:
-                    self.spec.handler(delivery.message)
+                elif self.spec.handler(delivery.message) is DUPLICATE:
+                    duplicate = True
             finally:
                 if limit is not None:
                     self.watch.disarm()
@@ -410,9 +411,9 @@ class HandlerThread(threading.Thread):
                 raised,
             )
             self._settle(functools.partial(self._fail, delivery, raised, reject=False))
-        if returned is DUPLICATE:  # handled before (an inbox had it): acked, counted apart
+        if duplicate and error is None:  # handled before: acked, and counted apart
             self._count("skipped")
-        elif isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
+        if isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
             error, settled = returned.error, True
             self._settled_by_handler(delivery, returned)
         if hooks.wants_after_process:

@@ -94,10 +94,11 @@ def atomic_handler(handler: Handler, *, queue: str, consumer: str, using: str) -
     @functools.wraps(handler)
     def run(message: Message) -> Any:
         with transaction.atomic(using=using):
-            if not _record(message, queue, consumer, using):
-                _skip(message, queue, consumer)
-                return DUPLICATE
-            return handler(message)
+            handled = not _record(message, queue, consumer, using)
+            if not handled:
+                return handler(message)
+        _skip(message, queue, consumer)  # after the transaction: it waits for no Redis
+        return DUPLICATE
 
     run.redisq_inbox = using  # type: ignore[attr-defined]
     return run

@@ -27,7 +27,10 @@ class Migration(migrations.Migration):
                 ),
                 ("queue", models.CharField(max_length=100, verbose_name="queue")),
                 ("consumer", models.CharField(max_length=100, verbose_name="consumer")),
-                ("message_id", models.CharField(max_length=64, verbose_name="message id")),
+                (
+                    "message_id",
+                    models.CharField(db_index=True, max_length=64, verbose_name="message id"),
+                ),
                 (
                     "handled_at",
                     models.DateTimeField(auto_now_add=True, db_index=True, verbose_name="handled"),
@@ -35,7 +38,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "verbose_name": "inbox entry",
-                "verbose_name_plural": "inbox (messages handled exactly once)",
+                "verbose_name_plural": "inbox",
                 "ordering": ["-id"],
                 "constraints": [
                     models.UniqueConstraint(

@@ -17,7 +17,7 @@ class InboxEntry(models.Model):
 
     queue = models.CharField(_("queue"), max_length=100)
     consumer = models.CharField(_("consumer"), max_length=100)
-    message_id = models.CharField(_("message id"), max_length=64)
+    message_id = models.CharField(_("message id"), max_length=64, db_index=True)
     handled_at = models.DateTimeField(_("handled"), auto_now_add=True, db_index=True)
 
     class Meta:
@@ -28,7 +28,7 @@ class InboxEntry(models.Model):
             )
         ]
         verbose_name = _("inbox entry")
-        verbose_name_plural = _("inbox (messages handled exactly once)")
+        verbose_name_plural = _("inbox")
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.consumer} {self.message_id}"

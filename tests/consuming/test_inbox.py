@@ -241,7 +241,13 @@ def test_a_redelivery_after_the_commit_is_acknowledged_without_running_again(
     (delivery,) = sub.fetch(count=1, block_ms=1000)
     assert run(delivery.message) is None  # committed; never acknowledged
     # When a worker takes it over
-    spec = ConsumerSpec(queue_name, "billing", run, policy)
+    def closing(message: Message) -> Any:  # the handler thread's connection is its own
+        try:
+            return run(message)
+        finally:
+            _close_connections()
+
+    spec = ConsumerSpec(queue_name, "billing", closing, policy)
     worker = Worker(
         broker, [spec], WorkerOptions(block_ms=100, stats_interval=0, reclaim_interval=0.2)
     )

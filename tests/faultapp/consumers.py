@@ -2,12 +2,13 @@
 
 Their queues (``faults``, ``graceful``, ``chaos``, ``liveness``, ``frozen``, ``together``,
 ``firsthour``, ``pills``, ``metered``, ``ordered``, ``aordered``, ``handback``,
-``ahandback``, ``ohandback``, ``timed``, ``paced``, ``narrow``) are used by no other
-test (tests/faults/test_faults.py, tests/faults/test_liveness.py, tests/faults/test_supervisor.py,
-tests/faults/test_start_together.py, tests/faults/test_first_deploy.py,
-tests/metrics/test_endpoints.py, tests/faults/test_ordered_chaos.py,
-tests/faults/test_grace_handback.py, tests/faults/test_time_limit_faults.py,
-tests/faults/test_flow_faults.py).
+``ahandback``, ``ohandback``, ``timed``, ``paced``, ``narrow``, ``onceq``, ``pgonceq``)
+are used by no other test (tests/faults/test_faults.py, tests/faults/test_liveness.py,
+tests/faults/test_supervisor.py, tests/faults/test_start_together.py,
+tests/faults/test_first_deploy.py, tests/metrics/test_endpoints.py,
+tests/faults/test_ordered_chaos.py, tests/faults/test_grace_handback.py,
+tests/faults/test_time_limit_faults.py, tests/faults/test_flow_faults.py,
+tests/faults/test_exactly_once_faults.py).
 
 Every handler appends one line per delivery, at the moment it starts, to the Redis
 list ``redisqtest:<queue>:<consumer>:deliveries``::
@@ -387,3 +388,99 @@ def paced(message: Message) -> None:
 @consumer("narrow", name="narrow", max_in_flight=3, concurrency=8, start="earliest")
 def narrow(message: Message) -> None:
     _span(message, "narrow")
+
+
+# Exactly once from end to end (tests/faults/test_exactly_once_faults.py): each message
+# names a source row ({"source": pk}); each consumer writes one shopapp Receipt(source,
+# note=<its name>) for it: atomic_sink with atomic=True (the inbox), plain_sink without.
+# A failpoint: when the payload's "kill_after_commit" names the consumer, the first time
+# the consumer's receipt for that message commits, its process SIGKILLs itself before the
+# delivery is acknowledged (atomic_sink from transaction.on_commit; plain_sink, in
+# autocommit, right after the insert). "Once" is a file created under the directory
+# REDISQ_TEST_FAILPOINTS (failpoint_path), not a Redis key: Redis crashes in that test.
+# "onceq" writes to the default database, "pgonceq" to the "pg" alias, which
+# REDISQ_TEST_PG (a JSON object: HOST, PORT, NAME, USER...) points at the test's
+# PostgreSQL in the processes given it.
+FAILPOINTS_ENV = "REDISQ_TEST_FAILPOINTS"
+
+
+def failpoint_path(root: str, queue: str, name: str, message_id: str) -> str:
+    """The file holding the pid the failpoint of ``name`` killed on ``message_id``."""
+    return os.path.join(root, queue, name, message_id)
+
+
+def point_pg_alias() -> None:
+    """Point the "pg" alias at the PostgreSQL named by ``REDISQ_TEST_PG``, if given (the
+    same dict as the connections', as tests/conftest.py does in pytest's process)."""
+    import json
+
+    given = os.environ.get("REDISQ_TEST_PG")
+    if given:
+        settings.DATABASES["pg"].update(json.loads(given))
+
+
+point_pg_alias()
+
+
+def _die_once(message: Message, name: str) -> None:
+    """The failpoint: SIGKILL this process if the payload says so for ``name``, once per
+    message (its first handling that got this far creates the file; later ones find it)."""
+    import signal
+
+    root = os.environ.get(FAILPOINTS_ENV)
+    if not root or name not in message.payload.get("kill_after_commit", ()):
+        return
+    path = failpoint_path(root, message.queue, name, message.id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _receipt(message: Message, name: str, using: str) -> None:
+    from tests.shopapp.models import Receipt
+
+    Receipt.objects.using(using).create(source=str(message.payload["source"]), note=name)
+
+
+def _sink(message: Message, name: str, using: str, *, atomic: bool) -> None:
+    from django.db import transaction
+
+    _receipt(message, name, using)
+    if atomic:  # after the commit of the transaction atomic=True opened, before the ack
+        transaction.on_commit(functools.partial(_die_once, message, name), using=using)
+    else:  # committed already (autocommit)
+        _die_once(message, name)
+
+
+_ONCE: dict[str, Any] = {
+    "visibility_timeout": 2,
+    "max_retries": 10,
+    "backoff": 0.05,
+    "max_backoff": 0.5,
+    "start": "earliest",
+}
+
+
+@consumer("onceq", name="atomic_sink", atomic=True, **_ONCE)
+def atomic_sink(message: Message) -> None:
+    _sink(message, "atomic_sink", "default", atomic=True)
+
+
+@consumer("onceq", name="plain_sink", **_ONCE)
+def plain_sink(message: Message) -> None:
+    _sink(message, "plain_sink", "default", atomic=False)
+
+
+@consumer("pgonceq", name="atomic_sink", atomic="pg", **_ONCE)
+def pg_atomic_sink(message: Message) -> None:
+    _sink(message, "atomic_sink", "pg", atomic=True)
+
+
+@consumer("pgonceq", name="plain_sink", **_ONCE)
+def pg_plain_sink(message: Message) -> None:
+    _sink(message, "plain_sink", "pg", atomic=False)

@@ -34,9 +34,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
-from django.utils import timezone
-
+# Django's database layer is imported where it is used: importing the package (its
+# errors, its core) loads no Django (tests/test_public_api.py).
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.handler import DUPLICATE, Handler
 from redisq_django.core.message import Message
@@ -61,6 +60,8 @@ def database_of(atomic: bool | str, where: str) -> str | None:
     Raises:
         ConfigurationError: not a bool or an alias of ``settings.DATABASES``.
     """
+    from django.db import connections
+
     if atomic is False or atomic is None:
         return None
     if atomic is True:
@@ -91,6 +92,8 @@ def atomic_handler(handler: Handler, *, queue: str, consumer: str, using: str) -
             "handler idempotent."
         )
 
+    from django.db import transaction
+
     @functools.wraps(handler)
     def run(message: Message) -> Any:
         with transaction.atomic(using=using):
@@ -112,6 +115,8 @@ def inbox_database(handler: Callable[..., Any]) -> str | None:
 def _record(message: Message, queue: str, consumer: str, using: str) -> bool:
     """Insert the message's inbox row (a savepoint, so that a duplicate leaves the
     transaction usable); False when it exists (committed by an earlier handling)."""
+    from django.db import IntegrityError, transaction
+
     from redisq_django.models import InboxEntry
 
     try:
@@ -160,6 +165,9 @@ def prune(
 ) -> int:
     """Delete inbox rows older than ``older_than`` (default: the retention), ``batch``
     rows per statement, at most ``rounds`` statements; how many were deleted."""
+    from django.db import router
+    from django.utils import timezone
+
     from redisq_django.models import InboxEntry
 
     using = using or router.db_for_write(InboxEntry)
@@ -178,6 +186,7 @@ def prune(
 
 def count(using: str | None = None, queue: str | None = None) -> dict[tuple[str, str], int]:
     """Inbox rows per (queue, consumer), of ``queue`` only when given."""
+    from django.db import router
     from django.db.models import Count
 
     from redisq_django.models import InboxEntry

@@ -118,6 +118,7 @@ def test_the_declared_limits_and_what_they_do_now(
         "rate per key": ["2/s, bursts of 1", ""],
         "max in flight": ["3", "2 in use now"],
         "time limit": ["30 s", "2 attempt(s) stopped at the limit in the last hour"],
+        "exactly once (atomic)": ["off", ""],
     }
     # ... and the effective settings say they come from the code
     settings = effective(page)
@@ -156,6 +157,7 @@ def test_a_consumer_at_its_rate_limit_and_one_without_limits(
         "rate per key": ["no limit", ""],
         "max in flight": ["no limit", "0 in use now"],
         "time limit": ["no limit", "0 attempt(s) stopped at the limit in the last hour"],
+        "exactly once (atomic)": ["off", ""],
     }
     settings = effective(page)
     for name in ("rate", "rate_per_key", "max_in_flight", "time_limit"):
@@ -195,6 +197,7 @@ def test_overrides_change_and_lift_the_code_limits(
         "rate per key": ["no limit", ""],
         "max in flight": ["no limit", "0 in use now"],
         "time limit": ["30 s", "0 attempt(s) stopped at the limit in the last hour"],
+        "exactly once (atomic)": ["off", ""],
     }
     settings = effective(page)
     assert settings["rate"] == ["5/s", "admin override"]

@@ -90,6 +90,8 @@ STEPS = [
     ),
     Step(("partitions",), ("redisq", "partitions", QUEUE), rf"{QUEUE}: 1 partition\(s\) in Redis"),
     Step(("relay",), ("redisq", "relay", "--once"), r"Sent 0 outbox message\(s\); 0 waiting\."),
+    Step(("inbox", "count"), ("redisq", "inbox", "count"), r"The inbox is empty\."),
+    Step(("inbox", "prune"), ("redisq", "inbox", "prune"), r"Deleted 0 inbox row\(s\)\."),
     Step(
         ("archives", "list"),
         ("redisq", "archives", "list"),

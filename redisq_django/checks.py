@@ -170,3 +170,35 @@ def check_redis_server(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         kind = checks.Info if check_id.split(".")[1].startswith("I") else checks.Warning
         out.append(kind(p.message, hint=p.hint, id=check_id))
     return out
+
+
+@checks.register()
+def check_inbox_retention(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """redisq_django.W021: an ``atomic=True`` consumer's message can be delivered again
+    after its inbox row is pruned: ``REDISQ['INBOX_RETENTION']`` is shorter than the
+    replay window or than the consumer's longest retry schedule."""
+    from redisq_django.consuming.declarations import DiscoveryError, declarations
+    from redisq_django.consuming.inbox import redelivery_horizon
+
+    try:
+        configured = get_settings()
+        atomic = [d for d in declarations() if d.atomic is not None]
+    except (SettingsError, DiscoveryError):
+        return []  # reported by E001 / E002
+    kept = float(configured["INBOX_RETENTION"])
+    out: list[checks.CheckMessage] = []
+    for d in atomic:
+        horizon, why = redelivery_horizon(d, configured)
+        if kept < horizon:
+            out.append(
+                checks.Warning(
+                    f"Consumer {d.queue}/{d.name} is atomic=True, but its inbox rows are "
+                    f"deleted after {kept:g} s (REDISQ['INBOX_RETENTION']) while a message "
+                    f"can be delivered again up to {horizon:g} s later ({why}); such a "
+                    "message would run its handler again.",
+                    hint=f"Set REDISQ['INBOX_RETENTION'] to at least {horizon:g}, or shorten "
+                    "the replay window or the retries.",
+                    id="redisq_django.W021",
+                )
+            )
+    return out

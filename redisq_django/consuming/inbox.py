@@ -156,6 +156,22 @@ def retention() -> dt.timedelta:
     return dt.timedelta(seconds=float(get_settings()["INBOX_RETENTION"]))
 
 
+def redelivery_horizon(declaration: Any, configured: dict[str, Any]) -> tuple[float, str]:
+    """How long after its handler committed a message of ``declaration`` (a
+    ``ConsumerDeclaration``) can still be delivered to it again, seconds, and what sets
+    it. An inbox row exists only once the handler committed; after that only two things
+    deliver the message again: a lost acknowledgement (the lease, ``visibility_timeout``,
+    runs out) and a replay of the acknowledged history Redis keeps
+    (``REDISQ['REPLAY_WINDOW']``). Retries and dead letters do not count: a failed
+    attempt rolled its row back."""
+    replay = float(configured["REPLAY_WINDOW"])
+    lease = declaration.visibility_timeout
+    lease = float(configured["VISIBILITY_TIMEOUT"] if lease is None else lease)
+    if lease > replay:
+        return lease, "its visibility_timeout"
+    return replay, "REDISQ['REPLAY_WINDOW']"
+
+
 def prune(
     using: str | None = None,
     *,

@@ -240,6 +240,7 @@ def test_a_redelivery_after_the_commit_is_acknowledged_without_running_again(
     sub = broker.subscribe(queue_name, "billing", "dead-instance", policy=policy)
     (delivery,) = sub.fetch(count=1, block_ms=1000)
     assert run(delivery.message) is None  # committed; never acknowledged
+
     # When a worker takes it over
     def closing(message: Message) -> Any:  # the handler thread's connection is its own
         try:
@@ -307,3 +308,30 @@ def test_the_inbox_command_counts_and_prunes(queue_name: str) -> None:
     time.sleep(1.1)
     call_command("redisq", "inbox", "prune", "--older-than", "1", stdout=out)
     assert out.getvalue().strip() == "Deleted 6 inbox row(s)."
+
+
+@pytest.mark.usefixtures("restore_registry")
+def test_check_warns_when_rows_are_pruned_before_a_replay_could_deliver_again(
+    settings: Any, queue_name: str
+) -> None:
+    from redisq_django.checks import check_inbox_retention
+
+    @consumer(queue_name, name="billing", atomic=True, visibility_timeout=30)
+    def billing(message: Message) -> None:
+        pass
+
+    @consumer(queue_name, name="audit")  # not atomic: no inbox, no warning
+    def audit(message: Message) -> None:
+        pass
+
+    settings.REDISQ = {**settings.REDISQ, "REPLAY_WINDOW": 3600, "INBOX_RETENTION": 7200}
+    assert [w for w in check_inbox_retention() if queue_name in w.msg] == []
+    settings.REDISQ = {**settings.REDISQ, "INBOX_RETENTION": 600}
+    (warning,) = [w for w in check_inbox_retention() if queue_name in w.msg]
+    assert warning.id == "redisq_django.W021"
+    assert f"{queue_name}/billing" in warning.msg and "3600 s" in warning.msg
+    assert "REPLAY_WINDOW" in warning.msg and "at least 3600" in warning.hint
+    # A lease longer than the replay window sets the horizon (a lost ack after a commit)
+    settings.REDISQ = {**settings.REDISQ, "REPLAY_WINDOW": 0, "INBOX_RETENTION": 10}
+    (warning,) = [w for w in check_inbox_retention() if queue_name in w.msg]
+    assert "30 s" in warning.msg and "visibility_timeout" in warning.msg

@@ -21,6 +21,9 @@ class InboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("message_id", "queue", "consumer", "handled_at")
     list_filter = ("queue", "consumer")
     search_fields = ("message_id",)
+    # A row's page shows what the form would leave out: when it was handled, and a
+    # task's kept return value (``InboxEntry.result``).
+    readonly_fields = ("queue", "consumer", "message_id", "handled_at", "result")
     date_hierarchy = "handled_at"
     show_full_result_count = False  # a large inbox: no COUNT(*) of the whole table
 

@@ -92,19 +92,55 @@ def atomic_handler(handler: Handler, *, queue: str, consumer: str, using: str) -
             "handler idempotent."
         )
 
-    from django.db import transaction
-
     @functools.wraps(handler)
     def run(message: Message) -> Any:
-        with transaction.atomic(using=using):
-            handled = not _record(message, queue, consumer, using)
-            if not handled:
-                return handler(message)
-        _skip(message, queue, consumer)  # after the transaction: it waits for no Redis
-        return DUPLICATE
+        returned: list[Any] = []
+        ran, _ = once(
+            message,
+            queue=queue,
+            consumer=consumer,
+            using=using,
+            work=lambda: returned.append(handler(message)),
+        )
+        return returned[0] if ran else DUPLICATE
 
     run.redisq_inbox = using  # type: ignore[attr-defined]
     return run
+
+
+def once(
+    message: Message,
+    *,
+    queue: str,
+    consumer: str,
+    using: str,
+    work: Callable[[], str | None],
+) -> tuple[bool, str | None]:
+    """Run ``work`` in a transaction on ``using`` whose first write records ``message``
+    in the inbox of ``consumer``, unless the record exists (then skip it, counted).
+
+    Returns:
+        ``(True, what work returned)`` when it ran and committed; ``(False, what it
+        returned when it ran before)`` when the message was handled already. A string
+        ``work`` returns is kept in the row (``InboxEntry.result``): a task's return
+        value, so that its result can be written again on a skip.
+    """
+    from django.db import transaction
+
+    from redisq_django.models import InboxEntry
+
+    with transaction.atomic(using=using):
+        row = _record(message, queue, consumer, using)
+        if row is not None:
+            kept = work()
+            if kept is not None:
+                InboxEntry.objects.using(using).filter(pk=row).update(result=kept)
+            return True, kept
+    _skip(message, queue, consumer)  # after the transaction: it waits for no Redis
+    rows = InboxEntry.objects.using(using).filter(
+        queue=queue, consumer=consumer, message_id=message.id
+    )
+    return False, rows.values_list("result", flat=True).first()
 
 
 def inbox_database(handler: Callable[..., Any]) -> str | None:
@@ -112,21 +148,22 @@ def inbox_database(handler: Callable[..., Any]) -> str | None:
     return getattr(handler, "redisq_inbox", None)
 
 
-def _record(message: Message, queue: str, consumer: str, using: str) -> bool:
+def _record(message: Message, queue: str, consumer: str, using: str) -> int | None:
     """Insert the message's inbox row (a savepoint, so that a duplicate leaves the
-    transaction usable); False when it exists (committed by an earlier handling)."""
+    transaction usable): its primary key, or None when it exists (committed by an
+    earlier handling)."""
     from django.db import IntegrityError, transaction
 
     from redisq_django.models import InboxEntry
 
     try:
         with transaction.atomic(using=using):
-            InboxEntry.objects.using(using).create(
+            row = InboxEntry.objects.using(using).create(
                 queue=queue, consumer=consumer, message_id=message.id
             )
     except IntegrityError:
-        return False
-    return True
+        return None
+    return int(row.pk)
 
 
 def _skip(message: Message, queue: str, consumer: str) -> None:

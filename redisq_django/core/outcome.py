@@ -42,17 +42,25 @@ class Settlement:
         reason: ``DEAD``: why it became a dead letter.
         error: what its handler raised, as the worker hands it on (None: it returned,
             or never ran, or the settlement comes from a ``Subscription`` method).
+        duplicate: ``ACKED`` without running the work again: an inbox had the message
+            as handled (``consuming/inbox.py``); counted as skipped too.
     """
 
     outcome: Outcome
     retry_in_ms: int | None = None
     reason: DeadReason | None = None
     error: BaseException | None = None
+    duplicate: bool = False
 
     @classmethod
     def acked(cls) -> Settlement:
         """Acknowledged: its handler returned."""
         return ACKED
+
+    @classmethod
+    def skipped(cls) -> Settlement:
+        """Acknowledged as handled before (an inbox had it): its work did not run again."""
+        return SKIPPED
 
     @classmethod
     def retried(cls, in_ms: int, error: BaseException | None = None) -> Settlement:
@@ -100,8 +108,10 @@ class Settlement:
         """The same settlement, after its handler raised ``error``."""
         if error is self.error:
             return self
-        return Settlement(self.outcome, self.retry_in_ms, self.reason, error)
+        return Settlement(self.outcome, self.retry_in_ms, self.reason, error, self.duplicate)
 
 
 #: The settlement of every handled message (one value: acks are the hot path).
 ACKED = Settlement(Outcome.ACKED)
+#: The settlement of a message acknowledged as a duplicate (see ``Settlement.skipped``).
+SKIPPED = Settlement(Outcome.ACKED, duplicate=True)

@@ -35,6 +35,10 @@ class Migration(migrations.Migration):
                     "handled_at",
                     models.DateTimeField(auto_now_add=True, db_index=True, verbose_name="handled"),
                 ),
+                (
+                    "result",
+                    models.TextField(blank=True, editable=False, null=True, verbose_name="result"),
+                ),
             ],
             options={
                 "verbose_name": "inbox entry",

@@ -19,6 +19,10 @@ class InboxEntry(models.Model):
     consumer = models.CharField(_("consumer"), max_length=100)
     message_id = models.CharField(_("message id"), max_length=64, db_index=True)
     handled_at = models.DateTimeField(_("handled"), auto_now_add=True, db_index=True)
+    #: What the handling returned, as JSON, where it is needed again when the message
+    #: comes back: a task's return value (its result is rebuilt from it on a skip).
+    #: None for consumers' handlers.
+    result = models.TextField(_("result"), null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-id"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,9 +17,11 @@ from django.utils import timezone
 
 from redisq_django.conf import SettingsError, get_settings
 from redisq_django.connection import get_broker
+from redisq_django.consuming import inbox
 from redisq_django.core import bounds
 from redisq_django.core.clock import now_ms
 from redisq_django.core.envelope import Envelope
+from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.start import StartPoint
 from redisq_django.core.tasks import TaskResultStore, read_commands
@@ -57,12 +60,19 @@ class RedisqTask(_Task):
             before, whatever the worker's heartbeat and the queue's
             ``OPTIONS["VISIBILITY_TIMEOUT"]`` say (``core/leases.py``). Default: the
             queue's consumer's rules apply.
+        atomic: ``True`` (the default database) or a database alias: the task runs in a
+            transaction on it that first records the task in the inbox, so that its rows
+            are written once however often it is delivered; a task delivered again
+            after it committed is not run again and its result (SUCCESSFUL, with the
+            return value kept in the inbox row) is written again
+            (docs/howto/exactly-once.md). Plain functions only.
     """
 
     max_retries: int | None = None
     backoff: float | None = None
     max_backoff: float | None = None
     visibility_timeout: float | None = None
+    atomic: bool | str = False
 
 
 #: The extra ``@task`` options (their bounds: ``core/bounds.py``).
@@ -115,9 +125,26 @@ class RedisqBackend(BaseTaskBackend):
         problem = queue_name_problem(self.task_options, task.queue_name)
         if problem:
             raise InvalidTask(f"Task queue {problem}.")
+        if getattr(task, "atomic", False):
+            self._validate_atomic(task)
         # Django validates each task as it is created: a valid one is declared, and
         # only declared tasks run in a worker (tasks/registry.py).
         registry.declare(task)
+
+    @staticmethod
+    def _validate_atomic(task: Task[..., Any]) -> None:
+        where = f"@task {task.module_path}"
+        try:
+            inbox.database_of(task.atomic, where)  # type: ignore[attr-defined]
+        except ConfigurationError as exc:
+            raise InvalidTask(str(exc)) from None
+        if inspect.iscoroutinefunction(task.func):
+            raise InvalidTask(
+                f"{where}: atomic=True needs a plain function, not an async def one: Django "
+                "runs transaction.atomic() on one thread, and an async task's awaits may run "
+                "its queries on others. Make the task a plain function (the worker runs it "
+                "on a thread of its own), or keep atomic off and make it idempotent."
+            )
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """System checks: invalid ``OPTIONS`` (E030), no ``QUEUES`` (E031), a queue name

@@ -24,6 +24,7 @@ from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
+from redisq_django.consuming import inbox
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import Failure
 from redisq_django.core.delivery import Delivery, Stream
@@ -133,13 +134,10 @@ def execute(delivery: Delivery) -> Settlement:
     )
     task_started.send(sender=type(backend), task_result=result)
     began = time.perf_counter_ns()
+    ran = True
     try:
         task = declared_task(job.task)  # never an import of a path read from Redis
-        if job.takes_context:
-            raw = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
-        else:
-            raw = task.call(*job.args, **job.kwargs)
-        value_json = json.dumps(normalize_json(raw))
+        ran, value_json = _run(task, job, result, delivery)
     except BaseException as exc:
         # SystemExit and KeyboardInterrupt too: in a worker thread they are the task's
         # own (no person pressed Ctrl-C: signals reach the main thread, which stops the
@@ -156,17 +154,43 @@ def execute(delivery: Delivery) -> Settlement:
         finished_at=to_datetime(finished),
         _return_value=json.loads(value_json),
     )
+    settled = Settlement.acked() if ran else Settlement.skipped()
     if pipe.available:
         # Acknowledged with its result by this write (the worker must not ack it too:
         # its own ack could reach Redis first); the reply is read with the next write.
         call = store.succeed_call(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration)
         pipe.write("task_settle", *call)
         task_finished.send(sender=type(backend), task_result=result)
-        return Settlement.acked()
+        return settled
     if not store.succeed(delivery, done, expire_at_ms=finished + ttl, duration_ms=duration):
         return Settlement.lost()
     task_finished.send(sender=type(backend), task_result=result)
-    return Settlement.acked()
+    return settled
+
+
+def _run(
+    task: Task[..., Any], job: TaskMessage, result: RedisqTaskResult, delivery: Delivery
+) -> tuple[bool, str]:
+    """Call the task; ``(ran, its return value as JSON)``. An ``atomic`` task runs in
+    its database's transaction with its inbox row, and when the row says it committed
+    before (a crash between its commit and its result), it is not called again: its
+    kept return value is the result (``consuming/inbox.py``)."""
+
+    def call() -> str:
+        if job.takes_context:
+            raw = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+        else:
+            raw = task.call(*job.args, **job.kwargs)
+        return json.dumps(normalize_json(raw))
+
+    using = inbox.database_of(getattr(task, "atomic", False), f"@task {job.task}")
+    if using is None:
+        return True, call()
+    message = delivery.message
+    ran, kept = inbox.once(
+        message, queue=message.queue, consumer=message.consumer, using=using, work=call
+    )
+    return ran, "null" if kept is None else kept
 
 
 def _ms_since(began_ns: int) -> int:

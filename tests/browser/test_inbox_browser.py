@@ -94,6 +94,8 @@ def test_staff_search_and_filter_the_inbox_and_can_only_look(
     # both consumers of the queue handle each message)
     ids = [new_message_id() for _ in range(4)]
     billing = handled(queue_name, "billing", ids[0], ids[1], ids[2])
+    # (a task's row keeps its return value)
+    InboxEntry.objects.filter(pk=billing[2].pk).update(result='{"total": 12}')
     audit = handled(queue_name, "audit", ids[0], ids[3])
     before = snapshot()
 
@@ -160,6 +162,7 @@ def test_staff_search_and_filter_the_inbox_and_can_only_look(
     expect(form.locator(".field-message_id .readonly")).to_have_text(ids[2])
     expect(form.locator(".field-queue .readonly")).to_have_text(queue_name)
     expect(form.locator(".field-consumer .readonly")).to_have_text("billing")
+    expect(form.locator(".field-result .readonly")).to_have_text('{"total": 12}')
     expect(form.locator('input:not([type="hidden"]), textarea, select')).to_have_count(0)
     expect(page.locator('input[name="_save"]')).to_have_count(0)
     expect(page.locator('input[name="_continue"]')).to_have_count(0)

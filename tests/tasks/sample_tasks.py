@@ -178,3 +178,35 @@ def long_lease(key: str, sleep_s: float) -> int:
     """A task whose own visibility timeout outlasts the heartbeat's 15 s (renewed every
     8 s, it ends at least 16 s after the worker's death)."""
     return _timed_run(key, sleep_s)
+
+
+def _receipt_once_killed(key: str, source: str) -> dict[str, str]:
+    """Writes a receipt for ``source``; on its first run, kills its own process right
+    after the transaction commits (before the worker writes its result and ack)."""
+    from django.db import transaction
+
+    from tests.shopapp.models import Receipt
+
+    Receipt.objects.create(source=source, note=key)
+    _record(key, str(os.getpid()))
+    client = redis.Redis.from_url(os.environ[RUNS_URL_ENV])
+    try:
+        first = client.set(f"{key}:killed", "1", nx=True)
+    finally:
+        client.close()
+    if first:
+        transaction.on_commit(lambda: os.kill(os.getpid(), 9))
+    return {"source": source}
+
+
+@task(atomic=True, visibility_timeout=3)
+def receipt_atomic(key: str, source: str) -> dict[str, str]:
+    """:func:`_receipt_once_killed` in the transaction of its inbox row (its on_commit
+    waits for that commit)."""
+    return _receipt_once_killed(key, source)
+
+
+@task(visibility_timeout=3)
+def receipt_plain(key: str, source: str) -> dict[str, str]:
+    """The same without ``atomic``: autocommit (on_commit runs at once, after the insert)."""
+    return _receipt_once_killed(key, source)

@@ -411,11 +411,12 @@ class HandlerThread(threading.Thread):
                 raised,
             )
             self._settle(functools.partial(self._fail, delivery, raised, reject=False))
-        if duplicate and error is None:  # handled before: acked, and counted apart
-            self._count("skipped")
         if isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
             error, settled = returned.error, True
+            duplicate = returned.duplicate
             self._settled_by_handler(delivery, returned)
+        if duplicate and error is None:  # handled before: acked, and counted apart
+            self._count("skipped")
         if hooks.wants_after_process:
             hooks.after_process(delivery, error=error)
         return error is None and not settled

@@ -85,6 +85,7 @@ class DeadReason(StrEnum):
     REJECTED = "rejected"  # the handler asked for it (Reject)
     UNDECODABLE = "undecodable"  # the entry is not a valid envelope
     LEASE_EXPIRED = "lease_expired"  # instances kept crashing on it
+    ENDED = "ended"  # an operator ended it before its time (end_message.lua)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,13 @@ class Failure:
             str(exc),
             "".join(tb.format_exception(type(exc), exc, exc.__traceback__)),
         )
+
+    @classmethod
+    def ended(cls, by: str, last_error: str = "") -> Failure:
+        """The failure of a message an operator ended (reason ``ended``): who, and the
+        error of its last attempt when it had one."""
+        text = f"ended by {by or 'an operator'} before its time"
+        return cls("Ended", f"{text}; its last error: {last_error}" if last_error else text)
 
     @classmethod
     def lease_expired(cls, attempts: int, failures: int = 0) -> Failure:

@@ -38,6 +38,12 @@ class LeaseExpired(RedisqError):
     with reason ``lease_expired``."""
 
 
+class TaskEnded(RedisqError):
+    """Staff ended the task before its time (the admin's *End* on its retry or delayed
+    message): the error a result gets when its message becomes a dead letter with reason
+    ``ended``."""
+
+
 if TYPE_CHECKING:  # generic for django-stubs only: Django's class is not subscriptable
     _TaskResult: TypeAlias = TaskResult[Any, Any]
 else:

@@ -47,14 +47,19 @@ def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:
 
 def results_of_lost_tasks(sender: Any, instance: Any, **kwargs: Any) -> None:
     """A task's dead letter stored with reason ``lease_expired`` (its workers kept
-    dying, so none settled it): its result, left READY or RUNNING, is FAILED."""
-    if instance.consumer != TASKS_CONSUMER or instance.reason != DeadReason.LEASE_EXPIRED:
+    dying, so none settled it) or ``ended`` (staff ended it before its time): its
+    result, left READY or RUNNING, is FAILED."""
+    errors = {
+        DeadReason.LEASE_EXPIRED: "redisq_django.tasks.results.LeaseExpired",
+        DeadReason.ENDED: "redisq_django.tasks.results.TaskEnded",
+    }
+    if instance.consumer != TASKS_CONSUMER or instance.reason not in errors:
         return
     ttl = _task_queue_ttls().get(instance.queue)
     if ttl is None:
         return
     error = {
-        "exception_class_path": "redisq_django.tasks.results.LeaseExpired",
+        "exception_class_path": errors[DeadReason(instance.reason)],
         "traceback": instance.error_message,
     }
     _results().lost(instance.queue, instance.message_id, error=error, expire_at_ms=now_ms() + ttl)

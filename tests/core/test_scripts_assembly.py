@@ -45,9 +45,16 @@ MUST = {
         "redrive",
     },
     # the ordered consumer's scripts check what they read but did not write
-    "foreign_state": {"ack_ordered", "fail", "release_key", "read_ordered", "ordered_purge"},
+    "foreign_state": {
+        "ack_ordered",
+        "fail",
+        "release_key",
+        "end_message",
+        "read_ordered",
+        "ordered_purge",
+    },
     # the key hand-over, written once for the three settles that hand a key on
-    "hand_over": {"ack_ordered", "fail", "release_key"},
+    "hand_over": {"ack_ordered", "fail", "release_key", "end_message"},
     # the delayed member, `id` first, for the three publishes that make one
     "member_of": {"publish_once", "publish_delayed", "publish_batch_once"},
     # a member's fields, the same whichever script moves it

@@ -210,3 +210,9 @@ def receipt_atomic(key: str, source: str) -> dict[str, str]:
 def receipt_plain(key: str, source: str) -> dict[str, str]:
     """The same without ``atomic``: autocommit (on_commit runs at once, after the insert)."""
     return _receipt_once_killed(key, source)
+
+
+@task(max_retries=5, backoff=3600, max_backoff=3600)
+def fails_then_waits(message: str = "partner down") -> None:
+    """Fails; its next attempt is an hour away (a retry staff may end)."""
+    raise ConnectionError(message)

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import redis
 
 from redisq_django.core import members, ordered, redelivery
+from redisq_django.core.clock import now_ms
+from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
+from redisq_django.core.errors import CorruptState, error_code
+from redisq_django.core.groups import group_names
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.operator import browse
 from redisq_django.core.scripts import Scripts
@@ -153,3 +160,87 @@ def purge_consumer(
     # by a purged message is freed (nothing to do for another consumer).
     _, dropped = ordered.after_purge(scripts, gkeys)
     return retries, direct + dropped
+
+
+class Ended(NamedTuple):
+    """What :func:`end_message` did: ``outcome`` is ``ended``, ``gone`` (it no longer
+    waits there) or ``in_flight`` (a private-input entry its consumer read meanwhile:
+    its instance settles it); ``entry`` is what was ended (None when not found)."""
+
+    outcome: str
+    entry: browse.Entry | None = None
+
+
+#: Where a message can be ended: its kinds of refs (``browse.Entry.ref``).
+ENDABLE = (members.S_DELAYED, members.S_RETRY, members.S_DIRECT)
+
+
+def end_message(
+    client: RedisClient,
+    scripts: Scripts,
+    keys: QueueKeys,
+    consumer: str | None,
+    ref: str,
+    *,
+    by: str = "",
+    delete: bool = False,
+) -> Ended:
+    """End the message ``ref`` names before its time (``end_message.lua``): a poison
+    message an operator gives up on, without waiting for its retries.
+
+    * a retry of ``consumer`` or an entry of its private input not yet read becomes
+      ``consumer``'s dead letter (reason ``ended``, its last error kept), or is deleted
+      with ``delete``. When it holds its ordering key (an ordered consumer's poison
+      message retrying), the key passes to the key's next waiting message, in order;
+    * a delayed message (``consumer`` None) becomes a dead letter of every logical
+      consumer of the queue, each of which can then retry it, or is deleted.
+
+    A message in the log waiting for a plain consumer cannot be ended for that consumer
+    alone (the log is shared): let it be delivered, then end its retry.
+
+    Raises:
+        ValueError: ``ref`` names no message that can be ended.
+        CorruptState: another client wrote what the script reads (nothing done).
+    """
+    where = ref.partition(":")[0]
+    if where not in ENDABLE or (where != members.S_DELAYED and not consumer):
+        raise ValueError(
+            "Only a delayed message, a retry or a message of a consumer's private input can "
+            f"be ended, not {ref!r}: a message waiting in the log is shared by every "
+            "consumer; end its retry once it has failed."
+        )
+    entry = browse.find(client, keys, consumer, ref)
+    if entry is None:
+        return Ended("gone")
+    if where == members.S_DELAYED:
+        place, dead_of = keys.delayed, ([] if delete else group_names(client, keys))
+        # A delayed message holds no ordering key yet: the hand-over's keys go unread.
+        handover, prefix = [keys.delayed] * 3, ""
+    else:
+        gkeys = keys.group(consumer or "")
+        place = gkeys.retry if where == members.S_RETRY else gkeys.direct
+        dead_of = [] if delete else [consumer or ""]
+        handover, prefix = [gkeys.holders, gkeys.direct, gkeys.held_back], gkeys.waiting_prefix
+    failure = Failure.ended(by, entry.last_error)
+    letter = dead_fields(
+        entry.fields, consumer="", reason=DeadReason.ENDED, failure=failure, failed_at_ms=now_ms()
+    )
+    try:
+        reply = scripts(
+            "end_message",
+            [place, *handover, *(keys.group(name).dead for name in dead_of)],
+            [
+                entry.member if where != members.S_DIRECT else entry.key,
+                consumer if where == members.S_DIRECT else "",
+                prefix,
+                entry.ordering_key or "",
+                entry.message_id,
+                *dead_of,
+                *(x for pair in letter.items() for x in pair),
+            ],
+        )
+    except redis.ResponseError as exc:
+        if error_code(exc) == "REDISQ_CORRUPT":
+            raise CorruptState(exc) from None
+        raise
+    return Ended({1: "ended", 0: "gone", -1: "in_flight"}[int(reply)], entry)

@@ -310,6 +310,22 @@ class QueueOperator:
         keys, ref = self._at(queue, ref)
         return actions.deliver_now(self._client, self._scripts, keys, consumer, ref)
 
+    def end_message(
+        self, queue: str, consumer: str | None, ref: str, *, by: str = "", delete: bool = False
+    ) -> actions.Ended:
+        """End one delayed message (``consumer`` None), retry or private-input entry of
+        ``consumer`` now: a dead letter (reason ``ended``), or deleted with ``delete``; a
+        key it holds passes to the key's next message (``actions.end_message``).
+
+        Raises:
+            ValueError: ``ref`` names no message that can be ended (or no partition).
+            CorruptState: another client wrote what the script reads (nothing done).
+        """
+        keys, ref = self._at(queue, ref)
+        return actions.end_message(
+            self._client, self._scripts, keys, consumer, ref, by=by, delete=delete
+        )
+
     def deliver_waiting(
         self, queue: str, consumer: str | None, ids: Collection[str] | None = None
     ) -> actions.Delivered:

@@ -35,6 +35,7 @@ ScriptName = Literal[
     "archive_register",
     "archive_remove",
     "deliver_now",
+    "end_message",
     "ensure_consumer",
     "extend",
     "fail",

@@ -81,6 +81,13 @@ def released_key_log(key: str) -> str:
     return f"Released ordering key {key!r} by hand"
 
 
+def ended_log(message_ids: list[str], *, delete: bool) -> str:
+    """The history text of ending messages before their time (dead letters, or deleted
+    with ``delete``): every id, so that the history says which."""
+    what = "Deleted" if delete else "Ended (dead letters now)"
+    return f"{what}: {len(message_ids)} message(s): {', '.join(message_ids)}"
+
+
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:
     """Write ``text`` to the admin history of ``consumer``'s row (else its queue's) as
     ``user``, as the live pages do. False when there is no row to write it to (or no

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -163,12 +164,45 @@ def _release(held: HeldKey, release_url: str, next_url: str) -> SafeString:
     )
 
 
+@dataclass(frozen=True)
+class EndForm:
+    """Where *End holder* posts, with the page's CSRF token and where to come back."""
+
+    url: str
+    csrf_token: str
+    next_url: str
+
+
+def _end_holder(held: HeldKey, end: EndForm) -> SafeString:
+    """*End holder*: a holder retrying (a poison message) or queued in the input becomes
+    a dead letter now and the key passes to its next message, in order. A running one
+    cannot be ended (its instance settles it)."""
+    if held.ref is None or held.state not in (RETRYING, QUEUED):
+        return SafeString("")
+    return format_html(
+        '<form method="post" action="{}" class="redisq-deliver-form">'
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
+        '<input type="hidden" name="ref" value="{}"><input type="hidden" name="next" value="{}">'
+        '<button type="submit" class="button redisq-end-holder" title="{}">{}</button></form>',
+        end.url,
+        end.csrf_token,
+        held.ref,
+        end.next_url,
+        _(
+            "Make the holder a dead letter now, without its remaining retries: the key's "
+            "next message goes next, in order."
+        ),
+        _("End holder"),
+    )
+
+
 def held_rows(
     held: Sequence[HeldKey],
     message_url: str,
     release_url: str,
     next_url: str,
     can_change: bool,
+    end: EndForm | None = None,
 ) -> list[Row]:
     """The rows of the section, one per held key."""
     out = []
@@ -185,6 +219,8 @@ def held_rows(
         ]
         if can_change:
             action = _release(h, release_url, next_url)
+            if end is not None:
+                action = format_html("{}{}", _end_holder(h, end), action)
             cells.append(Cell(_("action"), action, "redisq-col-action"))
         out.append(Row(h.key, cells))
     return out
@@ -198,13 +234,14 @@ def held_context(
     release_url: str,
     next_url: str,
     can_change: bool,
+    end: EndForm | None = None,
 ) -> dict[str, Any]:
     """What the section shows: ``held`` read with a limit of :data:`HELD_LIMIT` + 1
     (None: unknown), ``ordered`` as :func:`declared_ordered` says. Shown when keys are
     held, or when the consumer is declared ordered (or not known unordered, while Redis
     does not answer); not for a consumer known unordered with nothing held."""
     known = held is not None
-    rows = held_rows((held or [])[:HELD_LIMIT], message_url, release_url, next_url, can_change)
+    rows = held_rows((held or [])[:HELD_LIMIT], message_url, release_url, next_url, can_change, end)
     cut = known and len(held or []) > HELD_LIMIT
     if rows:
         shown = True

@@ -21,7 +21,16 @@ from django.utils.translation import gettext as _
 
 from redisq_django import figures
 from redisq_django.core.instances import Instance
-from redisq_django.core.operator import DELAYED, IN_FLIGHT, RETRYING, S_DIRECT, WAITING, Entry
+from redisq_django.core.operator import (
+    DELAYED,
+    ENDABLE,
+    IN_FLIGHT,
+    RETRYING,
+    S_DELAYED,
+    S_DIRECT,
+    WAITING,
+    Entry,
+)
 from redisq_django.core.wire import visible
 
 
@@ -47,6 +56,34 @@ class Links:
     csrf_token: str
     next_url: str
     can_change: bool
+    #: The consumer whose page shows the rows (None: the queue's).
+    consumer: str | None = None
+
+
+#: The id of the form that ends or deletes the messages ticked in a list.
+BULK_FORM = "redisq-bulk"
+
+
+def endable(ref: str, consumer: str | None) -> bool:
+    """Whether the message ``ref`` names can be ended from a page of ``consumer``: a
+    delayed message from any page, a retry or a private-input entry from its
+    consumer's (``core/operator/actions.end_message``)."""
+    where = ref.partition(":")[0]
+    return where in ENDABLE and (where == S_DELAYED or consumer is not None)
+
+
+def _tick(links: Links, entry: Entry) -> SafeString:
+    """A box that ticks the row for the list's End / Delete (outside the table: a form
+    cannot hold the rows' own Deliver-now forms)."""
+    if not links.can_change or not endable(entry.ref, links.consumer):
+        return SafeString("")
+    return format_html(
+        '<input type="checkbox" name="ref" value="{}" form="{}" class="redisq-tick" '
+        'aria-label="{}">',
+        entry.ref,
+        BULK_FORM,
+        _("Choose %(id)s") % {"id": visible(entry.message_id)},
+    )
 
 
 def _link(links: Links, entry: Entry) -> SafeString:
@@ -96,10 +133,17 @@ def _number(value: Any) -> SafeString:
 
 
 def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[Row]:
-    """The rows of a list of messages."""
+    """The rows of a list of messages (those that can be ended with a box to tick first)."""
     out = []
+    ticks = links.can_change and any(endable(e.ref, links.consumer) for e in entries)
     for e in entries:
         message = Cell(_("message"), _link(links, e), "redisq-col-message")
+        if ticks:
+            message = Cell(
+                _("message"),
+                format_html("{} {}", _tick(links, e), _link(links, e)),
+                "redisq-col-message",
+            )
         payload = Cell(_("payload"), _preview(e), "redisq-col-payload")
         if list_name == WAITING:
             where = _("private input") if e.where == S_DIRECT else _("log")

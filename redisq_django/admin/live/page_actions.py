@@ -1,6 +1,7 @@
 """What staff do from a live page: pause and resume, deliver a delayed message or a retry
-now, replay a consumer from a point (earliest, a time, an id), release an ordered
-consumer's held-back key, purge (typed confirmation).
+now, end poison messages (dead letters now, or deleted), replay a consumer from a point
+(earliest, a time, an id), release an ordered consumer's held-back key, purge (typed
+confirmation).
 
 Every change is a POST with CSRF protection (the admin's views), needs the model's
 change permission (a purge, which destroys messages, its delete permission too), is
@@ -35,16 +36,18 @@ from redisq_django.admin.live.held_keys import decode_key, encode_key
 from redisq_django.admin.live.scope import LiveScope
 from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.operator import S_DELAYED, S_RETRY, split_ref
+from redisq_django.core.operator import S_DELAYED, S_RETRY, Ended, split_ref
 from redisq_django.core.wire import visible
 from redisq_django.models import Queue
 
-CONSUMER_ACTIONS = ("pause", "resume", "deliver", "replay", "release", "purge")
-QUEUE_ACTIONS = ("pause", "resume", "deliver", "purge")
+CONSUMER_ACTIONS = ("pause", "resume", "deliver", "end", "delete", "replay", "release", "purge")
+QUEUE_ACTIONS = ("pause", "resume", "deliver", "end", "delete", "purge")
 #: Actions that show a confirmation page first.
 CONFIRMED = ("replay", "release", "purge")
 #: Actions that destroy messages: they need the delete permission too.
-DESTRUCTIVE = ("purge",)
+DESTRUCTIVE = ("purge", "delete")
+#: Messages one End or Delete takes at most (a list's page shows up to 200).
+MAX_ENDED = 200
 #: Start points a replay offers.
 STARTS = ("earliest", "time", "id")
 
@@ -82,6 +85,11 @@ class LiveActions:
             self._replay(request, queue, name or "", row)
         elif action == "release":
             self._release(request, queue, name or "", row)
+        elif action in ("end", "delete"):
+            refs = list(dict.fromkeys(request.POST.getlist("ref")))[:MAX_ENDED]
+            if action == "delete" and refs and request.POST.get("confirmed") != "yes":
+                return self._confirm_page(request, queue, name, action, refs)
+            self._end(request, queue, name, row, refs, delete=action == "delete")
         elif action == "purge":
             if request.POST.get("confirm_name") != (name or queue):
                 self.owner.message_user(
@@ -191,6 +199,79 @@ class LiveActions:
             messages.SUCCESS,
         )
 
+    def _end(
+        self,
+        request: HttpRequest,
+        queue: str,
+        name: str | None,
+        row: Any,
+        refs: list[str],
+        *,
+        delete: bool,
+    ) -> None:
+        if not refs:
+            self.owner.message_user(
+                request, _("No message was chosen: tick the messages first."), messages.ERROR
+            )
+            return
+        user = getattr(request.user, "get_username", lambda: "")()
+        refused: list[str] = []
+
+        def work(broker: Broker) -> list[Ended]:
+            done = []
+            for ref in refs:
+                try:
+                    done.append(
+                        broker.operator.end_message(queue, name, ref, by=user, delete=delete)
+                    )
+                except ValueError as exc:
+                    refused.append(str(exc))
+            return done
+
+        results = self._redis(request, _("Deleting") if delete else _("Ending"), work)
+        for why in refused[:3]:
+            self.owner.message_user(request, why, messages.ERROR)
+        if results is _FAILED:
+            return
+        ended = [r.entry.message_id for r in results if r.outcome == "ended" and r.entry]
+        gone = sum(r.outcome == "gone" for r in results)
+        running = [r.entry.message_id for r in results if r.outcome == "in_flight" and r.entry]
+        if ended:
+            self._record(request, row, queue, operations.ended_log(ended, delete=delete))
+            text = (
+                _("Deleted %(n)d message(s) for good: %(ids)s.")
+                if delete
+                else _(
+                    "Ended %(n)d message(s): %(ids)s. They are dead letters now (a delayed "
+                    "message one for each consumer): Retry on the dead letters brings them "
+                    "back. A key they held passed to its next message."
+                )
+            )
+            shown = ", ".join(ended[:10]) + (" …" if len(ended) > 10 else "")
+            self.owner.message_user(
+                request, text % {"n": len(ended), "ids": shown}, messages.SUCCESS
+            )
+        if gone:
+            self.owner.message_user(
+                request,
+                _(
+                    "%(n)d message(s) no longer waited there: they came due, were delivered "
+                    "now or were ended by someone else meanwhile."
+                )
+                % {"n": gone},
+                messages.WARNING,
+            )
+        if running:
+            self.owner.message_user(
+                request,
+                _(
+                    "Not ended, their consumer read them meanwhile (in flight): %(ids)s. End "
+                    "their retry if they fail."
+                )
+                % {"ids": ", ".join(running[:10])},
+                messages.WARNING,
+            )
+
     def _start(self, request: HttpRequest) -> str:
         kind = request.POST.get("start") or request.GET.get("start") or "earliest"
         value = (request.POST.get("value") or request.GET.get("value") or "").strip()
@@ -288,7 +369,12 @@ class LiveActions:
         )
 
     def _confirm_page(
-        self, request: HttpRequest, queue: str, name: str | None, action: str
+        self,
+        request: HttpRequest,
+        queue: str,
+        name: str | None,
+        action: str,
+        refs: list[str] | None = None,
     ) -> HttpResponse:
         try:
             key = decode_key(request.GET.get("key") or request.POST.get("key"))
@@ -301,6 +387,8 @@ class LiveActions:
             "release": _("Release ordering key %(key)s of %(what)s?")
             % {"key": visible(key or ""), "what": f"{queue}/{name}"},
             "purge": _("Purge %(what)s?") % {"what": f"{queue}/{name}" if name else queue},
+            "delete": _("Delete %(n)d message(s) of %(what)s?")
+            % {"n": len(refs or ()), "what": f"{queue}/{name}" if name else queue},
         }
         context = {
             **self.owner.admin_site.each_context(request),
@@ -315,8 +403,15 @@ class LiveActions:
             "held_key": key,
             "held_key_field": encode_key(key) if key is not None else "",
             "title": titles[action],
+            "refs": [(ref, message_id_of(ref)) for ref in refs or ()],
         }
         return TemplateResponse(request, "admin/redisq_django/live/confirm.html", context)
+
+
+def message_id_of(ref: str) -> str:
+    """The message id a list's ref ends in (``retry:<due>:<id>``, ``delayed:…``), or
+    the entry id of a stream's (``direct:<entry id>``), without its partition."""
+    return split_ref(ref)[0].split(":", 2)[-1]
 
 
 def _not_a_key(exc: ValueError) -> str:

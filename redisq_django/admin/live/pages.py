@@ -35,10 +35,12 @@ from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import snapshots
 from redisq_django.admin.live.access import guarded
 from redisq_django.admin.live.charts import range_links, range_of, trend_charts, unknown_charts
-from redisq_django.admin.live.held_keys import declared_ordered, held_context
+from redisq_django.admin.live.held_keys import EndForm, declared_ordered, held_context
 from redisq_django.admin.live.lists import (
+    BULK_FORM,
     Links,
     consumer_rows,
+    endable,
     entry_rows,
     heads,
     instance_rows,
@@ -141,6 +143,7 @@ class LivePages:
                 for k, v in (reading.value.fields.items() if reading.value else ())
             ),
             "deliverable": ref.partition(":")[0] in (S_DELAYED, S_RETRY),
+            "endable": endable(ref, name),
         }
         return TemplateResponse(request, "admin/redisq_django/live/message.html", context)
 
@@ -183,6 +186,12 @@ class LivePages:
             get_token(request),
             f"{context['page_url']}?{urlencode(params)}",
             context["can_change"],
+            name,
+        )
+        context.update(
+            end_url=self.scope.action_url(queue, name, "end"),
+            delete_url=self.scope.action_url(queue, name, "delete"),
+            bulk_form=BULK_FORM,
         )
         context.update(
             snapshot=snapshot,
@@ -212,6 +221,7 @@ class LivePages:
                     release_url=self.scope.action_url(queue, name, "release"),
                     next_url=links.next_url,
                     can_change=context["can_change"],
+                    end=EndForm(context["end_url"], links.csrf_token, links.next_url),
                 )
             )
         if charts:
@@ -366,8 +376,10 @@ class LivePages:
         if params.get("after"):
             rest = {k: v for k, v in params.items() if k != "after"}
             first_page = f"{page_url}?{urlencode({**rest, 'list': list_name})}"
+        entries = snapshot.page.entries if snapshot.page is not None else []
         return {
             "rows": rows,
+            "bulk": links.can_change and any(endable(e.ref, links.consumer) for e in entries),
             "heads": heads(rows),
             "next_page": next_page,
             "first_page": first_page,

@@ -5,7 +5,7 @@ read and do, through :class:`QueueOperator` (``broker.operator``).
 - ``browse.py``: every message before it dies, page by page (waiting, delayed, retrying,
   in flight, the log), and one found again by its ref;
 - ``partition_pages.py``: those pages merged over a partitioned queue's partitions;
-- ``actions.py``: deliver now, deliver what waits, purge one consumer;
+- ``actions.py``: deliver now, deliver what waits, end a message, purge one consumer;
 - ``trend_sampler.py``: the site's sampled figures, one sampler at a time;
 - ``server.py``: what the Redis server lacks for redisq (version, persistence, memory
   policy).
@@ -14,6 +14,7 @@ Outside this room, import these names from here (``tests/test_structure.py`` kee
 """
 
 from redisq_django.core.members import S_DELAYED, S_DIRECT, S_LOG, S_RETRY
+from redisq_django.core.operator.actions import ENDABLE, Ended
 from redisq_django.core.operator.browse import (
     DELAYED,
     IN_FLIGHT,
@@ -31,6 +32,7 @@ from redisq_django.core.operator.server import ServerProblem
 
 __all__ = [
     "DELAYED",
+    "ENDABLE",
     "IN_FLIGHT",
     "LOG",
     "MAX_PAGE",
@@ -41,6 +43,7 @@ __all__ = [
     "S_LOG",
     "S_RETRY",
     "WAITING",
+    "Ended",
     "Entry",
     "Page",
     "QueueOperator",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterator
@@ -124,6 +125,19 @@ def recreate_group(client: RedisClient, gkeys: GroupKeys) -> None:
 def default_instance_name() -> str:
     """``host:pid:random``: unique per running instance, readable in stats."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+#: How :func:`default_instance_name` starts the name of each of a worker's threads.
+_WORKER = re.compile(r"[^:]+:\d+:[0-9a-f]{6}(?=-|$)")
+
+
+def worker_of(instance: str) -> str:
+    """The worker process that instance ``instance`` runs in: the ``host:pid:random`` its
+    name starts with (a worker names each handler thread
+    ``<host:pid:random>-<consumer>[-p<partition>]-<n>``), else the whole name (another
+    client names its instances as it likes: each then counts as a process of its own)."""
+    found = _WORKER.match(instance)
+    return found.group(0) if found else instance
 
 
 def leave_group(client: RedisClient, gkeys: GroupKeys, instance: str) -> None:

@@ -4,7 +4,8 @@ A queue of K > 1 partitions (``core/partitions/``) keeps K full queues; an opera
 one queue whose figures add up over them. Counts are summed (lengths, backlogs, in
 flight, retries, dead letters, drops, instances: each partition runs instances of its
 own), the oldest ages are the largest, a position is the furthest (each partition's is
-in :attr:`~redisq_django.core.stats.QueueStats.partitions`).
+in :attr:`~redisq_django.core.stats.QueueStats.partitions`); the worker processes are
+told apart (one process runs instances on every partition: it counts once).
 
 Trends: the counters stay where they are written, in each partition's ``{q#i}:trend``
 hashes, because they ride in the same write as what they count (a script's or a
@@ -84,6 +85,7 @@ def _consumer(name: str, parts: Sequence[ConsumerStats]) -> ConsumerStats:
         oldest_pending_age_s=_oldest(c.oldest_pending_age_s for c in parts),
         oldest_undelivered_age_s=_oldest(c.oldest_undelivered_age_s for c in parts),
         held_back=sum(c.held_back for c in parts),
+        workers=frozenset().union(*(c.workers for c in parts)),
     )
 
 
@@ -91,14 +93,15 @@ def _oldest(ages: Iterable[float | None]) -> float | None:
     return max((a for a in ages if a is not None), default=None)
 
 
-def sum_trends(queue: str, trends: Sequence[Trend]) -> Trend:
+def sum_trends(queue: str, base: Trend, parts: Sequence[Trend]) -> Trend:
     """One trend of ``queue`` from its base hash's and its partitions' (same minutes):
-    every field added up minute by minute."""
+    every field added up minute by minute; each partition's own kept in the result's
+    ``partitions`` (a chart by partition, a hot or stuck partition on the queue's page)."""
     minutes: list[dict[str, int]] = []
-    for i in range(len(trends[0].minutes)):
+    for i in range(len(base.minutes)):
         total: dict[str, int] = {}
-        for trend in trends:
+        for trend in (base, *parts):
             for name, value in trend.minutes[i].items():
                 total[name] = total.get(name, 0) + value
         minutes.append(total)
-    return Trend(queue, trends[0].first_minute, minutes)
+    return Trend(queue, base.first_minute, minutes, partitions=list(parts))

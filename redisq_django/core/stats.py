@@ -13,6 +13,7 @@ import redis
 
 from redisq_django.core.archives import LAG_COUNT_CAP as ARCHIVE_LAG_CAP
 from redisq_django.core.archives import ArchivedStream, legacy_field
+from redisq_django.core.groups import worker_of
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str, wire_int
@@ -32,7 +33,8 @@ class ConsumerStats:
         direct: re-driven or retried messages waiting in its private input.
         dead: dead letters still in Redis (not yet moved to the database).
         oldest_unacked_age_s: age of the oldest message it has not acknowledged, seconds.
-        instances_alive: instances with a live heartbeat.
+        instances_alive: instances with a live heartbeat (a worker's handler threads:
+            one per unit of concurrency, on each partition of a partitioned queue).
         last_delivered_id: its position in the log.
         oldest_pending_age_s: age of the oldest delivery not yet acknowledged, by its
             entry id (publish time in the log, retry or re-drive time in its private
@@ -41,6 +43,9 @@ class ConsumerStats:
             (by publish time), seconds; None when it has read the whole log.
         held_back: an ordered consumer's messages waiting behind the message that
             holds their ordering key (``core/ordered.py``); 0 for any other consumer.
+        workers: the worker processes its live instances run in
+            (:func:`~redisq_django.core.groups.worker_of` their names), as many as
+            :data:`WORKERS_READ_CAP` instances tell apart.
     """
 
     name: str
@@ -55,6 +60,7 @@ class ConsumerStats:
     oldest_pending_age_s: float | None = None
     oldest_undelivered_age_s: float | None = None
     held_back: int = 0
+    workers: frozenset[str] = frozenset()
 
     @property
     def backlog(self) -> int:
@@ -112,6 +118,12 @@ class QueueStats:
         return sum(int(getattr(c, figure)) for c in self.consumers)
 
     @property
+    def workers(self) -> frozenset[str]:
+        """The worker processes running any of its consumers: one process serving three
+        consumers is one worker here, where its instances count three times."""
+        return frozenset().union(*(c.workers for c in self.consumers))
+
+    @property
     def oldest_unacked_age_s(self) -> float | None:
         """The oldest unacknowledged message of any of its consumers, seconds."""
         ages = [c.oldest_unacked_age_s for c in self.consumers if c.oldest_unacked_age_s]
@@ -125,7 +137,10 @@ LAG_COUNT_CAP = ARCHIVE_LAG_CAP
 _QUEUE_REPLIES = 8
 #: Per consumer, the commands of the second round trip, in order (plus one for a lag
 #: Redis does not report).
-_GROUP_REPLIES = 9
+_GROUP_REPLIES = 10
+#: At most this many live instances of one logical consumer (of one partition) are read
+#: by name to tell their worker processes apart; the count of instances is exact.
+WORKERS_READ_CAP = 1000
 
 _NO_PENDING: dict[str, Any] = {"pending": 0, "min": None}
 
@@ -232,6 +247,7 @@ def _queue_group(pipe: Any, keys: QueueKeys, info: dict[str, Any], now_score: in
     pipe.xlen(gkeys.direct)
     pipe.xlen(gkeys.dead)
     pipe.zcount(gkeys.instances, now_score, "+inf")
+    pipe.zrangebyscore(gkeys.instances, now_score, "+inf", start=0, num=WORKERS_READ_CAP)
     pipe.xrange(keys.log, f"({last}", "+", count=1)
     pipe.xrange(gkeys.direct, "-", "+", count=1)
     pipe.get(gkeys.held_back)
@@ -245,9 +261,9 @@ def _consumer(
     """One consumer's figures from its replies of the second round trip."""
     name = to_str(info["name"])
     got = [next(replies) for _ in range(_GROUP_REPLIES)]
-    p_log, p_direct, retry, direct, dead, alive, undelivered, first_direct, held = _usable(
+    p_log, p_direct, retry, direct, dead, alive, live, undelivered, first_direct, held = _usable(
         f"{keys.queue}/{name}",
-        *zip(got, (_NO_PENDING, _NO_PENDING, 0, 0, 0, 0, [], [], None), strict=True),
+        *zip(got, (_NO_PENDING, _NO_PENDING, 0, 0, 0, 0, [], [], [], None), strict=True),
     )
     p_direct = p_direct if isinstance(p_direct, dict) else _NO_PENDING
     lag = info.get("lag")
@@ -276,6 +292,7 @@ def _consumer(
         oldest_pending_age_s=age_s(min(pending, key=id_order), now) if pending else None,
         oldest_undelivered_age_s=age_s(first_new, now),
         held_back=(wire_int(held) or 0) if isinstance(held, bytes | str) else 0,
+        workers=frozenset(worker_of(to_str(m)) for m in live),
     )
 
 

@@ -242,11 +242,15 @@ class Trend:
         queue: the queue.
         first_minute: the minute of ``minutes[0]``.
         minutes: each minute's fields (empty: nothing was written that minute).
+        partitions: a partitioned queue's trend of each of its partitions, in order
+            (``minutes`` adds them up: ``core/partition_stats.py``); empty for a queue
+            of one partition.
     """
 
     queue: str
     first_minute: int
     minutes: list[dict[str, int]] = field(default_factory=list)
+    partitions: list[Trend] = field(default_factory=list)
 
     def consumers(self) -> list[str]:
         """Every logical consumer that appears in these minutes, sorted."""

@@ -212,8 +212,8 @@ class QueueOperator:
 
     def trends(self, queues: Sequence[str], minutes: int) -> list[trends.Trend]:
         """The last ``minutes`` minutes of each queue's trends, in one round trip (a
-        partitioned queue's: its base hashes' and its partitions', added up:
-        ``core/partition_stats.py``)."""
+        partitioned queue's: its base hashes' and its partitions', added up, each
+        partition's own in its ``partitions``: ``core/partition_stats.py``)."""
         sources = []
         for queue in queues:
             layout = self._layout(queue)
@@ -223,7 +223,7 @@ class QueueOperator:
         out = []
         for queue, keys_list in sources:
             mine = [next(read) for _ in keys_list]
-            out.append(mine[0] if len(mine) == 1 else sum_trends(queue, mine))
+            out.append(mine[0] if len(mine) == 1 else sum_trends(queue, mine[0], mine[1:]))
         return out
 
     def count_skipped(self, queue: str, consumer: str) -> None:

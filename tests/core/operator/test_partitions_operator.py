@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from redisq_django.core import Broker, CoreConfig, Place, partition_of
+from redisq_django.core import Broker, CoreConfig, Place, default_instance_name, partition_of
+from redisq_django.core.groups import worker_of
 from redisq_django.core.operator.browse import Page
 from redisq_django.core.trends import BACKLOG, PUBLISHED, per_consumer
 
@@ -79,6 +80,33 @@ def test_stats_add_up_over_the_partitions(
     assert billing.oldest_unacked_age_s is not None
     figures = [(q.length, q.delayed, q.total("backlog"), len(q.partitions)) for q in both]
     assert figures == [(36, 6, 67, 3), (0, 0, 0, 0)]
+
+
+def test_a_worker_process_counts_once_whatever_its_threads_and_partitions(
+    shop: tuple[Broker, dict[str, str]], queue_name: str
+) -> None:
+    broker, _ = shop
+    # Given one worker process running 2 threads per partition for billing and for audit
+    # (named as runconsumer names them), and an instance of another client
+    worker = default_instance_name()
+    for consumer in ("billing", "audit"):
+        for i in range(K):
+            for n in range(2):
+                name = f"{worker}-{consumer}-p{i}-{n}"
+                broker.subscribe(Place(queue_name, i), consumer, name).heartbeat(60_000)
+    broker.subscribe(Place(queue_name, 0), "audit", "node-7").heartbeat(60_000)
+
+    # When the operator reads the queue's stats
+    stats = broker.stats(queue_name)
+
+    # Then each thread is an instance alive, and the processes are told apart once
+    audit, billing = stats.consumers
+    assert (billing.instances_alive, billing.workers) == (2 * K, {worker})
+    assert (audit.instances_alive, audit.workers) == (2 * K + 1, {worker, "node-7"})
+    assert stats.workers == {worker, "node-7"}
+    assert [p.total("instances_alive") for p in stats.partitions] == [5, 4, 4]
+    assert worker_of(f"{worker}-my-consumer-p3-0") == worker == worker_of(worker)
+    assert worker_of("web-1:12:abcdef:x") == "web-1:12:abcdef:x"  # not one of ours
 
 
 def test_lists_merge_the_partitions_and_refs_find_each_message(
@@ -158,6 +186,11 @@ def test_trends_add_up_and_samples_go_to_the_queue(
 
     # Then the publishes counted in each partition add up (the minute may have turned)
     assert sum(m.get(PUBLISHED, 0) for m in trend.minutes) == 42
+    # and each partition's own are kept, in partition order
+    sent_to = Counter(partition_of(k, K) for k in shop[1].values())
+    assert [sum(m.get(PUBLISHED, 0) for m in p.minutes) for p in trend.partitions] == [
+        sent_to[i] for i in range(K)
+    ]
     assert trend.minutes[-1][per_consumer(BACKLOG, "audit")] == 36
     # and the sample is the queue's, in its base hash, none in a partition's
     base = broker.keys(queue_name)

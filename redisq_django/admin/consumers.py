@@ -238,7 +238,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         stats, error = self.live_rows.of(obj)
         if stats is None:
             return figures.unknown() if error else figures.absent()
-        return figures.instances(stats.instances_alive, stats.stalled)
+        return figures.instances(len(stats.workers), stats.stalled, stats.instances_alive)
 
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Consumer) -> SafeString:
@@ -314,7 +314,10 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 ("retrying", stats.waiting_retry),
                 ("dead", dead_link),
                 ("oldest_unacked", figures.age(stats.oldest_unacked_age_s)),
-                ("instances", figures.instances(stats.instances_alive, stats.stalled)),
+                (
+                    "instances",
+                    figures.instances(len(stats.workers), stats.stalled, stats.instances_alive),
+                ),
             ]
         )
         return format_html('{}{}<p class="redisq-state">{}</p>{}', live, warning, state, table)

@@ -216,8 +216,10 @@ class QueueLine:
 
     @property
     def instances(self) -> SafeString:
-        alive = self.stats.total("instances_alive") if self.stats else None
-        return figures.queue_instances(alive, self.stalled)
+        if self.stats is None:
+            return figures.queue_instances(None, self.stalled)
+        threads = self.stats.total("instances_alive")
+        return figures.queue_instances(len(self.stats.workers), self.stalled, threads)
 
     @property
     def state(self) -> SafeString:

@@ -201,7 +201,7 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if stats is None:
             return figures.unknown()
         stalled = [c.name for c in stats.consumers if c.stalled]
-        return figures.queue_instances(stats.total("instances_alive"), stalled)
+        return figures.queue_instances(len(stats.workers), stalled, stats.total("instances_alive"))
 
     @admin.display(description=_("dead"), ordering="dead_rows")
     def dead(self, obj: Queue) -> SafeString:
@@ -239,9 +239,8 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if stats.archive_lag is not None:
             cells.append(("archive_lag", stats.archive_lag))
         stalled = [c.name for c in stats.consumers if c.stalled]
-        cells.append(
-            ("instances", figures.queue_instances(stats.total("instances_alive"), stalled))
-        )
+        alive = figures.queue_instances(len(stats.workers), stalled, stats.total("instances_alive"))
+        cells.append(("instances", alive))
         warning = (
             format_html(
                 '<p class="redisq-warning" role="alert">⚠ {}. {}</p>',
@@ -285,7 +284,9 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     figures.figure(c.in_flight, "in_flight") if c else missing,
                     figures.figure(c.waiting_retry, "retrying") if c else missing,
                     figures.dead_cell(dead_rows.get(row.name, 0), c.dead if c else None),
-                    figures.instances(c.instances_alive, c.stalled) if c else missing,
+                    figures.instances(len(c.workers), c.stalled, c.instances_alive)
+                    if c
+                    else missing,
                 )
             )
         if not lines:

@@ -9,6 +9,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from redisq_django import figures
+from redisq_django.core.stats import ConsumerStats
 from redisq_django.core.wire import visible as visible_text
 
 register = template.Library()
@@ -53,8 +54,11 @@ def age(seconds: float | None) -> SafeString:
 
 
 @register.simple_tag
-def instances(alive: int | None, stalled: bool) -> SafeString:
-    return figures.instances(alive, stalled)
+def instances(stats: ConsumerStats | None) -> SafeString:
+    """A consumer's instances alive (worker processes) and threads (:func:`figures.instances`)."""
+    if stats is None:
+        return figures.unknown()
+    return figures.instances(len(stats.workers), stats.stalled, stats.instances_alive)
 
 
 @register.simple_tag

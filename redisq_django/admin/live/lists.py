@@ -285,7 +285,9 @@ def consumer_rows(
                     ),
                     Cell(
                         _("instances"),
-                        figures.instances(c.instances_alive, c.stalled) if c else missing,
+                        figures.instances(len(c.workers), c.stalled, c.instances_alive)
+                        if c
+                        else missing,
                     ),
                 ],
             )

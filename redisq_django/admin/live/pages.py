@@ -295,7 +295,8 @@ class LivePages:
                 "retrying": c.waiting_retry if c else None,
                 "dead": dead_rows + c.dead if c else None,
                 "oldest_unacked": c.oldest_unacked_age_s if c else None,
-                "instances": c.instances_alive if c else None,
+                "instances": len(c.workers) if c else None,
+                "threads": c.instances_alive if c else None,
                 "paused": paused,
                 "stalled": bool(c and c.stalled),
             }
@@ -315,7 +316,8 @@ class LivePages:
                 "retrying": s.total("waiting_retry") if s else None,
                 "dead": dead_rows + s.total("dead") if s else None,
                 "oldest_unacked": s.oldest_unacked_age_s if s else None,
-                "instances": s.total("instances_alive") if s else None,
+                "instances": len(s.workers) if s else None,
+                "threads": s.total("instances_alive") if s else None,
                 "paused": bool(row and row.paused),
                 "stalled": bool(stalled),
                 "stalled_consumers": stalled,
@@ -326,17 +328,18 @@ class LivePages:
         missing = figures.unknown() if snapshot.error else figures.absent()
         shown = []
         for key, value in numbers.items():
-            if key in ("stalled", "stalled_consumers"):
+            if key in ("stalled", "stalled_consumers", "threads"):  # shown with another
                 continue
             if key == "paused":
                 html = figures.badge("paused") if value else format_html("{}", _("no"))
             elif key == "oldest_unacked":
                 html = figures.figure(figures.age(value), key) if known else missing
             elif key == "instances":
+                threads = numbers["threads"]
                 html = (
-                    figures.queue_instances(value, numbers["stalled_consumers"])
+                    figures.queue_instances(value, numbers["stalled_consumers"], threads)
                     if known and name is None
-                    else figures.instances(value, numbers["stalled"])
+                    else figures.instances(value, numbers["stalled"], threads)
                     if known
                     else missing
                 )

@@ -70,6 +70,18 @@ HELP: dict[str, Any] = {
         "queue of its own, spread over a cluster's masters; the figures add them up. "
         "Changed with manage.py redisq partitions, on a drained queue only."
     ),
+    "published_rate": _(
+        "Messages published to the partition per minute, averaged over the last minutes "
+        "(this one included): how the publishers spread the queue's load."
+    ),
+    "handled_rate": _(
+        "Deliveries its consumers handled per minute (all consumers added up), averaged "
+        "over the last minutes (this one included)."
+    ),
+    "threads": _(
+        "Handler threads with a live heartbeat on the partition, all consumers added up: "
+        "a partition no instance of a consumer runs on is never emptied for it."
+    ),
 }
 
 #: The name of each figure where it stands alone (detail pages).
@@ -85,6 +97,9 @@ LABELS: dict[str, Any] = {
     "dropped": _("dropped by the hard cap"),
     "archive_lag": _("archive lag"),
     "partitions": _("partitions"),
+    "published_rate": _("published / min"),
+    "handled_rate": _("handled / min"),
+    "threads": _("threads alive"),
 }
 
 #: Shown in place of a figure Redis could not give.

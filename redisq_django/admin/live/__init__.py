@@ -12,8 +12,10 @@
   consumer and queue admins hold and whose URLs they add to their own;
 - what a live page reads (:mod:`.snapshots`: :func:`overview_trends` for the
   overview), its lists (:mod:`.lists`), an ordered consumer's held-back keys
-  (:mod:`.held_keys`: :func:`declared_ordered`, :func:`ordered_text`), and the trend
-  charts the live pages and the overview draw (:mod:`.charts`).
+  (:mod:`.held_keys`: :func:`declared_ordered`, :func:`ordered_text`), a partitioned
+  queue's partitions side by side with the hot or stuck one flagged
+  (:mod:`.partition_rows`), and the trend charts the live pages and the overview draw
+  (:mod:`.charts`).
 
 Everything outside this package imports these names from here (``tests/test_structure.py``
 keeps it so); the modules inside import each other.

@@ -14,7 +14,8 @@ spec stays data (a JSON script is never run), so a Content-Security-Policy needs
 but the static files allowed.
 
 :func:`trend_charts` turns per-minute trends (``core/trends.py``) into the four charts of
-the live pages: throughput, failures, backlog and handler time.
+the live pages: throughput, failures, backlog and handler time; :func:`partition_charts`
+adds a partitioned queue's published and handled per minute, a line per partition.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ RANGE_LABELS: dict[str, str] = {
 DEFAULT_RANGE = "1h"
 #: Pixels: tall enough to read a trend, short enough for two charts on a laptop's screen.
 HEIGHT = 220
+#: Lines of a chart by partition before the smallest are summed into one "other": as
+#: many as charts.js has colours told apart.
+MAX_PARTITION_LINES = 8
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,13 @@ def chart(
     starts_ms: Sequence[int],
     span_ms: tuple[int, int],
     empty_text: str = "",
+    max_series: int | None = None,
 ) -> SafeString:
     """One chart of ``series`` over the points starting at ``starts_ms``, its time axis
     spanning ``span_ms`` (the whole range, however few points it holds); ``empty_text``
-    is shown over it when it has nothing but gaps (and zeros, for counted series)."""
+    is shown over it when it has nothing but gaps (and zeros, for counted series);
+    ``max_series``: lines before the smallest are folded into one (charts.js' default: 6).
+    """
     empty = all(v is None or (v == 0 and s.total is not None) for s in series for v in s.values)
     spec: dict[str, Any] = {
         "title": title,
@@ -120,6 +127,8 @@ def chart(
     }
     if empty and empty_text:
         spec["empty"] = empty_text
+    if max_series is not None:
+        spec["maxSeries"] = max_series
     totals = format_html_join(
         "",
         ' data-total-{}="{}"',
@@ -244,5 +253,57 @@ def trend_charts(
             starts,
             span,
             _("no handler ran in this range"),
+        ),
+    )
+
+
+def partition_charts(trend: Trend, range_name: str | None) -> SafeString:
+    """A partitioned queue's published and handled (all consumers) per minute, a line per
+    partition (:attr:`Trend.partitions`): a hot partition's line stands above the others, a
+    stuck one's handled line lies at zero while the others' do not. Nothing for a queue of
+    one partition."""
+    if not trend.partitions:
+        return SafeString("")
+    _name, minutes, size = range_of(range_name)
+    columns = [p.buckets(size) for p in trend.partitions]
+    if not columns[0]:
+        return SafeString("")
+    starts = [b.start_ms for b in columns[0]]
+    first = trend.first_minute * MINUTE_MS
+    span = (first, first + minutes * MINUTE_MS)
+
+    def lines(name: str) -> list[Series]:
+        out = []
+        for i, (part, buckets) in enumerate(zip(trend.partitions, columns, strict=True)):
+            of = None if name == PUBLISHED else part.consumers()
+            values = [b.total(name, of) / b.size for b in buckets]
+            total = float(sum(b.total(name, of) for b in buckets))
+            out.append(Series(_("partition %(n)d") % {"n": i}, f"p{i}-{name}", values, total))
+        return out
+
+    per_min = _("per minute")
+    nothing = _("nothing in this range")
+    return format_html(
+        '<div class="redisq-charts redisq-partition-charts" data-minutes="{}">{}{}</div>',
+        minutes,
+        chart(
+            "redisq-chart-partitions-published",
+            _("Published, by partition"),
+            per_min,
+            lines(PUBLISHED),
+            starts,
+            span,
+            nothing,
+            MAX_PARTITION_LINES,
+        ),
+        chart(
+            "redisq-chart-partitions-handled",
+            _("Handled, by partition (all consumers)"),
+            per_min,
+            lines(HANDLED),
+            starts,
+            span,
+            nothing,
+            MAX_PARTITION_LINES,
         ),
     )

@@ -34,7 +34,13 @@ from redisq_django import figures
 from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import snapshots
 from redisq_django.admin.live.access import guarded
-from redisq_django.admin.live.charts import range_links, range_of, trend_charts, unknown_charts
+from redisq_django.admin.live.charts import (
+    partition_charts,
+    range_links,
+    range_of,
+    trend_charts,
+    unknown_charts,
+)
 from redisq_django.admin.live.held_keys import EndForm, declared_ordered, held_context
 from redisq_django.admin.live.lists import (
     BULK_FORM,
@@ -46,7 +52,9 @@ from redisq_django.admin.live.lists import (
     instance_rows,
 )
 from redisq_django.admin.live.page_actions import LiveActions
+from redisq_django.admin.live.partition_rows import table_context
 from redisq_django.admin.live.scope import CONSUMER, LiveOwner, LiveScope
+from redisq_django.conf import get_core_config
 from redisq_django.core.operator import (
     DELAYED,
     IN_FLIGHT,
@@ -60,7 +68,7 @@ from redisq_django.core.operator import (
 from redisq_django.models import Consumer, DeadLetter, Queue
 
 #: The regions of a live page that its JSON endpoint renders again (a consumer's page
-#: also its held-back keys, ``held``).
+#: also its held-back keys, ``held``; a partitioned queue's its ``partitions``).
 REGIONS = ("banner", "figures", "list")
 #: Query parameters of a page that its regions and links keep.
 KEPT = ("list", "after", "n", "range")
@@ -103,6 +111,7 @@ class LivePages:
         regions = [
             *REGIONS,
             *(["held"] if name is not None else []),
+            *(["partitions"] if context.get("partitions") else []),
             *(["charts"] if charts else []),
         ]
         html = {
@@ -223,6 +232,16 @@ class LivePages:
                     can_change=context["can_change"],
                     end=EndForm(context["end_url"], links.csrf_token, links.next_url),
                 )
+            )
+        config = get_core_config()
+        count = config.partitions.get(queue, 1)
+        if name is None and count > 1:  # known from the settings, whether Redis answers
+            context["partitions"] = table_context(
+                snapshot.stats,
+                snapshot.recent,
+                count,
+                error=snapshot.error,
+                trends_on=config.trends,
             )
         if charts:
             context["charts"] = self._charts(snapshot, name, range_name)
@@ -406,4 +425,8 @@ class LivePages:
     def _charts(self, snapshot: snapshots.Snapshot, name: str | None, range_name: str) -> Any:
         if snapshot.trends is None:
             return unknown_charts(snapshot.error) if snapshot.error else ""
-        return trend_charts(snapshot.trends, [name] if name else None, range_name)
+        charts = trend_charts(snapshot.trends, [name] if name else None, range_name)
+        if name is not None:
+            return charts
+        # First, right under the partitions' table (nothing for a queue of one partition)
+        return format_html("{}{}", partition_charts(snapshot.trends[0], range_name), charts)

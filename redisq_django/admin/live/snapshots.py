@@ -14,6 +14,7 @@ from typing import Any
 
 from redisq_django.admin.live.access import guarded, live_stats
 from redisq_django.admin.live.charts import range_of
+from redisq_django.admin.live.partition_rows import RATE_MINUTES
 from redisq_django.core import Broker
 from redisq_django.core.clock import now_ms
 from redisq_django.core.instances import Instance
@@ -47,6 +48,9 @@ class Snapshot:
         page: the page of the list shown (None: unknown, or a list that is no page).
         instances: the consumer's instances (the instances list only).
         trends: the trends read for the charts (None: not asked for, or unknown).
+        recent: a partitioned queue's trend of the last few minutes, each partition's
+            in its ``partitions`` (its rates on the queue's page); None: another
+            page, trends off, or unknown.
         held: a consumer's held-back ordering keys, at most ``HELD_LIMIT + 1`` (more than
             ``HELD_LIMIT``: the list is cut); None: unknown, or a queue's page.
         error: why something is unknown ("" when Redis answered).
@@ -58,6 +62,7 @@ class Snapshot:
     page: Page | None = None
     instances: list[Instance] | None = None
     trends: list[Trend] | None = None
+    recent: Trend | None = None
     held: list[HeldKey] | None = None
     error: str = ""
     read_at_ms: int = field(default_factory=now_ms)
@@ -115,21 +120,32 @@ def consumer_snapshot(
 def queue_snapshot(
     queue: str, list_name: str, cursor: str | None, n: int | None, range_name: str | None
 ) -> Snapshot:
-    """What the live page of queue ``queue`` shows."""
+    """What the live page of queue ``queue`` shows (a partitioned queue's: also each
+    partition's recent trend, for its rates)."""
     live = live_stats([queue])
 
-    def read(broker: Broker) -> tuple[Any, Any]:
+    def read(broker: Broker) -> tuple[Any, Any, Any]:
         page: Page | None = None
         if list_name == DELAYED:
             page = broker.operator.delayed(queue, cursor, n)
         elif list_name == LOG:
             page = broker.operator.log(queue, cursor, n)
-        return page, _trends(broker, [queue], range_name)
+        trends = _trends(broker, [queue], range_name)
+        recent = None
+        if broker.partitions.count(queue) > 1 and broker.config.trends:
+            # The charts' trend holds the last minutes too (every range is that long);
+            # a refresh between two chart updates reads those minutes alone.
+            recent = trends[0] if trends else broker.operator.trends([queue], RATE_MINUTES)[0]
+        return page, trends, recent
 
     reading = guarded(read)
-    page, trends = reading.value or (None, None)
+    page, trends, recent = reading.value or (None, None, None)
     return Snapshot(
-        stats=live.queue(queue), page=page, trends=trends, error=live.error or reading.error
+        stats=live.queue(queue),
+        page=page,
+        trends=trends,
+        recent=recent,
+        error=live.error or reading.error,
     )
 
 

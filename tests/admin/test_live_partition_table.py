@@ -6,6 +6,7 @@ Django's test client, real Redis; the flag rules also as the pure function they 
 from __future__ import annotations
 
 import re
+import time
 from html import unescape
 from html.parser import HTMLParser
 from typing import Any
@@ -17,6 +18,7 @@ from django.urls import reverse
 from redisq_django.admin import live
 from redisq_django.admin.live.partition_rows import RATE_MINUTES, PartitionRow, flags
 from redisq_django.connection import get_broker
+from tests.support.hung_server import HungServer
 from tests.support.partition_data import HANDLED, PUBLISHED, K, Skewed, skewed_queue
 
 pytestmark = pytest.mark.django_db
@@ -183,6 +185,30 @@ def test_the_partitions_answer_with_redis_stopped(
         data["html"]["partitions"]
     )
     assert data["figures"]["instances"] is None
+
+
+def test_the_partitions_answer_within_2s_with_redis_hung(root: Client, settings: Any) -> None:
+    with HungServer() as hung:
+        # Given a Redis that accepts and never answers, and a partitioned queue
+        settings.REDISQ = {
+            "URL": hung.url,
+            "ADMIN_REDIS_TIMEOUT": 0.3,
+            "PARTITIONS": {"orders": K},
+        }
+        live.clear()
+
+        # When staff open the queue's page, and its JSON with the charts
+        started = time.monotonic()
+        page = root.get(page_url("orders"))
+        data = root.get(page_url("orders", "_data"), {"charts": "1"}).json()
+
+        # Then both answer within 2 s, a row per partition, every figure unknown
+        assert time.monotonic() - started < 2.0
+        assert page.status_code == 200 and b'id="redisq-banner"' in page.content
+        rows = rows_of(data["html"]["partitions"])
+        assert sorted(rows) == list(range(K))
+        assert all(set(r["cells"].values()) == {"?"} for r in rows.values())
+        assert "Trends unknown" in data["html"]["charts"]
 
 
 # -- the rules, without Redis -------------------------------------------------------------

@@ -32,6 +32,11 @@ HELP: dict[str, Any] = {
     "in_flight": _(
         "Delivered to an instance and not yet acknowledged. On a queue: the sum over its consumers."
     ),
+    "held_back": _(
+        "An ordered consumer's messages waiting behind an earlier message of their ordering "
+        "key (running, retrying or lost): not in the backlog, as no worker can take them "
+        "before that message is done. The consumer's page lists the keys held back."
+    ),
     "retrying": _(
         "Failed deliveries waiting for their backoff before the next attempt. On a queue: "
         "the sum over its consumers."
@@ -118,6 +123,21 @@ def figure(value: Any, key: str) -> SafeString:
     if value is None:
         return unknown()
     return format_html('<span class="redisq-fig" title="{}">{}</span>', HELP[key], value)
+
+
+def backlog(waiting: int | None, held_back: int = 0) -> SafeString:
+    """A backlog figure, with the messages held back behind their ordering keys beside it:
+    they wait too, though for their key rather than for a worker."""
+    shown = figure(waiting, "backlog")
+    if not held_back or waiting is None:
+        return shown
+    return format_html(
+        '{} <span class="redisq-held-note" title="{}">+{} {}</span>',
+        shown,
+        HELP["held_back"],
+        held_back,
+        _("held back"),
+    )
 
 
 def figure_table(cells: list[tuple[str, Any]]) -> SafeString:

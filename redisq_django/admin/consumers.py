@@ -226,7 +226,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def state(self, obj: Consumer) -> SafeString:
         return figures.badge(figures.consumer_state(obj))
 
-    backlog = live_column("backlog", lambda c: c.backlog, _("backlog"))
+    backlog = live_column("backlog", lambda c: c.backlog, _("backlog"), lambda c: c.held_back)
     in_flight = live_column("in_flight", lambda c: c.in_flight, _("in flight"))
     retrying = live_column("retrying", lambda c: c.waiting_retry, _("retrying"))
     oldest_unacked = live_column(

@@ -32,6 +32,7 @@ from redisq_django.admin.live import (
     trend_charts,
     unknown_charts,
 )
+from redisq_django.admin.problems import new_dead_letters, problems
 from redisq_django.conf import get_settings
 from redisq_django.core.clock import now_ms
 from redisq_django.core.keys import readable_names
@@ -121,7 +122,7 @@ class OverviewAdmin(ReadOnlyPages):
             raise PermissionDenied
         charts = request.GET.get("charts") == "1"
         context = self.overview_page_context(request, charts=charts)
-        regions = {"banner": "banner", "table": "overview_table"}
+        regions = {"banner": "banner", "problems": "problems", "table": "overview_table"}
         if charts:
             regions["charts"] = "live/charts"
         html = {
@@ -262,10 +263,12 @@ def overview_context() -> dict[str, Any]:
                 ],
             )
         )
+    error = names.error or live.error
     return {
         "queues": lines,
+        "problems": problems(lines, error, new_dead_letters()),
         "unreadable_queues": unreadable,
-        "redisq_error": names.error or live.error,
+        "redisq_error": error,
         "redisq_glossary": [(k, HELP[k]) for k in GLOSSARY],
     }
 

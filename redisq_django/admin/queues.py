@@ -185,7 +185,9 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             rows, paused = obj.consumers.count(), obj.consumers.filter(paused=True).count()
         return figures.queue_badge(obj.paused, paused, rows)
 
-    backlog = live_column("backlog", lambda q: q.total("backlog"), _("backlog"))
+    backlog = live_column(
+        "backlog", lambda q: q.total("backlog"), _("backlog"), lambda q: q.total("held_back")
+    )
     in_flight = live_column("in_flight", lambda q: q.total("in_flight"), _("in flight"))
     retrying = live_column("retrying", lambda q: q.total("waiting_retry"), _("retrying"))
     delayed = live_column("delayed", lambda q: q.delayed, _("delayed"))
@@ -280,7 +282,7 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     reverse("admin:redisq_django_consumer_change", args=[row.pk]),
                     row.name,
                     figures.badge(figures.consumer_state(row)),
-                    figures.figure(c.backlog, "backlog") if c else missing,
+                    figures.backlog(c.backlog, c.held_back) if c else missing,
                     figures.figure(c.in_flight, "in_flight") if c else missing,
                     figures.figure(c.waiting_retry, "retrying") if c else missing,
                     figures.dead_cell(dead_rows.get(row.name, 0), c.dead if c else None),

@@ -34,6 +34,11 @@ def figure(value: Any, key: str) -> SafeString:
 
 
 @register.simple_tag
+def backlog(waiting: Any, held_back: Any = 0) -> SafeString:
+    return figures.backlog(waiting, held_back or 0)
+
+
+@register.simple_tag
 def unknown() -> SafeString:
     return figures.unknown()
 

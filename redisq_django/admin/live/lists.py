@@ -272,7 +272,7 @@ def consumer_rows(
                         _("state"),
                         figures.badge(figures.consumer_state(row) if row else "undeclared"),
                     ),
-                    Cell(_("backlog"), figures.figure(c.backlog, "backlog") if c else missing),
+                    Cell(_("backlog"), figures.backlog(c.backlog, c.held_back) if c else missing),
                     Cell(
                         _("in flight"), figures.figure(c.in_flight, "in_flight") if c else missing
                     ),

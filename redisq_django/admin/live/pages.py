@@ -309,6 +309,7 @@ class LivePages:
             known = c is not None
             numbers: dict[str, Any] = {
                 "backlog": c.backlog if c else None,
+                "held_back": c.held_back if c else None,
                 "in_flight": c.in_flight if c else None,
                 "delayed": s.delayed if s else None,
                 "retrying": c.waiting_retry if c else None,
@@ -330,6 +331,7 @@ class LivePages:
             known = s is not None
             numbers = {
                 "backlog": s.total("backlog") if s else None,
+                "held_back": s.total("held_back") if s else None,
                 "in_flight": s.total("in_flight") if s else None,
                 "delayed": s.delayed if s else None,
                 "retrying": s.total("waiting_retry") if s else None,
@@ -347,7 +349,7 @@ class LivePages:
         missing = figures.unknown() if snapshot.error else figures.absent()
         shown = []
         for key, value in numbers.items():
-            if key in ("stalled", "stalled_consumers", "threads"):  # shown with another
+            if key in ("stalled", "stalled_consumers", "threads", "held_back"):  # with another
                 continue
             if key == "paused":
                 html = figures.badge("paused") if value else format_html("{}", _("no"))
@@ -362,6 +364,9 @@ class LivePages:
                     if known
                     else missing
                 )
+            elif key == "backlog":
+                held = numbers["held_back"] or 0
+                html = figures.backlog(value, held) if value is not None else missing
             elif key == "dead":
                 rows_only = f"{dead_rows}+?" if snapshot.error else dead_rows
                 html = figures.figure(value if known else rows_only, key)

@@ -81,16 +81,24 @@ class _HasLiveRows(Protocol):
     live_rows: LiveRows
 
 
-def live_column(key: str, value: Callable[[Any], Any], title: Any) -> Any:
+def live_column(
+    key: str,
+    value: Callable[[Any], Any],
+    title: Any,
+    held_back: Callable[[Any], int] | None = None,
+) -> Any:
     """A column of an admin holding ``live_rows`` (:class:`LiveRows`): ``value(stats)``
     of the row's live stats with the help text of figure ``key``; unknown when Redis is
-    unreachable, a dash when Redis has no such consumer yet."""
+    unreachable, a dash when Redis has no such consumer yet. With ``held_back`` (a
+    backlog), the messages held back behind their ordering keys beside it."""
 
     @admin.display(description=title)
     def column(model_admin: _HasLiveRows, obj: Any) -> SafeString:
         stats, error = model_admin.live_rows.of(obj)
         if stats is None:
             return figures.unknown() if error else figures.absent()
+        if held_back is not None:
+            return figures.backlog(value(stats), held_back(stats))
         return figures.figure(value(stats), key)
 
     return column

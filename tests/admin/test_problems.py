@@ -22,6 +22,9 @@ from tests.support.live_data import live_consumer
 pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
 
 PROBLEM = re.compile(r'<li class="redisq-problem [^"]*" data-kind="([^"]+)" data-where="([^"]+)">')
+LINE = re.compile(
+    r'<li class="redisq-problem [^"]*" data-kind="([^"]+)" data-where="([^"]+)">(.*?)</li>', re.S
+)
 OVERVIEW = "admin:redisq_django_overview_changelist"
 
 
@@ -56,17 +59,21 @@ def test_the_overview_opens_on_its_problems_each_with_where_to_act(
         kinds, key=["redis", "no_worker", "not_moving", "held_back", "new_dead"].index
     )
     # Each says what, in figures, and links to its page
-    section = page[page.index('id="redisq-problems"') : page.index("</section>")]
-    words = text(section)
-    assert f"{idle}/nobody : 3 messages wait and no worker is alive" in words
+    said = {
+        (kind, where): item
+        for kind, where, item in LINE.findall(page[page.index('id="redisq-problems"') :])
+    }
+    assert "3 messages wait and no worker is alive" in text(said["no_worker", f"{idle}/nobody"])
     held_count = sum(held.waiting.values())
-    assert f"{held_count} messages wait behind earlier messages of their ordering keys" in words
-    assert "1 new dead letter in the last hour." in words
-    ledger_page = reverse("admin:redisq_django_consumer_live", args=[ledgers, CONSUMER])
-    assert f'href="{ledger_page}#redisq-held"' in section
+    ledger_link = reverse("admin:redisq_django_consumer_live", args=[ledgers, CONSUMER])
+    held_line = said["held_back", f"{ledgers}/{CONSUMER}"]
+    assert f"{held_count} messages wait behind earlier messages" in text(held_line)
+    assert f'href="{ledger_link}#redisq-held"' in held_line
+    assert "1 new dead letter in the last hour." in text(said["new_dead", f"{shop}/billing"])
 
     # And the held-back messages show beside the ordered consumer's backlog in the table
-    line = page[page.index(f">{CONSUMER}</a>") :]
+    table = page[page.index('id="redisq-overview"') :]
+    line = table[table.index(f'href="{ledger_link}"') :]
     line = line[: line.index("</tr>")]
     assert f"+{held_count} held back" in text(line)
 

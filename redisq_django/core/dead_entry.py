@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import traceback as tb
 import warnings
 from collections.abc import Mapping
@@ -14,6 +13,10 @@ from typing import Any
 
 from redisq_django.core import envelope as env
 from redisq_django.core.clock import MAX_TIME_MS, ms_to_datetime
+
+# What tells causes apart has its own module; its names stay importable from here.
+from redisq_django.core.error_key import ERROR_KEY_LENGTH as ERROR_KEY_LENGTH
+from redisq_django.core.error_key import normalise_error as normalise_error
 from redisq_django.core.errors import NotRedrivable
 from redisq_django.core.wire import wire_int
 
@@ -28,54 +31,6 @@ F_TRACEBACK = b"traceback"
 F_LAST_FAILED_AT = b"last_failed_at"
 F_GROUP = b"group"
 F_RAW = b"raw"
-
-
-#: Normalised error messages (what tells dead letters' causes apart) are cut to this length.
-ERROR_KEY_LENGTH = 200
-
-#: What varies between occurrences of one error, replaced in this order, as error
-#: trackers fingerprint messages: URL query values, e-mail addresses and quoted values
-#: first (they may hold anything), times before numbers (a time is one placeholder),
-#: UUIDs and hex before the codes that would cut them up, numbers last.
-_VARYING: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?<=[?&])([\w.%-]{1,100})=[^&#\s'\"<>]+"), r"\1=<v>"),
-    (re.compile(r"\b[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+"), "<email>"),
-    # A quote no word touches from outside: the apostrophe of "can't" opens nothing.
-    (re.compile(r"(?<!\w)'[^'\n]{0,200}'(?!\w)"), "<str>"),
-    (re.compile(r'(?<!\w)"[^"\n]{0,200}"(?!\w)'), "<str>"),
-    (
-        re.compile(
-            r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
-        ),
-        "<time>",
-    ),
-    (re.compile(r"\b[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\b"), "<uuid>"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
-    (re.compile(r"\b\d+-\d+\b"), "<id>"),  # stream entry ids
-    # Codes: a word (letters, digits, _ or -) holding a digit and a letter (X0001,
-    # SKU-42A, ord_9f3k, a hex id); a word of letters only is text and stays.
-    (re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[\w-]+(?![\w-])"), "<id>"),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?\b"), "<n>"),
-    (re.compile(r"\s+"), " "),
-)
-
-
-def normalise_error(message: str) -> str:
-    """``message`` with what varies between occurrences of one error (numbers, ids and
-    codes, UUIDs, times, hex addresses, quoted values, e-mail addresses, URL query
-    values) replaced by placeholders and whitespace collapsed, cut to
-    :data:`ERROR_KEY_LENGTH`: dead letters with the same error class and normalised
-    message are one cause in the admin and ``redisq dead causes``.
-
-    >>> normalise_error("Order 1234 declined at 2024-05-01T12:00:00Z (card 0x7f3a)")
-    'Order <n> declined at <time> (card <hex>)'
-    >>> normalise_error("unknown SKU X0001 for 'ann@example.com'")
-    'unknown SKU <id> for <str>'
-    """
-    text = message[: ERROR_KEY_LENGTH * 5]  # bounded work whatever the message's size
-    for pattern, placeholder in _VARYING:
-        text = pattern.sub(placeholder, text)
-    return text.strip()[:ERROR_KEY_LENGTH]
 
 
 class DeadReason(StrEnum):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from redisq_django.core.dead_entry import Failure
 from redisq_django.deadletters.sinking import sink
 from redisq_django.models import Consumer, DeadLetter, Queue
 
@@ -26,7 +27,9 @@ def failure(text: str, depth: int = 0) -> BaseException:
     raise AssertionError("unreachable")
 
 
-def kill(broker: Any, queue: str, consumer: str, payload: Any, error: BaseException) -> str:
+def kill(
+    broker: Any, queue: str, consumer: str, payload: Any, error: BaseException | Failure
+) -> str:
     """Publish one message and reject it in ``consumer``: a dead letter in Redis."""
     message_id = broker.publish(queue, payload)
     with broker.subscribe(queue, consumer) as sub:

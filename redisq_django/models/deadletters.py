@@ -48,7 +48,10 @@ class DeadLetter(models.Model):
         max_length=200,
         blank=True,
         default="",
-        help_text=_("The error message with numbers, ids and times replaced: the grouping key."),
+        help_text=_(
+            "The error message with what varies (addresses, ports, host names, ids, numbers, "
+            "durations, times, quoted values) replaced: the grouping key."
+        ),
     )
     task = models.CharField(
         _("task"),

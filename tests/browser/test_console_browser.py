@@ -14,11 +14,12 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
+from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.connection import get_broker
 from redisq_django.models import Consumer, DeadLetter, Queue
 from tests.support.browser_pages import SIZES, assert_fits, log_in
-from tests.support.console_data import Incident, incident
+from tests.support.console_data import Incident, failure, incident, kill
 from tests.support.hung_server import HungServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -268,3 +269,47 @@ def test_a_dead_letter_page_shows_the_error_first_and_folds_long_texts(
     page.locator("#redisq-top").get_by_role("button", name="Discard").click()
     expect(page.locator("ul.messagelist li.success")).to_contain_text("discarded")
     assert made.row("undecodable").status == DeadLetter.Status.DISCARDED
+
+
+def test_a_cause_shows_its_pattern_above_one_message_as_written(
+    page: Page, live_server: Any, ops: User, redisq_settings: Any, queue_name: str, artifacts: Path
+) -> None:
+    # Given one error from three addresses and another error, through the real sink
+    broker = get_broker()
+    broker.consumers.ensure(queue_name, "stock")
+    refused = [
+        f"Error 111 connecting to {address}. Connection refused."
+        for address in ("10.0.0.5:6379", "10.0.3.17:6380", "[fe80::1%eth0]:6379")
+    ]
+    for i, text in enumerate([*refused, "Timeout reading from 10.0.0.5:6379"]):
+        kill(broker, queue_name, "stock", {"i": i}, failure(text))
+    deadletters.sink(queue_name, "stock")
+    log_in(page, live_server, ops)
+    url = reverse("admin:redisq_django_deadletter_causes")
+
+    for size, viewport in SIZES.items():
+        # When staff open the causes page, on a laptop and on a phone
+        page.set_viewport_size(viewport)
+        page.goto(f"{live_server.url}{url}?queue={queue_name}&status__exact=dead")
+
+        # Then the refusals are one cause of 3, shown as a pattern whose placeholders
+        # look like variables, not like the error's text...
+        causes = page.locator("#redisq-causes tr.redisq-cause")
+        expect(causes).to_have_count(2)
+        cause = causes.filter(has_text="Connection refused")
+        expect(cause.locator("td.redisq-count")).to_have_text("3")
+        pattern = cause.locator(".redisq-pattern")
+        expect(pattern).to_have_text("Error 111 connecting to <ip>:<port>. Connection refused.")
+        placeholders = pattern.locator("var.redisq-var")
+        expect(placeholders).to_have_text(["<ip>", "<port>"])
+        backgrounds = {
+            placeholders.first.evaluate("e => getComputedStyle(e).backgroundColor"),
+            pattern.evaluate("e => getComputedStyle(e).backgroundColor"),
+        }
+        assert len(backgrounds) == 2, backgrounds
+        # ...above one of its messages as written
+        sample = cause.locator(".redisq-sample")
+        expect(sample).to_be_visible()
+        assert sample.inner_text().removeprefix("e.g.").strip() in refused
+        page.screenshot(path=str(artifacts / f"causes-pattern-{size}.png"), full_page=True)
+        assert_fits(page, f"causes at {size}px")

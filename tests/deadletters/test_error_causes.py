@@ -1,9 +1,11 @@
 """Causes by error merge what differs only by identifiers (codes, UUIDs, hex ids,
 numbers, quoted values, e-mail addresses, URL query values), as error trackers do, and
-keep genuinely different errors apart; each cause shows one raw message."""
+keep genuinely different errors apart; each cause shows its pattern and one raw message
+(addresses and the whole corpus: test_error_corpus.py)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -15,6 +17,7 @@ from django.urls import reverse
 from redisq_django import deadletters
 from redisq_django.connection import get_broker
 from redisq_django.core.dead_entry import normalise_error
+from redisq_django.models import DeadLetter
 from tests.support.console_data import failure, kill
 
 pytestmark = pytest.mark.django_db
@@ -82,3 +85,44 @@ def test_30_failures_of_one_sku_error_are_one_cause_with_a_sample(
     changelist = reverse("admin:redisq_django_deadletter_changelist")
     listing = ops.get(f"{changelist}?{page.context['causes'][0][1]}")
     assert listing.context["cl"].result_count == 30
+
+
+def test_a_cause_shows_its_pattern_beside_one_message_as_written(
+    redisq_settings: Any, queue_name: str
+) -> None:
+    # Given one error from three addresses, through the real sink
+    broker = get_broker()
+    broker.consumers.ensure(queue_name, "stock")
+    texts = [
+        f"Error 111 connecting to {address}. Connection refused."
+        for address in ("10.0.0.5:6379", "10.0.3.17:6380", "[fe80::1%eth0]:6379")
+    ]
+    for i, text in enumerate(texts):
+        kill(broker, queue_name, "stock", {"i": i}, failure(text))
+    deadletters.sink(queue_name, "stock")
+    ops = Client()
+    ops.force_login(User.objects.create_superuser("ops", password="pw"))
+
+    # When staff open the causes page
+    url = reverse("admin:redisq_django_deadletter_causes")
+    page = ops.get(url, {"queue": queue_name, "status__exact": "dead"})
+
+    # Then the one cause shows its pattern, each placeholder marked as a variable...
+    (cause,) = [c for c, _ in page.context["causes"]]
+    assert cause.error_key == "Error 111 connecting to <ip>:<port>. Connection refused."
+    html = page.content.decode()
+    var = '<var class="redisq-var">&lt;{}&gt;</var>'
+    assert (
+        f"Error 111 connecting to {var.format('ip')}:{var.format('port')}. Connection refused."
+        in html
+    )
+    # ...and one of its messages as written
+    assert cause.sample in texts
+    assert re.search(r'class="redisq-label">e\.g\.</span> ' + re.escape(cause.sample), html)
+
+    # And a dead letter's page shows the pattern of its cause
+    row = DeadLetter.objects.filter(queue=queue_name).first()
+    assert row is not None
+    detail = ops.get(reverse("admin:redisq_django_deadletter_change", args=[row.pk]))
+    shown = re.search(r'id="redisq-cause-pattern">(.*?)</p>', detail.content.decode(), re.S)
+    assert shown and var.format("ip") in shown.group(1) and var.format("port") in shown.group(1)

@@ -60,6 +60,10 @@ _REASONS = (
     "Temporary|Too|Unauthorized|Unavailable|Unprocessable|Unsupported|Upgrade|URI|Use|"
     "Variant"
 )
+_FILE_TYPES = (
+    "(?:csv|tsv|json|jsonl|xml|ya?ml|txt|log|pdf|html?|css|js|py|tex|png|jpe?g|gif|svg|zip|gz|"
+    "tar|parquet|xlsx?|docx?)"
+)
 _GLUED_UNITS = r"(?:ns|us|µs|ms|s|m|h)"
 _UNIT_WORDS = r"(?:(?:nano|micro|milli)?seconds?|ms|msecs?|secs?|minutes?|mins?|hours?|hrs?|days?)"
 _NUMBER = r"\d+(?:\.\d+)?"
@@ -87,7 +91,7 @@ _RULES: tuple[tuple[str, str], ...] = (
     ),
     ("kept_sqlstate", r"(?i:\bsqlstate)[ :=\[]{0,2}[0-9A-Z]{5}\b"),
     # The error number of an OSError's or a database driver's (errno, 'message').
-    ("kept_errno_tuple", r"(?<=\()-?\d{1,5}(?=, ['\"])"),
+    ("kept_errno_tuple", r"(?<=\()-?\d{1,5}(?=, b?['\"])"),
     ("kept_status", rf"(?<![\w.])[1-5]\d\d(?= (?=[A-Z])(?i:{_REASONS})\b)"),
     # A dotted path to a class (urllib3.connection.HTTPSConnection) is a name.
     ("kept_class", r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.[A-Z]\w*"),
@@ -111,11 +115,12 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("ip6_bracketed", rf"\[{_IPV6}\]" + _PORT.format("ip6_port")),
     ("ip6", rf"(?<![\w:.%-]){_IPV6}(?![\w:%-])"),
     ("ip4", rf"(?<![\w.]){_IPV4}" + _PORT.format("ip4_port") + r"(?!\w|\.\d)"),
-    # A host name: labels, then a top-level one of letters; with a digit somewhere it is
-    # one of many (db-3.internal, ip-10-0-0-12.ec2.internal), without one it is kept.
+    # A host name: labels, then a top-level one of letters (not a file's extension, nor
+    # after a lone slash: a path); with a digit somewhere it is one of many (db-3.internal,
+    # ip-10-0-0-12.ec2.internal), without one it is kept.
     (
         "host",
-        rf"(?<![\w.@%-])(?P<host_name>(?:{_LABEL}\.)+[a-z]{{2,63}})"
+        rf"(?<![\w.@%-])(?<!(?<!/)/)(?P<host_name>(?:{_LABEL}\.)+(?!{_FILE_TYPES}\b)[a-z]{{2,63}})"
         + _PORT.format("host_port")
         + r"(?![\w-]|\.\w)",
     ),
@@ -145,6 +150,10 @@ _RULES: tuple[tuple[str, str], ...] = (
 )
 
 _WORD = re.compile(r"\w+")
+# What follows a key naming an error's code, type or reason is its identity, when it is
+# a word (card_declined, RESOURCE_EXHAUSTED), not a number or an id.
+_CODE_KEY = re.compile(r"(?i:code|error|type|reason|status)['\"]?[ ]?[:=][ ]?$")
+_CODE = re.compile(r"[A-Za-z][A-Za-z_-]{0,63}")
 _STATUS_LINE = re.compile(r"[1-5]\d\d [A-Z]")
 _TOKENS = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _RULES))
 
@@ -163,6 +172,10 @@ def _quoted(match: re.Match[str]) -> str:
     dict_key = closed_before == ":" and (opened_after[-1:] == "{" or opened_after == ", ")
     if dict_key and _WORD.fullmatch(inner):
         return quoted  # a key of a dict's repr: {'email': ['Enter a valid …']}
+    if _CODE.fullmatch(inner) and _CODE_KEY.search(
+        text[max(0, match.start() - 24) : match.start()]
+    ):
+        return quoted  # an error's code in a body: {"code": "card_declined"}
     if _STATUS_LINE.match(inner) or (" " in inner and (inner[-1] in ".!?" or in_repr)):
         # A sentence, a status line, or the argument of an exception's repr:
         # NewConnectionError('…: [Errno 111] Connection refused'), (104, 'Connection
@@ -239,7 +252,8 @@ def normalise_error(message: str) -> str:
     Python's default object reprs (``<object>``). Kept, as they tell errors apart: an
     errno (``[Errno 111]``, ``Error 111 connecting``), an HTTP status (``503 Service
     Unavailable``, ``HTTP 429``, ``status=404``), an SQLSTATE, words without digits
-    (``card_declined``), and a sentence quoted inside the message (normalised in turn).
+    (``card_declined``), a quoted code after a key naming it (``"code": "card_declined"``),
+    and a sentence quoted inside the message (normalised in turn).
 
     A key longer than :data:`ERROR_KEY_LENGTH` keeps its start and its end (where a
     wrapped error names its cause), unless the message was longer than :data:`WINDOW`.

@@ -57,6 +57,12 @@ _DEADLOCK = (
     'CONTEXT:  while updating tuple (0,{row}) in relation "shop_stock"'
 )
 
+_FUNDS = "Your card has insufficient funds."
+_STRIPE_BODY = (
+    '{{"error": {{"code": "card_declined", "decline_code": "{decline}", "message": "{message}", '
+    '"request_log_url": "https://dashboard.stripe.com/logs/{req}?t={t}", "type": "card_error"}}}}'
+)
+
 CORPUS: tuple[ErrorGroup, ...] = (
     # -- Django ---------------------------------------------------------------------------
     _group(
@@ -570,6 +576,41 @@ CORPUS: tuple[ErrorGroup, ...] = (
         "charge <id> failed: processing_error",
         "charge ch_3MqLx2LkdIwHu7ix0X9p failed: processing_error",
         "charge ch_3Qr8sTLkdIwHu7ix5W6v failed: processing_error",
+    ),
+    # An API's error body: the codes are the error, the ids and links are not.
+    _group(
+        "body: insufficient funds",
+        "CardError",
+        '{"error": {"code": "card_declined", "decline_code": "insufficient_funds", "message": '
+        '"Your card has insufficient funds.", "request_log_url": <str>, "type": "card_error"}}',
+        _STRIPE_BODY.format(
+            decline="insufficient_funds", message=_FUNDS, req="req_8Hk2aPq", t=1717171717
+        ),
+        _STRIPE_BODY.format(
+            decline="insufficient_funds", message=_FUNDS, req="req_AbCdEfGhIj", t=1717179999
+        ),
+    ),
+    _group(
+        "body: expired card",
+        "CardError",
+        '{"error": {"code": "card_declined", "decline_code": "expired_card", "message": '
+        '"Your card has expired.", "request_log_url": <str>, "type": "card_error"}}',
+        _STRIPE_BODY.format(
+            decline="expired_card", message="Your card has expired.", req="req_8Hk2aPq", t=17
+        ),
+    ),
+    _group(
+        "body: invalid grant",
+        "OAuthError",
+        '{"error": "invalid_grant", "error_description": <str>}',
+        '{"error": "invalid_grant", "error_description": "Token has expired"}',
+        '{"error": "invalid_grant", "error_description": "Refresh token 8f3k revoked"}',
+    ),
+    _group(
+        "body: invalid client",
+        "OAuthError",
+        '{"error": "invalid_client", "error_description": <str>}',
+        '{"error": "invalid_client", "error_description": "Client authentication failed"}',
     ),
     # -- durations, ids, times ------------------------------------------------------------
     _group(

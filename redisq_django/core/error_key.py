@@ -90,7 +90,7 @@ _RULES: tuple[tuple[str, str], ...] = (
         r"|exit (?:code|status)|return ?code)(?:[ :=]{1,2}))-?\d{1,5}\b",
     ),
     ("kept_sqlstate", r"(?i:\bsqlstate)[ :=\[]{0,2}[0-9A-Z]{5}\b"),
-    # The error number of an OSError's or a database driver's (errno, 'message').
+    # The code of an OSError's, a database driver's or an SMTP server's (code, 'message').
     ("kept_errno_tuple", r"(?<=\()-?\d{1,5}(?=, b?['\"])"),
     ("kept_status", rf"(?<![\w.])[1-5]\d\d(?= (?=[A-Z])(?i:{_REASONS})\b)"),
     # A dotted path to a class (urllib3.connection.HTTPSConnection) is a name.

@@ -4,9 +4,12 @@ look at, from a staged incident in a private Redis.
 The incident: queue ``shop`` with ``billing`` stalled (a backlog, no instance alive) and
 its dead letters (card errors, a long one, one that died twice, an undecodable one),
 ``email`` paused; queue ``webhooks`` with a flaky consumer ``deliver`` (fails, retries,
-dead letters of two errors) and a slow one ``sync`` (an instance alive, messages in
-flight, a backlog); failing and successful Django tasks; a schedule; the history archived
-with Spark (a named archive on each queue's page) and its report.
+dead letters of two errors; throttled to 20/s with a time limit of 30 s) and a slow one
+``sync`` (an instance alive, messages in flight, a backlog); queue ``orders`` in 4
+partitions, one hot and one a consumer's instances leave out; an ordered ``ledger`` with
+keys held back behind a poison message retrying, a running one and a lost one; failing
+and successful Django tasks; a schedule; the history archived with Spark (a named archive
+on each queue's page) and its report. The overview opens on the problems this makes.
 
 Skipped unless ``REDISQ_SCREENSHOTS=1`` (``make screenshots`` sets it): it asserts only
 that each page answers and shows what it should, and its product is the folder
@@ -36,6 +39,9 @@ from redisq_django.models import Consumer, Queue, Schedule
 from tests.browser.conftest import ARTIFACTS
 from tests.support.browser_pages import PASSWORD, log_in
 from tests.support.console_data import Incident, failure, incident
+from tests.support.held_data import CONSUMER as LEDGER
+from tests.support.held_data import held_consumer
+from tests.support.partition_data import K, skewed_queue
 
 pytestmark = [
     pytest.mark.browser,
@@ -78,6 +84,10 @@ def webhooks(broker: Any) -> None:
         else:
             flaky.ack([message])
     flaky.heartbeat(60_000)  # alive: never left
+    # Protected: a partner's rate limit and a time limit (as its @consumer declares them)
+    Consumer.objects.filter(queue=queue, name="deliver").update(
+        declared_rate="20/s", declared_burst=5, declared_time_limit=30.0, declared_max_in_flight=4
+    )
     slow = broker.subscribe("webhooks", "sync", "sync-1")
     held = slow.fetch(count=3, block_ms=500)
     slow.heartbeat(60_000, running=held[0])
@@ -117,6 +127,7 @@ def staged(
         "URL": volatile_redis_server.url,
         "HISTORY": True,
         "ARCHIVE_ROOT": str(archive),
+        "PARTITIONS": {"orders": K},
     }
     live.clear()
     broker = get_broker()
@@ -128,6 +139,8 @@ def staged(
     Queue.objects.exclude(name__in=broker.queues()).delete()
     made = incident(broker, "shop")
     webhooks(broker)
+    skewed_queue(broker, "orders")
+    held_consumer(broker, "ledger")
     sink_all()
     Schedule.objects.create(
         name="stock-check", every=timedelta(minutes=5), queue="shop", payload={"check": "low"},
@@ -179,6 +192,14 @@ def pages(made: Incident) -> dict[str, str]:
         "19-schedules": reverse("admin:redisq_django_schedule_changelist"),
         "20-schedule": reverse("admin:redisq_django_schedule_change", args=[schedule.pk]),
         "21-history-report": reverse("admin:redisq_django_overview_report"),
+        "22-queue-orders-partitions": reverse("admin:redisq_django_queue_live", args=["orders"]),
+        "23-consumer-ledger-held-keys": reverse(
+            "admin:redisq_django_consumer_live", args=["ledger", LEDGER]
+        ),
+        "24-consumer-deliver-flow-control": reverse(
+            "admin:redisq_django_consumer_change",
+            args=[Consumer.objects.get(queue__name="webhooks", name="deliver").pk],
+        ),
     }
     return shots
 
@@ -207,6 +228,19 @@ def test_screenshots_of_every_console_page_and_the_report(
     for name in ("01-overview", "04-queue-shop-live"):
         page.goto(live_server.url + pages(staged)[name])
         page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=True)
+    # The parts the how-to "The admin console during an incident" shows, at 1280 px
+    # (docs/images/incident-*.png are these, copied by hand when the pages change)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    urls = pages(staged)
+    for name, (url, part) in {
+        "incident-problems": (urls["01-overview"], "#redisq-problems"),
+        "incident-partitions": (urls["22-queue-orders-partitions"], "section.redisq-partitions"),
+        "incident-held-keys": (urls["23-consumer-ledger-held-keys"], "#redisq-held"),
+        "incident-causes": (urls["16-dead-letters-by-cause"], "#redisq-causes"),
+        "incident-flow-control": (urls["24-consumer-deliver-flow-control"], ".field-flow_control"),
+    }.items():
+        page.goto(live_server.url + url)
+        page.locator(part).first.screenshot(path=str(SHOTS / f"{name}.png"))
     made = sorted(p.name for p in SHOTS.glob("*.png"))
-    assert len(made) == len(taken) + 3, made
+    assert len(made) == len(taken) + 3 + 5, made
     print(f"\n{len(made)} screenshots in {SHOTS}")

@@ -6,7 +6,8 @@ optional ``where`` predicate over the messages table (``get_json_object(payload,
 '$.total') > 1000``). The ``date`` directories are filtered too, so Spark lists and reads
 only the days in range.
 
-Order: every task publishes its rows in publish order (``published_at``, ``entry_id``);
+Order: every task publishes its rows in publish order (``published_at``, then the entry
+id's milliseconds and sequence as numbers: ``replay_order.publish_order``);
 tasks run in parallel, so two messages of different tasks may be republished in either
 order — but never two of one ordering key: when the selection holds keyed messages,
 they are spread over the tasks by key (a shuffle), so each key's messages are published
@@ -60,7 +61,7 @@ from pyspark.sql.types import StructType
 
 from redisq_django.pipeline.job_options import DRY_RUN_SAMPLE, ReplayOptions
 from redisq_django.pipeline.options import JobError, one_line
-from redisq_django.pipeline.replay_order import publish_frame, target_partitioned
+from redisq_django.pipeline.replay_order import publish_frame, publish_order, target_partitioned
 from redisq_django.pipeline.schemas import Table, archive_schema
 from redisq_django.pipeline.session import runs_in_driver
 from redisq_django.pipeline.source_options import SourceOptions
@@ -187,7 +188,7 @@ def replay(
         if options.dry_run:
             sample = [
                 row.asDict()
-                for row in frame.orderBy("published_at", "entry_id")
+                for row in frame.orderBy(*publish_order())
                 .select("message_id", "published_at", "payload")
                 .limit(DRY_RUN_SAMPLE)
                 .collect()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from redisq_django.pipeline import places
@@ -14,6 +14,14 @@ from redisq_django.pipeline.job_options import ReplayOptions
 
 #: The columns the writer reads (``df.write.format("redisq")``).
 WRITTEN_COLUMNS = ("payload", "headers", "message_id", "key")
+
+
+def publish_order() -> list[Column]:
+    """The order messages were published in: ``published_at``, then the entry id's two
+    numbers (milliseconds, then sequence). As text the id would put ``…-18`` before
+    ``…-5``: a batch published in one millisecond would be replayed out of order."""
+    ms, seq = (F.split(F.col("entry_id"), "-").getItem(i).try_cast("long") for i in (0, 1))
+    return [F.col("published_at"), ms, seq, F.col("entry_id")]
 
 
 def _has_keys(frame: DataFrame) -> bool:
@@ -27,18 +35,16 @@ def publish_frame(frame: DataFrame, options: ReplayOptions, partitioned: bool = 
     with ``once`` the derived ids (original id kept in column ``original_id``).
     ``partitioned``: the target queue has partitions (each key's messages from one task)."""
     if options.ordered:
-        ordered = frame.orderBy("published_at", "entry_id").coalesce(1)
+        ordered = frame.orderBy(*publish_order()).coalesce(1)
     elif options.where or partitioned or _has_keys(frame):
         # The shuffle evaluates the predicate on every row before any task publishes; by
         # ordering key, so that one task publishes all of a key's messages, in order (the
         # writer's broker routes them to their key's partition: per-key order kept).
         parallelism = frame.sparkSession.sparkContext.defaultParallelism
         by_key = F.coalesce(F.col("key"), F.col("message_id"))
-        ordered = frame.repartition(parallelism, by_key).sortWithinPartitions(
-            "published_at", "entry_id"
-        )
+        ordered = frame.repartition(parallelism, by_key).sortWithinPartitions(*publish_order())
     else:
-        ordered = frame.sortWithinPartitions("published_at", "entry_id")
+        ordered = frame.sortWithinPartitions(*publish_order())
     if not options.once:
         return ordered.select(*WRITTEN_COLUMNS)
     key = F.concat(F.lit(options.run_key() + "|"), F.col("message_id"))

@@ -332,3 +332,40 @@ def test_a_replay_keeps_the_order_of_each_ordering_key(
         ns = [m.payload["n"] for m in got if m.key == key]
         assert ns == sorted(ns) and len(ns) == 40, key
     assert sum(m.key is None for m in got) == 2
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_batch_published_in_one_millisecond_is_replayed_in_its_order(
+    spark: SparkSession,
+    tmp_path: Path,
+    broker: Broker,
+    redis_url: str,
+    queue_name: str,
+    ordered: bool,
+) -> None:
+    # Given 3 keys' messages published in batches of 25 within one millisecond each (entry
+    # ids ms-0 … ms-24: as text, "ms-18" sorts before "ms-5")
+    Q = queue_name
+    data = []
+    for batch in range(2):
+        at = DAY1 + dt.timedelta(seconds=batch)
+        ms = int(at.timestamp() * 1000)
+        for seq in range(25):
+            n = batch * 25 + seq
+            payload = json.dumps({"n": n})
+            data.append((Q, f"m-{n}", f"{ms}-{seq}", at, None, payload, None, 1, f"k{n % 3}"))
+    frame = archive_frame(spark.createDataFrame(data, MESSAGES), "messages")
+    frame.repartition(3).write.partitionBy("queue", "date").parquet(f"{tmp_path}/messages")
+    broker.consumers.ensure(Q, "billing")
+
+    # When they are replayed (by key over several tasks, or globally ordered)
+    options = ReplayOptions(redis_url=redis_url, root=str(tmp_path), queue=Q, ordered=ordered)
+    assert replay(spark, options).published == 50
+
+    # Then every key's messages come in their entry ids' order; ordered, all of them do
+    got = read_all(broker, Q, "billing")
+    for key in ("k0", "k1", "k2"):
+        ns = [m.payload["n"] for m in got if m.key == key]
+        assert ns == sorted(ns) and len(ns) in (16, 17), (key, ns)
+    if ordered:
+        assert [m.payload["n"] for m in got] == list(range(50))

@@ -7,10 +7,12 @@ Django.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from urllib.parse import urlsplit
 
 from redisq_django.arguments import positive_float, positive_int
-from redisq_django.pipeline.files import TABLES, archive_files, write_manifests
+from redisq_django.pipeline.files import LOG_DIR, TABLES, archive_files, write_manifests
 from redisq_django.pipeline.job_options import (
     DEFAULT_TARGET_FILE_BYTES,
     CompactOptions,
@@ -90,6 +92,43 @@ def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
     add_spark_arguments(parser)
 
 
+def _check_archive_root(root: str) -> None:
+    """Refuse a local ``root`` that holds no committed archive (a typo in a nightly job's
+    path must fail, not report "0 published" and stay green). Other file systems are
+    read by Spark itself, with their credentials: checked there.
+
+    Raises:
+        OptionError: ``root`` is not a directory, or no archive committed anything there.
+    """
+    local = root if len(urlsplit(root).scheme) <= 1 else None
+    if urlsplit(root).scheme == "file":
+        local = urlsplit(root).path
+    if local is None:
+        return
+    if not os.path.isdir(local):
+        raise OptionError(
+            f"--root {root} is not a directory: give the archive's root (ROOT of "
+            "'archive --root ROOT')"
+        )
+    if not any(_holds_data(local, table) for table in TABLES):
+        raise OptionError(
+            f"--root {root} holds no archive: no committed messages or events under it "
+            "(ROOT/messages, ROOT/events). Give the archive's root, or run the archive job first"
+        )
+
+
+def _holds_data(root: str, table: str) -> bool:
+    """Whether local ``root/table`` holds data a reader would use: the committed files
+    when the archive's sink log is there, else any Parquet file (a table written by
+    other means, which Spark reads whole)."""
+    if os.path.isdir(os.path.join(root, table, LOG_DIR)):
+        return bool(archive_files(root, table))
+    for _, _, names in os.walk(os.path.join(root, table)):
+        if any(n.endswith(".parquet") for n in names):
+            return True
+    return False
+
+
 def run_report(args: argparse.Namespace) -> str:
     """Build the report options from parsed arguments, run the job, return its summary
     line (ending with the path of report.html).
@@ -100,8 +139,10 @@ def run_report(args: argparse.Namespace) -> str:
     from redisq_django.pipeline.report import ReportOptions, report
     from redisq_django.pipeline.session import pipeline_session
 
+    root = normalize_root(args.root)
+    _check_archive_root(root)
     options = ReportOptions(
-        root=normalize_root(args.root),
+        root=root,
         out=args.out,
         since=parse_time(args.since, "--since") if args.since else None,
         until=parse_time(args.until, "--until", end=True) if args.until else None,

@@ -243,3 +243,21 @@ def test_conf_and_root_parsing() -> None:
         parse_conf(["=1"])
     assert normalize_root("hdfs://nn/archive/") == "hdfs://nn/archive"
     assert normalize_root("rel/dir") == str(Path.cwd() / "rel" / "dir")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"), [(False, "is not a directory"), (True, "holds no archive")]
+)
+def test_report_refuses_a_root_that_holds_no_archive(
+    tmp_path: Path, make: bool, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A nightly report with a typo in its path must fail, not report "0 published"
+    root = tmp_path / "archvie"
+    if make:
+        (root / "messages").mkdir(parents=True)  # a directory, but nothing committed
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "--root", str(root)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and str(root) in err
+    assert not (root / "reports").exists()

@@ -11,12 +11,20 @@ growing to 5 s) and tries again on a new connection, until option ``retryTimeout
 (seconds, default 600) has passed since the outage began; then :class:`RedisOutage`
 ends the query with one clear line. Each outage is logged once when it starts and once
 when Redis answers again, never once per try.
+
+Except at a batch read's first contact: the driver's link of a batch read
+(``spark.read``) that has never reached Redis and finds its address refusing connections
+(nothing listens there) or not resolving fails at once — a wrong port or host name, not
+an outage, which 10 minutes of waiting would only hide. Once it answered, and for
+streaming queries and writes (which may start while Redis restarts), faults are waited
+out as above.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -96,6 +104,22 @@ def transient(exc: BaseException) -> str | None:
     return None
 
 
+def nothing_there(exc: BaseException) -> bool:
+    """Whether ``exc`` says nothing listens at the address (the connection was refused)
+    or the host name does not resolve: at first contact, a wrong URL."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError | socket.gaierror):
+            return True
+        text = str(current)
+        if "Connection refused" in text or "Name or service not known" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class Link:
     """The data source's way to Redis: a client, and the patience to wait out outages.
 
@@ -104,19 +128,25 @@ class Link:
     Args:
         options: the source's options (URL, cluster flag, timeouts).
         connect: builds a client from the options (default :func:`redis_io.client`).
+        first_contact: ``"fail fast"``: until Redis first answered, an address where
+            nothing listens (or that does not resolve) fails at once instead of being
+            waited out (a batch read's planning: a wrong URL). Default ``"wait"``.
     """
 
     def __init__(
         self,
         options: SourceOptions,
         connect: Callable[[SourceOptions], RedisClient] = redis_io.client,
+        first_contact: str = "wait",
     ) -> None:
         self.options = options
         self._connect = connect
+        self._fail_fast = first_contact == "fail fast"
         self._client: RedisClient | None = None
         self._outage_since: float | None = None  # time.monotonic() of the first failure
         self._condition: str | None = None
         self._depth = 0  # calls of run() under way: only the outermost one retries
+        self._answered = False  # Redis answered this link once
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None}
@@ -168,9 +198,18 @@ class Link:
             finally:
                 self._depth -= 1
             if failure is None:
+                self._answered = True
                 if self._outage_since is not None:
                     self._recovered(what)
                 return result
+            if self._fail_fast and not self._answered and nothing_there(failure[0]):
+                self.close()
+                raise RedisOutage(
+                    f"Cannot reach Redis at {self.where} while {what}: {_reason(failure[0])}. "
+                    "Nothing answers at that address: check the host and port of the URL "
+                    "(option url, --redis-url). Redis was never reached, so this is not "
+                    "waited out as an outage (option retryTimeout)."
+                ) from failure[0]
             tries += 1
             self._wait(*failure, tries, what)
 

@@ -192,7 +192,8 @@ class RedisqReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.link = Link(options)
+        # A batch read that never reached Redis: a wrong URL fails now, not in 10 min
+        self.link = Link(options, first_contact="fail fast")
 
     def partitions(self) -> Sequence[InputPartition]:
         """Plan the read on the driver: each stream's first and last ids, split by time

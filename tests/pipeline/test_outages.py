@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -138,3 +139,45 @@ def test_an_outage_longer_than_retry_timeout_fails_with_one_clear_line(
     message = str(failure.value)
     assert "retryTimeout (1.5 s)" in message and "while listing queues" in message
     assert len(_warnings(caplog)) == 1  # the outage's start; not a line per try
+
+
+def test_a_batch_reads_first_contact_with_nothing_listening_fails_at_once(
+    redis_server_binary: str, tmp_path: Path
+) -> None:
+    # Given a batch read's link to a port where nothing listens (a wrong port)
+    options = {"url": f"redis://127.0.0.1:{free_port()}/0", "retryTimeout": "600"}
+    link = Link(SourceOptions.parse(options), first_contact="fail fast")
+    started = time.monotonic()
+    # Then its first call fails at once, saying it is the address, not an outage
+    with pytest.raises(RedisOutage) as failure:
+        link.run(lambda: link.client.ping(), "planning the read")
+    assert time.monotonic() - started < 5
+    assert "Nothing answers at that address" in str(failure.value)
+    # While the same link after a first answer waits an outage out (here 1.5 s)
+    server = RedisServer(redis_server_binary, tmp_path / "redis", port=free_port()).start()
+    options = {"url": server.url, "socketTimeout": "1", "retryTimeout": "1.5"}
+    answered = Link(SourceOptions.parse(options), first_contact="fail fast")
+    assert answered.run(lambda: answered.client.ping(), "pinging")
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(RedisOutage) as waited:
+        answered.run(lambda: answered.client.ping(), "pinging")
+    assert time.monotonic() - started >= 1.4
+    assert "retryTimeout (1.5 s)" in str(waited.value)
+    # And a default link (a stream's, a write's) waits at first contact too
+    patient = Link(SourceOptions.parse({"url": server.url, "retryTimeout": "1"}))
+    with pytest.raises(RedisOutage, match="retryTimeout"):
+        patient.run(lambda: patient.client.ping(), "pinging")
+
+
+@pytest.mark.spark
+def test_a_spark_batch_read_of_a_wrong_port_fails_in_seconds(spark: Any) -> None:
+    frame = (
+        spark.read.format("redisq")
+        .options(url=f"redis://127.0.0.1:{free_port()}/0", queue="orders")
+        .load()
+    )
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Nothing answers at that address"):
+        frame.count()
+    assert time.monotonic() - started < 60

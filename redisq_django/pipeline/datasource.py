@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.reading import RedisqReader
 from redisq_django.pipeline.schemas import spark_schema
-from redisq_django.pipeline.source_options import SourceOptions
+from redisq_django.pipeline.source_options import SourceOptions, check_use
 from redisq_django.pipeline.streaming import RedisqStreamReader
 from redisq_django.pipeline.writer import RedisqStreamWriter, RedisqWriter
 
@@ -62,19 +62,29 @@ class RedisqDataSource(DataSource):
         """The fixed schema of the table chosen by option ``table``."""
         return spark_schema(self.parsed.table)
 
+    def _for(self, use: str) -> SourceOptions:
+        """The options, refused when one of them is not for ``use`` (one frame, as in
+        ``__init__``)."""
+        try:
+            check_use(self.options, use)
+            return self.parsed
+        except OptionError as exc:
+            problem = str(exc)
+        raise OptionError(problem) from None
+
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (the schema is always this table's own)."""
-        return RedisqReader(self.parsed)
+        return RedisqReader(self._for("read"))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader with offsets ``{"queue": "last entry id"}`` (``"queue#i"``:
         partition ``i`` of a partitioned queue)."""
-        return RedisqStreamReader(self.parsed)
+        return RedisqStreamReader(self._for("stream"))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A batch writer publishing each row as a message."""
-        return RedisqWriter(self.parsed, schema, overwrite)
+        return RedisqWriter(self._for("write"), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer publishing each row as a message."""
-        return RedisqStreamWriter(self.parsed, schema, overwrite)
+        return RedisqStreamWriter(self._for("write"), schema, overwrite)

@@ -43,7 +43,7 @@ DEFAULT_SOCKET_TIMEOUT_S = 10.0
 
 _ENTRY_ID = re.compile(r"^\d+-\d+$")
 _TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
+_FALSE = {"false", "0", "no", "off"}
 
 #: Every option of the data source (Spark matches option names case-insensitively).
 OPTIONS = (
@@ -73,6 +73,33 @@ OPTIONS = (
 RENAMED = {"partitions": "slicesPerStream", "maxEntriesPerPartition": "maxEntriesPerSlice"}
 #: Options Spark itself passes to a streaming write; accepted and left alone.
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
+#: Options that only one use of the data source reads: given to another use they would do
+#: nothing, so they are refused (``check_use``).
+ONLY_FOR = {
+    "since": "read",
+    "until": "read",
+    "startingOffsets": "stream",
+    "maxEntriesPerTrigger": "stream",
+    "maxRecordsPerTrigger": "stream",
+    "archive": "stream",
+    "failOnDataLoss": "stream",
+    "once": "write",
+    "batchSize": "write",
+    "consumer": "write",
+}
+#: How each use is called in what users write.
+USES = {
+    "read": "a batch read (spark.read)",
+    "stream": "a streaming read (spark.readStream)",
+    "write": "a write (df.write / df.writeStream)",
+}
+#: Kafka's options people bring along, and ours that do what they meant.
+KAFKA = {
+    "maxoffsetspertrigger": "maxRecordsPerTrigger",
+    "subscribe": "queue",
+    "kafka.bootstrap.servers": "url",
+    "startingtimestamp": "since",
+}
 #: Options refused with what to do instead.
 REFUSED = {
     "commitarchive": "Option 'commitArchive' was removed: a stream is read-only unless "
@@ -94,12 +121,35 @@ def check_names(options: Mapping[str, str]) -> None:
         lower = str(key).lower()
         if lower in REFUSED:
             raise OptionError(REFUSED[lower])
+        if lower in KAFKA:
+            raise OptionError(
+                f"Option {key!r} is Kafka's; the redisq data source's is {KAFKA[lower]!r} "
+                "(docs/reference/datasource.md)."
+            )
         if lower not in valid and lower not in old_names:
             close = difflib.get_close_matches(lower, list(valid), n=1, cutoff=0.6)
             hint = f" (did you mean {valid[close[0]]!r}?)" if close else ""
             raise OptionError(
                 f"Unknown option {key!r} of the redisq data source{hint}. "
                 f"Valid options: {', '.join(OPTIONS)}."
+            )
+
+
+def check_use(options: Mapping[str, str], use: str) -> None:
+    """Refuse an option that ``use`` (``read``, ``stream`` or ``write``) does not read.
+
+    Raises:
+        OptionError: naming the option and the use it belongs to.
+    """
+    only = {name.lower(): (name, kind) for name, kind in ONLY_FOR.items()}
+    for key in options:
+        found = only.get(str(key).lower())
+        if found is not None and found[1] != use:
+            name, kind = found
+            raise OptionError(
+                f"Option {name!r} is for {USES[kind]} only: in {USES[use]} it would do "
+                "nothing. Remove it (docs/reference/datasource.md says which option is for "
+                "which use)."
             )
 
 
@@ -133,6 +183,11 @@ def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
         return True
     if raw in _FALSE:
         return False
+    if raw == "":  # an unset template value must not turn a safety off
+        raise OptionError(
+            f"Option {name!r} is empty: give true or false (an empty value is refused, "
+            "so that an unset variable in a job's template cannot change what it does)."
+        )
     raise OptionError(f"Option {name!r} must be true or false, got {raw!r}.")
 
 

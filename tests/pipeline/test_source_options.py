@@ -5,11 +5,12 @@ still work under their names of 0.9, with a warning that names the new one."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
 from redisq_django.pipeline.options import OptionError
-from redisq_django.pipeline.source_options import SourceOptions, check_names
+from redisq_django.pipeline.source_options import SourceOptions, check_names, check_use
 
 URL = "redis://localhost:6379/0"
 
@@ -68,3 +69,51 @@ def test_the_options_of_jobs_and_of_the_data_source_have_one_error() -> None:
     # ...and the jobs' name of 0.9 is it, with a warning
     with pytest.warns(DeprecationWarning, match="OptionsError is now OptionError"):
         assert options.OptionsError is OptionError
+
+
+@pytest.mark.parametrize("name", ["failOnDataLoss", "once", "cluster"])
+def test_an_empty_flag_is_refused_not_read_as_false(name: str) -> None:
+    # An unset template value ("${FAIL_ON_DATA_LOSS}" rendered empty) must not turn off
+    # the stop on data loss or the idempotent write
+    with pytest.raises(OptionError, match=f"Option '{name}' is empty"):
+        SourceOptions.parse({"url": "redis://h/0", name: ""})
+    assert SourceOptions.parse({"url": "redis://h/0"}).fail_on_data_loss is True
+
+
+@pytest.mark.parametrize(
+    ("option", "use", "belongs"),
+    [
+        ("since", "stream", "a batch read"),
+        ("until", "write", "a batch read"),
+        ("failOnDataLoss", "read", "a streaming read"),
+        ("startingOffsets", "read", "a streaming read"),
+        ("archive", "write", "a streaming read"),
+        ("maxRecordsPerTrigger", "read", "a streaming read"),
+        ("once", "read", "a write"),
+        ("consumer", "stream", "a write"),
+        ("batchSize", "read", "a write"),
+    ],
+)
+def test_an_option_of_another_use_is_refused(option: str, use: str, belongs: str) -> None:
+    with pytest.raises(OptionError, match=f"Option '{option}' is for {belongs}"):
+        check_use({"url": "redis://h/0", option.lower(): "x"}, use)
+
+
+def test_options_of_their_own_use_pass() -> None:
+    check_use({"url": "u", "since": "2026-01-01", "queue": "q"}, "read")
+    check_use({"url": "u", "failOnDataLoss": "false", "archive": "a"}, "stream")
+    check_use({"url": "u", "once": "true", "consumer": "c", "batchSize": "10"}, "write")
+
+
+def test_kafkas_option_names_point_at_ours() -> None:
+    with pytest.raises(
+        OptionError, match="Kafka's; the redisq data source's is 'maxRecordsPerTrigger'"
+    ):
+        check_names({"url": "u", "maxOffsetsPerTrigger": "10"})
+
+
+@pytest.mark.spark
+def test_spark_refuses_an_option_of_another_use_at_the_read(spark: Any, redis_url: str) -> None:
+    batch = spark.read.format("redisq").options(url=redis_url, failOnDataLoss="false").load()
+    with pytest.raises(Exception, match="Option 'failOnDataLoss' is for a streaming read"):
+        batch.count()

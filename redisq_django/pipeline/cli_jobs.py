@@ -94,8 +94,8 @@ def add_report_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
 
 def _check_archive_root(root: str) -> None:
     """Refuse a local ``root`` that holds no committed archive (a typo in a nightly job's
-    path must fail, not report "0 published" and stay green). Other file systems are
-    read by Spark itself, with their credentials: checked there.
+    path must fail, not report "0 published" or list nothing, and stay green). Other
+    file systems are read with their own credentials: checked there.
 
     Raises:
         OptionError: ``root`` is not a directory, or no archive committed anything there.
@@ -111,6 +111,12 @@ def _check_archive_root(root: str) -> None:
             "'archive --root ROOT')"
         )
     if not any(_holds_data(local, table) for table in TABLES):
+        parent, name = os.path.split(local.rstrip("/"))
+        if name in TABLES and any(_holds_data(parent, table) for table in TABLES):
+            raise OptionError(
+                f"--root {root} is the archive's {name} table: give the archive's root, "
+                f"{parent}"
+            )
         raise OptionError(
             f"--root {root} holds no archive: no committed messages or events under it "
             "(ROOT/messages, ROOT/events). Give the archive's root, or run the archive job first"
@@ -175,7 +181,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser, *, from_settings: bool
         "--where",
         metavar="SQL",
         help="Spark SQL predicate on the messages table, e.g. "
-        "\"get_json_object(payload, '$.total') > 1000\"",
+        "\"try_cast(get_json_object(payload, '$.total') AS DECIMAL(12,2)) > 1000\" "
+        "(JSON values are text: cast them, with try_cast, before comparing)",
     )
     parser.add_argument(
         "--consumer", metavar="C", help="deliver to this logical consumer only (default: all)"
@@ -244,6 +251,7 @@ def run_files(args: argparse.Namespace) -> str:
     """The committed Parquet files of ``--table``, one per line, or with ``--manifest``
     a line saying what the manifests name. Needs no Spark."""
     root = normalize_root(args.root)
+    _check_archive_root(root)
     if args.manifest:
         named = write_manifests(root, normalize_root(args.manifest))
         counts = ", ".join(f"{table} {n}" for table, n in named.items())

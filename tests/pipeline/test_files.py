@@ -141,8 +141,19 @@ def test_orphans_and_compacted_files_are_read_once_by_pyarrow_and_duckdb(
         listed = [p for m in (out / table).rglob("manifest") for p in m.read_text().split()]
         assert sorted(listed) == sorted(archive_files(str(tmp_path), table))
     assert (out / "messages" / f"queue={queue_name}").is_dir()
-    assert main(["files", "--root", str(tmp_path / "nowhere")]) == 1
-    assert "no archive at" in capsys.readouterr().err
+    # A root that is none says so (exit 2, as any bad argument), the table's own
+    # directory included: listing nothing with exit 0 would hide the mistake
+    for wrong, says in (
+        (tmp_path / "nowhere", "is not a directory"),
+        (
+            tmp_path / "messages",
+            f"is the archive's messages table: give the archive's root, {tmp_path}",
+        ),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["files", "--root", str(wrong)])
+        assert exited.value.code == 2
+        assert says in capsys.readouterr().err
 
 
 def _wait_uncommitted(root: Path, proc: subprocess.Popen[str], timeout: float) -> bool:

@@ -114,8 +114,7 @@ def _check_archive_root(root: str) -> None:
         parent, name = os.path.split(local.rstrip("/"))
         if name in TABLES and any(_holds_data(parent, table) for table in TABLES):
             raise OptionError(
-                f"--root {root} is the archive's {name} table: give the archive's root, "
-                f"{parent}"
+                f"--root {root} is the archive's {name} table: give the archive's root, {parent}"
             )
         raise OptionError(
             f"--root {root} holds no archive: no committed messages or events under it "

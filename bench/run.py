@@ -44,6 +44,9 @@ What is measured (see bench/RESULTS.md for the discussion):
   commands per message, each master's share, drain throughput (``bench/partitions.py``).
 * inbox: ``atomic=True`` consumers' drain on SQLite and PostgreSQL vs not atomic, and
   pruning a million inbox rows (``bench/inbox.py``, in a process of its own).
+* deadletters: a bulk retry of 10,000 dead-letter rows (SQLite, the admin history
+  written) vs a hand-written read + XADD pipeline + UPDATE per chunk
+  (``bench/deadletters.py``, in a process of its own).
 * flow: the cost of a rate limit and a concurrency limit far above the drain rate vs no
   limit, and a rate limit's precision at 10, 100 and 1,000/s (``bench/flow.py``).
 """
@@ -73,6 +76,7 @@ REPO = BENCH_DIR.parent
 sys.path[:0] = [str(REPO), str(BENCH_DIR)]
 
 import redis  # noqa: E402
+from deadletters import deadletter_rows  # noqa: E402
 from flow import bench_flow, flow_rows  # noqa: E402
 from inbox import inbox_rows  # noqa: E402
 from ordered import bench_ordered, ordered_rows  # noqa: E402
@@ -1109,7 +1113,8 @@ def main() -> int:
     ap.add_argument("--delayed-n", type=int, default=150)
     ap.add_argument(
         "--only",
-        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions,flow,inbox",
+        default="publish,commit,drain,observe,trends,latency,ordered,replicas,partitions,flow,inbox,"
+        "deadletters",
         help="comma-separated subset to run",
     )
     ap.add_argument(
@@ -1142,6 +1147,7 @@ def main() -> int:
             parts: list = []
             flw: dict = {}
             inb: dict = {}
+            dls: dict = {}
             lat: dict = {}
             rawlat = {"p50": None, "p99": None}
             if "publish" in only:
@@ -1180,6 +1186,16 @@ def main() -> int:
                     check=True,
                 )
                 inb = json.loads(done.stdout.strip().splitlines()[-1])
+            if "deadletters" in only:
+                log("bulk retry of dead letters (SQLite) ...")
+                script = str(BENCH_DIR / "deadletters.py")
+                done = subprocess.run(
+                    [sys.executable, script, server.url, str(tmp), str(args.reps)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                dls = json.loads(done.stdout.strip().splitlines()[-1])
             if "partitions" in only:
                 log("partitioned queues on a 3-master cluster ...")
                 parts = bench_partitions()
@@ -1217,6 +1233,7 @@ def main() -> int:
     rows += partition_rows(parts, _row) if parts else []
     rows += flow_rows(flw, median, _row, _ratio_row) if flw else []
     rows += inbox_rows(inb, median, _row, _ratio_row) if inb else []
+    rows += deadletter_rows(dls, median, _row) if dls else []
     rows += latency_rows(lat, rawlat) if lat else []
     text = table(rows)
     elapsed = time.perf_counter() - t_start
@@ -1234,6 +1251,7 @@ def main() -> int:
     raw_data["partitions"] = parts
     raw_data["flow"] = flw
     raw_data["inbox"] = inb
+    raw_data["deadletters"] = dls
     raw_data["raw_latency"] = rawlat
     raw_data["args"] = vars(args)
     (OUT / "results.json").write_text(json.dumps(raw_data, indent=2))

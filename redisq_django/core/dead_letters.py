@@ -13,12 +13,21 @@ import redis
 
 from redisq_django.core import envelope as env
 from redisq_django.core import redelivery
+from redisq_django.core.batch import run_scripts
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadEntry, redrive_fields
-from redisq_django.core.errors import RedisUnavailable, describe_client, translate_errors
+from redisq_django.core.errors import RedisqError, translate_errors
 from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.layouts import PartitionLayouts
-from redisq_django.core.partitions import Partitions, Place, pick, place_of, retried
+from redisq_django.core.partitions import (
+    Partitions,
+    Place,
+    pick,
+    place_of,
+    recorded,
+    refused,
+    retried,
+)
 from redisq_django.core.scripts import Scripts
 from redisq_django.core.types import RedisClient, StreamEntries
 from redisq_django.core.wire import to_bytes, to_str
@@ -233,6 +242,7 @@ class DeadLetters:
             )
         )
 
+    @translate_errors
     def redrive_envelopes(
         self,
         targets: Sequence[tuple[str | Place, str, Mapping[str | bytes, Any]]],
@@ -240,43 +250,68 @@ class DeadLetters:
         partitions: Sequence[int | None] | None = None,
     ) -> list[object]:
         """Deliver each ``(place, consumer, fields)`` envelope to its consumer only, as
-        :meth:`redrive_envelope` does, all in one pipelined round trip (one call each on
-        a Redis Cluster client); the place: its queue, or the partition it died in.
+        :meth:`redrive_envelope` does, all in one write (on a Redis Cluster client, one
+        pipeline routed by slot); the place: its queue, or the partition it died in.
         ``partitions``: deprecated, the places' partitions.
+
+        Each call is ``redrive.lua`` on its own: one refused for its layout (the queue was
+        repartitioned, or Redis lost its record) is sent once more after the record is
+        read again, as :meth:`redrive_envelope` does; another refusal is that one's
+        reply.
 
         Returns:
             Each new delivery's entry id, or the exception Redis answered for that one.
 
         Raises:
             NotRedrivable: an envelope has no ``payload`` (nothing is sent then).
-            RedisUnavailable: Redis cannot be reached.
+            RedisUnavailable: Redis cannot be reached; whether the calls ran is unknown.
         """
         died_in = list(partitions) if partitions is not None else [None] * len(targets)
-        places = [
-            place_of(w, p, caller="broker.dead_letters.redrive_envelopes")
-            for (w, _c, _f), p in zip(targets, died_in, strict=True)
-        ]
-        envelopes = [
-            redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
-            for _where, _consumer, fields in targets
-        ]
         history = self._config.history
-        try:
-            if not isinstance(self.client, redis.Redis):  # Cluster: scripts one by one
-                return [
-                    self.redrive_envelope(place, c, cast("dict[str | bytes, Any]", e))
-                    for place, (_w, c, _f), e in zip(places, targets, envelopes, strict=True)
-                ]
-            with self.client.pipeline(transaction=False) as pipe:
-                for place, (_w, consumer, _f), fields in zip(
-                    places, targets, envelopes, strict=True
-                ):
-                    gkeys = self._target(place, consumer, fields)
-                    redelivery.redrive(self._scripts, gkeys, "", fields, history, client=pipe)
-                replies = pipe.execute(raise_on_error=False)
-            return [r if isinstance(r, Exception) else to_str(r) for r in replies]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise RedisUnavailable(describe_client(self.client), exc) from exc
+        calls = []
+        places: list[QueueKeys] = []
+        groups: dict[tuple[QueueKeys, str], GroupKeys] = {}  # validated once each
+        for (where, consumer, fields), partition in zip(targets, died_in, strict=True):
+            place = place_of(where, partition, caller="broker.dead_letters.redrive_envelopes")
+            envelope = redrive_fields({to_bytes(k): to_bytes(v) for k, v in fields.items()})
+            layouts = self._partitions
+            base, parts = layouts.base(place.queue), layouts.of(place.queue)
+            qkeys = redrive_target(base, parts, envelope, place.partition)
+            gkeys = groups.get((qkeys, consumer))
+            if gkeys is None:
+                gkeys = groups[(qkeys, consumer)] = qkeys.group(consumer)
+            calls.append(redelivery.redrive_call(gkeys, "", envelope, history))
+            places.append(qkeys)
+        replies = run_scripts(self.client, self._scripts, "redrive", calls)
+        again = [i for i, r in enumerate(replies) if self._refused(r, places[i])]
+        if again:
+            for i, reply in zip(again, self._once_more(calls, places, again), strict=True):
+                replies[i] = reply
+        return [r if isinstance(r, Exception) else to_str(r) for r in replies]
+
+    @staticmethod
+    def _refused(reply: object, keys: QueueKeys) -> bool:
+        return isinstance(reply, redis.ResponseError) and refused(reply, keys)
+
+    def _once_more(
+        self,
+        calls: list[tuple[list[str], list[Any]]],
+        places: list[QueueKeys],
+        again: list[int],
+    ) -> list[Any]:
+        """The calls ``again`` (refused for their layout, so they wrote nothing) sent once
+        more, after each place's record is read again; a place whose record cannot be
+        read (this process's number of partitions is stale) answers that error."""
+        read: dict[QueueKeys, Exception | None] = {}
+        for keys in {places[i] for i in again}:
+            try:
+                recorded(self.client, self._scripts, keys.base, keys.of or 1)
+                read[keys] = None
+            except (redis.ResponseError, RedisqError) as exc:
+                read[keys] = exc
+        send = [calls[i] for i in again if read[places[i]] is None]
+        sent = iter(run_scripts(self.client, self._scripts, "redrive", send))
+        return [read[places[i]] or next(sent) for i in again]
 
     def __call__(self, queue: str, consumer: str, **options: Any) -> list[DeadEntry]:
         """Deprecated (0.9's ``broker.dead_letters(queue, consumer)``): :meth:`read`."""

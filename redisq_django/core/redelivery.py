@@ -32,23 +32,11 @@ def reset(client: RedisClient, gkeys: GroupKeys, target: str, history: bool) -> 
         pipe.execute()
 
 
-def redrive(
-    scripts: Scripts,
-    gkeys: GroupKeys,
-    dead_id: str,
-    envelope: dict[bytes, bytes],
-    history: bool,
-    client: RedisClient | None = None,
-) -> Any:
-    """Run ``redrive.lua``: deliver ``envelope`` to the consumer's private input, removing
-    dead entry ``dead_id`` ("" when it lives elsewhere); with ``history``, its
-    ``redriven`` event in the same script. With ``client`` (a pipeline), the call is
-    queued there (many re-drives in one round trip).
-
-    Returns:
-        The new entry id, or None when ``dead_id`` was already gone (the pipeline itself
-        when queued).
-    """
+def redrive_call(
+    gkeys: GroupKeys, dead_id: str, envelope: dict[bytes, bytes], history: bool
+) -> tuple[list[str], list[Any]]:
+    """The ``(KEYS, ARGV)`` of one ``redrive.lua`` call (see :func:`redrive`), ARGV after
+    the protocol token, for a batch of them (``batch.run_scripts``)."""
     meta, k = gkeys.queue_keys.layout()
     keys: list[str] = [meta, gkeys.dead, gkeys.direct]
     args: list[Any] = [k, dead_id]
@@ -59,4 +47,23 @@ def redrive(
         )
         keys.append(gkeys.queue_keys.events)
         args += [len(event) // 2, *event]
-    return scripts("redrive", keys, [*args, *flatten(envelope)], client=client)
+    args += flatten(envelope)
+    return keys, args
+
+
+def redrive(
+    scripts: Scripts,
+    gkeys: GroupKeys,
+    dead_id: str,
+    envelope: dict[bytes, bytes],
+    history: bool,
+) -> Any:
+    """Run ``redrive.lua``: deliver ``envelope`` to the consumer's private input, removing
+    dead entry ``dead_id`` ("" when it lives elsewhere); with ``history``, its
+    ``redriven`` event in the same script (many at once: :func:`redrive_call`).
+
+    Returns:
+        The new entry id, or None when ``dead_id`` was already gone.
+    """
+    keys, args = redrive_call(gkeys, dead_id, envelope, history)
+    return scripts("redrive", keys, args)

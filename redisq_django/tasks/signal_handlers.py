@@ -39,10 +39,14 @@ def results_ready_again(sender: Any, rows: Any, **kwargs: Any) -> None:
     """Dead letters of task queues sent again (the admin's Retry): their FAILED results
     are READY again, until a worker starts them."""
     ttl = _task_queue_ttls()
-    results = _results()
-    for row in rows:
-        if row.consumer == TASKS_CONSUMER and row.queue in ttl:
-            results.ready(row.queue, row.message_id, expire_at_ms=now_ms() + ttl[row.queue])
+    now = now_ms()
+    ready = [
+        (row.queue, row.message_id, now + ttl[row.queue])
+        for row in rows
+        if row.consumer == TASKS_CONSUMER and row.queue in ttl
+    ]
+    if ready:  # a bulk retry's chunk: one round trip, not one per row
+        _results().ready_many(ready)
 
 
 def results_of_lost_tasks(sender: Any, instance: Any, **kwargs: Any) -> None:

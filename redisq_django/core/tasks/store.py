@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redisq_django.core import lifecycle, settle
-from redisq_django.core.batch import run_script
+from redisq_django.core.batch import run_script, run_scripts
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
 from redisq_django.core.delivery import Delivery, Stream
@@ -326,18 +326,34 @@ class TaskResultStore:
         record = lifecycle.record(delivery.id, delivery.attempts, duration_ms)
         return lifecycle.fields(name, delivery.consumer, delivery.instance, [record], **details)
 
-    @translate_errors
     def ready(self, queue: str, result_id: str, *, expire_at_ms: int) -> bool:
         """A FAILED result whose dead letter was sent again is READY (``task_ready.lua``).
         Returns False when it was not FAILED (or is gone)."""
-        keys = self.keys(queue)
-        return bool(
-            self.scripts(
-                "task_ready",
-                [keys.task_result(result_id), keys.task_results],
-                [expires(expire_at_ms), result_id],
+        return self.ready_many([(queue, result_id, expire_at_ms)])[0]
+
+    @translate_errors
+    def ready_many(self, results: Sequence[tuple[str, str, int]]) -> list[bool]:
+        """:meth:`ready` for each ``(queue, result id, expire_at_ms)``, in one write (one
+        pipeline routed by slot on a Cluster client): a bulk retry's chunk of task dead
+        letters. Returns, for each, whether it changed.
+
+        Raises:
+            redis.ResponseError: the first one Redis refused (the others ran).
+        """
+        calls = []
+        for queue, result_id, expire_at_ms in results:
+            keys = self.keys(queue)
+            calls.append(
+                (
+                    [keys.task_result(result_id), keys.task_results],
+                    [expires(expire_at_ms), result_id],
+                )
             )
-        )
+        replies = run_scripts(self.client, self.scripts, "task_ready", calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return [bool(r) for r in replies]
 
     @translate_errors
     def lost(self, queue: str, result_id: str, *, error: Mapping[str, str], expire_at_ms: int) -> (

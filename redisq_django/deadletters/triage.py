@@ -3,15 +3,30 @@ matching a filter (server side, in chunks, at any size). The admin and ``manage.
 redisq dead`` call these functions (their causes and summaries are
 :mod:`~redisq_django.deadletters.breakdown`'s).
 
-Every retry and discard is recorded in the admin history (``LogEntry``, who and when)
-when a user is given, and sent as the ``dead_letters_retried`` /
+Every retry and discard is recorded in the admin history (``LogEntry``, one per row: who
+and when) when a user is given, and sent as the ``dead_letters_retried`` /
 ``dead_letters_discarded`` signals once per chunk.
 
-A chunk is one database transaction: its rows still dead are locked, re-driven to
-Redis in one pipelined round trip, then marked retried. If Redis cannot be reached the
-transaction is rolled back (the chunk stays dead, nothing is marked); what earlier
-chunks did stays done. Delivery is at least once: a database failure after Redis
-accepted a chunk leaves those rows dead though their messages were sent again.
+A retry of a chunk is one database transaction and one Redis round trip, in this order:
+
+1. claim: its rows still dead are marked retried, by whom and when (one ``UPDATE …
+   WHERE status = 'dead'``, which takes their locks, the database's write lock on
+   SQLite). When rows another operator retried or discarded since they were read are
+   among them, the transaction starts again without those, before anything is sent: two
+   operators retrying the same rows at once never both send one;
+2. every claimed row's envelope is re-driven to its own consumer, all in one write to
+   Redis (``redrive.lua`` per row);
+3. the rows Redis refused (logged) are dead again as they were, the others get their
+   admin history; then the commit.
+
+What a failure costs: none loses a dead letter, since a row leaves status ``dead`` only
+in the commit that follows Redis's acceptance of its message. Redis unreachable at step
+2: the transaction is rolled back, the chunk stays dead and nothing of it was sent
+(earlier chunks stay done); run it again. The process dying, the database failing, or
+Redis's reply lost (a timeout) after Redis accepted a chunk and before the commit: the
+chunk stays dead though its messages were sent, and retrying it again sends them a second
+time. So delivery is at least once, and a duplicate needs a failure in that window; it
+costs at most one chunk (:data:`CHUNK` rows).
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ from redisq_django import admin_log
 from redisq_django.connection import get_broker
 from redisq_django.core import Broker, Place
 from redisq_django.core.dead_entry import DeadReason
-from redisq_django.core.errors import RedisUnavailable
+from redisq_django.core.errors import RedisqError, RedisUnavailable
 from redisq_django.core.wire import loggable
 from redisq_django.models import DeadLetter
 from redisq_django.signals import dead_letters_discarded, dead_letters_retried
@@ -124,27 +139,93 @@ def record(
         admin_log.log_change(user, same_text, text)
 
 
+#: Times a chunk is claimed again after other operators changed some of its rows between
+#: the read and the claim, before the retry gives up (:class:`RetryConflict`).
+CLAIM_ATTEMPTS = 3
+
+
+class RetryConflict(RedisqError):
+    """Other operators kept retrying or discarding these dead letters while this retry
+    claimed them; nothing of the chunk was sent."""
+
+
+class _Changed(RedisqError):
+    """Rows of the chunk left status ``dead`` between the read and the claim (rolls the
+    chunk's transaction back before anything is sent)."""
+
+
 def _redrive_all(broker: Broker, rows: list[DeadLetter]) -> list[object]:
     """Deliver each row's envelope again to its own consumer only (to the partition it
-    died in, or a keyed one to its key's): one pipelined round trip (one call per row on
-    a Cluster client). Returns each row's reply (an exception for one Redis refused).
+    died in, or a keyed one to its key's): one write to Redis (one pipeline routed by
+    slot on a Cluster client). Returns each row's reply (an exception for one Redis
+    refused).
 
     Raises:
         RedisUnavailable: Redis cannot be reached.
     """
-    targets = []
+    targets: list[tuple[str | Place, str, dict[str | bytes, object]]] = []
     for row in rows:
-        envelope = dict(row.envelope)
-        envelope.setdefault("payload", row.payload)
-        envelope.setdefault("id", row.message_id)
+        envelope: dict[str | bytes, object] = dict(row.envelope)
+        if "payload" not in envelope:
+            envelope["payload"] = row.payload
+        if "id" not in envelope:
+            envelope["id"] = row.message_id
         targets.append((Place(row.queue, row.partition), row.consumer, envelope))
     return broker.dead_letters.redrive_envelopes(targets)
+
+
+def _claim_and_redrive(todo: list[DeadLetter], user: Operator, broker: Broker) -> list[DeadLetter]:
+    """One chunk's transaction (the module's steps 1-3); returns the rows re-driven.
+
+    Raises:
+        _Changed: some of ``todo`` were not dead any more (nothing was sent).
+        RedisUnavailable: Redis cannot be reached (nothing is marked).
+    """
+    now = timezone.now()
+    who = _user(user)
+    with transaction.atomic():
+        claimed = DeadLetter.objects.filter(pk__in=[r.pk for r in todo], status=DEAD).update(
+            status=DeadLetter.Status.RETRIED,
+            retry_count=F("retry_count") + 1,
+            retried_at=now,
+            retried_by=who,
+            updated_at=now,
+        )
+        if claimed != len(todo):
+            raise _Changed
+        sent, refused = [], []
+        for row, reply in zip(todo, _redrive_all(broker, todo), strict=True):
+            if isinstance(reply, Exception):
+                logger.error(
+                    "Dead letter %s was not sent again: %s", loggable(row.message_id), reply
+                )
+                refused.append(row)
+            else:
+                sent.append(row)
+        if refused:  # dead again, as they were (the objects still say how)
+            DeadLetter.objects.filter(pk__in=[r.pk for r in refused]).update(
+                retry_count=F("retry_count") - 1
+            )
+            DeadLetter.objects.bulk_update(
+                refused, ["status", "retried_at", "retried_by", "updated_at"]
+            )
+        for row in sent:  # the objects say what the rows say (history, signal receivers)
+            row.status = DeadLetter.Status.RETRIED
+            row.retry_count += 1
+            row.retried_at, row.retried_by, row.updated_at = now, who, now
+        record(user, sent, retried_log)
+    return sent
 
 
 def _retry_chunk(
     rows: list[DeadLetter], user: Operator, broker: Broker
 ) -> tuple[list[DeadLetter], list[DeadLetter]]:
-    """Retry ``rows`` (one chunk, one transaction); returns (retried, skipped)."""
+    """Retry ``rows`` (one chunk, one transaction); returns (retried, skipped).
+
+    Raises:
+        RedisUnavailable: Redis cannot be reached (the chunk stays dead).
+        RetryConflict: see :data:`CLAIM_ATTEMPTS` (the chunk stays as others left it).
+    """
     dead = [r for r in rows if r.status == DEAD]
     skipped = [r for r in dead if not redrivable(r)]
     if skipped:
@@ -156,40 +237,31 @@ def _retry_chunk(
             skipped[0].queue,
             skipped[0].consumer,
         )
-    todo = [r for r in dead if redrivable(r)]
-    if not todo:
-        return [], skipped
-    with transaction.atomic():
-        # Only rows still dead: another operator may have retried some meanwhile.
-        still = set(
-            DeadLetter.objects.select_for_update()
-            .filter(pk__in=[r.pk for r in todo], status=DEAD)
-            .values_list("pk", flat=True)
-        )
-        todo = [r for r in todo if r.pk in still]
-        replies = _redrive_all(broker, todo) if todo else []
-        sent = []
-        for row, reply in zip(todo, replies, strict=True):
-            if isinstance(reply, Exception):
-                logger.error(
-                    "Dead letter %s was not sent again: %s", loggable(row.message_id), reply
+    todo: list[DeadLetter] = []
+    seen: set[object] = set()
+    for row in dead:  # one object per row: a row given twice is sent once
+        if redrivable(row) and row.pk not in seen:
+            seen.add(row.pk)
+            todo.append(row)
+    for _ in range(CLAIM_ATTEMPTS):
+        if not todo:
+            return [], skipped
+        try:
+            sent = _claim_and_redrive(todo, user, broker)
+            break
+        except _Changed:
+            # Only rows still dead: another operator retried or discarded some meanwhile.
+            still = set(
+                DeadLetter.objects.filter(pk__in=[r.pk for r in todo], status=DEAD).values_list(
+                    "pk", flat=True
                 )
-            else:
-                sent.append(row)
-        now = timezone.now()
-        who = _user(user)
-        DeadLetter.objects.filter(pk__in=[r.pk for r in sent]).update(
-            status=DeadLetter.Status.RETRIED,
-            retry_count=F("retry_count") + 1,
-            retried_at=now,
-            retried_by=who,
-            updated_at=now,
+            )
+            todo = [r for r in todo if r.pk in still]
+    else:
+        raise RetryConflict(
+            f"Other operators kept retrying or discarding these {len(todo)} dead letters "
+            "at the same time; none of them was sent. Run the retry again."
         )
-        for row in sent:  # the objects say what the rows say (history, signal receivers)
-            row.status = DeadLetter.Status.RETRIED
-            row.retry_count += 1
-            row.retried_at, row.retried_by, row.updated_at = now, who, now
-        record(user, sent, retried_log)
     if sent:
         logger.info(
             "%d dead letter(s) re-driven, each to its own consumer, by %s",
@@ -253,6 +325,7 @@ def retry(
 
     Raises:
         RedisUnavailable: Redis cannot be reached (the chunk it met stays dead).
+        RetryConflict: other operators kept changing the same rows meanwhile.
     """
     broker = broker or get_broker()
     return sum(len(_retry_chunk(b, user, broker)[0]) for b in _chunks(rows, CHUNK))
@@ -279,7 +352,7 @@ def _matching(
     while batch := list(base.filter(pk__gt=last)[:chunk]):
         try:
             done, skipped = act(batch)
-        except RedisUnavailable as exc:
+        except (RedisUnavailable, RetryConflict) as exc:
             result.error = str(exc)
             result.remaining = base.filter(pk__gte=batch[0].pk).count()
             return result

@@ -125,6 +125,27 @@ def test_reclaim_and_extend_on_cluster(cluster_broker: Broker) -> None:
     assert ids(drain(a, expected=1)) == [mid]
 
 
+def test_a_bulk_redrive_reaches_queues_on_different_nodes_in_one_call(
+    cluster_broker: Broker,
+) -> None:
+    # Given a consumer of each queue (their slots on different masters)
+    broker = cluster_broker
+    for queue in QUEUES:
+        broker.consumers.ensure(queue, "billing")
+    sub = {q: broker.subscribe(q, "billing", "i1") for q in QUEUES}
+    # When 3 dead letters of each are re-driven in one call, the queues interleaved
+    targets: list[tuple[str, str, dict[str | bytes, Any]]] = [
+        (q, "billing", {"payload": f'{{"n":{n}}}', "id": f"{q}-{n}"})
+        for n in range(3)
+        for q in QUEUES
+    ]
+    replies = broker.dead_letters.redrive_envelopes(targets)
+    # Then each went to its own queue's consumer, once, and its entry id came back
+    assert all(isinstance(r, str) for r in replies), replies
+    for q in QUEUES:
+        assert ids(drain(sub[q], expected=3)) == [f"{q}-{n}" for n in range(3)]
+
+
 def test_schedule_claim_on_cluster(cluster_broker: Broker) -> None:
     # Given the schedules' claimed ticks, a key outside any hash tag
     claimed = schedule_keys("redisq").claimed

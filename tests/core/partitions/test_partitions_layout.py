@@ -127,6 +127,55 @@ def test_a_worker_thread_registers_its_group_again_after_redis_lost_its_data(
     assert [g["name"] for g in client.xinfo_groups(sub.keys.log)] == [b"billing"]
 
 
+def test_a_bulk_redrive_records_the_layout_again_after_redis_lost_its_data(
+    volatile_redis_server: RedisServer, queue_name: str
+) -> None:
+    # Given an operator's process that re-drove a dead letter of a queue of 2 partitions
+    client = volatile_redis_server.client()
+    broker = Broker(client, config(**{queue_name: 2}))
+    broker.consumers.ensure(queue_name, "billing")
+    broker.dead_letters.redrive_envelopes([(Place(queue_name, 0), "billing", {"payload": "0"})])
+    # When Redis restarts empty and it re-drives dead letters of both partitions at once
+    volatile_redis_server.restart()
+    client = volatile_redis_server.client()
+    targets: list[tuple[str | Place, str, dict[str | bytes, Any]]] = [
+        (Place(queue_name, p), "billing", {"payload": str(n), "id": f"m-{n}"})
+        for n, p in enumerate((0, 1, 1))
+    ]
+    replies = broker.dead_letters.redrive_envelopes(targets)
+    # Then the writes refused for the lost record were sent once more after recording it,
+    # each to the partition it died in, once
+    assert all(isinstance(r, str) for r in replies), replies
+    base = queue_keys("redisq", queue_name)
+    assert client.hget(base.meta, "partitions") == b"2"
+    direct = [base.partition(p).group("billing").direct for p in (0, 1)]
+    assert [[f[b"id"] for _, f in client.xrange(d)] for d in direct] == [
+        [b"m-0"],
+        [b"m-1", b"m-2"],
+    ]
+
+
+def test_a_bulk_redrive_of_a_stale_process_is_refused_and_writes_nothing(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given a process that knows the queue with 4 partitions, and the queue now has 2
+    forgotten = Broker(redis_client, config(**{queue_name: 4}))
+    forgotten.consumers.ensure(queue_name, "billing")
+    wipe_messages(redis_client, queue_name)
+    new = Broker(redis_client, config(**{queue_name: 2}))
+    repartition(redis_client, new.scripts, new.keys(queue_name), 2)
+    new.consumers.ensure(queue_name, "billing")
+    # When it re-drives dead letters of partitions 0 and 3
+    replies = forgotten.dead_letters.redrive_envelopes(
+        [(Place(queue_name, p), "billing", {"payload": "1"}) for p in (0, 3)]
+    )
+    # Then each is answered with the mismatch, and no partition's input got anything
+    assert [type(r) for r in replies] == [PartitionsMismatch, PartitionsMismatch]
+    base = queue_keys("redisq", queue_name)
+    directs = [base.partition(p).group("billing").direct for p in range(4)]
+    assert sum(redis_client.xlen(d) for d in directs if redis_client.type(d) == b"stream") == 0
+
+
 # -- 2. K changed under a forgotten publisher ------------------------------------------------
 
 

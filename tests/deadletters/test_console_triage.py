@@ -22,10 +22,9 @@ from django.utils.http import urlencode
 
 from redisq_django import deadletters
 from redisq_django.connection import get_broker
-from redisq_django.core.dead_entry import normalise_error
 from redisq_django.deadletters import triage
 from redisq_django.models import DeadLetter, DeadLetterFailure
-from tests.support.console_data import failure, kill, undecodable
+from tests.support.console_data import failure, kill, many_dead, undecodable
 from tests.support.reading import read_all
 
 pytestmark = [pytest.mark.django_db, pytest.mark.site_broker]
@@ -38,29 +37,6 @@ def ops() -> Client:
     client = Client()
     client.force_login(User.objects.create_superuser("ops", password="pw"))
     return client
-
-
-def many_dead(broker: Any, queue: str, consumer: str, n: int, **row: Any) -> list[str]:
-    """``n`` dead-letter rows of ``consumer`` as the sink stores them (written in bulk:
-    dying 5,000 times through a worker would take minutes); returns their message ids."""
-    broker.consumers.ensure(queue, consumer)
-    ids = [f"{consumer}-{i:05}" for i in range(n)]
-    DeadLetter.objects.bulk_create(
-        DeadLetter(
-            queue=queue,
-            consumer=consumer,
-            message_id=message_id,
-            payload=json.dumps({"n": i}),
-            envelope={"id": message_id, "payload": json.dumps({"n": i}), "published_at": "1"},
-            reason="failed",
-            error_class=row.get("error_class", "ValueError"),
-            error_message=f"card declined for order {i}",
-            error_key=normalise_error(f"card declined for order {i}"),
-            attempts=6,
-        )
-        for i, message_id in enumerate(ids)
-    )
-    return ids
 
 
 def hidden_fields(html: str) -> list[tuple[str, str]]:

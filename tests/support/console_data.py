@@ -4,10 +4,11 @@ long payloads and tracebacks, one that died twice, and an undecodable one."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from redisq_django.core.dead_entry import Failure
+from redisq_django.core.dead_entry import Failure, normalise_error
 from redisq_django.deadletters.sinking import sink
 from redisq_django.models import Consumer, DeadLetter, Queue
 
@@ -38,6 +39,29 @@ def kill(
         sub.ack([m for m in messages if m.id != message_id])
         sub.reject(message, error)
     return str(message_id)
+
+
+def many_dead(broker: Any, queue: str, consumer: str, n: int, **row: Any) -> list[str]:
+    """``n`` dead-letter rows of ``consumer`` as the sink stores them (written in bulk:
+    dying 5,000 times through a worker would take minutes); returns their message ids."""
+    broker.consumers.ensure(queue, consumer)
+    ids = [f"{consumer}-{i:05}" for i in range(n)]
+    DeadLetter.objects.bulk_create(
+        DeadLetter(
+            queue=queue,
+            consumer=consumer,
+            message_id=message_id,
+            payload=json.dumps({"n": i}),
+            envelope={"id": message_id, "payload": json.dumps({"n": i}), "published_at": "1"},
+            reason="failed",
+            error_class=row.get("error_class", "ValueError"),
+            error_message=f"card declined for order {i}",
+            error_key=normalise_error(f"card declined for order {i}"),
+            attempts=6,
+        )
+        for i, message_id in enumerate(ids)
+    )
+    return ids
 
 
 def undecodable(broker: Any, queue: str, consumer: str, message_id: str) -> None:

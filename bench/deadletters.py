@@ -2,7 +2,9 @@
 "Retry group" and "Retry all matching" and ``manage.py redisq dead retry`` call — on
 10,000 dead-letter rows in SQLite (an on-disk file, Django's defaults), by a staff user
 (so with the admin history written): rows of two plain consumers, and rows of a Django
-task queue (whose FAILED results a retry makes READY again). Against a hand-written
+task queue (whose FAILED results a retry makes READY again); each also with every Redis
+reply held 1 ms (``slow_link``: a Redis across a data centre, where each round trip per
+row costs a millisecond). Against a hand-written
 floor in the same run: the plain rows read in chunks of 500, their envelopes sent in one
 pipeline of ``XADD`` per chunk and marked with one ``UPDATE`` per chunk (no check that a
 row is still dead, no admin history, no signal).
@@ -28,6 +30,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "bench"))
+
+from slow_link import SlowLink  # noqa: E402
 
 ROWS = 10_000
 #: Rows per second a bulk retry must reach (issue 36, point 7).
@@ -39,6 +44,8 @@ CONSUMERS = ("billing", "email")
 #: READY again (the tasks backend's receiver of ``dead_letters_retried``).
 TASK_QUEUE = "tasks.jobs"
 TASK_CONSUMER = "tasks"
+#: The far rows: each reply held this long (a Redis across a data centre, not loopback).
+FAR_MS = 1.0
 #: A traceback 20 frames deep (2.6 kB), as a handler's failure leaves one in every row.
 TRACEBACK = (
     "Traceback (most recent call last):\n"
@@ -194,6 +201,16 @@ def profile(kind: str) -> str:
     return out.getvalue()
 
 
+def far(url: str, kind: str) -> float:
+    """:func:`ours` with the Redis :data:`FAR_MS` away (``slow_link``): what a retry
+    costs when each round trip does."""
+    from django.test import override_settings
+
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with SlowLink(port, FAR_MS) as slow_url, override_settings(REDISQ={"URL": slow_url}):
+        return ours(kind)
+
+
 def main() -> int:
     import redis
 
@@ -206,12 +223,16 @@ def main() -> int:
         fill(client, kind)
         print(profile(kind))
         return 0
-    res: dict[str, list[float]] = {"plain": [], "tasks": [], "floor": []}
+    names = ["plain", "tasks", "plain_far", "tasks_far", "floor"]
+    res: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
-        for name in list(res) if rep % 2 == 0 else reversed(list(res)):
-            kind = "plain" if name == "floor" else name
+        for name in names if rep % 2 == 0 else reversed(names):
+            kind = "plain" if name == "floor" else name.removesuffix("_far")
             fill(client, kind)
-            res[name].append(floor(client) if name == "floor" else ours(kind))
+            if name == "floor":
+                res[name].append(floor(client))
+            else:
+                res[name].append(far(url, kind) if name.endswith("_far") else ours(kind))
             assert delivered(client, kind) == ROWS, delivered(client, kind)
     print(json.dumps(res))
     return 0
@@ -219,18 +240,26 @@ def main() -> int:
 
 def deadletter_rows(res: dict[str, list[float]], median: Any, row: Any) -> list[dict]:
     """Rows of the results table (``bench/run.py``): ours against the target (1,000
-    rows/s), the floor in the raw column."""
+    rows/s); in the raw column the floor, or for a far row the same on loopback."""
     floor_rate = ROWS / median(res["floor"])
     rows = []
-    for name, label in (("plain", "dead letters"), ("tasks", "task dead letters")):
+    for name, label, raw in (
+        ("plain", "dead letters", "read + XADD pipeline + UPDATE per 500"),
+        ("tasks", "task dead letters", "read + XADD pipeline + UPDATE per 500"),
+        ("plain_far", f"dead letters, Redis {FAR_MS:g} ms away", "on loopback"),
+        ("tasks_far", f"task dead letters, Redis {FAR_MS:g} ms away", "on loopback"),
+    ):
+        if name not in res:  # a run of an older bench/deadletters.py
+            continue
         rate = ROWS / median(res[name])
+        near = ROWS / median(res[name.removesuffix("_far")]) if raw == "on loopback" else None
+        base = near if near is not None else floor_rate
         rows.append(
             row(
-                f"bulk retry of {ROWS // 1000}k {label} (SQLite, admin history) vs "
-                "read + XADD pipeline + UPDATE per 500",
+                f"bulk retry of {ROWS // 1000}k {label} (SQLite, admin history) vs {raw}",
                 f"{rate:,.0f} rows/s",
-                f"{floor_rate:,.0f} rows/s",
-                f"{rate / floor_rate:.2f}x",
+                f"{base:,.0f} rows/s",
+                f"{rate / base:.2f}x",
                 f">= {TARGET:,} rows/s",
                 "yes" if rate >= TARGET else "NO",
             )

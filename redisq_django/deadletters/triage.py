@@ -7,7 +7,8 @@ Every retry and discard is recorded in the admin history (``LogEntry``, one per 
 and when) when a user is given, and sent as the ``dead_letters_retried`` /
 ``dead_letters_discarded`` signals once per chunk.
 
-A retry of a chunk is one database transaction and one Redis round trip, in this order:
+A retry of a chunk is one database transaction and one write to Redis (a second one for
+the results of task dead letters, after the commit), in this order:
 
 1. claim: its rows still dead are marked retried, by whom and when (one ``UPDATE …
    WHERE status = 'dead'``, which takes their locks, the database's write lock on

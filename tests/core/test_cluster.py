@@ -146,6 +146,24 @@ def test_a_bulk_redrive_reaches_queues_on_different_nodes_in_one_call(
         assert ids(drain(sub[q], expected=3)) == [f"{q}-{n}" for n in range(3)]
 
 
+def test_task_results_of_queues_on_different_nodes_are_ready_again_in_one_call(
+    cluster_broker: Broker,
+) -> None:
+    # Given FAILED task results of each queue (their slots on different masters)
+    broker = cluster_broker
+    for queue in QUEUES:
+        broker.client.hset(broker.keys(queue).task_result("r-1"), "status", "FAILED")
+    # When a bulk retry makes them READY again in one call (one more id that is gone)
+    expire = int(time.time() * 1000) + 60_000
+    changed = broker.task_results.ready_many(
+        [(q, "r-1", expire) for q in QUEUES] + [(QUEUES[0], "gone", expire)]
+    )
+    # Then each changed, on its own node
+    assert changed == [True] * len(QUEUES) + [False]
+    statuses = {broker.client.hget(broker.keys(q).task_result("r-1"), "status") for q in QUEUES}
+    assert statuses == {b"READY"}
+
+
 def test_schedule_claim_on_cluster(cluster_broker: Broker) -> None:
     # Given the schedules' claimed ticks, a key outside any hash tag
     claimed = schedule_keys("redisq").claimed

@@ -4,7 +4,9 @@ records are written with raw redis-py, as another client would."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
 
 import pytest
@@ -140,3 +142,30 @@ def test_deeply_nested_delayed_and_retry_entries_leave_those_lists_up(
         assert "unreadable:" in page
     assert made.delayed[0] in pages[0] and made.delayed[0] in pages[1]
     assert made.retrying[0] in pages[2]
+
+
+@pytest.mark.parametrize("where", ["delayed", "retrying"])
+def test_an_unreadable_delayed_or_retry_entry_is_not_offered_deliver_now_and_says_why(
+    broker: Any, made: Live, queue_name: str, root: Client, where: str
+) -> None:
+    # Given a member no client of ours would write (no JSON object of strings) among the
+    # queue's delayed messages and billing's retries
+    keys = broker.keys(queue_name)
+    zset = keys.delayed if where == "delayed" else keys.group("billing").retry
+    broker.client.zadd(zset, {b"\xff\xfe not json": 1})
+    # When staff who may act open the list
+    page = shown(root, consumer_page(queue_name, where))
+    rows = re.findall(r"<tr[^>]*>.*?</tr>", page, re.S)
+    hostile = [r for r in rows if "not json" in r]
+    real = [r for r in rows if (made.delayed[0] if where == "delayed" else made.retrying[0]) in r]
+    # Then its row offers no Deliver now and says why; a readable one's still does
+    assert len(hostile) == 1 and len(real) == 1
+    assert "redisq-deliver" not in hostile[0]
+    assert "No Deliver now" in hostile[0] and "dead letter" in hostile[0]
+    assert "redisq-deliver" in real[0]
+    # ... and so does its own page
+    link = re.search(r'<a class="redisq-msg" href="([^"]+)"', hostile[0])
+    assert link
+    message = shown(root, html.unescape(link[1]))
+    assert 'id="redisq-deliver-now"' not in message
+    assert "No Deliver now" in message

@@ -18,6 +18,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 
 from redisq_django import figures
 from redisq_django.core.instances import Instance
@@ -111,9 +112,18 @@ def _preview(entry: Entry) -> SafeString:
     return format_html('<code class="redisq-preview">{}</code>', entry.preview)
 
 
+#: Why an unreadable delayed or retry entry has no *Deliver now* (its row and its page).
+UNDELIVERABLE = _lazy(
+    "No Deliver now: another Redis client wrote this entry and it is no message of ours. "
+    "Delivered, it would only become a dead letter no handler can read."
+)
+
+
 def _deliver(links: Links, entry: Entry) -> SafeString:
     if not links.can_change:
         return SafeString("")  # format_html() without arguments is a TypeError on Django 6
+    if entry.unreadable:
+        return format_html('<span class="redisq-no-deliver">{}</span>', UNDELIVERABLE)
     return format_html(
         '<form method="post" action="{}" class="redisq-deliver-form">'
         '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'

@@ -44,6 +44,7 @@ from redisq_django.admin.live.charts import (
 from redisq_django.admin.live.held_keys import EndForm, declared_ordered, held_context
 from redisq_django.admin.live.lists import (
     BULK_FORM,
+    UNDELIVERABLE,
     Links,
     consumer_rows,
     endable,
@@ -152,6 +153,8 @@ class LivePages:
                 for k, v in (reading.value.fields.items() if reading.value else ())
             ),
             "deliverable": ref.partition(":")[0] in (S_DELAYED, S_RETRY),
+            "unreadable": bool(reading.value and reading.value.unreadable),
+            "undeliverable": UNDELIVERABLE,
             "endable": endable(ref, name),
         }
         return TemplateResponse(request, "admin/redisq_django/live/message.html", context)

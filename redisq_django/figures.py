@@ -182,10 +182,25 @@ def age(seconds: float | None) -> str:
 
 
 def dead_cell(rows: int, in_redis: int | None) -> SafeString:
-    """Dead letters: rows in the database plus those still in Redis (unknown: ``n+?``)."""
+    """Dead letters: rows in the database plus those still in Redis (unknown: the rows,
+    said as such, :func:`dead_rows_only`)."""
     if in_redis is None:
-        return figure(f"{rows}+?", "dead")
+        return dead_rows_only(rows)
     return figure(rows + in_redis, "dead")
+
+
+def dead_rows_only(rows: int) -> SafeString:
+    """The dead letters known while Redis cannot say how many it still holds: ``6 in the
+    database, Redis unknown`` (``6+?`` read as a sum to finish, or as six)."""
+    return format_html(
+        '<span class="redisq-fig redisq-dead-rows" title="{}">{} <span class="redisq-dead-note">'
+        '{} <span class="redisq-unknown" title="{}">{}</span></span></span>',
+        HELP["dead"],
+        rows,
+        _("in the database,"),
+        UNKNOWN_TITLE,
+        _("Redis unknown"),
+    )
 
 
 def instances(alive: int | None, stalled: bool, threads: int | None = None) -> SafeString:

@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from redisq_django import figures
 from redisq_django.admin.common import BREADCRUMBS_OL, ReadOnlyPages
 from redisq_django.admin.live import (
+    answered_ago_ms,
     live_stats,
     overview_trends,
     queue_names,
@@ -130,7 +131,12 @@ class OverviewAdmin(ReadOnlyPages):
             for region, name in regions.items()
         }
         return JsonResponse(
-            {"updated": context["read_at_ms"], "error": context["redisq_error"], "html": html}
+            {
+                "updated": context["read_at_ms"],
+                "error": context["redisq_error"],
+                "answered_ago_ms": context["answered_ago_ms"],
+                "html": html,
+            }
         )
 
     def overview_page_context(self, request: HttpRequest, *, charts: bool) -> dict[str, Any]:
@@ -139,6 +145,7 @@ class OverviewAdmin(ReadOnlyPages):
         range_name = range_of(request.GET.get("range"))[0]
         context.update(
             read_at_ms=now_ms(),
+            answered_ago_ms=answered_ago_ms(),
             refresh_seconds=self.refresh_seconds,
             chart_refresh_seconds=self.chart_refresh_seconds,
             range_name=range_name,

@@ -95,6 +95,42 @@ def test_a_stopped_redis_gives_every_page_a_banner_and_unknown_figures(
         assert root.get(page).status_code == 200
 
 
+def test_with_redis_down_the_pages_say_how_old_the_last_answer_is_and_dead_letters_in_words(
+    settings: Any, volatile_redis_server: Any, root: Client
+) -> None:
+    # Given an incident (billing has 6 dead letters in the database) in a Redis that
+    # answered the overview, then stopped a second later
+    settings.REDISQ = {"URL": volatile_redis_server.url}
+    made = incident(get_broker(), "shop")
+    live.clear()
+    assert root.get(url("overview_data")).json()["answered_ago_ms"] < 1000
+    volatile_redis_server.stop()
+    time.sleep(1.0)
+    pages = {
+        "overview": url("overview_changelist"),
+        "queues": url("queue_changelist"),
+        "consumers": url("consumer_changelist"),
+        "queue live": url("queue_live", "shop"),
+        "billing live": url("consumer_live", "shop", "billing"),
+    }
+    for name, page in pages.items():
+        html = root.get(page).content.decode()
+        # Then no dead-letter figure reads "6+?": the rows are said as rows, Redis unknown
+        assert "+?" not in html, name
+        assert re.search(r">6 <span class=\"redisq-dead-note\">in the database,", html), name
+        assert "Redis unknown" in html, name
+        if "live" in name or name == "overview":
+            # ... and a live page knows it failed and how old Redis's last answer is
+            # (not "updated now": its script says so, tests/browser)
+            assert 'data-error="1"' in html, name
+            ago = re.search(r'data-answered-ago="(\d+)"', html)
+            assert ago and int(ago[1]) >= 1000, name
+    for data in (url("overview_data"), url("queue_live_data", "shop")):
+        answer = root.get(data).json()
+        assert answer["error"] and answer["answered_ago_ms"] >= 1000
+    assert made.queue == "shop"
+
+
 # -- what the figures say ------------------------------------------------------------------
 
 

@@ -4,7 +4,8 @@
   no retries), :func:`guarded` reads that give a :class:`Reading` (a value, or why Redis
   could not answer, with an outage remembered for a few seconds), :func:`live_stats` of
   many queues in two round trips (a :class:`Live`), :func:`queue_names`, :func:`status`,
-  and :func:`forget_figures` / :func:`clear` of what it cached;
+  :func:`answered_ago_ms` (how old the last good figures are), and
+  :func:`forget_figures` / :func:`clear` of what it cached;
 - live figures in a changelist (:mod:`.row_figures`): :class:`LiveRows`, which the queue
   and consumer admins hold, and the :func:`live_column` columns that show them;
 - the live pages of a logical consumer and of a queue (:mod:`.pages`, their actions
@@ -25,6 +26,7 @@ from redisq_django.admin.live.access import (
     Live,
     Reading,
     admin_broker,
+    answered_ago_ms,
     clear,
     forget_figures,
     guarded,
@@ -48,6 +50,7 @@ __all__ = [
     "LiveRows",
     "Reading",
     "admin_broker",
+    "answered_ago_ms",
     "clear",
     "declared_ordered",
     "forget_figures",

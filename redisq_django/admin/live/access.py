@@ -56,6 +56,9 @@ DOWN_S = 5.0
 _lock = threading.Lock()
 _stats: dict[str, tuple[float, QueueStats]] = {}
 _down: dict[str, Any] = {"until": 0.0, "reason": ""}
+# When Redis last answered a read of this process (monotonic s; None: never), so that a page
+# opened during an outage can say how old the last good figures are, not "updated now".
+_answered: dict[str, float | None] = {"at": None}
 _sampled: dict[str, float] = {}  # queue -> when this process last recorded its samples
 
 
@@ -119,7 +122,10 @@ def guarded(read: Callable[[Broker], T]) -> Reading[T]:
     broker = None
     try:
         broker = admin_broker()
-        return Reading(read(broker))
+        value = read(broker)
+        with _lock:
+            _answered["at"] = time.monotonic()
+        return Reading(value)
     except (*_OUTAGES, RedisClusterException) as exc:
         if isinstance(exc, RedisClusterException) and not _cluster_outage(exc, broker):
             logger.warning("Admin: a read from Redis failed: %s", exc)
@@ -210,6 +216,14 @@ def status() -> Reading[bool]:
     return guarded(lambda broker: broker.operator.ping())
 
 
+def answered_ago_ms() -> int | None:
+    """Milliseconds since Redis last answered a read of this process (None: never, since
+    it started or since :func:`clear`): how old the last good figures are."""
+    with _lock:
+        at = _answered["at"]
+    return None if at is None else int((time.monotonic() - at) * 1000)
+
+
 def forget_figures() -> None:
     """Forget the cached figures (an action changed them), keeping the client and any
     outage remembered."""
@@ -224,4 +238,5 @@ def clear() -> None:
         _stats.clear()
         _sampled.clear()
         _down.update(until=0.0, reason="")
+        _answered["at"] = None
     admin_broker.cache_clear()

@@ -33,7 +33,7 @@ from django.utils.translation import gettext as _
 from redisq_django import figures
 from redisq_django.admin.detail import pretty_json
 from redisq_django.admin.live import snapshots
-from redisq_django.admin.live.access import guarded
+from redisq_django.admin.live.access import answered_ago_ms, guarded
 from redisq_django.admin.live.charts import (
     partition_charts,
     range_links,
@@ -124,6 +124,7 @@ class LivePages:
             {
                 "updated": snapshot.read_at_ms,
                 "error": snapshot.error,
+                "answered_ago_ms": context["answered_ago_ms"],
                 "figures": context["numbers"],
                 "html": html,
             }
@@ -210,6 +211,7 @@ class LivePages:
             row=row,
             title=f"{queue}/{name}" if name else queue,
             redisq_error=snapshot.error,
+            answered_ago_ms=answered_ago_ms(),
             list_name=list_name,
             lists=self._tabs(lists, snapshot, dead_rows, context["page_url"], params),
             refresh_seconds=self.owner.refresh_seconds,
@@ -371,8 +373,11 @@ class LivePages:
                 held = numbers["held_back"] or 0
                 html = figures.backlog(value, held) if value is not None else missing
             elif key == "dead":
-                rows_only = f"{dead_rows}+?" if snapshot.error else dead_rows
-                html = figures.figure(value if known else rows_only, key)
+                html = (
+                    figures.figure(value if known else dead_rows, key)
+                    if known or not snapshot.error
+                    else figures.dead_rows_only(dead_rows)
+                )
                 html = format_html('<a href="{}">{}</a>', dead_url, html)
             else:
                 html = figures.figure(value, key) if value is not None else missing

@@ -37,7 +37,7 @@ def charts_of(html: str) -> dict[str, tuple[dict[str, str], dict[str, Any]]]:
     """Each chart's id -> (its data-total-* attributes, its spec)."""
     out = {}
     for m in FIGURE.finditer(html):
-        totals = dict(re.findall(r'data-total-([a-z]+)="([^"]*)"', m["attrs"]))
+        totals = dict(re.findall(r'data-total-([a-z0-9-]+)="([^"]*)"', m["attrs"]))
         out[m["id"]] = (totals, json.loads(m["spec"]))
     return out
 
@@ -118,3 +118,44 @@ def test_a_spec_cannot_close_its_script_element(root: Client, made: Live) -> Non
     data = root.get(data_url(made.queue, "billing"), {"charts": "1"}).json()
     for m in FIGURE.finditer(data["html"]["charts"]):
         assert "<" not in m["spec"]
+
+
+def test_handled_is_drawn_per_consumer_on_a_queue_page_and_said_summed_on_the_overview(
+    root: Client, redisq_settings: Any, queue_name: str
+) -> None:
+    # Given a queue with 6 messages published, all handled by billing, 2 by email
+    live.clear()
+    broker = get_broker()
+    for name in ("billing", "email"):
+        broker.consumers.ensure(queue_name, name)
+    broker.publish_many(queue_name, [{"n": n} for n in range(6)])
+    for name, count in (("billing", 6), ("email", 2)):
+        with broker.subscribe(queue_name, name) as sub:
+            sub.ack(sub.fetch(count=count, block_ms=500))
+
+    # When staff open the queue's charts
+    data = root.get(data_url(queue_name, None), {"charts": "1", "range": "15m"}).json()
+    totals, spec = charts_of(data["html"]["charts"])["redisq-chart-throughput"]
+    # Then published stands beside a handled line per consumer, each comparable with it,
+    # never one line of 8 "handled" against 6 published
+    assert [s["label"] for s in spec["series"]] == [
+        "published",
+        "handled by billing",
+        "handled by email",
+    ]
+    assert totals == {"published": "6", "handled-0": "6", "handled-1": "2"}
+    assert spec["maxSeries"] >= 3 and "added up" in spec["otherLabel"]
+
+    # When they open a consumer's charts, its own handled line is what it handled
+    data = root.get(data_url(queue_name, "email"), {"charts": "1", "range": "15m"}).json()
+    totals, spec = charts_of(data["html"]["charts"])["redisq-chart-throughput"]
+    assert [s["label"] for s in spec["series"]] == ["published", "handled"]
+    assert totals == {"published": "6", "handled": "2"}
+
+    # When they open the overview (every queue: no room for a line per consumer)
+    page = root.get(reverse("admin:redisq_django_overview_changelist"), {"range": "15m"})
+    totals, spec = charts_of(page.content.decode())["redisq-chart-throughput"]
+    # Then its handled line says it adds consumers up, and how many
+    handled = spec["series"][1]["label"]
+    assert re.fullmatch(r"handled \(all \d+ consumers, added up\)", handled), handled
+    assert int(re.search(r"\d+", handled)[0]) >= 2

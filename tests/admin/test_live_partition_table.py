@@ -101,6 +101,10 @@ def test_each_partition_has_its_row_and_the_hot_and_stuck_ones_say_why(
         assert cells["handled_rate"] == rate(HANDLED if part == 0 else 0)
         assert int(cells["threads"]) == skewed.threads[part]
         assert cells["oldest_unacked"].endswith("s")  # seconds old: published just now
+    # ... its handled rate headed as what it is: billing's and audit's added up (no match
+    # for published, which each of them must handle)
+    heads = re.search(r'<table[^>]*id="redisq-partitions".*?</thead>', html, re.S)
+    assert heads and "handled / min (all 2 consumers, added up)" in text(heads[0])
     # and the hot partition 2 is flagged, its backlog and publish rate marked
     assert "redisq-partition-hot" in rows[2]["class"]
     assert {f for f, css in rows[2]["css"].items() if "redisq-flagged" in css} == {

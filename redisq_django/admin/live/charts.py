@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join, json_script
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from redisq_django.core.trends import (
     BACKLOG,
@@ -105,11 +106,13 @@ def chart(
     span_ms: tuple[int, int],
     empty_text: str = "",
     max_series: int | None = None,
+    other_label: str | None = None,
 ) -> SafeString:
     """One chart of ``series`` over the points starting at ``starts_ms``, its time axis
     spanning ``span_ms`` (the whole range, however few points it holds); ``empty_text``
     is shown over it when it has nothing but gaps (and zeros, for counted series);
-    ``max_series``: lines before the smallest are folded into one (charts.js' default: 6).
+    ``max_series``: lines before the smallest are folded into one (charts.js' default: 6),
+    labelled ``other_label`` (``{n}``: how many; default ``other ({n})``).
     """
     empty = all(v is None or (v == 0 and s.total is not None) for s in series for v in s.values)
     spec: dict[str, Any] = {
@@ -129,6 +132,8 @@ def chart(
         spec["empty"] = empty_text
     if max_series is not None:
         spec["maxSeries"] = max_series
+    if other_label is not None:
+        spec["otherLabel"] = other_label
     totals = format_html_join(
         "",
         ' data-total-{}="{}"',
@@ -164,7 +169,11 @@ def unknown_charts(error: str) -> SafeString:
 
 
 def trend_charts(
-    trends: Sequence[Trend], consumers: Sequence[str] | None, range_name: str | None
+    trends: Sequence[Trend],
+    consumers: Sequence[str] | None,
+    range_name: str | None,
+    *,
+    handled_by_consumer: bool = False,
 ) -> SafeString:
     """Throughput, failures, backlog and handler time over ``trends`` (summed over the
     queues given), for every consumer or only ``consumers``.
@@ -172,6 +181,12 @@ def trend_charts(
     Counters are per minute (a point of several minutes shows their average per minute);
     the backlog is the largest sample of each point (sampled every 15 s for every consumer
     while any worker runs, or while a live page is open: ``core/trends.py``).
+
+    Every consumer receives every message of its queue, so handled summed over several
+    consumers is not comparable with published (3 consumers keeping up with 1,200
+    published a minute handle 3,600). ``handled_by_consumer`` (a queue's page) draws a
+    handled line per consumer, each comparable with published, so that one falling
+    behind shows; otherwise the summed line says in its label how many it adds up.
     """
     _name, minutes, size = range_of(range_name)
     columns: list[list[Bucket]] = [t.buckets(size) for t in trends]
@@ -209,6 +224,34 @@ def trend_charts(
     def counted(label: str, name: str, of: Sequence[str] | None) -> Series:
         return Series(label, name, per_minute(name, of), total(name, of))
 
+    throughput = [counted(_("published"), PUBLISHED, None)]
+    other_label = None
+    if handled_by_consumer:
+        throughput += [
+            Series(
+                _("handled by %(consumer)s") % {"consumer": name},
+                f"handled-{i}",
+                per_minute(HANDLED, [name]),
+                total(HANDLED, [name]),
+            )
+            for i, name in enumerate(names)
+        ]
+        other_label = _("handled by {n} other consumers, added up")
+    else:
+        # The overview's consumers of every queue, each counted once per queue.
+        n = len(names) if consumers is not None else sum(len(t.consumers()) for t in trends)
+        label = (
+            _("handled")
+            if n <= 1
+            else ngettext(
+                "handled (all %(n)d consumer, added up)",
+                "handled (all %(n)d consumers, added up)",
+                n,
+            )
+            % {"n": n}
+        )
+        throughput.append(counted(label, HANDLED, names))
+
     per_min = _("per minute")
     nothing = _("nothing in this range")
     return format_html(
@@ -218,10 +261,12 @@ def trend_charts(
             "redisq-chart-throughput",
             _("Throughput"),
             per_min,
-            [counted(_("published"), PUBLISHED, None), counted(_("handled"), HANDLED, names)],
+            throughput,
             starts,
             span,
             nothing,
+            MAX_PARTITION_LINES if handled_by_consumer else None,
+            other_label,
         ),
         chart(
             "redisq-chart-failures",

@@ -438,7 +438,9 @@ class LivePages:
     def _charts(self, snapshot: snapshots.Snapshot, name: str | None, range_name: str) -> Any:
         if snapshot.trends is None:
             return unknown_charts(snapshot.error) if snapshot.error else ""
-        charts = trend_charts(snapshot.trends, [name] if name else None, range_name)
+        charts = trend_charts(
+            snapshot.trends, [name] if name else None, range_name, handled_by_consumer=not name
+        )
         if name is not None:
             return charts
         # First, right under the partitions' table (nothing for a queue of one partition)

@@ -256,6 +256,12 @@ def table_context(
         if not trends_on
         else figures.absent()
     )
+    labels = {k: figures.LABELS[k] for k in COLUMNS}
+    consumers = len(stats.consumers) if stats is not None else 0
+    if consumers > 1:  # summed, it is no match for published: say so where it is read
+        labels["handled_rate"] = _("handled / min (all %(n)d consumers, added up)") % {
+            "n": consumers
+        }
     table = []
     for row in rows:
         cells = []
@@ -267,10 +273,10 @@ def table_context(
             else:
                 html = figures.figure(_value(row, key), key)
             css = "redisq-flagged" if any(f.figure == key for f in row.flags) else ""
-            cells.append({"key": key, "label": figures.LABELS[key], "html": html, "css": css})
+            cells.append({"key": key, "label": labels[key], "html": html, "css": css})
         table.append({"row": row, "cells": cells})
     return {
-        "heads": [(figures.LABELS[k], figures.HELP[k]) for k in COLUMNS],
+        "heads": [(labels[k], figures.HELP[k]) for k in COLUMNS],
         "table": table,
         "count": count,
         "known": stats is not None and len(stats.partitions) == count,

@@ -21,6 +21,8 @@
  *   empty      text shown over a chart that has no value but gaps and zeros
  *   maxSeries  at most this many lines (default 6): the largest by sum stay, the rest are
  *              summed into one "other (N)" line, so colours never repeat
+ *   otherLabel that line's label, "{n}" standing for how many it sums (default
+ *              "other ({n})")
  *   height     pixels (default 220); the width follows the element's
  *   tz         an IANA time zone for the time axis (default: the browser's)
  *   yMin       the scale's floor (default 0: every figure we draw is a count or a time)
@@ -115,7 +117,7 @@
   }
 
   // The largest series by sum keep their own line; the rest become one "other" line.
-  function fold(series, most) {
+  function fold(series, most, label) {
     if (series.length <= most) { return series; }
     var ranked = series.slice().sort(function (a, b) { return sum(b.values) - sum(a.values); });
     var kept = ranked.slice(0, most - 1), rest = ranked.slice(most - 1);
@@ -128,7 +130,8 @@
       }
       other[i] = v;
     }
-    kept.push({label: "other (" + rest.length + ")", values: other, other: true});
+    kept.push({label: (label || "other ({n})").replace("{n}", rest.length), values: other,
+               other: true});
     return kept;
   }
 
@@ -145,7 +148,7 @@
     if (el._redisqChart) { el._redisqChart.destroy(); }
     var old = el.querySelector(".redisq-uplot-empty");
     if (old) { old.remove(); }
-    var series = fold(spec.series || [], spec.maxSeries || 6);
+    var series = fold(spec.series || [], spec.maxSeries || 6, spec.otherLabel);
     var unit = spec.unit || "";
     var tick = formatter(unit, false), fmt = formatter(unit, true);
     var tz = spec.tz, xRange = timeRange(spec);

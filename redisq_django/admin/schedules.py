@@ -4,6 +4,7 @@ apply every change within seconds."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django import forms
@@ -11,20 +12,28 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import formats, timezone
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import figures
-from redisq_django.admin.live import status
+from redisq_django.admin.live import guarded, status
 from redisq_django.conf import check_queue_known
 from redisq_django.core.clock import datetime_to_ms, ms_to_datetime
 from redisq_django.core.errors import ConfigurationError
 from redisq_django.core.keys import validate_name
 from redisq_django.models import Schedule
-from redisq_django.schedules.listing import row_next_tick
+from redisq_django.schedules.listing import (
+    DISABLED,
+    ENABLED,
+    INVALID,
+    NOT_DECLARED,
+    row_next_tick,
+    row_state,
+)
+from redisq_django.schedules.scheduler import REPAIR_AFTER_MS
 from redisq_django.schedules.schedule_sync import differs_from_code, spec_from_snapshot
 from redisq_django.schedules.spec import QueueTarget, target_of
 from redisq_django.schedules.targets import load_task
@@ -37,6 +46,8 @@ RESET_LOG = "Reset to the code's declaration"
 
 #: The attribute of a listed row holding why Redis did not answer ("" when it did).
 REDIS_ERROR = "_redisq_error"
+#: The attribute of a listed row holding its latest (claimed, sent) ticks in Redis, ms.
+TICKS = "_redisq_ticks"
 NEXT_RUN_UNKNOWN = _(
     "Unknown: Redis does not answer, and no schedule fires until it does (then the due "
     "runs are caught up as each schedule's missed policy says)."
@@ -45,6 +56,29 @@ NEXT_RUN_UNKNOWN = _(
 
 def _banner(error: str) -> dict[str, Any]:
     return {"redisq_error": error}
+
+
+def _when(value: dt.datetime | None) -> SafeString:
+    """A time as ``2026-11-27 13:05:07 UTC``: to the second (ticks fire at seconds), in
+    24-hour time and the current time zone (named: a cron has a zone of its own); the
+    locale's date format stopped at the minute, in 12-hour time."""
+    if value is None:
+        return format_html("{}", "-")
+    local = timezone.localtime(value)
+    return format_html('<time datetime="{}">{}</time>', local.isoformat(), _text(local))
+
+
+def _text(local: dt.datetime) -> str:
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+#: Each state's badge: a word, its colour only a complement.
+STATE_BADGES = {
+    ENABLED: ("redisq-active", _("enabled")),
+    DISABLED: ("redisq-off", _("disabled")),
+    NOT_DECLARED: ("redisq-off", _("not run: no longer declared in code")),
+    INVALID: ("redisq-dead", _("not run: invalid")),
+}
 
 
 #: Columns of a declared schedule that only the code changes.
@@ -96,8 +130,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "name",
         "timing_display",
         "target_display",
-        "enabled",
-        "last_run_at",
+        "state_display",
+        "last_run",
         "next_tick",
         "origin",
         "changed_in_admin",
@@ -117,8 +151,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "origin",
                     "declared",
                     "declaration",
-                    "since",
-                    "last_run_at",
+                    "ticking_since",
+                    "last_run",
                     "next_tick",
                     "last_message_id",
                 )
@@ -129,8 +163,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "origin",
         "declared",
         "declaration",
-        "since",
-        "last_run_at",
+        "ticking_since",
+        "last_run",
         "next_tick",
         "last_message_id",
     )
@@ -150,13 +184,21 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return gettext("invalid: %(error)s") % {"error": exc}
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        # One PING per page: schedules fire through Redis, so while it does not answer
-        # the page says so (the banner) and shows no next run it cannot know.
-        error = status().error
+        # One round trip per page: schedules fire through Redis, so while it does not
+        # answer the page says so (the banner) and shows no next run it cannot know; when
+        # it does, its claimed and sent ticks say which tick failed to go out.
+        names = list(Schedule.objects.values_list("name", flat=True))
+        ticks: dict[str, tuple[int, int]] = {}
+        if names:
+            reading = guarded(lambda broker: broker.schedule_ledger.ticks(names))
+            error, ticks = reading.error, reading.value or {}
+        else:
+            error = status().error
         response = super().changelist_view(request, {**(extra_context or {}), **_banner(error)})
         cl = (getattr(response, "context_data", None) or {}).get("cl")
         for row in cl.result_list if cl is not None else ():
             setattr(row, REDIS_ERROR, error)
+            setattr(row, TICKS, ticks.get(row.name))
         return response
 
     def changeform_view(
@@ -182,15 +224,52 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         tick = row_next_tick(obj, datetime_to_ms(timezone.now()))
         if tick is None:
             return None
-        return formats.localize(timezone.localtime(ms_to_datetime(tick)))
+        return _when(ms_to_datetime(tick))
+
+    @admin.display(description=_("state"), ordering="enabled")
+    def state_display(self, obj: Schedule) -> SafeString:
+        listed = row_state(obj, datetime_to_ms(timezone.now()))
+        css, label = STATE_BADGES.get(listed.state, ("redisq-off", listed.state))
+        badge = format_html('<span class="redisq-badge {}">{}</span>', css, label)
+        if listed.error:
+            return format_html("{} {}", badge, listed.error)
+        return badge
+
+    @admin.display(description=_("last run"), ordering="last_run_at")
+    def last_run(self, obj: Schedule) -> SafeString:
+        shown = _when(obj.last_run_at)
+        claimed, sent = getattr(obj, TICKS, None) or (0, 0)
+        # A worker claims a tick, publishes it, then marks it sent; still unsent well
+        # after it fell due, its publishing failed (each worker gives up after a few
+        # attempts) or no worker lived to finish it.
+        if claimed > sent and datetime_to_ms(timezone.now()) - claimed > REPAIR_AFTER_MS:
+            failed = format_html(
+                '<span class="redisq-tick-failed">{}</span>',
+                gettext(
+                    "tick of %(when)s not published: a worker claimed it and its publishing "
+                    "failed or stopped (the workers' log says why)"
+                )
+                % {"when": _text(timezone.localtime(ms_to_datetime(claimed)))},
+            )
+            return format_html("{}<br>{}", shown, failed)
+        return shown
+
+    @admin.display(description=_("ticking since"))
+    def ticking_since(self, obj: Schedule) -> SafeString:
+        return _when(obj.since)
 
     @admin.display(description=_("target"))
     def target_display(self, obj: Schedule) -> str:
         return f"task {obj.task}" if obj.task else f"queue {obj.queue}"
 
-    @admin.display(description=_("changed in admin"), boolean=True)
-    def changed_in_admin(self, obj: Schedule) -> bool | None:
-        return differs_from_code(obj) if obj.origin == Schedule.Origin.CODE else None
+    @admin.display(description=_("changed in admin"))
+    def changed_in_admin(self, obj: Schedule) -> str:
+        # Words, not Django's boolean icons: a red ✗ for "not changed" read as a failure.
+        if obj.origin != Schedule.Origin.CODE:
+            return gettext("made in the admin")
+        if differs_from_code(obj):
+            return gettext("changed in the admin")
+        return gettext("as declared in code")
 
     @admin.action(description=_("Enable selected"), permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:

@@ -8,6 +8,7 @@ whose import registers model admins."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -116,6 +117,21 @@ STALLED_TITLE = _(
     "Messages are waiting and no instance of this consumer is alive: start a worker "
     "(manage.py runconsumer) or check why its workers stopped."
 )
+
+
+#: Where a queue or consumer name may wrap: after these, never inside a word.
+_NAME_SEPARATORS = re.compile(r"(?<=[./_:-])")
+
+
+def breakable(name: Any) -> SafeString:
+    """A queue or consumer name (``tasks.reports.high``, ``shop/billing``) that wraps only
+    after a separator (``.`` ``-`` ``_`` ``/`` ``:``), never mid-word: a ``<wbr>`` after each,
+    and ``.redisq-name`` (styles.html) turns off breaking anywhere else."""
+    parts = _NAME_SEPARATORS.split("" if name is None else str(name))
+    return format_html(
+        '<span class="redisq-name">{}</span>',
+        format_html_join(SafeString("<wbr>"), "{}", ((part,) for part in parts)),
+    )
 
 
 def figure(value: Any, key: str) -> SafeString:

@@ -107,7 +107,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     form = ConsumerForm
     list_display = (
-        "__str__",
+        "consumer_name",
         "live_link",
         "state",
         "backlog",
@@ -120,7 +120,7 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "effective_concurrency",
     )
     list_filter = ("queue", "paused", "enabled", "declared")
-    list_select_related = ("queue",)  # __str__ and every stats column read queue.name
+    list_select_related = ("queue",)  # the name and every stats column read queue.name
     search_fields = ("name", "queue__name", "handler")
     readonly_fields = (
         "queue_link",
@@ -221,6 +221,10 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         consumer = self.get_object(request, object_id) if object_id else None
         context = self.live_rows.form_context(consumer, extra_context)
         return super().changeform_view(request, object_id, form_url, context)
+
+    @admin.display(description=_("consumer"), ordering="queue__name")
+    def consumer_name(self, obj: Consumer) -> SafeString:
+        return figures.breakable(obj)  # queue/name: wraps after its separators only
 
     @admin.display(description=_("state"), ordering="paused")
     def state(self, obj: Consumer) -> SafeString:

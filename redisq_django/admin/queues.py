@@ -63,7 +63,7 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     each one concern."""
 
     list_display = (
-        "name",
+        "queue_name",
         "live_link",
         "state",
         "backlog",
@@ -177,6 +177,10 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         queue = self.get_object(request, object_id) if object_id else None
         context = self.live_rows.form_context(queue, extra_context)
         return super().changeform_view(request, object_id, form_url, context)
+
+    @admin.display(description=_("name"), ordering="name")
+    def queue_name(self, obj: Queue) -> SafeString:
+        return figures.breakable(obj.name)  # wraps after its dots and dashes only
 
     @admin.display(description=_("state"), ordering="paused")
     def state(self, obj: Queue) -> SafeString:

@@ -28,6 +28,13 @@ def visible(value: Any) -> str:
 
 
 @register.filter
+def breakable(name: Any) -> SafeString:
+    """A queue or consumer name that wraps only after ``.`` ``-`` ``_`` ``/`` ``:``
+    (:func:`redisq_django.figures.breakable`)."""
+    return figures.breakable(name)
+
+
+@register.filter
 def pattern(error_key: str) -> SafeString:
     """A cause's normalised error message with each placeholder (``<ip>``, ``<port>``…)
     marked as a variable (``<var>``), so that it reads as what was set aside, not as text

@@ -275,7 +275,9 @@ def consumer_rows(
                 [
                     Cell(
                         _("consumer"),
-                        format_html('<a href="{}" class="redisq-msg">{}</a>', url, name),
+                        format_html(
+                            '<a href="{}" class="redisq-msg">{}</a>', url, figures.breakable(name)
+                        ),
                         "redisq-col-instance",
                     ),
                     Cell(

@@ -1,7 +1,7 @@
 """The live pages' charts in a real browser: drawn by charts.js from their specs, values
 in the legend under the pointer, a chosen range redrawn over its whole span, zoom by
-drag kept across the live refresh that swaps them, no console error; screenshots in
-test-artifacts/."""
+drag kept across the live refresh that swaps them, time labels that never overlap
+however far a chart is zoomed in, no console error; screenshots in test-artifacts/."""
 
 from __future__ import annotations
 
@@ -184,4 +184,88 @@ def test_the_overview_draws_the_trends_of_every_queue(
     expect(page.locator(CHARTS)).to_have_count(4)
     expect(page.locator(CHARTS).first).to_have_attribute("data-drawn", "2")
     assert x_span(page, "redisq-chart-throughput") == 6 * 3600
+    assert errors == []
+
+
+#: The time axis's tick labels as drawn (uPlot's ticks and their text, measured with the
+#: axis's own font): each line of each label a box; the pairs of boxes on one line that
+#: overlap.
+LABEL_OVERLAPS = """el => {
+  const u = el._redisqChart, axis = u.axes[0];
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = axis.font[0];
+  const boxes = [];
+  let ticks = 0;
+  (axis._values || []).forEach((label, i) => {
+    if (label === null || label === undefined) { return; }
+    ticks += 1;
+    const x = u.valToPos(axis._splits[i], "x");
+    String(label).split("\\n").forEach((text, line) => {
+      const w = ctx.measureText(text).width;
+      if (text) { boxes.push({line, text, left: x - w / 2, right: x + w / 2}); }
+    });
+  });
+  const overlaps = [];
+  boxes.forEach((a, i) => boxes.slice(i + 1).forEach(b => {
+    if (a.line === b.line && a.left < b.right && b.left < a.right) {
+      overlaps.push(a.text + " / " + b.text);
+    }
+  }));
+  return {overlaps, ticks, window: u.scales.x.max - u.scales.x.min};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_zoomed_chart_keeps_its_time_labels_apart(
+    page: Page,
+    live_server: Any,
+    ops: User,
+    made: Live,
+    errors: list[str],
+    artifacts: Path,
+    width: int,
+) -> None:
+    # Given a consumer's live page over 1 h, at this width
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(page, live_server, ops)
+    url = reverse("admin:redisq_django_consumer_live", args=[made.queue, "billing"])
+    page.goto(f"{live_server.url}{url}")
+    chart = page.locator("#redisq-chart-throughput .redisq-uplot")
+    expect(chart).to_have_attribute("data-drawn", "2")
+    assert chart.evaluate(LABEL_OVERLAPS)["overlaps"] == []
+
+    # When the operator drags across a few percent of it (a minute or two)
+    page.locator("#redisq-chart-throughput").scroll_into_view_if_needed()
+    box = page.locator("#redisq-chart-throughput .u-over").bounding_box()
+    assert box
+    y = box["y"] + box["height"] / 2
+    start = box["x"] + box["width"] * 0.60
+    page.mouse.move(start, y)
+    page.mouse.down()
+    page.mouse.move(start + max(box["width"] * 0.03, 12), y, steps=5)
+    page.mouse.up()
+    # Then it shows that window, with time labels, none over another
+    drawn = chart.evaluate(LABEL_OVERLAPS)
+    assert drawn["window"] < 300 and drawn["ticks"] >= (3 if width > 1000 else 1), drawn
+    assert drawn["overlaps"] == [], drawn
+    page.locator("#redisq-chart-throughput").screenshot(
+        path=str(artifacts / f"chart-zoomed-{width}.png")
+    )
+
+    # ... and so at every window from seconds to the whole hour, wherever it starts (a
+    # label grows a second line where a minute or a day begins, or on the first tick)
+    full = chart.evaluate("el => el._redisqFull")
+    found = []
+    for seconds in (15, 20, 30, 45, 60, 90, 120, 180, 240, 400, 600, 900, 1500, 2400, 3600):
+        for step in range(12):
+            start = full[0] + (full[1] - full[0] - seconds) * step / 11
+            chart.evaluate(
+                "(el, w) => el._redisqChart.setScale('x', {min: w[0], max: w[1]})",
+                [start, start + seconds],
+            )
+            drawn = chart.evaluate(LABEL_OVERLAPS)
+            assert drawn["ticks"] >= 1, (seconds, drawn)
+            if drawn["overlaps"]:
+                found.append((seconds, round(start), drawn["overlaps"]))
+    assert found == []
     assert errors == []

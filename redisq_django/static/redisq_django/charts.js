@@ -101,6 +101,58 @@
      "\n{HH}:{mm}", null, 1]
   ];
 
+  // The time axis's ticks: every step uPlot may choose (s), and the font its labels are
+  // drawn in, which labelSpace measures them with.
+  var TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
+                    21600, 43200, 86400, 172800, 604800, 2419200, 31536000];
+  var AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", ' +
+                  'Arial, "Noto Sans", sans-serif';
+  var LABEL_GAP = 12;  // px between two labels' text
+  var measurer = null;
+
+  function textWidth(text) {
+    measurer = measurer || document.createElement("canvas").getContext("2d");
+    measurer.font = AXIS_FONT;
+    return measurer.measureText(text).width;
+  }
+
+  // The widest line a tick of step `incr` may draw: its own label, or the line under it
+  // where a year, day or minute begins (always under the first tick). Widest digits
+  // stand for every date.
+  var widest = {};
+  function labelWidth(incr) {
+    var row = TIME_TICKS[TIME_TICKS.length - 1];
+    for (var i = 0; i < TIME_TICKS.length; i++) {
+      if (incr >= TIME_TICKS[i][0]) { row = TIME_TICKS[i]; break; }
+    }
+    if (widest[row[0]] === undefined) {
+      var most = 0;
+      for (var j = 1; j < 8; j++) {
+        if (!row[j]) { continue; }
+        row[j].replace(/\{YYYY\}/g, "8888").replace(/\{\w+\}/g, "88").split("\n")
+          .forEach(function (line) { most = Math.max(most, textWidth(line)); });
+      }
+      widest[row[0]] = most;
+    }
+    return widest[row[0]];
+  }
+
+  // uPlot's space (px between ticks) chosen from the labels' width: the fixed 50 px let a
+  // chart zoomed to a minute draw "2026-12-02 14:45" under one tick and "14:46" under the
+  // next, one over the other. The answer lies between the last step too tight for its
+  // labels and the first that fits, so that uPlot, taking the first step at least this
+  // wide, takes that one.
+  function labelSpace(u, axisIdx, min, max, dim) {
+    var span = max - min, before = 0;
+    if (!(span > 0) || !(dim > 0)) { return 50; }
+    for (var i = 0; i < TIME_INCRS.length; i++) {
+      var px = TIME_INCRS[i] / span * dim, need = labelWidth(TIME_INCRS[i]) + LABEL_GAP;
+      if (px >= need) { return Math.max(need, before + 0.5); }
+      before = px;
+    }
+    return dim;
+  }
+
   function timeRange(spec) {
     var x = spec.x || [];
     var lo = spec.xMin !== undefined ? spec.xMin : x[0];
@@ -174,7 +226,7 @@
         return [Math.min(floor, lo), top + (top - floor) * 0.05];
       }}},
       axes: [
-        {values: TIME_TICKS},
+        {values: TIME_TICKS, incrs: TIME_INCRS, space: labelSpace, font: AXIS_FONT},
         {values: function (u, ticks) { return ticks.map(tick); }, size: valueAxisSize,
          label: unit === "ms" ? "" : unit, labelSize: unit && unit !== "ms" ? 20 : 0}
       ],

@@ -33,8 +33,8 @@ from redisq_django.schedules.listing import (
     row_next_tick,
     row_state,
 )
-from redisq_django.schedules.scheduler import REPAIR_AFTER_MS
 from redisq_django.schedules.schedule_sync import differs_from_code, spec_from_snapshot
+from redisq_django.schedules.scheduler import REPAIR_AFTER_MS
 from redisq_django.schedules.spec import QueueTarget, target_of
 from redisq_django.schedules.targets import load_task
 from redisq_django.schedules.timing import ScheduleError, Timing, every_to_ms

@@ -38,7 +38,9 @@ LINE_BREAKS = """el => {
   }
   const breaks = [];
   for (let i = 1; i < chars.length; i++) {
-    if (chars[i][1] >= chars[i - 1][2] - 1) { breaks.push(chars.slice(0, i).map(c => c[0]).join("")); }
+    if (chars[i][1] >= chars[i - 1][2] - 1) {
+      breaks.push(chars.slice(0, i).map(c => c[0]).join(""));
+    }
   }
   return breaks;
 }"""

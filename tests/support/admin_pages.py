@@ -52,8 +52,8 @@ def make_dead(
 
 def cell(content: bytes, field: str, row: str = "") -> list[str]:
     """The text of each changelist cell of column ``field`` (tags stripped), in the rows
-    that contain ``row``."""
-    rows = re.findall(r"<tr>(.*?)</tr>", content.decode(), re.S)
+    that contain ``row`` (names read whole: without the ``<wbr>`` that lets them wrap)."""
+    rows = re.findall(r"<tr>(.*?)</tr>", content.decode().replace("<wbr>", ""), re.S)
     cells = [
         c
         for r in rows

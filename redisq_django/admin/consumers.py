@@ -222,7 +222,9 @@ class ConsumerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         context = self.live_rows.form_context(consumer, extra_context)
         return super().changeform_view(request, object_id, form_url, context)
 
-    @admin.display(description=_("consumer"), ordering="queue__name")
+    # Not sortable, as __str__ was: a sorted column's header grows its sort icons, which
+    # a phone's list has no room for (the rows come sorted by queue and name anyway).
+    @admin.display(description=_("consumer"))
     def consumer_name(self, obj: Consumer) -> SafeString:
         return figures.breakable(obj)  # queue/name: wraps after its separators only
 

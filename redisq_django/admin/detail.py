@@ -14,6 +14,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from redisq_django import figures
 from redisq_django.models import DeadLetterFailure
 
 
@@ -21,7 +22,7 @@ class FailureInline(admin.TabularInline):  # type: ignore[type-arg]
     """Every death of the dead letter, newest first (read only)."""
 
     model = DeadLetterFailure
-    fields = ("failed_at", "reason", "attempts", "error_class", "message", "tb")
+    fields = ("died", "reason", "attempts", "error_class", "message", "tb")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -35,6 +36,10 @@ class FailureInline(admin.TabularInline):  # type: ignore[type-arg]
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.has_perm("redisq_django.view_deadletter"))
+
+    @admin.display(description=_("died"))
+    def died(self, obj: DeadLetterFailure) -> SafeString:
+        return figures.clock(obj.failed_at)
 
     @admin.display(description=_("error message"))
     def message(self, obj: DeadLetterFailure) -> str:

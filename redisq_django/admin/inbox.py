@@ -8,7 +8,10 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
+from redisq_django import figures
 from redisq_django.models import InboxEntry
 
 
@@ -18,7 +21,7 @@ class InboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ``REDISQ['INBOX_RETENTION']``: nothing here changes them (deleting one would let its
     message's effects happen again; ``manage.py redisq inbox prune`` is the way)."""
 
-    list_display = ("message_id", "queue", "consumer", "handled_at")
+    list_display = ("message_id", "queue", "consumer", "handled")
     list_filter = ("queue", "consumer")
     search_fields = ("message_id",)
     # A row's page shows what the form would leave out: when it was handled, and a
@@ -33,6 +36,10 @@ class InboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """A message id, exactly (its index: a large inbox is not scanned)."""
         term = search_term.strip()
         return (queryset.filter(message_id=term) if term else queryset), False
+
+    @admin.display(description=_("handled"), ordering="handled_at")
+    def handled(self, obj: InboxEntry) -> SafeString:
+        return figures.clock(obj.handled_at)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -58,17 +58,8 @@ def _banner(error: str) -> dict[str, Any]:
     return {"redisq_error": error}
 
 
-def _when(value: dt.datetime | None) -> SafeString:
-    """A time as ``2026-11-27 13:05:07 UTC``: to the second (ticks fire at seconds), in
-    24-hour time and the current time zone (named: a cron has a zone of its own); the
-    locale's date format stopped at the minute, in 12-hour time."""
-    if value is None:
-        return format_html("{}", "-")
-    local = timezone.localtime(value)
-    return format_html('<time datetime="{}">{}</time>', local.isoformat(), _text(local))
-
-
 def _text(local: dt.datetime) -> str:
+    """A time in words of a sentence: to the second, 24-hour, with its zone."""
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
@@ -224,7 +215,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         tick = row_next_tick(obj, datetime_to_ms(timezone.now()))
         if tick is None:
             return None
-        return _when(ms_to_datetime(tick))
+        return figures.clock_ms(tick)
 
     @admin.display(description=_("state"), ordering="enabled")
     def state_display(self, obj: Schedule) -> SafeString:
@@ -237,7 +228,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("last run"), ordering="last_run_at")
     def last_run(self, obj: Schedule) -> SafeString:
-        shown = _when(obj.last_run_at)
+        shown = figures.clock(obj.last_run_at)
         claimed, sent = getattr(obj, TICKS, None) or (0, 0)
         # A worker claims a tick, publishes it, then marks it sent; still unsent well
         # after it fell due, its publishing failed (each worker gives up after a few
@@ -256,7 +247,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("ticking since"))
     def ticking_since(self, obj: Schedule) -> SafeString:
-        return _when(obj.since)
+        return figures.clock(obj.since)
 
     @admin.display(description=_("target"))
     def target_display(self, obj: Schedule) -> str:

@@ -106,3 +106,10 @@ def total(stats: Any, figure_name: str) -> int:
 def moment(ms: int | None) -> SafeString:
     """A time as ``12s ago`` / ``in 4.0m``, its date and time as the title."""
     return figures.moment(ms)
+
+
+@register.filter
+def clock(when: Any) -> SafeString:
+    """A time as every table of the console shows it (:func:`figures.clock`): 24-hour,
+    ``22:22:05`` today, with its date another day."""
+    return figures.clock(when)

@@ -74,7 +74,7 @@ def test_each_held_key_says_how_many_wait_who_holds_it_and_why(
     # ... and why, in words
     assert text(rows[ODD_KEY]).count(f"running on {INSTANCE}") == 1
     retry = text(rows["retry-me"])
-    pattern = r"retrying at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \( in [^)]+ \) after: ValueError: card"
+    pattern = r"retrying at (\d\d-\d\d )?\d\d:\d\d:\d\d \( in [^)]+ \) after: ValueError: card"
     assert re.search(pattern, retry), retry
     assert "queued in the consumer's input" in text(rows["queued"])
     assert "holder not found: release the key to let its next message go" in text(rows["lost"])

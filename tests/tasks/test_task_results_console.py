@@ -6,6 +6,7 @@ backend, and a hung Redis (SIGSTOP) answered with a banner after one short timeo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -155,3 +156,22 @@ def test_a_hung_redis_is_answered_with_a_banner_after_one_timeout(
     time.sleep(0.2)  # a second connection, if one was made, is accepted by now too
     assert watcher.info("stats")["total_connections_received"] - before == 1
     watcher.close()
+
+
+def test_times_read_24_hour_as_on_the_charts(tasks_env: TasksEnv, admin_client: Any) -> None:
+    # Given a task run today
+    result = tasks_env.task("calculate").enqueue(2, 3)
+    tasks_env.run_worker()
+
+    # When staff open the results and that result's page
+    listing = admin_client.get(URL).content.decode()
+    page = admin_client.get(f"{URL}result/{result.id}/").content.decode()
+
+    # Then its times are today's, HH:MM:SS as the charts read them, the date in the title
+    clocks = r'<time class="redisq-clock" datetime="[^"]+" title="(\S+) [^"]+">([^<]*)</time>'
+    today = time.strftime("%Y-%m-%d", time.gmtime())  # tests run in UTC
+    found = re.findall(clocks, listing) + re.findall(clocks, page)
+    assert len(found) == 4, found  # enqueued in the list; enqueued, started, finished
+    assert {day for day, _ in found} == {today}
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", shown) for _, shown in found), found
+    assert "a.m." not in listing + page and "p.m." not in listing + page

@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
-from redisq_django import deadletters
+from redisq_django import deadletters, figures
 from redisq_django.admin.detail import fold, pretty_json
 from redisq_django.core.wire import visible
 from redisq_django.models import DeadLetter
@@ -121,6 +121,25 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
             visible(obj.error_class or "-"),
             Truncator(visible(obj.error_message)).chars(CELL_CHARS),
         )
+
+    # Times as every table of the console shows them (figures.clock), on the row's page
+    # too: Django would write the fields as "May 3, 2024, 10:22 p.m.".
+
+    @admin.display(description=_("last failure"), ordering="last_failed_at")
+    def last_failure(self, obj: DeadLetter) -> SafeString:
+        return figures.clock(obj.last_failed_at)
+
+    @admin.display(description=_("first failure"))
+    def first_failure(self, obj: DeadLetter) -> SafeString:
+        return figures.clock(obj.first_failed_at)
+
+    @admin.display(description=_("published"))
+    def published(self, obj: DeadLetter) -> SafeString:
+        return figures.clock(obj.published_at)
+
+    @admin.display(description=_("last retried"))
+    def retried(self, obj: DeadLetter) -> SafeString:
+        return figures.clock(obj.retried_at)
 
     @admin.display(description=_("payload"))
     def payload_preview(self, obj: DeadLetter) -> SafeString:

@@ -59,7 +59,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         "status",
         "attempts",
         "deaths",
-        "last_failed_at",
+        "last_failure",
         "retry_count",
         "retry_button",
     )
@@ -91,11 +91,11 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         "pretty_headers",
         "ordering_key",
         "formatted_traceback",
-        "published_at",
-        "first_failed_at",
-        "last_failed_at",
+        "published",
+        "first_failure",
+        "last_failure",
         "retry_count",
-        "retried_at",
+        "retried",
         "retried_by",
     )
     fieldsets = (
@@ -106,14 +106,14 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
                     "error_class",
                     "error_text",
                     "formatted_traceback",
-                    "first_failed_at",
-                    "last_failed_at",
+                    "first_failure",
+                    "last_failure",
                 )
             },
         ),
         (
             _("Message"),
-            {"fields": ("pretty_payload", "pretty_headers", "ordering_key", "published_at")},
+            {"fields": ("pretty_payload", "pretty_headers", "ordering_key", "published")},
         ),
         (
             None,
@@ -130,7 +130,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
                 )
             },
         ),
-        (_("Retries"), {"fields": ("deaths", "retry_count", "retried_at", "retried_by")}),
+        (_("Retries"), {"fields": ("deaths", "retry_count", "retried", "retried_by")}),
     )
     inlines = (FailureInline,)
     actions = ("retry_selected", "discard_selected", "delete_selected")

@@ -12,13 +12,11 @@ which would name another key than the one shown.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -103,13 +101,6 @@ def ordered_text(ordered: bool | None) -> str:
     )
 
 
-def _at(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-    return timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def why(held: HeldKey) -> SafeString:
     """Why ``held``'s key holds, in words."""
     if held.state == RUNNING:
@@ -119,7 +110,7 @@ def why(held: HeldKey) -> SafeString:
         return format_html(
             "{} {} ({}) {} {}",
             _("retrying at"),
-            _at(held.due_ms),
+            figures.clock_ms(held.due_ms),
             figures.moment(held.due_ms),
             _("after:"),
             error,

@@ -206,22 +206,24 @@ def test_triage_by_cause_from_the_list_to_a_retried_cause(
     expect(cards.locator("td.redisq-count")).to_have_text("3")
     page.screenshot(path=str(artifacts / "triage-causes.png"), full_page=True)
 
-    # When they retry that cause: a summary first, which can be left with the filter kept
+    # When they retry that cause: a summary first, which leads back to the causes
     cards.get_by_role("link", name="Retry all").click()
     expect(page.locator("#redisq-confirm-question")).to_contain_text("Retry these 3 dead letters?")
     expect(page.locator("#redisq-summary-sample li")).to_have_count(3)
     page.screenshot(path=str(artifacts / "triage-confirm.png"), full_page=True)
     page.get_by_role("link", name="No, take me back").click()
-    assert "error_key=" in page.url and "consumer=billing" in page.url
-    expect(page.locator("#result_list tbody tr")).to_have_count(3)
+    assert "/causes/" in page.url and "consumer=billing" in page.url
+    assert "error_key=" not in page.url
+    expect(causes).to_have_count(4)
     assert DeadLetter.objects.filter(status="dead").count() == 6
 
-    # ... and confirmed: the three are sent again, and the list says so
+    # ... and confirmed: the three are sent again, and the causes say so
     page.go_back()
     page.get_by_role("button", name="Yes, I'm sure").click()
     expect(page.locator("ul.messagelist li.success")).to_have_text(
         "Sent 3 dead letters again, each to its own consumer."
     )
+    expect(causes).to_have_count(3)
     assert DeadLetter.objects.filter(status="retried").count() == 3
     with broker.subscribe(made.queue, "billing") as sub:
         again = sub.fetch(count=10, block_ms=200)

@@ -30,6 +30,8 @@ from django.utils.translation import gettext_lazy as _
 from redisq_django import deadletters
 from redisq_django.admin import live
 from redisq_django.admin.common import HonestDelete, NoPatternLookups
+from redisq_django.admin.deadletters import filter_chips
+from redisq_django.admin.deadletters.filter_chips import ErrorClassFilter
 from redisq_django.admin.deadletters.list_columns import Columns, TaskFilter
 from redisq_django.admin.deadletters.triage_pages import TriageViews
 from redisq_django.admin.detail import FailureInline
@@ -68,7 +70,7 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
         "queue",
         "consumer",
         TaskFilter,
-        "error_class",
+        ("error_class", ErrorClassFilter),
         "status",
         "reason",
         "last_failed_at",
@@ -197,7 +199,21 @@ class DeadLetterAdmin(NoPatternLookups, TriageViews, Columns, HonestDelete):
             # while an outage is remembered).
             "redisq_error": live.status().error,
         }
-        return super().changelist_view(request, context)
+        response = super().changelist_view(request, context)
+        cl = (getattr(response, "context_data", None) or {}).get("cl")
+        if cl is not None:  # the list (not an action's page, nor a redirect)
+            base = reverse("admin:redisq_django_deadletter_changelist")
+            found = filter_chips.chips(cl, request.GET, base)
+            clear = filter_chips.clear_url(base, request.GET) if found else ""
+            if found:
+                # Django's "Clear all filters" keeps the lookups no sidebar filter owns (a
+                # cause's error_key), and is not offered when only those are in force.
+                cl.has_active_filters = True
+                cl.clear_all_filters_qs = clear
+            response.context_data.update(  # type: ignore[attr-defined]
+                filter_chips=found, clear_filters_url=clear
+            )
+        return response
 
     def changeform_view(
         self,

@@ -24,19 +24,29 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django import deadletters
 from redisq_django.admin.common import BREADCRUMBS_OL
+from redisq_django.admin.deadletters import filter_chips
+from redisq_django.admin.deadletters.filter_chips import BY, NEXT
 from redisq_django.admin.live import admin_broker
 from redisq_django.models import DeadLetter
 
 #: The verbs of the bulk operations, as they appear in URLs.
 OPS = ("retry", "discard")
-#: The causes page's parameter choosing what makes a cause (the error, or the task).
-BY = "by"
+
+
+def take(request: HttpRequest, name: str) -> str:
+    """The value of ``name`` in ``request``'s query, which loses it: a parameter of the
+    page (what makes a cause, where to return), not a filter of the changelist."""
+    query = request.GET.copy()
+    value = query.pop(name, [""])[-1]
+    query._mutable = False
+    request.GET = query  # type: ignore[assignment]  # (immutable again, as Django's)
+    return value
 
 
 class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -113,12 +123,11 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             dead["status__exact"] = DeadLetter.Status.DEAD
             url = reverse("admin:redisq_django_deadletter_causes")
             return HttpResponseRedirect(f"{url}?{dead.urlencode()}")
-        filters = query.copy()
-        filters.pop(BY, None)  # what makes a cause, not a filter of the changelist
-        filters._mutable = False
-        request.GET = filters  # type: ignore[assignment]  # (immutable again, as Django's)
+        take(request, BY)
+        filters = request.GET
         try:
-            rows = self.filtered(request)
+            cl = self.get_changelist_instance(request)
+            rows = cl.get_queryset(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(self.changelist_url("e=1"))
         found, total = deadletters.causes(rows, by=by)
@@ -130,6 +139,9 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
         url = reverse("admin:redisq_django_deadletter_causes")
         by_task = filters.copy()
         by_task[BY] = deadletters.BY_TASK
+        # Triage is of the dead: status dead is the page's own, shown with no remove link.
+        fixed = ["status__exact"] if status == DeadLetter.Status.DEAD else []
+        chips = filter_chips.chips(cl, query, url, fixed=fixed)
         context = self.context(
             request,
             _("Dead letters by cause"),
@@ -140,6 +152,12 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             total_causes=total,
             can_retry=self.has_retry_permission(request),
             status=status,
+            filter_chips=chips,
+            clear_filters_url=filter_chips.clear_url(url, query)
+            if any(c.remove_url for c in chips)
+            else "",
+            # A cause's Retry all / Discard all returns here, this page's filters kept.
+            next_query=urlencode({NEXT: request.get_full_path()}),
         )
         return TemplateResponse(request, "admin/redisq_django/deadletter/causes.html", context)
 
@@ -152,14 +170,21 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             raise Http404
         if not self.has_retry_permission(request):
             raise PermissionDenied
+        back = take(request, NEXT)
+        if not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            # Back to the list with the filter that chose the rows (every one of them
+            # shown on it as a chip).
+            back = self.changelist_url(request.GET.urlencode())
         try:
             rows = self.filtered(request)
         except IncorrectLookupParameters:
             return HttpResponseRedirect(self.changelist_url("e=1"))
         if request.method == "POST":
             self.run_bulk(request, rows, op)
-            return HttpResponseRedirect(self.changelist_url(request.GET.urlencode()))
-        return self.summary_page(request, rows, op, hidden=[])
+            return HttpResponseRedirect(back)
+        return self.summary_page(request, rows, op, hidden=[], back=back)
 
     def summary_page(
         self,
@@ -167,9 +192,11 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
         rows: QuerySet[DeadLetter],
         op: str,
         hidden: list[tuple[str, str]],
+        back: str = "",
     ) -> TemplateResponse:
         """The confirmation: count, consumers, error classes and a sample of what the
-        operation touches; its form posts ``hidden`` and nothing per row."""
+        operation touches; its form posts ``hidden`` and nothing per row; "No, take me
+        back" leads to ``back`` (default: the filtered list)."""
         context = self.context(
             request,
             _("Are you sure?"),
@@ -177,6 +204,7 @@ class TriageViews(admin.ModelAdmin):  # type: ignore[type-arg]
             summary=deadletters.summary(rows),
             hidden=hidden,
             form_url=request.get_full_path(),
+            **({"back_url": back} if back else {}),
         )
         return TemplateResponse(request, "admin/redisq_django/deadletter/confirm.html", context)
 

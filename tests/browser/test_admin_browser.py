@@ -23,7 +23,7 @@ from redisq_django.core.retry import RetryPolicy
 from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.models import DeadLetter
 from tests.support.admin_pages import make_dead
-from tests.support.browser_pages import log_in, result_rows, staff
+from tests.support.browser_pages import choose_filter, log_in, result_rows, staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.site_broker]
 
@@ -127,8 +127,7 @@ def test_retry_from_the_list_is_handled_again_by_a_running_consumer(
     page.locator("#content-main").get_by_role("link", name="Dead letters", exact=True).click()
     expect(result_rows(page)).to_have_count(2)
     expect(page.locator("#changelist-filter")).to_be_visible()
-    consumer_filter = page.locator('#changelist-filter details[data-filter-title="consumer"]')
-    consumer_filter.get_by_role("link", name="billing", exact=True).click()
+    choose_filter(page, "consumer", "billing")
     expect(page).to_have_url(f"{live_server.url}/admin/redisq_django/deadletter/?consumer=billing")
     expect(result_rows(page)).to_have_count(1)
     listed = result_rows(page).first

@@ -63,3 +63,12 @@ def assert_fits(page: Page, name: str) -> None:
     assert width <= inner, f"{name}: the page is {width}px wide in a {inner}px viewport"
     for table, scroll, box in found["tables"]:
         assert scroll <= box + 1, f"{name}: table {table} is {scroll}px wide in {box}px"
+
+
+def choose_filter(page: Page, title: str, value: str) -> None:
+    """Choose ``value`` in the changelist filter ``title``, opening its menu first where
+    the filters are a bar of menus (the dead letters' list, from 768 px)."""
+    menu = page.locator(f'#changelist-filter details[data-filter-title="{title}"]')
+    if not menu.evaluate("el => el.open"):
+        menu.locator("summary").click()
+    menu.get_by_role("link", name=value, exact=True).click()

@@ -66,19 +66,22 @@ class Columns(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("message id"), ordering="message_id")
     def short_id(self, obj: DeadLetter) -> SafeString:
+        # The whole id is written, and cut on its left by the styles: ids of one producer
+        # share their beginning, their ends tell them apart; selected, it copies whole.
         key = ordering_key_of(obj)
         message_id = visible(obj.message_id)
         if key is None:
             return format_html(
-                '<span class="redisq-cut redisq-id" title="{}">{}</span>',
+                '<span class="redisq-id" title="{}"><span class="redisq-id-end">'
+                "<bdi>{}</bdi></span></span>",
                 message_id,
                 message_id,
             )
         key = visible(key)
         # Still one line: the key after the id, both whole in the tooltip.
         return format_html(
-            '<span class="redisq-cut redisq-id" title="{} ({}: {})">{} '
-            '<span class="redisq-key">{}</span></span>',
+            '<span class="redisq-id" title="{} ({}: {})"><span class="redisq-id-end">'
+            '<bdi>{}</bdi></span><span class="redisq-key">{}</span></span>',
             message_id,
             _("ordering key"),
             key,

@@ -19,6 +19,9 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from redisq_django.core.error_key import PLACEHOLDERS
+from redisq_django.core.wire import visible
+
 #: What each figure means: the title of its cells and the glossary of every page.
 HELP: dict[str, Any] = {
     "state": _(
@@ -342,6 +345,22 @@ def badge(state: str) -> SafeString:
 
 #: A time in full, local and 24-hour as the charts' axes read it (a cell's title).
 FULL_TIME = "%Y-%m-%d %H:%M:%S %Z"
+
+
+_PLACEHOLDER = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDERS) + ")")
+
+
+def pattern(error_key: str) -> SafeString:
+    """A cause's normalised error message with each placeholder (``<ip>``, ``<port>``…)
+    marked as a variable (``<var>``), so that it reads as what was set aside, not as text
+    the error held; the rest with invisible and direction-changing characters shown as
+    escapes (``core.wire.visible``)."""
+    # Split on one group: the text at even places, the placeholders at odd ones.
+    pieces = [
+        format_html('<var class="redisq-var">{}</var>', piece) if i % 2 else visible(piece)
+        for i, piece in enumerate(_PLACEHOLDER.split(error_key or ""))
+    ]
+    return format_html_join("", "{}", ((piece,) for piece in pieces))
 
 
 def clock(when: dt.datetime | None, *, now: dt.datetime | None = None) -> SafeString:

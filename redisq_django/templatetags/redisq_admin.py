@@ -3,21 +3,16 @@ unknown, state badges, text another client wrote shown visibly (``{% load redisq
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django import template
-from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from redisq_django import figures
-from redisq_django.core.error_key import PLACEHOLDERS
 from redisq_django.core.stats import ConsumerStats
 from redisq_django.core.wire import visible as visible_text
 
 register = template.Library()
-
-_PLACEHOLDER = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDERS) + ")")
 
 
 @register.filter
@@ -36,15 +31,8 @@ def breakable(name: Any) -> SafeString:
 
 @register.filter
 def pattern(error_key: str) -> SafeString:
-    """A cause's normalised error message with each placeholder (``<ip>``, ``<port>``…)
-    marked as a variable (``<var>``), so that it reads as what was set aside, not as text
-    the error held; the rest as :func:`visible` text."""
-    # Split on one group: the text at even places, the placeholders at odd ones.
-    pieces = [
-        format_html('<var class="redisq-var">{}</var>', piece) if i % 2 else visible_text(piece)
-        for i, piece in enumerate(_PLACEHOLDER.split(error_key or ""))
-    ]
-    return format_html_join("", "{}", ((piece,) for piece in pieces))
+    """A cause's normalised error message, its placeholders marked (:func:`figures.pattern`)."""
+    return figures.pattern(error_key)
 
 
 @register.simple_tag(name="help")

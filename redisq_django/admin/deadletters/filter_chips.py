@@ -8,7 +8,7 @@ error class then lists "0 dead letters" while hundreds exist (issue 36).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +16,9 @@ from django.contrib import admin
 from django.contrib.admin.views.main import (
     ALL_VAR,
     ERROR_FLAG,
-    IS_FACETS_VAR,
-    IS_POPUP_VAR,
     ORDER_VAR,
     PAGE_VAR,
     SEARCH_VAR,
-    TO_FIELD_VAR,
     ChangeList,
 )
 from django.core.exceptions import FieldDoesNotExist
@@ -31,16 +28,17 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from redisq_django.core.wire import visible
+from redisq_django.figures import pattern
 from redisq_django.models import DeadLetter
-from redisq_django.templatetags.redisq_admin import pattern
 
 #: The causes page's parameter choosing what makes a cause: how the page shows, not a
 #: filter.
 BY = "by"
 #: The parameter of the "all matching" pages naming the page to return to.
 NEXT = "next"
-#: Parameters that say how to show the rows, not which: kept when a filter is removed.
-SHOWING = frozenset({ORDER_VAR, IS_FACETS_VAR, IS_POPUP_VAR, TO_FIELD_VAR, ALL_VAR, BY})
+#: Parameters that say how to show the rows, not which: kept when a filter is removed
+#: (the order, the counts beside the filters, the popup's, all rows on one page).
+SHOWING = frozenset({ORDER_VAR, "_facets", "_popup", "_to_field", ALL_VAR, BY})
 #: Parameters that die with any change of filter (the page number, the error flag).
 TRANSIENT = frozenset({PAGE_VAR, ERROR_FLAG, NEXT})
 
@@ -122,7 +120,7 @@ def chips(
         )
 
     for spec in cl.filter_specs:
-        used = [p for p in spec.expected_parameters() if p in query]
+        used = [p for p in spec.expected_parameters() if p is not None and p in query]
         if not used:
             continue
         shown = [str(c["display"]) for c in spec.choices(cl) if c["selected"]]
@@ -133,7 +131,7 @@ def chips(
         parts = [f"{cl.date_hierarchy}{LOOKUP_SEP}{unit}" for unit in ("year", "month", "day")]
         used = [p for p in parts if p in query]
         if used:
-            text = "-".join(query[p].zfill(2) for p in used)
+            text = "-".join(str(query.get(p, "")).zfill(2) for p in used)
             add(field_label(cl.date_hierarchy), visible(text), visible(text), used)
 
     for param in query:
@@ -141,12 +139,13 @@ def chips(
             continue
         text = raw(query, [param])
         if param == ERROR_KEY:
-            add(_("error"), pattern(query[param]), visible(query[param]), [param])
+            add(_("error"), pattern(text), visible(text), [param])
         else:
             add(field_label(param), visible(text), visible(text), [param])
 
-    if query.get(SEARCH_VAR):
-        add(_("search"), visible(query[SEARCH_VAR]), visible(query[SEARCH_VAR]), [SEARCH_VAR])
+    search = raw(query, [SEARCH_VAR])
+    if search:
+        add(_("search"), visible(search), visible(search), [SEARCH_VAR])
     return found
 
 
@@ -155,9 +154,10 @@ def field_label(param: str) -> str:
     field, as written."""
     name = param.partition(LOOKUP_SEP)[0]
     try:
-        return str(DeadLetter._meta.get_field(name).verbose_name)
+        field = DeadLetter._meta.get_field(name)
     except FieldDoesNotExist:
         return param
+    return str(getattr(field, "verbose_name", name))
 
 
 def raw(query: QueryDict, params: list[str]) -> str:
@@ -175,7 +175,7 @@ class ErrorClassFilter(admin.AllValuesFieldListFilter):
     """By error class. Choosing a class (or all) also drops a cause's error pattern: a
     pattern belongs to one class, so kept with another it would select nothing."""
 
-    def choices(self, changelist: ChangeList) -> Iterable[dict[str, Any]]:
+    def choices(self, changelist: ChangeList) -> Iterator[Any]:
         for choice in super().choices(changelist):
             query = QueryDict(choice["query_string"].lstrip("?"), mutable=True)
             query.pop(ERROR_KEY, None)

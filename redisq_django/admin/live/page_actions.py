@@ -216,23 +216,21 @@ class LiveActions:
             return
         user = getattr(request.user, "get_username", lambda: "")()
         refused: list[str] = []
+        # Outside the work: what was ended before Redis failed half-way is still recorded
+        results: list[Ended] = []
 
-        def work(broker: Broker) -> list[Ended]:
-            done = []
+        def work(broker: Broker) -> None:
             for ref in refs:
                 try:
-                    done.append(
+                    results.append(
                         broker.operator.end_message(queue, name, ref, by=user, delete=delete)
                     )
                 except ValueError as exc:
                     refused.append(str(exc))
-            return done
 
-        results = self._redis(request, _("Deleting") if delete else _("Ending"), work)
+        self._redis(request, _("Deleting") if delete else _("Ending"), work)
         for why in refused[:3]:
             self.owner.message_user(request, why, messages.ERROR)
-        if results is _FAILED:
-            return
         ended = [r.entry.message_id for r in results if r.outcome == "ended" and r.entry]
         gone = sum(r.outcome == "gone" for r in results)
         running = [r.entry.message_id for r in results if r.outcome == "in_flight" and r.entry]

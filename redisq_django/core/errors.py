@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 import warnings
@@ -169,6 +170,65 @@ class ArchiveNotRegistered(RedisqError):
         )
 
 
+class ArchiveOwned(RedisqError):
+    """A named archive belongs to another reader (another checkpoint): registering or
+    committing under its name is refused, so that two readers never move one position
+    (retention would then delete what one of them never stored).
+
+    Attributes:
+        queue: the queue (``"q#i"`` for a partition of a partitioned one).
+        name: the archive.
+        table: ``messages`` or ``events``.
+        since_ms: when the owner claimed the name (Redis's clock, ms; 0: unknown).
+        committed_ms: the owner's last commit (ms); None when refused at a commit.
+        owner: the first characters of the owner's token (to tell two refusals apart).
+        fenced: refused at a commit: this reader owned the name and lost it (taken over).
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        name: str,
+        table: str,
+        *,
+        since_ms: int,
+        committed_ms: int | None,
+        owner: str,
+        fenced: bool,
+    ) -> None:
+        self.queue, self.name, self.table = queue, name, table
+        self.since_ms, self.committed_ms, self.owner = since_ms, committed_ms, owner
+        self.fenced = fenced
+        what = f"archive {name!r} of the {table} of queue {queue!r}"
+        since = _utc(since_ms)
+        if fenced:
+            text = (
+                f"The {what} was taken over by another reader (owner {owner}…) at {since}: "
+                "this one no longer owns the name, so it stops before moving a position that "
+                "is not its own (what it stored stays stored). If this reader is the one that "
+                "should archive under this name, start it once with take-over (option "
+                "takeOver=true, --take-over); if not, remove it or give it a name of its own."
+            )
+        else:
+            text = (
+                f"The {what} belongs to another reader with another checkpoint (owner "
+                f"{owner}…, since {since}; its last commit at {_utc(committed_ms or 0)}). Two "
+                "readers under one name would let retention delete what one of them never "
+                "stored. A second archive needs a name of its own (option archive, --name). "
+                "If this reader replaces that one (its checkpoint was lost or moved), start "
+                "it once with take-over (option takeOver=true, --take-over): the other one "
+                "then stops at its next commit."
+            )
+        super().__init__(text)
+
+
+def _utc(ms: int) -> str:
+    """``ms`` (Unix time) as a UTC time to the second, for messages."""
+    if ms <= 0:
+        return "an unknown time"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 class RedisUnavailable(RedisqError):
     """Redis could not be reached."""
 
@@ -268,7 +328,9 @@ ERROR_CODES = frozenset(
 #: The error codes of our own scripts (core/scripts/*.lua), read in the same way.
 REDISQ_ERROR_CODES = frozenset(
     {
+        "FENCED",  # archive_commit.lua: another reader owns the archive's name now
         "NOARCHIVE",  # archive_commit.lua: the named archive is not registered
+        "OWNED",  # archive_register.lua: another reader owns the archive's name
         "REDISQ_CORRUPT",  # a value the scripts read but no script wrote (CorruptState)
         "REDISQ_LAYOUT",  # writers, partitions.lua: another number of partitions recorded
         "REDISQ_PROTOCOL",  # every script: the caller speaks another protocol version

@@ -49,7 +49,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from redisq_django.core.errors import ArchiveNotRegistered
+from redisq_django.core.errors import ArchiveNotRegistered, ArchiveOwned
 from redisq_django.core.worker import StopSignal
 from redisq_django.pipeline import gaps, jvm
 from redisq_django.pipeline.checkpoint import last_committed_offset
@@ -86,7 +86,10 @@ _MICROS_PER_DAY = 86_400_000_000
 #: Failures our data source raises on purpose: starting the query again would repeat them,
 #: or (the archive removed while it ran) register the archive again, undoing the removal.
 FINAL_FAILURES = (
-    *(f"{e.__name__}: " for e in (DataLossError, RedisOutage, OptionError, ArchiveNotRegistered)),
+    *(
+        f"{e.__name__}: "
+        for e in (DataLossError, RedisOutage, OptionError, ArchiveNotRegistered, ArchiveOwned)
+    ),
     # Spark itself stopping (a signal to every process of the job reached its JVM too)
     "SparkContext was shut down",
     "stopped SparkContext",
@@ -172,8 +175,8 @@ def archive(
     failures = [f"{run.table}: {msg}" for run in runs if (msg := run.failure())]
     losses = gaps.collect(spark, options, queues)
     if failures:
-        lost = [loss_line(msg) for msg in failures if loss_line(msg)]
-        raise ArchiveError(lost[0] if lost else "archive query failed: " + "; ".join(failures))
+        stops = [line for msg in failures if (line := loss_line(msg))]
+        raise ArchiveError(stops[0] if stops else "archive query failed: " + "; ".join(failures))
     tallies = {table: TableSummary() for table in ARCHIVED_TABLES}
     tallies.update({run.table: run.tally.summary() for run in runs})
     return ArchiveSummary(
@@ -186,12 +189,14 @@ def archive(
 
 
 def loss_line(failure: str) -> str | None:
-    """The data-loss message in a query's failure (one line), or None when it is none:
-    Spark's own words around it say nothing the user needs."""
-    marker = f"{DataLossError.__name__}: "
-    if marker not in failure:
-        return None
-    return "archive stopped: " + failure.split(marker, 1)[1].strip()
+    """The message of a query's failure our source chose (a data loss, the archive's name
+    taken over), one line, or None when it is neither: Spark's own words around it say
+    nothing the user needs."""
+    for error in (DataLossError, ArchiveOwned):
+        marker = f"{error.__name__}: "
+        if marker in failure:
+            return "archive stopped: " + failure.split(marker, 1)[1].strip()
+    return None
 
 
 def _has_news(
@@ -225,6 +230,8 @@ def _commit_last_batch(
         return
     try:
         commit_positions(options, table, offset, ran=ran)
+    except ArchiveOwned as exc:
+        raise ArchiveError(f"archive stopped: {exc}") from None
     except Exception as exc:  # redis-py's errors: Redis went away during the run
         raise ArchiveError(
             f"the {table} were archived, but their position could not be recorded in Redis "

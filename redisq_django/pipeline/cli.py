@@ -107,6 +107,14 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         ),
     )
     parser.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take the archive's name over from the archive that owns it (another "
+        "checkpoint: its job stops at its next commit). Without it, a job whose checkpoint "
+        "does not own the name is refused: give a job that replaces one whose checkpoint "
+        "was lost or moved --take-over once",
+    )
+    parser.add_argument(
         "--fail-on-data-loss",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -185,6 +193,7 @@ def archive_options(
         max_records_per_trigger=args.max_records_per_trigger,
         grace_seconds=args.grace_period,
         name=args.name or name or DEFAULT_ARCHIVE,
+        take_over=args.take_over,
         fail_on_data_loss=args.fail_on_data_loss,
         restarts=args.restarts,
     )

@@ -70,6 +70,10 @@ class ArchiveOptions:
             the query is interrupted (it is then simply redone by the next run).
         name: the archive's name: it registers under it per queue and stream, and
             retention waits for it (``REDISQ['ARCHIVE_NAME']``, default ``default``).
+            The name is owned by this archive's checkpoint: a job with another
+            checkpoint under it is refused.
+        take_over: take the name over from the archive that owns it (its job stops at
+            its next commit): for a job that replaces one whose checkpoint was lost.
         fail_on_data_loss: stop, naming them, when entries were removed before the
             archive stored them (a hard cap); false: go on and record them in
             ``ROOT/_gaps`` for the report.
@@ -90,6 +94,7 @@ class ArchiveOptions:
     max_records_per_trigger: int | None = None
     grace_seconds: float = 30.0
     name: str = DEFAULT_ARCHIVE
+    take_over: bool = False
     fail_on_data_loss: bool = True
     restarts: int = 5
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -148,6 +153,8 @@ class ArchiveOptions:
             "archive": self.name,
             "failOnDataLoss": "true" if self.fail_on_data_loss else "false",
         }
+        if self.take_over:
+            out["takeOver"] = "true"
         if self.queues:
             out["queue"] = ",".join(self.queues)
         if self.cluster:

@@ -16,11 +16,11 @@ from redisq_django.core.archives import (
     parse_id,
     stream_key,
 )
-from redisq_django.core.errors import ArchiveNotRegistered
+from redisq_django.core.errors import ArchiveNotRegistered, ArchiveOwned
 from redisq_django.core.keys import readable_names
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
-from redisq_django.pipeline import places
+from redisq_django.pipeline import owner, places
 from redisq_django.pipeline.options import ArchiveOptions, JobError, one_line, redact_url
 
 
@@ -34,9 +34,10 @@ def redis_client(options: ArchiveOptions) -> RedisClient:
 def commit_positions(
     options: ArchiveOptions, table: str, offset: dict[str, str], *, ran: bool = True
 ) -> None:
-    """Record in Redis that ``table`` is archived up to ``offset`` (``{place: id}``: a
-    queue, or ``queue#i`` for a partition), as the data source's ``commit()`` does;
-    positions never move back.
+    """Record in Redis that ``table`` is archived up to ``offset`` (a checkpoint's:
+    ``{place: id}``, a place a queue or ``queue#i`` for a partition, and its owner token),
+    as the data source's ``commit()`` does; positions never move back. An offset without
+    a token (logged by an earlier version) commits nothing: its query's next batch does.
 
     Args:
         ran: the table's query ran in this job (so registered each queue); else the
@@ -44,14 +45,18 @@ def commit_positions(
 
     Raises:
         ArchiveNotRegistered: ``ran``, and the archive was removed meanwhile.
+        ArchiveOwned: another archive took the name over.
     """
+    token, positions = owner.split(offset)
+    if not token:
+        return
     with redis_client(options) as client:
         archives = places.archives(client, options.prefix)
-        for where, entry_id in sorted(offset.items()):
+        for where, entry_id in sorted(positions.items()):
             if entry_id == "0-0":
                 continue
             try:
-                archives.commit(where, options.name, table, entry_id)
+                archives.commit(where, options.name, table, entry_id, owner=token)
             except ArchiveNotRegistered:
                 if ran:
                     raise
@@ -144,18 +149,43 @@ def register(
     new one). The query registers them too (and queues that appear
     later); doing it here first lets the job say when one was not registered.
 
+    The name must be this archive's (its checkpoint's owner token, which a new archive
+    has not made yet): another archive's is refused unless ``options.take_over``.
+
     Returns:
         One line per queue where the archive was not registered although its checkpoint
         has a position there (removed, or a new Redis: registered again there), or was
-        registered although it has no checkpoint (a second archive of that name?).
+        registered although it has no checkpoint (an archive of an earlier version), or
+        was taken over.
+
+    Raises:
+        JobError: another archive owns the name (its message says what to do).
     """
     notes = []
+    token, positions = owner.split(offset)
     with redis_client(options) as client:
         archives = places.archives(client, options.prefix)
         for queue in queue_places(client, options, queues):  # "q", or "q#i"
-            start = (offset or {}).get(queue)
-            got = archives.register(queue, options.name, table, start or "earliest")
-            if start and got.status is Registered.NOW:
+            start = positions.get(queue)
+            try:
+                got = archives.register(
+                    queue,
+                    options.name,
+                    table,
+                    start or "earliest",
+                    owner=token,
+                    take_over=options.take_over,
+                )
+            except ArchiveOwned as exc:
+                raise JobError(str(exc)) from None
+            taking = options.take_over and not start and got.status is Registered.ALREADY
+            if got.taken_from_ms is not None or taking:
+                notes.append(
+                    f"archive {options.name!r} of the {table} of queue {queue!r}: taken over "
+                    f"(--take-over) at {got.position}; an archive that owned the name stops "
+                    "at its next commit"
+                )
+            elif start and got.status is Registered.NOW:
                 notes.append(
                     f"archive {options.name!r} was not registered for the {table} of queue "
                     f"{queue!r} (removed, or a new Redis): registered again at {start}, "

@@ -62,6 +62,7 @@ OPTIONS = (
     "retryTimeout",
     "socketTimeout",
     "archive",
+    "takeOver",
     "failOnDataLoss",
     "consumer",
     "once",
@@ -82,6 +83,7 @@ ONLY_FOR = {
     "maxEntriesPerTrigger": "stream",
     "maxRecordsPerTrigger": "stream",
     "archive": "stream",
+    "takeOver": "stream",
     "failOnDataLoss": "stream",
     "once": "write",
     "batchSize": "write",
@@ -338,6 +340,10 @@ class SourceOptions:
         archive: a streaming read of messages or events is this named archive: it
             registers, holds retention and commits its position; None (the default):
             read-only, it writes nothing to Redis and retention does not wait for it.
+            The name is one query's (its checkpoint's): another is refused.
+        take_over: this query takes the archive's name over from the query that owns it
+            (option ``takeOver``; that one stops at its next commit): for a query that
+            replaces one whose checkpoint was lost or moved.
         fail_on_data_loss: a streaming read fails when entries after its position were
             removed before it read them (Kafka's ``failOnDataLoss``); false: it logs a
             warning, a named archive records the gap for its job, and it goes on.
@@ -358,6 +364,7 @@ class SourceOptions:
     starting_offsets: StartingOffsets = StartingOffsets()
     max_entries_per_trigger: int | None = None
     archive: str | None = None
+    take_over: bool = False
     fail_on_data_loss: bool = True
     max_records_per_trigger: int | None = None
     max_entries_per_slice: int = DEFAULT_MAX_ENTRIES_PER_SLICE
@@ -397,6 +404,12 @@ class SourceOptions:
                 "Option 'archive' names an archive of messages or events; dead letters "
                 "leave Redis for the database (the dead-letter sink), not for an archive."
             )
+        take_over = _flag(options, "takeOver")
+        if take_over and not archive:
+            raise OptionError(
+                "Option 'takeOver' takes a named archive over from the query that owns its "
+                "name: give the name with option 'archive' too."
+            )
         return cls(
             url=url,
             prefix=str(options.get("prefix") or "redisq").strip(),
@@ -410,6 +423,7 @@ class SourceOptions:
             starting_offsets=StartingOffsets.parse(options.get("startingOffsets")),
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
             archive=archive,
+            take_over=take_over,
             fail_on_data_loss=_flag(options, "failOnDataLoss", default=True),
             max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger", None),
             max_entries_per_slice=_positive_int(

@@ -11,10 +11,13 @@ A stream is read-only unless option ``archive`` names it: then it is that named 
 query where ``startingOffsets`` says, a resumed one at its checkpoint's offset), and
 ``commit(end)`` moves its position in Redis, so retention trims behind it and never
 before (a partitioned queue's: in each partition's record, so that each partition's log
-is trimmed exactly behind it). A read-only stream writes nothing to Redis and holds
-nothing: retention may remove what it has not read yet. Either way, entries removed
-before the stream read them are a data loss (:mod:`redisq_django.pipeline.loss`): with
-``failOnDataLoss`` (default) the query fails, naming them.
+is trimmed exactly behind it). Its name is its query's alone: the offsets carry the
+query's owner token (:mod:`~redisq_django.pipeline.owner`), and another query under the
+name is refused unless option ``takeOver`` says it replaces the owner. A read-only
+stream writes nothing to Redis and holds nothing: retention may remove what it has not
+read yet. Either way, entries removed before the stream read them are a data loss
+(:mod:`redisq_django.pipeline.loss`): with ``failOnDataLoss`` (default) the query fails,
+naming them. Offsets also carry a named archive's owner token (``"@owner"``).
 
 Admission control (``maxEntriesPerTrigger``, ``maxRecordsPerTrigger``: see
 :mod:`~redisq_django.pipeline.admission`) uses the ``latestOffset(start, limit)`` API of
@@ -40,7 +43,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from redisq_django.core.archives import Archives, Gap, Registered
-from redisq_django.pipeline import admission, loss, places, redis_io
+from redisq_django.core.clock import ms_to_datetime
+from redisq_django.pipeline import admission, loss, owner, places, redis_io
 from redisq_django.pipeline.columns import Batch
 from redisq_django.pipeline.loss import Loss
 from redisq_django.pipeline.outages import Link, waits_out_outages
@@ -102,6 +106,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: Offset = {}
         self._registered: set[str] = set()
         self._partitions: dict[str, int] = {}  # queue -> K, read once per queue
+        self._token = ""  # the owner token this query's offsets carry (pipeline/owner.py)
 
     @property
     def conn(self) -> Any:
@@ -142,8 +147,24 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         to read from."""
         assert self.options.archive is not None
         table = self.options.table.value
-        got = self.archives.register(ref.place, self.options.archive, table, start)
+        got = self.archives.register(
+            ref.place,
+            self.options.archive,
+            table,
+            start,
+            owner=self._token,
+            take_over=self.options.take_over,
+        )
         self._registered.add(ref.name)
+        if got.taken_from_ms is not None:
+            logger.warning(
+                "redisq: archive %r of the %s of queue %r taken over (option takeOver) from "
+                "the query that last committed at %s; that query stops at its next commit.",
+                self.options.archive,
+                table,
+                ref.place,
+                ms_to_datetime(got.taken_from_ms).isoformat(timespec="seconds"),
+            )
         if got.status is Registered.NOW and resumed:
             logger.warning(
                 "redisq: archive %r was not registered for the %s of queue %r; registered "
@@ -155,12 +176,20 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return got.position
 
-    def _ensure_registered(self, offset: Offset) -> None:
-        """A resumed query of a named archive: register at its checkpoint's offsets what
-        this process has not (a query starting afresh did in ``initialOffset``)."""
+    def _streams_of(self, offset: Offset) -> Offset:
+        """The streams' positions of ``offset`` (a checkpoint's); its owner token becomes
+        this query's (a checkpoint of an earlier version carries none: one is made, for
+        the offsets this query logs from now on)."""
+        token, streams = owner.split(offset)
+        self._token = token or self._token or owner.new_token()
+        return streams
+
+    def _ensure_registered(self, streams: Offset) -> None:
+        """A resumed query of a named archive: register at its checkpoint's positions
+        what this process has not (a query starting afresh did in ``initialOffset``)."""
         if self.options.archive is None:
             return
-        for name, position in offset.items():
+        for name, position in streams.items():
             if name not in self._registered:
                 self._register(stream_of(self.options, name), position, resumed=True)
 
@@ -178,13 +207,22 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @waits_out_outages("starting a streaming query")
     def initialOffset(self) -> Offset:
-        """Where a new query starts (option ``startingOffsets``; default earliest)."""
+        """Where a new query starts (option ``startingOffsets``; default earliest).
+
+        Spark asks again at every trigger until a first batch ran (and a query with
+        nothing to read runs none): the answer, and the owner token it carries, is made
+        once per query run, as Kafka's source keeps its initial offsets."""
+        if self._initial is not None:
+            return self._initial
         refs = self._streams()
         gone = redis_io.marks(self.conn, self.options, refs)
-        self._initial = {
+        if self.options.archive is not None:
+            self._token = self._token or owner.new_token()
+        streams = {
             ref.name: self._start_of(ref, redis_io.last_id(self.conn, ref.key), gone[ref.name])
             for ref in refs
         }
+        self._initial = owner.carry(self._token, streams)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -205,12 +243,17 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``maxRecordsPerTrigger`` rows after ``start`` in all (shared among the streams
         with new entries, the ones furthest behind first: :mod:`.admission`). A stream
         seen for the first time starts where ``startingOffsets`` says, next batch."""
-        self._ensure_registered(start)
+        streams = self._streams_of(start)
+        self._ensure_registered(streams)
         if start != self._initial:
             # Spark calls this only once the batch ending at `start` is done, but calls
             # commit(start) only when it plans another batch: without this, the archive
             # position would lag one batch behind (for ever, after an availableNow run).
             self.commit(start)
+        return owner.carry(self._token if self.options.archive else "", self._end(streams, limit))
+
+    def _end(self, start: Offset, limit: ReadLimit) -> Offset:
+        """The streams' end positions of the next micro-batch (:meth:`latestOffset`)."""
         latest = self._target if self._target is not None else self._last_ids()
         end = dict(start)
         behind = []
@@ -242,6 +285,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Per stream, the ids after ``start`` up to ``end``, in slices by time and size;
         first, the check that nothing after ``start`` was removed before this batch could
         read it."""
+        start, end = self._streams_of(start), owner.split(end)[1]
         self._ensure_registered(start)
         due = {
             name: (start[name], hi)
@@ -308,15 +352,23 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         leave Redis through the database sink), a partitioned queue's per partition; a
         read-only stream writes nothing.
 
+        Only an offset Spark logged with this query's owner token commits (one an
+        earlier version logged is committed by the next batch, whose offset carries it):
+        so the token Redis records as the name's owner is always in the checkpoint.
+
         Raises:
             ArchiveNotRegistered: the archive was removed while it ran.
+            ArchiveOwned: another query took the name over.
         """
         if self.options.archive is None or self.options.table is Table.DEAD:
             return
+        token, streams = owner.split(end)
+        if not token:
+            return
         table = self.options.table.value
-        for where, entry_id in sorted(end.items()):  # a place: "q", or "q#i"
+        for where, entry_id in sorted(streams.items()):  # a place: "q", or "q#i"
             if entry_id not in (ZERO_ID, self._committed.get(where)):
-                self.archives.commit(where, self.options.archive, table, entry_id)
+                self.archives.commit(where, self.options.archive, table, entry_id, owner=token)
                 self._committed[where] = entry_id
 
     def stop(self) -> None:

@@ -5,7 +5,10 @@ removes anyway is reported (``failOnDataLoss``), never skipped silently."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.archives.named import Gap
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.cli import main
-from redisq_django.pipeline.options import ArchiveOptions
+from redisq_django.pipeline.options import ArchiveOptions, JobError
 from redisq_django.pipeline.report import ReportOptions, report
 from tests.pipeline.archive_support import publish
 
@@ -271,16 +274,135 @@ def test_a_removed_archive_stops_and_registers_again_only_when_started(
         f"(removed, or a new Redis): registered again at {ids[29]}, where its checkpoint is",
     )
     assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}
-    # And a second archive given the same name (another root) is told it is the same one
-    other = archive(
-        spark, ArchiveOptions(redis_url=redis_url, root=str(tmp_path / "b"), queues=(queue_name,))
+
+
+@pytest.mark.timeout(400)  # several Spark queries in a row on shared cores
+def test_a_second_stream_under_an_archives_name_is_refused_unless_it_takes_over(
+    spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    """Issue 37.2: a notebook's ``.option("archive", "default")`` beside production's
+    archive lost 1,000 of 4,000 messages: retention followed whichever moved last."""
+    broker = Broker(redis_client, CoreConfig(replay_window_ms=0))
+    broker.consumers.ensure(queue_name, "billing", "earliest")
+    read = {"url": redis_url, "queue": queue_name, "archive": "default"}
+
+    def run(name: str, **more: str) -> Any:
+        stream = spark.readStream.format("redisq").options(**read, **more).load()
+        sink = {"format": "parquet", "path": str(tmp_path / name)}
+        return run_stream(spark, stream.select("message_id"), tmp_path / f"{name}-cp", **sink)
+
+    def trim_all() -> None:
+        ack_all(broker, queue_name)
+        for _ in range(3):
+            broker.trim(queue_name)
+
+    # Given production's stream archived 100 messages under "default"
+    ids = publish(broker, queue_name, 100)
+    assert run("prod").exception() is None
+    # When a second stream (its own checkpoint) starts under the same name
+    failure = str(run("notebook").exception())
+    # Then it is refused, saying why and what to do, and moves nothing
+    assert (
+        f"ArchiveOwned: The archive 'default' of the messages of queue {queue_name!r} "
+        "belongs to another reader with another checkpoint"
+    ) in failure
+    assert "name of its own (option archive, --name)" in failure and "takeOver=true" in failure
+    assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}
+    # And production goes on, and retention follows production only
+    ids += publish(broker, queue_name, 50, start=100)
+    assert run("prod").exception() is None
+    trim_all()
+    assert redis_client.xlen(broker.keys(queue_name).log) == 0
+    assert sorted(message_ids(spark, tmp_path / "prod")) == sorted(ids)
+
+    # When a replacement stream takes the name over (option takeOver)
+    more = publish(broker, queue_name, 40, start=150)
+    assert run("replacement", takeOver="true").exception() is None
+    # Then it goes on from production's position, and retention follows it
+    assert sorted(message_ids(spark, tmp_path / "replacement")) == sorted(more)
+    trim_all()
+    # And production, started again, stops saying it was taken over (not a data loss,
+    # although retention removed what it never read), and stores nothing more
+    publish(broker, queue_name, 10, start=190)
+    failure = str(run("prod").exception())
+    assert (
+        f"ArchiveOwned: The archive 'default' of the messages of queue {queue_name!r} was "
+        "taken over by another reader"
+    ) in failure
+    assert "DataLossError" not in failure
+    assert sorted(message_ids(spark, tmp_path / "prod")) == sorted(ids)
+    assert run("replacement").exception() is None
+
+
+@pytest.mark.timeout(400)  # several Spark queries in a row on shared cores
+def test_the_archive_job_under_a_taken_name_is_refused_and_take_over_fences_the_owner(
+    spark: SparkSession,
+    redis_client: redis.Redis,
+    redis_url: str,
+    tmp_path: Path,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A staging job left at ``--name``'s default, pointed at production's Redis."""
+    broker = Broker(redis_client, CoreConfig(replay_window_ms=0))
+    ids = publish(broker, queue_name, 30)
+    base = ["archive", "--redis-url", redis_url, "--queue", queue_name, "--once"]
+    prod, staging = (
+        [*base, "--root", str(tmp_path / "prod")],
+        [*base, "--root", str(tmp_path / "st")],
     )
-    assert other.messages.rows == 0
-    assert other.notes == (
-        f"archive 'default' is registered for the messages of queue {queue_name!r} already "
-        f"(at {ids[-1]}) but has no checkpoint here: it goes on from there. If another "
-        "archive uses this name, give this one a name of its own (--name)",
-    )
+    assert main(prod) == 0
+    capsys.readouterr()
+    # When the staging job runs under the same name: exit 1, one line saying why
+    assert main(staging) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "archive: The archive 'default' of the messages" in err[0], err
+    assert "--take-over" in err[0] and "name of its own" in err[0]
+    assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}
+    # When it is given --take-over (it replaces production's archive): it goes on from
+    # production's position, saying so
+    ids += publish(broker, queue_name, 5, start=30)
+    assert main([*staging, "--take-over"]) == 0
+    out = capsys.readouterr().out
+    assert "taken over (--take-over)" in out, out
+    assert sorted(message_ids(spark, tmp_path / "st" / "messages")) == sorted(ids[30:])
+    # Then production's next run stops, saying it was taken over
+    publish(broker, queue_name, 5, start=35)
+    assert main(prod) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "was taken over by another reader" in err[-1], err
+    assert len(message_ids(spark, tmp_path / "prod" / "messages")) == 30
+
+
+@pytest.mark.timeout(400)  # several Spark queries in a row on shared cores
+def test_a_checkpoint_of_an_earlier_version_goes_on_and_claims_the_name(
+    spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given an archive whose checkpoint and registration an earlier version wrote: no
+    # owner token in its offsets, no owner in Redis
+    broker = Broker(redis_client, CoreConfig(replay_window_ms=0))
+    ids = publish(broker, queue_name, 20)
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path / "a"), queues=(queue_name,))
+    archive(spark, options)
+    offsets = tmp_path / "a" / "_checkpoints" / "messages" / "offsets"
+    for log in offsets.iterdir():
+        if log.name.isdigit():
+            log.write_text(re.sub(r'"@owner":"[0-9a-f]+",?', "", log.read_text()))
+    keys = broker.keys(queue_name)
+    owner_fields = [f for f in redis_client.hkeys(keys.archives) if b":owner" in f]
+    redis_client.hdel(keys.archives, *owner_fields)
+    # When it runs again: it goes on from its checkpoint, without a note
+    ids += publish(broker, queue_name, 10, start=20)
+    summary = archive(spark, options)
+    assert summary.messages.rows == 10 and summary.notes == ()
+    assert sorted(message_ids(spark, tmp_path / "a" / "messages")) == sorted(ids)
+    # Then it owns the name: its newest logged offset carries the token Redis holds
+    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    token = json.loads(newest.read_text().splitlines()[2])["@owner"]
+    assert redis_client.hget(keys.archives, "default:messages:owner") == token.encode()
+    # And another archive under its name is refused
+    with pytest.raises(JobError, match="belongs to another reader"):
+        archive(spark, dataclasses.replace(options, root=str(tmp_path / "b")))
 
 
 def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redis_url: str) -> None:
@@ -311,6 +433,8 @@ def test_bad_options_fail_at_load_with_a_short_message(spark: SparkSession, redi
         (stream(startingOffsets='{"a": 5}'), "Option 'startingOffsets' as JSON"),
         (stream(archive="a:b"), "Option 'archive': Invalid archive name 'a:b'"),
         (stream(table="dead", archive="x"), "Option 'archive' names an archive of messages"),
+        (stream(takeOver="true"), "Option 'takeOver' takes a named archive over"),
+        (stream(archive="x", takeOver=""), "Option 'takeOver' is empty"),
     ]
     for frame, says in cases:
         with pytest.raises(Exception) as caught:

@@ -20,6 +20,7 @@ archive named :data:`DEFAULT_ARCHIVE` when that one registers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -27,7 +28,12 @@ from typing import Any
 
 import redis
 
-from redisq_django.core.errors import ArchiveNotRegistered, error_code, translate_errors
+from redisq_django.core.errors import (
+    ArchiveNotRegistered,
+    ArchiveOwned,
+    error_code,
+    translate_errors,
+)
 from redisq_django.core.keys import QueueKeys, validate_name
 from redisq_django.core.partitions import Place, pick, place_of
 from redisq_django.core.scripts import Scripts
@@ -81,10 +87,37 @@ class Registered(IntEnum):
 
 @dataclass(frozen=True)
 class ArchiveRegistration:
-    """The answer of :meth:`Archives.register`: what happened and the position."""
+    """The answer of :meth:`Archives.register`: what happened and the position.
+
+    Attributes:
+        taken_from_ms: this registration took the name over (``take_over``) from an
+            owner that last committed then (ms); None: it took nothing over.
+    """
 
     status: Registered
     position: str
+    taken_from_ms: int | None = None
+
+
+# The numbers after OWNED / FENCED in archive_register.lua's and archive_commit.lua's
+# refusals, wherever the server put the code (Redis 6.2 wraps a script's error).
+_OWNED = re.compile(r"OWNED (\d+) (\d+) (\S+)")
+_FENCED = re.compile(r"FENCED (\d+) (\S+)")
+
+
+def _owned(exc: redis.ResponseError, place: Place, name: str, table: str) -> ArchiveOwned | None:
+    """The :class:`ArchiveOwned` a script's refusal stands for, or None (another error)."""
+    code, where = error_code(exc), str(place)
+    if code == "OWNED" and (m := _OWNED.search(str(exc))):
+        since, committed, owner = int(m[1]), int(m[2]), m[3]
+        return ArchiveOwned(
+            where, name, table, since_ms=since, committed_ms=committed, owner=owner, fenced=False
+        )
+    if code == "FENCED" and (m := _FENCED.search(str(exc))):
+        return ArchiveOwned(
+            where, name, table, since_ms=int(m[1]), committed_ms=None, owner=m[2], fenced=True
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -175,6 +208,8 @@ class Archives:
         start: str = "earliest",
         *,
         partition: int | None = None,
+        owner: str = "",
+        take_over: bool = False,
     ) -> ArchiveRegistration:
         """Register archive ``name`` for the ``stream`` of ``where`` (a queue, or on a
         partitioned queue one of its partitions, a ``Place``: :meth:`register_all`
@@ -185,16 +220,38 @@ class Archives:
             start: where a new registration starts: ``earliest`` (everything still in
                 Redis), ``latest`` (what comes next) or an entry id (it has everything
                 up to that id). An archive registered already keeps its position.
+            owner: the reader's token ("": claims nothing; still refused while another
+                owner has committed, unless ``take_over``).
+            take_over: take the name from its owner, whose next commit is then refused.
+
+        A name is owned by one reader, fenced as Kafka fences a second producer with the
+        same ``transactional.id``: the reader passes a token it keeps in its checkpoint;
+        while another token owns the name and has committed under it, registering is
+        refused. An owner that never committed (its reader died before its first batch)
+        is replaced.
+
+        Raises:
+            ArchiveOwned: another reader owns the name (and ``take_over`` is false).
         """
         place = place_of(where, partition, caller="broker.archives.register")
         keys = self.at(place)
         table = ArchivedStream(stream)
-        status, position = self.scripts(
-            "archive_register",
-            [keys.archives, keys.meta, stream_key(keys, table)],
-            [validate_name("archive", name), table.value, start],
-        )
-        return ArchiveRegistration(Registered(int(status)), to_str(position))
+        try:
+            status, position, taken = self.scripts(
+                "archive_register",
+                [keys.archives, keys.meta, stream_key(keys, table)],
+                [
+                    validate_name("archive", name),
+                    table.value,
+                    start,
+                    owner,
+                    "1" if take_over else "",
+                ],
+            )
+        except redis.ResponseError as exc:
+            raise _owned(exc, place, name, table.value) or exc from None
+        taken_ms = int(to_str(taken)) if taken else None
+        return ArchiveRegistration(Registered(int(status)), to_str(position), taken_ms)
 
     def register_all(
         self, queue: str, name: str, stream: ArchivedStream | str, start: str = "earliest"
@@ -217,16 +274,22 @@ class Archives:
         entry_id: str,
         *,
         partition: int | None = None,
+        owner: str = "",
     ) -> str:
         """Record that archive ``name`` stored the ``stream`` of ``where`` (a queue, or a
         partition of one) up to ``entry_id`` (never moves back); retention may then trim
         that place behind it. ``partition``: deprecated, the place's.
+
+        Args:
+            owner: the reader's token (see :meth:`register`): a commit by another than
+                the name's owner is refused; one with a token claims a name nobody owns.
 
         Returns:
             The position now recorded.
 
         Raises:
             ArchiveNotRegistered: it is not registered (never, or removed since).
+            ArchiveOwned: another reader owns the name (this one was fenced off).
         """
         place = place_of(where, partition, caller="broker.archives.commit")
         table = ArchivedStream(stream)
@@ -234,12 +297,12 @@ class Archives:
             reply = self.scripts(
                 "archive_commit",
                 [self.at(place).archives],
-                [validate_name("archive", name), table.value, entry_id],
+                [validate_name("archive", name), table.value, entry_id, owner],
             )
         except redis.ResponseError as exc:
             if error_code(exc) == "NOARCHIVE":
                 raise ArchiveNotRegistered(place.queue, name, table.value) from None
-            raise
+            raise _owned(exc, place, name, table.value) or exc from None
         return to_str(reply)
 
     @translate_errors

@@ -16,10 +16,23 @@
 -- ARGV[4]  where it starts when it registers now: "earliest" (everything still in
 --          Redis), "latest" (only what comes next), or an entry id (it has everything up
 --          to that id)
+-- ARGV[5]  the owner: a token its reader keeps in its checkpoint ("" or absent: none)
+-- ARGV[6]  "1": take the name over from another owner (absent: no)
 --
 -- An archive registered already keeps its position: registering is idempotent.
--- Returns {status, position}: status 0 registered already, 1 registered now, 2 registered
--- now at the position an earlier version's unnamed archive recorded.
+-- A name is owned by one reader (one checkpoint), fenced like Kafka's transactional.id:
+-- "<a>:<table>:owner" = its token, ":owner_since" = when it claimed the name (ms),
+-- ":owner_committed" = its last commit since then (ms; absent: none yet). A registration
+-- with another token is refused while the owner has committed (error "OWNED <since>
+-- <committed> <token's first 8 characters>", nothing written) unless ARGV[6] takes over;
+-- an owner that never committed (its query died before its first batch) is replaced.
+-- Taking over counts as a commit, so the displaced reader cannot take the name back
+-- without ARGV[6] in turn; it is remembered (":owner_displaced" = its token), and its
+-- next registration is refused with "FENCED <since> <token's first 8 characters>" as
+-- its commits are (archive_commit.lua). A registration without a token claims nothing.
+-- Returns {status, position, taken}: status 0 registered already, 1 registered now, 2
+-- registered now at the position an earlier version's unnamed archive recorded; taken:
+-- the displaced owner's last commit (ms) when this call took the name over, else "".
 -- The mark and the unnamed archive's position it reads in KEYS[2] must be entry ids
 -- (PROTOCOL.md, "What the scripts check"); else an error reply "REDISQ_CORRUPT key <key>
 -- field <field> holds ...", nothing written.
@@ -58,6 +71,7 @@ end
 -- <<< fragments/clock.lua
 
 local name, table_name, start = ARGV[2], ARGV[3], ARGV[4]
+local owner, take_over = ARGV[5] or '', ARGV[6] == '1'
 if #name > 100 or not string.match(name, '^[%w_%.%-]+$') then
   return redis.error_reply('ERR invalid archive name ' .. name)
 end
@@ -65,8 +79,36 @@ local mark = ({messages = 'last_trimmed', events = 'events_last_trimmed'})[table
 if not mark then return redis.error_reply('ERR invalid archive table ' .. table_name) end
 
 local field = name .. ':' .. table_name
+local owner_field = field .. ':owner'
+local held, held_since, held_committed = unpack(redis.call(
+  'HMGET', KEYS[1], owner_field, owner_field .. '_since', owner_field .. '_committed'))
+if held and held ~= owner and held_committed and not take_over then
+  if owner ~= '' and redis.call('HGET', KEYS[1], owner_field .. '_displaced') == owner then
+    return redis.error_reply('FENCED ' .. (held_since or '0') .. ' ' .. string.sub(held, 1, 8))
+  end
+  return redis.error_reply('OWNED ' .. (held_since or '0') .. ' ' .. held_committed .. ' '
+    .. string.sub(held, 1, 8))
+end
+
+-- The name passes to `owner` (claimed, or taken over) unless it holds it already.
+local function claim(status, position)
+  local taken = ''
+  if owner ~= '' and held ~= owner then
+    local now = redis_now()
+    redis.call('HSET', KEYS[1], owner_field, owner, owner_field .. '_since', now)
+    if take_over and held and held_committed then
+      taken = held_committed
+      redis.call('HSET', KEYS[1], owner_field .. '_committed', now, owner_field .. '_displaced',
+        held)
+    else
+      redis.call('HDEL', KEYS[1], owner_field .. '_committed')
+    end
+  end
+  return {status, position, taken}
+end
+
 local current = redis.call('HGET', KEYS[1], field)
-if current then return {0, current} end
+if current then return claim(0, current) end
 
 -- >>> fragments/entry_id.lua (shared; assembled into this script)
 -- An entry id <ms>-<seq> as {ms, seq} (numbers), or nil for anything else.
@@ -125,4 +167,4 @@ else
   end
 end
 redis.call('HSET', KEYS[1], field, position, field .. ':since', redis_now())
-return {status, position}
+return claim(status, position)

@@ -14,7 +14,7 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.archives.named import ArchiveRegistration, Gap, Registered
-from redisq_django.core.errors import ArchiveNotRegistered, InvalidName
+from redisq_django.core.errors import ArchiveNotRegistered, ArchiveOwned, InvalidName
 from redisq_django.core.keys import QueueKeys
 
 TEN = [f"{i * 1000}-0" for i in range(1, 11)]  # 1000-0 .. 10000-0
@@ -133,6 +133,100 @@ def test_commit_of_an_archive_not_registered_is_refused(broker: Broker, queue_na
     with pytest.raises(ArchiveNotRegistered, match="was removed"):
         archives.commit(queue_name, "nightly", "messages", "5-0")
     assert archives.positions(queue_name, "nightly") == {}
+
+
+# == owners: a name is one reader's (fencing) ==============================================
+
+
+def test_a_name_owned_by_a_reader_that_committed_is_refused_to_another(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, queue_name: str
+) -> None:
+    archives = broker.archives
+    # Given reader "prod" registered and committed under "default"
+    assert archives.register(queue_name, "default", "messages", owner="prod").status is (
+        Registered.NOW
+    )
+    archives.commit(queue_name, "default", "messages", "5-0", owner="prod")
+    # When a second reader (another checkpoint) registers under the same name
+    with pytest.raises(ArchiveOwned) as refused:
+        archives.register(queue_name, "default", "messages", owner="notebook")
+    # Then it is refused, saying whose the name is and what to do, and nothing moved
+    assert not refused.value.fenced and refused.value.owner == "prod"
+    assert refused.value.committed_ms and refused.value.committed_ms > 1_600_000_000_000
+    assert "--take-over" in str(refused.value) and "name of its own" in str(refused.value)
+    # And a reader without a token (a job with no checkpoint yet) is refused the same way
+    with pytest.raises(ArchiveOwned):
+        archives.register(queue_name, "default", "messages")
+    # And its commits are refused too: it can never move prod's position
+    with pytest.raises(ArchiveOwned) as fenced:
+        archives.commit(queue_name, "default", "messages", "9-0", owner="notebook")
+    assert fenced.value.fenced
+    assert archives.positions(queue_name, "default") == {"messages": "5-0"}
+    # And the owner goes on as before; the other table is another name's matter
+    assert archives.register(queue_name, "default", "messages", owner="prod").position == "5-0"
+    assert archives.commit(queue_name, "default", "messages", "6-0", owner="prod") == "6-0"
+    archives.register(queue_name, "default", "events", owner="events-reader")
+
+
+def test_take_over_fences_the_old_owner_off(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, queue_name: str
+) -> None:
+    archives = broker.archives
+    archives.register(queue_name, "default", "messages", owner="old")
+    archives.commit(queue_name, "default", "messages", "5-0", owner="old")
+    # When a new reader takes the name over, it goes on from the old one's position
+    got = archives.register(queue_name, "default", "messages", owner="new", take_over=True)
+    assert got.status is Registered.ALREADY and got.position == "5-0"
+    assert got.taken_from_ms and got.taken_from_ms > 1_600_000_000_000
+    # Then the old reader's next commit is refused, naming the take-over
+    with pytest.raises(ArchiveOwned) as fenced:
+        archives.commit(queue_name, "default", "messages", "7-0", owner="old")
+    assert fenced.value.fenced and fenced.value.owner == "new"
+    assert "taken over" in str(fenced.value)
+    # And it cannot take the name back by registering again (a restart): it is told it
+    # was taken over, as at a commit
+    with pytest.raises(ArchiveOwned) as again_refused:
+        archives.register(queue_name, "default", "messages", owner="old")
+    assert again_refused.value.fenced
+    # And the new owner commits
+    assert archives.commit(queue_name, "default", "messages", "8-0", owner="new") == "8-0"
+    # And taking over what one owns already takes nothing
+    again = archives.register(queue_name, "default", "messages", owner="new", take_over=True)
+    assert again.taken_from_ms is None
+
+
+def test_an_owner_that_never_committed_is_replaced(broker: Broker, queue_name: str) -> None:
+    """A reader that died before its first batch left no checkpoint: its next start comes
+    with a new token, which must not be refused."""
+    archives = broker.archives
+    archives.register(queue_name, "a", "messages", owner="first-try")
+    got = archives.register(queue_name, "a", "messages", owner="second-try")
+    assert got.status is Registered.ALREADY and got.taken_from_ms is None
+    with pytest.raises(ArchiveOwned):
+        archives.commit(queue_name, "a", "messages", "3-0", owner="first-try")
+    assert archives.commit(queue_name, "a", "messages", "3-0", owner="second-try") == "3-0"
+
+
+def test_a_name_nobody_owns_is_claimed_by_the_first_commit_with_a_token(
+    broker: Broker, redis_client: redis.Redis, qk: QueueKeys, queue_name: str
+) -> None:
+    """Registrations of earlier versions have no owner: the first reader with a token
+    that commits claims them; commits without a token go on until then."""
+    archives = broker.archives
+    archives.register(queue_name, "default", "messages")
+    assert archives.commit(queue_name, "default", "messages", "2-0") == "2-0"
+    assert archives.commit(queue_name, "default", "messages", "3-0", owner="t1") == "3-0"
+    raw = redis_client.hgetall(qk.archives)
+    assert raw[b"default:messages:owner"] == b"t1"
+    assert int(raw[b"default:messages:owner_committed"]) > 1_600_000_000_000
+    with pytest.raises(ArchiveOwned):
+        archives.commit(queue_name, "default", "messages", "4-0")
+    # And removing the archive removes its owner with it
+    archives.remove(queue_name, "default")
+    assert not [f for f in redis_client.hkeys(qk.archives) if f.startswith(b"default:")]
+    assert archives.register(queue_name, "default", "messages", owner="t2").status is (
+        Registered.NOW
+    )
 
 
 # == trim.lua with archives ===============================================================

@@ -5,13 +5,21 @@
 -- ARGV[2]  the archive's name
 -- ARGV[3]  the table: "messages" (the log) or "events"
 -- ARGV[4]  the last entry id the archive committed
+-- ARGV[5]  the owner's token ("" or absent: none; archive_register.lua says what a name's
+--          owner is)
 --
 -- The position only moves forward (a late or repeated commit never moves it back). An
 -- archive that is not registered (never, or removed since) is refused with an error
--- starting NOARCHIVE: a removed archive never comes back by committing.
+-- starting NOARCHIVE: a removed archive never comes back by committing. A commit by
+-- another than the name's owner is refused with an error "FENCED <owner since (ms)>
+-- <owner's token, first 8 characters>", nothing written: its reader lost the name
+-- (taken over). A commit with a token claims a name nobody owns (registered by an
+-- earlier version) and records when its owner last committed ("<a>:<table>:owner_committed").
 -- Returns the position now recorded.
 
 --#include protocol
+
+--#include clock
 
 --#include entry_id
 
@@ -22,6 +30,16 @@ local current = redis.call('HGET', KEYS[1], field)
 if not current then
   return redis.error_reply('NOARCHIVE archive ' .. ARGV[2] .. ' is not registered for '
     .. ARGV[3])
+end
+local owner, owner_field = ARGV[5] or '', field .. ':owner'
+local held, held_since = unpack(redis.call('HMGET', KEYS[1], owner_field, owner_field .. '_since'))
+if held and held ~= owner then
+  return redis.error_reply('FENCED ' .. (held_since or '0') .. ' ' .. string.sub(held, 1, 8))
+end
+if owner ~= '' then
+  local now = redis_now()
+  if not held then redis.call('HSET', KEYS[1], owner_field, owner, owner_field .. '_since', now) end
+  redis.call('HSET', KEYS[1], owner_field .. '_committed', now)
 end
 local old = parse(current)
 if old and (old[1] > new[1] or (old[1] == new[1] and old[2] >= new[2])) then

@@ -186,7 +186,7 @@ def build_worker(
         broker,
         specs,
         options,
-        middleware=[*worker_middleware(metrics=metrics), *_handler_middleware(chosen)],
+        middleware=[*worker_middleware(metrics=metrics), *handler_middleware(chosen)],
         refresh=refresh,
         periodic=periodic,
     )
@@ -220,7 +220,7 @@ def worker_middleware(*, metrics: bool = False) -> list[Middleware]:
     return out
 
 
-def _handler_middleware(chosen: Sequence[ConsumerDeclaration]) -> list[Middleware]:
+def handler_middleware(chosen: Sequence[ConsumerDeclaration]) -> list[Middleware]:
     """Worker middleware the handlers bring (``handler.worker_middleware``, as the tasks
     backend's handler does), each once."""
     found: dict[int, Middleware] = {}

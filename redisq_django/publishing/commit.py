@@ -74,10 +74,17 @@ class CommitBatch:
     using: str | None
     envelopes: list[Envelope] = field(default_factory=list)
     outbox_rows: list[int] = field(default_factory=list)
+    #: Run already. Django's ``captureOnCommitCallbacks(execute=True)`` runs a test's
+    #: callbacks and leaves them registered (a ``TestCase`` never commits): a batch run
+    #: once takes no new message (it would never be sent) and never sends twice.
+    sent: bool = False
 
     # The transaction is committed: nothing here may raise into the code that committed
     # it (its data is saved), so every failure is logged instead.
     def __call__(self) -> None:
+        if self.sent:
+            return
+        self.sent = True
         by_queue: dict[str, list[Envelope]] = {}
         for envelope in self.envelopes:
             by_queue.setdefault(envelope.queue, []).append(envelope)
@@ -132,7 +139,11 @@ def current_batch(using: str | None) -> CommitBatch | None:
     hooks = connection.run_on_commit
     if hooks:
         sids, last, _ = hooks[-1]
-        if isinstance(last, CommitBatch) and sids == set(connection.savepoint_ids):
+        if (
+            isinstance(last, CommitBatch)
+            and not last.sent
+            and sids == set(connection.savepoint_ids)
+        ):
             return last
     batch = CommitBatch(using)
     transaction.on_commit(batch, using=using)

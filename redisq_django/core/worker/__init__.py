@@ -2,6 +2,7 @@
 hooks, and the supervisor of worker processes. Outside this room, import these names
 from here (``tests/test_structure.py`` keeps it so)."""
 
+from redisq_django.core.worker.burst import run_burst
 from redisq_django.core.worker.middleware import Middleware, MiddlewareChain, RunningWorker
 from redisq_django.core.worker.state import Quota, StopSignal, Tally
 from redisq_django.core.worker.supervisor import COLD_SIGNAL, Supervisor, is_supervised
@@ -24,4 +25,5 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "is_supervised",
+    "run_burst",
 ]

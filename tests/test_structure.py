@@ -285,7 +285,7 @@ FOUNDATION = (
 CAPABILITIES = ("publishing", "deadletters", "consuming", "tasks", "schedules", "metrics")
 ASSEMBLY = (
     *("runner", "apps", "signal_handlers", "checks", "admin", "management"),
-    *("templatetags", "urls", "archives", "operations", "redisq_django"),
+    *("templatetags", "urls", "archives", "operations", "testing", "redisq_django"),
 )
 #: Each part's layer: 0 core, 1 foundation, 2 capabilities, 3 assembly and entry points.
 LAYERS: dict[str, int] = {
@@ -313,6 +313,7 @@ SIDEWAYS = {
     ("management", "archives"),
     ("management", "operations"),
     ("management", "runner"),
+    ("testing", "runner"),
     ("apps", "checks"),
     ("apps", "signal_handlers"),
 }

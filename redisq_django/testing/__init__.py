@@ -51,7 +51,24 @@ _HOMES = {
     "RedisqTestMixin": "testcase",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "Captured",
+    "Counts",
+    "DrainError",
+    "Drained",
+    "HandlerFailure",
+    "IsolatedQueues",
+    "NoTestRedis",
+    "Published",
+    "RedisqTestMixin",
+    "capture",
+    "dead_letters",
+    "deliver_delayed",
+    "drain",
+    "fire_schedule",
+    "isolated",
+    "isolated_queues",
+]
 
 
 def __getattr__(name: str) -> Any:

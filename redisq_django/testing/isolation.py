@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from redisq_django.conf import SettingsError, get_settings
-from redisq_django.connection import get_redis_client, quick_client
+from redisq_django.connection import get_redis_client, quick_broker
 
 #: Keys deleted per SCAN page and UNLINK when a test's prefix is cleaned up.
 CLEANUP_BATCH = 500
@@ -132,7 +132,7 @@ def settings_redis_answers() -> bool:
     """Whether the Redis the settings name answers a PING within
     :data:`PING_TIMEOUT_S` (False too when the settings name none)."""
     try:
-        return bool(quick_client(PING_TIMEOUT_S).ping())
+        return quick_broker(PING_TIMEOUT_S).operator.ping()
     except Exception:  # refused, unresolvable, no django-redis cache: all mean "no"
         return False
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from redisq_django.core.dead_entry import DeadEntry
-from redisq_django.testing import capturing
-from redisq_django.testing import draining
+from redisq_django.testing import capturing, draining
 from redisq_django.testing.capturing import Captured
 from redisq_django.testing.draining import Drained
 from redisq_django.testing.isolation import Isolation, isolated, redis_url_for_tests

@@ -97,9 +97,8 @@ def test_capture_collects_queue_payload_key_and_delay(queues: IsolatedQueues) ->
 @pytest.mark.django_db
 def test_capture_publishes_on_commit_inside_a_test_transaction(queues: IsolatedQueues) -> None:
     # Given a test in a transaction that never commits (pytest-django's django_db)
-    with capture() as published:
-        with transaction.atomic():
-            publish_on_commit("orders", {"order": 7})
+    with capture() as published, transaction.atomic():
+        publish_on_commit("orders", {"order": 7})
     with capture() as more:
         publish_on_commit("orders", {"order": 8})  # the same test transaction, again
 

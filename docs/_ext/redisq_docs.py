@@ -7,7 +7,8 @@ the code keeps, so the pages cannot drift from it:
 - ``redisq-source-options``: ``OPTIONS`` of ``redisq_django/pipeline/source_options.py``
   (read with ``ast``: the data source's module needs PySpark's extra to import);
 - ``redisq-command``: a management command's options, from its argparse parser;
-- ``redisq-public-api``: an autodoc entry for every name of ``redisq_django.__all__``.
+- ``redisq-public-api``: an autodoc entry for every name of ``redisq_django.__all__`` (or
+  of the ``__all__`` of the package its argument names).
 
 The first two take the meanings, written for people, as their content: one entry per
 ``KEY: meaning`` line, continued on indented lines. A key of the code without a meaning,
@@ -283,17 +284,21 @@ class CommandDirective(SphinxDirective):
 
 
 class PublicApiDirective(SphinxDirective):
-    """An autodoc entry for each name ``redisq_django`` exports (``__all__``)."""
+    """An autodoc entry for each name ``redisq_django`` exports (``__all__``), or the
+    package the argument names (``redisq_django.testing``)."""
+
+    optional_arguments = 1
 
     def run(self) -> list[nodes.Node]:
-        package = importlib.import_module("redisq_django")
+        module = self.arguments[0] if self.arguments else "redisq_django"
+        package = importlib.import_module(module)
         # Autodoc writes reStructuredText: run it inside an eval-rst block, as MyST
         # would parse a nested block of the page as Markdown.
         lines = ["```{eval-rst}"]
         for name in package.__all__:
             value = getattr(package, name)
             kind = "autoclass" if isinstance(value, type) else "autofunction"
-            lines += [f".. {kind}:: redisq_django.{name}", ""]
+            lines += [f".. {kind}:: {module}.{name}", ""]
         lines.append("```")
         return _parse(self, lines)
 

@@ -117,6 +117,27 @@ def test_commit_publishes_once_with_the_returned_id(
     assert not outbox(alias).exists()
 
 
+@pytest.mark.django_db
+def test_callbacks_run_by_capture_on_commit_callbacks_send_each_message_once(
+    queue_name: str, redisq_settings: Any
+) -> None:
+    # Given a test transaction that never commits, whose on-commit callbacks a test runs
+    # with Django's captureOnCommitCallbacks(execute=True), which leaves them registered
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True) as first:
+        one = publish_on_commit(queue_name, {"order": 1})
+    # When the same transaction publishes again, and its callbacks run again
+    with TestCase.captureOnCommitCallbacks(execute=True) as second:
+        two = publish_on_commit(queue_name, {"order": 2})
+    for callback in [*first, *second]:  # as a second run of the whole list would
+        callback()
+
+    # Then each message was sent, once: the batch that ran took no new message
+    assert len(first) == len(second) == 1
+    assert logged_ids(queue_name) == [one, two]
+
+
 @on_both_databases
 def test_outside_a_transaction_publishes_at_once(
     queue_name: str, alias: str, redisq_settings: Any

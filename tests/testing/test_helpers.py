@@ -298,3 +298,64 @@ class MixinTests(RedisqTestMixin, TestCase):
         self.assertEqual(result[("orders", "billing")].handled, 1)
         self.assertEqual(list(Receipt.objects.values_list("note", flat=True)), ["5"])
         self.assertTrue(self.redisq.prefix.startswith("redisq-test-"))
+
+
+# -- without a Redis in the settings --------------------------------------------------------
+
+
+@pytest.mark.slow  # starts a redis-server
+def test_a_private_server_is_started_when_the_settings_redis_does_not_answer(
+    settings: Any,
+    redis_server_binary: str,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+) -> None:
+    import os
+
+    from redisq_django.testing import isolated_queues, isolation
+
+    # Given settings naming a port nothing listens on, and redis-server on PATH
+    settings.REDISQ = {"URL": "redis://127.0.0.1:1/0"}
+    bin_dir = os.path.dirname(redis_server_binary)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(isolation, "_private", [])
+
+    # When a test is isolated
+    try:
+        with isolated_queues() as queues:
+            # Then it runs on a private server of its own
+            assert queues.url is not None and queues.url != redis_url
+            with capture(on_commit=False) as published:
+                publish("orders", {"n": 1})
+            assert published.payloads() == [{"n": 1}]
+    finally:
+        for server in isolation._private:
+            server.stop()
+
+
+def test_no_redis_at_all_is_a_clear_error(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from redisq_django.testing import NoTestRedis, isolated_queues, isolation
+
+    settings.REDISQ = {"URL": "redis://127.0.0.1:1/0"}
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(isolation, "_private", [])
+    with pytest.raises(NoTestRedis, match="no redis-server on PATH"), isolated_queues():
+        pass
+
+
+# -- async consumers -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_async_consumer_is_drained_too(queues: IsolatedQueues) -> None:
+    seen: list[Any] = []
+
+    @consumer("clicks", name="counter")
+    async def counter(message: Message) -> None:
+        seen.append(message.payload["n"])
+
+    for n in range(3):
+        publish("clicks", {"n": n})
+    result = drain("clicks")
+    assert sorted(seen) == [0, 1, 2]
+    assert result[("clicks", "counter")].handled == 3

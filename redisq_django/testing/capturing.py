@@ -63,8 +63,11 @@ class Published:
 
 @dataclass
 class Captured(Sequence[Published]):
-    """The messages published since a :func:`capture` block began, oldest first (each
-    queue's in publish order). Read live inside the block, fixed when it ends.
+    """The messages published since a :func:`capture` block began, oldest first: each
+    queue's in publish order; messages of different queues by publish time, to the
+    millisecond (Redis keeps no order across queues: within one millisecond they come
+    in queue-name order, so compare one queue's, :meth:`to`). Read live inside the
+    block, fixed when it ends.
 
     Use it as a list (``len``, indexing, iteration), or :meth:`to` one queue, or
     :meth:`payloads` of one queue.

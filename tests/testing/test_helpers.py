@@ -26,6 +26,9 @@ from redisq_django.testing import (
 )
 from tests.shopapp.models import Receipt
 
+# Drain runs the worker's scripts (fail, deliver now, settle): on every server we support.
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture
 def restore_registry() -> Iterator[None]:

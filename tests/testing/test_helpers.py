@@ -365,3 +365,33 @@ def test_an_async_consumer_is_drained_too(queues: IsolatedQueues) -> None:
     result = drain("clicks")
     assert sorted(seen) == [0, 1, 2]
     assert result[("clicks", "counter")].handled == 3
+
+
+@pytest.mark.django_db
+def test_a_partitioned_queue_is_captured_and_drained_on_every_partition(
+    redisq_settings: Any, restore_registry: None
+) -> None:
+    from redisq_django.testing import isolated_queues
+
+    # Given a queue of 3 partitions and a consumer that always fails on odd orders
+    redisq_settings.REDISQ = {**redisq_settings.REDISQ, "PARTITIONS": {"orders": 3}}
+
+    @consumer("orders", name="billing", max_retries=1)
+    def billing(message: Message) -> None:
+        if message.payload["order"] % 2:
+            raise ValueError("odd")
+        Receipt.objects.create(source=message.id)
+
+    with isolated_queues() as queues:
+        # When orders of many keys are published, then drained
+        with capture() as published:
+            ids = [publish("orders", {"order": n}, key=f"order-{n}") for n in range(6)]
+        result = drain("orders")
+
+        # Then each was captured once, handled or dead, whatever its partition
+        assert sorted(m.id for m in published) == sorted(ids)
+        assert result[("orders", "billing")].handled == 3
+        assert result[("orders", "billing")].dead == 3
+        dead = queues.dead_letters("orders", "billing")
+        assert sorted(d.payload["order"] for d in dead) == [1, 3, 5]
+        assert all(d.attempts == 2 for d in dead)

@@ -395,3 +395,41 @@ def test_a_partitioned_queue_is_captured_and_drained_on_every_partition(
         dead = queues.dead_letters("orders", "billing")
         assert sorted(d.payload["order"] for d in dead) == [1, 3, 5]
         assert all(d.attempts == 2 for d in dead)
+
+
+@pytest.mark.django_db
+def test_django_tasks_are_drained_to_their_end(
+    settings: Any, redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import uuid
+
+    from django.tasks import TaskResultStatus
+
+    from redisq_django.testing import isolated_queues
+
+    # Given TASKS on redisq, a task that fails twice then succeeds, and one that fails
+    settings.REDISQ = {"URL": redis_url}
+    settings.TASKS = {
+        "default": {"BACKEND": "redisq_django.tasks.RedisqBackend", "QUEUES": ["default"]}
+    }
+    monkeypatch.setenv("REDISQ_TEST_RUNS_URL", redis_url)
+    tasks = importlib.import_module("tests.tasks.sample_tasks")
+    runs = f"runs-{uuid.uuid4().hex}"
+
+    with isolated_queues() as queues:
+        flaky = tasks.flaky.enqueue(runs, 2)
+        failing = tasks.failing.enqueue("no")
+
+        # When the task queue is drained
+        drain("default")
+
+        # Then each ended as its retries say, in this thread
+        flaky.refresh()
+        failing.refresh()
+        assert flaky.status == TaskResultStatus.SUCCESSFUL
+        assert flaky.return_value == 3 and len(flaky.errors) == 2
+        assert failing.status == TaskResultStatus.FAILED
+        (letter,) = queues.dead_letters("tasks.default")
+        assert letter.error_class.endswith("ValueError")
+    redis_client.delete(runs)

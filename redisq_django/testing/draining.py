@@ -186,7 +186,9 @@ def drain(
     _open(broker, specs)
     result = Drained()
     hooks = MiddlewareChain([*handler_middleware(chosen), _TestHooks(broker, result.failures)])
-    quota, tally = Quota(max_messages), Tally()
+    # One more than the bound: a drain that handled exactly max_messages and found the
+    # queues empty succeeded; only a message past the bound means they never empty.
+    quota, tally = Quota(max_messages + 1), Tally()
     deadline = time.monotonic() + timeout
     for _ in range(max_rounds):
         result.rounds += 1
@@ -197,8 +199,8 @@ def drain(
             run_burst(broker, spec, quota=quota, tally=tally, hooks=hooks)
             if quota.exhausted:
                 raise DrainError(
-                    f"drain() handled its max_messages={max_messages} messages and "
-                    f"{spec.queue}/{spec.name} still had more: does a handler publish to a "
+                    f"drain() handled more than its max_messages={max_messages} messages "
+                    f"({spec.queue}/{spec.name} still had some): does a handler publish to a "
                     "queue being drained on every message? Fix it, or pass a larger "
                     "max_messages."
                 )

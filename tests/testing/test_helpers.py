@@ -418,8 +418,10 @@ def test_django_tasks_are_drained_to_their_end(
     runs = f"runs-{uuid.uuid4().hex}"
 
     with isolated_queues() as queues:
-        flaky = tasks.flaky.enqueue(runs, 2)
-        failing = tasks.failing.enqueue("no")
+        with capture() as published:
+            flaky = tasks.flaky.enqueue(runs, 2)
+            failing = tasks.failing.enqueue("no")
+        assert [m.queue for m in published] == ["tasks.default"] * 2
 
         # When the task queue is drained
         drain("default")
@@ -433,3 +435,16 @@ def test_django_tasks_are_drained_to_their_end(
         (letter,) = queues.dead_letters("tasks.default")
         assert letter.error_class.endswith("ValueError")
     redis_client.delete(runs)
+
+
+@pytest.mark.django_db
+def test_max_messages_is_a_bound_not_an_error_when_the_queue_empties(
+    queues: IsolatedQueues,
+) -> None:
+    @consumer("orders", name="billing")
+    def billing(message: Message) -> None:
+        pass
+
+    for n in range(5):
+        publish("orders", {"order": n})
+    assert drain("orders", max_messages=5).total.handled == 5

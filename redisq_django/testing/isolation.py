@@ -30,9 +30,9 @@ from typing import Any
 from redisq_django.conf import SettingsError, get_settings
 from redisq_django.connection import get_redis_client, quick_broker
 
-#: Keys deleted per SCAN page and UNLINK when a test's prefix is cleaned up.
+#: Keys asked per SCAN page and deleted per UNLINK when a test's prefix is cleaned up.
 CLEANUP_BATCH = 500
-#: A cleanup gives up after this many SCAN pages (5 million keys): a test never writes so
+#: A cleanup stops after this many batches (5 million keys): a test never writes so
 #: many, and an unbounded loop must not hang a test run.
 CLEANUP_PAGES = 10_000
 #: Seconds a private ``redis-server`` gets to answer its first PING.
@@ -109,17 +109,22 @@ def isolated(*, url: str | None = None) -> Iterator[Isolation]:
 
 def delete_prefix(prefix: str) -> int:
     """Delete every key under ``prefix`` (``<prefix>:*``) in the Redis the settings name
-    now; returns how many. Bounded by :data:`CLEANUP_PAGES` pages of SCAN."""
+    now; returns how many. Bounded: at most :data:`CLEANUP_PAGES` batches of
+    :data:`CLEANUP_BATCH` keys. (``scan_iter``, which a Redis Cluster client runs on
+    every master; its ``unlink`` splits the keys by slot.)"""
     client = get_redis_client()
     pattern = _glob_escape(prefix) + ":*"
     deleted = 0
-    cursor: Any = 0
-    for _ in range(CLEANUP_PAGES):
-        cursor, found = client.scan(cursor=cursor, match=pattern, count=CLEANUP_BATCH)
-        if found:
-            deleted += int(client.unlink(*found))
-        if not cursor:
-            break
+    batch: list[Any] = []
+    for key in client.scan_iter(match=pattern, count=CLEANUP_BATCH):
+        batch.append(key)
+        if len(batch) >= CLEANUP_BATCH:
+            deleted += int(client.unlink(*batch))
+            batch = []
+            if deleted >= CLEANUP_BATCH * CLEANUP_PAGES:
+                break
+    if batch:
+        deleted += int(client.unlink(*batch))
     return deleted
 
 

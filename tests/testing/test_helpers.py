@@ -448,3 +448,23 @@ def test_max_messages_is_a_bound_not_an_error_when_the_queue_empties(
     for n in range(5):
         publish("orders", {"order": n})
     assert drain("orders", max_messages=5).total.handled == 5
+
+
+def test_the_cleanup_deletes_only_its_own_prefix_and_takes_a_glob_literally(
+    redisq_settings: Any, redis_client: Any
+) -> None:
+    from redisq_django.testing.isolation import delete_prefix
+
+    # Given keys of a prefix with glob characters, of a longer prefix, and of another
+    redis_client.mset({"p[1]*:a": 1, "p[1]*:b": 2, "p[1]*x:c": 3, "p1:d": 4})
+    for n in range(1200):  # more than one batch
+        redis_client.set(f"p[1]*:{{q}}:{n}", n)
+
+    # When the first prefix is deleted
+    deleted = delete_prefix("p[1]*")
+
+    # Then only its keys are gone
+    assert deleted == 1202
+    assert redis_client.keys(r"p\[1\]\*:*") == []
+    assert redis_client.exists("p1:d", "p[1]*x:c") == 2
+    redis_client.delete("p1:d", "p[1]*x:c")

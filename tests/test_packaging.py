@@ -3,8 +3,6 @@ against an editable install, which would hide missing package data)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import zipfile
 from email import message_from_string
 from email.message import Message
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import redisq_django
+from tests.support.wheel import session_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "redisq_django"
@@ -21,17 +20,8 @@ PACKAGE = ROOT / "redisq_django"
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel pip builds from this tree (no sdist, no install: tests/test_release.py
-    does those)."""
-    out_dir = tmp_path_factory.mktemp("wheel")
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    (built,) = out_dir.glob("redisq_django-*.whl")
-    return built
+    does those), shared with the other tests of the session that need it."""
+    return session_wheel(tmp_path_factory)
 
 
 def _metadata(wheel: Path) -> Message:

@@ -7,6 +7,10 @@ says how a test uses it::
                                           in README.md and in any page of docs/
     <!-- readme-test: spark-history -->   Python run against the demo's archive
     <!-- readme-test: skip: REASON -->    not run here; the test reports REASON
+    <!-- readme-test: migrating-after -->  the migration guide's "after" code and commands
+                                          (tests/docs/test_migrating.py)
+
+The tutorial's pages have marks of their own (tests/support/tutorial.py).
 
 Shell blocks of a section are run command by command (tests/pipeline/
 test_readme_spark.py reads docs/howto/history.md): a command is a line, or lines joined

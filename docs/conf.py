@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
+from sphinx.ext.autodoc.mock import MockFinder
+
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
+
+# The pipeline extra (PySpark, pyarrow, pandas: hundreds of MB) is no dependency of the
+# docs (make docs installs .[docs] only): when it is missing, its modules are mocked as
+# autodoc mocks what it imports, for the whole build, so that the generated pages still
+# read the pipeline commands' argument parsers. Nothing of Spark runs at build time.
+PIPELINE_EXTRA = ("pyspark", "pyarrow", "pandas")
+if importlib.util.find_spec("pyspark") is None:
+    sys.meta_path.insert(0, MockFinder(list(PIPELINE_EXTRA)))
 
 # Autodoc imports the package, and the generated pages instantiate the management
 # commands: both need Django set up, on settings of the docs' own.

@@ -1,5 +1,6 @@
-"""The documentation site builds with no warning (``make docs``), and its generated
-command reference shows every option of every command."""
+"""The documentation site builds with no warning (``make docs``), its generated
+command reference shows every option of every command, and its widest tables fit the
+page's column at 1,280 px."""
 
 from __future__ import annotations
 
@@ -17,6 +18,26 @@ from django.core.management import load_command_class
 from tests.support.readme import DOCS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+#: The browser (Debian's package, as for tests/browser); REDISQ_CHROMIUM overrides it.
+CHROMIUM = os.environ.get("REDISQ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+#: The pages whose tables were widest (955 to 1,043 px in Furo's 736 px column before
+#: docs/_static/tables.css), and a screen width of a laptop.
+WIDE_PAGES = (
+    "reference/settings",
+    "reference/commands",
+    "reference/metrics",
+    "howto/migrating",
+    "howto/protecting",
+    "background/performance",
+)
+SCREEN_WIDTH = 1280
+#: Each table of the page that is wider than its box (it would scroll inside it).
+TABLES_WIDER_THAN_THEIR_BOX = """() => [...document.querySelectorAll("article table")]
+    .filter(t => t.getBoundingClientRect().width > t.parentElement.clientWidth + 1)
+    .map(t => [Math.round(t.getBoundingClientRect().width), t.parentElement.clientWidth,
+               t.innerText.slice(0, 60)])"""
 
 COMMANDS = ("runconsumer", "redisq", "redisq_pipeline")
 #: Django's options on every command: the page lists them once, in prose.
@@ -67,3 +88,26 @@ def test_every_command_option_is_on_the_commands_page(site: Path) -> None:
         assert options, name
         missing = sorted(o for o in options if o not in page)
         assert not missing, f"manage.py {name}: {missing} not on the commands page"
+
+
+@pytest.mark.browser
+def test_the_widest_tables_fit_the_page_at_1280_px(site: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"No chromium at {CHROMIUM} (make test installs it)", pytrace=False)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": SCREEN_WIDTH, "height": 900})
+            for name in WIDE_PAGES:
+                # Given a page with tables, at 1,280 px
+                page.goto((site / f"{name}.html").as_uri())
+                assert page.locator("article table").count() > 0, name
+
+                # Then the page does not scroll sideways, and no table inside its box
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= SCREEN_WIDTH, f"{name}: {width} px wide"
+                assert page.evaluate(TABLES_WIDER_THAN_THEIR_BOX) == [], name
+        finally:
+            browser.close()

@@ -52,11 +52,11 @@ DEMO_VENV := .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
 PEERS_VENV := .venv-peers
+PEERS_PY := $(PEERS_VENV)/bin/python
+PEERS_STAMP := $(PEERS_VENV)/.installed
 DOCS_VENV := .venv-docs
 DOCS_PY := $(DOCS_VENV)/bin/python
 DOCS_STAMP := $(DOCS_VENV)/.installed
-PEERS_PY := $(PEERS_VENV)/bin/python
-PEERS_STAMP := $(PEERS_VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one more than the cores, at most 4 (each may start a
 # Spark JVM). Most tests spend their time waiting (on Redis, a subprocess, a timeout they

@@ -356,15 +356,16 @@ def test_the_archive_job_under_a_taken_name_is_refused_and_take_over_fences_the_
     # When the staging job runs under the same name: exit 1, one line saying why
     assert main(staging) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "archive: The archive 'default' of the messages" in err[0], err
-    assert "--take-over" in err[0] and "name of its own" in err[0]
+    assert len(err) == 2, err  # what it is about to do, and why it stopped
+    assert "The archive 'default' of the messages" in err[1], err
+    assert "--take-over" in err[1] and "name of its own" in err[1]
     assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}
     # When it is given --take-over (it replaces production's archive): it goes on from
     # production's position, saying so
     ids += publish(broker, queue_name, 5, start=30)
     assert main([*staging, "--take-over"]) == 0
-    out = capsys.readouterr().out
-    assert "taken over (--take-over)" in out, out
+    err = capsys.readouterr().err
+    assert "taken over (--take-over)" in err, err
     assert sorted(message_ids(spark, tmp_path / "st" / "messages")) == sorted(ids[30:])
     # Then production's next run stops, saying it was taken over
     publish(broker, queue_name, 5, start=35)

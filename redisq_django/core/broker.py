@@ -17,7 +17,7 @@ from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_letters import DeadLetters
 from redisq_django.core.envelope import Delay, Due, Envelope, check_key, due_of
 from redisq_django.core.errors import ConfigurationError, describe_client, translate_errors
-from redisq_django.core.groups import default_instance_name, group_names
+from redisq_django.core.groups import default_instance_name
 from redisq_django.core.hooks import PublishHook, sending
 from redisq_django.core.json import JsonCodec
 from redisq_django.core.keys import QueueKeys, queue_keys, registry_key
@@ -193,11 +193,14 @@ class Broker:
     def purge(self, queue: str) -> None:
         """Delete every message of ``queue`` (log, delayed, retries, dead letters in Redis)
         while keeping its logical consumers registered at the end of the (empty) log (of
-        every partition of a partitioned queue)."""
+        every partition of a partitioned queue, each in one step).
+
+        What a registered archive had not stored yet is lost to it: it is recorded in the
+        archive's gap record as a purge's (its next run stops with ``failOnDataLoss``,
+        else reports the gap); :meth:`Archives.unarchived` says beforehand how much."""
         for keys in self.partitions.layout(queue):
-            groups = group_names(self.client, keys)
-            purge_place(self.client, keys, groups)
-            for group in groups:  # ordered consumers: no key stays held by a deleted message
+            purged = purge_place(self.client, self.scripts, keys)
+            for group in purged.groups:  # ordered: no key stays held by a deleted message
                 ordered.after_purge(self.scripts, keys.group(group))
 
     # -- publishing --------------------------------------------------------------------

@@ -332,6 +332,7 @@ REDISQ_ERROR_CODES = frozenset(
         "NOARCHIVE",  # archive_commit.lua: the named archive is not registered
         "OWNED",  # archive_register.lua: another reader owns the archive's name
         "REDISQ_CORRUPT",  # a value the scripts read but no script wrote (CorruptState)
+        "REDISQ_GROUPS",  # purge.lua: the log's consumers changed while they were listed
         "REDISQ_LAYOUT",  # writers, partitions.lua: another number of partitions recorded
         "REDISQ_PROTOCOL",  # every script: the caller speaks another protocol version
     }

@@ -110,18 +110,6 @@ def entries_of(reply: Any) -> Iterator[tuple[bytes, bytes, Any]]:
             yield key, entry_id, fields
 
 
-def recreate_group(client: RedisClient, gkeys: GroupKeys) -> None:
-    """Destroy and re-create the group at the end of the log and the direct stream,
-    forgetting its pending entries (after a purge deleted what they point at)."""
-    log, group = gkeys.queue_keys.log, gkeys.group
-    with client.pipeline(transaction=True) as pipe:
-        pipe.execute_command("XGROUP", "DESTROY", log, group)
-        pipe.execute_command("XGROUP", "DESTROY", gkeys.direct, group)
-        pipe.execute_command("XGROUP", "CREATE", log, group, "$", "MKSTREAM")
-        pipe.execute_command("XGROUP", "CREATE", gkeys.direct, group, "0", "MKSTREAM")
-        pipe.execute()
-
-
 def default_instance_name() -> str:
     """``host:pid:random``: unique per running instance, readable in stats."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"

@@ -3,7 +3,9 @@ the retention that trims a log only behind it.
 
 - the named archives (``named.py``): :class:`Archives` registers, commits, lists and
   removes a queue's archives and their positions, per partition of a partitioned queue;
-  :class:`Gap` says what an archive lost; the streams archived and their fields;
+  :class:`Gap` says what an archive lost (:class:`Purge`: the part a purge
+  removed), :class:`Unarchived` what a purge would make it lose; the streams archived
+  and their fields;
 - retention (``retention.py``): :func:`trim_log` trims a log behind every consumer and
   every archive, within the replay window and the caps; :func:`purge_place` empties a
   place, keeping its consumers registered.
@@ -20,12 +22,14 @@ from redisq_django.core.archives.named import (
     Archives,
     ArchiveState,
     Gap,
+    Purge,
     Registered,
+    Unarchived,
     legacy_field,
     parse_id,
     stream_key,
 )
-from redisq_django.core.archives.retention import purge_place, trim_log
+from redisq_django.core.archives.retention import Purged, purge_place, trim_log
 
 __all__ = [
     "DEFAULT_ARCHIVE",
@@ -36,7 +40,10 @@ __all__ = [
     "ArchivedStream",
     "Archives",
     "Gap",
+    "Purge",
+    "Purged",
     "Registered",
+    "Unarchived",
     "legacy_field",
     "parse_id",
     "purge_place",

@@ -121,23 +121,80 @@ def _owned(exc: redis.ResponseError, place: Place, name: str, table: str) -> Arc
 
 
 @dataclass(frozen=True)
-class Gap:
-    """Entries a hard cap removed after an archive's position: from ``first`` to
-    ``last`` (both removed), ``count`` of them (trim.lua's gap record)."""
+class Purge:
+    """The part of an archive's gap that purges removed (``purge.lua``'s purge record
+    ``"first last count at_ms"``): from ``first`` to ``last``, ``count`` entries, the last
+    purge at ``at_ms`` (ms since the epoch, Redis's clock)."""
 
     first: str
     last: str
     count: int
+    at_ms: int
 
     @classmethod
-    def parse(cls, text: Any) -> Gap | None:
-        """A gap record ``"first last count"`` (None for a missing or odd one)."""
+    def parse(cls, text: Any) -> Purge | None:
+        """A purge record (None for a missing or odd one)."""
+        if text is None:
+            return None
+        parts = to_str(text).split()
+        if len(parts) != 4 or not (parts[2].isdigit() and parts[3].isdigit()):
+            return None
+        return cls(parts[0], parts[1], int(parts[2]), int(parts[3]))
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Entries a hard cap or a purge removed after an archive's position: from ``first``
+    to ``last`` (both removed), ``count`` of them (the gap record ``trim.lua`` and
+    ``purge.lua`` write); ``purge``: the part of it purges removed, if any."""
+
+    first: str
+    last: str
+    count: int
+    purge: Purge | None = None
+
+    @classmethod
+    def parse(cls, text: Any, purge: Any = None) -> Gap | None:
+        """A gap record ``"first last count"`` and the purge record beside it (None for
+        a missing or odd gap record; a purge record from before the gap's first id is
+        an old one an earlier version did not delete, and left out)."""
         if text is None:
             return None
         parts = to_str(text).split()
         if len(parts) != 3 or not parts[2].isdigit():
             return None
-        return cls(parts[0], parts[1], int(parts[2]))
+        purged = Purge.parse(purge)
+        if purged is not None and _before(purged.last, parts[0]):
+            purged = None
+        return cls(parts[0], parts[1], int(parts[2]), purged)
+
+
+def _before(a: str, b: str) -> bool:
+    try:
+        return parse_id(a) < parse_id(b)
+    except ValueError:
+        return True
+
+
+@dataclass(frozen=True)
+class Unarchived:
+    """Messages of a queue a registered archive has not stored yet: what a purge of the
+    queue would make it lose (over every partition of a partitioned queue).
+
+    Attributes:
+        name: the archive.
+        count: how many (the lags of :meth:`Archives.states`, added up).
+        capped: at least ``count``: a partition's lag reached ``LAG_COUNT_CAP``.
+    """
+
+    name: str
+    count: int
+    capped: bool
+
+    @property
+    def shown(self) -> str:
+        """The number as the console shows a lag: ``10000+`` when capped."""
+        return f"{self.count}+" if self.capped else str(self.count)
 
 
 @dataclass(frozen=True)
@@ -364,8 +421,9 @@ class Archives:
         """The gap record of archive ``name`` in ``stream`` (of the place's partition;
         None: no loss recorded)."""
         place = place_of(where, partition, caller="broker.archives.gap")
-        field = f"{name}:{ArchivedStream(stream).value}:gap"
-        return Gap.parse(self.client.hget(self.at(place).archives, field))
+        field = f"{name}:{ArchivedStream(stream).value}"
+        gap, purge = self.client.hmget(self.at(place).archives, [f"{field}:gap", f"{field}:purged"])
+        return Gap.parse(gap, purge)
 
     def settle(
         self,
@@ -443,6 +501,20 @@ class Archives:
             )
         ]
 
+    def unarchived(self, queue: str) -> list[Unarchived]:
+        """The archives of ``queue``'s messages that have not stored all of them yet,
+        with how many (by name): what :meth:`Broker.purge` would make each lose. An
+        earlier version's unnamed archive counts as ``default``."""
+        lags: dict[str, list[int]] = {}
+        for state in self.states(queue):
+            if state.table == ArchivedStream.MESSAGES.value:
+                lags.setdefault(state.name, []).append(state.lag)
+        return [
+            Unarchived(name, sum(lag), any(n >= LAG_COUNT_CAP for n in lag))
+            for name, lag in sorted(lags.items())
+            if sum(lag) > 0
+        ]
+
 
 def _registered(
     registry: dict[bytes, bytes], legacy: list[bytes | None]
@@ -455,7 +527,7 @@ def _registered(
         name, _, table = field.partition(":")
         if table in {s.value for s in ArchivedStream}:
             since = fields.get(f"{field}:since")
-            gap = Gap.parse(fields.get(f"{field}:gap"))
+            gap = Gap.parse(fields.get(f"{field}:gap"), fields.get(f"{field}:purged"))
             found.append((name, ArchivedStream(table), to_str(value), int(since or 0) or None, gap))
     for stream, old in zip(ArchivedStream, legacy, strict=True):
         if old is not None and not any(f[0] == DEFAULT_ARCHIVE and f[1] is stream for f in found):

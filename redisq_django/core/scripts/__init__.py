@@ -47,6 +47,7 @@ ScriptName = Literal[
     "publish_batch_once",
     "publish_delayed",
     "publish_once",
+    "purge",
     "purge_consumer",
     "rate",
     "read_ordered",

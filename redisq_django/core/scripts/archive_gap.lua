@@ -4,7 +4,9 @@
 -- and record a data loss it goes on past (failOnDataLoss false) for its job to report.
 --
 -- KEYS[1]  hash    redisq:{q}:archives          "<a>:<table>:gap" = "first last count",
---                  what a hard cap removed after the archive's position (trim.lua)
+--                  what a hard cap (trim.lua) or a purge (purge.lua) removed after the
+--                  archive's position; "<a>:<table>:purged" = "first last count at_ms",
+--                  the part of it a purge removed
 -- KEYS[2]  list    redisq:{q}:archive:<a>:gaps  data losses it went past, oldest first
 --                  (at most 1000 kept)
 -- ARGV[1]  "redisq/2": the protocol version; any other value is refused (nothing done)
@@ -13,7 +15,8 @@
 -- ARGV[4]  an entry id: the archive has read, or has recorded as lost, everything up to it
 -- ARGV[5]  a data loss to record (text, we send JSON), or "" for none
 --
--- The gap record is deleted when its last id is at or before ARGV[4].
+-- The gap record is deleted when its last id is at or before ARGV[4]; so is the purge
+-- record.
 -- Returns 1 when it was deleted, else 0.
 
 -- >>> fragments/protocol.lua (shared; assembled into this script)
@@ -41,12 +44,18 @@ if ARGV[5] ~= '' then
   redis.call('RPUSH', KEYS[2], ARGV[5])
   redis.call('LTRIM', KEYS[2], -1000, -1)
 end
-local field = ARGV[2] .. ':' .. ARGV[3] .. ':gap'
-local gap = redis.call('HGET', KEYS[1], field)
+local function passed(last)
+  return last and (last[1] < upto[1] or (last[1] == upto[1] and last[2] <= upto[2]))
+end
+local field = ARGV[2] .. ':' .. ARGV[3]
+local purged = redis.call('HGET', KEYS[1], field .. ':purged')
+if purged and passed(parse(string.match(purged, '^%S+ (%S+) ') or '')) then
+  redis.call('HDEL', KEYS[1], field .. ':purged')
+end
+local gap = redis.call('HGET', KEYS[1], field .. ':gap')
 if not gap then return 0 end
-local last = parse(string.match(gap, '^%S+ (%S+) %d+$') or '')
-if last and (last[1] < upto[1] or (last[1] == upto[1] and last[2] <= upto[2])) then
-  redis.call('HDEL', KEYS[1], field)
+if passed(parse(string.match(gap, '^%S+ (%S+) %d+$') or '')) then
+  redis.call('HDEL', KEYS[1], field .. ':gap')
   return 1
 end
 return 0

@@ -160,6 +160,23 @@ local function not_an_id(key, field, value)
     .. 'call again')
 end
 -- <<< fragments/positions.lua
+
+-- >>> fragments/gap_record.lua (shared; assembled into this script)
+-- An archive's gap record (PROTOCOL.md, "Named archives"): "<a>:<table>:gap" = "first
+-- last count", the entries removed after its position that it has not settled yet. A new
+-- loss extends it: its first id stays, the last is the new loss's, the counts add up.
+-- Written by a hard cap (trim.lua) and by a purge (purge.lua) alike. Returns the record's
+-- first id now.
+local function extend_gap(archives, field, first, last, count)
+  local old = redis.call('HGET', archives, field)
+  if old then
+    local f, _, c = string.match(old, '^(%S+) (%S+) (%d+)$')
+    if f then first, count = f, count + tonumber(c) end
+  end
+  redis.call('HSET', archives, field, first .. ' ' .. last .. ' ' .. count)
+  return first
+end
+-- <<< fragments/gap_record.lua
 for i = 1, #registry, 2 do
   local f = registry[i]
   local position = string.match(f, '^[^:]+:messages$') or string.match(f, '^[^:]+:events$')
@@ -211,14 +228,7 @@ local function drop(key, mark, hard, needs, table_name)
   for i, p in ipairs(points) do
     local lost = total - before[i]
     if lost > 0 and firsts[i] then
-      local field = p[1] .. ':' .. table_name .. ':gap'
-      local old = redis.call('HGET', ARCHIVES, field)
-      local first, count = firsts[i], lost
-      if old then
-        local f, _, c = string.match(old, '^(%S+) (%S+) (%d+)$')
-        if f then first, count = f, lost + tonumber(c) end
-      end
-      redis.call('HSET', ARCHIVES, field, first .. ' ' .. last .. ' ' .. count)
+      extend_gap(ARCHIVES, p[1] .. ':' .. table_name .. ':gap', firsts[i], last, lost)
     end
   end
   return total

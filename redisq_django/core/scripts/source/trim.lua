@@ -111,6 +111,8 @@ end
 local registry = redis.call('HGETALL', ARCHIVES)
 
 --#include positions
+
+--#include gap_record
 for i = 1, #registry, 2 do
   local f = registry[i]
   local position = string.match(f, '^[^:]+:messages$') or string.match(f, '^[^:]+:events$')
@@ -162,14 +164,7 @@ local function drop(key, mark, hard, needs, table_name)
   for i, p in ipairs(points) do
     local lost = total - before[i]
     if lost > 0 and firsts[i] then
-      local field = p[1] .. ':' .. table_name .. ':gap'
-      local old = redis.call('HGET', ARCHIVES, field)
-      local first, count = firsts[i], lost
-      if old then
-        local f, _, c = string.match(old, '^(%S+) (%S+) (%d+)$')
-        if f then first, count = f, lost + tonumber(c) end
-      end
-      redis.call('HSET', ARCHIVES, field, first .. ' ' .. last .. ' ' .. count)
+      extend_gap(ARCHIVES, p[1] .. ':' .. table_name .. ':gap', firsts[i], last, lost)
     end
   end
   return total

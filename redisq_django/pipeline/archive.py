@@ -184,7 +184,10 @@ def archive(
         events=tallies["events"],
         seconds=time.monotonic() - started,
         notes=tuple(notes),
-        gaps=tuple(f"{x.where} {x.table}: {x.span()}" for x in losses),
+        gaps=tuple(
+            f"{x.where} {x.table}: {x.span()}" + ("" if x.purged_ms is None else f", {x.cause()}")
+            for x in losses
+        ),
     )
 
 

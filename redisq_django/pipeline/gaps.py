@@ -4,8 +4,7 @@ An archive run with ``failOnDataLoss`` false goes past a data loss; its reader r
 loss in Redis (``redisq:{q}:archive:<name>:gaps``). At the end of the run the job moves
 those records here, one JSON object per line (Spark's JSON source, so any Hadoop file
 system works), and the ``report`` job shows them: "entries … to … (N) never archived:
-dropped by the hard cap".
-"""
+dropped by the hard cap" (or "removed by a purge at …")."""
 
 from __future__ import annotations
 
@@ -43,6 +42,9 @@ GAPS_SCHEMA = StructType(
         StructField("found_ms", LongType()),
         # Added with partitioned queues: the gaps written before read as null (none).
         StructField("partition", IntegerType()),
+        # Added with purges recorded as gaps: the gaps written before read as null.
+        StructField("purged_ms", LongType()),
+        StructField("purged", LongType()),
     ]
 )
 
@@ -95,12 +97,13 @@ def lines(
 ) -> list[str]:
     """The gaps of the archive under ``root`` whose entries fall in ``[since, until)``, of
     ``queues`` (all when empty), one line each for the report: ``orders messages:
-    entries … to … (N) never archived: dropped by the hard cap``."""
+    entries … to … (N) never archived: dropped by the hard cap`` (or ``removed by a purge
+    at …``)."""
     lo, hi = since.timestamp() * 1000, until.timestamp() * 1000
     out = []
     for x in read(spark, root):
         start = int((x.first or x.after).split("-")[0])
         end = int((x.last or x.before or x.after).split("-")[0])
         if end >= lo and start < hi and (not queues or x.queue in queues):
-            out.append(f"{x.where} {x.table}: {x.span()} never archived: dropped by the hard cap")
+            out.append(f"{x.where} {x.table}: {x.span()} never archived: {x.cause()}")
     return out

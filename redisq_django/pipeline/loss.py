@@ -1,8 +1,10 @@
 """Data loss of a streaming read: entries removed before the stream read them.
 
 Retention never removes what a registered archive has not stored, but a hard cap
-(``MAX_LENGTH`` / ``MAX_AGE``) may, and a read-only stream (no option ``archive``) holds
-nothing at all. A stream finds out in two places: when it plans a micro-batch, the
+(``MAX_LENGTH`` / ``MAX_AGE``) or a purge of the queue (``Broker.purge``: the admin's
+Purge, ``manage.py redisq purge``) may, and a read-only stream (no option ``archive``)
+holds nothing at all. The archive's gap record says which part a purge removed, and
+when. A stream finds out in two places: when it plans a micro-batch, the
 greatest id retention ever removed from the stream (``last_trimmed``) is after its
 position; while it reads, the first entry of a range is not the one that was there when
 it was planned. With ``failOnDataLoss`` (the default, as in Kafka's source) the query
@@ -12,6 +14,7 @@ records the :class:`Loss` for its job's report, and the stream goes on with what
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -43,6 +46,9 @@ class Loss:
         count: how many, when known (``at_most``: no more than that many).
         at_most: ``count`` is an upper bound.
         found_ms: when the loss was found (ms since the epoch).
+        purged_ms: when a purge removed them, or some of them (the last such purge, ms
+            since the epoch by Redis's clock; None: no purge did).
+        purged: how many of them a purge removed, when known.
     """
 
     queue: str
@@ -56,6 +62,8 @@ class Loss:
     at_most: bool = False
     found_ms: int = 0
     partition: int | None = None
+    purged_ms: int | None = None
+    purged: int | None = None
 
     @property
     def where(self) -> str:
@@ -78,15 +86,34 @@ class Loss:
             count = f" (at most {self.count})" if self.at_most else f" ({self.count})"
         return first + upto + count
 
+    @property
+    def by_purge_only(self) -> bool:
+        """A purge removed every one of them (no hard cap did)."""
+        return self.purged_ms is not None and self.purged is not None and self.purged == self.count
+
+    def cause(self) -> str:
+        """Why they are gone: ``removed by a purge at 2026-12-02 18:00:00 UTC``, ``dropped
+        by the hard cap, MAX_LENGTH / MAX_AGE`` or both."""
+        cap = "dropped by the hard cap, MAX_LENGTH / MAX_AGE"
+        if not self.archive:
+            return (
+                "trimmed by retention, which does not wait for a stream without option "
+                "'archive', or dropped by a hard cap"
+            )
+        if self.purged_ms is None:
+            return cap
+        at = dt.datetime.fromtimestamp(self.purged_ms / 1000, dt.UTC)
+        purge = f"removed by a purge at {at:%Y-%m-%d %H:%M:%S} UTC"
+        if self.by_purge_only:
+            return purge
+        if self.purged is not None and self.count is not None:
+            return f"{self.purged} {purge}, the others {cap}"
+        return f"{purge}, or {cap}"
+
     def summary(self) -> str:
         """What is gone, and why."""
         who = f"archive {self.archive!r}" if self.archive else "this stream"
-        why = (
-            "dropped by the hard cap, MAX_LENGTH / MAX_AGE"
-            if self.archive
-            else "trimmed by retention, which does not wait for a stream without option "
-            "'archive', or dropped by a hard cap"
-        )
+        why = self.cause()
         return (
             f"Data loss in the {self.table} of queue {self.queue!r}"
             + ("" if self.partition is None else f" (partition {self.partition})")
@@ -96,11 +123,14 @@ class Loss:
 
     def message(self) -> str:
         """One line for the user: what is gone, why, what to do."""
-        fix = "raise the cap" if self.archive else "name an archive (option 'archive')"
-        return (
+        go_on = (
             f"{self.summary()} Set failOnDataLoss=false to go on from what is left (the "
-            f"archive job: --no-fail-on-data-loss), or {fix}."
+            "archive job: --no-fail-on-data-loss)"
         )
+        if self.by_purge_only:
+            return f"{go_on}: nothing brings purged messages back."
+        fix = "raise the cap" if self.archive else "name an archive (option 'archive')"
+        return f"{go_on}, or {fix}."
 
     def to_json(self) -> str:
         """The record a named archive keeps for its job (PROTOCOL.md, archive_gap.lua)."""

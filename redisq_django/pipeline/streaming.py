@@ -335,6 +335,14 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             after=after,
             last=last_gone,
         )
+        purge = gap.purge if gap is not None else None
+        if purge is not None and parse_id(purge.last) > parse_id(after):
+            # A purge removed them, or some of them: say so, with how many when its
+            # record starts after this stream's position.
+            whole = parse_id(purge.first) > parse_id(after)
+            loss_of = dataclasses.replace(
+                loss_of, purged_ms=purge.at_ms, purged=purge.count if whole else None
+            )
         if gap is None or parse_id(gap.last) != parse_id(last_gone):
             return loss_of
         exact = parse_id(gap.first) > parse_id(after)

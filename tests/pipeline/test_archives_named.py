@@ -183,6 +183,75 @@ def test_a_hard_cap_past_the_archive_stops_it_naming_the_gap_unless_told_to_go_o
 
 
 @pytest.mark.timeout(400)  # several Spark queries in a row on shared cores
+def test_a_purge_past_the_archive_stops_it_naming_the_purge_unless_told_to_go_on(
+    spark: SparkSession,
+    redis_client: redis.Redis,
+    redis_url: str,
+    tmp_path: Path,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given an archive that stored 50 messages, then 500 more it has not stored yet
+    broker = Broker(redis_client, CoreConfig(replay_window_ms=0))
+    broker.consumers.ensure(queue_name, "billing", "earliest")
+    root = tmp_path / "archive"
+    ids = publish(broker, queue_name, 50)
+    argv = ["archive", "--redis-url", redis_url, "--root", str(root), "--queue", queue_name]
+    assert main([*argv, "--once"]) == 0
+    ids += publish(broker, queue_name, 500, start=50)
+    assert [(u.name, u.count) for u in broker.archives.unarchived(queue_name)] == [("default", 500)]
+    # When the queue is purged, and 20 messages are published after it
+    broker.purge(queue_name)
+    gap = broker.archives.gap(queue_name, "default", "messages")
+    assert gap is not None and gap.purge is not None
+    assert (gap.first, gap.last, gap.count) == (ids[50], ids[549], 500)
+    at = dt.datetime.fromtimestamp(gap.purge.at_ms / 1000, dt.UTC)
+    purged = f"removed by a purge at {at:%Y-%m-%d %H:%M:%S} UTC"
+    ids += publish(broker, queue_name, 20, start=550)
+    capsys.readouterr()
+
+    # When the archive job runs (failOnDataLoss by default)
+    code = main([*argv, "--once"])
+
+    # Then it stops with exit status 1 naming the purge, storing nothing more
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        "python -m redisq_django.pipeline archive: failed: archive stopped: Data loss in the "
+        f"messages of queue {queue_name!r}: entries {ids[50]} to {ids[549]} (500) were "
+        f"removed before archive 'default' read them ({purged}). Set failOnDataLoss=false "
+        "to go on from what is left (the archive job: --no-fail-on-data-loss): nothing "
+        "brings purged messages back."
+    )
+    assert broker.archives.positions(queue_name, "default") == {"messages": ids[49]}
+    assert len(message_ids(spark, root / "messages")) == 50
+
+    # When it runs with --no-fail-on-data-loss
+    assert main([*argv, "--once", "--no-fail-on-data-loss"]) == 0
+
+    # Then it stores what came after the purge, and says what it never will, and why
+    out = capsys.readouterr().out
+    gap_line = f"{queue_name} messages: entries {ids[50]} to {ids[549]} (500)"
+    assert f"recorded in ROOT/_gaps): {gap_line}, {purged}" in out
+    assert sorted(message_ids(spark, root / "messages")) == sorted(ids[:50] + ids[550:])
+    assert broker.archives.gap(queue_name, "default", "messages") is None
+    # And ROOT/_gaps and the report name the purge, not the hard cap
+    (row,) = spark.read.json(str(root / "_gaps")).collect()
+    assert (row.first, row.last, row["count"], row.purged, row.purged_ms) == (
+        ids[50],
+        ids[549],
+        500,
+        500,
+        gap.purge.at_ms,
+    )
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    made = report(spark, ReportOptions(root=str(root), out=str(tmp_path / "r"), since=since))
+    html = made.html.read_text()
+    assert f"{gap_line} never archived: {purged}" in html
+    assert "hard cap" not in html
+
+
+@pytest.mark.timeout(400)  # several Spark queries in a row on shared cores
 def test_a_readonly_stream_fails_when_retention_passed_it_or_goes_on_when_told(
     spark: SparkSession, redis_client: redis.Redis, redis_url: str, tmp_path: Path, queue_name: str
 ) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import ngettext
 
 from redisq_django import admin_log
 from redisq_django.connection import get_broker
@@ -56,6 +57,22 @@ def parse_start(text: str) -> StartPoint:
             when = when.replace(tzinfo=dt.UTC)
         return StartPoint.parse(when)
     return StartPoint.parse(text)
+
+
+def purge_costs(queue: str) -> list[str]:
+    """What purging ``queue`` would cost its registered archives, one line each:
+    ``500 messages not yet archived by 'default' will be lost`` (counted like an
+    archive's lag, shown ``10000+`` above its cap); empty when every archive has stored
+    every message (the admin's Purge and ``redisq purge`` say it, and ask for more)."""
+    return [
+        ngettext(
+            "%(count)s message not yet archived by '%(name)s' will be lost",
+            "%(count)s messages not yet archived by '%(name)s' will be lost",
+            u.count,
+        )
+        % {"count": u.shown, "name": u.name}
+        for u in get_broker().archives.unarchived(queue)
+    ]
 
 
 # -- the admin-history texts of the actions of the live pages, ``redisq purge``,

@@ -5,10 +5,12 @@ what to do."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from redisq_django.connection import get_broker
@@ -158,6 +160,44 @@ def test_purge_of_a_queue_with_yes_and_user_is_recorded(broker: Any, made: Live)
     stats = broker.stats(made.queue)
     assert (stats.length, stats.delayed, stats.total("backlog")) == (0, 0, 0)
     assert changes() == [("ops", made.queue, "Purged the queue's messages in Redis")]
+
+
+def test_purge_refuses_while_an_archive_lags_unless_forced_and_says_what_is_lost(
+    broker: Any, made: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given archive "default" that has stored none of the queue's 12 messages, and
+    # "nightly" that has stored all but the last
+    log = [i.decode() for i, _ in broker.client.xrange(broker.keys(made.queue).log)]
+    assert len(log) == 12
+    broker.archives.register(made.queue, "default", "messages", "earliest")
+    broker.archives.register(made.queue, "nightly", "messages", log[-2])
+    # When the operator purges the queue, even with --yes: refused, nothing deleted
+    with pytest.raises(CommandError) as refused:
+        redisq("purge", made.queue, "--yes")
+    assert str(refused.value) == (
+        "Nothing was deleted: 12 messages not yet archived by 'default' will be lost; "
+        "1 message not yet archived by 'nightly' will be lost. Let the archive job store "
+        "them first (python -m redisq_django.pipeline archive), or purge anyway with --force."
+    )
+    assert broker.stats(made.queue).length == 12
+    # When forced: the question says what is lost, and the typed name purges
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda q: asked.append(q) or made.queue)
+    err = io.StringIO()
+    call_command("redisq", "purge", made.queue, "--force", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue().splitlines() == [
+        "Warning: 12 messages not yet archived by 'default' will be lost (--force).",
+        "Warning: 1 message not yet archived by 'nightly' will be lost (--force).",
+    ]
+    assert len(asked) == 1 and broker.stats(made.queue).length == 0
+    # Then each archive's gap record has what it lost, as a purge's
+    gap = broker.archives.gap(made.queue, "default", "messages")
+    assert gap is not None and gap.purge is not None
+    assert (gap.first, gap.last, gap.count, gap.purge.count) == (log[0], log[-1], 12, 12)
+    nightly = broker.archives.gap(made.queue, "nightly", "messages")
+    assert nightly is not None and (nightly.first, nightly.count) == (log[-1], 1)
+    # And with nothing left to lose, no --force is needed
+    assert redisq("purge", made.queue, "--yes").strip() == f"Purged {made.queue}."
 
 
 def test_with_redis_stopped_the_commands_say_so(

@@ -180,6 +180,13 @@ class Command(BaseCommand):
             "private input (messages in flight finish; other consumers keep theirs)",
         )
         purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        purge.add_argument(
+            "--force",
+            action="store_true",
+            help="purge a queue even while a registered archive has not stored all of its "
+            "messages (without it, purge refuses): they are lost to the archive, whose next "
+            "run stops on the gap (failOnDataLoss) or reports it",
+        )
         console.add_user_option(purge)
         purge.set_defaults(handler=self.purge)
 
@@ -373,6 +380,15 @@ class Command(BaseCommand):
             return
         queue = opts["queue"]
         user = console.user_named(opts["user"])
+        costs = operations.purge_costs(queue)
+        if costs and not opts["force"]:
+            raise CommandError(
+                f"Nothing was deleted: {'; '.join(costs)}. Let the archive job store them "
+                "first (python -m redisq_django.pipeline archive), or purge anyway with "
+                "--force."
+            )
+        for cost in costs:
+            self.stderr.write(f"Warning: {cost} (--force).")
         if not opts["yes"]:
             answer = input(
                 f"Delete every message of queue {queue!r}? Type the queue name to confirm: "

@@ -59,11 +59,13 @@ def parse_start(text: str) -> StartPoint:
     return StartPoint.parse(text)
 
 
-def purge_costs(queue: str) -> list[str]:
+def purge_costs(queue: str, broker: Any = None) -> list[str]:
     """What purging ``queue`` would cost its registered archives, one line each:
     ``500 messages not yet archived by 'default' will be lost`` (counted like an
     archive's lag, shown ``10000+`` above its cap); empty when every archive has stored
-    every message (the admin's Purge and ``redisq purge`` say it, and ask for more)."""
+    every message (the admin's Purge and ``redisq purge`` say it, and ask for more).
+    ``broker``: the one to ask (the admin's, with its short timeouts; default: the
+    site's)."""
     return [
         ngettext(
             "%(count)s message not yet archived by '%(name)s' will be lost",
@@ -71,7 +73,7 @@ def purge_costs(queue: str) -> list[str]:
             u.count,
         )
         % {"count": u.shown, "name": u.name}
-        for u in get_broker().archives.unarchived(queue)
+        for u in (broker or get_broker()).archives.unarchived(queue)
     ]
 
 

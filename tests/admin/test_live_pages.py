@@ -321,6 +321,38 @@ def test_purge_of_a_queue(root: Client, broker: Any, made: Live) -> None:
     assert LogEntry.objects.get().object_repr == made.queue
 
 
+def test_purge_of_a_queue_says_in_red_what_a_lagging_archive_loses_and_wants_a_tick(
+    root: Client, broker: Any, made: Live
+) -> None:
+    # Given archive "default" that has stored none of the queue's 12 messages
+    broker.archives.register(made.queue, "default", "messages", "earliest")
+    url = action_url(made.queue, None, "purge")
+    # Then the confirmation page says so in red, with a box to tick
+    page = root.get(url).content.decode()
+    box = r'<div class="redisq-loss" id="redisq-purge-costs".*?>(.*?)</div>'
+    costs = re.search(box, page, re.S)
+    assert costs is not None
+    assert re.findall(r"<li>(.*?)</li>", costs.group(1)) == [
+        "12 messages not yet archived by &#x27;default&#x27; will be lost"
+    ]
+    assert (
+        '<input type="checkbox" name="lose_unarchived" value="yes" '
+        'id="redisq-lose-unarchived" required>'
+    ) in costs.group(1)
+    # When the name is typed but the box not ticked: nothing is purged, the page again
+    refused = root.post(url, {"confirm_name": made.queue}, follow=True)
+    assert "Nothing was purged: messages not yet archived would be lost" in refused.content.decode()
+    assert b'id="redisq-purge-costs"' in refused.content
+    assert broker.stats(made.queue).length == 12
+    # When ticked too: purged, and the archive's gap record says a purge removed them
+    root.post(url, {"confirm_name": made.queue, "lose_unarchived": "yes"})
+    assert broker.stats(made.queue).length == 0
+    gap = broker.archives.gap(made.queue, "default", "messages")
+    assert gap is not None and gap.purge is not None and gap.purge.count == 12
+    # And with nothing left to lose, the page asks for no tick
+    assert b"redisq-purge-costs" not in root.get(url).content
+
+
 # -- Redis down -------------------------------------------------------------------------
 
 

@@ -99,6 +99,18 @@ class LiveActions:
                     messages.ERROR,
                 )
                 return self._confirm_page(request, queue, name, action)
+            if name is None and request.POST.get("lose_unarchived") != "yes":
+                costs = self._purge_costs(request, queue)
+                if costs is None or costs:
+                    self.owner.message_user(
+                        request,
+                        _(
+                            "Nothing was purged: messages not yet archived would be lost. Tick "
+                            "the box that says so to purge anyway."
+                        ),
+                        messages.ERROR,
+                    )
+                    return self._confirm_page(request, queue, name, action)
             self._purge(request, queue, name, row)
         return HttpResponseRedirect(self.scope.back(request, queue, name))
 
@@ -366,6 +378,14 @@ class LiveActions:
             messages.SUCCESS,
         )
 
+    def _purge_costs(self, request: HttpRequest, queue: str) -> list[str] | None:
+        """What purging ``queue`` costs its archives, one line each (empty: nothing);
+        None when Redis did not say (the page then asks as if something were lost)."""
+        try:
+            return operations.purge_costs(queue, admin_broker())
+        except (RedisqError, redis.RedisError, OSError):
+            return None
+
     def _confirm_page(
         self,
         request: HttpRequest,
@@ -403,6 +423,10 @@ class LiveActions:
             "title": titles[action],
             "refs": [(ref, message_id_of(ref)) for ref in refs or ()],
         }
+        if action == "purge" and name is None:
+            costs = self._purge_costs(request, queue)
+            context["purge_costs"] = costs
+            context["purge_costs_unknown"] = costs is None
         return TemplateResponse(request, "admin/redisq_django/live/confirm.html", context)
 
 

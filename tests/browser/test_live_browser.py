@@ -176,6 +176,41 @@ def test_deliver_now_and_a_typed_purge_from_the_page(
     expect(page.locator("#redisq-fig-in_flight .redisq-value")).to_have_text("3")
 
 
+def test_purging_a_queue_an_archive_lags_behind_says_so_in_red_and_wants_the_box_ticked(
+    page: Page, live_server: Any, ops: User, made: Live, artifacts: Path
+) -> None:
+    # Given archive "default" that has stored none of the queue's 12 messages
+    broker = get_broker()
+    broker.archives.register(made.queue, "default", "messages", "earliest")
+    log_in(page, live_server, ops)
+    page.goto(live_server.url + queue_page(made))
+
+    # When staff choose Purge…: the loss is on the confirmation page, in red
+    page.locator("#redisq-purge").click()
+    costs = page.locator("#redisq-purge-costs")
+    expect(costs).to_be_visible()
+    expect(costs.locator("li")).to_have_text(
+        ["12 messages not yet archived by 'default' will be lost"]
+    )
+    expect(costs.locator("li")).to_have_css("color", "rgb(186, 33, 33)")
+    page.screenshot(path=str(artifacts / "live-purge-archive-lags-1440.png"), full_page=True)
+
+    # When the name is typed but the box is not ticked: the browser does not send it
+    page.locator("#redisq-confirm-name").fill(made.queue)
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("#redisq-lose-unarchived")).to_be_visible()
+    assert page.locator("#redisq-lose-unarchived").evaluate("e => !e.validity.valid")
+    assert broker.stats(made.queue).length == 12
+
+    # When ticked too: purged, and the archive's gap record says a purge removed them
+    page.locator("#redisq-lose-unarchived").check()
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(f"Purged {made.queue}")
+    assert broker.stats(made.queue).length == 0
+    gap = broker.archives.gap(made.queue, "default", "messages")
+    assert gap is not None and gap.purge is not None and gap.purge.count == 12
+
+
 def test_a_held_back_key_says_why_and_is_released_from_the_page(
     page: Page, live_server: Any, ops: User, redisq_settings: Any, artifacts: Path
 ) -> None:

@@ -1,5 +1,5 @@
 """What the live pages do, from the shell: ``manage.py redisq deliver-now``, ``manage.py
-redisq purge QUEUE --consumer C`` and ``manage.py redisq archives [remove NAME]`` (through
+redisq purge QUEUE [--consumer C]`` and ``manage.py redisq archives [remove NAME]`` (through
 the same functions as the admin, written to the same admin history with ``--user``), and
 the name and user checks ``manage.py redisq`` shares."""
 
@@ -172,6 +172,32 @@ def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:
 
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+def purge_queue(opts: dict[str, Any], write: Write, warn: Write) -> None:
+    """``redisq purge QUEUE``: delete every message of the queue, after its name is typed;
+    refused while a registered archive has not stored them all, unless ``--force``."""
+    queue = opts["queue"]
+    user = user_named(opts["user"])
+    costs = operations.purge_costs(queue)
+    if costs and not opts["force"]:
+        raise CommandError(
+            f"Nothing was deleted: {'; '.join(costs)}. Let the archive job store them "
+            "first (python -m redisq_django.pipeline archive), or purge anyway with "
+            "--force."
+        )
+    for cost in costs:
+        warn(f"Warning: {cost} (--force).")
+    if not opts["yes"]:
+        answer = input(f"Delete every message of queue {queue!r}? Type the queue name to confirm: ")
+        if answer.strip() != queue:
+            raise CommandError("Not confirmed; nothing was deleted.")
+    get_broker().purge(queue)
+    write(f"Purged {queue}.")
+    if user is not None and not operations.record_change(
+        user, queue, None, operations.PURGED_QUEUE_LOG
+    ):
+        write(f"Not recorded in the admin history: no database row for {queue}.")
 
 
 def purge_consumer(opts: dict[str, Any], write: Write) -> None:

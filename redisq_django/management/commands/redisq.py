@@ -378,29 +378,7 @@ class Command(BaseCommand):
         if opts["consumer"] is not None:
             console.purge_consumer(opts, write)
             return
-        queue = opts["queue"]
-        user = console.user_named(opts["user"])
-        costs = operations.purge_costs(queue)
-        if costs and not opts["force"]:
-            raise CommandError(
-                f"Nothing was deleted: {'; '.join(costs)}. Let the archive job store them "
-                "first (python -m redisq_django.pipeline archive), or purge anyway with "
-                "--force."
-            )
-        for cost in costs:
-            self.stderr.write(f"Warning: {cost} (--force).")
-        if not opts["yes"]:
-            answer = input(
-                f"Delete every message of queue {queue!r}? Type the queue name to confirm: "
-            )
-            if answer.strip() != queue:
-                raise CommandError("Not confirmed; nothing was deleted.")
-        get_broker().purge(queue)
-        write(f"Purged {queue}.")
-        if user is not None and not operations.record_change(
-            user, queue, None, operations.PURGED_QUEUE_LOG
-        ):
-            write(f"Not recorded in the admin history: no database row for {queue}.")
+        console.purge_queue(opts, write, self.stderr.write)
 
 
 def _matching(opts: dict[str, Any]) -> tuple[Any, Any]:

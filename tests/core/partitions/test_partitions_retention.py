@@ -138,3 +138,31 @@ def test_a_new_layout_keeps_the_archives_of_the_old_one(
     assert names == {(p, "lake") for p in range(K)}
     assert broker.trim(queue_name) == (0, 0)
     assert lengths(redis_client, broker, queue_name) == [2, 2, 2]
+
+
+def test_a_purge_records_what_the_archive_loses_in_each_partition(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    broker = partitioned(redis_client, queue_name)
+    entries = fill(broker, queue_name, 4)
+    archives = broker.archives
+    # Given an archive that stored 1 entry of partition 0, none of 1 and all of 2
+    archives.register_all(queue_name, "lake", "messages")
+    archives.commit(Place(queue_name, 0), "lake", "messages", entries[0][0])
+    archives.commit(Place(queue_name, 2), "lake", "messages", entries[2][-1])
+    # Then what a purge would cost it is added up over the partitions
+    (cost,) = archives.unarchived(queue_name)
+    assert (cost.name, cost.count, cost.capped) == ("lake", 3 + 4, False)
+    # When the queue is purged
+    broker.purge(queue_name)
+    # Then each partition is empty, its mark at its own last entry, and the archive's
+    # gap record of each partition says what it lost there, as a purge's
+    assert lengths(redis_client, broker, queue_name) == [0] * K
+    for p, (first, count) in {0: (entries[0][1], 3), 1: (entries[1][0], 4)}.items():
+        assert archives.trimmed(Place(queue_name, p))["messages"] == entries[p][-1]
+        gap = archives.gap(Place(queue_name, p), "lake", "messages")
+        assert gap is not None and gap.purge is not None
+        assert (gap.first, gap.last, gap.count) == (first, entries[p][-1], count)
+        assert (gap.purge.first, gap.purge.count) == (first, count)
+    assert archives.gap(Place(queue_name, 2), "lake", "messages") is None
+    assert archives.unarchived(queue_name) == []

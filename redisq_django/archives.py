@@ -68,7 +68,17 @@ def registered_at(state: ArchiveState) -> str:
 
 
 def gap_text(state: ArchiveState) -> str:
-    """The gap a hard cap made after its position, in words ("" when none)."""
-    if state.gap is None:
+    """The gap a hard cap or a purge made after its position, in words ("" when none):
+    ``1-0 to 9-0 (5) dropped by the hard cap``, ``… (5) removed by a purge at 2026-12-02
+    18:00:00 UTC``, or both."""
+    gap = state.gap
+    if gap is None:
         return ""
-    return f"{state.gap.first} to {state.gap.last} ({state.gap.count}) dropped by the hard cap"
+    span = f"{gap.first} to {gap.last} ({gap.count})"
+    if gap.purge is None:
+        return f"{span} dropped by the hard cap"
+    at = dt.datetime.fromtimestamp(gap.purge.at_ms / 1000, dt.UTC)
+    purged = f"removed by a purge at {at:%Y-%m-%d %H:%M:%S} UTC"
+    if gap.purge.count >= gap.count:
+        return f"{span} {purged}"
+    return f"{span}: {gap.purge.count} {purged}, the others dropped by the hard cap"

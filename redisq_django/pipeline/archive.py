@@ -21,9 +21,10 @@ of a batch that never reached ``_spark_metadata`` are ignored by every Spark rea
 by other engines reading the files :func:`~redisq_django.pipeline.files.archive_files`
 lists (not a glob, which would see those orphans).
 
-Entries a hard cap removed before the archive stored them stop the job (``failOnDataLoss``,
-the message names them), or with ``fail_on_data_loss`` false are skipped and recorded in
-``ROOT/_gaps`` (:mod:`~redisq_django.pipeline.gaps`), which the report shows.
+Entries a hard cap or a purge removed before the archive stored them stop the job
+(``failOnDataLoss``, the message names them and why), or with ``fail_on_data_loss`` false
+are skipped and recorded in ``ROOT/_gaps`` (:mod:`~redisq_django.pipeline.gaps`), which
+the report shows.
 
 Two modes: once (``trigger(availableNow=True)``: everything there now, then stop) and
 continuous (a micro-batch every N seconds until :func:`archive` is told to stop; in the

@@ -119,7 +119,7 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
         action=argparse.BooleanOptionalAction,
         default=True,
         help="stop with exit status 1 when entries were removed before the archive stored "
-        "them (a hard cap); --no-fail-on-data-loss goes on and records them in ROOT/_gaps "
+        "them (a hard cap, a purge); --no-fail-on-data-loss goes on and records them in ROOT/_gaps "
         "(the report shows them). Default: stop",
     )
     parser.add_argument(

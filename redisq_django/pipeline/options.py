@@ -75,7 +75,7 @@ class ArchiveOptions:
         take_over: take the name over from the archive that owns it (its job stops at
             its next commit): for a job that replaces one whose checkpoint was lost.
         fail_on_data_loss: stop, naming them, when entries were removed before the
-            archive stored them (a hard cap); false: go on and record them in
+            archive stored them (a hard cap, a purge); false: go on and record them in
             ``ROOT/_gaps`` for the report.
         restarts: how many times in a row a query that failed for a reason outside the
             data (a Python worker killed, a task Spark lost) is started again from its

@@ -196,6 +196,10 @@ def test_purge_refuses_while_an_archive_lags_unless_forced_and_says_what_is_lost
     assert (gap.first, gap.last, gap.count, gap.purge.count) == (log[0], log[-1], 12, 12)
     nightly = broker.archives.gap(made.queue, "nightly", "messages")
     assert nightly is not None and (nightly.first, nightly.count) == (log[-1], 1)
+    # And `redisq archives` shows the gap as a purge's
+    listing = redisq("archives", "--queue", made.queue)
+    assert f"{log[0]} to {log[-1]} (12) removed by a purge at " in listing
+    assert "hard cap" not in listing
     # And with nothing left to lose, no --force is needed
     assert redisq("purge", made.queue, "--yes").strip() == f"Purged {made.queue}."
 

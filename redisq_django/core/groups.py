@@ -151,7 +151,13 @@ def remove_group(client: RedisClient, gkeys: GroupKeys) -> None:
     with client.pipeline(transaction=True) as pipe:
         pipe.execute_command("XGROUP", "DESTROY", gkeys.queue_keys.log, gkeys.group)
         pipe.delete(
-            gkeys.direct, gkeys.retry, gkeys.dead, gkeys.instances, gkeys.running, gkeys.leases
+            gkeys.direct,
+            gkeys.retry,
+            gkeys.dead,
+            gkeys.instances,
+            gkeys.running,
+            gkeys.leases,
+            gkeys.ended,
         )
         pipe.execute(raise_on_error=False)
     # An ordered consumer's keys (read after the group is gone: no read refills them).

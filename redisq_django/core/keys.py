@@ -31,6 +31,8 @@ key                               type    role
 ``redisq:{q}:g:<g>:holders``      hash    ordered ``g``: ordering key -> the message holding it
 ``redisq:{q}:g:<g>:waiting:<k>``  list    ordered ``g``: later messages of key ``k``, in order
 ``redisq:{q}:g:<g>:held_back``    string  ordered ``g``: how many messages all those lists hold
+``redisq:{q}:g:<g>:ended``        hash    log entries ``g`` has not read yet that an operator
+                                          ended: entry id -> what to do (JSON) when read
 ``redisq:{q}:g:<g>:instance:<i>`` string  instance ``i``'s host, pid, start, counts (JSON)
 ``redisq:{q}:g:<g>:rate``         string  ``g``'s rate limit: when its bucket is full (µs)
 ``redisq:{q}:g:<g>:rate:<k>``     string  ``g``'s rate limit for ordering key ``k`` (as ``rate``)
@@ -255,6 +257,14 @@ class GroupKeys:
         """Counter of an ordered consumer: the messages waiting in all its :meth:`waiting`
         lists (for the stats, without a look at every list)."""
         return f"{self._base}:held_back"
+
+    @property
+    def ended(self) -> str:
+        """Hash: log entries this consumer has not read yet that an operator ended, entry
+        id -> what becomes of it when read (``end_waiting.lua``; a JSON object of strings:
+        ``mode`` ``dead`` or ``delete``, the dead letter's ``error_message``). Absent
+        while none is marked: the fetch then pays one ``EXISTS`` in its read's round trip."""
+        return f"{self._base}:ended"
 
     @property
     def waiting_prefix(self) -> str:

@@ -60,12 +60,15 @@ class OrderedRead:
             None when a stream may hold more (read again at once).
         confirmed: with a replica wait, how many replicas confirmed the read in time
             (None: none was asked for).
+        marked: the consumer's ``ended`` hash exists: some log entry may be marked ended
+            (``core/ended.py``); marked entries were delivered without their key.
     """
 
     reply: list[Any]
     read: int
     resume: tuple[str, str] | None
     confirmed: int | None = None
+    marked: bool = False
 
 
 def read(
@@ -80,7 +83,9 @@ def read(
     but for ``wait``: then ``WAIT`` for replicas after the read, see the module's
     docstring)."""
     log, direct = gkeys.queue_keys.log, gkeys.direct
-    keys = [log, direct, gkeys.holders, gkeys.held_back]
+    # The `ended` hash as KEYS[5]: marked log entries pass their key by, and the reply
+    # says whether any is marked (core/ended.py), at no cost while none is.
+    keys = [log, direct, gkeys.holders, gkeys.held_back, gkeys.ended]
     args = [gkeys.group, instance, count, gkeys.waiting_prefix]
 
     def call() -> tuple[Any, int | None]:
@@ -89,17 +94,17 @@ def read(
         return call_and_wait(client, scripts, "read_ordered", keys, args, wait)
 
     try:
-        (got_log, got_direct, n, last_log, last_direct), confirmed = call()
+        (got_log, got_direct, n, last_log, last_direct, marked), confirmed = call()
     except redis.ResponseError as exc:
         if not is_nogroup(exc):
             raise
         recover_group(client, scripts, gkeys)
-        (got_log, got_direct, n, last_log, last_direct), confirmed = call()
+        (got_log, got_direct, n, last_log, last_direct, marked), confirmed = call()
     resume = None
     if last_log and last_direct:
         resume = (to_str(last_log), to_str(last_direct))
     reply = [[log.encode(), got_log], [direct.encode(), got_direct]]
-    return OrderedRead(reply, int(n), resume, confirmed)
+    return OrderedRead(reply, int(n), resume, confirmed, bool(int(marked)))
 
 
 def read_or_wait(

@@ -195,6 +195,31 @@ class Settling:
         keys, args = self._fail(self.entry(delivery), DEAD, 0, fields, event)
         return Settle("fail", keys, args, counts, Settlement.dead(reason), failures=int(ran))
 
+    def ended(self, delivery: Delivery, delete: bool, error_message: str) -> Settle:
+        """A log entry an operator ended before this consumer read it (``core/ended.py``),
+        settled without running: acknowledged (``delete``: no ``handled`` event, it never
+        ran), or a dead letter (reason ``ended``, error class ``Ended``) whose attempts
+        do not count this delivery. An ordered consumer's entry was delivered without
+        taking its key (``read_ordered.lua``): nothing is handed on."""
+        if delete:
+            if not (self.history or self.ordered):
+                return Settle(None, [self.keys[0]], [self.consumer, delivery.entry_id], {})
+            keys, args = self.call(self.entries([delivery]), [])
+            return Settle("ack_ordered" if self.ordered else "ack", keys, args, {})
+        now = now_ms()
+        failure = Failure("Ended", error_message)
+        fields = dead_fields(
+            next_delivery(delivery, now, failed=False),
+            consumer=self.consumer,
+            reason=DeadReason.ENDED,
+            failure=failure,
+            failed_at_ms=now,
+        )
+        event = self._event(EventName.DEAD, delivery, failure=failure, reason=DeadReason.ENDED)
+        counts = trends.settle_counts(self.consumer, False, trends.DEAD, 0, failure.error_class)
+        keys, args = self._fail(self.entry(delivery), DEAD, 0, fields, event)
+        return Settle("fail", keys, args, counts, Settlement.dead(DeadReason.ENDED))
+
     def release(self, delivery: Delivery, after_ms: int = 0) -> Settle:
         """A fetched-but-unstarted delivery handed back: due now, or ``after_ms`` after
         Redis's now (its ordering key's rate limit: its turn), this delivery not counted

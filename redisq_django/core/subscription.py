@@ -10,14 +10,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from redisq_django.core import ended, leases, ordered, trends
 from redisq_django.core import envelope as env
-from redisq_django.core import leases, ordered, trends
 from redisq_django.core.clock import monotonic_ms
 from redisq_django.core.config import CoreConfig
 from redisq_django.core.dead_entry import DeadReason, Failure
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import RedisRefused, translate_errors
-from redisq_django.core.groups import entries_of, leave_group, read_group
+from redisq_django.core.groups import entries_of, leave_group
 from redisq_django.core.instances import Report
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.message import Message, MessageFields
@@ -92,6 +92,10 @@ class Subscription:
         self.replica_wait = replica_wait if ordered else None
         self.unreplicated = 0
         self._replicas_short = False  # the last wait that mattered timed out (logged)
+        self._reader = ended.LogReader(client, scripts, self.gkeys)
+        #: Log entries an operator ended that it read and settled without running
+        #: (dead letters or deletions, ``core/ended.py``), so far.
+        self.ended = 0
 
     def __repr__(self) -> str:
         return f"<Subscription {self.queue}/{self.consumer} as {self.instance}>"
@@ -170,13 +174,42 @@ class Subscription:
                 deliveries = self._decode(got.reply)
                 if got.confirmed is not None and any(m.key is not None for m in deliveries):
                     self._replicated(got.confirmed, len(deliveries))
+                marked = got.marked
             else:
-                reply = read_group(
-                    self.client, self.scripts, self.gkeys, self.instance, count, block
-                )
+                reply, marked = self._reader.read(self.instance, count, block)
                 deliveries = self._decode(reply)
+            if marked and deliveries:
+                deliveries = self._end_marked(deliveries)
             if deliveries or monotonic_ms() >= deadline:
                 return deliveries
+
+    def _end_marked(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """``deliveries`` without the log entries an operator ended for this consumer
+        (``core/ended.py``): each of those becomes a dead letter (reason ``ended``) or is
+        acknowledged (``delete``) without running, then its mark goes. A settle Redis
+        refuses raises, and the entries stay pending with their marks: whoever takes
+        them over asks again."""
+        log = [d.entry_id for d in deliveries if d.stream is Stream.LOG]
+        if not log:
+            return deliveries
+        marks = ended.marks_of(self.scripts, self.gkeys, log)
+        if not marks:
+            return deliveries
+        kept = []
+        for delivery in deliveries:
+            mark = marks.get(delivery.entry_id) if delivery.stream is Stream.LOG else None
+            if mark is None:
+                kept.append(delivery)
+                continue
+            settle = self.settling.ended(delivery, mark.delete, mark.error_message)
+            settled = self._call(settle.script, settle.keys, settle.args, settle.counts)
+            if settled and not mark.delete:
+                self.dead_on_receive += 1
+            self.ended += 1
+        # After the settles: a crash before this leaves marks of settled entries, which
+        # the sweep removes; never a marked entry without its mark.
+        self.client.hdel(self.gkeys.ended, *marks)
+        return kept
 
     def _replicated(self, confirmed: int, read: int) -> None:
         """Note how many replicas confirmed a read that let keyed messages out (logged
@@ -393,7 +426,8 @@ class Subscription:
                     self.dead_on_receive += dead.outcome is Outcome.DEAD
                     continue
                 out.append(delivery)
-        return out
+        # An instance that crashed may have held marked entries: asked again here.
+        return self._end_marked(out) if out else out
 
     # -- liveness ----------------------------------------------------------------------
 

@@ -52,6 +52,8 @@ MUST = {
         "end_message",
         "read_ordered",
         "ordered_purge",
+        "end_waiting",
+        "ended_marks",
     },
     # the key hand-over, written once for the three settles that hand a key on
     "hand_over": {"ack_ordered", "fail", "release_key", "end_message"},

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import redis
 
-from redisq_django.core import members, ordered, redelivery
+from redisq_django.core import ended, members, ordered, redelivery
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
 from redisq_django.core.errors import CorruptState, error_code
@@ -163,16 +163,21 @@ def purge_consumer(
 
 
 class Ended(NamedTuple):
-    """What :func:`end_message` did: ``outcome`` is ``ended``, ``gone`` (it no longer
-    waits there) or ``in_flight`` (a private-input entry its consumer read meanwhile:
-    its instance settles it); ``entry`` is what was ended (None when not found)."""
+    """What :func:`end_message` did: ``outcome`` is ``ended``, ``marked`` (a message
+    waiting in the log: its consumers' workers make it a dead letter, or delete it,
+    when they read it, instead of running it: ``core/ended.py``), ``gone`` (it no
+    longer waits there), ``in_flight`` (a private-input entry its consumer read
+    meanwhile: its instance settles it) or ``read`` (a log entry the consumer read
+    already: in flight or handled); ``entry`` is what was ended (None when not found);
+    ``consumers``: for ``marked``, the logical consumers it was marked for."""
 
     outcome: str
     entry: browse.Entry | None = None
+    consumers: tuple[str, ...] = ()
 
 
 #: Where a message can be ended: its kinds of refs (``browse.Entry.ref``).
-ENDABLE = (members.S_DELAYED, members.S_RETRY, members.S_DIRECT)
+ENDABLE = (members.S_DELAYED, members.S_RETRY, members.S_DIRECT, members.S_LOG)
 
 
 def end_message(
@@ -195,23 +200,28 @@ def end_message(
     * a delayed message (``consumer`` None) becomes a dead letter of every logical
       consumer of the queue, each of which can then retry it, or is deleted.
 
-    A message in the log waiting for a plain consumer cannot be ended for that consumer
-    alone (the log is shared): let it be delivered, then end its retry.
+    * a message waiting in the log (the log is shared: it stays there) is *marked* for
+      ``consumer`` (None: for every logical consumer that has not read it yet), and
+      their workers make it a dead letter (reason ``ended``) or delete it when they
+      read it, instead of running it (``end_waiting.lua``, ``core/ended.py``): outcome
+      ``marked``; ``read`` when the consumers read it already.
 
     Raises:
-        ValueError: ``ref`` names no message that can be ended.
+        ValueError: ``ref`` names no message that can be ended, or the consumer holds
+            too many marks already (``ended.MOST``).
         CorruptState: another client wrote what the script reads (nothing done).
     """
     where = ref.partition(":")[0]
-    if where not in ENDABLE or (where != members.S_DELAYED and not consumer):
+    if where not in ENDABLE or (where not in (members.S_DELAYED, members.S_LOG) and not consumer):
         raise ValueError(
-            "Only a delayed message, a retry or a message of a consumer's private input can "
-            f"be ended, not {ref!r}: a message waiting in the log is shared by every "
-            "consumer; end its retry once it has failed."
+            "Only a delayed message, a message waiting in the log, a retry or a message of a "
+            f"consumer's private input can be ended, not {ref!r}."
         )
     entry = browse.find(client, keys, consumer, ref)
     if entry is None:
         return Ended("gone")
+    if where == members.S_LOG:
+        return _mark(client, scripts, keys, consumer, entry, by=by, delete=delete)
     if where == members.S_DELAYED:
         place, dead_of = keys.delayed, ([] if delete else group_names(client, keys))
         # A delayed message holds no ordering key yet: the hand-over's keys go unread.
@@ -244,3 +254,33 @@ def end_message(
             raise CorruptState(exc) from None
         raise
     return Ended({1: "ended", 0: "gone", -1: "in_flight"}[int(reply)], entry)
+
+
+def _mark(
+    client: RedisClient,
+    scripts: Scripts,
+    keys: QueueKeys,
+    consumer: str | None,
+    entry: browse.Entry,
+    *,
+    by: str,
+    delete: bool,
+) -> Ended:
+    """:func:`end_message` of log entry ``entry``: marked for ``consumer``, or for every
+    logical consumer that has not read it (``core/ended.py``)."""
+    mark = ended.Mark(delete, "" if delete else Failure.ended(by).message)
+    marked: list[str] = []
+    replies = []
+    for name in [consumer] if consumer else group_names(client, keys):
+        reply = ended.mark(scripts, keys.group(name), entry.key, mark)
+        if reply == ended.FULL:
+            raise ValueError(
+                f"Consumer {name!r} holds {ended.MOST} messages ended before it read them "
+                "already: let its workers read them first."
+            )
+        if reply == ended.MARKED:
+            marked.append(name)
+        replies.append(reply)
+    if marked:
+        return Ended("marked", entry, tuple(marked))
+    return Ended("read" if ended.READ in replies else "gone", entry)

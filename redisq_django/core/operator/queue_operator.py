@@ -315,7 +315,9 @@ class QueueOperator:
     ) -> actions.Ended:
         """End one delayed message (``consumer`` None), retry or private-input entry of
         ``consumer`` now: a dead letter (reason ``ended``), or deleted with ``delete``; a
-        key it holds passes to the key's next message (``actions.end_message``).
+        key it holds passes to the key's next message. A message waiting in the log is
+        marked for ``consumer`` (None: every consumer that has not read it), which ends
+        it when it reads it: outcome ``marked`` (``actions.end_message``).
 
         Raises:
             ValueError: ``ref`` names no message that can be ended (or no partition).

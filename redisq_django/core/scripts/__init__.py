@@ -36,6 +36,8 @@ ScriptName = Literal[
     "archive_remove",
     "deliver_now",
     "end_message",
+    "end_waiting",
+    "ended_marks",
     "ensure_consumer",
     "extend",
     "fail",

@@ -10,6 +10,8 @@
 -- ARGV[2]  group name
 -- ARGV[3]  instance name (the Redis consumer it reads as)
 -- ARGV[4]  at most this many entries are read from each stream
+-- KEYS[5]  hash    redisq:{q}:g:<g>:ended  (optional) log entries an operator ended
+--                  before the group read them (end_waiting.lua)
 -- ARGV[5]  the prefix of the waiting lists, "redisq:{q}:g:<g>:waiting:": the list of
 --          ordering key k is ARGV[5] .. k (same hash tag: same slot as KEYS)
 --
@@ -21,10 +23,15 @@
 -- from the direct stream) in the same call. ack_ordered.lua and fail.lua hand a key on
 -- to the first message of its list when its holder is settled.
 --
+-- With KEYS[5], a log entry marked there is delivered as if it had no key (it neither
+-- takes nor waits for one): its instance makes it a dead letter or acknowledges it
+-- without running it (ended_marks.lua), and the key's other messages keep their order.
+--
 -- Returns {log entries, direct entries, entries read, log last id, direct last id}: the
 -- entries delivered, each {id, {field, value, ...}}; how many were read in all (delivered
 -- or set waiting); and for a stream read to its end, the id of its last entry ("0-0":
--- empty), from which XREAD BLOCK waits for new ones (else "": read again at once).
+-- empty), from which XREAD BLOCK waits for new ones (else "": read again at once). With
+-- KEYS[5], a sixth element: 1 when KEYS[5] exists (some entry is marked), else 0.
 --
 -- What it reads but did not write is checked (PROTOCOL.md, "What the scripts check"):
 -- KEYS[3] a hash and KEYS[4] a whole number, before reading; the waiting list an entry
@@ -45,6 +52,13 @@ local call = redis.call
 
 local refused = check_type(holders, 'hash') or check_count(held_back)
 if refused then return refused end
+local ended = KEYS[5]
+local marked = false
+if ended then
+  refused = check_type(ended, 'hash')
+  if refused then return refused end
+  marked = call('EXISTS', ended) == 1
+end
 
 local reply = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count,
   'STREAMS', KEYS[1], KEYS[2], '>', '>')
@@ -65,6 +79,7 @@ for s = 1, 2 do
         if fields[i] == 'id' then mid = fields[i + 1] end
       end
     end
+    if marked and s == 1 and call('HEXISTS', ended, e[1]) == 1 then key = nil end
     local holder = key and (taken[key] or call('HGET', holders, key))
     local waits = key and holder and holder ~= mid
     if waits and not checked[key] then
@@ -100,4 +115,5 @@ for s = 1, 2 do
     last[s] = tail[1] and tail[1][1] or '0-0'
   end
 end
+if ended then return {out[1], out[2], read, last[1], last[2], marked and 1 or 0} end
 return {out[1], out[2], read, last[1], last[2]}

@@ -107,6 +107,16 @@ def ended_log(message_ids: list[str], *, delete: bool) -> str:
     return f"{what}: {len(message_ids)} message(s): {', '.join(message_ids)}"
 
 
+def marked_log(message_ids: list[str], consumers: list[str], *, delete: bool) -> str:
+    """The history text of ending messages that wait in the log (``core/ended.py``):
+    every id and the consumers they were marked for, and that it happens at their read."""
+    what = "deleted" if delete else "dead letters (reason ended)"
+    return (
+        f"Ended before their consumers read them ({what} when read, never run): "
+        f"{len(message_ids)} message(s): {', '.join(message_ids)}; for {', '.join(consumers)}"
+    )
+
+
 def record_change(user: Any, queue: str, consumer: str | None, text: str) -> bool:
     """Write ``text`` to the admin history of ``consumer``'s row (else its queue's) as
     ``user``, as the live pages do. False when there is no row to write it to (or no

@@ -155,3 +155,73 @@ def test_end_needs_the_change_permission_and_delete_the_delete_permission_too(
     looking.force_login(viewer)
     seen = looking.get(page_url(made.queue, "billing"), {"list": "retrying"}).content.decode()
     assert TICK.findall(seen) == [] and "redisq-end-selected" not in seen
+
+
+def test_messages_waiting_in_the_log_are_marked_for_their_consumer_and_never_run(
+    root: Client, broker: Any, made: Live
+) -> None:
+    # Given billing's waiting list: its log rows can be ticked; its in-flight rows cannot
+    page = root.get(page_url(made.queue, "billing"), {"list": "waiting"}).content.decode()
+    ticks = [t for t in TICK.findall(page) if t.startswith("log:")]
+    assert len(ticks) == len(made.waiting)
+    in_flight = root.get(page_url(made.queue, "billing"), {"list": "in_flight"}).content.decode()
+    assert TICK.findall(in_flight) == []
+
+    # When staff tick two and press End
+    chosen = ticks[1:3]
+    response = root.post(action_url(made.queue, "billing", "end"), {"ref": chosen}, follow=True)
+
+    # Then the page says truthfully what happens (marked, ended when read), the history too
+    text = response.content.decode()
+    assert "2 message(s) waiting in the log marked for billing" in text
+    ids = made.waiting[1:3]
+    (entry,) = LogEntry.objects.all()
+    assert entry.get_change_message() == (
+        "Ended before their consumers read them (dead letters (reason ended) when read, "
+        f"never run): 2 message(s): {', '.join(ids)}; for billing"
+    )
+    # ... billing's next reads run the other waiting messages and end those two
+    sub = broker.subscribe(made.queue, "billing", "worker-2")
+    got = sub.fetch(count=100, block_ms=500)
+    sub.ack(got)
+    assert sorted(m.id for m in got) == sorted(set(made.waiting) - set(ids))
+    assert dead_ids(made.queue, "billing") == set(ids)
+    # ... and email still receives them
+    email = broker.subscribe(made.queue, "email", "e-1")
+    assert set(ids) <= {m.id for m in email.fetch(count=100, block_ms=500)}
+
+
+def test_a_waiting_message_is_deleted_from_its_page_after_asking(
+    root: Client, broker: Any, made: Live
+) -> None:
+    ref = f"log:{made.waiting[0]}"
+    message = root.get(page_url(made.queue, "billing", "_message"), {"ref": ref}).content.decode()
+    assert 'id="redisq-end"' in message and 'id="redisq-delete"' in message
+    url = action_url(made.queue, "billing", "delete")
+    asked = root.post(url, {"ref": [ref]})
+    assert asked.status_code == 200 and 'id="redisq-confirm-ids"' in asked.content.decode()
+    done = root.post(url, {"ref": [ref], "confirmed": "yes"}, follow=True)
+    assert "their workers delete them" in done.content.decode().lower()
+    sub = broker.subscribe(made.queue, "billing", "worker-2")
+    got = sub.fetch(count=100, block_ms=500)
+    assert made.waiting[0] not in {m.id for m in got} and len(got) == len(made.waiting) - 1
+    assert dead_ids(made.queue, "billing") == set()
+
+
+def test_from_the_queues_log_a_message_is_marked_for_every_consumer_not_past_it(
+    root: Client, broker: Any, made: Live
+) -> None:
+    # billing read the first six messages already; email nothing
+    page = root.get(page_url(made.queue), {"list": "log"}).content.decode()
+    ticks = TICK.findall(page)
+    first = next(t for t in ticks if t == f"log:{made.in_flight[0]}")
+    later = next(t for t in ticks if t == f"log:{made.waiting[0]}")
+    text = root.post(
+        action_url(made.queue, None, "end"), {"ref": [first, later]}, follow=True
+    ).content.decode()
+    assert "2 message(s) waiting in the log marked for billing, email" in text
+    marked = {
+        name: {i.decode() for i in broker.client.hkeys(broker.keys(made.queue).group(name).ended)}
+        for name in ("billing", "email")
+    }
+    assert marked == {"billing": {made.waiting[0]}, "email": {made.in_flight[0], made.waiting[0]}}

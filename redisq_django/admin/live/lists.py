@@ -29,6 +29,7 @@ from redisq_django.core.operator import (
     RETRYING,
     S_DELAYED,
     S_DIRECT,
+    S_LOG,
     WAITING,
     Entry,
 )
@@ -65,18 +66,24 @@ class Links:
 BULK_FORM = "redisq-bulk"
 
 
-def endable(ref: str, consumer: str | None) -> bool:
+def endable(ref: str, consumer: str | None, *, in_flight: bool = False) -> bool:
     """Whether the message ``ref`` names can be ended from a page of ``consumer``: a
-    delayed message from any page, a retry or a private-input entry from its
-    consumer's (``core/operator/actions.end_message``)."""
+    delayed message or a message waiting in the log from any page (the queue's: for
+    every consumer that has not read it), a retry or a private-input entry from its
+    consumer's; never a row of the in-flight list, which its instance settles
+    (``core/operator/actions.end_message``)."""
     where = ref.partition(":")[0]
-    return where in ENDABLE and (where == S_DELAYED or consumer is not None)
+    return (
+        not in_flight
+        and where in ENDABLE
+        and (where in (S_DELAYED, S_LOG) or consumer is not None)
+    )
 
 
 def _tick(links: Links, entry: Entry) -> SafeString:
     """A box that ticks the row for the list's End / Delete (outside the table: a form
     cannot hold the rows' own Deliver-now forms)."""
-    if not links.can_change or not endable(entry.ref, links.consumer):
+    if not links.can_change or not endable(entry.ref, links.consumer, in_flight=bool(entry.owner)):
         return SafeString("")
     return format_html(
         '<input type="checkbox" name="ref" value="{}" form="{}" class="redisq-tick" '
@@ -145,7 +152,9 @@ def _number(value: Any) -> SafeString:
 def entry_rows(list_name: str, entries: Sequence[Entry], links: Links) -> list[Row]:
     """The rows of a list of messages (those that can be ended with a box to tick first)."""
     out = []
-    ticks = links.can_change and any(endable(e.ref, links.consumer) for e in entries)
+    ticks = links.can_change and any(
+        endable(e.ref, links.consumer, in_flight=bool(e.owner)) for e in entries
+    )
     for e in entries:
         message = Cell(_("message"), _link(links, e), "redisq-col-message")
         if ticks:

@@ -246,6 +246,45 @@ class LiveActions:
         ended = [r.entry.message_id for r in results if r.outcome == "ended" and r.entry]
         gone = sum(r.outcome == "gone" for r in results)
         running = [r.entry.message_id for r in results if r.outcome == "in_flight" and r.entry]
+        marked = [r for r in results if r.outcome == "marked" and r.entry]
+        read = [r.entry.message_id for r in results if r.outcome == "read" and r.entry]
+        if marked:
+            ids = [r.entry.message_id for r in marked if r.entry]
+            consumers = sorted({c for r in marked for c in r.consumers})
+            self._record(
+                request, row, queue, operations.marked_log(ids, consumers, delete=delete)
+            )
+            text = (
+                _(
+                    "%(n)d message(s) waiting in the log marked for %(consumers)s: %(ids)s. "
+                    "Their workers delete them, without running them, when they read them; "
+                    "the queue's other consumers still receive them."
+                )
+                if delete
+                else _(
+                    "%(n)d message(s) waiting in the log marked for %(consumers)s: %(ids)s. "
+                    "Their workers make them dead letters (reason ended), without running "
+                    "them, when they read them; the queue's other consumers still receive "
+                    "them. A worker of another client that does not honour marks would run "
+                    "them (PROTOCOL.md)."
+                )
+            )
+            shown = ", ".join(ids[:10]) + (" …" if len(ids) > 10 else "")
+            self.owner.message_user(
+                request,
+                text % {"n": len(ids), "consumers": ", ".join(consumers), "ids": shown},
+                messages.SUCCESS,
+            )
+        if read:
+            self.owner.message_user(
+                request,
+                _(
+                    "Not ended, read already by their consumers (in flight or handled): "
+                    "%(ids)s. End their retry if they fail."
+                )
+                % {"ids": ", ".join(read[:10])},
+                messages.WARNING,
+            )
         if ended:
             self._record(request, row, queue, operations.ended_log(ended, delete=delete))
             text = (

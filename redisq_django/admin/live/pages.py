@@ -414,7 +414,8 @@ class LivePages:
         entries = snapshot.page.entries if snapshot.page is not None else []
         return {
             "rows": rows,
-            "bulk": links.can_change and any(endable(e.ref, links.consumer) for e in entries),
+            "bulk": links.can_change
+            and any(endable(e.ref, links.consumer, in_flight=bool(e.owner)) for e in entries),
             "heads": heads(rows),
             "next_page": next_page,
             "first_page": first_page,

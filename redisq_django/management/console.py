@@ -1,5 +1,6 @@
 """What the live pages do, from the shell: ``manage.py redisq deliver-now``, ``manage.py
-redisq purge QUEUE [--consumer C]`` and ``manage.py redisq archives [remove NAME]`` (through
+redisq end QUEUE CONSUMER ID``, ``manage.py redisq purge QUEUE [--consumer C]`` and
+``manage.py redisq archives [remove NAME]`` (through
 the same functions as the admin, written to the same admin history with ``--user``), and
 the name and user checks ``manage.py redisq`` shares."""
 
@@ -17,7 +18,7 @@ from redisq_django import archives as named
 from redisq_django.connection import get_broker
 from redisq_django.core.archives import LAG_COUNT_CAP
 from redisq_django.core.keys import validate_name
-from redisq_django.core.operator import MAX_PAGE
+from redisq_django.core.operator import ENDABLE, MAX_PAGE
 
 #: How a sub-command's handler writes (``BaseCommand.stdout.write``).
 Write = Callable[[str], Any]
@@ -49,6 +50,84 @@ def add_deliver_now(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--list", action="store_true", help="show what waits (ids); change nothing")
     add_user_option(p)
     p.set_defaults(handler=deliver_now)
+
+
+def add_end(sub: Any, common: list[argparse.ArgumentParser]) -> None:
+    """The ``end`` sub-command's arguments."""
+    p = sub.add_parser(
+        "end",
+        parents=common,
+        help="end poison messages of a consumer before their time: dead letters (reason "
+        "ended), or deleted",
+        description="Each ID (a message id, or a message's reference as the live pages "
+        "show it) is looked for among the consumer's retries, its private input and the "
+        "log after its position. A retry or a private-input entry becomes its dead letter "
+        "now (a key it holds passes on, in order); a message waiting in the log, which "
+        "every consumer shares, is marked: the consumer's workers make it a dead letter "
+        "when they read it, instead of running it, and the queue's other consumers still "
+        "receive it. As End and Delete on the live pages.",
+    )
+    p.add_argument("queue")
+    p.add_argument("consumer")
+    p.add_argument("ids", nargs="+", metavar="ID", help="message ids (or references)")
+    p.add_argument(
+        "--delete", action="store_true", help="delete them instead: no dead letter, for good"
+    )
+    p.add_argument("--yes", action="store_true", help="with --delete: do not ask")
+    add_user_option(p)
+    p.set_defaults(handler=end)
+
+
+def end(opts: dict[str, Any], write: Write) -> None:
+    """``redisq end QUEUE CONSUMER ID… [--delete]``: see :func:`add_end`."""
+    queue, consumer, delete = opts["queue"], opts["consumer"], opts["delete"]
+    user = user_named(opts["user"])
+    check_names(queue, consumer)
+    operator = get_broker().operator
+    refs = {i: i for i in opts["ids"] if i.partition(":")[0] in ENDABLE}
+    names = [i for i in opts["ids"] if i not in refs]
+    refs.update(operator.endable_refs(queue, consumer, names) if names else {})
+    missing = [i for i in opts["ids"] if i not in refs]
+    if delete and refs and not opts["yes"]:
+        answer = input(
+            f"Delete {len(refs)} message(s) of {queue}/{consumer} for good, without a dead "
+            "letter? Type the consumer name to confirm: "
+        )
+        if answer.strip() != consumer:
+            raise CommandError("Not confirmed; nothing was deleted.")
+    by = getattr(user, "get_username", lambda: "")() or "manage.py redisq end"
+    results = [operator.end_message(queue, consumer, ref, by=by, delete=delete) for ref in refs.values()]
+    ended = [r.entry.message_id for r in results if r.outcome == "ended" and r.entry]
+    marked = [r.entry.message_id for r in results if r.outcome == "marked" and r.entry]
+    late = [r.entry.message_id for r in results if r.outcome in ("in_flight", "read") and r.entry]
+    gone = [ref for ref, r in zip(refs, results, strict=True) if r.outcome == "gone"]
+    if ended:
+        what = "Deleted" if delete else "Ended (dead letters now)"
+        write(f"{what}: {len(ended)} message(s) of {queue}/{consumer}: {', '.join(ended)}.")
+    if marked:
+        fate = "deletes them" if delete else "makes them dead letters (reason ended)"
+        write(
+            f"Marked {len(marked)} message(s) waiting in the log for {queue}/{consumer}: "
+            f"{', '.join(marked)}. Its workers {fate} when they read them, without running "
+            "them; the queue's other consumers still receive them."
+        )
+    texts = [operations.ended_log(ended, delete=delete)] if ended else []
+    if marked:
+        texts.append(operations.marked_log(marked, [consumer], delete=delete))
+    _record(user, queue, consumer, texts, write)
+    problems = []
+    if late:
+        problems.append(
+            f"read by {queue}/{consumer} meanwhile (in flight or handled), not ended: "
+            f"{', '.join(late)}; end their retry if they fail"
+        )
+    if missing or gone:
+        problems.append(
+            f"not waiting for {queue}/{consumer} (no such id, in flight, or handled meanwhile): "
+            f"{', '.join(missing + gone)}"
+        )
+    if problems:
+        raise CommandError("; ".join(problems).capitalize() + ".")
 
 
 def table(rows: list[list[str]]) -> str:

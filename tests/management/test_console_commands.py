@@ -108,6 +108,55 @@ def test_deliver_now_says_what_is_wrong_and_changes_nothing(
     assert changes() == []
 
 
+# -- end ------------------------------------------------------------------------------------
+
+
+def test_end_makes_a_retry_a_dead_letter_and_marks_a_waiting_message_and_records_both(
+    broker: Any, made: Live
+) -> None:
+    # When the operator ends one of billing's retries and one message waiting in the log
+    retry, waiting = made.retrying[0], made.waiting[2]
+    out = redisq("end", made.queue, "billing", retry, waiting, "--user", "ops")
+
+    # Then the retry is billing's dead letter now, the waiting one is marked
+    assert f"Ended (dead letters now): 1 message(s) of {made.queue}/billing: {retry}." in out
+    assert f"Marked 1 message(s) waiting in the log for {made.queue}/billing: {waiting}." in out
+    billing = broker.keys(made.queue).group("billing")
+    letters = broker.client.xrange(billing.dead)
+    assert [f[b"id"].decode() for _, f in letters][-1] == retry
+    with broker.subscribe(made.queue, "billing", "worker-2") as sub:
+        got = sub.fetch(count=100, block_ms=200)
+        sub.ack(got)
+    assert waiting not in {m.id for m in got} and made.waiting[0] in {m.id for m in got}
+    dead = [(f[b"id"].decode(), f[b"reason"]) for _, f in broker.client.xrange(billing.dead)]
+    assert dead[-1] == (waiting, b"ended")
+    # ... and billing's history says both, as the live pages write them
+    assert changes() == [
+        ("ops", f"{made.queue}/billing", f"Ended (dead letters now): 1 message(s): {retry}"),
+        (
+            "ops",
+            f"{made.queue}/billing",
+            "Ended before their consumers read them (dead letters (reason ended) when read, "
+            f"never run): 1 message(s): {waiting}; for billing",
+        ),
+    ]
+
+
+def test_end_delete_asks_first_and_an_unknown_id_is_named(
+    broker: Any, made: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("builtins.input", lambda prompt: "email")
+    with pytest.raises(CommandError, match="Not confirmed; nothing was deleted"):
+        redisq("end", made.queue, "billing", made.waiting[0], "--delete")
+    assert broker.client.exists(broker.keys(made.queue).group("billing").ended) == 0
+    # An in-flight message is not ended (its instance settles it), an unknown id is named
+    with pytest.raises(CommandError, match=r"Not waiting for .*billing.*: no-such-id"):
+        redisq("end", made.queue, "billing", "no-such-id", "--delete", "--yes")
+    with pytest.raises(CommandError, match=rf"in flight, or handled meanwhile\): {made.in_flight[0]}"):
+        redisq("end", made.queue, "billing", made.in_flight[0], "--yes")
+    assert changes() == []
+
+
 # -- purge --consumer -----------------------------------------------------------------------
 
 

@@ -79,6 +79,12 @@ STEPS = [
         ("redisq", "replay", QUEUE, "keeper", "--from", "earliest"),
         rf"{QUEUE}/keeper now reads from earliest\.",
     ),
+    # keeper reads the log again from the start: its first message waits there
+    Step(
+        ("end",),
+        ("redisq", "end", QUEUE, "keeper", "{first_id}"),
+        rf"Marked 1 message\(s\) waiting in the log for {QUEUE}/keeper: ",
+    ),
     Step(("deliver-now",), ("redisq", "deliver-now", QUEUE, "--list"), r"(?m)^ID\s+KEY\s+DUE"),
     Step(None, ("redisq", "deliver-now", QUEUE, "--all"), r"Delivered 1 delayed message"),
     Step(("held",), ("redisq", "held", QUEUE, "keeper"), r"No ordering key of \S+ holds back"),
@@ -140,10 +146,10 @@ def test_a_project_without_the_admin_runs_every_command(
     project.migrate()
     client = redis.Redis.from_url(volatile_redis_server.url)
     broker = Broker(client, CoreConfig())
-    broker.publish_many(QUEUE, [{"n": n, "fail": n >= 3} for n in range(5)])
+    first_id = broker.publish_many(QUEUE, [{"n": n, "fail": n >= 3} for n in range(5)])[0]
     broker.publish(QUEUE, {"n": 5}, delay=3600)
     broker.archives.register(QUEUE, "nightly", "messages", "earliest")  # a named archive
-    found: dict[str, str] = {}  # placeholders in STEPS, and what they stand for
+    found = {"{first_id}": first_id}  # placeholders in STEPS, and what they stand for
 
     # When each command runs, in order, in a process of its own
     for step in STEPS:

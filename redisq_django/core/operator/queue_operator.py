@@ -39,6 +39,11 @@ from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
 
+#: :meth:`QueueOperator.endable_refs` reads at most this many pages of each list (of
+#: ``browse.MAX_PAGE``: 100,000 messages).
+FIND_PAGES = 500
+
+
 class QueueOperator:
     """An operator's reads and actions on the queues of one broker.
 
@@ -327,6 +332,27 @@ class QueueOperator:
         return actions.end_message(
             self._client, self._scripts, keys, consumer, ref, by=by, delete=delete
         )
+
+    def endable_refs(
+        self, queue: str, consumer: str, ids: Collection[str], pages: int = FIND_PAGES
+    ) -> dict[str, str]:
+        """The refs of ``consumer``'s messages with these message ids that can be ended
+        (:meth:`end_message`), by id: its retries first, then what it receives next (its
+        private input, then the log after its position). Each list is read in pages of
+        ``browse.MAX_PAGE``, at most ``pages`` of them, until every id is found; an id
+        not found is left out."""
+        wanted, found = set(ids), {}
+        for kind in (self.retrying, self.waiting):
+            cursor: str | None = None
+            for _ in range(pages):
+                page = kind(queue, consumer, cursor, browse.MAX_PAGE)
+                for e in page.entries:
+                    if e.message_id in wanted and e.message_id not in found:
+                        found[e.message_id] = e.ref
+                cursor = page.next
+                if cursor is None or len(found) == len(wanted):
+                    break
+        return found
 
     def deliver_waiting(
         self, queue: str, consumer: str | None, ids: Collection[str] | None = None

@@ -160,6 +160,8 @@ class Command(BaseCommand):
 
         console.add_deliver_now(sub, common)
 
+        console.add_end(sub, common)
+
         held.add_held(sub, common)
 
         console.add_archives(sub, common)

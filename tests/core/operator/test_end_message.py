@@ -159,11 +159,11 @@ def test_a_private_input_entry_is_ended_until_its_consumer_reads_it(
     assert letter.id == first.message_id
 
 
-@pytest.mark.parametrize("ref", ["log:1-0", "retry:1:x", "direct:1-0"])
+@pytest.mark.parametrize("ref", ["retry:1:x", "direct:1-0", "dead:1-0"])
 def test_what_cannot_be_ended_is_refused_with_the_reason(
     broker: Broker, queue_name: str, ref: str
 ) -> None:
     broker.consumers.ensure(queue_name, "billing")
     consumer = None if ref.startswith(("retry", "direct")) else "billing"
-    with pytest.raises(ValueError, match="Only a delayed message, a retry"):
+    with pytest.raises(ValueError, match="Only a delayed message, a message waiting in the log"):
         broker.operator.end_message(queue_name, consumer, ref)

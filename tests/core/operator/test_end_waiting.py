@@ -7,6 +7,8 @@ partition; marks that can no longer apply are swept. Real redis-server."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -133,6 +135,7 @@ def test_a_marked_entry_taken_over_from_a_crashed_instance_is_ended_not_run(
             queue_name
         ).log, ">"
     )
+    time.sleep(0.02)  # idle past the 1 ms visibility timeout below
     # When another instance takes them over
     with broker.subscribe(queue_name, "billing", "live-1", visibility_timeout_ms=1) as sub:
         taken = sub.reclaim()

@@ -95,9 +95,7 @@ def mark(scripts: Scripts, gkeys: GroupKeys, entry_id: str, what: Mark) -> int:
     return int(reply)
 
 
-def marks_of(
-    scripts: Scripts, gkeys: GroupKeys, entry_ids: list[bytes]
-) -> dict[bytes, Mark]:
+def marks_of(scripts: Scripts, gkeys: GroupKeys, entry_ids: list[bytes]) -> dict[bytes, Mark]:
     """The marks of ``entry_ids`` (log entries just read or taken over), by entry id; a
     few stale marks are swept on the way (``ended_marks.lua``)."""
     try:

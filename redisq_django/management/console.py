@@ -96,7 +96,9 @@ def end(opts: dict[str, Any], write: Write) -> None:
         if answer.strip() != consumer:
             raise CommandError("Not confirmed; nothing was deleted.")
     by = getattr(user, "get_username", lambda: "")() or "manage.py redisq end"
-    results = [operator.end_message(queue, consumer, ref, by=by, delete=delete) for ref in refs.values()]
+    results = [
+        operator.end_message(queue, consumer, ref, by=by, delete=delete) for ref in refs.values()
+    ]
     ended = [r.entry.message_id for r in results if r.outcome == "ended" and r.entry]
     marked = [r.entry.message_id for r in results if r.outcome == "marked" and r.entry]
     late = [r.entry.message_id for r in results if r.outcome in ("in_flight", "read") and r.entry]

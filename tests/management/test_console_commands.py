@@ -152,7 +152,9 @@ def test_end_delete_asks_first_and_an_unknown_id_is_named(
     # An in-flight message is not ended (its instance settles it), an unknown id is named
     with pytest.raises(CommandError, match=r"Not waiting for .*billing.*: no-such-id"):
         redisq("end", made.queue, "billing", "no-such-id", "--delete", "--yes")
-    with pytest.raises(CommandError, match=rf"in flight, or handled meanwhile\): {made.in_flight[0]}"):
+    with pytest.raises(
+        CommandError, match=rf"in flight, or handled meanwhile\): {made.in_flight[0]}"
+    ):
         redisq("end", made.queue, "billing", made.in_flight[0], "--yes")
     assert changes() == []
 

@@ -74,9 +74,7 @@ def endable(ref: str, consumer: str | None, *, in_flight: bool = False) -> bool:
     (``core/operator/actions.end_message``)."""
     where = ref.partition(":")[0]
     return (
-        not in_flight
-        and where in ENDABLE
-        and (where in (S_DELAYED, S_LOG) or consumer is not None)
+        not in_flight and where in ENDABLE and (where in (S_DELAYED, S_LOG) or consumer is not None)
     )
 
 

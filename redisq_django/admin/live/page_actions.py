@@ -251,9 +251,7 @@ class LiveActions:
         if marked:
             ids = [r.entry.message_id for r in marked if r.entry]
             consumers = sorted({c for r in marked for c in r.consumers})
-            self._record(
-                request, row, queue, operations.marked_log(ids, consumers, delete=delete)
-            )
+            self._record(request, row, queue, operations.marked_log(ids, consumers, delete=delete))
             text = (
                 _(
                     "%(n)d message(s) waiting in the log marked for %(consumers)s: %(ids)s. "

@@ -38,7 +38,6 @@ from redisq_django.core.stats import QueueStats
 from redisq_django.core.types import RedisClient
 from redisq_django.core.wire import to_str
 
-
 #: :meth:`QueueOperator.endable_refs` reads at most this many pages of each list (of
 #: ``browse.MAX_PAGE``: 100,000 messages).
 FIND_PAGES = 500

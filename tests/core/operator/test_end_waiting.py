@@ -28,9 +28,9 @@ def dead(client: redis.Redis, broker: Broker, queue: str, consumer: str) -> list
 
 def waiting_entry(broker: Broker, queue: str, consumer: str, n: int) -> browse.Entry:
     page = broker.operator.waiting(queue, consumer, None, 100)
-    return next(e for e in page.entries if e.where == "log" and e.fields[b"payload"] == (
-        b'{"n":%d}' % n
-    ))
+    return next(
+        e for e in page.entries if e.where == "log" and e.fields[b"payload"] == (b'{"n":%d}' % n)
+    )
 
 
 def payloads(messages: list) -> list[int]:
@@ -131,9 +131,15 @@ def test_a_marked_entry_taken_over_from_a_crashed_instance_is_ended_not_run(
     assert broker.operator.end_message(queue_name, "billing", entry.ref).outcome == "marked"
     # a raw read, as a crashed instance left it: both pending, the mark still there
     redis_client.execute_command(
-        "XREADGROUP", "GROUP", "billing", "dead-1", "COUNT", 10, "STREAMS", broker.keys(
-            queue_name
-        ).log, ">"
+        "XREADGROUP",
+        "GROUP",
+        "billing",
+        "dead-1",
+        "COUNT",
+        10,
+        "STREAMS",
+        broker.keys(queue_name).log,
+        ">",
     )
     time.sleep(0.02)  # idle past the 1 ms visibility timeout below
     # When another instance takes them over

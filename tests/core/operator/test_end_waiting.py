@@ -209,3 +209,92 @@ def test_a_consumer_holds_a_bounded_number_of_marks(
     with pytest.raises(ValueError, match="holds 2 messages ended"):
         broker.operator.end_message(queue_name, "billing", entry.ref)
     assert redis_client.hlen(broker.keys(queue_name).group("billing").ended) == 2
+
+
+def test_on_a_partitioned_queue_each_mark_is_in_its_messages_partition(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    from redisq_django.core import ConsumerSpec, CoreConfig, Message
+    from redisq_django.core.worker import Worker, WorkerOptions
+
+    # Given a queue of 3 partitions, billing and audit, 60 messages keyed over 7 keys
+    broker = Broker(redis_client, CoreConfig(poll_interval_ms=20, partitions={queue_name: 3}))
+    for name in ("billing", "audit"):
+        broker.consumers.ensure(queue_name, name, "earliest")
+    sent = [broker.publish(queue_name, {"n": n}, key=f"k{n % 7}") for n in range(60)]
+    # When staff end 6 of them for billing, from its waiting list (refs name the partition)
+    entries: list[browse.Entry] = []
+    cursor = None
+    for _ in range(10):
+        page = broker.operator.waiting(queue_name, "billing", cursor, 200)
+        entries += page.entries
+        cursor = page.next
+        if cursor is None:
+            break
+    chosen = [e for e in entries if e.payload_text and int(e.payload_text[5:-1]) % 10 == 3]
+    assert len(chosen) == 6 and all("@" in e.ref for e in chosen)
+    for e in chosen:
+        assert broker.operator.end_message(queue_name, "billing", e.ref).outcome == "marked"
+    ended_ids = {e.message_id for e in chosen}
+
+    # ... and a worker runs both consumers (billing ordered) to the end
+    seen: dict[str, list[tuple[str, int]]] = {"billing": [], "audit": []}
+
+    def handler(name: str):  # noqa: ANN202
+        def handle(message: Message) -> None:
+            seen[name].append((message.key or "", message.payload["n"]))
+
+        return handle
+
+    specs = [
+        ConsumerSpec(queue_name, "billing", handler("billing"), ordered=True, start="earliest"),
+        ConsumerSpec(queue_name, "audit", handler("audit"), start="earliest"),
+    ]
+    worker = Worker(broker, specs, WorkerOptions(block_ms=50, burst=True, stats_interval=0))
+    assert worker.run() == 0
+
+    # Then billing ran every other message, each key in order; audit ran all 60
+    ran = [n for _, n in seen["billing"]]
+    assert sorted(ran) == [n for n in range(60) if n % 10 != 3]
+    for k in range(7):
+        of_key = [n for key, n in seen["billing"] if key == f"k{k}"]
+        assert of_key == sorted(of_key)
+    assert sorted(n for _, n in seen["audit"]) == list(range(60))
+    # ... billing's 6 dead letters (reason ended) sit in their partitions, no mark is left
+    letters, marks = [], 0
+    for part in broker.partitions.layout(queue_name):
+        gkeys = part.group("billing")
+        letters += [
+            DeadEntry.from_entry(queue_name, i, dict(f)) for i, f in redis_client.xrange(gkeys.dead)
+        ]
+        marks += redis_client.hlen(gkeys.ended)
+    assert {d.id for d in letters} == ended_ids and {d.reason for d in letters} == {"ended"}
+    assert marks == 0 and set(sent) >= ended_ids
+
+
+def test_end_waiting_and_ended_marks_contract(
+    broker: Broker, redis_client: redis.Redis, queue_name: str
+) -> None:
+    """The two scripts called directly (PROTOCOL.md, *The scripts*)."""
+    broker.consumers.ensure(queue_name, "billing")
+    keys = broker.keys(queue_name)
+    gkeys = keys.group("billing")
+    a, b = broker.publish_many(queue_name, [{"n": 0}, {"n": 1}])
+    mark = '{"mode":"delete"}'
+    call = broker.scripts
+    assert call("end_waiting", [keys.log, gkeys.ended], ["billing", b, mark, 10]) == 1
+    assert call("end_waiting", [keys.log, gkeys.ended], ["billing", "9-9", mark, 10]) == 0
+    assert call("end_waiting", [keys.log, gkeys.ended], ["nobody", b, mark, 10]) == -2
+    assert call("end_waiting", [keys.log, gkeys.ended], ["billing", a, mark, 1]) == -3
+    marks, left = call("ended_marks", [keys.log, gkeys.ended], ["billing", 0, a, b])
+    assert (marks, left) == ([None, mark.encode()], 1)
+    redis_client.xreadgroup("billing", "i1", {keys.log: ">"})  # both read now
+    assert call("end_waiting", [keys.log, gkeys.ended], ["billing", a, mark, 10]) == -1
+    # pending: the sweep keeps it; acknowledged: it goes
+    assert call("ended_marks", [keys.log, gkeys.ended], ["billing", 20])[1] == 1
+    redis_client.xack(keys.log, "billing", a, b)
+    assert call("ended_marks", [keys.log, gkeys.ended], ["billing", 20])[1] == 0
+    # a hash written by another client is refused, nothing done
+    redis_client.set(gkeys.ended, "x")
+    with pytest.raises(redis.ResponseError, match="REDISQ_CORRUPT"):
+        call("end_waiting", [keys.log, gkeys.ended], ["billing", b, mark, 10])

@@ -23,14 +23,15 @@ CHAOS, ALPHA, BETA = "chaos", "alpha", "beta"  # visibility 2 s, max_retries 5
 
 def _ended_rows(db_path: Path) -> list[str]:
     """Message ids of alpha's dead letters (reason ended) the workers' sink stored."""
-    with contextlib.closing(sqlite3.connect(db_path, timeout=5)) as db:
-        with contextlib.suppress(sqlite3.OperationalError):  # not migrated yet
-            rows = db.execute(
-                "SELECT message_id FROM redisq_django_deadletter WHERE queue = ? AND "
-                "consumer = ? AND reason = 'ended'",
-                (CHAOS, ALPHA),
-            ).fetchall()
-            return [str(r[0]) for r in rows]
+    # Not migrated yet, or locked by a sink: nothing read this time.
+    closing = contextlib.closing(sqlite3.connect(db_path, timeout=5))
+    with closing as db, contextlib.suppress(sqlite3.OperationalError):
+        rows = db.execute(
+            "SELECT message_id FROM redisq_django_deadletter WHERE queue = ? AND "
+            "consumer = ? AND reason = 'ended'",
+            (CHAOS, ALPHA),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
     return []
 
 

@@ -8,6 +8,7 @@ partition; marks that can no longer apply are swept. Real redis-server."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -240,7 +241,7 @@ def test_on_a_partitioned_queue_each_mark_is_in_its_messages_partition(
     # ... and a worker runs both consumers (billing ordered) to the end
     seen: dict[str, list[tuple[str, int]]] = {"billing": [], "audit": []}
 
-    def handler(name: str):  # noqa: ANN202
+    def handler(name: str) -> Callable[[Message], None]:
         def handle(message: Message) -> None:
             seen[name].append((message.key or "", message.payload["n"]))
 

@@ -184,7 +184,8 @@ def test_messages_waiting_in_the_log_are_marked_for_their_consumer_and_never_run
     sub = broker.subscribe(made.queue, "billing", "worker-2")
     got = sub.fetch(count=100, block_ms=500)
     sub.ack(got)
-    assert sorted(m.id for m in got) == sorted(set(made.waiting) - set(ids))
+    # (billing's retries may be due by now: they come too)
+    assert {m.id for m in got} & set(made.waiting) == set(made.waiting) - set(ids)
     assert dead_ids(made.queue, "billing") == set(ids)
     # ... and email still receives them
     email = broker.subscribe(made.queue, "email", "e-1")
@@ -204,7 +205,7 @@ def test_a_waiting_message_is_deleted_from_its_page_after_asking(
     assert "their workers delete them" in done.content.decode().lower()
     sub = broker.subscribe(made.queue, "billing", "worker-2")
     got = sub.fetch(count=100, block_ms=500)
-    assert made.waiting[0] not in {m.id for m in got} and len(got) == len(made.waiting) - 1
+    assert {m.id for m in got} & set(made.waiting) == set(made.waiting[1:])
     assert dead_ids(made.queue, "billing") == set()
 
 

@@ -99,3 +99,46 @@ def test_delete_asks_first_and_a_held_keys_holder_is_ended(
     assert ended(held.queue, CONSUMER) == {held.holders["retry-me"]}
     got = held.sub.fetch(count=100, block_ms=200)
     assert [m.id for m in got if m.key == "retry-me"] == [held.later["retry-me"][0]]
+
+
+def test_waiting_log_rows_are_ended_for_their_consumer_and_the_page_says_when(
+    page: Page, live_server: Any, ops: User, made: Live, artifacts: Path
+) -> None:
+    # Given billing's waiting list: its log rows have boxes to tick
+    log_in(page, live_server, ops)
+    url = reverse("admin:redisq_django_consumer_live", args=[made.queue, "billing"])
+    page.goto(f"{live_server.url}{url}?list=waiting")
+    ticks = page.locator("#redisq-list input.redisq-tick")
+    expect(ticks).to_have_count(len(made.waiting))
+
+    # When staff tick two and press End
+    ticks.nth(0).check()
+    ticks.nth(3).check()
+    page.locator("#redisq-end-selected").click()
+
+    # Then the page says they are marked for billing and die when read, not now
+    note = page.locator("ul.messagelist li.success")
+    expect(note).to_contain_text("2 message(s) waiting in the log marked for billing")
+    expect(note).to_contain_text("when they read them")
+    page.screenshot(path=str(artifacts / "live-end-waiting.png"), full_page=True)
+    assert ended(made.queue, "billing") == set()
+    # ... and when billing's worker reads them, they are dead letters, never handled
+    sub = get_broker().subscribe(made.queue, "billing", "worker-9")
+    got = sub.fetch(count=100, block_ms=500)
+    sub.ack(got)
+    chosen = {made.waiting[0], made.waiting[3]}
+    assert {m.id for m in got} & set(made.waiting) == set(made.waiting) - chosen
+    assert ended(made.queue, "billing") == chosen
+
+    # Delete… from a waiting message's own page, on the queue's log: asked first
+    queue_url = reverse("admin:redisq_django_queue_live", args=[made.queue])
+    message = reverse("admin:redisq_django_queue_live_message", args=[made.queue])
+    page.goto(f"{live_server.url}{message}?ref=log:{made.waiting[5]}")
+    page.locator("#redisq-delete").click()
+    expect(page.locator("#redisq-confirm-ids")).to_contain_text(made.waiting[5])
+    page.locator("#redisq-confirm").click()
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "1 message(s) waiting in the log marked for email"
+    )
+    page.goto(f"{live_server.url}{queue_url}?list=log")
+    expect(page.locator("#redisq-list input.redisq-tick").first).to_be_visible()

@@ -220,16 +220,27 @@ def deliver_now(opts: dict[str, Any], write: Write) -> None:
         kind = "retry" if consumer else "delayed"
         texts = [operations.delivered_log(kind, i) for i in done.ids]
     _record(user, queue, consumer, texts, write)
+    problems = []
+    if done.refused:
+        shown = ", ".join(done.refused[:10]) + (" …" if len(done.refused) > 10 else "")
+        problems.append(
+            f"Not delivered, {len(done.refused)} entr{'y' if len(done.refused) == 1 else 'ies'} "
+            f"another Redis client wrote that are no messages of ours: {shown}. Delivered, "
+            "they would only become dead letters no handler can read: end or delete them "
+            "(the live pages' End / Delete…)."
+        )
     if done.missing:
         elsewhere = (
             f" A delayed message is the queue's: 'redisq deliver-now {queue} ID'."
             if consumer
             else f" A retry is its consumer's: 'redisq deliver-now {queue} ID --consumer C'."
         )
-        raise CommandError(
+        problems.append(
             f"Not waiting among the {where} of {label} (no such id, or delivered "
             f"meanwhile): {', '.join(done.missing)}.{elsewhere}"
         )
+    if problems:
+        raise CommandError(" ".join(problems))
 
 
 def _list(queue: str, consumer: str | None, write: Write, empty: str) -> None:

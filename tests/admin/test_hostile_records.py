@@ -169,3 +169,12 @@ def test_an_unreadable_delayed_or_retry_entry_is_not_offered_deliver_now_and_say
     message = shown(root, html.unescape(link[1]))
     assert 'id="redisq-deliver-now"' not in message
     assert "No Deliver now" in message
+    # ... and a hand-made POST of Deliver now is refused with the same words, nothing moved
+    ref = re.search(r'data-ref="([^"]+)"', hostile[0])
+    assert ref
+    url = reverse(
+        "admin:redisq_django_consumer_live_action", args=[queue_name, "billing", "deliver"]
+    )
+    done = root.post(url, {"ref": html.unescape(ref[1])}, follow=True).content.decode()
+    assert "No Deliver now" in html.unescape(done)
+    assert broker.client.zscore(zset, b"\xff\xfe not json") == 1

@@ -108,6 +108,28 @@ def test_deliver_now_says_what_is_wrong_and_changes_nothing(
     assert changes() == []
 
 
+def test_deliver_now_leaves_an_entry_another_client_wrote_and_says_so(
+    broker: Any, made: Live
+) -> None:
+    # Given, among the queue's delayed messages, a member that is no JSON object of strings
+    delayed = broker.keys(made.queue).delayed
+    broker.client.zadd(delayed, {b"not an envelope": 4_000_000_000_000})
+    listing = redisq("deliver-now", made.queue, "--list")
+    (odd,) = [line.split()[0] for line in listing.splitlines()[1:] if "not an env" in line]
+
+    # When the operator delivers it by its id, or all of them: refused, the rest delivered
+    with pytest.raises(CommandError, match=rf"Not delivered, 1 entry .*: {odd}\..*end or delete"):
+        redisq("deliver-now", made.queue, odd)
+    assert broker.client.zscore(delayed, b"not an envelope") is not None
+    with pytest.raises(CommandError, match=rf"Not delivered, 1 entry .*: {odd}\."):
+        redisq("deliver-now", made.queue, "--all")
+
+    # Then it stays delayed, alone; the two messages went to the log
+    assert broker.client.zrange(delayed, 0, -1) == [b"not an envelope"]
+    log = [f.get(b"id", b"").decode() for _, f in broker.client.xrange(broker.keys(made.queue).log)]
+    assert set(made.delayed) <= set(log)
+
+
 # -- end ------------------------------------------------------------------------------------
 
 

@@ -33,10 +33,11 @@ from redisq_django import operations
 from redisq_django.admin.common import PAUSED_LOG, RESUMED_LOG
 from redisq_django.admin.live.access import admin_broker, forget_figures
 from redisq_django.admin.live.held_keys import decode_key, encode_key
+from redisq_django.admin.live.lists import UNDELIVERABLE
 from redisq_django.admin.live.scope import LiveScope
 from redisq_django.core import Broker
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.operator import S_DELAYED, S_RETRY, Ended, split_ref
+from redisq_django.core.operator import S_DELAYED, S_RETRY, Ended, Undeliverable, split_ref
 from redisq_django.core.wire import visible
 from redisq_django.models import Queue
 
@@ -186,7 +187,11 @@ class LiveActions:
         def work(broker: Broker) -> str | None:
             return broker.operator.deliver_now(queue, name, ref)
 
-        new_id = self._redis(request, _("Delivering it now"), work)
+        try:
+            new_id = self._redis(request, _("Delivering it now"), work)
+        except Undeliverable:  # no button offers it (lists.UNDELIVERABLE); a hand-made POST
+            self.owner.message_user(request, str(UNDELIVERABLE), messages.ERROR)
+            return
         if new_id is _FAILED:
             return
         # A partitioned queue's ref ends in @<partition> (core/operator/partition_pages.py).

@@ -14,7 +14,7 @@ Outside this room, import these names from here (``tests/test_structure.py`` kee
 """
 
 from redisq_django.core.members import S_DELAYED, S_DIRECT, S_LOG, S_RETRY
-from redisq_django.core.operator.actions import ENDABLE, Ended
+from redisq_django.core.operator.actions import ENDABLE, Ended, Undeliverable
 from redisq_django.core.operator.browse import (
     DELAYED,
     IN_FLIGHT,
@@ -48,5 +48,6 @@ __all__ = [
     "Page",
     "QueueOperator",
     "ServerProblem",
+    "Undeliverable",
     "split_ref",
 ]

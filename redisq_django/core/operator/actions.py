@@ -34,6 +34,21 @@ PURGE_CALLS = 100_000
 DELIVER_PAGES = 100_000
 
 
+class Undeliverable(ValueError):
+    """A delayed or retry entry another Redis client wrote, which is no message of ours:
+    delivered, it would only become a dead letter no handler can read (end or delete it
+    instead)."""
+
+
+def _refuse_unreadable(entry: browse.Entry) -> None:
+    if entry.unreadable:
+        raise Undeliverable(
+            f"Entry {entry.message_id} was not delivered: another Redis client wrote it and "
+            "it is no message of ours. Delivered, it would only become a dead letter no "
+            "handler can read: end or delete it instead."
+        )
+
+
 def deliver_now(
     client: RedisClient, scripts: Scripts, keys: QueueKeys, consumer: str | None, ref: str
 ) -> str | None:
@@ -50,6 +65,7 @@ def deliver_now(
 
     Raises:
         ValueError: ``ref`` names no delayed message or retry.
+        Undeliverable: it is an entry another client wrote that is no message.
     """
     where = ref.partition(":")[0]
     if where not in (members.S_DELAYED, members.S_RETRY):
@@ -62,7 +78,12 @@ def deliver_entry(
     scripts: Scripts, keys: QueueKeys, consumer: str | None, entry: browse.Entry
 ) -> str | None:
     """Deliver ``entry`` (a delayed message, or a retry of ``consumer``) now: see
-    :func:`deliver_now`. Returns the new entry id, or None when it is gone."""
+    :func:`deliver_now`. Returns the new entry id, or None when it is gone.
+
+    Raises:
+        Undeliverable: it is an entry another client wrote that is no message.
+    """
+    _refuse_unreadable(entry)
     if entry.where == members.S_DELAYED:
         target = [keys.delayed, keys.log]
     elif entry.where == members.S_RETRY:
@@ -82,11 +103,14 @@ class Delivered:
         count: messages delivered now.
         ids: their message ids when ids were asked for (with ``--all``: empty).
         missing: ids asked for that were not waiting (no such id, or gone meanwhile).
+        refused: ids of entries another client wrote that are no messages, left where
+            they are (:class:`Undeliverable`).
     """
 
     count: int = 0
     ids: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
 
 def deliver_waiting(
@@ -103,6 +127,8 @@ def deliver_waiting(
     Read in pages of ``browse.MAX_PAGE``, whatever the set's size: finding ids walks the
     set until all are found; delivering all takes its first page again until it is empty
     (or :data:`DELIVER_PAGES` pages), so what is published meanwhile is delivered too.
+    Entries another client wrote that are no messages stay where they are
+    (``refused``: :class:`Undeliverable`); the pages walk past them.
     """
 
     def page(cursor: str | None) -> browse.Page:
@@ -110,24 +136,34 @@ def deliver_waiting(
             return browse.delayed(client, keys, cursor, browse.MAX_PAGE)
         return browse.retrying(client, keys.group(consumer), cursor, browse.MAX_PAGE)
 
-    if ids is None:
-        count = 0
-        for _ in range(DELIVER_PAGES):
-            entries = page(None).entries
-            if not entries:
-                break
-            count += sum(deliver_entry(scripts, keys, consumer, e) is not None for e in entries)
-        return Delivered(count)
-    wanted, found = set(ids), []
     cursor: str | None = None
+    if ids is None:
+        count, refused = 0, []
+        for _ in range(DELIVER_PAGES):
+            got = page(cursor)
+            if not got.entries:
+                break
+            readable = [e for e in got.entries if not e.unreadable]
+            refused += [e.message_id for e in got.entries if e.unreadable]
+            count += sum(deliver_entry(scripts, keys, consumer, e) is not None for e in readable)
+            if not readable:  # past a page that holds only entries that stay
+                cursor = got.next
+                if cursor is None:
+                    break
+            # else the same page again: what was delivered is gone from it
+        return Delivered(count, refused=list(dict.fromkeys(refused)))
+    wanted, found = set(ids), []
     for _ in range(DELIVER_PAGES):
         got = page(cursor)
         found += [e for e in got.entries if e.message_id in wanted]
         cursor = got.next
         if cursor is None or len({e.message_id for e in found}) == len(wanted):
             break
-    done = [e.message_id for e in found if deliver_entry(scripts, keys, consumer, e) is not None]
-    return Delivered(len(done), done, [i for i in dict.fromkeys(ids) if i not in set(done)])
+    refused = [e.message_id for e in found if e.unreadable]
+    readable = [e for e in found if not e.unreadable]
+    done = [e.message_id for e in readable if deliver_entry(scripts, keys, consumer, e) is not None]
+    missing = [i for i in dict.fromkeys(ids) if i not in set(done) and i not in set(refused)]
+    return Delivered(len(done), done, missing, refused)
 
 
 def purge_consumer(

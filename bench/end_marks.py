@@ -4,7 +4,11 @@ to last handled) with the package of another commit (``--base``, default ``main`
 this tree, and this tree with one mark standing for the whole drain (its ``ended`` hash
 exists: every read asks ``ended_marks.lua`` too); interleaved, in rotating order, on one
 private redis-server. The same drains in a process of their own (an in-process
-``Worker``), as CPU seconds: less sensitive to other jobs on shared cores.
+``Worker``), as CPU seconds: less sensitive to other jobs on shared cores. And the read
+alone (``--reads``): 20,000 entries fetched 10 at a time by main's read (redis-py
+``execute_command("XREADGROUP", …)``), by ours (``ended.LogReader``: the same
+``XREADGROUP`` and an ``EXISTS`` in one write, hiredis-packed, on a pooled connection),
+and by ours without the ``EXISTS`` (what the ``EXISTS`` itself costs).
 
 Run: ``.venv/bin/python bench/end_marks.py [--reps 5] [--base main]``. Prints the
 medians; nothing is asserted.
@@ -51,10 +55,64 @@ print(json.dumps({"cpu": cpu, "wall": wall, "handled": worker.totals()["handled"
 """
 
 
+def bench_reads(url: str, reps: int, n: int = 20_000) -> None:
+    """The read alone, three ways (see the module's docstring); medians printed."""
+    import redis
+
+    from redisq_django.core import Broker
+    from redisq_django.core.ended import LogReader
+    from redisq_django.core.groups import read_group
+    from redisq_django.core.pipelining import packed
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    broker = Broker(client)
+    broker.consumers.ensure("bench", "noop")
+    for i in range(0, n, 1000):
+        broker.publish_many("bench", [{"i": j} for j in range(i, min(n, i + 1000))])
+    gkeys = broker.keys("bench").group("noop")
+
+    class WithoutExists(LogReader):
+        def read(self, instance: str, count: int, block: int | None) -> tuple[object, bool]:
+            assert self._pipe is not None
+            args = ["XREADGROUP", "GROUP", "noop", instance, "COUNT", count, "STREAMS"]
+            self._pipe.write(
+                packed([*args, gkeys.queue_keys.log, gkeys.direct, ">", ">"]), ((None, None, b""),)
+            )
+            (reply,) = self._pipe.read_replies()
+            self._pipe.release()
+            return reply, False
+
+    def main_read(instance: str, count: int, block: int | None) -> tuple[object, bool]:
+        return read_group(client, broker.scripts, gkeys, instance, count, block), False
+
+    ways = {
+        "main's read": main_read,
+        "ours (+EXISTS)": LogReader(client, broker.scripts, gkeys).read,
+        "ours without EXISTS": WithoutExists(client, broker.scripts, gkeys).read,
+    }
+    res: dict[str, list[float]] = {}
+    for rep in range(reps):
+        names = list(ways)
+        for name in names[rep % 3 :] + names[: rep % 3]:
+            client.execute_command("XGROUP", "SETID", gkeys.queue_keys.log, "noop", "0")
+            got, t = 0, time.perf_counter()
+            while got < n:
+                reply, _ = ways[name]("i1", 10, None)
+                pairs = reply.items() if isinstance(reply, dict) else reply  # type: ignore[union-attr]
+                got += sum(len(v) for _, v in pairs)  # type: ignore[union-attr]
+            res.setdefault(name, []).append(time.perf_counter() - t)
+    for name, values in res.items():
+        med = statistics.median(values)
+        print(f"read {name:20s} median {med:.3f} s = {med / (n / 10) * 1e6:.1f} us per read of 10")
+    client.flushdb()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--base", default="main", help="the commit to compare with")
+    ap.add_argument("--reads", action="store_true", help="only the read alone")
     args = ap.parse_args()
     sys.path[:0] = [str(REPO), str(BENCH_DIR)]
     from run import DRAIN_N, DjangoEnv, drain_runconsumer, fill, log, redis_binary
@@ -76,6 +134,9 @@ def main() -> int:
         try:
             client = server.client()
             broker = Broker(client)
+            if args.reads:
+                bench_reads(server.url, args.reps)
+                return 0
             denv = DjangoEnv(server.url, tmp)
             denv.run("migrate", "-v", "0")
             variants = {"base": (base, False), "this": (REPO, False), "this+mark": (REPO, True)}

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from redisq_django.core import Broker, CoreConfig, PartitionsMismatch, Place, partition_of
+from redisq_django.core.ended import LogReader
 from tests.core.guarantee_helpers import drain
 
 pytestmark = pytest.mark.cluster
@@ -164,3 +165,31 @@ def test_a_partitioned_consumers_limits_hold_across_its_partitions_on_the_cluste
     assert 2.7 <= times[-1] - times[0] <= 4.5
     tag = broker.keys(queue).group("billing")
     assert cluster_client.cluster_keyslot(tag.rate) == cluster_client.cluster_keyslot(tag.slots)
+
+
+def test_a_message_ended_while_waiting_is_ended_on_a_cluster(cluster_client: Any) -> None:
+    """A cluster client has no single pool: its read asks ``EXISTS`` after the read
+    (``ended.LogReader``), with the same outcome."""
+    queue = "clustered-end"
+    broker = Broker(cluster_client, CoreConfig(poll_interval_ms=20, partitions={queue: 2}))
+    gkeys = broker.partitions.layout(queue)[0].group("billing")
+    assert LogReader(cluster_client, broker.scripts, gkeys)._pipe is None  # the fallback
+    for name in ("billing", "audit"):
+        broker.consumers.ensure(queue, name, "earliest")
+    sent = [broker.publish(queue, {"n": n}) for n in range(10)]
+    page = broker.operator.waiting(queue, "billing", None, 200)
+    chosen = next(e for e in page.entries if e.message_id == sent[4])
+    assert broker.operator.end_message(queue, "billing", chosen.ref).outcome == "marked"
+    got: dict[str, set[str]] = {}
+    for name in ("billing", "audit"):
+        for part in range(2):
+            with broker.subscribe(Place(queue, part), name) as sub:
+                messages = drain(sub, expected=10, timeout_s=1)
+                got.setdefault(name, set()).update(m.id for m in messages)
+    assert got == {"billing": set(sent) - {sent[4]}, "audit": set(sent)}
+    dead = [
+        f[b"id"].decode()
+        for part in broker.partitions.layout(queue)
+        for _, f in cluster_client.xrange(part.group("billing").dead)
+    ]
+    assert dead == [sent[4]]

@@ -8,8 +8,9 @@ own round trip whether that hash exists — an ``EXISTS`` pipelined after the pl
 ``XREADGROUP`` (:class:`LogReader`), a sixth reply element of an ordered consumer's
 ``read_ordered.lua`` — and only when it does, asks ``ended_marks.lua`` which of the log
 entries just read (or taken over from a crashed instance) are marked. Those become dead
-letters (reason ``ended``) or are acknowledged (``delete``) without running; then their
-marks are removed. So the hot path pays one ``EXISTS`` in a round trip it makes anyway
+letters (reason ``ended``) or are acknowledged (``delete``) without running; then the
+marks of the dead letters are removed (a deleted entry's mark is left to the sweep: an
+acknowledgement does not check which instance holds the entry). So the hot path pays one ``EXISTS`` in a round trip it makes anyway
 while nothing is marked, and a crash anywhere leaves a marked entry pending with its
 mark: whoever takes it over asks again, and never runs it.
 

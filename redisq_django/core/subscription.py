@@ -195,20 +195,27 @@ class Subscription:
         marks = ended.marks_of(self.scripts, self.gkeys, log)
         if not marks:
             return deliveries
-        kept = []
+        kept, settled_ids = [], []
         for delivery in deliveries:
             mark = marks.get(delivery.entry_id) if delivery.stream is Stream.LOG else None
             if mark is None:
                 kept.append(delivery)
                 continue
             settle = self.settling.ended(delivery, mark.delete, mark.error_message)
-            settled = self._call(settle.script, settle.keys, settle.args, settle.counts)
-            if settled and not mark.delete:
-                self.dead_on_receive += 1
-            self.ended += 1
+            if self._call(settle.script, settle.keys, settle.args, settle.counts):
+                self.dead_on_receive += not mark.delete
+                self.ended += 1
+                # A dead letter's settle (fail.lua) checked that this instance held it;
+                # an acknowledgement does not, so a deleted entry's mark is left to the
+                # sweep: an instance that took it over meanwhile still finds it.
+                if not mark.delete:
+                    settled_ids.append(delivery.entry_id)
+            # else another instance took it over meanwhile (this one's lease ran out):
+            # its mark stays, for that instance to find
         # After the settles: a crash before this leaves marks of settled entries, which
         # the sweep removes; never a marked entry without its mark.
-        self.client.hdel(self.gkeys.ended, *marks)
+        if settled_ids:
+            self.client.hdel(self.gkeys.ended, *settled_ids)
         return kept
 
     def _replicated(self, confirmed: int, read: int) -> None:

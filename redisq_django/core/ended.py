@@ -10,9 +10,10 @@ own round trip whether that hash exists — an ``EXISTS`` pipelined after the pl
 entries just read (or taken over from a crashed instance) are marked. Those become dead
 letters (reason ``ended``) or are acknowledged (``delete``) without running; then the
 marks of the dead letters are removed (a deleted entry's mark is left to the sweep: an
-acknowledgement does not check which instance holds the entry). So the hot path pays one ``EXISTS`` in a round trip it makes anyway
-while nothing is marked, and a crash anywhere leaves a marked entry pending with its
-mark: whoever takes it over asks again, and never runs it.
+acknowledgement does not check which instance holds the entry). So the hot path pays
+one ``EXISTS`` in a round trip it makes anyway while nothing is marked, and a crash
+anywhere leaves a marked entry pending with its mark: whoever takes it over asks again,
+and never runs it.
 
 A mark that can no longer apply (its entry handled by a client that does not honour
 marks, skipped by a replay or a purge, or trimmed) is swept by ``ended_marks.lua``, a

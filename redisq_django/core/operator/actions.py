@@ -17,7 +17,7 @@ import redis
 from redisq_django.core import ended, members, ordered, redelivery
 from redisq_django.core.clock import now_ms
 from redisq_django.core.dead_entry import DeadReason, Failure, dead_fields
-from redisq_django.core.errors import CorruptState, error_code
+from redisq_django.core.errors import CorruptState, RedisqError, error_code
 from redisq_django.core.groups import group_names
 from redisq_django.core.keys import QueueKeys
 from redisq_django.core.operator import browse
@@ -34,7 +34,7 @@ PURGE_CALLS = 100_000
 DELIVER_PAGES = 100_000
 
 
-class Undeliverable(ValueError):
+class Undeliverable(RedisqError, ValueError):
     """A delayed or retry entry another Redis client wrote, which is no message of ours:
     delivered, it would only become a dead letter no handler can read (end or delete it
     instead)."""

@@ -103,7 +103,9 @@ def test_a_failing_job_is_one_line_and_exit_1(
     # before it on this server)
     Broker(redis_client, CoreConfig()).publish(queue_name, {"n": 1})
     # /proc takes no new directories: Spark cannot create the checkpoint.
-    code = main(["archive", "--redis-url", redis_url, "--root", "/proc/redisq-archive"])
+    # (only this test's queue: the shared server's others belong to other tests' archives)
+    argv = ["--root", "/proc/redisq-archive", "--queue", queue_name]
+    code = main(["archive", "--redis-url", redis_url, *argv])
 
     assert code == 1
     err = capsys.readouterr().err.splitlines()

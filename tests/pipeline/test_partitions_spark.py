@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from redisq_django.core import Broker, CoreConfig, Place
 from redisq_django.core.partitions import partition_of
+from redisq_django.pipeline import owner
 from redisq_django.pipeline.archive import archive, archive_frame
 from redisq_django.pipeline.checkpoint import last_committed_offset
 from redisq_django.pipeline.job_options import ReplayOptions
@@ -122,7 +123,9 @@ def test_archive_commits_per_partition_so_retention_trims_each_exactly_behind_it
     assert count_and_distinct(messages, "message_id") == (len(first), len(first))
     assert list((tmp_path / "messages" / f"queue={queue_name}").glob("date=*/*.parquet"))
     # and its offsets and positions are per partition: each partition's last entry
-    offset = last_committed_offset(spark, options.checkpoint_path("messages"))
+    # (the offset also carries the archive's owner token, which Redis holds)
+    token, offset = owner.split(last_committed_offset(spark, options.checkpoint_path("messages")))
+    assert token
     lasts = {
         f"{queue_name}#{i}": partition_entries(broker, queue_name, i)[-1]["entry"] for i in range(K)
     }

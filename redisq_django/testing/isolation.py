@@ -79,18 +79,19 @@ def new_prefix(base: str) -> str:
 
 
 @contextlib.contextmanager
-def isolated(*, url: str | None = None) -> Iterator[Isolation]:
+def isolated(*, url: str | None = None, settings_fixture: object = None) -> Iterator[Isolation]:
     """Run the block with a key prefix of its own, and delete its keys afterwards.
 
     Args:
         url: a ``redis://`` URL to use instead of the settings' Redis (e.g. the one
             :func:`private_server` started); None keeps the settings'.
+        settings_fixture: pytest-django's ``settings`` fixture, when the test uses it:
+            the prefix is then set through it (see :func:`_prefix_in_force`).
 
     Yields:
         The block's :class:`Isolation`.
     """
     from django.conf import settings
-    from django.test import override_settings
 
     base = dict(getattr(settings, "REDISQ", {}) or {})
     chosen = new_prefix(base.get("PREFIX", "redisq"))
@@ -98,13 +99,37 @@ def isolated(*, url: str | None = None) -> Iterator[Isolation]:
     if url is not None:
         changed["URL"] = url
     isolation = Isolation(chosen)
-    with override_settings(REDISQ=changed):
+    with _prefix_in_force(changed, settings_fixture):
         _active.append(isolation)
         try:
             yield isolation
         finally:
             _active.remove(isolation)
             delete_prefix(chosen)
+
+
+@contextlib.contextmanager
+def _prefix_in_force(redisq: dict[str, Any], settings_fixture: object) -> Iterator[None]:
+    """``settings.REDISQ`` is ``redisq`` in the block: through ``override_settings``, or
+    through pytest-django's ``settings`` fixture when the test uses it.
+
+    Overrides must be undone in the reverse order of their making, as each restores the
+    settings it found. The ``settings`` fixture makes one at each change of the test's
+    body and undoes them all when it ends: after this block when the test lists it
+    first. An ``override_settings`` of ours undone before them would be brought back by
+    theirs, and the rest of the session would run with this test's prefix (the next
+    test's prefix built on it, a test without isolation writing under it). Made through
+    the fixture, ours is undone with them, in turn.
+    """
+    if settings_fixture is None:
+        from django.test import override_settings
+
+        with override_settings(REDISQ=redisq):
+            yield
+    else:
+        # Still in force after the block, until the fixture ends, right after the test's.
+        setattr(settings_fixture, "REDISQ", redisq)  # noqa: B010 (its __setattr__ overrides)
+        yield
 
 
 def delete_prefix(prefix: str) -> int:

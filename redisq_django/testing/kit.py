@@ -71,10 +71,16 @@ class IsolatedQueues:
 
 
 @contextlib.contextmanager
-def isolated_queues() -> Iterator[IsolatedQueues]:
+def isolated_queues(*, settings_fixture: object = None) -> Iterator[IsolatedQueues]:
     """An :class:`IsolatedQueues` for the block: a prefix of its own on the settings'
     Redis (or on a private ``redis-server`` when that one does not answer), its keys
-    deleted when the block ends."""
+    deleted when the block ends.
+
+    Args:
+        settings_fixture: pytest-django's ``settings`` fixture, when the test uses it
+            (:func:`~redisq_django.testing.isolated`).
+    """
     url = redis_url_for_tests()
-    with isolated(url=url) as isolation, capturing.capture(on_commit=False) as everything:
+    isolation_of = isolated(url=url, settings_fixture=settings_fixture)
+    with isolation_of as isolation, capturing.capture(on_commit=False) as everything:
         yield IsolatedQueues(isolation, url, everything)

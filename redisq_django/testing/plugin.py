@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def redisq() -> Iterator[IsolatedQueues]:
+def redisq(request: pytest.FixtureRequest) -> Iterator[IsolatedQueues]:
     """This test's queues (:class:`~redisq_django.testing.IsolatedQueues`): a key prefix
     of its own on the settings' Redis (or on a private ``redis-server`` from ``PATH``
     when that one does not answer), deleted after the test, so that tests run in
@@ -26,5 +26,9 @@ def redisq() -> Iterator[IsolatedQueues]:
     """
     from redisq_django.testing.kit import isolated_queues
 
-    with isolated_queues() as queues:
+    # A test that also changes settings through pytest-django's fixture: the prefix is
+    # set through it too, so that every change is undone in turn (whatever the order
+    # the test lists the two fixtures in).
+    wrapper = request.getfixturevalue("settings") if "settings" in request.fixturenames else None
+    with isolated_queues(settings_fixture=wrapper) as queues:
         yield queues

@@ -88,6 +88,63 @@ def test_a_project_of_its_own_gets_the_fixture_from_the_installed_package(
     assert redis_client.keys("redisq-test-*") == []
 
 
+SETTINGS_TESTS = """
+from django.conf import settings as django_settings
+
+from redisq_django import publish
+
+
+def test_a_setting_changed_in_a_test_that_lists_settings_first(settings, redisq):
+    settings.TINY_LIMIT = "1.00"
+    assert django_settings.REDISQ["PREFIX"] == redisq.prefix
+    publish("orders", {"order": 1})
+
+
+def test_the_next_test_has_the_projects_settings_back():
+    assert "PREFIX" not in django_settings.REDISQ
+    assert not hasattr(django_settings, "TINY_LIMIT")
+
+
+def test_a_setting_changed_in_a_test_that_lists_redisq_first(redisq, settings):
+    settings.TINY_LIMIT = "1.00"
+    assert django_settings.REDISQ["PREFIX"] == redisq.prefix
+    publish("orders", {"order": 2})
+
+
+def test_and_the_one_after_it_too():
+    assert "PREFIX" not in django_settings.REDISQ
+    assert not hasattr(django_settings, "TINY_LIMIT")
+"""
+
+
+@pytest.mark.slow  # a pytest session in a fresh process
+def test_a_test_changing_settings_through_pytest_django_leaves_no_prefix_behind(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis
+) -> None:
+    # Given tests that change a setting with pytest-django's `settings` fixture in their
+    # body, listed before and after `redisq` (overrides undone out of turn once left the
+    # finished test's prefix in force for the rest of the session)
+    (tmp_path / "tiny_settings.py").write_text(TINY_SETTINGS)
+    (tmp_path / "test_tiny.py").write_text(SETTINGS_TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = tiny_settings\n")
+
+    # When pytest runs them in order, in one process
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:valkey", "-q"],
+        cwd=tmp_path,
+        env=_env(TINY_REDIS_URL=redis_url, PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    # Then each test after one of them has the project's settings, and no key is left
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout
+    assert redis_client.keys("redisq-test-*") == []
+
+
 #: Two test processes (pytest-xdist), quiet.
 XDIST = ("-n", "2", "-q")
 

@@ -1,11 +1,14 @@
 """The tutorial (docs/tutorial) runs as written, as a new user runs it: in an empty
 directory outside the source tree, a fresh virtualenv, the wheel of this tree installed
 where the page says ``pip install redisq-django``, every file and command taken from the
-pages themselves (tests/support/tutorial.py), on a private redis-server."""
+pages themselves (tests/support/tutorial.py), on a private redis-server; its last page
+runs the project's own tests, written with redisq_django.testing, with ``pytest -n 2``
+against that one Redis."""
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisServer
-from tests.support.tutorial import outputs, script, steps
+from tests.support.tutorial import Step, outputs, script, steps
 from tests.support.wheel import ROOT, session_wheel
 
 # The wheel is built once per session (shared); the venv's install comes from pip's
@@ -39,16 +42,30 @@ print("admin", "fraud-check" in page, "SuspiciousOrder" in page)
 """
 
 
+#: A key prefix the redisq test helpers give a test (testing/isolation.py: new_prefix),
+#: from the tutorial's settings, which leave REDISQ["PREFIX"] at "redisq".
+TEST_PREFIX = re.compile(r"redisq-test-[0-9a-f]{12}(?=:)")
+#: pytest's last line: "==== 4 passed, 1 warning in 5.30s ====".
+PYTEST_SUMMARY = re.compile(r"^=+ (?P<counts>.+) in [\d.]+s(?: \([\d:]+\))? =+$", re.M)
+
+
+def _tests_of_the_page(found: list[Step]) -> int:
+    """How many test functions the tutorial's test file defines."""
+    (tests,) = [s for s in found if s.kind == "file" and s.arg == "shop/tests.py"]
+    return len(re.findall(r"^def test_", tests.code, re.M))
+
+
 def _user_env(bin_dir: Path, **extra: str) -> dict[str, str]:
-    """A user's shell: nothing of this checkout, this venv or the test's Django; the
-    suite's Python as ``python3``."""
+    """A user's shell: nothing of this checkout, this venv, the test's Django or the
+    suite's own pytest run (xdist's worker variables, PYTEST_ADDOPTS); the suite's
+    Python as ``python3``."""
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     path = [p for p in path if not Path(p).resolve().is_relative_to(ROOT)]
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PATH"}
-        and not k.startswith(("DJANGO_", "REDISQ_"))
+        and not k.startswith(("DJANGO_", "REDISQ_", "PYTEST_"))
     }
     env.update(PATH=os.pathsep.join([str(bin_dir), *path]), PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.update(extra)
@@ -60,7 +77,10 @@ def _user_env(bin_dir: Path, **extra: str) -> dict[str, str]:
     reason="the tutorial's last step, a Django task, needs Django 6, which needs Python 3.12",
 )
 def test_the_tutorial_runs_as_written_from_the_wheel(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, fresh_redis_server: RedisServer
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    fresh_redis_server: RedisServer,
+    redis_cli_binary: str,
 ) -> None:
     # Given the tutorial's steps, the wheel of this tree, an empty directory outside the
     # tree, and the suite's interpreter as the user's python3
@@ -72,16 +92,27 @@ def test_the_tutorial_runs_as_written_from_the_wheel(
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys._base_executable)
     env = _user_env(bin_dir, REDIS_URL=fresh_redis_server.url)
+    # Every command the server runs, to see whose keys the project's tests wrote there
+    # (connected long before the project's first command, which follows a pip install)
+    monitor_log = tmp_path / "monitor.log"
+    with open(monitor_log, "wb") as sink:
+        monitor = subprocess.Popen(
+            [redis_cli_binary, "-u", fresh_redis_server.url, "monitor"], stdout=sink
+        )
 
     # When bash takes every step of the pages, in order
-    done = subprocess.run(
-        ["bash", "-c", script(found, wheel)],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SCRIPT_TIMEOUT,
-    )
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script(found, wheel)],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT,
+        )
+    finally:
+        monitor.terminate()
+        monitor.wait(timeout=30)
 
     # Then every command succeeded, and printed what the pages say it prints
     log = f"{done.stdout}\n{done.stderr[-6000:]}"
@@ -89,6 +120,20 @@ def test_the_tutorial_runs_as_written_from_the_wheel(
     printed = done.stdout.splitlines()
     for line in outputs(found):
         assert line in printed, f"{line!r} not printed\n{log}"
+
+    # And the project's tests all passed, in two pytest-xdist processes, on the Redis of
+    # REDIS_URL: each under a prefix of its own, none of whose keys is left
+    expected = _tests_of_the_page(found)
+    assert expected >= 4, "the page tests the view, both consumers and the task"
+    (summary,) = PYTEST_SUMMARY.findall(done.stdout)
+    assert summary.split(", ")[0] == f"{expected} passed", summary
+    assert not re.search(r"failed|error|skipped|xfail", summary), summary
+    assert "created: 2/2 workers" in printed
+    assert f"2 workers [{expected} items]" in printed
+    prefixes = set(TEST_PREFIX.findall(monitor_log.read_text(errors="replace")))
+    assert len(prefixes) == expected, prefixes
+    with fresh_redis_server.client() as client:
+        assert client.keys("redisq-test-*") == []
 
     # And the project holds what the tutorial says: the package from the wheel, in the
     # project's venv; an invoice per order; the one dead letter retried, none waiting

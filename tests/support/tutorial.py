@@ -23,7 +23,7 @@ from tests.support.readme import DOCS
 
 #: The pages in the order a reader follows them (the example project's page is not
 #: part of the run: it works in a clone of the repository, ``make demo`` runs it).
-PAGES = (DOCS / "tutorial" / "install.md", DOCS / "tutorial" / "first-steps.md")
+PAGES = tuple(DOCS / "tutorial" / page for page in ("install.md", "first-steps.md", "testing.md"))
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```$", re.S | re.M)
 _MARK = re.compile(r"<!--\s*tutorial:\s*(run|file|append|output|skip)(?::|\s)?\s*(.*?)\s*-->\s*$")

@@ -31,8 +31,11 @@ continuous (a micro-batch every N seconds until :func:`archive` is told to stop;
 main thread SIGTERM and SIGINT do that, letting a running micro-batch finish first).
 
 A query that fails for a reason outside the data (a Python worker killed, a task Spark
-lost) starts again from its checkpoint (exactly once), up to ``options.restarts`` times in
-a row; never one our source chose to fail (:data:`FINAL_FAILURES`).
+lost, a Python worker that could not start on a busy host) starts again from its
+checkpoint (exactly once) after a pause that grows with each restart in a row, up to
+``options.restarts`` times within ``options.restart_budget_seconds``
+(:mod:`~redisq_django.pipeline.restarts`); never one our source chose to fail
+(:data:`FINAL_FAILURES`). A stop asked for during a pause ends the job at once, as a stop.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from redisq_django.pipeline.preflight import (
 )
 from redisq_django.pipeline.progress import ArchiveSummary, TableSummary, TableTally
 from redisq_django.pipeline.redis_io import parse_id
+from redisq_django.pipeline.restarts import failure_line, restart_pause
 from redisq_django.pipeline.schemas import PARQUET_OPTIONS
 
 __all__ = ["ArchiveError", "ArchiveOptions", "ArchiveSummary", "archive"]
@@ -96,8 +100,6 @@ FINAL_FAILURES = (
     "stopped SparkContext",
 )
 
-#: The pause before starting a query again after a restart that could not start it, s.
-RESTART_PAUSE_S = 1.0
 logger = logging.getLogger("redisq.pipeline")
 
 
@@ -114,6 +116,8 @@ class _Run:
     tally: TableTally
     restarts: int = 0  # in a row: since the query last archived a micro-batch
     batches_then: int = 0  # the tally's batches when it was last started again
+    failing_since: float | None = None  # monotonic time of the run of restarts' first failure
+    stopped_waiting: bool = False  # a stop came while it waited to start again
 
     def harvest(self) -> None:
         # lastProgress is one report; the list of recent ones (up to 100) crosses py4j
@@ -123,6 +127,8 @@ class _Run:
             self.tally.add(self.query.recentProgress)
 
     def failure(self) -> str | None:
+        if self.stopped_waiting:  # a stop, not a failure: the next run redoes the batch
+            return None
         exc = self.query.exception()
         return None if exc is None else one_line(exc)
 
@@ -164,7 +170,14 @@ def archive(
         try:
             for table in tables:
                 runs.append(_start(spark, options, table, queues))
-            _watch(runs, options, stop, signals, lambda run: _restart(spark, options, queues, run))
+            pause = lambda seconds: _pause(seconds, stop, signals)  # noqa: E731
+            _watch(
+                runs,
+                options,
+                stop,
+                signals,
+                lambda run: _restart(spark, options, queues, run, pause),
+            )
         finally:
             for run in runs:
                 if run.query.isActive:
@@ -177,7 +190,7 @@ def archive(
     losses = gaps.collect(spark, options, queues)
     if failures:
         stops = [line for msg in failures if (line := loss_line(msg))]
-        raise ArchiveError(stops[0] if stops else "archive query failed: " + "; ".join(failures))
+        raise ArchiveError(stops[0] if stops else failure_line(failures))
     tallies = {table: TableSummary() for table in ARCHIVED_TABLES}
     tallies.update({run.table: run.tally.summary() for run in runs})
     return ArchiveSummary(
@@ -338,9 +351,16 @@ def restartable(failure: str, restarts: int, limit: int) -> bool:
 
 
 def _restart(
-    spark: SparkSession, options: ArchiveOptions, queues: tuple[str, ...], run: _Run
+    spark: SparkSession,
+    options: ArchiveOptions,
+    queues: tuple[str, ...],
+    run: _Run,
+    pause: Callable[[float], bool],
 ) -> bool:
-    """Start ``run``'s failed query again from its checkpoint, if :func:`restartable`.
+    """Start ``run``'s failed query again from its checkpoint, if :func:`restartable`,
+    after the pause of :func:`~redisq_django.pipeline.restarts.restart_pause`, and
+    within ``options.restart_budget_seconds`` of the run of restarts' first failure.
+    ``pause(seconds)`` waits, and says False when a stop came meanwhile.
 
     Raises:
         ArchiveError: the query could not be started again within the restarts left.
@@ -348,25 +368,52 @@ def _restart(
     failure = run.failure() or ""
     if run.tally.batches > run.batches_then:  # it archived since: a new failure, not a loop
         run.restarts = 0
+        run.failing_since = None
+    if run.failing_since is None:
+        run.failing_since = time.monotonic()
+    started_again: ArchiveError | None = None  # the last restart's own failure to start
     while restartable(failure, run.restarts, options.restarts) and not jvm.has_exited():
+        wait = restart_pause(run.restarts + 1)
+        if time.monotonic() - run.failing_since + wait > options.restart_budget_seconds:
+            logger.warning(
+                "redisq archive: the %s query failed (%s); not starting it again: its "
+                "restarts in a row would outlast --restart-budget (%g s)",
+                *(run.table, failure[:500], options.restart_budget_seconds),
+            )
+            break
         run.restarts += 1
-        run.batches_then = run.tally.batches
         logger.warning(
             "redisq archive: the %s query failed (%s); starting it again from its "
-            "checkpoint (%d of at most %d in a row)",
-            *(run.table, failure[:500], run.restarts, options.restarts),
+            "checkpoint in %g s (%d of at most %d in a row)",
+            *(run.table, failure[:500], wait, run.restarts, options.restarts),
         )
+        if not pause(wait):
+            run.stopped_waiting = True
+            return False
+        run.batches_then = run.tally.batches
         try:
             # The tally goes on: a restarted query continues the batch ids (and times).
             run.query = _start(spark, options, run.table, queues).query
             return True
         except ArchiveError as exc:
-            # What killed the query may still be in the way for a moment (Spark finds a
+            # What killed the query may still be in the way for a while (Spark finds a
             # dead Python worker when it next asks one to plan, then starts a new one).
-            if not restartable(failure, run.restarts, options.restarts):
-                raise
+            started_again = exc
             failure = str(exc)
-            time.sleep(RESTART_PAUSE_S * run.restarts)
+    if started_again is not None:
+        raise started_again
+    return False
+
+
+def _pause(seconds: float, stop: threading.Event, signals: StopSignal) -> bool:
+    """Wait ``seconds``; False as soon as a stop is asked for (``stop``, a signal) or
+    the JVM has gone, True after the whole pause."""
+    deadline = time.monotonic() + seconds
+    while not (stop.is_set() or signals.is_set() or jvm.has_exited()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        stop.wait(min(POLL_SECONDS, left))
     return False
 
 

@@ -35,6 +35,7 @@ from redisq_django.pipeline.options import (
     parse_conf,
     redact_url,
 )
+from redisq_django.pipeline.restarts import DEFAULT_RESTART_BUDGET_S, DEFAULT_RESTARTS
 
 PROG = "python -m redisq_django.pipeline"
 
@@ -125,12 +126,21 @@ def add_archive_arguments(parser: argparse.ArgumentParser, *, from_settings: boo
     parser.add_argument(
         "--restarts",
         type=non_negative_int,
-        default=5,
+        default=DEFAULT_RESTARTS,
         metavar="N",
         help="times in a row a query that failed for a reason outside the data (a Python "
-        "worker killed, a task Spark lost) starts again from its checkpoint before the job "
-        "fails (default 5; 0: never). Data loss and a Redis outage longer than the source's "
-        "retryTimeout are never retried",
+        "worker killed or too slow to start, a task Spark lost) starts again from its "
+        "checkpoint, after a pause of 5, 10, 20, 40, then 60 s, before the job fails "
+        f"(default {DEFAULT_RESTARTS}; 0: never). Data loss and a Redis outage longer than "
+        "the source's retryTimeout are never retried",
+    )
+    parser.add_argument(
+        "--restart-budget",
+        type=positive_float,
+        default=DEFAULT_RESTART_BUDGET_S,
+        metavar="SECONDS",
+        help="how long a query's restarts in a row may go on, from the failure that began "
+        f"them, before the job fails (default {DEFAULT_RESTART_BUDGET_S:g})",
     )
     parser.add_argument(
         "--max-entries-per-trigger",
@@ -196,6 +206,7 @@ def archive_options(
         take_over=args.take_over,
         fail_on_data_loss=args.fail_on_data_loss,
         restarts=args.restarts,
+        restart_budget_seconds=args.restart_budget,
     )
 
 

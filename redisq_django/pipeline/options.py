@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from redisq_django.core.archives import DEFAULT_ARCHIVE
 from redisq_django.core.errors import InvalidName, RedisqError
 from redisq_django.core.keys import validate_name
+from redisq_django.pipeline.restarts import DEFAULT_RESTART_BUDGET_S, DEFAULT_RESTARTS
 
 #: The tables of a queue that the archive keeps (data source option ``table``).
 ARCHIVED_TABLES = ("messages", "events")
@@ -78,8 +79,11 @@ class ArchiveOptions:
             archive stored them (a hard cap, a purge); false: go on and record them in
             ``ROOT/_gaps`` for the report.
         restarts: how many times in a row a query that failed for a reason outside the
-            data (a Python worker killed, a task Spark lost) is started again from its
-            checkpoint before the job fails (0: never).
+            data (a Python worker killed or too slow to start, a task Spark lost) is
+            started again from its checkpoint before the job fails (0: never), after a
+            pause of 5, 10, 20, 40, then 60 s (:mod:`~redisq_django.pipeline.restarts`).
+        restart_budget_seconds: how long a query's restarts in a row may go on, from the
+            failure that began them: no restart whose pause would end later.
         extra: more ``redisq`` data source options for both tables (e.g.
             ``slicesPerStream``).
     """
@@ -96,7 +100,8 @@ class ArchiveOptions:
     name: str = DEFAULT_ARCHIVE
     take_over: bool = False
     fail_on_data_loss: bool = True
-    restarts: int = 5
+    restarts: int = DEFAULT_RESTARTS
+    restart_budget_seconds: float = DEFAULT_RESTART_BUDGET_S
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,6 +128,10 @@ class ArchiveOptions:
             problems.append("max records per trigger must be at least 1")
         if self.restarts < 0:
             problems.append(f"restarts must be 0 or more, got {self.restarts}")
+        if not self.restart_budget_seconds > 0:
+            problems.append(
+                f"the restart budget must be > 0 seconds, got {self.restart_budget_seconds}"
+            )
         if problems:
             raise OptionError("; ".join(problems))
 

@@ -28,7 +28,7 @@ from tests.pipeline.archive_support import (
     read_table,
 )
 
-RESTARTED = "starting it again from its checkpoint (1 of at most 5 in a row)"
+RESTARTED = "starting it again from its checkpoint in 5 s (1 of at most 10 in a row)"
 
 
 def _cmdline(pid: int) -> str:
@@ -96,13 +96,17 @@ def test_only_failures_outside_the_data_are_restarted_and_only_so_often_in_a_row
     assert restartable(failure, restarts, 2) is expected
 
 
-def test_restarts_default_to_5_and_0_turns_them_off() -> None:
+def test_restarts_default_to_10_within_10_minutes_and_0_turns_them_off() -> None:
     parser = build_parser()
     base = ["archive", "--redis-url", "redis://127.0.0.1:1/0", "--root", "/tmp/a"]
-    assert parser.parse_args(base).restarts == 5
+    assert parser.parse_args(base).restarts == 10
+    assert parser.parse_args(base).restart_budget == 600
     assert parser.parse_args([*base, "--restarts", "0"]).restarts == 0
+    assert parser.parse_args([*base, "--restart-budget", "90"]).restart_budget == 90
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--restarts", "-1"])
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--restart-budget", "0"])
 
 
 @pytest.mark.spark

@@ -21,6 +21,11 @@ TASK_FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.v2.AppendDataExec",
     "org.apache.spark.sql.execution.datasources.FileFormatWriter",
     "org.apache.spark.sql.execution.datasources.FileFormatDataWriter",
+    # "Query ... terminated with error" and its stack trace (~70 lines) when a streaming
+    # query fails: the archive job says so in one line (its package in Spark 4.3, then
+    # the older one).
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
 )
 #: PySpark's loggers that print a captured exception as JSON (``pyspark.logger``).
 PYSPARK_EXCEPTION_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")

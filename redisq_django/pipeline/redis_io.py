@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from redisq_django.core import Broker, CoreConfig
 from redisq_django.core.archives import TRIMMED_FIELDS, ArchivedStream
 from redisq_django.core.clock import first_id_of_ms, last_id_of_ms
 from redisq_django.core.groups import group_names
@@ -22,6 +21,9 @@ from redisq_django.core.types import RedisClient, execute
 from redisq_django.pipeline import places
 from redisq_django.pipeline.schemas import Table
 from redisq_django.pipeline.source_options import SourceOptions
+
+if TYPE_CHECKING:
+    from redisq_django.core.broker import Broker
 
 #: "Nothing read yet": every real entry id is after it.
 ZERO_ID = "0-0"
@@ -65,6 +67,11 @@ def broker(
     """A broker on ``conn`` (default: a new :func:`client`) with ``options``' prefix and
     ``partitions`` (queue -> K, as Redis records them: :func:`places.counts`), so that it
     routes to a partitioned queue's partitions as every other process does."""
+    # Here, not at the top: the broker brings most of the core (the operator, the
+    # subscription, the asyncio client), which a Spark worker reading a stream never needs.
+    from redisq_django.core.broker import Broker
+    from redisq_django.core.config import CoreConfig
+
     config = CoreConfig(prefix=options.prefix, partitions=partitions or {})
     return Broker(conn if conn is not None else client(options), config)
 

@@ -34,7 +34,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from redisq_django.core import Broker
 from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.json import loads
 from redisq_django.pipeline import places, redis_io
@@ -44,6 +43,8 @@ from redisq_django.pipeline.source_options import SourceOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
+
+    from redisq_django.core.broker import Broker
 
 #: The header carrying a replayed message's original id.
 ORIGINAL_ID_HEADER = "redisq-original-id"

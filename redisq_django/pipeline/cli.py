@@ -242,10 +242,12 @@ def run_archive(
     """
     from redisq_django.pipeline import jvm
     from redisq_django.pipeline.archive import archive
+    from redisq_django.pipeline.quiet import set_log_level
     from redisq_django.pipeline.session import pipeline_session
 
     with pipeline_session(master, conf) as spark:
-        spark.sparkContext.setLogLevel(log_level)
+        # Without the stack traces that only repeat a failure the job reports in a line
+        set_log_level(spark, log_level)
         try:
             summary = archive(spark, options)
         except Exception as exc:

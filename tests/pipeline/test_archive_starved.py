@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ import redis
 from pyspark.sql import SparkSession
 
 from redisq_django.core import Broker, CoreConfig
+from redisq_django.core.worker import StopSignal
+from redisq_django.pipeline.archive import _pause, _restart, _Run
+from redisq_django.pipeline.options import ArchiveOptions
+from redisq_django.pipeline.progress import TableTally
 from redisq_django.pipeline.restarts import failure_line, restart_pause
 from tests.pipeline.archive_support import (
     REPO,
@@ -168,3 +173,51 @@ def test_a_worker_start_failure_says_what_to_do_and_other_failures_keep_sparks_w
     assert "--master local[1]" in starved
     other = failure_line(["messages: Job aborted due to stage failure: boom"])
     assert other == "archive query failed: messages: Job aborted due to stage failure: boom"
+
+
+class FailedQuery:
+    """A streaming query that failed with ``message`` (what ``_restart`` asks of it)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def exception(self) -> Exception:
+        return Exception(self.message)
+
+
+def test_no_restart_is_made_whose_pause_would_outlast_the_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a query whose worker did not start, and a budget shorter than the first pause
+    options = ArchiveOptions(
+        redis_url="redis://127.0.0.1:1/0", root="/tmp/a", restart_budget_seconds=4
+    )
+    failed = FailedQuery("Python worker failed to connect back.")
+    run = _Run("messages", failed, TableTally("m", {}))  # type: ignore[arg-type]
+    paused: list[float] = []
+
+    # When the archive decides whether to start it again
+    restarted = _restart(None, options, ("orders",), run, lambda s: paused.append(s) or True)  # type: ignore[arg-type]
+
+    # Then it does not, without pausing, and says why
+    assert (restarted, paused, run.restarts) == (False, [], 0)
+    assert "would outlast --restart-budget (4 s)" in caplog.text
+
+
+@pytest.mark.parametrize("ask", ["event", "signal"])
+def test_a_pause_before_a_restart_ends_when_a_stop_is_asked_for(ask: str) -> None:
+    # Given a pause of 10 minutes under way
+    stop, signals = threading.Event(), StopSignal()
+    outcome: list[bool] = []
+    thread = threading.Thread(target=lambda: outcome.append(_pause(600, stop, signals)))
+    thread.start()
+
+    # When a stop is asked for (archive()'s stop event, or the flag SIGTERM sets)
+    if ask == "event":
+        stop.set()
+    else:
+        signals.request()
+    thread.join(60)
+
+    # Then the pause ends, saying it was cut short
+    assert outcome == [False]

@@ -334,14 +334,20 @@ def _watch(
             run.harvest()
         failed = [run for run in runs if run.failure()]
         stopping = stop.is_set() or signals.is_set() or jvm.has_exited()
-        if failed and (stopping or not all(restart(run) for run in failed)):
+        given_up = failed and (stopping or not all(restart(run) for run in failed))
+        # (unless a stop came while a query waited to start again: then stop as for any)
+        if given_up and (any(run.failure() for run in runs) or not _asked_to_stop(stop, signals)):
             return  # archive() stops the others and reports
         if not any(run.query.isActive for run in runs):
             return
-        if stop.is_set() or signals.is_set():
+        if _asked_to_stop(stop, signals):
             _stop_gracefully(runs, options.grace_seconds, signals)
             return
         stop.wait(POLL_SECONDS)
+
+
+def _asked_to_stop(stop: threading.Event, signals: StopSignal) -> bool:
+    return stop.is_set() or signals.is_set()
 
 
 def restartable(failure: str, restarts: int, limit: int) -> bool:
@@ -388,7 +394,9 @@ def _restart(
             *(run.table, failure[:500], wait, run.restarts, options.restarts),
         )
         if not pause(wait):
-            run.stopped_waiting = True
+            # Asked to stop: a stop, which the next run takes up from the checkpoint; a
+            # JVM gone meanwhile stays this query's failure
+            run.stopped_waiting = not jvm.has_exited()
             return False
         run.batches_then = run.tally.batches
         try:

@@ -6,15 +6,16 @@ Kafka fences a second producer with the same ``transactional.id``: the query's o
 which Spark logs in its checkpoint before each micro-batch runs, carry a token under
 :data:`OWNER` beside each stream's last entry id; the query registers and commits with it
 (:meth:`~redisq_django.core.archives.Archives.register`), and Redis refuses another
-token while the owner has committed (``ArchiveOwned``), unless the user takes the name
-over (option ``takeOver``, ``--take-over``).
+token once the name is owned (``ArchiveOwned``), unless the user takes the name over
+(option ``takeOver``, ``--take-over``).
 
 A new query makes its token in ``initialOffset``; a query resumed from a checkpoint of an
 earlier version (offsets without a token) makes one at its first batch, which the batch's
-logged end offset then carries. A token reaches Redis as the name's committed owner only
-from an offset Spark has logged already, so a query killed before its first batch was
-logged starts again with a new token and is not refused (an owner that never committed is
-replaced).
+logged end offset then carries. The name is claimed only by a commit of an offset Spark
+has logged, so a query killed before its first batch was logged starts again with a new
+token and is not refused. Spark also calls ``initialOffset`` when a query resumes before
+its first batch was committed (to learn where that batch started): the token made there
+is not the query's, so nothing is checked or claimed with it.
 """
 
 from __future__ import annotations

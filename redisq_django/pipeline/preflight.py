@@ -56,7 +56,9 @@ def commit_positions(
             if entry_id == "0-0":
                 continue
             try:
-                archives.commit(where, options.name, table, entry_id, owner=token)
+                archives.commit(
+                    where, options.name, table, entry_id, owner=token, take_over=options.take_over
+                )
             except ArchiveNotRegistered:
                 if ran:
                     raise

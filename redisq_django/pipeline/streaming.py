@@ -141,10 +141,14 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         gone = redis_io.marks(self.conn, self.options, refs)
         return {s.name: later(redis_io.last_id(self.conn, s.key), gone[s.name]) for s in refs}
 
-    def _register(self, ref: StreamRef, start: str, *, resumed: bool = False) -> str:
+    def _register(
+        self, ref: StreamRef, start: str, *, token: str, resumed: bool = False, check: bool = True
+    ) -> str:
         """Register this archive for ``ref`` unless it is (``start``: where it starts,
-        see ``Archives.register``; ``resumed``: where its checkpoint is); the position
-        to read from."""
+        see ``Archives.register``; ``token``: the owner token of an offset Spark logged,
+        "" when none was; ``resumed``: where its checkpoint is); the position to read
+        from. ``check``: whether the name's owner was checked (then this process does
+        not register the stream again)."""
         assert self.options.archive is not None
         table = self.options.table.value
         got = self.archives.register(
@@ -152,10 +156,11 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.archive,
             table,
             start,
-            owner=self._token,
+            owner=token,
             take_over=self.options.take_over,
         )
-        self._registered.add(ref.name)
+        if check:
+            self._registered.add(ref.name)
         if got.taken_from_ms is not None:
             logger.warning(
                 "redisq: archive %r of the %s of queue %r taken over (option takeOver) from "
@@ -176,34 +181,40 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return got.position
 
-    def _streams_of(self, offset: Offset) -> Offset:
-        """The streams' positions of ``offset`` (a checkpoint's); its owner token becomes
-        this query's (a checkpoint of an earlier version carries none: one is made, for
-        the offsets this query logs from now on)."""
-        token, streams = owner.split(offset)
-        self._token = token or self._token or owner.new_token()
-        return streams
-
-    def _ensure_registered(self, streams: Offset) -> None:
-        """A resumed query of a named archive: register at its checkpoint's positions
-        what this process has not (a query starting afresh did in ``initialOffset``)."""
+    def _ensure_registered(self, streams: Offset, token: str) -> None:
+        """Register at ``streams``' positions (a logged offset's) what this process has
+        not, checking the name's owner (``token``: the offset's, "" when Spark has not
+        logged it yet)."""
         if self.options.archive is None:
             return
         for name, position in streams.items():
             if name not in self._registered:
-                self._register(stream_of(self.options, name), position, resumed=True)
+                self._register(stream_of(self.options, name), position, token=token, resumed=True)
 
-    def _start_of(self, ref: StreamRef, last: str, gone: str) -> str:
+    def _start_of(self, ref: StreamRef, last: str, gone: str, token: str | None = None) -> str:
         """Where a stream starts that this query has not read yet (a named archive
-        registers there, or continues from its registered position)."""
+        registers there, or continues from its registered position).
+
+        ``token``: the owner token of the offset this is planned from; None in
+        ``initialOffset``, which Spark also calls to learn where a resumed query's first
+        batch started, before that query's logged token is known: there the registered
+        position is read and the owner is not checked (the first batch does it)."""
         start = self.options.starting_offsets
         if self.options.archive is None:
             return starting_offset(start, [ref.name], {ref.name: last}, {ref.name: gone})[ref.name]
         if start.kind in ("earliest", "latest"):
-            return self._register(ref, start.kind)
-        if start.kind == "time" and start.after:
-            return self._register(ref, later(start.after, gone))
-        return self._register(ref, dict(start.ids).get(ref.name, "earliest"))
+            where = start.kind
+        elif start.kind == "time" and start.after:
+            where = later(start.after, gone)
+        else:
+            where = dict(start.ids).get(ref.name, "earliest")
+        if token is not None:
+            return self._register(ref, where, token=token)
+        table = self.options.table.value
+        registered = self.archives.positions(ref.place, self.options.archive).get(table)
+        if registered is not None:
+            return registered
+        return self._register(ref, where, token="", check=False)
 
     @waits_out_outages("starting a streaming query")
     def initialOffset(self) -> Offset:
@@ -243,17 +254,23 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``maxRecordsPerTrigger`` rows after ``start`` in all (shared among the streams
         with new entries, the ones furthest behind first: :mod:`.admission`). A stream
         seen for the first time starts where ``startingOffsets`` says, next batch."""
-        streams = self._streams_of(start)
-        self._ensure_registered(streams)
+        token, streams = owner.split(start)
+        # A checkpoint of an earlier version carries no token: one is made, for the
+        # offsets this query logs from now on. A new query's first start is not logged.
+        self._token = token or self._token or owner.new_token()
+        logged = token if start != self._initial else ""
+        self._ensure_registered(streams, logged)
         if start != self._initial:
             # Spark calls this only once the batch ending at `start` is done, but calls
             # commit(start) only when it plans another batch: without this, the archive
             # position would lag one batch behind (for ever, after an availableNow run).
             self.commit(start)
-        return owner.carry(self._token if self.options.archive else "", self._end(streams, limit))
+        end = self._end(streams, limit, logged)
+        return owner.carry(self._token if self.options.archive else "", end)
 
-    def _end(self, start: Offset, limit: ReadLimit) -> Offset:
-        """The streams' end positions of the next micro-batch (:meth:`latestOffset`)."""
+    def _end(self, start: Offset, limit: ReadLimit, token: str) -> Offset:
+        """The streams' end positions of the next micro-batch (:meth:`latestOffset`;
+        ``token``: the owner token ``start`` was logged with)."""
         latest = self._target if self._target is not None else self._last_ids()
         end = dict(start)
         behind = []
@@ -261,7 +278,7 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if name not in end:
                 ref = stream_of(self.options, name)
                 gone = redis_io.marks(self.conn, self.options, [ref])[name]
-                end[name] = self._start_of(ref, redis_io.last_id(self.conn, ref.key), gone)
+                end[name] = self._start_of(ref, redis_io.last_id(self.conn, ref.key), gone, token)
             elif parse_id(last) > parse_id(end[name]):
                 behind.append((parse_id(end[name]), name, last))
         if not isinstance(limit, ReadMaxRows):
@@ -285,8 +302,11 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Per stream, the ids after ``start`` up to ``end``, in slices by time and size;
         first, the check that nothing after ``start`` was removed before this batch could
         read it."""
-        start, end = self._streams_of(start), owner.split(end)[1]
-        self._ensure_registered(start)
+        # `end` is logged before a batch is planned (a resumed query's first batch starts
+        # at an initialOffset made again, whose token is new: the end's is the query's).
+        token, end = owner.split(end)
+        start = owner.split(start)[1]
+        self._ensure_registered(start, token)
         due = {
             name: (start[name], hi)
             for name, hi in sorted(end.items())
@@ -376,7 +396,14 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         table = self.options.table.value
         for where, entry_id in sorted(streams.items()):  # a place: "q", or "q#i"
             if entry_id not in (ZERO_ID, self._committed.get(where)):
-                self.archives.commit(where, self.options.archive, table, entry_id, owner=token)
+                self.archives.commit(
+                    where,
+                    self.options.archive,
+                    table,
+                    entry_id,
+                    owner=token,
+                    take_over=self.options.take_over,
+                )
                 self._committed[where] = entry_id
 
     def stop(self) -> None:

@@ -922,7 +922,7 @@ def test_cli_trim_and_archive_commit(cli: Cli, keys: Keys, broker: Broker, queue
     # And a named archive registers from the earliest: after the last entry removed
     register = [keys.archives, keys.meta, keys.log]
     earliest = ["nightly", "messages", "earliest"]
-    assert cli.script("archive_register", register, earliest) == [1, ids[2]]
+    assert cli.script("archive_register", register, earliest) == [1, ids[2], ""]
     assert cli.script("trim", history, ["", 0, 0, 0, 0, 1000]) == [0, 0]
     # And archive_commit.lua moves its position forward only
     commit = ["nightly", "messages", ids[3]]

@@ -184,12 +184,14 @@ class LiveActions:
             )
             return
 
-        def work(broker: Broker) -> str | None:
-            return broker.operator.deliver_now(queue, name, ref)
+        def work(broker: Broker) -> str | None | Undeliverable:
+            try:
+                return broker.operator.deliver_now(queue, name, ref)
+            except Undeliverable as refused:  # not an outage: said in its own words
+                return refused
 
-        try:
-            new_id = self._redis(request, _("Delivering it now"), work)
-        except Undeliverable:  # no button offers it (lists.UNDELIVERABLE); a hand-made POST
+        new_id = self._redis(request, _("Delivering it now"), work)
+        if isinstance(new_id, Undeliverable):  # no button offers it; a hand-made POST
             self.owner.message_user(request, str(UNDELIVERABLE), messages.ERROR)
             return
         if new_id is _FAILED:

@@ -277,15 +277,14 @@ class Archives:
             start: where a new registration starts: ``earliest`` (everything still in
                 Redis), ``latest`` (what comes next) or an entry id (it has everything
                 up to that id). An archive registered already keeps its position.
-            owner: the reader's token ("": claims nothing; still refused while another
-                owner has committed, unless ``take_over``).
-            take_over: take the name from its owner, whose next commit is then refused.
+            owner: the reader's token, or "" (a reader whose checkpoint holds none yet).
+            take_over: take the name from its owner (with a token: now; without: at the
+                reader's first commit), whose next commit is then refused.
 
         A name is owned by one reader, fenced as Kafka fences a second producer with the
-        same ``transactional.id``: the reader passes a token it keeps in its checkpoint;
-        while another token owns the name and has committed under it, registering is
-        refused. An owner that never committed (its reader died before its first batch)
-        is replaced.
+        same ``transactional.id``: the reader claims it with its first commit, by a
+        token its checkpoint holds; registering claims nothing but is refused while
+        another token owns the name.
 
         Raises:
             ArchiveOwned: another reader owns the name (and ``take_over`` is false).
@@ -332,6 +331,7 @@ class Archives:
         *,
         partition: int | None = None,
         owner: str = "",
+        take_over: bool = False,
     ) -> str:
         """Record that archive ``name`` stored the ``stream`` of ``where`` (a queue, or a
         partition of one) up to ``entry_id`` (never moves back); retention may then trim
@@ -340,6 +340,7 @@ class Archives:
         Args:
             owner: the reader's token (see :meth:`register`): a commit by another than
                 the name's owner is refused; one with a token claims a name nobody owns.
+            take_over: a commit with a token takes the name from its owner.
 
         Returns:
             The position now recorded.
@@ -354,7 +355,13 @@ class Archives:
             reply = self.scripts(
                 "archive_commit",
                 [self.at(place).archives],
-                [validate_name("archive", name), table.value, entry_id, owner],
+                [
+                    validate_name("archive", name),
+                    table.value,
+                    entry_id,
+                    owner,
+                    "1" if take_over else "",
+                ],
             )
         except redis.ResponseError as exc:
             if error_code(exc) == "NOARCHIVE":

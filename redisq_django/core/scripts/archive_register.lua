@@ -22,14 +22,13 @@
 -- An archive registered already keeps its position: registering is idempotent.
 -- A name is owned by one reader (one checkpoint), fenced like Kafka's transactional.id:
 -- "<a>:<table>:owner" = its token, ":owner_since" = when it claimed the name (ms),
--- ":owner_committed" = its last commit since then (ms; absent: none yet). A registration
--- with another token is refused while the owner has committed (error "OWNED <since>
--- <committed> <token's first 8 characters>", nothing written) unless ARGV[6] takes over;
--- an owner that never committed (its query died before its first batch) is replaced.
--- Taking over counts as a commit, so the displaced reader cannot take the name back
--- without ARGV[6] in turn; it is remembered (":owner_displaced" = its token), and its
--- next registration is refused with "FENCED <since> <token's first 8 characters>" as
--- its commits are (archive_commit.lua). A registration without a token claims nothing.
+-- ":owner_committed" = its last commit (ms), ":owner_displaced" = the token it took the
+-- name from. A reader claims the name with its first commit (archive_commit.lua), from an
+-- offset its checkpoint holds; registering claims nothing, but is refused while another
+-- token owns the name (error "OWNED <since> <committed> <owner's first 8 characters>",
+-- nothing written; "FENCED <since> <first 8 characters>" to the token it displaced),
+-- unless ARGV[6] takes the name over: with a token, it is the owner from now on (a
+-- take-over counts as a commit); without one, its first commit takes it.
 -- Returns {status, position, taken}: status 0 registered already, 1 registered now, 2
 -- registered now at the position an earlier version's unnamed archive recorded; taken:
 -- the displaced owner's last commit (ms) when this call took the name over, else "".
@@ -80,28 +79,26 @@ if not mark then return redis.error_reply('ERR invalid archive table ' .. table_
 
 local field = name .. ':' .. table_name
 local owner_field = field .. ':owner'
-local held, held_since, held_committed = unpack(redis.call(
-  'HMGET', KEYS[1], owner_field, owner_field .. '_since', owner_field .. '_committed'))
-if held and held ~= owner and held_committed and not take_over then
-  if owner ~= '' and redis.call('HGET', KEYS[1], owner_field .. '_displaced') == owner then
+local held, held_since, held_committed, displaced = unpack(redis.call('HMGET', KEYS[1],
+  owner_field, owner_field .. '_since', owner_field .. '_committed', owner_field .. '_displaced'))
+if held and held ~= owner and not take_over then
+  if owner ~= '' and displaced == owner then
     return redis.error_reply('FENCED ' .. (held_since or '0') .. ' ' .. string.sub(held, 1, 8))
   end
-  return redis.error_reply('OWNED ' .. (held_since or '0') .. ' ' .. held_committed .. ' '
-    .. string.sub(held, 1, 8))
+  return redis.error_reply('OWNED ' .. (held_since or '0') .. ' ' .. (held_committed or '0')
+    .. ' ' .. string.sub(held, 1, 8))
 end
 
--- The name passes to `owner` (claimed, or taken over) unless it holds it already.
+-- A take-over with a token makes it the owner now (as if it had committed).
 local function claim(status, position)
   local taken = ''
-  if owner ~= '' and held ~= owner then
+  if take_over and owner ~= '' and held ~= owner then
     local now = redis_now()
-    redis.call('HSET', KEYS[1], owner_field, owner, owner_field .. '_since', now)
-    if take_over and held and held_committed then
-      taken = held_committed
-      redis.call('HSET', KEYS[1], owner_field .. '_committed', now, owner_field .. '_displaced',
-        held)
-    else
-      redis.call('HDEL', KEYS[1], owner_field .. '_committed')
+    redis.call('HSET', KEYS[1], owner_field, owner, owner_field .. '_since', now,
+      owner_field .. '_committed', now)
+    if held then
+      taken = held_committed or held_since or '0'
+      redis.call('HSET', KEYS[1], owner_field .. '_displaced', held)
     end
   end
   return {status, position, taken}

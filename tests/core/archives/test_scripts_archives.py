@@ -142,7 +142,7 @@ def test_a_name_owned_by_a_reader_that_committed_is_refused_to_another(
     broker: Broker, redis_client: redis.Redis, qk: QueueKeys, queue_name: str
 ) -> None:
     archives = broker.archives
-    # Given reader "prod" registered and committed under "default"
+    # Given reader "prod" registered and committed under "default" (which claims it)
     assert archives.register(queue_name, "default", "messages", owner="prod").status is (
         Registered.NOW
     )
@@ -195,16 +195,23 @@ def test_take_over_fences_the_old_owner_off(
     assert again.taken_from_ms is None
 
 
-def test_an_owner_that_never_committed_is_replaced(broker: Broker, queue_name: str) -> None:
-    """A reader that died before its first batch left no checkpoint: its next start comes
-    with a new token, which must not be refused."""
+def test_registering_claims_nothing_the_first_commit_does(broker: Broker, queue_name: str) -> None:
+    """A reader that died before Spark logged its first batch left no checkpoint: its
+    next start comes with a new token, which must not be refused; so only a commit (of
+    a logged offset) claims the name, and of two new readers the first to commit wins."""
     archives = broker.archives
     archives.register(queue_name, "a", "messages", owner="first-try")
     got = archives.register(queue_name, "a", "messages", owner="second-try")
     assert got.status is Registered.ALREADY and got.taken_from_ms is None
-    with pytest.raises(ArchiveOwned):
-        archives.commit(queue_name, "a", "messages", "3-0", owner="first-try")
     assert archives.commit(queue_name, "a", "messages", "3-0", owner="second-try") == "3-0"
+    with pytest.raises(ArchiveOwned):
+        archives.commit(queue_name, "a", "messages", "4-0", owner="first-try")
+    # And a commit that takes the name over (a reader started with take-over before
+    # its checkpoint held a token) fences the owner off in turn
+    assert archives.commit(queue_name, "a", "messages", "5-0", owner="t3", take_over=True) == "5-0"
+    with pytest.raises(ArchiveOwned) as fenced:
+        archives.register(queue_name, "a", "messages", owner="second-try")
+    assert fenced.value.fenced
 
 
 def test_a_name_nobody_owns_is_claimed_by_the_first_commit_with_a_token(

@@ -184,7 +184,7 @@ class LiveActions:
             )
             return
 
-        def work(broker: Broker) -> str | None | Undeliverable:
+        def work(broker: Broker) -> str | Undeliverable | None:
             try:
                 return broker.operator.deliver_now(queue, name, ref)
             except Undeliverable as refused:  # not an outage: said in its own words

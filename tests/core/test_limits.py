@@ -124,7 +124,7 @@ def test_many_callers_together_take_no_more_than_the_rate_allows(
     elapsed = time.monotonic() - began
     # Then they took at most the burst + the rate over that time, and not much less
     assert taken <= 1 + 100 * elapsed + 1
-    assert taken >= 100 * elapsed * 0.75  # callers sleeping late lose turns (burst 1)
+    assert taken >= 100 * elapsed * 0.5  # callers sleeping late lose turns (burst 1)
 
 
 def test_a_reservation_holds_the_next_turn_within_its_horizon_only(

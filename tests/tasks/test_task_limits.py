@@ -22,7 +22,7 @@ from redisq_django.core.worker import Worker, WorkerOptions
 from redisq_django.runner import build_worker
 from redisq_django.tasks.backend_options import TASKS_CONSUMER, option_problems
 from redisq_django.tasks.task_queues import task_declarations, task_queues
-from tests.support.flow import most_in_any_window, run_in_thread
+from tests.support.flow import most_allowed, most_in_any_window, run_in_thread
 from tests.support.workers import wait_for
 from tests.tasks.conftest import TasksEnv, tasks_setting
 
@@ -168,7 +168,9 @@ def test_one_worker_runs_the_three_levels_of_a_task_queue_at_its_rate(
     # Then every task ran once, and the levels together kept to 5/s (+1: a window's two
     # ends): the 11 intervals after the first take about 2.2 s
     times = _assert_ran_once_each(redis_client, key, labels, results, starts)
-    assert most_in_any_window(times, 1.0) <= 6, sorted(t - min(times) for t in times)
+    assert most_in_any_window(times, 1.0) <= most_allowed(5, 1), sorted(
+        t - min(times) for t in times
+    )
     assert 1.9 <= max(times) - min(times) <= 6.0
     # And their one bucket is the normal level's: no level has a bucket of its own
     assert _rate_keys(redis_client, tasks_env.queue) == {
@@ -193,7 +195,9 @@ def test_levels_run_by_workers_of_their_own_share_one_rate(
     _run_until_started(workers, starts, redis_client, key, 12)
     # Then every task ran once, and the levels together kept to 5/s
     times = _assert_ran_once_each(redis_client, key, labels, results, starts)
-    assert most_in_any_window(times, 1.0) <= 6, sorted(t - min(times) for t in times)
+    assert most_in_any_window(times, 1.0) <= most_allowed(5, 1), sorted(
+        t - min(times) for t in times
+    )
     assert 1.9 <= max(times) - min(times) <= 6.0
     # And each level started some of them early on: the levels did run side by side
     first = min(times)

@@ -18,7 +18,7 @@ import redis
 from redisq_django.core import Broker, ConsumerSpec, Message, RetryPolicy
 from redisq_django.core.limits import Rate, Slots
 from redisq_django.core.worker import Worker, WorkerOptions
-from tests.support.flow import most_in_any_window
+from tests.support.flow import LATENESS, most_allowed, most_in_any_window
 
 POLICY = RetryPolicy.from_seconds(
     max_retries=3, backoff=0.05, max_backoff=0.1, visibility_timeout=30
@@ -115,8 +115,8 @@ def test_two_workers_of_eight_threads_together_keep_to_the_rate(
     assert set(seen.started) == {str(i) for i in range(60)}
     assert set(seen.attempts.values()) == {1}
     times = list(seen.started.values())
-    assert most_in_any_window(times, 1.0) <= 21
-    assert 2.8 <= max(times) - min(times) <= 6.0  # a starved CPU runs late, never early
+    assert most_in_any_window(times, 1.0) <= most_allowed(20, 1)
+    assert 2.95 - LATENESS <= max(times) - min(times) <= 6.0  # late, never early
     assert broker.dead_letters.read(queue_name, "billing") == []
 
 
@@ -279,7 +279,7 @@ def test_a_rate_per_key_holds_each_key_to_it_and_leaves_the_others_alone(
     # without a key ran at once, and every message ran once, on its first attempt
     for tenant in ("a", "b"):
         times = [t for p, t in seen.started.items() if p.startswith(tenant)]
-        assert most_in_any_window(times, 1.0) <= 6
+        assert most_in_any_window(times, 1.0) <= most_allowed(5, 1)
         assert 2.5 <= max(times) - min(times) <= 4.5
     unkeyed = [t for p, t in seen.started.items() if p.startswith("n")]
     assert max(unkeyed) - min(seen.started.values()) < 1.5

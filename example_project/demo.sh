@@ -58,6 +58,7 @@ echo "== Redis for the demo on 127.0.0.1:$port; database $EXAMPLE_DB"
 from redisq_django.connection import get_broker
 for name in ('billing', 'email', 'fraud-check'):
     get_broker().ensure_consumer('orders', name)
+get_broker().ensure_consumer('ledger', 'postings')
 "
 echo "== creating orders"
 "$PY" manage.py shop_demo setup
@@ -93,7 +94,8 @@ sleep 8
 kill -TERM "${pids[@]}"  # a warm stop: each exits 0
 wait "${pids[@]}"
 "$PY" manage.py shop_demo schedule
-echo "== an incident for the console: messages for deleted orders, a malformed one, two delayed"
+echo "== an incident for the console: messages for deleted orders, a malformed one, two delayed,"
+echo "   and a refund the ledger cannot book, holding back its customer's next postings"
 "$PY" manage.py shop_demo incident
 # Its worker also consumes 'stock': every worker fires the schedule's ticks, and a queue
 # with ticks and no worker would read "backlog, no instance alive" in the console.
@@ -101,10 +103,10 @@ echo "== an incident for the console: messages for deleted orders, a malformed o
 "$PY" manage.py shop_demo report | sed -n '/^dead letters/,$p'
 # Spark's steps take a few minutes: meanwhile, an order every 3 s and a worker on 'orders'
 # and 'stock', so the console's trends span those minutes. Both stop before the demo ends.
-echo "== in the background while Spark works: an order every 3 s and a worker (runconsumer orders stock)"
+echo "== in the background while Spark works: an order every 3 s and a worker (runconsumer orders stock ledger)"
 "$PY" manage.py shop_demo traffic --every 3 >"$demo/traffic.log" 2>&1 &
 traffic=$!
-"$PY" manage.py runconsumer orders stock --stats-interval 0 >"$demo/worker.log" 2>&1 &
+"$PY" manage.py runconsumer orders stock ledger --stats-interval 0 >"$demo/worker.log" 2>&1 &
 worker=$!
 trap 'kill -TERM "$traffic" "$worker" 2>/dev/null || true' EXIT
 # History is on in this project: every settle above was recorded as a lifecycle event.
@@ -124,16 +126,23 @@ trap - EXIT
 from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import DeadLetter
 from shop.models import Order
+from redisq_django.connection import get_broker
 sink_all()
 dead = DeadLetter.objects.filter(status=DeadLetter.Status.DEAD).count()
-print(f'{Order.objects.count()} orders in all; {dead} dead letters to look at')"
+print(f'{Order.objects.count()} orders in all; {dead} dead letters to look at')
+stats = get_broker().stats('ledger')
+postings = next(c for c in stats.consumers if c.name == 'postings')
+print(f'ledger ({len(stats.partitions)} partitions): {postings.waiting_retry} posting retrying, '
+      f'{postings.held_back} held back behind it')"
 cat <<TXT
 
 == the history report: example_project/.demo/archive/reports/latest/report.html (any
    browser opens it; the admin's "Overview (live)" page links to it)
 == the demo's Redis keeps running; stop it with: kill \$(cat example_project/.demo/redis.pid)
 == the admin and a worker on the demo's Redis, from this directory, each in a terminal:
-source example_project/.demo/env && python example_project/manage.py runserver  # http://127.0.0.1:8000/admin/ (admin/admin); a worker: the same with runconsumer orders stock
-== in the console: trends over the last minutes, dead letters with three different errors
-   (Dead letters by error), two delayed reminders, the schedule stock-check and its queue
+source example_project/.demo/env && python example_project/manage.py runserver  # http://127.0.0.1:8000/admin/ (admin/admin); a worker: the same with runconsumer orders stock ledger
+== in the console: problems first on the Overview, trends over the last minutes, dead letters
+   with three different errors (Dead letters by error), two delayed reminders, the schedule
+   stock-check, the ledger's 4 partitions side by side, and its consumer "postings" with a
+   held key: the refund retrying, two postings waiting behind it (End it from its page)
 TXT

@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,7 @@ def test_the_demo_leaves_dead_letters_of_several_errors_and_delayed_messages(
         "from redisq_django.connection import get_broker\n"
         "for n in ('billing', 'email', 'fraud-check'):\n"
         "    get_broker().consumers.ensure('orders', n)\n"
+        "get_broker().consumers.ensure('ledger', 'postings')\n"
     )
     manage(env, "migrate", "--verbosity", "0")
     manage(env, "shell", "--verbosity", "0", "-c", register)
@@ -68,6 +71,40 @@ def test_the_demo_leaves_dead_letters_of_several_errors_and_delayed_messages(
     assert client.zcard("redisq:{orders}:delayed") == 2
     assert traffic.splitlines() == ["order 1: 19.90", "order 2: 250.00"]
     assert client.xlen("redisq:{orders}:log") == 6 + 3 + 2
+
+    # When a worker runs the ledger (4 partitions) until the refund has failed once
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "runconsumer", "ledger", "--stats-interval", "0"],
+        env=env,
+        cwd=EXAMPLE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    held = [f"redisq:{{ledger#{i}}}:g:postings:held_back" for i in range(4)]
+    try:
+        for _ in range(600):  # 60 s at most: a loaded machine starts Django slowly
+            if sum(int(client.get(k) or 0) for k in held) == 2:
+                break
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    # Then the incident's 9 postings and the traffic's 2 were spread over the partitions,
+    # and the customer's two postings after the refund are held back behind it, retrying
+    # (as the demo's last line says)
+    ledger = (
+        "from redisq_django.connection import get_broker\n"
+        "s = get_broker().stats('ledger')\n"
+        "c = next(c for c in s.consumers if c.name == 'postings')\n"
+        "print(len(s.partitions), s.length, c.waiting_retry, c.held_back, c.dead)\n"
+    )
+    out = manage(env, "shell", "-c", ledger).splitlines()[-1]
+    partitions, length, retrying, held_back, dead = out.split()
+    assert (partitions, length, retrying, held_back, dead) == ("4", str(6 + 3 + 2), "1", "2", "0")
+    logs = [client.xlen(f"redisq:{{ledger#{i}}}:log") for i in range(4)]
+    assert sum(logs) == 11 and sum(1 for n in logs if n) >= 2, logs  # spread by customer
 
 
 def schedule_queues() -> set[str]:

@@ -96,4 +96,7 @@ REDISQ = {
     # `manage.py redisq_pipeline archive` (the pipeline extra; Spark needs Java 17+).
     "HISTORY": True,
     "ARCHIVE_ROOT": os.environ.get("EXAMPLE_ARCHIVE", str(BASE_DIR / "archive")),
+    # The ledger's postings spread over 4 partitions by their key (the customer), each
+    # partition a queue of its own (on a Redis Cluster, on the master of its slot).
+    "PARTITIONS": {"ledger": 4},
 }

@@ -7,6 +7,7 @@ only act on orders not yet handled.
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -19,6 +20,10 @@ logger = logging.getLogger("shop")
 
 class SuspiciousOrder(Exception):
     """The fraud check cannot clear an order automatically."""
+
+
+class LedgerMismatch(Exception):
+    """A posting the ledger cannot book: a refund larger than its order's total."""
 
 
 def _order(message: Message) -> Order:
@@ -53,6 +58,22 @@ def fraud_check(message: Message) -> None:
     if order.total > FRAUD_LIMIT:
         raise SuspiciousOrder(f"order {order.pk} totals {order.total}, over {FRAUD_LIMIT}")
     Order.objects.filter(pk=order.pk, fraud_checked_at=None).update(fraud_checked_at=timezone.now())
+
+
+@consumer("ledger", name="postings", ordered=True, max_retries=8, backoff=30, max_backoff=600)
+def postings(message: Message) -> None:
+    """Book a customer's charges and refunds in the order they were published: the
+    message key is the customer's e-mail, so one customer's postings run one at a time,
+    in order (the queue has 4 partitions: settings.py). A refund larger than its order
+    raises; while it is retried (30 s, 60 s, ... up to 10 min apart) that customer's later
+    postings wait behind it, which the admin shows as a held key, where staff can end it."""
+    order = _order(message)
+    kind, amount = message.payload["kind"], Decimal(message.payload["amount"])
+    if kind == "refund" and amount > order.total:
+        raise LedgerMismatch(
+            f"refund {amount} for order {order.pk} exceeds its total {order.total}"
+        )
+    logger.info("%s of %s booked for %s (order %s)", kind, amount, message.key, order.pk)
 
 
 @consumer("stock", name="restock", start="earliest")

@@ -23,3 +23,8 @@ def order_payload(order_id: int, total: Decimal | str, event: str = "created") -
     """What consumers receive for an order: its key and total (not the customer's data).
     The total is a Decimal, which the message's JSON carries as a string ("1499.00")."""
     return {"order": order_id, "total": Decimal(total), "event": event}
+
+
+def posting(order_id: int, amount: Decimal | str, kind: str = "charge") -> dict[str, Any]:
+    """A ledger posting of an order (queue "ledger", keyed by the customer's e-mail)."""
+    return {"order": order_id, "amount": Decimal(amount), "kind": kind}

@@ -167,5 +167,5 @@ def test_the_example_project_passes_its_tests_in_parallel_on_one_redis(
 
     # Then all pass, and every test's keys are gone
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7 passed" in result.stdout
+    assert "8 passed" in result.stdout
     assert redis_client.keys("redisq-test-*") == []

@@ -1,12 +1,15 @@
 """The shop's consumers, task and schedule, tested with pytest and the ``redisq`` fixture
 (docs/howto/testing.md shows this file)."""
 
+import logging
 from decimal import Decimal
 
 import pytest
 from django.tasks import TaskResultStatus
 
+from redisq_django import publish
 from redisq_django.testing import capture, drain
+from shop.demo_data import posting
 from shop.models import Order
 from shop.tasks import order_summary
 
@@ -64,6 +67,23 @@ def test_a_large_order_fails_the_fraud_check_and_becomes_a_dead_letter(redisq):
     order.refresh_from_db()
     assert order.fraud_checked_at is None
     assert order.billed_at is not None  # the other consumers were not held up
+
+
+def test_postings_book_a_customers_postings_in_order_past_a_refund_that_dies(redisq, caplog):
+    order = Order.objects.create(email="ada@example.com", total=Decimal("12.50"))
+    ledger = [("charge", "12.50"), ("refund", "125.00"), ("refund", "2.50"), ("charge", "1.00")]
+    for kind, amount in ledger:
+        publish("ledger", posting(order.pk, amount, kind), key=order.email)
+
+    with caplog.at_level(logging.INFO, logger="shop"):
+        result = drain("ledger")  # the refund's retries are delivered at once
+
+    assert result[("ledger", "postings")].handled == 3
+    (letter,) = redisq.dead_letters("ledger", "postings")
+    assert letter.error_class == "LedgerMismatch"
+    assert letter.attempts == 9  # max_retries=8, plus the first attempt
+    booked = [r.getMessage().split(" booked")[0] for r in caplog.records if "booked" in r.message]
+    assert booked == ["charge of 12.50", "refund of 2.50", "charge of 1.00"]  # in order
 
 
 # -- the schedule and the task -------------------------------------------------------------

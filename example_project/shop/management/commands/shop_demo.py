@@ -12,9 +12,10 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from redisq_django import publish
 from redisq_django.deadletters.sinking import sink_all
 from redisq_django.models import DeadLetter
-from shop.demo_data import TOTALS, order_payload
+from shop.demo_data import TOTALS, order_payload, posting
 from shop.models import Order
 
 
@@ -50,8 +51,6 @@ class Command(BaseCommand):
         dead letters: orders deleted before their messages were handled (each consumer
         rejects them: another error), a malformed message (no order key: it fails, is
         retried, then dies: a third error), and two reminders due in an hour (delayed)."""
-        from redisq_django import publish
-
         gone = [order_payload(90_000 + n, "10.00") for n in (1, 2)]
         for payload in gone:
             publish("orders", payload)
@@ -64,21 +63,35 @@ class Command(BaseCommand):
                 order_payload(first.pk, first.total, event="reminder"),
                 delay=timedelta(hours=hours),
             )
+        # The ledger (4 partitions, one customer's postings in order): a charge for each
+        # order, then a refund ten times its order's total (a typo) that fails and is
+        # retried, holding back the two postings of that customer published after it.
+        orders = list(Order.objects.order_by("pk"))
+        for order in orders:
+            publish("ledger", posting(order.pk, order.total), key=order.email)
+        typo = orders[-1]
+        publish("ledger", posting(typo.pk, typo.total * 10, "refund"), key=typo.email)
+        publish("ledger", posting(typo.pk, "5.00", "refund"), key=typo.email)
+        publish("ledger", posting(typo.pk, "5.00"), key=typo.email)
         self.stdout.write(
             "published 2 messages for orders that no longer exist, 1 malformed message "
-            "and 2 reminders delayed by 1 and 2 hours"
+            "and 2 reminders delayed by 1 and 2 hours; to 'ledger' (4 partitions) a charge "
+            f"per order and, for {typo.email}, a refund of {typo.total * 10} (ten times the "
+            "order: it fails and is retried) with two postings behind it"
         )
 
     def traffic(self, seconds: float, every: float) -> None:
         """An order every ``every`` seconds (totals as in setup, so some fail the fraud
-        check) for at most ``seconds``: the trends of the console span minutes."""
+        check), each with its charge to the ledger, for at most ``seconds``: the trends of the
+        console span minutes."""
         deadline = time.monotonic() + seconds
         n = 0
         while time.monotonic() < deadline:
             total = TOTALS[n % len(TOTALS)]
             n += 1
             with transaction.atomic():
-                Order.objects.create(email=f"walk-in{n}@example.com", total=Decimal(total))
+                order = Order.objects.create(email=f"walk-in{n}@example.com", total=Decimal(total))
+            publish("ledger", posting(order.pk, order.total), key=order.email)
             self.stdout.write(f"order {n}: {total}")
             self.stdout.flush()
             time.sleep(every)

@@ -53,6 +53,37 @@ TABLES = ("messages", "events")
 #: Columns added to a table after archives were first written (``schemas.py``): name,
 #: and the column it follows. Files written before hold none; they read as null.
 ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {"messages": (("key", "attempts"),)}
+#: The columns of each table's Parquet files, in the order the archive writes them
+#: (``schemas.py`` without PySpark, less the directory columns ``queue`` and ``date``):
+#: the schema of an archive that has no committed file yet. A test checks them against
+#: ``schemas.archive_schema`` and against files the archive wrote.
+FILE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "messages": (
+        ("message_id", "string"),
+        ("entry_id", "string"),
+        ("published_at", "timestamp"),
+        ("due_at", "timestamp"),
+        ("payload", "string"),
+        ("headers", "string"),
+        ("attempts", "int32"),
+        ("key", "string"),
+    ),
+    "events": (
+        ("consumer", "string"),
+        ("instance", "string"),
+        ("event", "string"),
+        ("time", "timestamp"),
+        ("entry_id", "string"),
+        ("message_id", "string"),
+        ("attempt", "int32"),
+        ("duration_ms", "int64"),
+        ("error_class", "string"),
+        ("error_message", "string"),
+        ("reason", "string"),
+        ("next_due", "timestamp"),
+        ("start_id", "string"),
+    ),
+}
 #: Hadoop schemes pyarrow knows under another name.
 _PYARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 
@@ -250,16 +281,17 @@ def archive_dataset(
     ``.to_table().to_pandas()`` for pandas; DuckDB queries it directly by name.
     Arguments and errors as :func:`archive_files`. A column added to the table since
     some files were written (``messages.key``) is in the schema whichever file is
-    first, null in the files written before it.
+    first, null in the files written before it. An archive with no committed file yet
+    (a root created for it, or a first batch not yet committed) has the same columns
+    and no row.
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
 
     files = archive_files(root, table, filesystem=filesystem)
     base, pa_fs = _resolve(root, filesystem)
-    partitioning = ds.partitioning(
-        pa.schema([("queue", pa.string()), ("date", pa.date32())]), flavor="hive"
-    )
+    directories = pa.schema([("queue", pa.string()), ("date", pa.date32())])
+    partitioning = ds.partitioning(directories, flavor="hive")
     parquet = ds.ParquetFileFormat(read_options={"coerce_int96_timestamp_unit": "us"})
     options: dict[str, Any] = {
         "filesystem": pa_fs,
@@ -267,6 +299,11 @@ def archive_dataset(
         "partitioning": partitioning,
         "partition_base_dir": f"{base}/{table}",
     }
+    if not files:
+        # With no file to take a schema from, pyarrow would know the directory columns
+        # only, and a query naming any other column would fail on an archive that merely
+        # has no rows yet.
+        return ds.dataset([], schema=pa.schema([*_file_schema(table), *directories]), **options)
     found = ds.dataset(files, **options)
     # pyarrow takes the schema of the first file: one written before a column was added
     # would hide that column in every file. Add it; older files then read it as null.
@@ -275,6 +312,16 @@ def archive_dataset(
         if name not in schema.names and after in schema.names:
             schema = schema.insert(schema.get_field_index(after) + 1, pa.field(name, pa.string()))
     return found if schema is found.schema else ds.dataset(files, schema=schema, **options)
+
+
+def _file_schema(table: str) -> Any:
+    """The Arrow schema of ``table``'s Parquet files as :func:`archive_dataset` reads them
+    (Spark's INT96 timestamps as microseconds)."""
+    import pyarrow as pa
+
+    kinds = {"string": pa.string(), "int32": pa.int32(), "int64": pa.int64()}
+    kinds["timestamp"] = pa.timestamp("us")
+    return pa.schema([(name, kinds[kind]) for name, kind in FILE_COLUMNS[table]])
 
 
 def write_manifests(

@@ -274,3 +274,47 @@ def test_the_reader_uses_the_latest_compaction_and_the_batches_after_it(tmp_path
         archive_files(str(tmp_path))
     with pytest.raises(ValueError, match="messages, events"):
         archive_files(str(tmp_path), "dead")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_archive_without_rows_reads_as_the_tables_columns_and_no_row(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given an archive of one message, a root created for an archive that has not run
+    # yet, and one whose tables' sink logs are there but name no file yet (as the file
+    # sink leaves them when its query starts)
+    full, unused, empty = tmp_path / "full", tmp_path / "unused", tmp_path / "empty"
+    add_events(broker, queue_name, publish(broker, queue_name, 1))
+    archive(spark, ArchiveOptions(redis_url=redis_url, root=str(full), queues=(queue_name,)))
+    unused.mkdir()
+    for table in ("messages", "events"):
+        (empty / table / "_spark_metadata").mkdir(parents=True)
+
+    for table in ("messages", "events"):
+        columns = archive_dataset(str(full), table).schema
+        assert archive_dataset(str(full), table).count_rows() >= 1
+        for root in (empty, unused):
+            # When pyarrow reads the archive without rows, then it has every column of
+            # the table, typed as in an archive with rows, and no row
+            dataset = archive_dataset(str(root), table)
+            assert dataset.schema == columns, (root.name, table)
+            assert dataset.to_table().num_rows == 0
+            # And DuckDB queries it by column, getting no row
+            with duckdb.connect() as con:
+                con.register("archived", dataset)
+                got = con.execute(
+                    "SELECT queue, date, count(*) FROM archived WHERE entry_id IS NOT NULL "
+                    "GROUP BY ALL"
+                ).fetchall()
+            assert got == [], (root.name, table)
+
+
+def test_the_file_columns_are_the_archived_tables_less_their_directories() -> None:
+    from redisq_django.pipeline.files import FILE_COLUMNS
+    from redisq_django.pipeline.schemas import Table, archive_schema
+
+    for table, columns in FILE_COLUMNS.items():
+        names = [f.name for f in archive_schema(Table(table)).fields]
+        assert [name for name, _ in columns] == [n for n in names if n not in ("queue", "date")]

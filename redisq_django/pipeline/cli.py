@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compact",
         help="rewrite the archive's old day directories into fewer, larger files",
         description="Compact the archive's directories of days before today (UTC) into "
-        "fewer Parquet files, de-duplicated; Spark readers see each row once throughout.",
+        "fewer Parquet files, de-duplicated; Spark readers see each row once throughout. "
+        "Files of micro-batches that never committed (a job killed mid-batch) are removed.",
     )
     add_compact_arguments(compact_parser, from_settings=False)
     files_parser = jobs.add_parser(

@@ -39,6 +39,10 @@ newer log files and are left as they are. What this costs: old files stay on dis
 a run after the archive has committed two more micro-batches (``--once`` runs count).
 The rule assumes one archive query per table and root, as the checkpoint does.
 
+Files of batches that never committed (a driver killed mid-batch) are removed too, on
+every date, once they are older than the archive's newest committed file
+(:mod:`~redisq_django.pipeline.unlogged` says why that is safe while the archive runs).
+
 Idempotent: a directory already made only of compacted files, no more of them than its
 size calls for, is left alone, so a second run changes nothing. A run that dies before
 step 3 leaves unreferenced files only (in ``_compaction`` or ``part-compacted-*``) that
@@ -72,6 +76,7 @@ from redisq_django.pipeline.sink_log import (
     read_entries,
     rewrite_entries,
 )
+from redisq_django.pipeline.unlogged import remove_unlogged
 
 __all__ = ["CompactError", "CompactOptions", "CompactSummary", "compact"]
 
@@ -103,6 +108,7 @@ class TableCompaction:
     skipped: list[str] = field(default_factory=list)
     deleted: int = 0  # retired files of earlier runs deleted now
     retired: int = 0  # old files waiting to be deleted by a later run
+    unlogged: int = 0  # files of batches that never committed, removed now (unlogged.py)
 
     @property
     def partitions(self) -> int:
@@ -136,6 +142,9 @@ class CompactSummary:
         retired = sum(t.retired for t in self.tables.values())
         if deleted or retired:
             tail += f"; old files deleted {deleted}, waiting {retired} (see compact.py, step 5)"
+        unlogged = sum(t.unlogged for t in self.tables.values())
+        if unlogged:
+            tail += f"; removed {unlogged} files of batches that never committed"
         return f"compacted {'; '.join(parts)} in {self.seconds:.1f} s{tail}"
 
 
@@ -218,6 +227,8 @@ def _compact_table(
     table_path = join_path(options.root, table)
     result = TableCompaction()
     result.deleted = _delete_retired(fs, table_path)
+    retired = [p for r in _records(fs, table_path) for p in json.loads(fs.read_text(r))["removed"]]
+    result.unlogged = remove_unlogged(fs, table_path, retired, compacted_prefix=COMPACTED_PREFIX)
     candidates, result.skipped = plan(fs, table_path, options)
     if not candidates:
         result.retired = _retired_count(fs, table_path)

@@ -262,3 +262,56 @@ def test_compaction_while_the_archive_runs_never_shows_a_row_twice_or_loses_one(
     assert on_disk == {p.resolve() for p in named_files(spark, tmp_path, "messages")}
     final = read_table(spark, tmp_path, "messages")
     assert count_and_distinct(final, "message_id") == (len(published) + extra,) * 2
+
+
+@pytest.mark.timeout(400)  # several Spark jobs in a row on shared cores
+def test_files_of_batches_that_never_committed_are_removed_once_older_than_a_commit(
+    spark: SparkSession, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    import os
+    import shutil
+    import uuid
+
+    # Given an archive compacted once (its old files retired, on disk until the archive
+    # has committed two more batches), then one more batch committed
+    options = ArchiveOptions(redis_url=redis_url, root=str(tmp_path), queues=(queue_name,))
+    publish(broker, queue_name, 300)
+    archive(spark, options)
+    first = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
+    retired = set(parquet_files(tmp_path, "messages")) - set(
+        named_files(spark, tmp_path, "messages")
+    )
+    assert len(retired) == first.tables["messages"].retired > 0
+    publish(broker, queue_name, 50, start=300)
+    archive(spark, options)
+    committed = parquet_files(tmp_path, "messages")
+    newest = max(named_files(spark, tmp_path, "messages"), key=lambda p: p.stat().st_mtime)
+    # And the files a driver killed mid-batch leaves where the batch writes (a complete
+    # one and one cut short), from before that commit; and a file of a batch being
+    # written now
+    directory = newest.parent
+    killed = [directory / f"part-0000{i}-{uuid.uuid4()}.c000.snappy.parquet" for i in (0, 1)]
+    shutil.copy(newest, killed[0])
+    killed[1].write_bytes(newest.read_bytes()[:-100])
+    an_hour_before = newest.stat().st_mtime - 3600
+    for path in killed:
+        os.utime(path, (an_hour_before, an_hour_before))
+    writing = directory / f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
+    shutil.copy(newest, writing)
+    before = read_table(spark, tmp_path, "messages").cache()
+    assert before.count() == 350
+
+    # When compact runs
+    summary = compact(spark, CompactOptions(root=str(tmp_path), today=TOMORROW))
+
+    # Then the killed batch's files are gone and it says so; the file being written, the
+    # committed files and the retired ones waiting for their turn are all still there
+    assert summary.tables["messages"].unlogged == 2
+    assert "removed 2 files of batches that never committed" in summary.line()
+    on_disk = set(parquet_files(tmp_path, "messages"))
+    assert not on_disk & set(killed)
+    assert on_disk == set(committed) | {writing}
+    assert retired <= on_disk
+    # And readers see the same rows
+    assertDataFrameEqual(read_table(spark, tmp_path, "messages"), before)
+    before.unpersist()

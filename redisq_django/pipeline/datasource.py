@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.reading import RedisqReader
-from redisq_django.pipeline.schemas import spark_schema
+from redisq_django.pipeline.schemas import check_schema, spark_schema
 from redisq_django.pipeline.source_options import SourceOptions, check_use
 from redisq_django.pipeline.streaming import RedisqStreamReader
 from redisq_django.pipeline.writer import RedisqStreamWriter, RedisqWriter
@@ -72,13 +72,29 @@ class RedisqDataSource(DataSource):
             problem = str(exc)
         raise OptionError(problem) from None
 
+    def _fixed(self, schema: StructType) -> None:
+        """Refuse a schema the user gave (``.schema(...)`` before ``load()``) other than
+        this table's own (one frame, as in ``__init__``).
+
+        Spark does not show a data source the user's schema at ``load()``: only here, when
+        the read is planned (a batch read's first action, a stream's start), before a task
+        runs; without this check the first task failed, with Arrow's mismatch."""
+        try:
+            check_schema(self.parsed.table, schema)
+            return
+        except OptionError as exc:
+            problem = str(exc)
+        raise OptionError(problem) from None
+
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (the schema is always this table's own)."""
+        self._fixed(schema)
         return RedisqReader(self._for("read"))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader with offsets ``{"queue": "last entry id"}`` (``"queue#i"``:
         partition ``i`` of a partitioned queue)."""
+        self._fixed(schema)
         return RedisqStreamReader(self._for("stream"))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

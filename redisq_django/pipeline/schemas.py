@@ -23,6 +23,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from redisq_django.pipeline.options import OptionError
+
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
@@ -99,6 +101,25 @@ SCHEMAS: dict[Table, StructType] = {
 def spark_schema(table: Table) -> StructType:
     """The Spark schema of ``table``."""
     return SCHEMAS[table]
+
+
+def check_schema(table: Table, given: StructType) -> None:
+    """Accept ``given`` only when it is ``table``'s schema (column names and types, in
+    order; nullability aside): the data source's schemas are fixed.
+
+    Raises:
+        OptionError: another schema, naming the table's columns and what to do instead.
+    """
+    own = SCHEMAS[table]
+    if [(f.name, f.dataType) for f in given.fields] == [(f.name, f.dataType) for f in own]:
+        return
+    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in own.fields)
+    raise OptionError(
+        f"The redisq data source has a fixed schema; it cannot read the {table.value} "
+        f"table as {given.simpleString()}. Remove .schema(...) before load(): the "
+        f"{table.value} table's columns are {columns}. Select, rename or cast columns "
+        "after load() (docs/reference/datasource.md)."
+    )
 
 
 def archive_schema(table: Table) -> StructType:

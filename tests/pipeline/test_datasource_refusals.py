@@ -1,0 +1,73 @@
+"""What the ``redisq`` data source refuses, and how it says so, on a real local Spark and
+a real redis-server: a schema of the user's other than the table's own, a
+``startingOffsets`` naming a queue the read does not read, and a row whose ``payload``
+is no JSON text (with what was published before it)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+from redisq_django.core import Broker
+from redisq_django.pipeline import schemas
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def stream_failure(frame: Any, checkpoint: Path) -> str:
+    """Run a streaming query of ``frame`` to memory (availableNow); what stopped it
+    ("" when it ran to its end), whether ``start()`` or the query's thread refused it."""
+    try:
+        query = (
+            frame.writeStream.format("memory")
+            .queryName(f"refusals_{checkpoint.name}".replace("-", "_"))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+    except Exception as exc:  # refused when the query started
+        return str(exc)
+    with contextlib.suppress(StreamingQueryException):
+        query.awaitTermination(120)
+    query.stop()
+    failure = query.exception()
+    return "" if failure is None else str(failure)
+
+
+# -- a schema of the user's --------------------------------------------------------------
+
+
+def test_a_schema_of_the_users_is_refused_naming_the_tables_columns(
+    spark: Any, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given a queue with three messages
+    broker.publish_many(queue_name, [{"n": i} for i in range(3)])
+    options = {"url": redis_url, "queue": queue_name}
+    columns = "queue string, message_id string, entry_id string, published_at timestamp"
+
+    # When a batch read is given a schema of its own, then its first action is refused
+    # before any task runs, saying the schema is fixed and which columns it has
+    batch = spark.read.format("redisq").options(**options).schema("payload STRING").load()
+    with pytest.raises(Exception, match="fixed schema") as refused:
+        batch.count()
+    assert columns in str(refused.value)
+    assert "Remove .schema(...) before load()" in str(refused.value)
+
+    # And so is a streaming read, when its query starts
+    stream = spark.readStream.format("redisq").options(**options).schema("n INT").load()
+    failure = stream_failure(stream, tmp_path / "stream")
+    assert "fixed schema" in failure and columns in failure
+
+    # But the table's own schema, given explicitly, reads as without it
+    same = spark.read.format("redisq").options(**options).schema(schemas.MESSAGES).load()
+    assert same.count() == 3
+    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schemas.MESSAGES.fields)
+    assert ddl.startswith(columns)
+    as_ddl = spark.read.format("redisq").options(**options).schema(ddl).load()
+    assert as_ddl.select("payload").count() == 3

@@ -310,6 +310,32 @@ class StartingOffsets:
         return cls("time", after=last_id_of_ms(datetime_to_ms(when) - 1))
 
 
+def stream_queue(stream: str) -> str:
+    """The queue of an offset's stream name (``"q"``, ``"q#i"``, ``"q:consumer"``)."""
+    return stream.partition(":")[0].partition("#")[0]
+
+
+def refuse_unknown_streams(unknown: list[str], reads: str) -> None:
+    """Refuse a ``startingOffsets`` that names streams the read does not read (``unknown``;
+    nothing when empty): their ids would be ignored, silently.
+
+    Args:
+        unknown: the names given that the read does not read.
+        reads: the streams the read reads, in words.
+
+    Raises:
+        OptionError: naming the unknown streams and the streams read.
+    """
+    if not unknown:
+        return
+    raise OptionError(
+        f"Option 'startingOffsets' names {', '.join(map(repr, sorted(unknown)))}, which "
+        f"this read does not read; it reads {reads}. Give entry ids of those only (a "
+        "partitioned queue's by partition, 'orders#0'; dead letters by queue and consumer, "
+        "'orders:billing'), or add the queue to option 'queue'."
+    )
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Every option of the ``redisq`` data source, validated.
@@ -410,17 +436,24 @@ class SourceOptions:
                 "Option 'takeOver' takes a named archive over from the query that owns its "
                 "name: give the name with option 'archive' too."
             )
+        queues = _queues(options.get("queue"))
+        start = StartingOffsets.parse(options.get("startingOffsets"))
+        if queues:  # checked at load(); a queue's streams are known at the start only
+            refuse_unknown_streams(
+                [name for name, _ in start.ids if stream_queue(name) not in queues],
+                f"queue(s) {', '.join(queues)} (option 'queue')",
+            )
         return cls(
             url=url,
             prefix=str(options.get("prefix") or "redisq").strip(),
             cluster=_flag(options, "cluster"),
-            queues=_queues(options.get("queue")),
+            queues=queues,
             table=table,
             slices_per_stream=_positive_int(
                 options, _renamed(options, "slicesPerStream"), DEFAULT_SLICES_PER_STREAM
             )
             or 1,
-            starting_offsets=StartingOffsets.parse(options.get("startingOffsets")),
+            starting_offsets=start,
             max_entries_per_trigger=_positive_int(options, "maxEntriesPerTrigger", None),
             archive=archive,
             take_over=take_over,

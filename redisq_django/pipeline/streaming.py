@@ -51,7 +51,11 @@ from redisq_django.pipeline.outages import Link, waits_out_outages
 from redisq_django.pipeline.reading import plan_ranges, read_slice
 from redisq_django.pipeline.redis_io import ZERO_ID, StreamRef, later, parse_id
 from redisq_django.pipeline.schemas import Table
-from redisq_django.pipeline.source_options import SourceOptions, StartingOffsets
+from redisq_django.pipeline.source_options import (
+    SourceOptions,
+    StartingOffsets,
+    refuse_unknown_streams,
+)
 
 Offset = dict[str, str]
 
@@ -226,6 +230,11 @@ class RedisqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is not None:
             return self._initial
         refs = self._streams()
+        names = [ref.name for ref in refs]
+        refuse_unknown_streams(
+            [name for name, _ in self.options.starting_offsets.ids if name not in names],
+            ", ".join(names) or "no queue yet",
+        )
         gone = redis_io.marks(self.conn, self.options, refs)
         if self.options.archive is not None:
             self._token = self._token or owner.new_token()

@@ -71,3 +71,40 @@ def test_a_schema_of_the_users_is_refused_naming_the_tables_columns(
     assert ddl.startswith(columns)
     as_ddl = spark.read.format("redisq").options(**options).schema(ddl).load()
     assert as_ddl.select("payload").count() == 3
+
+
+# -- startingOffsets naming a queue not read -------------------------------------------
+
+
+def test_starting_offsets_naming_a_queue_not_read_is_refused(
+    spark: Any, broker: Broker, redis_url: str, tmp_path: Path, queue_name: str
+) -> None:
+    # Given a queue with messages, and a streaming read of it whose startingOffsets
+    # also names a queue it does not read (a typo)
+    ids = broker.publish_many(queue_name, [{"n": i} for i in range(3)])
+    typo = f"{queue_name}-typo"
+    start = json.dumps({queue_name: ids[0], typo: ids[0]})
+
+    # When it is loaded with option queue, then load() refuses it, naming both
+    with pytest.raises(Exception, match="OptionError") as refused:
+        spark.readStream.format("redisq").options(
+            url=redis_url, queue=queue_name, startingOffsets=start
+        ).load()
+    said = str(refused.value)
+    assert f"names {typo!r}, which this read does not read" in said
+    assert f"it reads queue(s) {queue_name} (option 'queue')" in said
+
+    # And without option queue (every queue of the registry), the query's start does
+    stream = spark.readStream.format("redisq").options(url=redis_url, startingOffsets=start)
+    failure = stream_failure(stream.load(), tmp_path / "every-queue")
+    assert f"names {typo!r}, which this read does not read" in failure
+    assert queue_name in failure.split("it reads", 1)[1]
+
+    # And a startingOffsets naming only the queue read starts after the id given
+    good = json.dumps({queue_name: ids[0]})
+    frame = spark.readStream.format("redisq").options(
+        url=redis_url, queue=queue_name, startingOffsets=good
+    )
+    assert stream_failure(frame.load().select("message_id"), tmp_path / "good") == ""
+    got = spark.sql("SELECT message_id FROM refusals_good").collect()
+    assert sorted(r.message_id for r in got) == sorted(ids[1:])

@@ -35,6 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from redisq_django.core.envelope import Envelope, check_key
+from redisq_django.core.errors import RedisqError
 from redisq_django.core.json import loads
 from redisq_django.pipeline import places, redis_io
 from redisq_django.pipeline.options import OptionError
@@ -48,6 +49,18 @@ if TYPE_CHECKING:
 
 #: The header carrying a replayed message's original id.
 ORIGINAL_ID_HEADER = "redisq-original-id"
+
+
+class UnpublishableRow(RedisqError, ValueError):
+    """A row written to the ``redisq`` data source cannot be published as a message."""
+
+
+class _BadColumn(ValueError):
+    """What is wrong with one column of a row, and what to do (``to_envelope``)."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        super().__init__(f"column {column!r} {problem}")
+        self.column = column
 
 
 @dataclass
@@ -118,28 +131,65 @@ def _headers(raw: Any, original_id: Any) -> bytes | None:
     return json.dumps(headers, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+#: What to do about a payload that is no JSON text.
+_JSON_PAYLOAD = (
+    "must hold JSON text, as every consumer decodes it (an object, an array, a number, "
+    "a string in quotes): build it with to_json(struct(...)), or to_json(col.cast("
+    "'variant')) to send a plain string as a JSON string"
+)
+
+
 def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -> Envelope:
     """The message one row publishes.
 
     Raises:
         ValueError: the payload is missing or not JSON, the headers not a JSON object,
-            or the key not one ``publish`` takes (``InvalidKey``).
+            or the key not one ``publish`` takes; the message names the column.
     """
     payload = row[layout.payload]
     if payload is None:
-        raise ValueError("A row to publish has no payload.")
+        raise _BadColumn("payload", "is null: every message needs a payload (JSON text)")
     payload_json = payload.encode()
-    loads(payload_json)  # refuse what every consumer would dead-letter as undecodable
+    try:
+        loads(payload_json)  # refuse what every consumer would dead-letter as undecodable
+    except ValueError as exc:
+        raise _BadColumn(
+            "payload", f"is not JSON ({exc}; it starts {payload[:40]!r}): " + _JSON_PAYLOAD
+        ) from None
     original = row[layout.message_id] if layout.message_id is not None else None
     named = row[layout.original_id] if layout.original_id is not None else original
     queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]
     key = row[layout.key] if layout.key is not None else None
+    raw_headers = row[layout.headers] if layout.headers is not None else None
+    try:
+        headers_json = _headers(raw_headers, named)
+    except ValueError as exc:
+        raise _BadColumn("headers", f"must hold a JSON object as text, or null ({exc})") from None
+    try:
+        checked_key = None if key is None else check_key(key)
+    except ValueError as exc:
+        raise _BadColumn("key", f"is no ordering key: {exc}") from None
     return Envelope(
         queue=queue,
         id=str(original) if options.once and original is not None else None,
         payload_json=payload_json,
-        headers_json=_headers(row[layout.headers] if layout.headers is not None else None, named),
-        key=None if key is None else check_key(key),
+        headers_json=headers_json,
+        key=checked_key,
+    )
+
+
+def _unpublishable(
+    row: Sequence[Any], position: int, layout: RowLayout, problem: _BadColumn, sent: int
+) -> UnpublishableRow:
+    """The error for the row at ``position`` (from 1) of the rows one call publishes,
+    ``sent`` rows having been published before it."""
+    which = [f"row {position} of this task"]
+    for name, index in (("message_id", layout.message_id), ("key", layout.key)):
+        if index is not None and row[index] is not None:
+            which.append(f"{name} {str(row[index])[:100]!r}")
+    return UnpublishableRow(
+        f"Cannot publish {', '.join(which)}: {problem}. The {sent} rows before it in this "
+        "task were published; it and the rows after it were not."
     )
 
 
@@ -184,13 +234,25 @@ def batch_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
 
 
 def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any]) -> int:
-    """Publish ``rows`` in batches of ``options.write_batch``; returns how many."""
+    """Publish ``rows`` in batches of ``options.write_batch``; returns how many.
+
+    Raises:
+        UnpublishableRow: a row cannot be a message; the rows before it were published.
+    """
     sender = _Sender(options)
     sent = 0
     batch: list[Envelope] = []
     try:
-        for row in rows:
-            batch.append(to_envelope(row, layout, options))
+        for position, row in enumerate(rows, 1):
+            try:
+                batch.append(to_envelope(row, layout, options))
+            except _BadColumn as bad:
+                # Every row before it goes, none from it on: a rule a user can act on,
+                # rather than "up to the last full batch of batchSize".
+                if batch:
+                    sender.send(batch)
+                    sent += len(batch)
+                raise _unpublishable(row, position, layout, bad, sent) from None
             if len(batch) >= options.write_batch:
                 sender.send(batch)
                 sent += len(batch)

@@ -108,3 +108,45 @@ def test_starting_offsets_naming_a_queue_not_read_is_refused(
     assert stream_failure(frame.load().select("message_id"), tmp_path / "good") == ""
     got = spark.sql("SELECT message_id FROM refusals_good").collect()
     assert sorted(r.message_id for r in got) == sorted(ids[1:])
+
+
+# -- a payload that is no JSON ---------------------------------------------------------
+
+
+def test_a_row_whose_payload_is_no_json_is_named_and_the_rows_before_it_are_published(
+    spark: Any, broker: Broker, redis_url: str, queue_name: str
+) -> None:
+    # Given four rows in one task, the third one's payload not JSON text
+    rows = [
+        ("m1", '{"n": 1}'),
+        ("m2", '{"n": 2}'),
+        ("m3", "hello, not json"),
+        ("m4", '{"n": 4}'),
+    ]
+    frame = spark.createDataFrame(rows, "message_id string, payload string").coalesce(1)
+
+    # When it is written to a queue
+    with pytest.raises(Exception) as failed:
+        frame.write.format("redisq").options(url=redis_url, queue=queue_name).mode("append").save()
+
+    # Then the error names the row, the column and what to do...
+    said = str(failed.value)
+    assert (
+        "UnpublishableRow: Cannot publish row 3 of this task, message_id 'm3': column "
+        "'payload' is not JSON" in said
+    ), said[-2000:]
+    assert "'hello, not json'" in said
+    assert "to_json(struct(...))" in said
+    assert "JSONDecodeError" not in said
+    # ...and says what was published: the rows before it, not it nor the ones after
+    assert "The 2 rows before it in this task were published; it and the rows after it" in said
+    log = broker.client.xrange(broker.keys(queue_name).log)
+    published = [json.loads(fields[b"payload"]) for _, fields in log]
+    assert published == [{"n": 1}, {"n": 2}]
+
+    # And a plain string sent as the error says arrives as a JSON string
+    text = spark.createDataFrame([("hello",)], "text string")
+    fixed = text.select(F.to_json(F.col("text").cast("variant")).alias("payload"))
+    fixed.write.format("redisq").options(url=redis_url, queue=queue_name).mode("append").save()
+    last = broker.client.xrevrange(broker.keys(queue_name).log, count=1)
+    assert json.loads(last[0][1][b"payload"]) == "hello"

@@ -12,6 +12,10 @@ message keeps its id and is published at most once per id (a retried task does n
 publish twice); with ``consumer`` too, "once" is per consumer: its own marker, so a
 message sent once to the queue can still be sent once to one consumer.
 
+A row that cannot be a message (a payload that is null or no JSON text, headers that are
+no JSON object, a bad key) fails the task with :class:`UnpublishableRow`, naming the row
+and the column: the rows before it in that task are published, none from it on.
+
 A send that meets a transient Redis fault is sent again once Redis is back (option
 ``retryTimeout``, :mod:`~redisq_django.pipeline.outages`). A refused send did nothing; a
 send whose reply was lost may have published: with ``once=true`` sending it again

@@ -59,7 +59,7 @@ class UnpublishableRow(RedisqError, ValueError):
     """A row written to the ``redisq`` data source cannot be published as a message."""
 
 
-class _BadColumn(ValueError):
+class _BadColumn(RedisqError, ValueError):
     """What is wrong with one column of a row, and what to do (``to_envelope``)."""
 
     def __init__(self, column: str, problem: str) -> None:

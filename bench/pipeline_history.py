@@ -264,6 +264,27 @@ print(len(entries))
 """
 
 
+#: The queue the replays take their messages from (queue index 0: ids 0, 3, 6, ...).
+REPLAY_QUEUE = next(iter(QUEUES))
+
+
+def archive_start(days: int) -> dt.datetime:
+    """The first instant of a generated archive of ``days`` days ending yesterday (UTC)."""
+    first_day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days)
+    return dt.datetime(first_day.year, first_day.month, first_day.day, tzinfo=dt.UTC)
+
+
+def replay_until(start: dt.datetime, days: int, n_messages: int, replay_n: int) -> dt.datetime:
+    """The end of the range (``until``, exclusive) that selects the first ``replay_n``
+    messages of :data:`REPLAY_QUEUE` from ``start``. Message i is published at
+    floor(start_us + i * step_us) (the generator's double arithmetic, repeated here):
+    they are exactly those published before id 3 * replay_n - 1's time + 1 us (ids
+    3n - 2 and 3n - 1 belong to the other queues)."""
+    step_us = days * 86_400_000_000 / n_messages
+    last_us = math.floor(int(start.timestamp() * 1_000_000) + (3 * replay_n - 1) * step_us)
+    return dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=last_us + 1)
+
+
 def load() -> float:
     """The 1-minute load average."""
     return os.getloadavg()[0]
@@ -374,19 +395,12 @@ def main() -> int:
     from redisq_django.pipeline.session import build_session
 
     n_messages = round(args.events / expected_events_per_message())
-    today = dt.datetime.now(dt.UTC).date()
-    first_day = today - dt.timedelta(days=args.days)
-    start = dt.datetime(first_day.year, first_day.month, first_day.day, tzinfo=dt.UTC)
+    start = archive_start(args.days)
+    first_day = start.date()
     end = start + dt.timedelta(days=args.days)
-    replay_queue = next(iter(QUEUES))  # queue index 0: ids 0, 3, 6, ...
+    replay_queue = REPLAY_QUEUE
     replay_n = min(args.replay, n_messages // 3)
-    # Message i is published at floor(start_us + i * step_us) (the generator's double
-    # arithmetic, repeated here): the first replay_n messages of queue 0 (ids 0, 3, ...)
-    # are exactly those published before id 3 * replay_n - 1's time + 1 us (ids 3n - 2
-    # and 3n - 1 belong to the other queues).
-    step_us = args.days * 86_400_000_000 / n_messages
-    last_us = math.floor(int(start.timestamp() * 1_000_000) + (3 * replay_n - 1) * step_us)
-    until = dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=last_us + 1)
+    until = replay_until(start, args.days, n_messages, replay_n)
     figures: dict[str, Any] = {}
 
     with tempfile.TemporaryDirectory(prefix="redisq-bench-history-") as tmpdir:

@@ -65,7 +65,7 @@ from redisq_django.pipeline.replay_order import publish_frame, publish_order, ta
 from redisq_django.pipeline.schemas import Table, archive_schema
 from redisq_django.pipeline.session import runs_in_driver
 from redisq_django.pipeline.source_options import SourceOptions
-from redisq_django.pipeline.writer import RowLayout, publish_rows
+from redisq_django.pipeline.writer import RowLayout, batch_rows, publish_rows
 
 __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_messages"]
 
@@ -125,12 +125,12 @@ class ReplaySummary:
         )
 
 
-def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
-    """The archived messages the replay selects, unordered.
+def selected_days(spark: SparkSession, options: ReplayOptions) -> DataFrame:
+    """The archived messages of the queue and the days the replay selects from: the
+    ``queue`` and ``date`` directories it reads (nothing else filtered).
 
     Raises:
-        ReplayError: the archive has no messages table, or ``where`` is not valid SQL
-            over its columns.
+        ReplayError: the archive has no messages table.
     """
     try:
         frame = spark.read.schema(archive_schema(Table.MESSAGES)).parquet(options.messages_path)
@@ -140,14 +140,26 @@ def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
             "check --root, and run the archive job first"
         ) from exc
     condition: Column = F.col("queue") == F.lit(options.queue)
-    # The date bounds prune directories; the time bounds are the exact range.
     if options.since is not None:
         condition &= F.col("date") >= F.lit(options.since.date())
-        condition &= F.col("published_at") >= F.lit(options.since)
     if options.until is not None:
         condition &= F.col("date") <= F.lit(options.until.date())
-        condition &= F.col("published_at") < F.lit(options.until)
-    frame = frame.where(condition)
+    return frame.where(condition)
+
+
+def select_messages(spark: SparkSession, options: ReplayOptions) -> DataFrame:
+    """The archived messages the replay selects, unordered.
+
+    Raises:
+        ReplayError: the archive has no messages table, or ``where`` is not valid SQL
+            over its columns.
+    """
+    frame = selected_days(spark, options)
+    # The date bounds prune directories; the time bounds are the exact range.
+    if options.since is not None:
+        frame = frame.where(F.col("published_at") >= F.lit(options.since))
+    if options.until is not None:
+        frame = frame.where(F.col("published_at") < F.lit(options.until))
     if options.where:
         try:
             # Analysed at once (classic Spark): a bad column or syntax error surfaces here.
@@ -234,7 +246,8 @@ def writer_options(options: ReplayOptions, batch_size: int) -> dict[str, str]:
 
 def _publish(spark: SparkSession, frame: DataFrame, options: ReplayOptions) -> int:
     """Publish ``frame``'s rows; returns how many (each task counts what it published)."""
-    rows = publish_frame(frame, options, partitioned=target_partitioned(options))
+    days = selected_days(spark, options)
+    rows = publish_frame(frame, days, options, partitioned=target_partitioned(options))
     batch_size = options.batch_size
     throttle = None
     if options.rate is not None:
@@ -258,7 +271,33 @@ def _publish_in_driver(rows: DataFrame, layout: RowLayout, options: SourceOption
     the JVM directly, one Spark partition (and the next, prefetched) in memory at once.
     ``where`` stays all or nothing: the shuffle before the first Spark partition arrives
     evaluates it on every row."""
-    return publish_rows(options, layout, rows.toLocalIterator(prefetchPartitions=True))
+    return publish_rows(options, layout, batch_rows(local_arrow_batches(rows)))
+
+
+def local_arrow_batches(frame: DataFrame) -> Iterator[Any]:
+    """``frame``'s rows in this process as Arrow record batches, in order, a Spark
+    partition at a time with the next one computed meanwhile (``toLocalIterator``'s
+    bound on memory, and its protocol).
+
+    ``toLocalIterator`` itself sends pickled rows and builds a ``Row`` per message, most
+    of a warm replay's time in the driver (bench/RESULTS.md, issue 37); ``toArrow`` sends
+    Arrow but holds the whole selection. So this asks the JVM for the Arrow batches of
+    each partition (``Dataset.toArrowBatchRdd``, what ``toArrow`` collects) through the
+    local iterator's server (``PythonRDD.toLocalIteratorAndServe``): PySpark internals,
+    classic sessions only, covered by the replay tests on every PySpark we support."""
+    import pyarrow as pa
+    from pyspark.serializers import NoOpSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.util import _local_iterator_from_socket
+
+    spark = frame.sparkSession
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    # The JVM sends record batch messages without their schema: it is this one.
+    schema = to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
+    jvm: Any = spark.sparkContext._jvm
+    served = jvm.PythonRDD.toLocalIteratorAndServe(frame._jdf.toArrowBatchRdd(), True)
+    for message in _local_iterator_from_socket(served, NoOpSerializer()):
+        yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)
 
 
 def _publisher(

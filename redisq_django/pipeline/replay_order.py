@@ -24,19 +24,27 @@ def publish_order() -> list[Column]:
     return [F.col("published_at"), ms, seq, F.col("entry_id")]
 
 
-def _has_keys(frame: DataFrame) -> bool:
-    """Whether the selection holds a message with an ordering key: a small job that
-    reads the ``key`` column only (Parquet statistics skip the row groups without one)."""
-    return bool(frame.where(F.col("key").isNotNull()).select("key").limit(1).count())
+def _has_keys(days: DataFrame) -> bool:
+    """Whether ``days`` (the directories the selection reads) hold a message with an
+    ordering key: a small job that reads the ``key`` column only, and Parquet's
+    statistics skip the row groups where it has no value (an archive without keys costs
+    the files' footers). Not the selection's exact range: its time bounds would read
+    ``published_at`` of every row of those days, as much as counting the selection
+    (bench/RESULTS.md, issue 37); a key outside the range on the same days only costs
+    a shuffle that was not needed."""
+    return bool(days.where(F.col("key").isNotNull()).select("key").limit(1).count())
 
 
-def publish_frame(frame: DataFrame, options: ReplayOptions, partitioned: bool = False) -> DataFrame:
+def publish_frame(
+    frame: DataFrame, days: DataFrame, options: ReplayOptions, partitioned: bool = False
+) -> DataFrame:
     """``frame`` as the writer's input: ordered, with the columns the writer reads, and
     with ``once`` the derived ids (original id kept in column ``original_id``).
+    ``days``: the directories ``frame`` was selected from (:func:`_has_keys`).
     ``partitioned``: the target queue has partitions (each key's messages from one task)."""
     if options.ordered:
         ordered = frame.orderBy(*publish_order()).coalesce(1)
-    elif options.where or partitioned or _has_keys(frame):
+    elif options.where or partitioned or _has_keys(days):
         # The shuffle evaluates the predicate on every row before any task publishes; by
         # ordering key, so that one task publishes all of a key's messages, in order (the
         # writer's broker routes them to their key's partition: per-key order kept).

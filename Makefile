@@ -280,12 +280,21 @@ bench-peers: $(VENV) redis $(PEERS_STAMP)
 # (python -m redisq_django.pipeline, a fresh JVM each), replay vs pipelined XADD of the
 # same bytes, and compact; the load average beside each figure (~10 min at 10M on 2
 # cores; make bench-pipeline BENCH_EVENTS=1000000 for a quick run).
+# BENCH_ONLY=replay,cli,report runs bench/history_speed.py instead: those jobs side by side
+# with their plainest baselines, interleaved (BENCH_ARGS: its options, e.g. --root DIR to
+# keep the archive for the next run).
 BENCH_EVENTS ?= 10000000
+BENCH_ONLY ?=
+BENCH_ARGS ?=
 bench-pipeline: $(VENV) redis java
 	@$(redis_env); \
 	$(spark_env); \
-	$(VPY) bench/pipeline.py; \
-	$(VPY) bench/pipeline_history.py --events $(BENCH_EVENTS)
+	if [ -n "$(BENCH_ONLY)" ]; then \
+		$(VPY) bench/history_speed.py --only $(BENCH_ONLY) --events $(BENCH_EVENTS) $(BENCH_ARGS); \
+	else \
+		$(VPY) bench/pipeline.py; \
+		$(VPY) bench/pipeline_history.py --events $(BENCH_EVENTS); \
+	fi
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis \

@@ -1,6 +1,6 @@
 """The history jobs against their plainest baselines, side by side (issue 37, point 8).
 
-Run with ``make bench-pipeline BENCH_ONLY=replay,cli,report`` or
+Run with ``make bench-pipeline BENCH_ONLY=replay,cli,report [BENCH_ARGS="--root DIR"]`` or
 ``.venv/bin/python bench/history_speed.py [--only replay,cli,report] [--root DIR]``;
 needs the ``pipeline`` extra, Java 17+ and a redis-server (``make redis``). The archive is
 ``bench/pipeline_history.py``'s synthetic one (``--events``, 10,000,000 by default, 7 days

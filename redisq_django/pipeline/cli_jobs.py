@@ -154,7 +154,7 @@ def run_report(args: argparse.Namespace) -> str:
         queues=tuple(dict.fromkeys(q for item in args.queues for q in item.split(",") if q)),
         bucket=args.bucket,
     )
-    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+    with pipeline_session(args.master, parse_conf(args.conf), data_source=False) as spark:
         set_log_level(spark, args.spark_log_level)
         return report(spark, options).line()
 
@@ -301,7 +301,7 @@ def run_replay(options: ReplayOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.replay import replay
     from redisq_django.pipeline.session import pipeline_session
 
-    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+    with pipeline_session(args.master, parse_conf(args.conf), data_source=False) as spark:
         set_log_level(spark, args.spark_log_level)
         summary = replay(spark, options)
     for row in summary.sample:
@@ -314,7 +314,7 @@ def run_compact(options: CompactOptions, args: argparse.Namespace) -> str:
     from redisq_django.pipeline.compact import compact
     from redisq_django.pipeline.session import pipeline_session
 
-    with pipeline_session(args.master, parse_conf(args.conf)) as spark:
+    with pipeline_session(args.master, parse_conf(args.conf), data_source=False) as spark:
         set_log_level(spark, args.spark_log_level)
         return compact(spark, options).line()
 

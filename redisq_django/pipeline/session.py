@@ -61,6 +61,8 @@ def build_session(
     master: str | None = DEFAULT_MASTER,
     conf: Mapping[str, str] | None = None,
     app_name: str = DEFAULT_APP_NAME,
+    *,
+    data_source: bool = True,
 ) -> SparkSession:
     """A SparkSession for the pipeline jobs, with the ``redisq`` data source registered.
 
@@ -69,6 +71,11 @@ def build_session(
             ``spark.master`` in ``conf``) gives, falling back to ``local[*]``.
         conf: Spark configuration, applied over :data:`DEFAULT_CONF`.
         app_name: the application name shown by the cluster manager.
+        data_source: register the ``redisq`` data source. A job that never reads or
+            writes ``format("redisq")`` (report, replay, compact) leaves it out: Spark
+            answers the first registration of a Python data source by starting a Python
+            worker that looks for installed ones, seconds of a one-off job's start
+            (bench/RESULTS.md, issue 37).
 
     Returns:
         The session; an existing one in this process is reused (``getOrCreate``), with
@@ -93,7 +100,8 @@ def build_session(
         apply_job_defaults(spark)
     if not runs_in_driver(spark.sparkContext.master or "local"):
         ship_package(spark)
-    register(spark)
+    if data_source:
+        register(spark)
     return spark
 
 
@@ -109,12 +117,14 @@ def pipeline_session(
     master: str | None = DEFAULT_MASTER,
     conf: Mapping[str, str] | None = None,
     app_name: str = DEFAULT_APP_NAME,
+    *,
+    data_source: bool = True,
 ) -> Iterator[SparkSession]:
     """:func:`build_session` as a context manager that stops the session at the end,
     unless it already existed (a test's shared session, a notebook's) or its JVM is gone
     (a signal stopped it: there is nothing left to stop)."""
     existed = SparkSession.getActiveSession() is not None
-    spark = build_session(master, conf, app_name)
+    spark = build_session(master, conf, app_name, data_source=data_source)
     try:
         yield spark
     finally:

@@ -291,7 +291,7 @@ def local_arrow_batches(frame: DataFrame) -> Iterator[Any]:
     each partition (``Dataset.toArrowBatchRdd``, what ``toArrow`` collects) through the
     local iterator's server (``PythonRDD.toLocalIteratorAndServe``): PySpark internals,
     classic sessions only, covered by the replay tests on every PySpark we support."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.serializers import NoOpSerializer
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.util import _local_iterator_from_socket
@@ -319,7 +319,7 @@ def _publisher(
     (bench/RESULTS.md); the rows are published by the same function either way."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         from redisq_django.pipeline.source_options import SourceOptions
         from redisq_django.pipeline.writer import RowLayout, batch_rows, publish_rows

@@ -44,4 +44,7 @@ if os.environ.get("BENCH_TRACING") == "1":  # tracing of each handler ("tracing 
 if os.environ.get("BENCH_TRENDS", "1") != "1":  # per-minute trend counters ("trends off")
     REDISQ["TRENDS"] = False
 
+if os.environ.get("BENCH_TASKS") == "1":  # the Tasks backend (bench/drain_budget.py)
+    TASKS = {"default": {"BACKEND": "redisq_django.tasks.RedisqBackend", "QUEUES": ["bench_tasks"]}}
+
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -60,7 +60,8 @@ class AckPipe:
     Args:
         sub: the instance.
         on_acked: called in the handler's thread with the messages Redis acknowledged
-            (or found settled already), in order, once their reply is read.
+            (or found settled already), in order: once per read of the replies, with
+            every message whose reply it read.
     """
 
     def __init__(self, sub: Subscription, on_acked: Callable[[list[Delivery]], None]) -> None:
@@ -74,8 +75,10 @@ class AckPipe:
         self._pooled = self._pipe.available
         self._packed = _Prepacked(sub)
         self._counter = trends.counter(sub.keys) if sub.config.trends else None
-        #: Trend counts of this batch not written yet (handled, their handler ms, ...).
+        #: Trend counts of this batch not written yet: what handlers settled themselves
+        #: (a task's), and, two plain sums per handled message, handled and their ms.
         self._counts: dict[str, int] = {}
+        self._handled = self._handled_ms = 0
         self._handled_field = trends.per_consumer(trends.HANDLED, sub.consumer)
         self._ms_field = trends.per_consumer(trends.HANDLER_MS, sub.consumer)
         self._queued: list[Delivery] = []  # handled; acknowledgement not written yet
@@ -94,11 +97,9 @@ class AckPipe:
         """``delivery``'s handler returned: acknowledge it with the next write (and count
         it with the batch's last)."""
         self._queued.append(delivery)
-        if not self._pooled:  # acknowledged (and counted) by Subscription.ack
-            return
-        counts = self._counts
-        counts[self._handled_field] = counts.get(self._handled_field, 0) + 1
-        counts[self._ms_field] = counts.get(self._ms_field, 0) + (delivery.duration_ms or 0)
+        if self._pooled:  # else acknowledged (and counted) by Subscription.ack
+            self._handled += 1
+            self._handled_ms += delivery.duration_ms or 0
 
     def count_settled(self, delivery: Delivery, settlement: Settlement) -> None:
         """``delivery``'s handler settled it itself (a Django task): count it in the trends
@@ -121,7 +122,7 @@ class AckPipe:
         with ``counts``, the trend counters of what was handled) now, without waiting
         for the reply."""
         acked = self._queued
-        counted = counts and self._counter is not None and bool(self._counts)
+        counted = counts and self._counter is not None and bool(self._counts or self._handled)
         if not acked and mark is None and not counted:
             return
         if not self._pooled:  # no single connection to pipeline on: synchronous
@@ -190,7 +191,12 @@ class AckPipe:
     def _packed_counts(self) -> bytes:
         """The trend counters of the batch, each after a ``CLIENT REPLY SKIP``."""
         assert self._counter is not None
-        commands = self._counter.commands(self._counts)
+        counts = self._counts
+        if self._handled:  # into the batch's counts (kept there if the write fails)
+            counts[self._handled_field] = counts.get(self._handled_field, 0) + self._handled
+            counts[self._ms_field] = counts.get(self._ms_field, 0) + self._handled_ms
+            self._handled = self._handled_ms = 0
+        commands = self._counter.commands(counts)
         return skipping_replies(commands)
 
     def _mark_command(self, delivery: Delivery) -> tuple[Any, ...]:
@@ -215,14 +221,17 @@ class AckPipe:
         queued again (acknowledging twice is harmless), and the first failure raised."""
         failure: BaseException | None = None
         failed: list[Delivery] = []
+        done: list[Delivery] = []
         self._unread_writes = 0
         for acked, reply in self._pipe.read():
             if isinstance(reply, BaseException):  # not acknowledged: send again
                 failed += acked
                 failure = failure or reply
-                continue
-            self.sub.report.handled += len(acked)
-            self._on_acked(acked)
+            else:
+                done += acked
+        if done:  # one call per read, not one per write (a write per message)
+            self.sub.report.handled += len(done)
+            self._on_acked(done)
         if failure is None:
             return
         self._queued[:0] = failed

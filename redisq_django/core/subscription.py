@@ -250,14 +250,20 @@ class Subscription:
             )
 
     def _decode(self, reply: Any) -> list[Delivery]:
-        found = (self._delivery(self._streams[k], e, f, 1) for k, e, f in entries_of(reply))
-        return [m for m in found if m is not None]
+        deliveries = []
+        streams = self._streams
+        for key, entry_id, fields in entries_of(reply):
+            delivery = self._delivery(streams[key], entry_id, fields, 1)
+            if delivery is not None:
+                deliveries.append(delivery)
+        return deliveries
 
     def _delivery(
         self, stream: Stream, entry_id: bytes, fields: Any, delivery_count: int
     ) -> Delivery | None:
-        if isinstance(fields, list):  # flat list from a script reply
-            fields = dict(zip(fields[::2], fields[1::2], strict=False))
+        if isinstance(fields, list):  # flat: a script's reply, or a read's through a Pipe
+            pairs = iter(fields)  # (no slices: two lists fewer per message)
+            fields = dict(zip(pairs, pairs, strict=False))
         try:
             parts = env.decode(entry_id, fields)
         except env.UndecodableEntry as exc:

@@ -17,13 +17,14 @@ from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.keys import GroupKeys
 from redisq_django.core.types import RedisClient
 
-_TAGS = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
+#: What a started delivery's tag puts before its entry id, by stream.
+TAG_PREFIX = {Stream.LOG: b"log:", Stream.DIRECT: b"direct:"}
 
 
 def started_tag(delivery: Delivery) -> bytes:
     """How ``running`` and ``leases`` name a started delivery: ``log:<id>`` or
     ``direct:<id>``."""
-    return _TAGS[delivery.stream] + delivery.entry_id
+    return TAG_PREFIX[delivery.stream] + delivery.entry_id
 
 
 def renew_call(

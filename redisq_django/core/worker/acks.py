@@ -42,7 +42,7 @@ from redisq_django.core import lifecycle, trends
 from redisq_django.core.batch import run_batch
 from redisq_django.core.delivery import Delivery, Stream
 from redisq_django.core.errors import translate_errors
-from redisq_django.core.leases import started_tag
+from redisq_django.core.leases import TAG_PREFIX, started_tag
 from redisq_django.core.outcome import Outcome, Settlement
 from redisq_django.core.pipelining import SKIP_REPLY, Pipe, packed, skipping_replies
 from redisq_django.core.scripts import ScriptName
@@ -135,7 +135,7 @@ class AckPipe:
         if counted:  # their replies are skipped too
             data += self._packed_counts()
         if mark is not None:  # its reply is skipped: only the ack's is read back
-            data += SKIP_REPLY + self._packed.mark + _bulk(started_tag(mark))
+            data += self._packed.marked(mark)
         self._queued = []
         try:
             if acked:  # the one reply read back: the ack's (sent again after a NOSCRIPT)
@@ -172,7 +172,7 @@ class AckPipe:
             log = m.stream is Stream.LOG
             if not self.sub.history:
                 if log:
-                    return self._packed.xack + _bulk(m.entry_id), None
+                    return self._packed.xack.fill(m.entry_id), None
                 return self._packed.direct.fill(m.entry_id), "ack"
             message = m.message
             records = b"[" + lifecycle.record(message.id, message.attempts, m.duration_ms) + b"]"
@@ -287,7 +287,7 @@ class _Prepacked:
 
     def __init__(self, sub: Subscription) -> None:
         gkeys, instance, scripts, settling = sub.gkeys, sub.instance, sub.scripts, sub.settling
-        self.xack = _head(4, "XACK", sub.keys.log, gkeys.group)  # + the entry id
+        self.xack = _Template(("XACK", sub.keys.log, gkeys.group, _ID))  # + the entry id
 
         def template(stream: Stream, *, history: bool) -> _Template:
             event = settling.handled_event(_RECORDS) if history else []
@@ -298,4 +298,16 @@ class _Prepacked:
         self.recorded = template(Stream.LOG, history=True)  # + the entry id, its records
         self.recorded_direct = template(Stream.DIRECT, history=True)  # + the same
         self.direct = template(Stream.DIRECT, history=False)  # + the entry id
-        self.mark = _head(4, "HSET", gkeys.running, instance)  # + the started tag
+        # The start record, after a CLIENT REPLY SKIP: one %-format per write, its tag
+        # (the stream's prefix, then the entry id) written straight into the bulk.
+        mark = (SKIP_REPLY + _head(4, "HSET", gkeys.running, instance)).replace(b"%", b"%%")
+        self._marks = {
+            stream: (mark + b"$%d\r\n" + prefix + b"%b\r\n", len(prefix))
+            for stream, prefix in TAG_PREFIX.items()
+        }
+
+    def marked(self, delivery: Delivery) -> bytes:
+        """``CLIENT REPLY SKIP`` and the record that ``delivery`` starts, packed."""
+        template, extra = self._marks[delivery.stream]
+        entry_id = delivery.entry_id
+        return template % (len(entry_id) + extra, entry_id)

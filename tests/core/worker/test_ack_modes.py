@@ -66,7 +66,8 @@ def test_a_single_acknowledgement_is_packed_as_hiredis_would(
     from hiredis import pack_command
 
     from redisq_django.core.delivery import Stream
-    from redisq_django.core.worker.acks import AckPipe, _bulk, started_tag
+    from redisq_django.core.pipelining import SKIP_REPLY
+    from redisq_django.core.worker.acks import AckPipe
 
     broker = Broker(redis_client, CoreConfig(history=history))
     broker.consumers.ensure(queue_name, "billing")
@@ -78,5 +79,5 @@ def test_a_single_acknowledgement_is_packed_as_hiredis_would(
     pipe = AckPipe(sub, lambda acked: None)
     command, script = pipe._ack_command([message])
     assert pipe._packed_command([message]) == (pack_command(command), script)
-    mark = pipe._packed.mark + _bulk(started_tag(message))
-    assert mark == pack_command(pipe._mark_command(message))
+    mark = pipe._packed.marked(message)
+    assert mark == SKIP_REPLY + pack_command(pipe._mark_command(message))

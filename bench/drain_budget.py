@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -185,6 +185,36 @@ class Drain:
         for _ in range(self.n):
             noop.enqueue()
 
+    def count_calls(self) -> Counter[str]:
+        """Drain once, counting every call the handler thread makes (Python functions
+        and built-ins, ``sys.setprofile`` of that thread alone: the main and liveness
+        threads' calls, which depend on how long the drain takes, are left out)."""
+        from redisq_django.core.worker import threads
+
+        calls: Counter[str] = Counter()
+        original = threads.HandlerThread._loop
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                code = frame.f_code
+                calls[f"{Path(code.co_filename).name}:{code.co_firstlineno}({code.co_name})"] += 1
+            elif event == "c_call":
+                calls[f"<{getattr(arg, '__qualname__', arg)}>"] += 1
+
+        def counted(thread: threads.HandlerThread) -> None:
+            sys.setprofile(count)
+            try:
+                original(thread)
+            finally:
+                sys.setprofile(None)
+
+        threads.HandlerThread._loop = counted  # type: ignore[method-assign]
+        try:
+            self.run()
+        finally:
+            threads.HandlerThread._loop = original  # type: ignore[method-assign]
+        return calls
+
     def run(self) -> tuple[float, float]:
         """Drain; returns (first->last handled, the handler thread's CPU time) in seconds.
 
@@ -254,6 +284,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3, help="clean drains per variant (median)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--only", choices=("messages", "tasks"), default=None)
+    ap.add_argument("--calls-only", action="store_true", help="the handler thread's calls only")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="redisq-budget-") as tmpdir:
@@ -287,6 +318,11 @@ def report(kind: str, drain: Drain, hist: bool, args: argparse.Namespace) -> Non
     n = drain.n
     title = f"{kind}, history {'on' if hist else 'off'}, N={n}"
     print(f"\n=== {title}")
+    if args.calls_only:
+        drain.fill()
+        calls = drain.count_calls()
+        print(f"handler thread: {sum(calls.values()) / n:.1f} calls per message in all")
+        return
     spans, cpus, raws = [], [], []
     for _ in range(args.reps):  # interleaved with the raw loop, same queue contents
         drain.fill()
@@ -308,6 +344,18 @@ def report(kind: str, drain: Drain, hist: bool, args: argparse.Namespace) -> Non
     print(f"{line}; load {uptime()}")
 
     drain.fill()
+    calls = drain.count_calls()
+    print(
+        f"handler thread: {sum(calls.values()) / n:.1f} calls per message in all "
+        "(sys.setprofile of that thread: Python functions and built-ins)"
+    )
+    print(f"{'calls/msg':>9}  called >= once per 10 messages")
+    for where, nc in calls.most_common():
+        if nc < n / 10:
+            break
+        print(f"{nc / n:9.2f}  {where}")
+
+    drain.fill()
     prof = cProfile.Profile()
     prof.enable()
     drain.run()
@@ -315,7 +363,7 @@ def report(kind: str, drain: Drain, hist: bool, args: argparse.Namespace) -> Non
     stats = pstats.Stats(prof)
     raw_stats: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total_calls = sum(v[1] for v in raw_stats.values())
-    print(f"cProfile: {total_calls / n:.1f} function calls per message in all")
+    print(f"cProfile (every thread): {total_calls / n:.1f} calls per message in all")
     rows = []
     for (file, line_no, func), (_, nc, tt, _ct, _) in raw_stats.items():
         if nc >= n / 10:

@@ -392,13 +392,15 @@ class HandlerThread(threading.Thread):
         _stop_watch(delivery, started)
         if delivery.timed_out:  # the watchdog settled it as failed: nothing more to do
             error = exceeded(self.spec.time_limit or 0)
+        elif raised is None:  # the usual case: none of the checks below applies
+            pass
         elif isinstance(raised, Settled):  # deprecated: how a handler said it before Settlement
             returned = raised.settlement
         elif isinstance(raised, Reject):
             delivery.failed = True
             error = raised
             self._settle(functools.partial(self._fail, delivery, raised, reject=True))
-        elif raised is not None:
+        else:
             delivery.failed = True
             error = raised
             self._count("failed")
@@ -411,7 +413,8 @@ class HandlerThread(threading.Thread):
                 raised,
             )
             self._settle(functools.partial(self._fail, delivery, raised, reject=False))
-        if isinstance(returned, Settlement) and not delivery.timed_out:  # settled by itself
+        # (only a handler that gets the delivery returns something: a Django task's)
+        if returned is not None and isinstance(returned, Settlement) and not delivery.timed_out:
             error, settled = returned.error, True
             duplicate = returned.duplicate
             self._settled_by_handler(delivery, returned)

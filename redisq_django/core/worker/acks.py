@@ -272,11 +272,13 @@ class _Template:
         # One %-format per write, the cheapest way to put a few values into bytes.
         self._format = b"$%d\r\n%b\r\n".join(p.replace(b"%", b"%%") for p in parts)
 
-    def fill(self, *values: bytes) -> bytes:
-        """The command with ``values`` in place of its stand-ins, in order."""
-        if len(values) == 1:
-            return self._format % (len(values[0]), values[0])
-        return self._format % tuple(x for v in values for x in (len(v), v))
+    def fill(self, first: bytes, second: bytes | None = None) -> bytes:
+        """The command with ``first`` (and ``second``) in place of its stand-ins (an
+        entry id; with history, then its records), in order. Spelt out, not a loop:
+        once per message."""
+        if second is None:
+            return self._format % (len(first), first)
+        return self._format % (len(first), first, len(second), second)
 
 
 class _Prepacked:

@@ -55,8 +55,9 @@ def datetime_to_ms(when: dt.datetime) -> int:
 
 def ms_from_entry_id(entry_id: bytes | str) -> int:
     """The millisecond part of a stream entry id (``b"1700000000000-3"`` → 1700000000000)."""
-    # int() reads ASCII digits in bytes too: no text made (once per message fetched)
-    return int(entry_id.partition(b"-" if isinstance(entry_id, bytes) else "-")[0])
+    if isinstance(entry_id, bytes):  # int() reads ASCII digits in bytes: no text made
+        return int(entry_id.partition(b"-")[0])
+    return int(entry_id.partition("-")[0])
 
 
 #: The largest sequence number of a stream entry id: ``f"{ms}-{MAX_SEQ}"`` is the last

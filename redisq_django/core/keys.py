@@ -110,6 +110,11 @@ class QueueKeys:
     of: int | None = field(default=None, compare=False)
     # Built once: every key of every publish and read starts with it.
     tag: str = field(init=False, repr=False, compare=False)
+    # Its consumers' keys, each built (and its name checked) once: a task's start and
+    # settle ask for them again for every task.
+    _groups: dict[str, GroupKeys] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         hashed = self.queue if self.part is None else f"{self.queue}#{self.part}"
@@ -197,7 +202,10 @@ class QueueKeys:
 
     def group(self, group: str) -> GroupKeys:
         """Keys of logical consumer ``group`` on this queue."""
-        return GroupKeys(self, validate_name("consumer", group))
+        found = self._groups.get(group)
+        if found is None:
+            found = self._groups[group] = GroupKeys(self, validate_name("consumer", group))
+        return found
 
 
 @dataclass(frozen=True)
@@ -206,10 +214,11 @@ class GroupKeys:
 
     queue_keys: QueueKeys
     group: str
+    # Built once: every key of the consumer starts with it.
+    _base: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def _base(self) -> str:
-        return f"{self.queue_keys.tag}:g:{self.group}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_base", f"{self.queue_keys.tag}:g:{self.group}")
 
     @property
     def direct(self) -> str:

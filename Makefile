@@ -62,12 +62,13 @@ PYTEST_ARGS ?=
 # Spark JVM). Most tests spend their time waiting (on Redis, a subprocess, a timeout they
 # provoke): with one process per core the suite used about a third of two cores. JOBS=1
 # runs in this process (for --pdb). A test file stays on one process (--dist loadfile):
-# its fixtures and its order hold as written.
+# its fixtures and its order hold as written; files are handed out in the order
+# tests/conftest.py gives them (the long ones first), not xdist's (most tests first).
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n + 1)); [ "$$n" -gt 4 ] && n=4; echo $$n)
 ifeq ($(JOBS),1)
 XDIST := -p no:xdist
 else
-XDIST := -n $(JOBS) --dist loadfile
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 endif
 
 .PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-peers bench-pipeline clean distclean redis chromium \

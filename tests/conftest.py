@@ -128,18 +128,62 @@ CORE_TESTS = Path(__file__).parent / "core"
 BROWSER_TESTS = Path(__file__).parent / "browser"
 
 
+#: The Spark files that take longest (minutes each in ``make test``'s slowest list): they
+#: start first, so that none of them is what the run waits for at its end.
+LONGEST_SPARK_FILES = frozenset(
+    {
+        "test_readme_spark.py",
+        "test_cluster_parity.py",
+        "test_resilience.py",
+        "test_archive_signals.py",
+        "test_archive_restarts.py",
+        "test_archives_named.py",
+        "test_archive_starved.py",
+        "test_archive.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every core test runs in each lane of the server matrix (``make test``); the other
     # tests that do are marked ``servers`` where they stand.
     for item in items:
         if CORE_TESTS in item.path.parents:
             item.add_marker(pytest.mark.servers)
-    # The browser tests run last: pytest-playwright's sync API keeps an event loop
-    # running in the main thread until the session ends, and every later test that
-    # calls asyncio.run() (the async client, the async pipelines) would be refused with
-    # "cannot be called from a running event loop". The sort is stable: the order within
-    # each group stays as collected.
-    items.sort(key=lambda item: BROWSER_TESTS in item.path.parents)
+    items[:] = _in_running_order(items)
+
+
+def _in_running_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The collected tests, a file's tests kept together and in their order, files in
+    the order the xdist processes should take them (``make test`` hands out whole files
+    in this order, ``--dist loadfile --no-loadscope-reorder``):
+
+    1. the long files first, those marked ``spark`` taking turns with the other ``slow``
+       ones: a Spark file started last kept one process busy for minutes after the
+       others had finished (xdist's own order, most tests first, put them last), and
+       taking turns keeps about half the processes off Spark's JVMs at any time;
+    2. then the rest, as collected;
+    3. the browser tests last: pytest-playwright's sync API keeps an event loop running
+       in the main thread until the session ends, and every later test that calls
+       asyncio.run() (the async client, the async pipelines) would be refused with
+       "cannot be called from a running event loop".
+    """
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    spark, slow, rest, browser = [], [], [], []
+    for path, tests in files.items():
+        if BROWSER_TESTS in path.parents:
+            browser.append(tests)
+        elif any(test.get_closest_marker("spark") for test in tests):
+            spark.append(tests)
+        elif any(test.get_closest_marker("slow") for test in tests):
+            slow.append(tests)
+        else:
+            rest.append(tests)
+    spark.sort(key=lambda tests: tests[0].path.name not in LONGEST_SPARK_FILES)
+    long_first = [f for pair in itertools.zip_longest(spark, slow) for f in pair if f]
+    return [test for tests in (*long_first, *rest, *browser) for test in tests]
 
 
 @pytest.fixture(autouse=True)

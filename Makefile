@@ -13,7 +13,7 @@
 #                                  # staged incident, in test-artifacts/screenshots/
 #   make docs                      # the documentation site, docs/_build/html (warnings are errors),
 #                                  # in .venv-docs (only the package and its docs extra)
-#   make lint | type | bench | bench-tasks | bench-async | bench-peers | bench-pipeline | clean | distclean
+#   make lint | type | bench | bench-tasks | bench-async | bench-scaling | bench-peers | bench-pipeline | clean | distclean
 #
 # The venv gets the test, lint, pipeline, metrics, otel and docs extras (pyproject.toml); ruff and mypy are
 # pinned there, so make lint / make type run the same versions as tox and pre-commit.
@@ -71,7 +71,7 @@ else
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 endif
 
-.PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-peers bench-pipeline clean distclean redis chromium \
+.PHONY: test test-fast test-server test-redis62 demo screenshots docs lint type bench bench-tasks bench-async bench-scaling bench-peers bench-pipeline clean distclean redis chromium \
 	postgres java $(VENV)
 
 # ---------------------------------------------------------------------------
@@ -169,10 +169,13 @@ endef
 
 # The server matrix (docs/howto/redis.md, "Servers tested"): the whole suite runs on
 # Redis 7 (the system server), then each lane of SERVER_LANES runs the tests marked
-# `servers` on its server (.ci/server-lane.sh says which binaries and tests). Every lane
-# runs even when one fails; make test fails when any did. With PYTEST_ARGS only those
-# tests run, on Redis 7.
+# `servers` on its server (.ci/server-lane.sh says which binaries and tests). The lanes
+# run at the same time, each in LANE_JOBS processes, their output shown lane by lane at
+# the end: their tests mostly wait (on workers they kill, on timeouts they provoke), and
+# one after the other they took 9 of CI's 40 minutes. Every lane runs even when one
+# fails; make test fails when any did. With PYTEST_ARGS only those tests run, on Redis 7.
 SERVER_LANES := redis62 valkey
+LANE_JOBS ?= 2
 
 test: $(VENV) redis chromium postgres java
 	@$(redis_env); \
@@ -180,10 +183,18 @@ test: $(VENV) redis chromium postgres java
 	failed=""; \
 	$(VPY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS) || failed="redis7 (full suite)"; \
 	if [ -z "$(strip $(PYTEST_ARGS))" ]; then \
+		lanes="$$(mktemp -d)"; \
 		for lane in $(SERVER_LANES); do \
-			PYTEST_XDIST="$(XDIST)" VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" \
-				|| failed="$$failed $$lane"; \
+			( PYTEST_XDIST="-n $(LANE_JOBS) --dist loadfile --no-loadscope-reorder" \
+				VENV_PYTHON=$(VPY) bash .ci/server-lane.sh "$$lane" >"$$lanes/$$lane.log" 2>&1; \
+				echo $$? >"$$lanes/$$lane.rc" ) & \
 		done; \
+		wait; \
+		for lane in $(SERVER_LANES); do \
+			cat "$$lanes/$$lane.log"; \
+			[ "$$(cat "$$lanes/$$lane.rc")" = 0 ] || failed="$$failed $$lane"; \
+		done; \
+		rm -rf "$$lanes"; \
 	fi; \
 	if [ -n "$$failed" ]; then echo "make test: failed: $${failed# }" >&2; exit 1; fi
 
@@ -256,6 +267,13 @@ bench-tasks: $(VENV) redis postgres
 bench-async: $(VENV) redis
 	@$(redis_env); \
 	$(VPY) bench/async_io.py
+
+# runconsumer --processes 1 vs 2 on 100,000 no-op messages, interleaved: the aggregate
+# rate, the workers' and redis-server's CPU per message, and a projection for 8 and 32
+# cores (bench/process_scaling.py; ~2 min). BENCH_ARGS="--max-processes 3 --reps 5".
+bench-scaling: $(VENV) redis
+	@$(redis_env); \
+	$(VPY) bench/process_scaling.py $(BENCH_ARGS)
 
 # Celery, RQ, Dramatiq and Huey vs our runconsumer on one harness (bench/peers/run.py):
 # enqueue, drain, Redis commands per job, latency at 200/s, interleaved rounds. The peers

@@ -5,13 +5,12 @@ SIGKILL of one of them, and nothing is lost."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 import redis
 
 from redisq_django.core import Broker
 from tests.faultapp.consumers import spans_key
+from tests.support.flow import LATENESS, most_allowed, most_in_any_window
 from tests.support.workers import Workers, read_done, unacked, wait_for
 
 pytestmark = [
@@ -62,14 +61,15 @@ def test_three_processes_of_eight_threads_keep_together_to_the_rate(
     assert sorted(d.id for d in done) == sorted(ids)
     assert {d.attempts for d in done} == {1}
     assert len({d.pid for d in done}) == 3  # every process took its share
-    # ...the 500 starts took 10 s ± 5 % (the first three at once: 497 intervals)...
-    starts = sorted(at for what, _, at, _ in read_spans(redis_client, "paced") if what == "start")
-    assert 9.5 <= (starts[-1] - starts[0]) / 1e6 <= 10.5
-    # ...and each whole second after the first held 50 ± 5 % of them
-    first = starts[0]
-    per_second = Counter((at - first) // 1_000_000 for at in starts)
-    whole = [per_second[s] for s in range(1, 9)]
-    assert all(47 <= n <= 53 for n in whole), whole
+    # ...the 500 starts took 10 s (the first three at once: 497 intervals): never less,
+    # but for a start seen late on a starved CPU; more only as far as a loaded machine
+    # delays them (three limits kept per process would have taken a third of it)...
+    starts = sorted(
+        at / 1e6 for what, _, at, _ in read_spans(redis_client, "paced") if what == "start"
+    )
+    assert 497 / 50 - LATENESS <= starts[-1] - starts[0] <= 15
+    # ...and no second held more than the limit lets through
+    assert most_in_any_window(starts, 1.0) <= most_allowed(50, 3)
     assert unacked(redis_client, "paced", "paced") == 0
 
 

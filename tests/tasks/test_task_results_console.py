@@ -26,7 +26,9 @@ from redisq_django.models import DeadLetter
 from tests.support.redis_server import RedisServer
 from tests.tasks.conftest import TasksEnv
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The results page lists the results of every queue on the server: start from an empty
+# one (another file's tasks, e.g. tests/docs/test_migrating.py's, stay on it).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_redis")]
 URL = "/admin/redisq_django/taskresults/"
 FAILING = "tests.tasks.sample_tasks.failing"
 

@@ -3,7 +3,7 @@
 Drains N no-op messages in this process at concurrency 1 (the worker built as
 ``runconsumer bench --burst`` builds it: ``redisq_django.runner.build_worker``), three
 ways, each with history off and on, and the same for a Django task queue
-(``runconsumer --tasks``, the no-op task ``benchapp.tasks.noop``):
+(``runconsumer --tasks``, the no-op task ``benchapp.noop_task.noop``):
 
 * **clean**: nothing added; first->last handled per message (the benchmark's figure),
   beside the raw loop (``XREADGROUP COUNT 100`` + one ``XACK`` per 100) in the same run;
@@ -174,7 +174,7 @@ class Drain:
         if not self.tasks:
             fill(self.client, self.broker, self.n)
             return
-        from benchapp.tasks import noop
+        from benchapp.noop_task import noop
 
         from redisq_django.tasks.task_queues import task_queues
 

@@ -11,7 +11,8 @@ messages back to back (``runconsumer bench --burst --concurrency 1``). For each 
   rate while they all run, without the spread of their start-up times;
 * **CPU per message**: the worker processes' user+system CPU (``RUSAGE_CHILDREN`` of
   this process, the supervisor's reaped children included) and redis-server's
-  (``/proc/PID/stat``), each over the messages handled.
+  (``/proc/PID/stat``), less what the same command spends draining nothing (Django's
+  start, the last empty fetch, the exit; measured beside each run), over the messages.
 
 From the CPU per message it prints the ceiling two processes can reach on this
 machine's cores, and a projection for 8 and 32 cores: N processes are held by the
@@ -55,7 +56,8 @@ def _children_cpu() -> float:
 
 
 def drain(denv: DjangoEnv, tmp: Path, redis_pid: int, processes: int, n: int) -> dict[str, float]:
-    """One burst drain of the filled backlog with ``processes`` worker processes."""
+    """One burst drain of the filled backlog of ``n`` with ``processes`` worker
+    processes: the aggregate rate and the CPU seconds spent (workers, redis-server)."""
     for old in tmp.glob("drain-*.json"):
         old.unlink()
     args = ["runconsumer", "bench", "--burst", "--concurrency", "1"]
@@ -66,18 +68,23 @@ def drain(denv: DjangoEnv, tmp: Path, redis_pid: int, processes: int, n: int) ->
     _, err = proc.communicate(timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"runconsumer exited {proc.returncode}: {err.decode()[-2000:]}")
-    redis_cpu, workers_cpu = (
-        _process_cpu(redis_pid) - redis_before,
-        _children_cpu() - workers_before,
-    )
     parts = [json.loads(f.read_text()) for f in tmp.glob("drain-*.json")]
     count = sum(p["count"] for p in parts)
     assert count == n, (count, n)
     return {
         "rate": sum(p["count"] / (p["last"] - p["first"]) for p in parts if p["count"] > 1),
-        "span": max(p["last"] for p in parts) - min(p["first"] for p in parts),
-        "worker_us": workers_cpu / count * 1e6,
-        "redis_us": redis_cpu / count * 1e6,
+        "worker_cpu": _children_cpu() - workers_before,
+        "redis_cpu": _process_cpu(redis_pid) - redis_before,
+    }
+
+
+def per_message(run: dict[str, float], empty: dict[str, float], n: int) -> dict[str, float]:
+    """``run``'s CPU per message (microseconds), less what the same processes spent on a
+    drain of nothing (Django's start, the burst's last empty fetch, the exit)."""
+    return {
+        "rate": run["rate"],
+        "worker_us": (run["worker_cpu"] - empty["worker_cpu"]) / n * 1e6,
+        "redis_us": (run["redis_cpu"] - empty["redis_cpu"]) / n * 1e6,
     }
 
 
@@ -115,9 +122,12 @@ def main() -> int:
             denv.run("migrate", "-v", "0")
             for rep in range(args.reps):
                 for processes in range(args.max_processes, 0, -1):
+                    fill(client, broker, 0)
+                    empty = drain(denv, tmp, redis_pid, processes, 0)
                     fill(client, broker, args.messages)
                     loads.append(os.getloadavg()[0])
-                    result = drain(denv, tmp, redis_pid, processes, args.messages)
+                    run = drain(denv, tmp, redis_pid, processes, args.messages)
+                    result = per_message(run, empty, args.messages)
                     runs.setdefault(processes, []).append(result)
                     log(
                         f"rep {rep + 1} processes={processes}: {result['rate']:,.0f} msg/s, "

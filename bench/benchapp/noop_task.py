@@ -1,4 +1,6 @@
-"""The no-op Django task of ``bench/drain_budget.py`` (the Tasks backend's path)."""
+"""The no-op Django task of ``bench/drain_budget.py`` (the Tasks backend's path). Not named
+``tasks.py``: runconsumer imports every app's ``tasks`` module, and the other benches
+configure no Tasks backend with its queue."""
 
 from __future__ import annotations
 

@@ -129,7 +129,12 @@ def pipeline_session(
         yield spark
     finally:
         if not existed and not jvm.has_exited():
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception as exc:
+                # The signal reached the JVM as the job ended: it is stopping already.
+                if jvm.stop_signal(exc) is None:
+                    raise
 
 
 def ship_package(spark: SparkSession) -> Path:

@@ -1,14 +1,11 @@
 """History end to end: a consumer with history on, retention holding for the archive,
-the archive job (also under ``spark-submit``), and Spark reading the events back."""
+the archive job, and Spark reading the events back (the archive under ``spark-submit``:
+tests/pipeline/test_readme_spark.py runs the README's command)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pyspark
 import pytest
 import redis
 from pyspark.sql import SparkSession
@@ -67,45 +64,3 @@ def test_retention_waits_for_the_archive_job_then_trims_behind_it(
     )
     second = events.where(f"event = 'handled' AND message_id = '{ids[0]}'").first()
     assert second["attempt"] == 2
-
-
-def test_the_archive_runs_under_spark_submit(
-    queue_name: str, redis_client: redis.Redis, redis_url: str, tmp_path: Path
-) -> None:
-    broker = Broker(redis_client)
-    ids = broker.publish_many(queue_name, [{"n": n} for n in range(50)])
-    spark_home = Path(pyspark.__file__).parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(spark_home),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": str(REPO),
-    }
-    result = subprocess.run(
-        [
-            str(spark_home / "bin" / "spark-submit"),
-            "--master",
-            "local[1]",
-            "--conf",
-            "spark.ui.enabled=false",
-            str(REPO / "redisq_django" / "pipeline" / "__main__.py"),
-            "archive",
-            "--redis-url",
-            redis_url,
-            "--root",
-            str(tmp_path),
-            "--queue",
-            queue_name,
-            "--once",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "archived messages=50 events=0" in result.stdout
-    assert broker.archives.positions(queue_name, "default") == {"messages": ids[-1]}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One lane of the server matrix: the tests marked `servers` (all of tests/core and the
-# fault tests where the server matters) against one of the servers we support.
+# One lane of the server matrix: the tests marked `servers` (the tests of tests/core that
+# reach a server, and the fault tests where the server matters) against one of the
+# servers we support.
 #
 #   .ci/server-lane.sh redis62|redis7|valkey [pytest arguments]
 #

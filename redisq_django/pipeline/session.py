@@ -137,17 +137,29 @@ def pipeline_session(
                     raise
 
 
+#: The zip shipped to each Spark application (by application id) this process started.
+_SHIPPED: dict[str, Path] = {}
+
+
 def ship_package(spark: SparkSession) -> Path:
-    """Zip the ``redisq_django`` package and add it to the executors' Python path.
+    """Zip the ``redisq_django`` package and add it to the executors' Python path, once
+    per Spark application.
 
     Returns:
         The zip file (in a temporary directory removed when this process exits; the
         executors fetch it from the driver while the session runs).
     """
+    application = spark.sparkContext.applicationId
+    if application in _SHIPPED:
+        # A second job in a session that lives on (a notebook's): the executors have the
+        # package, and a second zip of the same name from another path would clash with
+        # the first in their working directories.
+        return _SHIPPED[application]
     tmp = Path(tempfile.mkdtemp(prefix="redisq-pyfiles-"))
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     archive = package_zip(tmp / "redisq_django.zip")
     spark.sparkContext.addPyFile(str(archive))
+    _SHIPPED[application] = archive
     return archive
 
 

@@ -64,11 +64,29 @@ class HadoopFs:
         return list(self.fs.listStatus(self._Path(text)))
 
     def list_files(self, text: str) -> list[Any]:
-        """Every file under ``text``, recursively (``FileStatus``)."""
+        """Every data file under ``text``, recursively (``FileStatus``): names starting
+        with ``_`` or ``.`` left out, as Spark's readers leave them out.
+
+        Not Hadoop's recursive ``listFiles``: it visits the sink log too, where a running
+        archive renames hidden temporary files into place, and on the local file system
+        it asks each file it listed for its permissions, failing the whole listing when
+        one was renamed in between. A directory removed during the walk is skipped."""
         out: list[Any] = []
-        it = self.fs.listFiles(self._Path(text), True)
-        while it.hasNext():
-            out.append(it.next())
+        pending = [self._Path(text)]
+        while pending:
+            try:
+                statuses = self.fs.listStatus(pending.pop())
+            except Exception as exc:
+                if "FileNotFoundException" in str(exc):
+                    continue
+                raise
+            for status in statuses:
+                if str(status.getPath().getName()).startswith(("_", ".")):
+                    continue
+                if status.isDirectory():
+                    pending.append(status.getPath())
+                else:
+                    out.append(status)
         return out
 
     def read_text(self, text: str) -> str:

@@ -1,10 +1,15 @@
 """Cluster parity: the archive, report and replay jobs on a Spark standalone master + worker
 (started from the pyspark package, on loopback) give what local mode gives, with
 executors whose Python cannot import ``redisq_django`` except from the zip the job ships.
+
+The three jobs run in one driver, one after the other in the session it built, as a
+notebook on a cluster runs them: the command line's ``main`` for each (what ``python -m
+redisq_django.pipeline`` runs), without a driver's and an application's start for each.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,12 +30,27 @@ from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 from tests.pipeline.archive_support import add_events, read_table
 from tests.support.spark_cluster import SparkCluster, isolated_python, spark_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[2]
-#: Longest a driver subprocess may take (seconds).
-JOB_TIMEOUT = 120
+#: Longest the driver subprocess may take, its three jobs together (seconds).
+JOB_TIMEOUT = 300
 WHERE = "get_json_object(payload, '$.total') >= 1500"
+#: A driver that builds the session on the cluster, prints the shuffle partitions it
+#: chose, then runs each job of argv[3] (a JSON list of command lines) in that session.
+JOBS_IN_ONE_DRIVER = r"""
+import json, sys
+from redisq_django.pipeline.cli import main
+from redisq_django.pipeline.session import build_session
+
+spark = build_session(sys.argv[1], {"spark.executor.memory": sys.argv[2]})
+print("shuffle partitions:", spark.conf.get("spark.sql.shuffle.partitions"), flush=True)
+for argv in json.loads(sys.argv[3]):
+    status = main(argv)
+    if status:
+        sys.exit(status)
+spark.stop()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -96,19 +116,33 @@ def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
     )
     assert alone.returncode != 0 and "No module named 'redisq_django'" in alone.stderr, alone
 
-    # The archive on the cluster and in local mode store the same rows.
+    # The archive, the report and the replay on the cluster, in one driver; the archive
+    # in local mode first, of what the cluster's archive reads (before its replay), under
+    # a name of its own (two archives of the same queue)
     on_cluster, local = tmp_path / "cluster", tmp_path / "local"
-    common = ["--redis-url", redis_url, "--queue", queue_name, "--master", cluster.master_url]
-    common += ["--conf", "spark.executor.memory=512m"]
-    run_driver(
-        ["-m", "redisq_django.pipeline", "archive", "--root", str(on_cluster), "--once", *common],
-        wrapper,
-    )
-    # (two archives of the same queue: each with a name of its own)
     local_options = ArchiveOptions(
         redis_url=redis_url, root=str(local), queues=(queue_name,), name="local"
     )
     archive(spark, local_options)
+    reports = {"cluster": tmp_path / "report-cluster", "local": tmp_path / "report-local"}
+    broker.consumers.ensure(queue_name, "billing")
+    broker.consumers.ensure(queue_name, "email")
+    source = ["--redis-url", redis_url, "--queue", queue_name]
+    jobs = [
+        ["archive", "--root", str(on_cluster), "--once", *source],
+        ["report", "--root", str(on_cluster), "--out", str(reports["cluster"])],
+        [
+            *("replay", "--root", str(on_cluster), "--where", WHERE),
+            *("--consumer", "billing", "--once", *source),
+        ],
+    ]
+    done = run_driver(
+        ["-c", JOBS_IN_ONE_DRIVER, cluster.master_url, "512m", json.dumps(jobs)], wrapper
+    )
+    # Without a cap, the shuffle has Spark's default parallelism when the session starts
+    assert "shuffle partitions: 4" in done.stdout, done.stdout
+
+    # The archive on the cluster and in local mode store the same rows.
     for table, rows in (("messages", 300), ("events", n_events)):
         cluster_rows = read_table(spark, on_cluster, table)
         local_rows = read_table(spark, local, table)
@@ -116,39 +150,18 @@ def test_archive_report_and_replay_on_a_standalone_cluster_match_local_mode(
         assertDataFrameEqual(cluster_rows, local_rows)
 
     # The report on the cluster aggregates the same counts as in local mode.
-    reports = {"cluster": tmp_path / "report-cluster", "local": tmp_path / "report-local"}
-    run_driver(
-        [
-            "-m",
-            "redisq_django.pipeline",
-            "report",
-            "--root",
-            str(on_cluster),
-            "--out",
-            str(reports["cluster"]),
-            "--master",
-            cluster.master_url,
-            "--conf",
-            "spark.executor.memory=512m",
-        ],
-        wrapper,
-    )
     report(spark, ReportOptions(root=str(local), out=str(reports["local"])))
     assert (reports["cluster"] / "report.html").stat().st_size > 0
     counts = {k: spark.read.parquet(str(d / "counts.parquet")) for k, d in reports.items()}
     assert counts["local"].count() > 0
     assertDataFrameEqual(counts["cluster"], counts["local"])
 
-    # The replay on the cluster publishes exactly the selected messages, to billing only.
-    broker.consumers.ensure(queue_name, "billing")
-    broker.consumers.ensure(queue_name, "email")
+    # The replay on the cluster published exactly the selected messages, to billing only.
     selected = {
         r.message_id for r in read_table(spark, local, "messages").where(F.expr(WHERE)).collect()
     }
     assert len(selected) == 150
-    replay = ["replay", "--root", str(on_cluster), "--where", WHERE, "--consumer", "billing"]
-    done = run_driver(["-m", "redisq_django.pipeline", *replay, "--once", *common], wrapper)
-    assert "replayed selected=150 published=150" in done.stdout
+    assert "replayed selected=150 published=150" in done.stdout, done.stdout
     got = fetch_all(broker, queue_name, "billing")
     assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(selected)  # type: ignore[attr-defined]
     assert fetch_all(broker, queue_name, "email") == []
@@ -166,5 +179,4 @@ def test_on_a_cluster_shuffle_partitions_follow_the_cores_the_configuration_give
     assert capped["spark.sql.adaptive.enabled"] == "true"
     # A cluster's driver memory is the cluster's business: not chosen from this machine
     assert capped["spark.driver.memory"] is None
-    # Without a cap, Spark's default parallelism when the session starts (at least 2)
-    assert probe_session(*common)["spark.sql.shuffle.partitions"] == "4"
+    # (Without a cap: the test above, whose driver prints its shuffle partitions.)

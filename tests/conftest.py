@@ -29,13 +29,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-
-# The JVMs of the Spark tests (the shared session's, and every command a test runs) live
-# seconds and run small jobs: C2's compilation is wasted on them and, on a busy 2-core
-# machine, takes the cores the tests need (a README report command: 37 s instead of 71 s
-# at load 8). Only for the tests; a user's jobs keep Java's defaults.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-
+from tests.support import spark_classes
 from tests.support.postgres_server import BIN_ENV as PG_BIN_ENV
 from tests.support.postgres_server import PostgresServer, find_pg_bin
 from tests.support.redis_server import (
@@ -250,6 +244,12 @@ def redisq_settings(settings: Any, redis_url: str) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The JVM options of every Spark JVM of the run (tests/support/spark_classes.py), set
+    # before the test processes start: they inherit them, and so does every command a
+    # test runs. A run that selects no Spark test makes no class archive.
+    if "SPARK_SUBMIT_OPTS" not in os.environ:
+        no_spark = "not spark" in (config.option.markexpr or "")
+        os.environ["SPARK_SUBMIT_OPTS"] = spark_classes.jvm_options(may_make=not no_spark)
     # The markers the broker fixture reads (defined here, beside it).
     config.addinivalue_line(
         "markers",

@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from redisq_django.core import Broker, CoreConfig
-from tests.support import spark_classes
+from tests.support import cpu_report, spark_classes
 from tests.support.postgres_server import BIN_ENV as PG_BIN_ENV
 from tests.support.postgres_server import PostgresServer, find_pg_bin
 from tests.support.redis_server import (
@@ -244,6 +244,8 @@ def redisq_settings(settings: Any, redis_url: str) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(cpu_report.REPORT_ENV):  # where the suite's CPU goes, test by test
+        config.pluginmanager.register(cpu_report, "redisq-cpu-report")
     # The JVM options of every Spark JVM of the run (tests/support/spark_classes.py), set
     # before the test processes start: they inherit them, and so does every command a
     # test runs. A run that selects no Spark test makes no class archive.

@@ -1,8 +1,9 @@
 """A project without ``django.contrib.admin`` (a worker-only or API-only service) runs
 every management command of ours: each ``manage.py redisq`` sub-command (listed from the
 command's parser, so that a new one must be added here), ``runconsumer`` and
-``redisq_pipeline``, in processes of their own with tests/settings_without_admin.py,
-against a real Redis and a migrated SQLite file; and its ``/metrics`` view answers."""
+``redisq_pipeline``, one after the other in a process of that project
+(tests/settings_without_admin.py; ``tests/support/command_runner.py``) against a real
+Redis and a migrated SQLite file; and its ``/metrics`` view answers."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import redis
 
 from redisq_django.core import Broker, CoreConfig
 from redisq_django.management.commands.redisq import Command as RedisqCommand
+from tests.support.command_runner import CommandRunner
 from tests.support.redis_server import RedisServer
-from tests.support.workers import Workers
+from tests.support.workers import REPO_ROOT, Workers
 from tests.workeronly.consumers import QUEUE
 
 pytestmark = pytest.mark.slow
@@ -31,13 +33,6 @@ METRICS_SCRAPE = (
     f"r = Client().get('/redisq/metrics', headers={{'authorization': 'Bearer {TOKEN}'}}); "
     "print(r.status_code, b'redisq_redis_up 1.0' in r.content)"
 )
-
-
-class ProjectWithoutAdmin(Workers):
-    """Management commands of the worker-only project."""
-
-    def _argv(self, args: Any) -> list[str]:
-        return [*super()._argv(args)[:-1], SETTINGS]
 
 
 @dataclass(frozen=True)
@@ -141,9 +136,11 @@ def test_a_project_without_the_admin_runs_every_command(
 ) -> None:
     # Given a migrated worker-only project and messages for its consumer: three it
     # handles, two it refuses (dead at once), one delayed for an hour
-    project = ProjectWithoutAdmin(volatile_redis_server.url, tmp_path / "db.sqlite3", tmp_path)
-    project.extra_env["REDISQ_TEST_METRICS_TOKEN"] = TOKEN
-    project.migrate()
+    project = Workers(volatile_redis_server.url, tmp_path / "db.sqlite3", tmp_path)
+    env = project.env(DJANGO_SETTINGS_MODULE=SETTINGS, REDISQ_TEST_METRICS_TOKEN=TOKEN)
+    runner = CommandRunner(REPO_ROOT, env, tmp_path / "runner.err", spark=False, timeout=120)
+    migrated = runner.run(["manage.py", "migrate", "--verbosity", "0"])
+    assert migrated.returncode == 0, migrated.stderr
     client = redis.Redis.from_url(volatile_redis_server.url)
     broker = Broker(client, CoreConfig())
     first_id = broker.publish_many(QUEUE, [{"n": n, "fail": n >= 3} for n in range(5)])[0]
@@ -151,20 +148,23 @@ def test_a_project_without_the_admin_runs_every_command(
     broker.archives.register(QUEUE, "nightly", "messages", "earliest")  # a named archive
     found = {"{first_id}": first_id}  # placeholders in STEPS, and what they stand for
 
-    # When each command runs, in order, in a process of its own
-    for step in STEPS:
-        argv = [found.get(a, a) for a in step.argv]  # "{dead_id}": found by 'dead list'
+    try:
+        # When each command runs, in order, in the project's process
+        for step in STEPS:
+            argv = [found.get(a, a) for a in step.argv]  # "{dead_id}": found by 'dead list'
 
-        done = project.run(*argv, timeout=120)
+            done = runner.run(["manage.py", *argv])
 
-        # Then it exits as expected and says what it did
-        shown = done.stdout if step.code == 0 else done.stderr
-        assert done.returncode == step.code, f"{argv}: {done.stdout}\n{done.stderr}"
-        assert re.search(step.expect, shown), f"{argv}: {shown}"
-        if step.sub_command == ("dead", "list"):
-            ids = re.findall(rf"(?m)^(\d+)\s+{QUEUE}\s+keeper\s+", done.stdout)
-            assert len(ids) == 2
-            found["{dead_id}"] = ids[0]
+            # Then it exits as expected and says what it did
+            shown = done.stdout if step.code == 0 else done.stderr
+            assert done.returncode == step.code, f"{argv}: {done.stdout}\n{done.stderr}"
+            assert re.search(step.expect, shown), f"{argv}: {shown}"
+            if step.sub_command == ("dead", "list"):
+                ids = re.findall(rf"(?m)^(\d+)\s+{QUEUE}\s+keeper\s+", done.stdout)
+                assert len(ids) == 2
+                found["{dead_id}"] = ids[0]
+    finally:
+        runner.stop()
     # And Redis saw what the commands did: the consumer purged, the queue emptied
     assert client.xlen(broker.keys(QUEUE).log) == 0
     client.close()

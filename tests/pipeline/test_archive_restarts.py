@@ -29,6 +29,10 @@ from tests.pipeline.archive_support import (
 )
 
 RESTARTED = "starting it again from its checkpoint in 5 s (1 of at most 10 in a row)"
+#: Micro-batches of the killed archive: the first commits before the kill, the others are
+#: archived after the restart.
+PER_BATCH = 200
+MESSAGES = 6 * PER_BATCH
 
 
 def _cmdline(pid: int) -> str:
@@ -47,10 +51,10 @@ def test_killed_python_workers_restart_the_query_and_it_archives_everything_once
 ) -> None:
     broker = Broker(redis_client, CoreConfig(history=False))
     queue = "orders"
-    ids = publish(broker, queue, 4000)
+    ids = publish(broker, queue, MESSAGES)
     root = tmp_path / "archive"
     args = ("--redis-url", redis_url, "--queue", queue, "--once")
-    with archive_running(root, *args, "--max-records-per-trigger", "250") as (proc, below):
+    with archive_running(root, *args, "--max-records-per-trigger", str(PER_BATCH)) as (proc, below):
         # Every Python process Spark started (its daemon and workers, the driver-side
         # source runner), as an OOM killer might: the query under way fails.
         python = [pid for pid, _ in below if "java" not in _cmdline(pid).split(" ", 1)[0]]
@@ -69,10 +73,10 @@ def test_killed_python_workers_restart_the_query_and_it_archives_everything_once
     assert broker.archives.positions(queue, "default")["messages"] == ids[-1]
     # The summary counts the batches Spark reported: each at most once, and a batch whose
     # files committed just as its query failed (its report never made) is archived (above)
-    # but not counted, at most one of 250 rows per restart
+    # but not counted, at most one batch's rows per restart
     counted = int(re.search(r"archived messages=(\d+) ", out).group(1))  # type: ignore[union-attr]
     restarts = err.count("starting it again from its checkpoint")
-    assert len(ids) - 250 * restarts <= counted <= len(ids), (out, restarts)
+    assert len(ids) - PER_BATCH * restarts <= counted <= len(ids), (out, restarts)
     assert descendants(proc.pid) == []
 
 

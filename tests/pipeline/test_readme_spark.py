@@ -9,7 +9,7 @@ it says: files written, rows replayed, every message still read once. Blocks mar
 ``readme-test: skip: REASON`` are reported as skipped with that reason.
 
 The ``python`` commands run one after the other in one process of the example project
-with one Spark session (``tests/support/readme_runner.py``): a process each took ~13
+with one Spark session (``tests/support/command_runner.py``): a process each took ~13
 cold JVM starts of CI's time. What only a process of its own shows runs in one: the
 continuous archive stopped by SIGTERM (``manage.py``), ``spark-submit``, the
 ``manage.py`` compaction (of an archive of its own, which ``manage.py`` reads from the
@@ -24,13 +24,11 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +43,7 @@ from redisq_django.pipeline import archive_dataset, archive_files
 from redisq_django.pipeline.archive import archive
 from redisq_django.pipeline.files import current_log_files
 from redisq_django.pipeline.options import ArchiveOptions
-from tests.support import readme_runner
+from tests.support.command_runner import CommandRunner
 from tests.support.readme import DOCS, Block, blocks, section, shell_commands
 from tests.support.redis_server import RedisServer
 
@@ -64,7 +62,6 @@ PAST_DAYS = [
 ]
 #: Longest a README command may take (seconds).
 COMMAND_TIMEOUT = 300
-RUNNER = REPO / "tests" / "support" / "readme_runner.py"
 
 
 def _demo_data() -> Any:
@@ -152,81 +149,10 @@ def demo(
         server.stop()
 
 
-class Runner:
-    """One process of the example project that runs the README's ``python`` commands in
-    one Spark session (``tests/support/readme_runner.py``), started at its first use."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[str] | None = None
-        self.reader: threading.Thread
-        self.replies: queue.Queue[str | None] = queue.Queue()
-
-    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` (``python`` left out) in the runner; its status and output."""
-        if self.proc is None:
-            self._start()
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        self.proc.stdin.flush()
-        reply = json.loads(self._reply())
-        return subprocess.CompletedProcess(argv, reply["status"], reply["out"], reply["err"])
-
-    def _start(self) -> None:
-        with self.log.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(RUNNER)],
-                cwd=EXAMPLE,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                start_new_session=True,
-            )
-        self.reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
-        self.reader.start()
-        assert self._reply() == "ready"
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        # The JVM and Spark's workers may write to the runner's stdout too: only the
-        # runner's marked lines are replies.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(readme_runner.MARK):
-                self.replies.put(line[len(readme_runner.MARK) :].strip())
-        self.replies.put(None)  # it exited
-
-    def _reply(self) -> str:
-        try:
-            reply = self.replies.get(timeout=COMMAND_TIMEOUT)
-        except queue.Empty:
-            pytest.fail(f"the runner did not answer in {COMMAND_TIMEOUT} s: {self._said()}")
-        if reply is None:
-            pytest.fail(f"the runner exited: {self._said()}")
-        return reply
-
-    def _said(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()  # its loop ends, and the process with it
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.reader.join(timeout=30)  # it read to the end of the runner's output
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-
 @pytest.fixture(scope="module")
-def runner(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
-    made = Runner(_env(demo, demo.var), tmp_path_factory.mktemp("readme-runner") / "stderr")
+def runner(demo: Demo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommandRunner]:
+    log = tmp_path_factory.mktemp("readme-runner") / "stderr"
+    made = CommandRunner(EXAMPLE, _env(demo, demo.var), log, spark=True, timeout=COMMAND_TIMEOUT)
     try:
         yield made
     finally:
@@ -356,7 +282,7 @@ def test_readme_history_on_spark(
     block: Block,
     command: str | None,
     demo: Demo,
-    runner: Runner,
+    runner: CommandRunner,
     spark: SparkSession,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

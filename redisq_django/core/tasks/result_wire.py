@@ -9,6 +9,7 @@ the same way (PROTOCOL.md, "Django task results").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from redisq_django.core import trends
 from redisq_django.core.clock import now_ms
 from redisq_django.core.delivery import Delivery
 from redisq_django.core.envelope import Envelope
-from redisq_django.core.keys import QueueKeys
+from redisq_django.core.keys import GroupKeys, QueueKeys
 from redisq_django.core.scripts import ScriptCall
 from redisq_django.core.settle import Settling
 from redisq_django.core.wire import to_str
@@ -109,8 +110,15 @@ def settle_call(
         *pairs(envelope),
     ]
     task_keys = [keys.task_result(delivery.id), keys.task_results, gkeys.leases]
-    settling = Settling(gkeys, delivery.instance)
+    settling = _settling(gkeys, delivery.instance)
     return settling.call([settling.entry(delivery)], event or (), own, task_keys)
+
+
+@functools.lru_cache(maxsize=256)
+def _settling(gkeys: GroupKeys, instance: str) -> Settling:
+    """The settle calls of one worker instance of a task consumer: built once, not per
+    task (a worker runs a handful of instances; its tasks settle thousands of times)."""
+    return Settling(gkeys, instance)
 
 
 def read_commands(queues: Sequence[QueueKeys], result_id: str) -> list[tuple[str, str]]:

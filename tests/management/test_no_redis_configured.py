@@ -9,6 +9,8 @@ succeeds and warns), the admin's banner and ``publish()``."""
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
+from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
@@ -19,7 +21,8 @@ from django.urls import reverse
 import redisq_django
 from redisq_django.admin import live
 from redisq_django.conf import SettingsError
-from tests.support.workers import Workers
+from tests.support.command_runner import CommandRunner
+from tests.support.workers import REPO_ROOT, Workers
 
 SETTINGS = "tests.settings_no_redis"
 URL_FIX = "set REDISQ['URL'] instead (e.g. 'redis://localhost:6379/0')."
@@ -39,31 +42,33 @@ LINES = {
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 
 
-class ProjectWithoutRedis(Workers):
-    """Management commands of a project with tests/settings_no_redis.py."""
-
-    def _argv(self, args: Any) -> list[str]:
-        return [*super()._argv(args)[:-1], SETTINGS]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(LINES))
 def test_every_command_says_the_same_one_line(case: str, redis_url: str, tmp_path: Any) -> None:
     line = LINES[case]
-    project = ProjectWithoutRedis(redis_url, tmp_path / "db.sqlite3", tmp_path / "logs")
-    env = project.env(REDISQ_TEST_NO_REDIS=case)
+    # The commands run one after the other in one process of the project, as a shell
+    # runs them (tests/support/command_runner.py)
+    project = Workers(redis_url, tmp_path / "db.sqlite3", tmp_path / "logs")
+    env = project.env(DJANGO_SETTINGS_MODULE=SETTINGS, REDISQ_TEST_NO_REDIS=case)
+    runner = CommandRunner(REPO_ROOT, env, tmp_path / "runner.err", spark=False, timeout=60)
+    try:
+        _every_command_says(line, lambda *argv: runner.run(["manage.py", *argv]))
+    finally:
+        runner.stop()
 
+
+def _every_command_says(line: str, run: Callable[..., CompletedProcess[str]]) -> None:
     # When the checks run, with and without --deploy: E005 with the line, exit code 1
     # (and no "cannot reach Redis" guess on top of it)
     for argv in (("check",), ("check", "--deploy")):
-        done = project.run(*argv, env=env)
+        done = run(*argv)
         assert done.returncode == 1, done.stderr
         assert f"?: (redisq_django.E005) {line}\n" in done.stderr
         assert "redisq_django.E004" not in done.stderr
 
     # And every command that needs Redis stops at the check with the line, no traceback
     for argv in (("runconsumer", "together", "--burst"), ("migrate", "-v", "0")):
-        done = project.run(*argv, env=env)
+        done = run(*argv)
         assert done.returncode == 1, done.stderr
         assert f"?: (redisq_django.E005) {line}\n" in done.stderr
         assert "Traceback" not in done.stderr
@@ -74,11 +79,11 @@ def test_every_command_says_the_same_one_line(case: str, redis_url: str, tmp_pat
         ("runconsumer", "together", "--burst", "--skip-checks"),
         ("redisq", "status", "--skip-checks"),
     ):
-        done = project.run(*argv, env=env)
+        done = run(*argv)
         assert (done.returncode, done.stderr) == (1, f"CommandError: {line}\n"), argv
 
     # And migrate past the check succeeds (its tables need no Redis) and warns with it
-    done = project.run("migrate", "-v", "0", "--skip-checks", env=env)
+    done = run("migrate", "-v", "0", "--skip-checks")
     assert done.returncode == 0, done.stderr
     assert line in done.stderr and "Traceback" not in done.stderr
 

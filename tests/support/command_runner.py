@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import queue
 import signal
@@ -42,8 +43,38 @@ def _exit_status(exc: SystemExit, err: io.StringIO) -> int:
     return 1
 
 
+class _Current:
+    """``sys.stdout`` or ``sys.stderr``, whichever it is when written to."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def write(self, text: str) -> int:
+        return getattr(sys, self.name).write(text)
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
+
+
+def _logging_follows_redirects() -> None:
+    """Point the log handlers that write to the process's stdout or stderr (Django's
+    console handler, one a command added) at the command's: a process of its own would
+    show its log lines in its output."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if not isinstance(handler, logging.StreamHandler):
+                continue
+            if handler.stream in (sys.__stderr__, sys.__stdout__):
+                name = "stderr" if handler.stream is sys.__stderr__ else "stdout"
+                handler.setStream(_Current(name))  # type: ignore[arg-type]
+            elif isinstance(handler.stream, io.StringIO):  # a command's, ended
+                handler.setStream(_Current("stderr"))  # type: ignore[arg-type]
+
+
 def run(argv: list[str], manage: Callable[[list[str]], None]) -> dict[str, object]:
     """Run one command line; its exit status and output."""
+    _logging_follows_redirects()
     out, err = io.StringIO(), io.StringIO()
     status = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -77,9 +77,11 @@ def test_the_overview_opens_on_its_problems_each_with_where_to_act(
     line = line[: line.index("</tr>")]
     assert f"+{held_count} held back" in text(line)
 
-    # And the JSON the page polls carries the same section
+    # And the JSON the page polls carries the same section (this test's problems: those
+    # of tests running beside it on the server may come and go between the two reads)
     data = root.get(reverse("admin:redisq_django_overview_data")).json()
-    assert PROBLEM.findall(data["html"]["problems"]) == found
+    ours = lambda problems: [p for p in problems if p[1].startswith(queue_name)]  # noqa: E731
+    assert ours(PROBLEM.findall(data["html"]["problems"])) == ours(found)
 
 
 def test_a_healthy_site_says_it_has_no_problems(root: Client, broker: Any, queue_name: str) -> None:

@@ -28,6 +28,10 @@ from redisq_django.core import Broker, CoreConfig
 CHUNK = 100
 #: The repository, where the job processes run.
 REPO = Path(__file__).resolve().parents[2]
+#: What Spark says when a Python worker it started took more than its 10 s to connect
+#: back: a host too busy (2 cores, three test processes with a JVM each), not what a
+#: test of ours is about.
+SLOW_WORKER = "Python worker failed to connect back"
 
 
 def publish(broker: Broker, queue: str, n: int, *, start: int = 0) -> list[str]:

@@ -16,13 +16,9 @@ from pyspark.sql import functions as F
 
 from redisq_django.core import Broker
 from redisq_django.pipeline import schemas
+from tests.pipeline.archive_support import SLOW_WORKER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-#: What Spark says when a Python worker it started took more than its 10 s to connect
-#: back: a host too busy (2 cores, three test processes with a JVM each), not a refusal.
-SLOW_WORKER = "Python worker failed to connect back"
 
 
 def stream_failure(frame: Any, checkpoint: Path) -> str:

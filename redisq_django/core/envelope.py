@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from redisq_django.core.clock import MAX_TIME_MS, datetime_to_ms, ms_from_entry_id, now_ms
 from redisq_django.core.errors import InvalidKey, RedisqError
+from redisq_django.core.frozen import Frozen
 from redisq_django.core.ids import new_message_id
 from redisq_django.core.json import loads
 from redisq_django.core.wire import MAX_INT_DIGITS, to_str, wire_int
@@ -152,24 +153,10 @@ def content_fields(payload_json: bytes, headers_json: bytes | None) -> list[byte
     return [F_PAYLOAD, payload_json]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Envelope:
-    """One outgoing message, validated and encoded, ready to be sent (``Broker.send``).
-
-    Attributes:
-        queue: the queue it goes to.
-        id: the message id; None lets the log entry id become the message id (immediate
-            messages only; delayed ones and publish-once need an id of their own).
-        payload_json: the payload as UTF-8 JSON.
-        headers_json: the headers as a UTF-8 JSON object, or None.
-        published_at_ms: publish time (ms); None means "the log entry id's time".
-        due_at_ms: when set, the message is delayed until then (ms).
-        delay_ms: when set (``delay=``), Redis sets the due time, this many ms after it
-            receives the message, by its own clock; ``due_at_ms`` is then only the
-            publisher's estimate (kept where a message waits before it is sent, as in
-            an outbox row) and the stream fields leave ``due_at`` to Redis.
-        key: the ordering key (checked by ``Broker.prepare``: :func:`check_key`), or None.
-    """
+@dataclass(slots=True, kw_only=True)
+class EnvelopeFields:
+    """An envelope's fields, checked as they are set: what an :class:`Envelope` is while
+    it is built (see :class:`~redisq_django.core.frozen.Frozen`)."""
 
     queue: str
     id: str | None
@@ -186,6 +173,28 @@ class Envelope:
             raise ValueError("A delayed envelope needs its own id and a publish time.")
         if self.id is not None and len(self.id) > MAX_ID_LENGTH:
             raise ValueError(f"A message id is at most {MAX_ID_LENGTH} characters.")
+
+
+class Envelope(Frozen, EnvelopeFields):
+    """One outgoing message, validated and encoded, ready to be sent (``Broker.send``).
+    Frozen (``dataclasses.replace`` builds another).
+
+    Attributes:
+        queue: the queue it goes to.
+        id: the message id; None lets the log entry id become the message id (immediate
+            messages only; delayed ones and publish-once need an id of their own).
+        payload_json: the payload as UTF-8 JSON.
+        headers_json: the headers as a UTF-8 JSON object, or None.
+        published_at_ms: publish time (ms); None means "the log entry id's time".
+        due_at_ms: when set, the message is delayed until then (ms).
+        delay_ms: when set (``delay=``), Redis sets the due time, this many ms after it
+            receives the message, by its own clock; ``due_at_ms`` is then only the
+            publisher's estimate (kept where a message waits before it is sent, as in
+            an outbox row) and the stream fields leave ``due_at`` to Redis.
+        key: the ordering key (checked by ``Broker.prepare``: :func:`check_key`), or None.
+    """
+
+    __slots__ = ()
 
     @classmethod
     def build(

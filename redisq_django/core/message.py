@@ -2,24 +2,20 @@
 
 A :class:`Message` cannot be changed once built (``message.attempts = 2`` raises
 ``dataclasses.FrozenInstanceError``); build another with ``dataclasses.replace(message,
-attempts=2)``. A frozen dataclass would do that at a cost: its ``__init__`` sets each
-field through ``object.__setattr__``, measured at about 1.3 µs more per message than a
-plain slots dataclass, on the path of every message a worker fetches (bench/RESULTS.md,
-"A frozen Message"). So the fields live in :class:`MessageFields`, a plain slots
-dataclass built at full speed, and a :class:`Message` is the same object with its class
-set to this one, which refuses every change: same slots, so the swap moves nothing, and
-reads cost what they cost before.
+attempts=2)``. Its fields live in :class:`MessageFields`, a plain slots dataclass built at
+full speed on the path of every message a worker fetches, and a Message is the same
+object made frozen (:class:`~redisq_django.core.frozen.Frozen`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import warnings
-from dataclasses import FrozenInstanceError, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from redisq_django.core.clock import ms_to_datetime
+from redisq_django.core.frozen import Frozen
 
 
 @dataclass(slots=True)
@@ -43,7 +39,7 @@ class MessageFields:
     key: str | None = None
 
 
-class Message(MessageFields):
+class Message(Frozen, MessageFields):
     """A message as its handler gets it: one delivery to one instance of a logical
     consumer. (The worker's bookkeeping of that delivery, entry id, stream, lease and
     timings, is the :class:`~redisq_django.core.delivery.Delivery` that holds it.)
@@ -76,29 +72,6 @@ class Message(MessageFields):
 
     __slots__ = ()
 
-    if not TYPE_CHECKING:  # the type checker reads MessageFields' __init__
-
-        def __new__(cls, *args, **kwargs):
-            message = MessageFields(*args, **kwargs)
-            message.__class__ = cls  # frozen from here on
-            return message
-
-        def __init__(self, *args, **kwargs):
-            pass  # built by __new__
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(
-            f"cannot assign to field {name!r}: a Message is frozen; "
-            f"dataclasses.replace(message, {name}=...) builds another"
-        )
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}: a Message is frozen")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # pickle and copy rebuild it from its fields (its __new__ needs them).
-        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
-
     @property
     def group(self) -> str:
         """Deprecated (gone in the next minor version): the logical consumer, :attr:`consumer`."""
@@ -126,7 +99,3 @@ class Message(MessageFields):
     def first_failed_at(self) -> dt.datetime | None:
         """When its first failure was recorded (aware, UTC), else None."""
         return None if self.first_failed_at_ms is None else ms_to_datetime(self.first_failed_at_ms)
-
-
-# Its documented signature is its fields' (``help(Message)``, the docs).
-Message.__signature__ = inspect.signature(MessageFields)  # type: ignore[attr-defined]

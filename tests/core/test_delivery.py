@@ -14,6 +14,7 @@ import redis
 
 from redisq_django.core import Broker, ConsumerSpec, CoreConfig, Delivery, Message, Reject
 from redisq_django.core.delivery import Stream
+from redisq_django.core.envelope import Envelope
 from redisq_django.core.worker import Worker, WorkerOptions
 
 #: What a handler reads from its message (docs/layout.md, issue 21).
@@ -133,3 +134,36 @@ def test_a_message_is_frozen_and_replace_builds_another(
         assert again == message and type(again) is Message
         with pytest.raises(dataclasses.FrozenInstanceError):
             again.attempts = 9  # type: ignore[misc]
+
+
+def test_an_envelope_is_frozen_hashable_and_checked_as_before(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Given an envelope prepared for sending (built as its plain fields, then frozen)
+    broker = Broker(redis_client)
+    envelope = broker.prepare(queue_name, {"n": 1}, key="order-1")
+    assert type(envelope) is Envelope
+
+    # When it is changed, then that is refused; replace, copies and pickles stay frozen
+    with pytest.raises(dataclasses.FrozenInstanceError, match="an Envelope is frozen"):
+        envelope.key = "order-2"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del envelope.payload_json
+    later = dataclasses.replace(envelope, key="order-2")
+    assert type(later) is Envelope and (later.key, envelope.key) == ("order-2", "order-1")
+    copies = (copy.copy(envelope), copy.deepcopy(envelope), pickle.loads(pickle.dumps(envelope)))
+    for again in copies:
+        assert again == envelope and type(again) is Envelope and hash(again) == hash(envelope)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            again.id = "x"  # type: ignore[misc]
+    assert len({envelope, copy.copy(envelope), later}) == 2  # hashable, as a frozen dataclass
+
+    # And its checks still run when it is built: a delayed one needs an id and a time
+    with pytest.raises(ValueError, match="needs its own id"):
+        Envelope(queue=queue_name, id=None, payload_json=b"1", due_at_ms=1)
+    with pytest.raises(ValueError, match="at most 64"):
+        Envelope(queue=queue_name, id="x" * 65, payload_json=b"1")
+
+    # And it sends as before
+    (sent,) = broker.send([envelope])
+    assert redis_client.xlen(broker.keys(queue_name).log) == 1 and sent

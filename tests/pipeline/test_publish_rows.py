@@ -1,0 +1,116 @@
+"""The writer's ``publish_rows`` (what ``df.write.format("redisq")`` and ``replay`` run per
+task) against a real redis-server, without a JVM: each batch is sent by a thread of its
+own while the next one is built, so these tests hold it to the order of the rows, to
+"every row before a bad one, none from it on", and to leaving no thread behind."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql.types import StringType, StructField, StructType
+
+from redisq_django.core import Broker
+from redisq_django.pipeline.source_options import SourceOptions
+from redisq_django.pipeline.writer import RowLayout, UnpublishableRow, publish_rows
+
+COLUMNS = ("payload", "headers", "message_id", "key")
+SCHEMA = StructType([StructField(c, StringType()) for c in COLUMNS])
+
+
+def rows(n: int, bad_at: int | None = None) -> Iterator[tuple[Any, ...]]:
+    for i in range(1, n + 1):
+        payload = "{not json" if i == bad_at else json.dumps({"n": i})
+        yield (payload, None, f"m-{i}", None)
+
+
+def options(redis_url: str, queue: str, **more: str) -> SourceOptions:
+    return SourceOptions.parse({"url": redis_url, "queue": queue, "batchSize": "100", **more})
+
+
+def published(client: redis.Redis, queue: str) -> list[int]:
+    log = Broker(client).keys(queue).log
+    return [json.loads(f[b"payload"])["n"] for _, f in client.xrange(log)]
+
+
+def sender_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("redisq-writer-send")]
+
+
+def test_every_row_is_published_once_in_the_order_of_the_rows(
+    redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given 2,345 rows: 23 full batches of 100 and a last one of 45
+    opts = options(redis_url, queue_name)
+
+    # When they are published
+    count = publish_rows(opts, RowLayout.of(SCHEMA, opts), rows(2345))
+
+    # Then every one is in the log once, in the rows' order across the batches,
+    # and no sending thread is left
+    assert count == 2345
+    assert published(redis_client, queue_name) == list(range(1, 2346))
+    assert sender_threads() == []
+
+
+@pytest.mark.parametrize("bad_at", [1, 100, 101, 1234])
+def test_a_bad_row_stops_at_itself_after_every_row_before_it(
+    redis_client: redis.Redis, redis_url: str, queue_name: str, bad_at: int
+) -> None:
+    # Given rows whose row `bad_at` holds no JSON (at a batch's start, end, or inside)
+    opts = options(redis_url, queue_name)
+
+    # When they are published, then the error names it and says how many went
+    with pytest.raises(UnpublishableRow, match=f"row {bad_at} of this task.*{bad_at - 1} rows"):
+        publish_rows(opts, RowLayout.of(SCHEMA, opts), rows(2000, bad_at=bad_at))
+
+    # And exactly the rows before it are published, in order
+    assert published(redis_client, queue_name) == list(range(1, bad_at))
+    assert sender_threads() == []
+
+
+def test_rows_that_fail_to_come_leave_the_batch_in_flight_sent_and_no_thread(
+    redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given rows whose source fails after 250 (a Spark task killed, a read that broke)
+    def failing() -> Iterator[tuple[Any, ...]]:
+        yield from rows(250)
+        raise OSError("the rows stopped coming")
+
+    opts = options(redis_url, queue_name)
+
+    # When they are published, then that error comes out as it was raised
+    with pytest.raises(OSError, match="stopped coming"):
+        publish_rows(opts, RowLayout.of(SCHEMA, opts), failing())
+
+    # And the full batches sent before it are whole in Redis (the one in flight ended:
+    # a send is not cut halfway), the 50 rows of the unfinished batch are not
+    assert published(redis_client, queue_name) == list(range(1, 201))
+    assert sender_threads() == []
+
+
+def test_a_refused_send_stops_the_rows_after_it(
+    redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a queue whose log is no stream (the send of every batch is refused)
+    redis_client.set(Broker(redis_client).keys(queue_name).log, "not a stream")
+    opts = options(redis_url, queue_name)
+    taken = 0
+
+    def counted() -> Iterator[tuple[Any, ...]]:
+        nonlocal taken
+        for row in rows(1000):
+            taken += 1
+            yield row
+
+    # When rows are published, then the refusal comes out as Redis said it
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        publish_rows(opts, RowLayout.of(SCHEMA, opts), counted())
+
+    # And the rows stopped at the batch after the refused one at most (one in flight)
+    assert 100 <= taken <= 201
+    assert sender_threads() == []

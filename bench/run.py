@@ -445,30 +445,46 @@ def drain_runconsumer(
     return wall, last - first, sum(d["count"] for d in parts)
 
 
-def drain_raw(client: redis.Redis, broker: Broker, decode: bool = False) -> float:
+def drain_raw(
+    client: redis.Redis, broker: Broker, decode: bool = False, ack_each: bool = False
+) -> float:
     """XREADGROUP COUNT 100 + XACK; with ``decode`` also json.loads each payload and
-    call a no-op function with it (the least a handler-based consumer must do)."""
+    call a no-op function with it (the least a handler-based consumer must do); with
+    ``ack_each`` one XACK per message, written to the socket as it is handled and its
+    reply read with the batch's (the least a consumer that acknowledges each message as
+    it is handled must do: one write per message)."""
     key = broker.keys("bench").log
-    group = "rawdecode" if decode else "raw"
+    group = "rawdecode" if decode else "rawacks" if ack_each else "raw"
     client.xgroup_create(key, group, "0")
 
     def handler(payload: Any) -> None:
         pass
 
+    conn = client.connection_pool.get_connection()
     t = time.perf_counter()
     handled = 0
-    while True:
-        reply = client.execute_command(
-            "XREADGROUP", "GROUP", group, "c1", "COUNT", 100, "STREAMS", key, ">"
-        )
-        if not reply:
-            break
-        entries = reply[0][1]
-        if decode:
-            for _, fields in entries:
-                handler(json.loads(fields[b"payload"]))
-        client.execute_command("XACK", key, group, *[eid for eid, _ in entries])
-        handled += len(entries)
+    try:
+        while True:
+            reply = client.execute_command(
+                "XREADGROUP", "GROUP", group, "c1", "COUNT", 100, "STREAMS", key, ">"
+            )
+            if not reply:
+                break
+            entries = reply[0][1]
+            if decode:
+                for _, fields in entries:
+                    handler(json.loads(fields[b"payload"]))
+            if ack_each:
+                for eid, fields in entries:
+                    handler(fields)
+                    conn.send_packed_command(conn.pack_command("XACK", key, group, eid), False)
+                for _ in entries:
+                    conn.read_response()
+            else:
+                client.execute_command("XACK", key, group, *[eid for eid, _ in entries])
+            handled += len(entries)
+    finally:
+        client.connection_pool.release(conn)
     elapsed = time.perf_counter() - t
     assert handled >= DRAIN_N, handled
     return elapsed
@@ -508,6 +524,7 @@ def bench_drain(client: redis.Redis, broker: Broker, denv: DjangoEnv, tmp: Path,
         fill(client, broker, DRAIN_N)
         add("raw", drain_raw(client, broker))  # own group: the noop group still has all
         add("raw_decode", drain_raw(client, broker, decode=True))
+        add("raw_acks", drain_raw(client, broker, ack_each=True))
         wall, span, count = drain_runconsumer(denv, tmp, 1)
         assert count == DRAIN_N, count
         add("c1_wall", wall)
@@ -1044,6 +1061,26 @@ def drain_rows(drain: dict) -> list[dict]:
                 None,
             )
         )
+    if "raw_acks" in drain:
+        rows.append(
+            _ratio_row(
+                "raw loop + an XACK written per msg (vs raw)",
+                median(drain["raw_acks"]),
+                raw,
+                "s",
+                None,
+            )
+        )
+        if "c1_span" in drain:
+            rows.append(
+                _ratio_row(
+                    "drain 20k, c=1, first->last vs raw + an XACK per msg",
+                    median(drain["c1_span"]),
+                    median(drain["raw_acks"]),
+                    "s",
+                    None,
+                )
+            )
     if "empty_wall" in drain:
         rows.append(
             _row(

@@ -6,12 +6,11 @@ Rows need a ``payload`` column (JSON text); ``headers`` (a JSON object as text),
 The original ``message_id`` travels in header ``redisq-original-id`` (or the value of an
 optional ``original_id`` column, for a job that publishes once under ids of its own, as
 ``replay --once`` does). Each task sends its rows in batches of ``batchSize`` (500)
-envelopes, one round trip each, the next batch built while Redis takes one: to the
-queue (every logical consumer gets them), or with option ``consumer`` to that consumer's
-private input only. With ``once=true`` each message keeps its id and is published at
-most once per id (a retried task does not publish twice); with ``consumer`` too, "once"
-is per consumer: its own marker, so a message sent once to the queue can still be sent
-once to one consumer.
+envelopes, one round trip each: to the queue (every logical consumer gets them), or with
+option ``consumer`` to that consumer's private input only. With ``once=true`` each
+message keeps its id and is published at most once per id (a retried task does not
+publish twice); with ``consumer`` too, "once" is per consumer: its own marker, so a
+message sent once to the queue can still be sent once to one consumer.
 
 A row that cannot be a message (a payload that is null or no JSON text, headers that are
 no JSON object, a bad key) fails the task with :class:`UnpublishableRow`, naming the row
@@ -29,7 +28,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -239,53 +237,14 @@ def batch_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
         yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
 
 
-class _Sending:
-    """Batches sent one at a time by a thread of their own, so that the next batch is
-    built (payloads checked, envelopes made) while Redis takes the last: a send is
-    mostly the socket and Redis's work, during which this process would otherwise wait
-    (bench/RESULTS.md, issue 37). One batch in flight at most: memory stays two batches,
-    and a failed send stops the rows after it, as a send in line would."""
-
-    def __init__(self, sender: _Sender) -> None:
-        self._sender = sender
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="redisq-writer-send")
-        self._in_flight: Future[int] | None = None
-        self.sent = 0  # rows Redis took, of the batches whose send returned
-
-    def submit(self, batch: list[Envelope]) -> None:
-        """Send ``batch`` once the batch before it went (its failure raised here)."""
-        self.wait()
-        self._in_flight = self._thread.submit(self._send, batch)
-
-    def wait(self) -> int:
-        """Wait for the batch in flight; returns the rows sent so far.
-
-        Raises:
-            Exception: as the send raised it (``RedisOutage`` and the like).
-        """
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            self.sent += in_flight.result()
-        return self.sent
-
-    def _send(self, batch: list[Envelope]) -> int:
-        self._sender.send(batch)
-        return len(batch)
-
-    def close(self) -> None:
-        """Let the batch in flight end (a send cannot be taken back halfway), then stop
-        the thread and close the connection."""
-        self._thread.shutdown(wait=True)
-        self._sender.link.close()
-
-
 def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any]) -> int:
     """Publish ``rows`` in batches of ``options.write_batch``; returns how many.
 
     Raises:
         UnpublishableRow: a row cannot be a message; the rows before it were published.
     """
-    sending = _Sending(_Sender(options))
+    sender = _Sender(options)
+    sent = 0
     batch: list[Envelope] = []
     try:
         for position, row in enumerate(rows, 1):
@@ -295,16 +254,19 @@ def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any])
                 # Every row before it goes, none from it on: a rule a user can act on,
                 # rather than "up to the last full batch of batchSize".
                 if batch:
-                    sending.submit(batch)
-                raise _unpublishable(row, position, layout, bad, sending.wait()) from None
+                    sender.send(batch)
+                    sent += len(batch)
+                raise _unpublishable(row, position, layout, bad, sent) from None
             if len(batch) >= options.write_batch:
-                sending.submit(batch)
+                sender.send(batch)
+                sent += len(batch)
                 batch = []
         if batch:
-            sending.submit(batch)
-        return sending.wait()
+            sender.send(batch)
+            sent += len(batch)
     finally:
-        sending.close()
+        sender.link.close()
+    return sent
 
 
 class RedisqWriter(DataSourceArrowWriter):

@@ -140,7 +140,6 @@ def _finite_float(text: str) -> float:
 # holding one is undecodable rather than handed to a handler.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 _JSON_WHITESPACE = " \t\n\r"
-_BOM = b"\xef\xbb\xbf"
 
 
 def loads(raw: bytes) -> Any:
@@ -152,9 +151,18 @@ def loads(raw: bytes) -> Any:
             included: RFC 8259 forbids writing one, and a reader in another language may
             not skip it either, so such text is refused everywhere alike).
     """
-    if raw.startswith(_BOM):
+    return loads_text(raw.decode("utf-8"))  # a byte order mark decodes to U+FEFF
+
+
+def loads_text(text: str) -> Any:
+    """:func:`loads` of text already decoded (a writer's rows hold ``str``): the same
+    values and the same refusals, without encoding it only to decode it again.
+
+    Raises:
+        ValueError: not one valid JSON value (a byte order mark first included).
+    """
+    if text.startswith("\ufeff"):
         raise ValueError("it starts with a byte order mark (U+FEFF), which JSON text may not")
-    text = raw.decode("utf-8")
     try:
         value, end = _DECODER.raw_decode(text)
     except ValueError:

@@ -71,6 +71,10 @@ __all__ = ["ReplayError", "ReplayOptions", "ReplaySummary", "replay", "select_me
 
 #: Seconds between progress lines.
 PROGRESS_SECONDS = 10.0
+#: Spark's ``maxPartitionBytes`` for the rows a driver publishes itself: a Spark
+#: partition (files' bytes plus 4 MB per file) is read and sorted whole before its
+#: first row comes, so the first one should be small; much smaller ones cost a job each.
+FIRST_SPLIT_BYTES = "32m"
 #: Spark's error conditions for a value an expression cannot take (ANSI mode).
 VALUE_ERRORS = (
     "CAST_INVALID_INPUT",
@@ -301,7 +305,11 @@ def local_arrow_batches(frame: DataFrame) -> Iterator[Any]:
     # The JVM sends record batch messages without their schema: it is this one.
     schema = to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
     jvm: Any = spark.sparkContext._jvm
-    served = jvm.PythonRDD.toLocalIteratorAndServe(frame._jdf.toArrowBatchRdd(), True)
+    # Planned with smaller file splits than Spark's 128 MB: nothing is published before
+    # the first partition is read and sorted whole, and at 128 MB that was a third of a
+    # day's selection (1 s of a 300,000-message replay; bench/RESULTS.md, issue 37).
+    with _session_conf(spark, "spark.sql.files.maxPartitionBytes", FIRST_SPLIT_BYTES):
+        served = jvm.PythonRDD.toLocalIteratorAndServe(frame._jdf.toArrowBatchRdd(), True)
     for message in _local_iterator_from_socket(served, NoOpSerializer()):
         yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)
 
@@ -360,12 +368,19 @@ def _throttle(per_second: float, slice_rows: int) -> Callable[[Iterator[Any]], I
 def _arrow_batch_rows(spark: SparkSession, rows: int | None) -> Iterator[None]:
     """Make Arrow batches (what a Python writer is fed) at most ``rows`` long for the
     duration, so throttled rows reach Redis as they are released."""
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     if rows is None:
         yield
         return
+    with _session_conf(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", str(rows)):
+        yield
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Spark setting ``key`` at ``value`` for the duration (for the queries planned
+    meanwhile), then as it was."""
     previous = spark.conf.get(key, None)
-    spark.conf.set(key, str(rows))
+    spark.conf.set(key, value)
     try:
         yield
     finally:

@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.errors import RedisqError
-from redisq_django.core.json import loads
+from redisq_django.core.json import loads_text
 from redisq_django.pipeline import places, redis_io
 from redisq_django.pipeline.options import OptionError
 from redisq_django.pipeline.outages import Link
@@ -153,13 +153,13 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
     payload = row[layout.payload]
     if payload is None:
         raise _BadColumn("payload", "is null: every message needs a payload (JSON text)")
-    payload_json = payload.encode()
     try:
-        loads(payload_json)  # refuse what every consumer would dead-letter as undecodable
+        loads_text(payload)  # refuse what every consumer would dead-letter as undecodable
     except ValueError as exc:
         raise _BadColumn(
             "payload", f"is not JSON ({exc}; it starts {payload[:40]!r}): " + _JSON_PAYLOAD
         ) from None
+    payload_json = payload.encode()
     original = row[layout.message_id] if layout.message_id is not None else None
     named = row[layout.original_id] if layout.original_id is not None else original
     queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]

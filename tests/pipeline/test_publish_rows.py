@@ -103,3 +103,31 @@ def test_a_refused_send_stops_the_rows_after_it(
 
     # And no row after the refused batch was taken
     assert taken == 100
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["\ufeff{}", "NaN", '{"a": Infinity}', "1e999", "{} x", "", "{'a': 1}", "{", "ok"],
+)
+def test_a_payload_a_consumer_would_dead_letter_is_refused_as_the_consumer_reads_it(
+    redis_client: redis.Redis, redis_url: str, queue_name: str, payload: str
+) -> None:
+    # Given a row whose payload every consumer would find undecodable (a byte order
+    # mark, a number JSON has not, trailing text, no JSON at all), after a good row
+    opts = options(redis_url, queue_name)
+    bad = [(json.dumps({"n": 1}), None, "m-1", None), (payload, None, "m-2", None)]
+
+    # When the rows are published, then that row is refused and the one before goes
+    with pytest.raises(UnpublishableRow, match=r"row 2 of this task.*payload.*is not JSON"):
+        publish_rows(opts, RowLayout.of(SCHEMA, opts), iter(bad))
+    assert published(redis_client, queue_name) == [1]
+
+
+@pytest.mark.parametrize("payload", [' {"n": 1} ', "[1]", '"text"', "12.5", "null", '{"é": "ü"}'])
+def test_any_json_value_is_published_byte_for_byte(
+    redis_client: redis.Redis, redis_url: str, queue_name: str, payload: str
+) -> None:
+    opts = options(redis_url, queue_name)
+    publish_rows(opts, RowLayout.of(SCHEMA, opts), iter([(payload, None, "m-1", None)]))
+    ((_, fields),) = redis_client.xrange(Broker(redis_client).keys(queue_name).log)
+    assert fields[b"payload"] == payload.encode()

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -17,7 +19,8 @@ from redisq_django.core import Broker
 from redisq_django.pipeline.archive import archive_frame
 from redisq_django.pipeline.job_options import ReplayOptions
 from redisq_django.pipeline.options import OptionError
-from redisq_django.pipeline.replay import ReplayError, replay
+from redisq_django.pipeline.replay import ReplayError, replay, selected_days
+from redisq_django.pipeline.replay_order import _has_keys, _keys_in_footers
 from redisq_django.pipeline.schemas import MESSAGES
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
 from tests.support.reading import read_all
@@ -369,3 +372,36 @@ def test_a_batch_published_in_one_millisecond_is_replayed_in_its_order(
         assert ns == sorted(ns) and len(ns) in (16, 17), (key, ns)
     if ordered:
         assert [m.payload["n"] for m in got] == list(range(50))
+
+
+def test_whether_the_selection_holds_keys_is_read_from_the_footers_as_spark_answers(
+    spark: SparkSession, tmp_path: Path, queue_name: str
+) -> None:
+    # Given a queue whose day 1 has no key, whose day 2 has one message with a key, and
+    # another queue with a key on day 1
+    Q, other = queue_name, f"{queue_name}.mail"
+    keyed = (Q, "m-keyed", DAY2 + dt.timedelta(hours=1), {"n": 1}, "order-1")
+    elsewhere = (other, "m-other", DAY1, {"n": 2}, "order-2")
+    write_archive(spark, tmp_path, [*day_rows(Q, DAY1, 10), keyed, elsewhere])
+
+    def answers(since: dt.datetime, until: dt.datetime | None) -> tuple[Any, bool, bool]:
+        options = ReplayOptions(
+            redis_url="redis://127.0.0.1:1/0", root=str(tmp_path), queue=Q, since=since,
+            until=until,
+        )  # fmt: skip
+        days = selected_days(spark, options)
+        spark_says = not days.where("key IS NOT NULL").isEmpty()
+        return _keys_in_footers(days, options), _has_keys(days, options), spark_says
+
+    # When the replay asks for day 1, then the footers say "no key" as Spark does (the
+    # other queue's key and day 2's do not count)
+    assert answers(DAY1, DAY1 + dt.timedelta(hours=12)) == (False, False, False)
+    # And for both days "a key", as Spark does
+    assert answers(DAY1, None) == (True, True, True)
+
+    # And a file whose footer has no null counts (not written by Spark) is left to Spark
+    day3 = tmp_path / "messages" / f"queue={Q}" / "date=2026-11-03"
+    day3.mkdir(parents=True)
+    table = pa.table({"message_id": ["m-3"], "key": ["order-3"]})
+    pq.write_table(table, day3 / "part-by-hand.parquet", write_statistics=False)
+    assert answers(DAY2 + dt.timedelta(days=1), None) == (None, True, True)

@@ -75,6 +75,7 @@ PROGRESS_SECONDS = 10.0
 #: partition (files' bytes plus 4 MB per file) is read and sorted whole before its
 #: first row comes, so the first one should be small; much smaller ones cost a job each.
 FIRST_SPLIT_BYTES = "32m"
+SPLIT_SETTING = "spark.sql.files.maxPartitionBytes"
 #: Spark's error conditions for a value an expression cannot take (ANSI mode).
 VALUE_ERRORS = (
     "CAST_INVALID_INPUT",
@@ -305,10 +306,12 @@ def local_arrow_batches(frame: DataFrame) -> Iterator[Any]:
     # The JVM sends record batch messages without their schema: it is this one.
     schema = to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
     jvm: Any = spark.sparkContext._jvm
-    # Planned with smaller file splits than Spark's 128 MB: nothing is published before
-    # the first partition is read and sorted whole, and at 128 MB that was a third of a
-    # day's selection (1 s of a 300,000-message replay; bench/RESULTS.md, issue 37).
-    with _session_conf(spark, "spark.sql.files.maxPartitionBytes", FIRST_SPLIT_BYTES):
+    # Planned with smaller file splits than Spark's 128 MB (unless the session sets its
+    # own): nothing is published before the first partition is read and sorted whole,
+    # and at 128 MB that was a third of a day's selection (1 s of a 300,000-message
+    # replay; bench/RESULTS.md, issue 37).
+    split = spark.conf.get(SPLIT_SETTING, None) or FIRST_SPLIT_BYTES
+    with _session_conf(spark, SPLIT_SETTING, split):
         served = jvm.PythonRDD.toLocalIteratorAndServe(frame._jdf.toArrowBatchRdd(), True)
     for message in _local_iterator_from_socket(served, NoOpSerializer()):
         yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)

@@ -4,9 +4,11 @@ asked."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from redisq_django.core import Broker
+from redisq_django.pipeline import replay as replay_module
 from redisq_django.pipeline.archive import archive_frame
 from redisq_django.pipeline.job_options import ReplayOptions
 from redisq_django.pipeline.options import OptionError
-from redisq_django.pipeline.replay import ReplayError, replay, selected_days
+from redisq_django.pipeline.replay import FIRST_SPLIT_BYTES, ReplayError, replay, selected_days
 from redisq_django.pipeline.replay_order import _has_keys, _keys_in_footers
 from redisq_django.pipeline.schemas import MESSAGES
 from redisq_django.pipeline.writer import ORIGINAL_ID_HEADER
@@ -142,6 +145,43 @@ def test_on_a_local_master_the_driver_publishes_and_no_python_worker_runs(
     assert (summary.selected, summary.published) == (80, 80)
     got = read_all(broker, queue_name, "billing")
     assert sorted(m.headers[ORIGINAL_ID_HEADER] for m in got) == sorted(f"m-{i}" for i in range(80))
+
+
+@pytest.mark.parametrize("own", [None, "64m"])
+def test_a_local_replay_plans_small_splits_and_leaves_the_sessions_setting_as_it_was(
+    spark: SparkSession,
+    archived: Path,
+    redis_url: str,
+    queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    own: str | None,
+) -> None:
+    # Given a session without a split size of its own, or with one
+    key = "spark.sql.files.maxPartitionBytes"
+    if own is not None:
+        spark.conf.set(key, own)
+    planned: list[str | None] = []
+    real = replay_module._session_conf
+
+    @contextlib.contextmanager
+    def seen(session: SparkSession, name: str, value: str) -> Iterator[None]:
+        with real(session, name, value):
+            if name == key:  # what the rows are planned with, inside the block
+                planned.append(session.conf.get(key, None))
+            yield
+
+    monkeypatch.setattr(replay_module, "_session_conf", seen)
+    try:
+        # When the driver publishes a replay
+        options = ReplayOptions(redis_url=redis_url, root=str(archived), queue=queue_name)
+        assert replay(spark, options).published == 80
+
+        # Then its rows were planned with 32 MB splits, or the session's own, and the
+        # setting is as it was after
+        assert planned == [own or FIRST_SPLIT_BYTES]
+        assert spark.conf.get(key, None) == own
+    finally:
+        spark.conf.unset(key)
 
 
 def test_dry_run_publishes_nothing(

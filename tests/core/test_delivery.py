@@ -167,3 +167,27 @@ def test_an_envelope_is_frozen_hashable_and_checked_as_before(
     # And it sends as before
     (sent,) = broker.send([envelope])
     assert redis_client.xlen(broker.keys(queue_name).log) == 1 and sent
+
+
+def test_an_immediate_envelope_is_the_one_the_constructor_builds(queue_name: str) -> None:
+    # Given the parts of immediate messages: with and without an id, headers and a key
+    cases = [
+        (queue_name, None, b'{"n":1}', None, None),
+        (queue_name, "m-1", b"[1]", b'{"h":"v"}', "order-1"),
+    ]
+    for queue, id, payload, headers, key in cases:
+        # When one is built the fast way (every publish and replayed row is)
+        fast = Envelope.immediate(queue, id, payload, headers, key)
+        # Then it is the constructor's, field for field (a field added later and not set
+        # there fails here), frozen and hashable alike
+        built = Envelope(queue=queue, id=id, payload_json=payload, headers_json=headers, key=key)
+        assert type(fast) is Envelope
+        for f in dataclasses.fields(Envelope):
+            assert getattr(fast, f.name) == getattr(built, f.name), f.name
+        assert fast == built and hash(fast) == hash(built)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.id = "x"  # type: ignore[misc]
+        assert pickle.loads(pickle.dumps(fast)) == built
+    # And its id is checked as the constructor checks it
+    with pytest.raises(ValueError, match="at most 64"):
+        Envelope.immediate(queue_name, "x" * 65, b"1")

@@ -139,6 +139,7 @@ def _finite_float(text: str) -> float:
 # NaN and ±Infinity are no JSON (and our encoder refuses them): another client's entry
 # holding one is undecodable rather than handed to a handler.
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by its __init__
 _JSON_WHITESPACE = " \t\n\r"
 
 
@@ -164,8 +165,8 @@ def loads_text(text: str) -> Any:
     if text.startswith("\ufeff"):
         raise ValueError("it starts with a byte order mark (U+FEFF), which JSON text may not")
     try:
-        value, end = _DECODER.raw_decode(text)
-    except ValueError:
+        value, end = _SCAN(text, 0)  # raw_decode's own call, without its wrapper
+    except (StopIteration, ValueError):
         # e.g. leading whitespace; else raises the precise error
         return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):

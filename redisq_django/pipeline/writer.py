@@ -26,7 +26,6 @@ runs a failed task again).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -114,15 +113,22 @@ class RowLayout:
         )
 
 
-#: Text that JSON carries between quotes as it is (no escape needed).
-_PLAIN_JSON_STRING = re.compile(r'[^"\\\x00-\x1f]*\Z')
+def _plain_json_string(text: str) -> bool:
+    """Whether JSON carries ``text`` between quotes as it is (no escape needed): ASCII
+    without quotes, backslashes and control characters (an entry id, a hex id). Other
+    text is escaped by ``json.dumps``, whatever it holds."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+#: The headers of a row with none of its own, up to its original id.
+_ORIGINAL_ONLY = '{"' + ORIGINAL_ID_HEADER + '":"'
 
 
 def _headers(raw: Any, original_id: Any) -> bytes | None:
     """The headers JSON with the original message id merged in."""
-    if not raw and isinstance(original_id, str) and _PLAIN_JSON_STRING.match(original_id):
+    if not raw and isinstance(original_id, str) and _plain_json_string(original_id):
         # The usual replayed row: no headers of its own, an entry id or hex id.
-        return f'{{"{ORIGINAL_ID_HEADER}":"{original_id}"}}'.encode()
+        return (_ORIGINAL_ONLY + original_id + '"}').encode()
     headers: dict[str, Any] = {}
     if raw is not None and raw != "":
         headers = json.loads(raw)
@@ -146,6 +152,9 @@ _JSON_PAYLOAD = (
 def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -> Envelope:
     """The message one row publishes.
 
+    Every replayed message passes here: its cost is a replay's speed (bench/RESULTS.md,
+    issue 37), hence the local names and :meth:`Envelope.immediate`.
+
     Raises:
         ValueError: the payload is missing or not JSON, the headers not a JSON object,
             or the key not one ``publish`` takes; the message names the column.
@@ -159,26 +168,29 @@ def to_envelope(row: Sequence[Any], layout: RowLayout, options: SourceOptions) -
         raise _BadColumn(
             "payload", f"is not JSON ({exc}; it starts {payload[:40]!r}): " + _JSON_PAYLOAD
         ) from None
-    payload_json = payload.encode()
-    original = row[layout.message_id] if layout.message_id is not None else None
-    named = row[layout.original_id] if layout.original_id is not None else original
-    queue = options.queues[0] if options.queues else row[layout.queue]  # type: ignore[index]
-    key = row[layout.key] if layout.key is not None else None
-    raw_headers = row[layout.headers] if layout.headers is not None else None
+    at = layout.message_id
+    original = None if at is None else row[at]
+    at = layout.original_id
+    named = original if at is None else row[at]
+    at = layout.headers
     try:
-        headers_json = _headers(raw_headers, named)
+        headers_json = _headers(None if at is None else row[at], named)
     except ValueError as exc:
         raise _BadColumn("headers", f"must hold a JSON object as text, or null ({exc})") from None
-    try:
-        checked_key = None if key is None else check_key(key)
-    except ValueError as exc:
-        raise _BadColumn("key", f"is no ordering key: {exc}") from None
-    return Envelope(
-        queue=queue,
-        id=str(original) if options.once and original is not None else None,
-        payload_json=payload_json,
-        headers_json=headers_json,
-        key=checked_key,
+    at = layout.key
+    key = None if at is None else row[at]
+    if key is not None:
+        try:
+            key = check_key(key)
+        except ValueError as exc:
+            raise _BadColumn("key", f"is no ordering key: {exc}") from None
+    queues = options.queues
+    return Envelope.immediate(
+        queues[0] if queues else row[layout.queue],  # type: ignore[index]
+        str(original) if options.once and original is not None else None,
+        payload.encode(),
+        headers_json,
+        key,
     )
 
 

@@ -131,3 +131,24 @@ def test_any_json_value_is_published_byte_for_byte(
     publish_rows(opts, RowLayout.of(SCHEMA, opts), iter([(payload, None, "m-1", None)]))
     ((_, fields),) = redis_client.xrange(Broker(redis_client).keys(queue_name).log)
     assert fields[b"payload"] == payload.encode()
+
+
+def test_the_original_id_reaches_the_headers_exactly_whatever_it_holds(
+    redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given rows whose ids JSON carries as they are (an entry id, a hex id) and ids it
+    # must escape (quotes, backslashes, control characters, non-ASCII), some with
+    # headers of their own
+    ids = ["1700000000000-17", "0" * 32, 'a"b', "a\\b", "tab\there", "\x7f", "é-ü", "\u2028"]
+    given = [(json.dumps({"n": i}), None, m, None) for i, m in enumerate(ids)]
+    given += [(json.dumps({"n": 99}), '{"trace": "t-1"}', 'q"1', None)]
+    opts = options(redis_url, queue_name)
+
+    # When they are published
+    assert publish_rows(opts, RowLayout.of(SCHEMA, opts), iter(given)) == len(given)
+
+    # Then each message's headers are JSON holding its id exactly, beside its own headers
+    log = Broker(redis_client).keys(queue_name).log
+    headers = [json.loads(f[b"headers"]) for _, f in redis_client.xrange(log)]
+    assert headers[: len(ids)] == [{"redisq-original-id": m} for m in ids]
+    assert headers[-1] == {"trace": "t-1", "redisq-original-id": 'q"1'}

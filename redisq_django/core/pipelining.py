@@ -23,6 +23,14 @@ A :class:`Pipe` owns that connection and the bookkeeping every user needs:
 
 Clients without one connection pool (a Redis Cluster client) have no single connection
 to pipeline on (:attr:`Pipe.available` is False): their callers go through redis-py.
+
+Replies are read with the connection's hiredis reader directly when it has one (RESP2,
+redis-py's hiredis parser: the default with ``redis[hiredis]``): redis-py's
+``read_response`` costs ~1.5 µs of Python per reply around hiredis' own call, and a
+batch of 500 messages is 502 replies (bench/RESULTS.md, issue 37). The socket is still
+read by redis-py's parser (its timeouts, its errors); any other parser, RESP3 (push
+messages between replies) or a redis-py without those parts is read reply by reply as
+before (:func:`_hiredis_reader`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
+import hiredis
 import redis
 from hiredis import pack_command
 
@@ -212,23 +221,29 @@ class Pipe(Generic[T]):
         refused: list[int] = []
         unread, self._unread = self._unread, []
         pending += unread
-        for n in range(len(unread)):
-            try:
-                replies.append(self._conn.read_response())
-            except redis.ResponseError as exc:  # read and consumed: the next reply follows
-                if isinstance(exc, redis.exceptions.NoScriptError):
-                    refused.append(len(replies))
-                replies.append(exc)
-            except BaseException as exc:  # lost: what the rest did is unknown
-                self._unread = unread[n:]
-                self._lose(exc)
-                if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
-                    # What was read stays for the next read.
-                    self._known[:0] = list(zip(pending, replies, strict=False))
-                    raise
-                replies += [exc] * (len(unread) - n)
-                self._known = []
-                break
+        start = len(replies)
+        try:
+            fast = _hiredis_reader(self._conn) if unread else None
+            if fast is not None:
+                _read_replies(self._conn, *fast, len(unread), replies, refused)
+            else:
+                for _ in unread:
+                    try:
+                        replies.append(self._conn.read_response())
+                    except redis.ResponseError as exc:  # read and consumed: the next follows
+                        if isinstance(exc, redis.exceptions.NoScriptError):
+                            refused.append(len(replies))
+                        replies.append(exc)
+        except BaseException as exc:  # lost: what the rest did is unknown
+            n = len(replies) - start
+            self._unread = unread[n:]
+            self._lose(exc)
+            if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+                # What was read stays for the next read.
+                self._known[:0] = list(zip(pending, replies, strict=False))
+                raise
+            replies += [exc] * (len(unread) - n)
+            self._known = []
         return pending, replies, refused
 
     def _rerun(
@@ -256,3 +271,76 @@ class Pipe(Generic[T]):
             self._conn.disconnect()
             self._pool.release(self._conn)
             self._conn = None
+
+
+try:  # what redis-py's hiredis reader answers when a reply is not all there yet
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH
+except ImportError:  # a redis-py without it keeps hiredis' own False (never a RESP2 reply)
+    _NOT_ENOUGH = False
+
+#: hiredis' type for a RESP3 push message (hiredis 3.2 on).
+_PUSH: Any = getattr(hiredis, "PushNotification", None)
+
+
+def _hiredis_reader(conn: Any) -> tuple[Any, Any, Any] | None:
+    """The hiredis reader of ``conn``, its parser's socket read and, under RESP3, its
+    push-message handler, when its replies can be read from the reader directly (see
+    the module's docstring); else None."""
+    parser = getattr(conn, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    fill = getattr(parser, "read_from_socket", None)
+    if not isinstance(reader, hiredis.Reader) or fill is None:
+        return None
+    if str(getattr(conn, "protocol", 2)) != "3":
+        return reader, fill, None
+    # RESP3 (redis-py 8's default): a push message (an invalidation, a maintenance
+    # notice) may come between replies, handed to the parser as read_response does;
+    # and False is a reply there, so "not enough data" must be redis-py's own marker.
+    push = getattr(parser, "handle_push_response", None)
+    if _PUSH is None or push is None or _NOT_ENOUGH is False:
+        return None
+    return reader, fill, push
+
+
+def _read_replies(
+    conn: Any,
+    reader: Any,
+    fill: Any,
+    push: Any,
+    count: int,
+    replies: list[Any],
+    refused: list[int],
+) -> None:
+    """Read ``count`` replies into ``replies`` from ``reader``, the socket read by
+    ``fill`` when it needs more, push messages handed to ``push``; an error reply in its
+    place (and its index in ``refused`` when NOSCRIPT), as ``read_response`` would have
+    raised it.
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: the connection failed (``conn``
+            disconnected, as ``read_response`` leaves it).
+    """
+    gets = reader.gets
+    append = replies.append
+    end = len(replies) + count
+    try:
+        while len(replies) < end:
+            reply = gets()
+            if reply is _NOT_ENOUGH:
+                fill()
+                continue
+            if isinstance(reply, Exception):
+                if isinstance(reply, redis.ConnectionError):  # a protocol error
+                    raise reply
+                if isinstance(reply, redis.exceptions.NoScriptError):
+                    refused.append(len(replies))
+            elif push is not None and isinstance(reply, _PUSH):
+                push(reply)  # not a reply to a command of ours
+                continue
+            append(reply)
+    except OSError as exc:  # the socket's own (reset): redis-py's error, as it raises it
+        conn.disconnect()
+        raise redis.ConnectionError(f"Error while reading from Redis: {exc}") from exc
+    except BaseException:
+        conn.disconnect()
+        raise

@@ -71,17 +71,38 @@ def run_batch(
                 pipe.execute_command(*command)
             replies = list(pipe.execute(raise_on_error=False))
         return _checked(replies[: len(commands)], raise_on_error)
-    # The hot path (one publish is one command): no wrapper, no generator.
-    if len(commands) == 1:
-        data = pack_command(tuple(commands[0]))
-    else:
-        data = b"".join(pack_command(tuple(c)) for c in commands)
     if transaction:  # +OK, a +QUEUED per command, then EXEC's array
-        data = _MULTI + data + b"".join(pack_command(tuple(c)) for c in quiet) + _EXEC
-        outcome = _transaction(_sent(client, data, len(commands) + len(quiet) + 2))
+        outcome = _transaction(_sent(client, *transaction_data(commands, quiet)))
     else:
+        # The hot path (one publish is one command): no wrapper, no generator.
+        if len(commands) == 1:
+            data = pack_command(tuple(commands[0]))
+        else:
+            data = b"".join(pack_command(tuple(c)) for c in commands)
         outcome = _sent(client, data + skipping_replies(quiet) if quiet else data, len(commands))
     return _checked(outcome[: len(commands)], raise_on_error)
+
+
+def transaction_data(
+    commands: Sequence[Command], quiet: Sequence[Command] = ()
+) -> tuple[bytes, int]:
+    """``commands`` then ``quiet`` ones in ``MULTI``/``EXEC``, packed as :func:`run_batch`
+    writes them, and how many replies Redis sends for them: for a caller that writes
+    them itself (``core/ahead.py``) and reads the replies later
+    (:func:`transaction_replies`)."""
+    data = b"".join(pack_command(tuple(c)) for c in commands)
+    data = _MULTI + data + b"".join(pack_command(tuple(c)) for c in quiet) + _EXEC
+    return data, len(commands) + len(quiet) + 2
+
+
+def transaction_replies(replies: list[Any], count: int) -> list[Any]:
+    """The replies of the first ``count`` commands of a :func:`transaction_data` write,
+    from all its replies.
+
+    Raises:
+        redis.ResponseError: a command was refused (before ``EXEC``: none ran).
+    """
+    return _checked(_transaction(replies)[:count], True)
 
 
 def _sent(

@@ -16,6 +16,9 @@ A row that cannot be a message (a payload that is null or no JSON text, headers 
 no JSON object, a bad key) fails the task with :class:`UnpublishableRow`, naming the row
 and the column: the rows before it in that task are published, none from it on.
 
+A batch is written without waiting and confirmed when the next one is ready (so Redis
+appends a batch while the next is built: ``core/ahead.py``); nothing is written after
+a batch that is not confirmed, and the task ends when its last batch is.
 A send that meets a transient Redis fault is sent again once Redis is back (option
 ``retryTimeout``, :mod:`~redisq_django.pipeline.outages`). A refused send did nothing; a
 send whose reply was lost may have published: with ``once=true`` sending it again
@@ -37,6 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from redisq_django.core.ahead import SendAhead
 from redisq_django.core.envelope import Envelope, check_key
 from redisq_django.core.errors import RedisqError
 from redisq_django.core.json import loads_text
@@ -210,22 +214,64 @@ def _unpublishable(
 
 
 class _Sender:
-    """Sends batches through a :class:`Link`, with one broker per client (a broker
+    """Sends batches through a :class:`Link`, in order, each written while the one
+    before is confirmed later (:class:`~redisq_django.core.ahead.SendAhead`: Redis
+    appends a batch while the next is built), with one broker per client (a broker
     remembers the queues it registered and its loaded scripts) that knows the number of
     partitions Redis records for each queue it sends to, so that it routes as every
-    other process does (a keyed message to its key's partition)."""
+    other process does (a keyed message to its key's partition).
+
+    After a transient fault the batch whose outcome it left unknown is sent again
+    first (at most one: nothing is written after a batch that is not confirmed)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.link = Link(options)
         self._broker: Broker | None = None
+        self._ahead: SendAhead | None = None
         self._client: Any = None  # the link's client the broker was built on
         self._counts: dict[str, int] = {}  # queue -> K, as Redis records it
 
     def send(self, batch: list[Envelope]) -> None:
-        self.link.run(lambda: _send_once(self._broker_now(batch), self.options, batch), "sending")
+        """Send ``batch`` after the ones before (confirmed by a later call or
+        :meth:`settle`)."""
+        self.link.run(lambda: self._send(batch), "sending")
 
-    def _broker_now(self, batch: list[Envelope]) -> Broker:
+    def settle(self) -> None:
+        """Confirm every batch sent."""
+        self.link.run(lambda: self._send([]), "sending")
+
+    def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
+        self.link.close()
+
+    def _send(self, batch: list[Envelope]) -> None:
+        ahead = self._ahead_now(batch)
+        again = ahead.unsure
+        if again is not None:  # a fault left it unknown: sent again, as any failed send
+            ahead.unsure = None
+            self._send_on(ahead, again)
+            if again is batch:  # this call's own, tried again by the link
+                ahead.settle()
+                return
+        if batch:
+            self._send_on(ahead, batch)
+        else:
+            ahead.settle()
+
+    def _send_on(self, ahead: SendAhead, batch: Sequence[Envelope]) -> None:
+        if not self.options.consumer:
+            ahead.send(batch, once=self.options.once)
+            return
+        ahead.settle()  # a consumer's direct input: through its own path, in order
+        ahead.unsure = batch
+        ahead.broker.consumers.deliver(self.options.consumer, batch, once=self.options.once)
+        ahead.unsure = None
+
+    def _ahead_now(self, batch: list[Envelope]) -> SendAhead:
+        """The sender on the link's client now (a new one after a fault: the batch the
+        old one left unknown is carried over)."""
         client = self.link.client
         new = [q for q in dict.fromkeys(e.queue for e in batch) if q not in self._counts]
         if new:  # read once per queue (K changes only on a drained queue, all restarted)
@@ -233,14 +279,14 @@ class _Sender:
         if self._broker is None or self._client is not client or new:
             partitioned = {q: k for q, k in self._counts.items() if k > 1}
             self._broker, self._client = redis_io.broker(self.options, client, partitioned), client
-        return self._broker
-
-
-def _send_once(broker: Broker, options: SourceOptions, batch: list[Envelope]) -> None:
-    if options.consumer:
-        broker.consumers.deliver(options.consumer, batch, once=options.once)
-    else:
-        broker.send(batch, once=options.once)
+        if self._ahead is None or self._ahead.broker is not self._broker:
+            unsure = None
+            if self._ahead is not None:
+                unsure = self._ahead.unsure
+                self._ahead.close()
+            self._ahead = SendAhead(self._broker)
+            self._ahead.unsure = unsure
+        return self._ahead
 
 
 def batch_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
@@ -268,6 +314,7 @@ def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any])
                 if batch:
                     sender.send(batch)
                     sent += len(batch)
+                sender.settle()
                 raise _unpublishable(row, position, layout, bad, sent) from None
             if len(batch) >= options.write_batch:
                 sender.send(batch)
@@ -276,8 +323,9 @@ def publish_rows(options: SourceOptions, layout: RowLayout, rows: Iterable[Any])
         if batch:
             sender.send(batch)
             sent += len(batch)
+        sender.settle()
     finally:
-        sender.link.close()
+        sender.close()
     return sent
 
 

@@ -152,3 +152,36 @@ def test_the_original_id_reaches_the_headers_exactly_whatever_it_holds(
     headers = [json.loads(f[b"headers"]) for _, f in redis_client.xrange(log)]
     assert headers[: len(ids)] == [{"redisq-original-id": m} for m in ids]
     assert headers[-1] == {"trace": "t-1", "redisq-original-id": 'q"1'}
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_a_connection_lost_while_a_batch_is_unconfirmed_loses_no_row_and_keeps_the_order(
+    redis_client: redis.Redis, redis_url: str, queue_name: str, once: bool
+) -> None:
+    # Given rows whose source, while the writer builds a batch (the one before it
+    # written and not confirmed yet), has Redis close the writer's connections: three
+    # times, in different batches
+    kills = {150, 777, 1201}
+
+    def killing() -> Iterator[tuple[Any, ...]]:
+        for row in rows(1500):
+            if int(row[2].removeprefix("m-")) in kills:
+                redis_client.client_kill_filter(_type="normal", skipme=True)
+            yield row
+
+    more = {"once": "true"} if once else {}
+    opts = options(redis_url, queue_name, retryTimeout="30", **more)
+
+    # When they are published
+    count = publish_rows(opts, RowLayout.of(SCHEMA, opts), killing())
+
+    # Then no row is lost and the order holds: the batch a fault left unknown was sent
+    # again before the next one (with once, published once; without, its rows may come
+    # twice, the second time right after the first)
+    got = published(redis_client, queue_name)
+    assert count == 1500
+    if once:
+        assert got == list(range(1, 1501))
+    else:
+        assert list(dict.fromkeys(got)) == list(range(1, 1501))
+        assert len(got) - 1500 <= 3 * 100  # at most the unconfirmed batch per fault

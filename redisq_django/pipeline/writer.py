@@ -282,6 +282,9 @@ class _Sender:
         if self._ahead is None or self._ahead.broker is not self._broker:
             unsure = None
             if self._ahead is not None:
+                # Confirmed first: a connection closed with replies unread may lose
+                # what Redis had not read yet (nothing in flight after a fault).
+                self._ahead.settle()
                 unsure = self._ahead.unsure
                 self._ahead.close()
             self._ahead = SendAhead(self._broker)

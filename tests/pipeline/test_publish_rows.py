@@ -185,3 +185,25 @@ def test_a_connection_lost_while_a_batch_is_unconfirmed_loses_no_row_and_keeps_t
     else:
         assert list(dict.fromkeys(got)) == list(range(1, 1501))
         assert len(got) - 1500 <= 3 * 100  # at most the unconfirmed batch per fault
+
+
+def test_rows_for_several_queues_reach_each_queue_in_their_order(
+    redis_client: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given rows with a queue column that moves to a queue not seen yet every 250 rows
+    # (a new queue's layout is read between batches), then back to the first
+    queues = [f"{queue_name}-{q}" for q in "abc"]
+    schema = StructType([*SCHEMA.fields, StructField("queue", StringType())])
+    order = [0, 1, 2, 0]
+    given = [
+        (json.dumps({"n": n}), None, f"m-{n}", None, queues[order[n // 250]]) for n in range(1000)
+    ]
+    opts = SourceOptions.parse({"url": redis_url, "batchSize": "100"})
+
+    # When they are published
+    assert publish_rows(opts, RowLayout.of(schema, opts), iter(given)) == 1000
+
+    # Then each queue holds its rows once, in their order
+    for q, queue in enumerate(queues):
+        expected = [n for n in range(1000) if order[n // 250] == q]
+        assert published(redis_client, queue) == expected

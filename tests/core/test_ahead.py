@@ -68,14 +68,19 @@ def test_what_cannot_go_ahead_goes_through_send_in_its_place(
     assert broker.stats(queue_name).delayed == 1
 
 
+def started(client: redis.Redis, queue: str) -> tuple[Broker, SendAhead]:
+    """A broker and its sender ahead, past the first batch (sent through Broker.send)."""
+    broker = Broker(client)
+    ahead = SendAhead(broker)
+    ahead.send(batch(broker, queue, range(0, 10)))
+    return broker, ahead
+
+
 def test_a_refused_batch_raises_did_nothing_and_nothing_follows_it(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
-    # Given batches sent ahead, and then the queue's log replaced by a string while a
-    # batch is in flight... (written before the log is replaced: refused when run)
-    broker = Broker(redis_client)
-    ahead = SendAhead(broker)
-    ahead.send(batch(broker, queue_name, range(0, 10)))
+    # Given a batch written ahead after the queue's log was replaced by a string
+    broker, ahead = started(redis_client, queue_name)
     log = broker.keys(queue_name).log
     redis_client.delete(log)
     redis_client.set(log, "not a stream")
@@ -93,27 +98,28 @@ def test_a_refused_batch_raises_did_nothing_and_nothing_follows_it(
 def test_a_lost_connection_leaves_the_batch_in_flight_unsure(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
-    # Given a batch written ahead on a connection Redis then closes before the replies
-    # are read (a second batch behind a blocked command keeps it unanswered)
-    broker = Broker(redis_client)
-    ahead = SendAhead(broker)
-    ahead.send(batch(broker, queue_name, range(0, 10)))
-    second = batch(broker, queue_name, range(10, 20))
-    ahead.send(second)
-    redis_client.client_kill_filter(_type="normal", skipme=True)
-
-    # When it is confirmed
+    # Given a batch written ahead while Redis runs no write (paused), and the sender's
+    # connection then closed by Redis: the batch never ran
+    broker, ahead = started(redis_client, queue_name)
+    redis_client.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
     try:
+        second = batch(broker, queue_name, range(10, 20))
+        ahead.send(second)
+        redis_client.client_kill_filter(_type="normal", skipme=True)
+    finally:
+        redis_client.execute_command("CLIENT", "UNPAUSE")
+
+    # When it is confirmed, then the failure says so, and the batch is the one whose
+    # outcome is unknown
+    with pytest.raises(RedisUnavailable):
         ahead.settle()
-    except RedisUnavailable:
-        # Then the failure says so and the batch is the one whose outcome is unknown
-        assert ahead.unsure is second
-    else:  # Redis answered before it closed the connection: confirmed
-        assert ahead.unsure is None
-    ahead.close()
-    # And the sender goes on: a batch sent after it is published
+    assert ahead.unsure is second
+    assert numbers(redis_client, broker, queue_name) == list(range(10))
+
+    # And sent again, it is published, and the sender goes on after it
     ahead.unsure = None
+    ahead.send(second)
     ahead.send(batch(broker, queue_name, range(20, 30)))
     ahead.settle()
     ahead.close()
-    assert numbers(redis_client, broker, queue_name)[-10:] == list(range(20, 30))
+    assert numbers(redis_client, broker, queue_name) == list(range(30))
